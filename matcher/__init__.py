@@ -1,0 +1,1 @@
+"""The matcher: submission, SubmitPools, the Celery control plane and the operator views."""

@@ -1,0 +1,107 @@
+"""Every Redis key name Pilotfish uses, built in this one module.
+
+All keys of one community (VO) carry the Redis Cluster hash tag ``{vo}``, so every Lua script's keys
+land in one slot and the store can be partitioned across a Redis Cluster by community without a
+rewrite. ``tests/test_keys.py`` checks it for every key builder.
+
+| key | type | content |
+|---|---|---|
+| ``P:{vo}:jobs`` | hash | job id → job record (JSON) |
+| ``P:{vo}:seq`` | string | counter for job ids |
+| ``P:{vo}:t:<tq>`` | zset | one task queue: member ``id:cpu:mem:tmp:ete``, score = urgency (lower first) |
+| ``P:{vo}:tqdefs`` | hash | task-queue id → canonical requirements (JSON) |
+| ``P:{vo}:tqempty`` | zset | task-queue id → time it became empty (cleaned after a grace period) |
+| ``P:{vo}:pool:<tq>`` | set | SubmitPool: catalog queues eligible for a task queue |
+| ``P:{vo}:poolstamp`` | zset | task-queue id → time its SubmitPool was last computed |
+| ``P:{vo}:qh:<queue>`` | zset | heads index of a catalog queue: task-queue id → head score (never above the real one) |
+| ``P:{vo}:leases`` | zset | job id → lease expiry (unix seconds) |
+| ``P:{vo}:delayed`` | zset | job id → time a requeued job may be matched again (back-off) |
+| ``P:{vo}:kills`` | hash | job id → reason of a pending kill request |
+| ``P:{vo}:pilots`` | hash | pilot id → pilot record (JSON) |
+| ``P:{vo}:pilotseen`` | zset | pilot id → last heartbeat |
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_PREFIX = "pf"
+DEFAULT_VO = "default"
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Key names of one community under one prefix."""
+
+    prefix: str = DEFAULT_PREFIX
+    vo: str = DEFAULT_VO
+
+    def __post_init__(self) -> None:
+        for label, value in (("prefix", self.prefix), ("vo", self.vo)):
+            if not value or any(c in value for c in "{}: \t\n"):
+                raise ValueError(f"{label} {value!r} must be non-empty, without braces, colons or blanks")
+
+    @property
+    def base(self) -> str:
+        return f"{self.prefix}:{{{self.vo}}}"
+
+    @property
+    def jobs(self) -> str:
+        return f"{self.base}:jobs"
+
+    @property
+    def seq(self) -> str:
+        return f"{self.base}:seq"
+
+    def tq(self, tq_id: str) -> str:
+        return f"{self.base}:t:{tq_id}"
+
+    @property
+    def tq_prefix(self) -> str:
+        return f"{self.base}:t:"
+
+    @property
+    def tqdefs(self) -> str:
+        return f"{self.base}:tqdefs"
+
+    @property
+    def tqempty(self) -> str:
+        return f"{self.base}:tqempty"
+
+    def pool(self, tq_id: str) -> str:
+        return f"{self.base}:pool:{tq_id}"
+
+    @property
+    def pool_prefix(self) -> str:
+        return f"{self.base}:pool:"
+
+    @property
+    def poolstamp(self) -> str:
+        return f"{self.base}:poolstamp"
+
+    def qheads(self, queue: str) -> str:
+        return f"{self.base}:qh:{queue}"
+
+    @property
+    def qheads_prefix(self) -> str:
+        return f"{self.base}:qh:"
+
+    @property
+    def leases(self) -> str:
+        return f"{self.base}:leases"
+
+    @property
+    def delayed(self) -> str:
+        return f"{self.base}:delayed"
+
+    @property
+    def kills(self) -> str:
+        return f"{self.base}:kills"
+
+    @property
+    def pilots(self) -> str:
+        return f"{self.base}:pilots"
+
+    @property
+    def pilotseen(self) -> str:
+        return f"{self.base}:pilotseen"
