@@ -1,0 +1,195 @@
+"""Sizes and durations as people write them, turned into the integers the rest of Pilotfish uses.
+
+Sizes become whole megabytes and durations whole seconds, because those are the units of Machine/Job
+Features and of the open-lmake backends, and because integers hash, compare and travel through Redis
+and Lua without surprises.
+
+Sizes (``parse_size_mb``)
+    * ``int`` or ``float``: already MB (a fraction is rounded up: ``1.2`` -> 2).
+    * A string ``<number>[<unit>]``, blanks allowed between, the unit letter case-insensitive:
+
+      ==========================  =====================================================
+      unit                        meaning
+      ==========================  =====================================================
+      none, ``M``, ``MB``         megabytes (``"300"`` is 300 MB)
+      ``B``                       bytes
+      ``K`` ``KB``                kilobytes, 1 K = 1000 B
+      ``G`` ``GB``                1 G = 1000 M  (decimal, as MJF counts: 1 GB = 1000 MB)
+      ``T`` ``TB`` / ``P`` ``PB`` 1 T = 1000 G, 1 P = 1000 T
+      ``Ki`` ``Mi`` ``Gi``        binary (Kubernetes style): 1 Gi = 2**30 B = 1073.741824 MB
+      ``Ti`` ``Pi`` (+ ``B``)
+      ==========================  =====================================================
+
+      We accept ``GB`` and ``Gi`` rather than reject them: ``GB`` is what people type and means the
+      same decimal unit, and ``Gi`` is what Kubernetes manifests (our Helm chart) use; reading it exactly
+      is safer than refusing it. ``m`` means megabytes here, never Kubernetes' "milli".
+      The result is rounded *up* to a whole MB: a requirement must never shrink in conversion.
+
+Durations (``parse_duration_s``)
+    * ``int`` or ``float``: seconds (a fraction is rounded up).
+    * ``"300"`` (seconds), ``"90s"``, ``"30m"``, ``"2h"``, ``"1d"``, ``"1w"`` and sums of them
+      written together: ``"1h30m"``, ``"1d 12h"``.
+    * Clock form ``"H:MM:SS"`` (``"1:30:00"``, hours may exceed 23) and Slurm's ``"D-HH:MM:SS"``.
+      Two-field ``"MM:SS"`` is refused: Slurm reads ``"30:00"`` as minutes, people often mean hours.
+
+Every refusal is a :class:`~taskqueues.errors.RequirementError` that names the field and the job,
+so the caller (the submission chain, the catalog loader) can show where the bad value came from.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from fractions import Fraction
+
+from taskqueues.errors import RequirementError
+
+__all__ = ["parse_duration_s", "parse_size_mb"]
+
+# Bytes per unit, as exact fractions so "1.5G" and "1Gi" convert without float error.
+_SIZE_UNITS: dict[str, int] = {
+    "b": 1,
+    "k": 10**3,
+    "kb": 10**3,
+    "m": 10**6,
+    "mb": 10**6,
+    "g": 10**9,
+    "gb": 10**9,
+    "t": 10**12,
+    "tb": 10**12,
+    "p": 10**15,
+    "pb": 10**15,
+    "ki": 2**10,
+    "kib": 2**10,
+    "mi": 2**20,
+    "mib": 2**20,
+    "gi": 2**30,
+    "gib": 2**30,
+    "ti": 2**40,
+    "tib": 2**40,
+    "pi": 2**50,
+    "pib": 2**50,
+}
+_MB = 10**6
+
+_MAX_TEXT = 64
+
+_SECONDS: dict[str, int] = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+_NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
+_SIZE_RE = re.compile(rf"^\s*({_NUMBER})\s*([A-Za-z]*)\s*$")
+_PART_RE = re.compile(rf"\s*({_NUMBER})\s*([a-zA-Z]?)\s*")
+_CLOCK_RE = re.compile(r"^\s*(?:(\d+)-)?(\d+):([0-5]?\d):([0-5]?\d)\s*$")
+
+
+def _fail(message: str, field: str, job: str | None) -> RequirementError:
+    return RequirementError(message, job=job, field=field)
+
+
+def _check_length(text: str, field: str, job: str | None) -> None:
+    """Refuse absurdly long strings before any digit conversion (int() refuses > 4300 digits anyway)."""
+    if len(text) > _MAX_TEXT:
+        raise _fail(
+            f"a size or duration string must be at most {_MAX_TEXT} characters, got {len(text)}", field, job
+        )
+
+
+def _plain_number(value: object, field: str, job: str | None, what: str) -> Fraction | None:
+    """The value as an exact fraction when it is a Python number, None when it is something else."""
+    if isinstance(value, bool):
+        raise _fail(f"{what} must be a number or a string, not a boolean ({value!r})", field, job)
+    if isinstance(value, int):
+        return Fraction(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise _fail(f"{what} must be finite, got {value!r}", field, job)
+        return Fraction(value)
+    return None
+
+
+def _check_range(
+    result: int, value: object, field: str, job: str | None, maximum: int | None, unit: str
+) -> int:
+    if result < 0:
+        raise _fail(f"must not be negative, got {value!r}", field, job)
+    if maximum is not None and result > maximum:
+        raise _fail(f"{value!r} is {result} {unit}, over the limit of {maximum} {unit}", field, job)
+    return result
+
+
+def parse_size_mb(value: object, *, field: str, job: str | None = None, maximum: int | None = None) -> int:
+    """A memory or disk size in whole MB (rounded up); see the module docstring for the accepted forms.
+
+    ``maximum`` (MB), when given, is an upper limit whose breach is reported like a bad unit.
+    """
+    number = _plain_number(value, field, job, "a size")
+    if number is None:
+        if not isinstance(value, str):
+            raise _fail(
+                f"a size must be a number (MB) or a string like '4G', not {type(value).__name__}", field, job
+            )
+        _check_length(value, field, job)
+        if value.lstrip().startswith("-"):
+            raise _fail(f"must not be negative, got {value!r}", field, job)
+        match = _SIZE_RE.match(value)
+        if match is None:
+            raise _fail(
+                f"cannot read {value!r} as a size; write e.g. '512M', '4G', '1.5T' or '4Gi'", field, job
+            )
+        digits, unit = match.groups()
+        factor = _SIZE_UNITS.get(unit.lower() or "m")
+        if factor is None:
+            known = "B, K, M, G, T, P (decimal, optional B) or Ki, Mi, Gi, Ti, Pi (binary)"
+            raise _fail(f"unknown size unit {unit!r} in {value!r}; use {known}", field, job)
+        number = Fraction(digits) * factor / _MB
+    return _check_range(math.ceil(number), value, field, job, maximum, "MB")
+
+
+def parse_duration_s(value: object, *, field: str, job: str | None = None, maximum: int | None = None) -> int:
+    """A duration in whole seconds (rounded up); see the module docstring for the accepted forms.
+
+    ``maximum`` (seconds), when given, is an upper limit whose breach is reported like a bad unit.
+    """
+    number = _plain_number(value, field, job, "a duration")
+    if number is None:
+        if not isinstance(value, str):
+            raise _fail(
+                f"a duration must be a number (seconds) or a string like '2h', not {type(value).__name__}",
+                field,
+                job,
+            )
+        number = _parse_duration_text(value, field, job)
+    return _check_range(math.ceil(number), value, field, job, maximum, "s")
+
+
+def _parse_duration_text(text: str, field: str, job: str | None) -> Fraction:
+    _check_length(text, field, job)
+    if text.lstrip().startswith("-"):
+        raise _fail(f"must not be negative, got {text!r}", field, job)
+    clock = _CLOCK_RE.match(text)
+    if clock is not None:
+        days, hours, minutes, seconds = (int(part) if part else 0 for part in clock.groups())
+        return Fraction(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
+    if ":" in text:
+        raise _fail(f"cannot read {text!r} as a clock duration; write 'H:MM:SS' or 'D-HH:MM:SS'", field, job)
+    hint = "write e.g. '90s', '30m', '2h', '1d', '1h30m', '1:30:00' or a number of seconds"
+    stripped = text.strip()
+    if not stripped:
+        raise _fail(f"an empty string is not a duration; {hint}", field, job)
+    position, total = 0, Fraction(0)
+    while position < len(stripped):
+        part = _PART_RE.match(stripped, position)
+        if part is None:
+            raise _fail(f"cannot read {text!r} as a duration; {hint}", field, job)
+        digits, unit = part.groups()
+        if not unit and (position != 0 or part.end() != len(stripped)):
+            # "1h30" could mean 30 s or 30 min: refuse rather than guess.
+            raise _fail(
+                f"cannot read {text!r} as a duration: a number without a unit must stand alone", field, job
+            )
+        factor = _SECONDS.get(unit.lower() or "s")
+        if factor is None:
+            raise _fail(f"unknown duration unit {unit!r} in {text!r}; use s, m, h, d or w", field, job)
+        total += Fraction(digits) * factor
+        position = part.end()
+    return total
