@@ -17,6 +17,9 @@ rewrite. ``tests/test_keys.py`` checks it for every key builder.
 | ``P:{vo}:leases`` | zset | job id → lease expiry (unix seconds) |
 | ``P:{vo}:delayed`` | zset | job id → time a requeued job may be matched again (back-off) |
 | ``P:{vo}:kills`` | hash | job id → reason of a pending kill request |
+| ``P:{vo}:releasing`` | zset | job id → time released, waiting for the caller to evaluate its requirements |
+| ``P:{vo}:donelog`` | zset | job id → end time of successful jobs (ETE learning, re-pressure) |
+| ``P:{vo}:requests`` | hash | request id → request record (JSON) |
 | ``P:{vo}:pilots`` | hash | pilot id → pilot record (JSON) |
 | ``P:{vo}:pilotseen`` | zset | pilot id → last heartbeat |
 """
@@ -97,6 +100,18 @@ class Keys:
     @property
     def kills(self) -> str:
         return f"{self.base}:kills"
+
+    @property
+    def releasing(self) -> str:
+        return f"{self.base}:releasing"
+
+    @property
+    def donelog(self) -> str:
+        return f"{self.base}:donelog"
+
+    @property
+    def requests(self) -> str:
+        return f"{self.base}:requests"
 
     @property
     def pilots(self) -> str:

@@ -1,0 +1,27 @@
+-- clean: forget task queues that have stayed empty longer than the grace period, with their SubmitPools
+-- and their entries in every heads index (RFC #7: not as soon as they empty, by a periodic agent).
+-- KEYS[1]  tqdefs hash
+-- KEYS[2]  tqempty zset
+-- KEYS[3]  poolstamp zset
+-- KEYS[4..] task queues, pools and heads indexes of the candidates
+-- ARGV[1]  key base   ARGV[2] cutoff (empty since before this time)   ARGV[3] batch size
+-- Returns  {'ok', removed task-queue id...} or {'needkeys', key...}
+local base, cutoff, batch = ARGV[1], ARGV[2], tonumber(ARGV[3])
+declare_from(4)
+local cands = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', cutoff, 'LIMIT', 0, batch)
+local pools = {}
+for _, tq in ipairs(cands) do pools[tq] = pool_of(base, tq) end
+local missing = needkeys()
+if missing then return missing end
+local out = {'ok'}
+for _, tq in ipairs(cands) do
+  redis.call('ZREM', KEYS[2], tq)
+  if redis.call('ZCARD', base .. 't:' .. tq) == 0 then
+    for _, q in ipairs(pools[tq]) do redis.call('ZREM', base .. 'qh:' .. q, tq) end
+    redis.call('DEL', base .. 'pool:' .. tq)
+    redis.call('HDEL', KEYS[1], tq)
+    redis.call('ZREM', KEYS[3], tq)
+    out[#out + 1] = tq
+  end
+end
+return out

@@ -1,0 +1,57 @@
+-- complete: a payload succeeded. Dependents whose last dependency this was are released in the same step:
+-- into their task queue, or, when a requirement waits for dependency outputs, into the releasing set where
+-- the caller evaluates it (release.lua then enqueues it).
+-- KEYS[1]  jobs hash
+-- KEYS[2]  leases zset
+-- KEYS[3]  kills hash
+-- KEYS[4]  tqempty zset
+-- KEYS[5]  releasing zset (job id -> time released, waiting for its deferred requirements)
+-- KEYS[6]  done log zset (job id -> end time; what the ETE learner and re-pressure read)
+-- KEYS[7..] task queues, pools and heads indexes of dependents released here
+-- ARGV[1]  key base   ARGV[2] job id   ARGV[3] attempt   ARGV[4] pilot id   ARGV[5] now
+-- ARGV[6]  result JSON {"x": exit, "w": wall s, "cpu": cpu s, "pm": peak MB, "o": outputs JSON string}
+-- Returns  {'ok', released id...} or {'stale', reason} or {'needkeys', key...}
+local base, id, attempt, pilot, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+declare_from(7)
+local rec = load(KEYS[1], id)
+local bad = check_report(rec, id, attempt, {'matched', 'running'})
+if bad then return {'stale', bad} end
+if rec.pl ~= pilot then return {'stale', 'job ' .. id .. ' is leased to ' .. tostring(rec.pl)} end
+
+-- Read phase: which dependents does this release, and what do they need?
+local release, pools = {}, {}
+for _, d in ipairs(rec.dn or {}) do
+  local drec = load(KEYS[1], d)
+  if drec and drec.s == 'blocked' and drec.nd == 1 and not drec.dx then
+    pools[d] = pool_of(base, drec.t)
+  end
+end
+local missing = needkeys()
+if missing then return missing end
+
+local result = cjson.decode(ARGV[6])
+rec.s = 'done'
+rec.te = now
+for k, v in pairs(result) do rec[k] = v end
+save(KEYS[1], rec)
+redis.call('ZREM', KEYS[2], id)
+redis.call('HDEL', KEYS[3], id)
+redis.call('ZADD', KEYS[6], now, id)
+local out = {'ok'}
+for _, d in ipairs(rec.dn or {}) do
+  local drec = load(KEYS[1], d)
+  if drec and drec.s == 'blocked' then
+    drec.nd = drec.nd - 1
+    if drec.nd <= 0 then
+      if drec.dx then
+        drec.s = 'releasing'
+        redis.call('ZADD', KEYS[5], now, d)
+      else
+        enqueue(base, KEYS[4], KEYS[5], drec, pools[d], now)
+      end
+      out[#out + 1] = d
+    end
+    save(KEYS[1], drec)
+  end
+end
+return out

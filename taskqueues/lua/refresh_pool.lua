@@ -1,0 +1,34 @@
+-- refresh_pool: replace the SubmitPool (eligible catalog queues) of one task queue, keeping every
+-- queue's heads index in step: entries added for new queues, removed for queues no longer eligible.
+-- KEYS[1]  poolstamp zset
+-- KEYS[2..] the task queue, its pool, and the heads indexes of its old and new queues
+-- ARGV[1]  key base   ARGV[2] task-queue id   ARGV[3] now   ARGV[4..] the new queue ids
+-- Returns  {'ok', added, removed} or {'needkeys', key...}
+local base, tq, now = ARGV[1], ARGV[2], ARGV[3]
+declare_from(2)
+local old = pool_of(base, tq)
+local new = {}
+for i = 4, #ARGV do new[ARGV[i]] = true need(base .. 'qh:' .. ARGV[i]) end
+local missing = needkeys()
+if missing then return missing end
+local key, poolkey = base .. 't:' .. tq, base .. 'pool:' .. tq
+local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+local score = head[2] or EMPTY
+local oldset, added, removed = {}, 0, 0
+for _, q in ipairs(old) do
+  oldset[q] = true
+  if not new[q] then
+    redis.call('ZREM', base .. 'qh:' .. q, tq)
+    redis.call('SREM', poolkey, q)
+    removed = removed + 1
+  end
+end
+for q, _ in pairs(new) do
+  if not oldset[q] then
+    redis.call('ZADD', base .. 'qh:' .. q, score, tq)
+    redis.call('SADD', poolkey, q)
+    added = added + 1
+  end
+end
+redis.call('ZADD', KEYS[1], now, tq)
+return {'ok', added, removed}

@@ -1,0 +1,36 @@
+-- release: a job in the releasing set (its deferred requirements are now evaluated, or its task queue
+-- needed a fresh SubmitPool) enters its task queue, or fails with the reason its evaluation gave.
+-- KEYS[1]  jobs hash
+-- KEYS[2]  tqdefs hash
+-- KEYS[3]  tqempty zset
+-- KEYS[4]  poolstamp zset
+-- KEYS[5]  releasing zset
+-- KEYS[6..] the task queue, its pool and the heads indexes of its queues
+-- ARGV[1]  key base   ARGV[2] job id   ARGV[3] now
+-- ARGV[4]  JSON {"t": tq, "def": canonical, "queues": [...], "m_tail": ":cpu:mem:tmp:ete", "r": requirements,
+--          "e": ete, "sc": score} or {"error": reason}
+-- Returns  {'ok', state} | {'final', state} | {'needkeys', key...}
+local base, id, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
+declare_from(6)
+local rec = load(KEYS[1], id)
+if not rec or rec.s ~= 'releasing' then return {'final', rec and rec.s or 'unknown'} end
+local arg = cjson.decode(ARGV[4])
+if arg.error then
+  redis.call('ZREM', KEYS[5], id)
+  finish(KEYS[1], KEYS[5], rec, 'failed', arg.error, now)
+  return {'ok', 'failed'}
+end
+local queues = pool_of(base, arg.t)
+if #queues == 0 then
+  queues = arg.queues
+  for _, q in ipairs(queues) do need(base .. 'qh:' .. q) end
+end
+local missing = needkeys()
+if missing then return missing end
+ensure_pool(base, KEYS[2], KEYS[4], arg.t, arg.def, queues, now)
+redis.call('ZREM', KEYS[5], id)
+rec.t, rec.m, rec.r, rec.e, rec.dx = arg.t, id .. arg.m_tail, arg.r, arg.e, nil
+if arg.sc then rec.sc = arg.sc end
+enqueue(base, KEYS[3], KEYS[5], rec, queues, now)
+save(KEYS[1], rec)
+return {'ok', rec.s}

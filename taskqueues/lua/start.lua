@@ -1,0 +1,15 @@
+-- start: the pilot has started the payload of a job it matched.
+-- KEYS[1]  jobs hash
+-- KEYS[2]  leases zset
+-- ARGV[1]  job id   ARGV[2] attempt   ARGV[3] pilot id   ARGV[4] now   ARGV[5] lease length (seconds)
+-- Returns  {'ok'} or {'stale', reason}
+local id, attempt, pilot, now = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local rec = load(KEYS[1], id)
+local bad = check_report(rec, id, attempt, {'matched'})
+if bad then return {'stale', bad} end
+if rec.pl ~= pilot then return {'stale', 'job ' .. id .. ' is leased to ' .. tostring(rec.pl)} end
+rec.s = 'running'
+rec.st = now
+save(KEYS[1], rec)
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[5]), id)
+return {'ok'}

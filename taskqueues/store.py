@@ -1,0 +1,262 @@
+"""The task-queue store: every operation on jobs is one atomic Lua script in Redis.
+
+The store knows nothing of requirement semantics or of the catalog: callers hand it jobs whose task
+queue and SubmitPool are already computed (``matcher.submission`` does that), and pilots hand it what
+they have free. Scripts whose keys depend on data (a job's task queue, the heads indexes of its queues)
+answer ``needkeys`` before writing anything when the caller did not declare one; :meth:`Store._call`
+adds them and calls again, so every key a script touches is declared in KEYS.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import redis
+from redis.commands.core import Script
+
+from . import scripts
+from .errors import NotFound, StaleReport, StoreError, StoreUnavailable
+from .keys import Keys
+from .records import HeartbeatReply, Job, JobState, NewJob, PilotOffer, RunResult
+
+_MAX_KEY_ROUNDS = 16
+
+Clock = Callable[[], float]
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class Store:
+    """Jobs, task queues and leases of one community (VO) in one Redis."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: Keys | None = None,
+        *,
+        lease_seconds: float = 60.0,
+        backoff: float = 10.0,
+        clock: Clock = time.time,
+    ) -> None:
+        self.client = client
+        self.keys = keys or Keys()
+        self.lease_seconds = lease_seconds
+        self.backoff = backoff
+        self.clock = clock
+        self._scripts: dict[str, Script] = scripts.register(client)
+        self._base = self.keys.base + ":"
+        self._seen_tqs: dict[str, list[str]] = {}
+
+    @classmethod
+    def from_url(cls, url: str, *, vo: str = "default", prefix: str = "pf", **kwargs: Any) -> Store:
+        return cls(redis.Redis.from_url(url), Keys(prefix=prefix, vo=vo), **kwargs)
+
+    # -- plumbing ---------------------------------------------------------------------------------
+
+    def _call(self, name: str, keys: Sequence[str], args: Sequence[Any], extra: Iterable[str] = ()) -> list[Any]:
+        """Run script ``name``; when it names keys it needed and was not given, declare them and rerun."""
+        declared = list(dict.fromkeys(extra))
+        for _ in range(_MAX_KEY_ROUNDS):
+            try:
+                reply = self._scripts[name](keys=[*keys, *declared], args=list(args))
+            except redis.ConnectionError as exc:
+                raise StoreUnavailable(f"Redis unreachable: {exc}") from None
+            except redis.ResponseError as exc:
+                raise StoreError(f"script {name} failed: {exc}") from None
+            if reply and _text(reply[0]) == "needkeys":
+                declared.extend(_text(k) for k in reply[1:])
+                continue
+            return list(reply)
+        raise StoreError(f"script {name} kept asking for undeclared keys")
+
+    def _pool_keys(self, tq_ids: Iterable[str]) -> list[str]:
+        """Task queue, pool and heads-index keys for these task queues, as stored now (one round trip)."""
+        tqs = list(dict.fromkeys(tq_ids))
+        if not tqs:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for tq in tqs:
+            pipe.smembers(self.keys.pool(tq))
+        out: list[str] = []
+        for tq, queues in zip(tqs, pipe.execute(), strict=True):
+            out += [self.keys.tq(tq), self.keys.pool(tq)]
+            out += [self.keys.qheads(_text(q)) for q in queues]
+        return out
+
+    def _stale(self, reply: list[Any]) -> None:
+        if _text(reply[0]) == "stale":
+            raise StaleReport(_text(reply[1]))
+
+    # -- submission -------------------------------------------------------------------------------
+
+    def submit(self, jobs: Sequence[NewJob]) -> list[str]:
+        """Store ``jobs`` in one atomic step; returns their ids in order. Dependents refer by index."""
+        if not jobs:
+            return []
+        now = self.clock()
+        for i, job in enumerate(jobs):
+            bad = [d for d in job.dependents if not 0 <= d < len(jobs) or d == i]
+            if bad:
+                raise StoreError(f"job {job.name or i}: dependents {bad} are not other jobs of this submission")
+            if not job.queues:
+                raise StoreError(f"job {job.name or i}: task queue {job.tq_id} has no eligible queue")
+        tqs = {j.tq_id: {"def": j.tq_def, "queues": list(j.queues)} for j in jobs}
+        payload = json.dumps({"tqs": tqs, "jobs": [j.record(now) for j in jobs]})
+        declared = [k for tq, d in tqs.items() for k in
+                    (self.keys.tq(tq), self.keys.pool(tq), *map(self.keys.qheads, d["queues"]))]
+        k = self.keys
+        reply = self._call("submit", [k.jobs, k.seq, k.tqdefs, k.tqempty, k.poolstamp, k.releasing],
+                           [self._base, now, payload], declared)
+        return [_text(i) for i in reply[1:]]
+
+    # -- the hot path -----------------------------------------------------------------------------
+
+    def _visible_tqs(self, queue: str, refresh: bool = False) -> list[str]:
+        cached = self._seen_tqs.get(queue)
+        if cached is None or refresh:
+            members = self.client.zrange(self.keys.qheads(queue), 0, -1)
+            cached = [self.keys.tq(_text(m)) for m in members]
+            self._seen_tqs[queue] = cached
+        return cached
+
+    def match(self, offer: PilotOffer, max_jobs: int = 1) -> list[Job]:
+        """Lease to the pilot the most urgent task-queue heads that fit, most urgent first.
+
+        With ``max_jobs`` > 1 the choice repeats on what is left free (filling a multi-core pilot in
+        one call). An empty list means nothing fits now.
+        """
+        k = self.keys
+        left = -1.0 if offer.time_left is None else max(0.0, offer.time_left)
+        args = [self._base, offer.pilot, self.clock(), self.lease_seconds, offer.cpu, offer.mem, offer.tmp,
+                left, max_jobs]
+        fixed = [k.jobs, k.qheads(offer.queue), k.leases, k.tqempty]
+        for refresh in (False, True, True):
+            try:
+                reply = self._scripts["match"](keys=[*fixed, *self._visible_tqs(offer.queue, refresh)], args=args)
+            except redis.ConnectionError as exc:
+                raise StoreUnavailable(f"Redis unreachable: {exc}") from None
+            if _text(reply[0]) != "needkeys":
+                return [Job.from_record(reply[i]) for i in range(2, len(reply), 2)]
+        raise StoreError(f"match for queue {offer.queue}: its task queues kept changing")
+
+    def heartbeat(self, pilot: str, jobs: Mapping[str, int], record: Mapping[str, Any] | None = None) -> HeartbeatReply:
+        """Renew the leases of the pilot's jobs; returns the kill requests and the jobs it no longer holds."""
+        k = self.keys
+        args: list[Any] = [pilot, self.clock(), self.lease_seconds, json.dumps(record) if record else ""]
+        for job, attempt in jobs.items():
+            args += [job, attempt]
+        kills, lost = self._call("heartbeat", [k.jobs, k.leases, k.kills, k.pilots, k.pilotseen], args)
+        pairs = [_text(x) for x in kills]
+        return HeartbeatReply(dict(zip(pairs[::2], pairs[1::2], strict=True)), tuple(_text(x) for x in lost))
+
+    def start(self, job: str, attempt: int, pilot: str) -> None:
+        reply = self._call("start", [self.keys.jobs, self.keys.leases],
+                           [job, attempt, pilot, self.clock(), self.lease_seconds])
+        self._stale(reply)
+
+    def complete(self, job: str, attempt: int, pilot: str, result: RunResult | None = None) -> list[str]:
+        """Record a success; returns the dependents it released (into their task queue or to evaluate)."""
+        k = self.keys
+        reply = self._call("complete", [k.jobs, k.leases, k.kills, k.tqempty, k.releasing, k.donelog],
+                           [self._base, job, attempt, pilot, self.clock(), json.dumps((result or RunResult()).fields())])
+        self._stale(reply)
+        return [_text(x) for x in reply[1:]]
+
+    def fail(self, job: str, attempt: int, pilot: str, result: RunResult, *, requeue: bool = False) -> JobState:
+        """Record a failure; with ``requeue`` the job goes back to its task queue at once (preemption)."""
+        k = self.keys
+        extra: list[str] = []
+        if requeue:
+            extra = self._pool_keys([self.job(job).tq_id])
+        reply = self._call("fail", [k.jobs, k.leases, k.kills, k.tqempty, k.releasing],
+                           [self._base, job, attempt, pilot, self.clock(), json.dumps(result.fields()),
+                            "1" if requeue else "0"], extra)
+        self._stale(reply)
+        return JobState(_text(reply[1]))
+
+    # -- periodic work ----------------------------------------------------------------------------
+
+    def requeue_expired(self, batch: int = 500) -> tuple[int, int, int]:
+        """Requeue jobs whose lease expired (back-off, retry limit) and restore those whose back-off is over.
+
+        Returns (requeued, failed beyond the retry limit, restored into their task queue).
+        """
+        k = self.keys
+        due = self.client.zrangebyscore(k.delayed, "-inf", self.clock(), start=0, num=batch)
+        extra = self._pool_keys(self._tq_of(due))
+        reply = self._call("reap", [k.jobs, k.leases, k.delayed, k.kills, k.tqempty, k.releasing],
+                           [self._base, self.clock(), self.backoff, batch], extra)
+        return int(reply[1]), int(reply[2]), int(reply[3])
+
+    def _tq_of(self, ids: Sequence[Any]) -> list[str]:
+        if not ids:
+            return []
+        raws = self.client.hmget(self.keys.jobs, [_text(i) for i in ids])
+        return [json.loads(raw)["t"] for raw in raws if raw]
+
+    def cancel(self, job: str, reason: str = "cancelled by user", *, kill: bool = False) -> str:
+        """Cancel (or, with ``kill``, kill) a job. Returns what happened: ended, requested, final, unknown."""
+        k = self.keys
+        reply = self._call("cancel", [k.jobs, k.kills, k.delayed, k.releasing],
+                           [self._base, job, "kill" if kill else "cancel", reason, self.clock()])
+        if _text(reply[0]) == "unknown":
+            raise NotFound(f"no job {job!r}")
+        return _text(reply[0])
+
+    def kill(self, job: str, reason: str = "killed by operator") -> str:
+        return self.cancel(job, reason, kill=True)
+
+    def refresh_pool(self, tq_id: str, queues: Sequence[str]) -> tuple[int, int]:
+        """Replace the SubmitPool of one task queue; returns (queues added, queues removed)."""
+        extra = self._pool_keys([tq_id]) + [self.keys.qheads(q) for q in queues]
+        reply = self._call("refresh_pool", [self.keys.poolstamp], [self._base, tq_id, self.clock(), *queues], extra)
+        self._seen_tqs.clear()
+        return int(reply[1]), int(reply[2])
+
+    def clean(self, grace: float, batch: int = 200) -> list[str]:
+        """Forget task queues empty for longer than ``grace`` seconds, with their pools; returns their ids."""
+        k = self.keys
+        cutoff = self.clock() - grace
+        cands = [_text(t) for t in self.client.zrangebyscore(k.tqempty, "-inf", cutoff, start=0, num=batch)]
+        reply = self._call("clean", [k.tqdefs, k.tqempty, k.poolstamp], [self._base, cutoff, batch],
+                           self._pool_keys(cands))
+        return [_text(x) for x in reply[1:]]
+
+    def release(self, job: str, spec: Mapping[str, Any]) -> JobState | None:
+        """Move a releasing job into its task queue (``spec`` as release.lua documents) or fail it."""
+        k = self.keys
+        extra = [] if "error" in spec else self._pool_keys([spec["t"]]) + [k.qheads(q) for q in spec["queues"]]
+        reply = self._call("release", [k.jobs, k.tqdefs, k.tqempty, k.poolstamp, k.releasing],
+                           [self._base, job, self.clock(), json.dumps(spec)], extra)
+        return JobState(_text(reply[1])) if _text(reply[0]) == "ok" else None
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def job(self, job: str) -> Job:
+        raw = self.client.hget(self.keys.jobs, job)
+        if raw is None:
+            raise NotFound(f"no job {job!r}")
+        return Job.from_record(raw)
+
+    def jobs(self, ids: Sequence[str]) -> list[Job]:
+        if not ids:
+            return []
+        return [Job.from_record(raw) for raw in self.client.hmget(self.keys.jobs, list(ids)) if raw]
+
+    def task_queue(self, tq_id: str) -> list[tuple[str, float]]:
+        """Members (job ids) of one task queue with their scores, most urgent first."""
+        return [(_text(m).split(":", 1)[0], s) for m, s in self.client.zrange(self.keys.tq(tq_id), 0, -1, withscores=True)]
+
+    def pool(self, tq_id: str) -> set[str]:
+        return {_text(q) for q in self.client.smembers(self.keys.pool(tq_id))}
+
+    def tq_definitions(self) -> dict[str, str]:
+        return {_text(a): _text(b) for a, b in self.client.hgetall(self.keys.tqdefs).items()}
+
+    def releasing(self, limit: int = 500) -> list[str]:
+        return [_text(x) for x in self.client.zrange(self.keys.releasing, 0, limit - 1)]

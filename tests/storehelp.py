@@ -1,0 +1,24 @@
+"""Builders shared by the store tests: jobs with hand-made task queues (no catalog needed)."""
+
+from __future__ import annotations
+
+import json
+
+from taskqueues.records import NewJob
+
+
+def job(tq: str = "tqA", *, cpu: int = 1, mem: int = 100, tmp: int = 0, ete: float = 0, score: float = 0,
+        queues: tuple[str, ...] = ("site/ce/q1",), command: str = "true", **kw: object) -> NewJob:
+    reqs = json.dumps({"cpu": cpu, "mem": mem, "tmp": tmp})
+    return NewJob(command=command, tq_id=tq, tq_def=json.dumps({"class": tq}), queues=queues, cpu=cpu, mem=mem,
+                  tmp=tmp, ete=ete, score=score, requirements=reqs, **kw)  # type: ignore[arg-type]
+
+
+class FakeClock:
+    """A settable clock for lease and back-off tests (the store takes any callable)."""
+
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now

@@ -1,0 +1,187 @@
+"""The store's operations, each atomic, against a real redis-server and against fakeredis."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from taskqueues.errors import NotFound, StaleReport
+from taskqueues.records import JobState, PilotOffer, RunResult
+from taskqueues.store import Store
+
+from storehelp import FakeClock, job
+
+Q1 = "site/ce/q1"
+Q2 = "site/ce/q2"
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def store(any_redis: redis.Redis, clock: FakeClock) -> Store:
+    return Store(any_redis, lease_seconds=30, backoff=10, clock=clock)
+
+
+def offer(cpu: int = 8, mem: int = 10_000, tmp: int = 10_000, queue: str = Q1, left: float | None = None,
+          pilot: str = "p1") -> PilotOffer:
+    return PilotOffer(pilot=pilot, queue=queue, cpu=cpu, mem=mem, tmp=tmp, time_left=left)
+
+
+def test_submit_then_match_leases_the_most_urgent(store: Store) -> None:
+    ids = store.submit([job(score=5), job(score=1), job("tqB", score=3)])
+    got = store.match(offer())
+    assert [j.id for j in got] == [ids[1]]
+    leased = store.job(ids[1])
+    assert leased.state is JobState.MATCHED and leased.attempt == 1 and leased.pilot == "p1"
+    assert [j.id for j in store.match(offer())] == [ids[2]]
+    assert [j.id for j in store.match(offer())] == [ids[0]]
+    assert store.match(offer()) == []
+
+
+def test_match_skips_heads_that_do_not_fit_but_never_picks_a_less_urgent_fitting_one(store: Store) -> None:
+    big, small_late, small_early = store.submit([job("big", cpu=8, score=1), job("s", score=9), job("s2", score=5)])
+    assert [j.id for j in store.match(offer(cpu=2))] == [small_early]
+    assert [j.id for j in store.match(offer(cpu=8))] == [big]
+    assert [j.id for j in store.match(offer(cpu=8))] == [small_late]
+
+
+def test_only_heads_are_considered_within_a_task_queue(store: Store) -> None:
+    # Same task queue: the head needs 500 MB, the next only 50; a pilot with 100 MB gets nothing.
+    store.submit([job(mem=500, score=1), job(mem=50, score=2)])
+    assert store.match(offer(mem=100)) == []
+
+
+def test_time_left_excludes_jobs_whose_estimate_is_longer(store: Store) -> None:
+    long, short = store.submit([job("L", ete=3600, score=1), job("S", ete=60, score=2)])
+    assert [j.id for j in store.match(offer(left=600))] == [short]
+    assert store.match(offer(left=600)) == []
+    assert [j.id for j in store.match(offer(left=None))] == [long]
+
+
+def test_eligibility_comes_from_the_pool(store: Store) -> None:
+    only_q2, both = store.submit([job("a", queues=(Q2,), score=1), job("b", queues=(Q1, Q2), score=2)])
+    assert [j.id for j in store.match(offer(queue=Q1))] == [both]
+    assert store.match(offer(queue=Q1)) == []
+    assert [j.id for j in store.match(offer(queue=Q2))] == [only_q2]
+
+
+def test_stale_index_after_a_match_through_another_queue(store: Store) -> None:
+    a1, a2, b1 = store.submit([job("a", queues=(Q1, Q2), score=1), job("a", queues=(Q1, Q2), score=10),
+                               job("b", queues=(Q1,), score=5)])
+    assert [j.id for j in store.match(offer(queue=Q2))] == [a1]  # Q1's index still says 1 for "a"
+    assert [j.id for j in store.match(offer(queue=Q1))] == [b1]
+    assert [j.id for j in store.match(offer(queue=Q1))] == [a2]
+
+
+def test_fill_in_one_call_repeats_on_what_is_left(store: Store) -> None:
+    ids = store.submit([job("four", cpu=4, score=1), job("one", cpu=1, score=2), job("one", cpu=1, score=3),
+                        job("two", cpu=2, score=4)])
+    got = store.match(offer(cpu=6), max_jobs=10)
+    assert [j.id for j in got] == [ids[0], ids[1], ids[2]]  # 4 + 1 + 1; the 2-core job no longer fits
+
+
+def test_lifecycle_and_stale_attempts(store: Store) -> None:
+    (jid,) = store.submit([job()])
+    (leased,) = store.match(offer())
+    with pytest.raises(StaleReport):
+        store.start(jid, 7, "p1")
+    with pytest.raises(StaleReport):
+        store.start(jid, 1, "someone-else")
+    store.start(jid, 1, "p1")
+    assert store.job(jid).state is JobState.RUNNING
+    store.complete(jid, 1, "p1", RunResult(exit_code=0, wall=1.5, cpu_time=1.2, peak_mem=12.0))
+    done = store.job(jid)
+    assert done.state is JobState.DONE and done.wall == 1.5 and done.peak_mem == 12.0 and done.exit_code == 0
+    with pytest.raises(StaleReport):
+        store.complete(jid, 1, "p1")
+
+
+def test_fail_records_reason_and_requeue_gives_it_back(store: Store) -> None:
+    a, b = store.submit([job(score=1), job("other", score=2)])
+    store.match(offer())
+    assert store.fail(a, 1, "p1", RunResult(exit_code=None, reason="preempted"), requeue=True) is JobState.WAITING
+    again = store.match(offer())
+    assert [j.id for j in again] == [a] and again[0].attempt == 2
+    assert store.fail(a, 2, "p1", RunResult(exit_code=3, reason="exit code 3")) is JobState.FAILED
+    failed = store.job(a)
+    assert failed.reason == "exit code 3" and failed.exit_code == 3
+    assert store.job(b).state is JobState.WAITING
+
+
+def test_requeue_expired_with_backoff_and_retry_limit(store: Store, clock: FakeClock) -> None:
+    (jid,) = store.submit([job(max_retries=1)])
+    store.match(offer())
+    clock.now += 31
+    assert store.requeue_expired() == (1, 0, 0)
+    assert store.job(jid).state is JobState.WAITING
+    assert store.match(offer()) == []  # backing off
+    clock.now += 10
+    assert store.requeue_expired() == (0, 0, 1)
+    (again,) = store.match(offer(pilot="p2"))
+    assert again.attempt == 2
+    with pytest.raises(StaleReport):  # the first pilot comes back too late
+        store.complete(jid, 1, "p1")
+    clock.now += 31
+    assert store.requeue_expired() == (0, 1, 0)
+    assert store.job(jid).state is JobState.FAILED
+    assert "lease expired 2 times" in (store.job(jid).reason or "")
+
+
+def test_heartbeat_renews_and_reports_kills_and_lost(store: Store, clock: FakeClock) -> None:
+    a, b = store.submit([job(score=1), job(score=2)])
+    store.match(offer(), max_jobs=2)
+    clock.now += 20
+    reply = store.heartbeat("p1", {a: 1, b: 1})
+    assert reply.kills == {} and reply.lost == ()
+    clock.now += 20  # 40 s after the match, 20 after the renewal: nothing expired
+    assert store.requeue_expired() == (0, 0, 0)
+    assert store.kill(b, "operator said so") == "requested"
+    reply = store.heartbeat("p1", {a: 1, b: 1, "999": 1})
+    assert reply.kills == {b: "operator said so"} and reply.lost == ("999",)
+    assert store.fail(b, 1, "p1", RunResult(exit_code=-15)) is JobState.FAILED
+    assert store.job(b).reason == "operator said so"
+
+
+def test_cancel_waiting_and_running(store: Store) -> None:
+    a, b = store.submit([job(score=1), job(score=2)])
+    store.match(offer())
+    assert store.cancel(b) == "ended"
+    assert store.job(b).state is JobState.CANCELLED
+    assert store.match(offer()) == []
+    assert store.cancel(a) == "requested"
+    assert store.fail(a, 1, "p1", RunResult(exit_code=-15)) is JobState.CANCELLED
+    assert store.cancel(a) == "final"
+    with pytest.raises(NotFound):
+        store.cancel("nope")
+
+
+def test_dependents_are_released_by_completion(store: Store) -> None:
+    ids = store.submit([job("x", dependents=(1,)), job("y", pending=1, score=-5)])
+    assert store.job(ids[1]).state is JobState.BLOCKED
+    (first,) = store.match(offer(), max_jobs=5)
+    assert first.id == ids[0]
+    assert store.complete(ids[0], 1, "p1") == [ids[1]]
+    assert store.job(ids[1]).state is JobState.WAITING
+    assert [j.id for j in store.match(offer())] == [ids[1]]
+
+
+def test_failure_marks_dependents_dep_failed_transitively(store: Store) -> None:
+    ids = store.submit([job("x", dependents=(1,)), job("y", pending=1, dependents=(2,)), job("z", pending=1)])
+    store.match(offer())
+    store.fail(ids[0], 1, "p1", RunResult(exit_code=2, reason="exit code 2"))
+    assert [store.job(i).state for i in ids] == [JobState.FAILED, JobState.DEP_FAILED, JobState.DEP_FAILED]
+    assert "exit code 2" in (store.job(ids[2]).reason or "")
+
+
+def test_refresh_pool_and_clean(store: Store, clock: FakeClock) -> None:
+    (jid,) = store.submit([job("t", queues=(Q1,))])
+    assert store.refresh_pool("t", [Q2]) == (1, 1)
+    assert store.match(offer(queue=Q1)) == []
+    assert [j.id for j in store.match(offer(queue=Q2))] == [jid]
+    assert store.clean(grace=60) == []  # empty only since now
+    clock.now += 61
+    assert store.clean(grace=60) == ["t"]
+    assert store.pool("t") == set() and store.tq_definitions() == {}
