@@ -1,0 +1,315 @@
+{{/*
+Shared pieces of every Pilotfish object. Each component template composes these so that the contract with
+the CLI (image, environment, catalog mount, writable directories, security settings) is written once.
+*/}}
+
+{{/* The chart name, overridable so two charts of the same name do not collide. */}}
+{{- define "pilotfish.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The prefix of every object name: the release name, with the chart name appended unless the release name
+already contains it. Truncated so that the longest suffix ("-redis-headless", 15 characters) still fits
+the 63-character DNS label limit of Service names.
+*/}}
+{{- define "pilotfish.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 48 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 48 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 48 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "pilotfish.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Selector labels: stable for the life of a release (a Deployment's selector is immutable), so they hold
+only the name, the instance and the component. Call with (dict "ctx" $ "component" "matcher").
+*/}}
+{{- define "pilotfish.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "pilotfish.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/* The standard labels of every object. Call with (dict "ctx" $ "component" "matcher"). */}}
+{{- define "pilotfish.labels" -}}
+helm.sh/chart: {{ include "pilotfish.chart" .ctx }}
+{{ include "pilotfish.selectorLabels" . }}
+app.kubernetes.io/version: {{ .ctx.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
+app.kubernetes.io/part-of: pilotfish
+{{- with .ctx.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* The Pilotfish image; the tag defaults to the chart's appVersion so chart and code move together. */}}
+{{- define "pilotfish.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{- define "pilotfish.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "pilotfish.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+Keep a generated secret value stable across upgrades: reuse the value already stored in the cluster
+(lookup), generate one only on first install. Offline rendering (helm template) has no cluster, so it
+generates a fresh value each time. Call with (dict "ctx" $ "name" SECRET "key" KEY "length" N).
+*/}}
+{{- define "pilotfish.storedOrRandom" -}}
+{{- $existing := lookup "v1" "Secret" .ctx.Release.Namespace .name }}
+{{- if and $existing $existing.data (hasKey $existing.data .key) }}
+{{- index $existing.data .key | b64dec }}
+{{- else }}
+{{- randAlphaNum (int .length) }}
+{{- end }}
+{{- end }}
+
+{{/* Name and key of the Secret holding the bundled Redis's password. */}}
+{{- define "pilotfish.redis.secretName" -}}
+{{- default (printf "%s-redis" (include "pilotfish.fullname" .)) .Values.redis.auth.existingSecret }}
+{{- end }}
+
+{{- define "pilotfish.redis.secretKey" -}}
+{{- if .Values.redis.auth.existingSecret }}{{ .Values.redis.auth.existingSecretKey }}{{ else }}redis-password{{ end }}
+{{- end }}
+
+{{/* Name and key of the Secret holding the external Redis URL. */}}
+{{- define "pilotfish.externalRedis.secretName" -}}
+{{- default (printf "%s-external-redis" (include "pilotfish.fullname" .)) .Values.externalRedis.existingSecret }}
+{{- end }}
+
+{{- define "pilotfish.externalRedis.secretKey" -}}
+{{- if .Values.externalRedis.existingSecret }}{{ .Values.externalRedis.existingSecretKey }}{{ else }}redis-url{{ end }}
+{{- end }}
+
+{{/* Name of the Secret holding Flower's basic-auth credentials. */}}
+{{- define "pilotfish.flower.secretName" -}}
+{{- default (printf "%s-flower" (include "pilotfish.fullname" .)) .Values.flower.auth.existingSecret }}
+{{- end }}
+
+{{/*
+Refuse a configuration that would start components with no Redis to talk to, naming the values to set.
+*/}}
+{{- define "pilotfish.checkRedis" -}}
+{{- if and (not .Values.redis.enabled) (not .Values.externalRedis.url) (not .Values.externalRedis.existingSecret) }}
+{{- fail "redis.enabled is false: set externalRedis.url, or externalRedis.existingSecret (with externalRedis.existingSecretKey), to the Redis the components should use" }}
+{{- end }}
+{{- if and .Values.redis.enabled (or .Values.externalRedis.url .Values.externalRedis.existingSecret) }}
+{{- fail "externalRedis is set while redis.enabled is true: set redis.enabled=false to use the external Redis, or clear externalRedis" }}
+{{- end }}
+{{- end }}
+
+{{/*
+PILOTFISH_REDIS_URL, read from a Secret and never written into a ConfigMap or the pod spec. For the
+bundled Redis the password comes from its Secret and is expanded into the URL by the kubelet ($(VAR)
+expansion only sees variables defined earlier in the list, hence the order).
+*/}}
+{{- define "pilotfish.redisEnv" -}}
+{{- include "pilotfish.checkRedis" . }}
+{{- if .Values.redis.enabled }}
+- name: PILOTFISH_REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "pilotfish.redis.secretName" . }}
+      key: {{ include "pilotfish.redis.secretKey" . }}
+- name: PILOTFISH_REDIS_URL
+  value: {{ printf "redis://:$(PILOTFISH_REDIS_PASSWORD)@%s-redis:%d/%d" (include "pilotfish.fullname" .) (int .Values.redis.service.port) (int .Values.redis.database) | quote }}
+{{- else }}
+- name: PILOTFISH_REDIS_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "pilotfish.externalRedis.secretName" . }}
+      key: {{ include "pilotfish.externalRedis.secretKey" . }}
+{{- end }}
+{{- end }}
+
+{{/* The environment every Pilotfish process gets: the contract with the CLI. */}}
+{{- define "pilotfish.env" -}}
+{{ include "pilotfish.redisEnv" . | trim }}
+- name: PILOTFISH_CATALOG
+  value: /etc/pilotfish/catalog.toml
+- name: PILOTFISH_VO
+  value: {{ .Values.vo | quote }}
+- name: PILOTFISH_STATE_DIR
+  value: {{ .Values.stateDir | quote }}
+- name: TMPDIR
+  value: /tmp
+- name: HOME
+  value: /tmp
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Pod annotations that change whenever an input the processes read only at start changes (the catalog, the
+Redis credentials), so that `helm upgrade` rolls the pods. The credentials are hashed from the values,
+not from the rendered Secret, because a generated password must not roll the pods on every upgrade.
+*/}}
+{{- define "pilotfish.checksums" -}}
+checksum/catalog: {{ .Values.catalog | sha256sum }}
+checksum/redis-auth: {{ list .Values.redis.enabled .Values.redis.auth .Values.externalRedis | toJson | sha256sum }}
+{{- end }}
+
+{{/* Pod-level security settings, shared by every pod of the chart. */}}
+{{- define "pilotfish.podSecurityContext" -}}
+{{ toYaml .Values.podSecurityContext }}
+{{- end }}
+
+{{/* Container-level security settings, shared by every container of the chart. */}}
+{{- define "pilotfish.containerSecurityContext" -}}
+{{ toYaml .Values.containerSecurityContext }}
+{{- end }}
+
+{{/*
+The mounts of every Pilotfish container: the catalog (read-only), and the only writable places, /tmp
+and the state dir, since the root filesystem is read-only.
+*/}}
+{{- define "pilotfish.volumeMounts" -}}
+- name: catalog
+  mountPath: /etc/pilotfish
+  readOnly: true
+- name: tmp
+  mountPath: /tmp
+- name: state
+  mountPath: {{ .Values.stateDir }}
+{{- end }}
+
+{{/* The volumes behind pilotfish.volumeMounts. Call with (dict "ctx" $ "stateSize" "1Gi"). */}}
+{{- define "pilotfish.volumes" -}}
+- name: catalog
+  configMap:
+    name: {{ include "pilotfish.fullname" .ctx }}-catalog
+    items:
+      - key: catalog.toml
+        path: catalog.toml
+- name: tmp
+  emptyDir:
+    sizeLimit: {{ .ctx.Values.tmpSizeLimit }}
+- name: state
+  emptyDir:
+    {{- with .stateSize }}
+    sizeLimit: {{ . }}
+    {{- end }}
+{{- end }}
+
+{{/* Scheduling and pull settings common to every pod. */}}
+{{- define "pilotfish.podCommon" -}}
+serviceAccountName: {{ include "pilotfish.serviceAccountName" . }}
+automountServiceAccountToken: false
+securityContext:
+  {{- include "pilotfish.podSecurityContext" . | nindent 2 }}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/*
+The probes of a Pilotfish process. Liveness asks whether the component's heartbeat in Redis is fresh
+(the process is alive AND doing its work); readiness asks whether Redis answers; the startup probe gives
+the first heartbeat time before liveness counts. Call with (dict "ctx" $ "component" "worker").
+*/}}
+{{- define "pilotfish.probes" -}}
+{{- $p := .ctx.Values.probes }}
+startupProbe:
+  exec:
+    command: ["pilotfish", "health", "--component", {{ .component | quote }}]
+  periodSeconds: {{ $p.startup.periodSeconds }}
+  timeoutSeconds: {{ $p.startup.timeoutSeconds }}
+  failureThreshold: {{ $p.startup.failureThreshold }}
+livenessProbe:
+  exec:
+    command: ["pilotfish", "health", "--component", {{ .component | quote }}]
+  periodSeconds: {{ $p.liveness.periodSeconds }}
+  timeoutSeconds: {{ $p.liveness.timeoutSeconds }}
+  failureThreshold: {{ $p.liveness.failureThreshold }}
+readinessProbe:
+  exec:
+    command: ["pilotfish", "health", "--redis"]
+  periodSeconds: {{ $p.readiness.periodSeconds }}
+  timeoutSeconds: {{ $p.readiness.timeoutSeconds }}
+  failureThreshold: {{ $p.readiness.failureThreshold }}
+{{- end }}
+
+{{/*
+The pod template of a Pilotfish process. Call with (dict "ctx" $ "component" LABEL "health" HEALTH
+"args" LIST "resources" MAP "stateSize" QUANTITY "extra" MAP), "health" being the name the process's
+heartbeat carries (`pilotfish health --component HEALTH`), "extra" optional pod-spec fields.
+*/}}
+{{- define "pilotfish.processPod" -}}
+metadata:
+  labels:
+    {{- include "pilotfish.labels" (dict "ctx" .ctx "component" .component) | nindent 4 }}
+  annotations:
+    {{- include "pilotfish.checksums" .ctx | nindent 4 }}
+    {{- with .ctx.Values.podAnnotations }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+spec:
+  {{- include "pilotfish.podCommon" .ctx | nindent 2 }}
+  {{- with .extra }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+  containers:
+    - name: {{ .component }}
+      image: {{ include "pilotfish.image" .ctx | quote }}
+      imagePullPolicy: {{ .ctx.Values.image.pullPolicy }}
+      args:
+        {{- toYaml .args | nindent 8 }}
+      workingDir: {{ .ctx.Values.stateDir }}
+      env:
+        {{- include "pilotfish.env" .ctx | nindent 8 }}
+      {{- include "pilotfish.probes" (dict "ctx" .ctx "component" .health) | trim | nindent 6 }}
+      resources:
+        {{- toYaml .resources | nindent 8 }}
+      securityContext:
+        {{- include "pilotfish.containerSecurityContext" .ctx | nindent 8 }}
+      volumeMounts:
+        {{- include "pilotfish.volumeMounts" .ctx | nindent 8 }}
+  volumes:
+    {{- include "pilotfish.volumes" (dict "ctx" .ctx "stateSize" .stateSize) | nindent 4 }}
+{{- end }}
+
+{{/*
+The resources of a pilot pod: requests equal limits, so the pod holds exactly the queue's shape and gets
+the Guaranteed QoS class (it is not the first evicted under node pressure).
+*/}}
+{{- define "pilotfish.pilotResources" -}}
+{{- $r := .Values.pilots.resources }}
+requests:
+  cpu: {{ $r.cpu | quote }}
+  memory: {{ $r.memory | quote }}
+  ephemeral-storage: {{ $r.ephemeralStorage | quote }}
+limits:
+  cpu: {{ $r.cpu | quote }}
+  memory: {{ $r.memory | quote }}
+  ephemeral-storage: {{ $r.ephemeralStorage | quote }}
+{{- end }}

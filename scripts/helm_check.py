@@ -1,0 +1,307 @@
+"""Check the Helm chart helm/pilotfish with the real Helm and the real Kubernetes schemas.
+
+There is no `helm` binary and no cluster on the CI machines, but PyPI's ``helm-python-sdk`` bundles Helm v4
+itself as a shared library, and ``kubernetes-validate`` ships the Kubernetes OpenAPI schemas. So the chart
+is rendered and linted by Helm's own code (which also applies values.schema.json), and every rendered
+object is validated against the schema of its kind in strict mode (unknown fields are errors). On top of
+that come the chart's own rules (see :func:`policy_problems`): what the schemas cannot know, such as every
+container being sized and probed, or the Redis password never leaving a Secret.
+
+Run ``scripts/helm_check.sh`` (installs the two packages, then runs this file); tests/test_helm.py imports
+this module and checks each piece separately. Exit status: 0 when every check passes, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import base64
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import kubernetes_validate
+import yaml
+
+CHART = Path(__file__).resolve().parent.parent / "helm" / "pilotfish"
+RELEASE = "pf"
+NAMESPACE = "pilotfish"
+# The oldest Kubernetes the chart claims (Chart.yaml kubeVersion) and a current one.
+KUBE_VERSIONS = ("1.25.0", "1.33.0")
+
+Manifest = dict[str, Any]
+Values = dict[str, Any]
+
+# The value sets every check runs on: the defaults and the variants that switch templates on or off.
+VARIANTS: dict[str, Values] = {
+    "default": {},
+    "external-redis-url": {
+        "redis": {"enabled": False},
+        "externalRedis": {"url": "rediss://:s3cret@redis.example.org:6380/2"},
+    },
+    "external-redis-secret": {
+        "redis": {"enabled": False},
+        "externalRedis": {"existingSecret": "site-redis", "existingSecretKey": "url"},
+    },
+    "pilots-deployment": {"pilots": {"enabled": True, "kind": "Deployment", "replicas": 3}},
+    "pilots-job": {
+        "pilots": {
+            "enabled": True,
+            "kind": "Job",
+            "job": {"parallelism": 4, "completions": 8, "activeDeadlineSeconds": 90000},
+            "resources": {"cpu": "4", "memory": "16G", "ephemeralStorage": "50G"},
+        },
+        "flower": {"ingress": {"enabled": True, "className": "nginx", "host": "flower.pilotfish.test",
+                               "tls": {"enabled": True}}},
+    },
+    "existing-secrets-minimal": {
+        "redis": {"auth": {"existingSecret": "pf-redis-auth", "existingSecretKey": "pw"}},
+        "flower": {"enabled": False},
+        "director": {"enabled": False},
+        "serviceAccount": {"create": False},
+    },
+}
+
+
+@dataclass(frozen=True)
+class BadValues:
+    """Values the chart must refuse, and a fragment of the error Helm must give for them."""
+
+    what: str
+    values: Values
+    error: str
+
+
+BAD_VALUES: tuple[BadValues, ...] = (
+    BadValues("unknown top-level key", {"replicas": 3}, "additional properties 'replicas' not allowed"),
+    BadValues("unknown nested key", {"matcher": {"replica": 3}}, "additional properties 'replica' not allowed"),
+    BadValues("pilot kind outside the enum", {"pilots": {"kind": "CronJob"}}, "/pilots/kind"),
+    BadValues("matcher replicas below minimum", {"matcher": {"replicas": 0}}, "minimum: got 0, want 1"),
+    BadValues("replicas of the wrong type", {"matcher": {"replicas": "two"}}, "got string, want integer"),
+    BadValues("no Redis at all", {"redis": {"enabled": False}}, "/externalRedis"),
+    BadValues("password not URL-safe", {"redis": {"auth": {"password": "p@ss/word"}}}, "/redis/auth/password"),
+    BadValues("container without a memory request",
+              {"matcher": {"resources": {"requests": {"memory": None}}}}, "missing property 'memory'"),
+    BadValues("not a Kubernetes quantity", {"pilots": {"resources": {"cpu": "four"}}}, "/pilots/resources/cpu"),
+    BadValues("database out of range", {"redis": {"database": 16}}, "maximum: got 16, want 15"),
+    BadValues("Flower password with a comma", {"flower": {"auth": {"password": "a,b"}}}, "/flower/auth/password"),
+    BadValues("queue id not Site/CE/Queue", {"pilots": {"queue": "just-a-queue"}}, "/pilots/queue"),
+    BadValues("state dir on /tmp", {"stateDir": "/tmp"}, "/stateDir"),
+    BadValues("both Redis kinds at once", {"externalRedis": {"url": "redis://other:6379/0"}},
+              "externalRedis is set while redis.enabled is true"),
+)
+
+
+def load_chart() -> helm.Chart:
+    return helm.Chart.load(CHART)
+
+
+def render(values: Values | None = None, chart: helm.Chart | None = None) -> dict[str, str]:
+    """Render the chart as `helm template` would for a first install: template path -> text."""
+    chart = chart or load_chart()
+    return chart.render(values or {}, name=RELEASE, namespace=NAMESPACE, revision=1, is_install=True)
+
+
+def manifests(rendered: Mapping[str, str]) -> list[Manifest]:
+    """The Kubernetes objects of a rendering, each tagged with the template it came from."""
+    objects: list[Manifest] = []
+    for path, text in sorted(rendered.items()):
+        if not path.endswith((".yaml", ".yml")):
+            continue
+        for document in yaml.safe_load_all(text):
+            if document:
+                document.setdefault("metadata", {}).setdefault("annotations", {})
+                objects.append({"source": path, "object": document})
+    return objects
+
+
+def objects_of(values: Values | None = None) -> list[Manifest]:
+    """Render and parse: the Kubernetes objects only."""
+    return [entry["object"] for entry in manifests(render(values))]
+
+
+def lint_problems(values: Values | None = None) -> list[str]:
+    """`helm lint --strict` findings of warning level or worse (info, like 'icon is recommended', passes)."""
+    report = helm.lint(CHART, values or {}, strict=True, namespace=NAMESPACE, kube_version="v" + KUBE_VERSIONS[-1])
+    return [f"{m['path']}: {m['error'].strip()}" for m in report["messages"] if m["severity"] >= 2]
+
+
+def schema_problems(objects: list[Manifest], kube_version: str) -> list[str]:
+    """Validate each object against the Kubernetes schema of its kind, strictly (unknown fields fail)."""
+    problems = []
+    for obj in objects:
+        name = f"{obj.get('kind')}/{obj.get('metadata', {}).get('name')}"
+        try:
+            kubernetes_validate.validate(obj, kube_version, strict=True)
+        except kubernetes_validate.ValidationError as error:
+            where = ".".join(str(part) for part in error.path)
+            problems.append(f"{name} (Kubernetes {kube_version}): {where}: {error.message}")
+        except kubernetes_validate.SchemaNotFoundError as error:
+            problems.append(f"{name}: no Kubernetes {kube_version} schema for it: {error.message}")
+    return problems
+
+
+def pod_spec(obj: Manifest) -> Mapping[str, Any] | None:
+    kind = obj["kind"]
+    if kind in ("Deployment", "StatefulSet", "Job"):
+        spec: Mapping[str, Any] = obj["spec"]["template"]["spec"]
+        return spec
+    return None
+
+
+def containers(obj: Manifest) -> Iterator[Mapping[str, Any]]:
+    spec = pod_spec(obj)
+    if spec is not None:
+        yield from spec.get("initContainers", [])
+        yield from spec["containers"]
+
+
+def policy_problems(objects: list[Manifest]) -> list[str]:
+    """The chart's own rules, which the Kubernetes schemas cannot express."""
+    problems: list[str] = []
+    for obj in objects:
+        name = f"{obj['kind']}/{obj['metadata']['name']}"
+        labels = obj["metadata"].get("labels", {})
+        for label in ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component",
+                      "app.kubernetes.io/managed-by", "helm.sh/chart"):
+            if label not in labels:
+                problems.append(f"{name}: no label {label}")
+        if obj["kind"] == "ConfigMap":
+            for key, text in obj.get("data", {}).items():
+                if "password" in key.lower() or "redis://" in text:
+                    problems.append(f"{name}: key {key} holds what looks like a credential")
+        spec = pod_spec(obj)
+        if spec is None:
+            continue
+        problems += _pod_problems(name, obj, spec)
+    return problems
+
+
+def _pod_problems(name: str, obj: Manifest, spec: Mapping[str, Any]) -> list[str]:
+    problems = []
+    pod = spec.get("securityContext", {})
+    if not pod.get("runAsNonRoot") or pod.get("runAsUser") != 10001 or "fsGroup" not in pod:
+        problems.append(f"{name}: pod securityContext must set runAsNonRoot, runAsUser 10001 and fsGroup")
+    if pod.get("seccompProfile", {}).get("type") != "RuntimeDefault":
+        problems.append(f"{name}: pod seccompProfile must be RuntimeDefault")
+    if spec.get("automountServiceAccountToken") is not False:
+        problems.append(f"{name}: the service-account token must not be mounted (nothing here calls the API)")
+    annotations = obj["spec"]["template"]["metadata"].get("annotations", {})
+    if not any(key.startswith("checksum/") for key in annotations):
+        problems.append(f"{name}: no checksum annotation: pods would not restart when their config changes")
+    if obj["spec"].get("selector") and not _selector_matches(obj):
+        problems.append(f"{name}: the selector does not match the pod template's labels")
+    mounts_by_volume = {v["name"] for v in spec.get("volumes", [])}
+    for container in containers(obj):
+        where = f"{name} container {container['name']}"
+        resources = container.get("resources", {})
+        for level in ("requests", "limits"):
+            for resource in ("cpu", "memory"):
+                if resource not in resources.get(level, {}):
+                    problems.append(f"{where}: no {level}.{resource}")
+        for probe in ("livenessProbe", "readinessProbe"):
+            if probe not in container:
+                problems.append(f"{where}: no {probe}")
+        security = container.get("securityContext", {})
+        if security.get("allowPrivilegeEscalation") is not False:
+            problems.append(f"{where}: allowPrivilegeEscalation must be false")
+        if security.get("capabilities", {}).get("drop") != ["ALL"]:
+            problems.append(f"{where}: must drop ALL capabilities")
+        if security.get("readOnlyRootFilesystem") is not True:
+            problems.append(f"{where}: the root filesystem must be read-only")
+        mounted = {m["mountPath"] for m in container.get("volumeMounts", [])}
+        if "/tmp" not in mounted:
+            problems.append(f"{where}: no writable /tmp under a read-only root filesystem")
+        for mount in container.get("volumeMounts", []):
+            claims = {t["metadata"]["name"] for t in obj["spec"].get("volumeClaimTemplates", [])}
+            if mount["name"] not in mounts_by_volume | claims:
+                problems.append(f"{where}: mounts {mount['name']}, which is no volume of the pod")
+        problems += _env_problems(where, container)
+    return problems
+
+
+def _selector_matches(obj: Manifest) -> bool:
+    selector = obj["spec"]["selector"].get("matchLabels", {})
+    labels = obj["spec"]["template"]["metadata"].get("labels", {})
+    return all(labels.get(key) == value for key, value in selector.items())
+
+
+def _env_problems(where: str, container: Mapping[str, Any]) -> list[str]:
+    """Pilotfish containers get the CLI's environment; the Redis URL only ever comes from a Secret."""
+    env = container.get("env", [])
+    names = [e["name"] for e in env]
+    if "PILOTFISH_REDIS_URL" not in names and container["name"] != "redis":
+        return [f"{where}: no PILOTFISH_REDIS_URL"]
+    problems = []
+    if container["name"] != "redis":
+        for required in ("PILOTFISH_CATALOG", "PILOTFISH_VO"):
+            if required not in names:
+                problems.append(f"{where}: no {required}")
+    for index, variable in enumerate(env):
+        value = variable.get("value", "")
+        if variable["name"] == "PILOTFISH_REDIS_URL" and "value" in variable:
+            # Only the password-free template of the URL may be inline; the password is a $(VAR) defined
+            # earlier in the list (the kubelet expands only variables defined before).
+            if "$(PILOTFISH_REDIS_PASSWORD)" not in value:
+                problems.append(f"{where}: PILOTFISH_REDIS_URL is inline without the password variable")
+            elif "PILOTFISH_REDIS_PASSWORD" not in names[:index]:
+                problems.append(f"{where}: PILOTFISH_REDIS_PASSWORD must be defined before PILOTFISH_REDIS_URL")
+        if "secretKeyRef" not in variable.get("valueFrom", {}) and "password" in variable["name"].lower():
+            problems.append(f"{where}: {variable['name']} must come from a Secret")
+    return problems
+
+
+def secret_leaks(objects: list[Manifest], secret: str) -> list[str]:
+    """Objects other than Secrets in which ``secret`` appears, in clear or base64."""
+    encoded = base64.b64encode(secret.encode()).decode()
+    leaks = []
+    for obj in objects:
+        if obj["kind"] == "Secret":
+            continue
+        text = yaml.safe_dump(obj)
+        if secret in text or encoded in text:
+            leaks.append(f"{obj['kind']}/{obj['metadata']['name']}")
+    return leaks
+
+
+def bad_values_problems(chart: helm.Chart | None = None) -> list[str]:
+    """Each BAD_VALUES entry must fail to render with its expected message."""
+    chart = chart or load_chart()
+    problems = []
+    for bad in BAD_VALUES:
+        try:
+            render(bad.values, chart)
+        except helm.HelmError as error:
+            if bad.error not in str(error):
+                problems.append(f"{bad.what}: refused, but not for the expected reason ({bad.error!r}): {error}")
+        else:
+            problems.append(f"{bad.what}: values {bad.values} were accepted")
+    return problems
+
+
+def main() -> int:
+    chart = load_chart()
+    print(f"Helm {helm.helm_sdk_version()} (helm-python-sdk {helm.__version__}), "
+          f"kubernetes-validate {kubernetes_validate.__version__}, chart {CHART}")
+    failures = 0
+    for variant, values in VARIANTS.items():
+        objects = objects_of(values)
+        problems = lint_problems(values) + policy_problems(objects)
+        for version in KUBE_VERSIONS:
+            problems += schema_problems(objects, version)
+        failures += len(problems)
+        status = "ok" if not problems else "FAILED"
+        print(f"{variant}: {len(objects)} objects, lint + schemas {'/'.join(KUBE_VERSIONS)} + policy: {status}")
+        for problem in problems:
+            print(f"  {problem}")
+    problems = bad_values_problems(chart)
+    failures += len(problems)
+    print(f"bad values: {len(BAD_VALUES)} refused as expected" if not problems else "bad values: FAILED")
+    for problem in problems:
+        print(f"  {problem}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
