@@ -75,17 +75,21 @@ class BadValues:
 
 BAD_VALUES: tuple[BadValues, ...] = (
     BadValues("unknown top-level key", {"replicas": 3}, "additional properties 'replicas' not allowed"),
-    BadValues("unknown nested key", {"matcher": {"replica": 3}}, "additional properties 'replica' not allowed"),
+    BadValues("unknown nested key", {"matcher": {"replica": 3}},
+              "additional properties 'replica' not allowed"),
     BadValues("pilot kind outside the enum", {"pilots": {"kind": "CronJob"}}, "/pilots/kind"),
     BadValues("matcher replicas below minimum", {"matcher": {"replicas": 0}}, "minimum: got 0, want 1"),
     BadValues("replicas of the wrong type", {"matcher": {"replicas": "two"}}, "got string, want integer"),
     BadValues("no Redis at all", {"redis": {"enabled": False}}, "/externalRedis"),
-    BadValues("password not URL-safe", {"redis": {"auth": {"password": "p@ss/word"}}}, "/redis/auth/password"),
+    BadValues("password not URL-safe", {"redis": {"auth": {"password": "p@ss/word"}}},
+              "/redis/auth/password"),
     BadValues("container without a memory request",
               {"matcher": {"resources": {"requests": {"memory": None}}}}, "missing property 'memory'"),
-    BadValues("not a Kubernetes quantity", {"pilots": {"resources": {"cpu": "four"}}}, "/pilots/resources/cpu"),
+    BadValues("not a Kubernetes quantity", {"pilots": {"resources": {"cpu": "four"}}},
+              "/pilots/resources/cpu"),
     BadValues("database out of range", {"redis": {"database": 16}}, "maximum: got 16, want 15"),
-    BadValues("Flower password with a comma", {"flower": {"auth": {"password": "a,b"}}}, "/flower/auth/password"),
+    BadValues("Flower password with a comma", {"flower": {"auth": {"password": "a,b"}}},
+              "/flower/auth/password"),
     BadValues("queue id not Site/CE/Queue", {"pilots": {"queue": "just-a-queue"}}, "/pilots/queue"),
     BadValues("state dir on /tmp", {"stateDir": "/tmp"}, "/stateDir"),
     BadValues("both Redis kinds at once", {"externalRedis": {"url": "redis://other:6379/0"}},
@@ -123,7 +127,9 @@ def objects_of(values: Values | None = None) -> list[Manifest]:
 
 def lint_problems(values: Values | None = None) -> list[str]:
     """`helm lint --strict` findings of warning level or worse (info, like 'icon is recommended', passes)."""
-    report = helm.lint(CHART, values or {}, strict=True, namespace=NAMESPACE, kube_version="v" + KUBE_VERSIONS[-1])
+    report = helm.lint(
+        CHART, values or {}, strict=True, namespace=NAMESPACE, kube_version="v" + KUBE_VERSIONS[-1]
+    )
     return [f"{m['path']}: {m['error'].strip()}" for m in report["messages"] if m["severity"] >= 2]
 
 
@@ -246,7 +252,9 @@ def _env_problems(where: str, container: Mapping[str, Any]) -> list[str]:
             if "$(PILOTFISH_REDIS_PASSWORD)" not in value:
                 problems.append(f"{where}: PILOTFISH_REDIS_URL is inline without the password variable")
             elif "PILOTFISH_REDIS_PASSWORD" not in names[:index]:
-                problems.append(f"{where}: PILOTFISH_REDIS_PASSWORD must be defined before PILOTFISH_REDIS_URL")
+                problems.append(
+                    f"{where}: PILOTFISH_REDIS_PASSWORD must be defined before PILOTFISH_REDIS_URL"
+                )
         if "secretKeyRef" not in variable.get("valueFrom", {}) and "password" in variable["name"].lower():
             problems.append(f"{where}: {variable['name']} must come from a Secret")
     return problems
@@ -274,7 +282,9 @@ def bad_values_problems(chart: helm.Chart | None = None) -> list[str]:
             render(bad.values, chart)
         except helm.HelmError as error:
             if bad.error not in str(error):
-                problems.append(f"{bad.what}: refused, but not for the expected reason ({bad.error!r}): {error}")
+                problems.append(
+                    f"{bad.what}: refused, but not for the expected reason ({bad.error!r}): {error}"
+                )
         else:
             problems.append(f"{bad.what}: values {bad.values} were accepted")
     return problems
@@ -292,7 +302,8 @@ def main() -> int:
             problems += schema_problems(objects, version)
         failures += len(problems)
         status = "ok" if not problems else "FAILED"
-        print(f"{variant}: {len(objects)} objects, lint + schemas {'/'.join(KUBE_VERSIONS)} + policy: {status}")
+        versions = "/".join(KUBE_VERSIONS)
+        print(f"{variant}: {len(objects)} objects, lint + schemas {versions} + policy: {status}")
         for problem in problems:
             print(f"  {problem}")
     problems = bad_values_problems(chart)
