@@ -1,0 +1,283 @@
+"""$JOBSTATUS: the pilot's own status for the site, written and read under the ``used_CPU`` lock.
+
+What each file means (the spec's "Pilot status information" and the CHEP 2013 picture it refers to),
+for the set R of payloads running now, each with cores c, start s, expected end e and enforced end m:
+
+* ``used_CPU`` = sum of c over R (must not exceed the pilot's ``allocated_CPU``).
+* ``last_job_start`` = T, the latest start of any payload this pilot has run (the pilot's start before
+  the first one). It may belong to a payload that has ended already.
+* ``first_exp_job_end`` = F = min e over R; ``last_exp_job_end`` = L = max e over R;
+  ``last_max_job_end`` = max m over R. With nothing running all three are "now".
+* ``add_uncom_time`` = sum over R of c x (T - s): the payload work that would have been lost had the
+  pilot been killed at T, just before its latest payload started. This is exactly the term that makes
+  the spec's ``kill_waste = add_uncom_time + used_CPU x (now - last_job_start)`` equal the work of every
+  running payload, sum c x (now - s).
+* ``add_final_exp_waste`` = (allocated_CPU - used_CPU) x (L - F) + sum over R of c x (L - e): if the
+  pilot started draining right after its first payload ends, the cores idle now stay idle until L and
+  each payload's cores idle from its end to L. With the spec's ``draining_waste = (allocated_CPU -
+  used_CPU) x (F - now) + add_final_exp_waste`` this is the whole idle integral from now to L.
+* ``can_postpone_last_job`` "True" while the pilot still fetches payloads (the ends above may move
+  later), "False" once it is retiring and the ends are final. ``priority_factor``: the pilot's own number.
+
+Times are integer UNIX seconds (floored), waste integrals integer CPU seconds (rounded). An expected end
+is clamped into [now, max(enforced end, now)]: a running payload does not end in the past, nor after its
+enforced limit.
+
+Locking. Readers and writers take ``flock`` on the ``used_CPU`` file before touching any file (shared
+to read, exclusive to write). Every other file is written to a temporary file and renamed over the old
+one, so even a reader that ignores the lock sees whole values and a crash never leaves half a file.
+``used_CPU`` itself is the one file that is NOT replaced by rename: the lock lives on its inode, and a
+rename would give waiting processes a lock on the old, unlinked inode while new ones lock the new inode
+- two holders at once. It is rewritten in place under the exclusive lock: the new bytes are written at
+offset 0 and the file is then truncated to their length (so a non-locking reader sees the old value,
+the new one, or the new digits followed by a stray newline, never an empty file).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import math
+import os
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from taskqueues.errors import PilotfishError
+
+LOCK_FILE = "used_CPU"
+
+JOBSTATUS_KEYS = (
+    "used_CPU",
+    "last_job_start",
+    "first_exp_job_end",
+    "last_exp_job_end",
+    "last_max_job_end",
+    "add_uncom_time",
+    "add_final_exp_waste",
+    "can_postpone_last_job",
+    "priority_factor",
+)
+
+
+class JobStatusError(PilotfishError):
+    """A $JOBSTATUS directory cannot be written or holds a file that is missing or malformed."""
+
+
+class JobStatusLockTimeout(JobStatusError):
+    """The ``used_CPU`` lock was not obtained in time (another process holds it)."""
+
+
+@dataclass(frozen=True)
+class RunningPayload:
+    """One payload as $JOBSTATUS sees it: cores held, start, expected end and enforced end (UNIX seconds)."""
+
+    cores: int
+    start: float
+    expected_end: float
+    max_end: float
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """The nine $JOBSTATUS values."""
+
+    used_CPU: int
+    last_job_start: int
+    first_exp_job_end: int
+    last_exp_job_end: int
+    last_max_job_end: int
+    add_uncom_time: int
+    add_final_exp_waste: int
+    can_postpone_last_job: bool
+    priority_factor: int
+
+    def files(self) -> dict[str, str]:
+        """File name -> content, as the spec writes them (integers, "True"/"False")."""
+        return {key: (str(value) if not isinstance(value, bool) else ("True" if value else "False")) + "\n"
+                for key, value in asdict(self).items()}
+
+
+def compute_status(
+    running: Iterable[RunningPayload],
+    *,
+    allocated_CPU: int,
+    last_job_start: float,
+    now: float,
+    can_postpone_last_job: bool = True,
+    priority_factor: int = 0,
+) -> JobStatus:
+    """The $JOBSTATUS values for the payloads running at ``now`` (definitions in the module docstring)."""
+    payloads = list(running)
+    used = sum(p.cores for p in payloads)
+    if used > allocated_CPU:
+        raise JobStatusError(f"$JOBSTATUS: used_CPU {used} exceeds allocated_CPU {allocated_CPU}")
+    if any(p.cores <= 0 for p in payloads):
+        raise JobStatusError("$JOBSTATUS: a running payload holds no cores")
+    latest = max([last_job_start, *(p.start for p in payloads)])
+    if not payloads:
+        return JobStatus(used, math.floor(latest), math.floor(now), math.floor(now), math.floor(now), 0, 0,
+                         can_postpone_last_job, priority_factor)
+    ends = [min(max(p.expected_end, now), max(p.max_end, now)) for p in payloads]
+    first, last = min(ends), max(ends)
+    uncommitted = sum(p.cores * (latest - p.start) for p in payloads)
+    final_waste = (allocated_CPU - used) * (last - first) + sum(
+        p.cores * (last - end) for p, end in zip(payloads, ends, strict=True))
+    return JobStatus(
+        used_CPU=used,
+        last_job_start=math.floor(latest),
+        first_exp_job_end=math.floor(first),
+        last_exp_job_end=math.floor(last),
+        last_max_job_end=math.floor(max(max(p.max_end, now) for p in payloads)),
+        add_uncom_time=round(uncommitted),
+        add_final_exp_waste=round(final_waste),
+        can_postpone_last_job=can_postpone_last_job,
+        priority_factor=priority_factor,
+    )
+
+
+def _flock(fd: int, operation: int, timeout: float | None, where: Path) -> None:
+    if timeout is None:
+        fcntl.flock(fd, operation)
+        return
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, operation | fcntl.LOCK_NB)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise
+        if time.monotonic() >= deadline:
+            raise JobStatusLockTimeout(
+                f"$JOBSTATUS: {where} stayed locked by another process for {timeout:g} s")
+        time.sleep(0.01)
+
+
+@contextmanager
+def locked(directory: str | os.PathLike[str], *, exclusive: bool, timeout: float | None = None,
+           create: bool = False) -> Iterator[int]:
+    """Hold the ``used_CPU`` lock of ``directory``; yields the open descriptor of ``used_CPU``.
+
+    ``create`` makes the lock file if missing (writers); a reader of a directory without ``used_CPU``
+    gets :class:`FileNotFoundError`.
+    """
+    path = Path(directory) / LOCK_FILE
+    fd = os.open(path, (os.O_RDWR | os.O_CREAT) if create else os.O_RDONLY, 0o644)
+    try:
+        _flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, timeout, path)
+        yield fd
+    finally:
+        os.close(fd)  # closing the descriptor releases the flock
+
+
+def _write_atomically(directory: Path, name: str, content: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(content)
+        os.chmod(tmp, 0o644)  # the site's services must read it (spec: readable by user and provider)
+        os.replace(tmp, directory / name)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_jobstatus(directory: str | os.PathLike[str], status: JobStatus, *,
+                    timeout: float | None = None) -> None:
+    """Write every file of ``status`` into ``directory`` under the exclusive ``used_CPU`` lock."""
+    where = Path(directory)
+    files = status.files()
+    used = files.pop(LOCK_FILE).encode()
+    with locked(where, exclusive=True, timeout=timeout, create=True) as fd:
+        for name, content in files.items():
+            _write_atomically(where, name, content)
+        os.pwrite(fd, used, 0)
+        os.ftruncate(fd, len(used))
+
+
+def read_jobstatus(directory: str | os.PathLike[str], *, timeout: float | None = None) -> JobStatus | None:
+    """The values of a $JOBSTATUS directory, read under the shared ``used_CPU`` lock.
+
+    None when the directory has no ``used_CPU`` yet (no pilot has published). A missing or malformed
+    other file raises :class:`JobStatusError` naming it.
+    """
+    where = Path(directory)
+    raw: dict[str, str] = {}
+    try:
+        with locked(where, exclusive=False, timeout=timeout) as fd:
+            raw[LOCK_FILE] = os.pread(fd, 64, 0).decode(errors="replace")
+            for name in JOBSTATUS_KEYS[1:]:
+                try:
+                    raw[name] = (where / name).read_text(errors="replace")
+                except FileNotFoundError:
+                    raise JobStatusError(f"$JOBSTATUS: {where / name} is missing") from None
+    except FileNotFoundError:
+        return None
+    values: dict[str, int | bool] = {}
+    for name, text in raw.items():
+        text = text.strip()
+        if name == "can_postpone_last_job":
+            if text not in ("True", "False"):
+                raise JobStatusError(f"$JOBSTATUS: {where / name} holds {text[:20]!r}, not 'True' or 'False'")
+            values[name] = text == "True"
+            continue
+        try:
+            values[name] = int(text)
+        except ValueError:
+            raise JobStatusError(f"$JOBSTATUS: {where / name} holds {text[:20]!r}, not an integer") from None
+    return JobStatus(**values)  # type: ignore[arg-type]
+
+
+class JobStatusWriter:
+    """Keeps a $JOBSTATUS directory current: call :meth:`publish` at every payload start and end.
+
+    The directory is the one given (created if needed) or a fresh one under ``workdir``. The writer
+    remembers the latest payload start it has seen, since ``last_job_start`` outlives the payload.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str] | None = None,
+        *,
+        allocated_CPU: int,
+        pilot_start: float,
+        workdir: str | os.PathLike[str] | None = None,
+        priority_factor: int = 0,
+        can_postpone_last_job: bool = True,
+        lock_timeout: float | None = 30.0,
+    ) -> None:
+        if directory is None:
+            directory = tempfile.mkdtemp(prefix="jobstatus-", dir=workdir)
+            os.chmod(directory, 0o755)
+        self.directory = Path(directory)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise JobStatusError(
+                f"$JOBSTATUS: cannot create {self.directory}: {exc.strerror or exc}") from None
+        self.allocated_CPU = allocated_CPU
+        self.last_job_start = pilot_start
+        self.priority_factor = priority_factor
+        self.can_postpone_last_job = can_postpone_last_job
+        self.lock_timeout = lock_timeout
+
+    def publish(self, running: Iterable[RunningPayload], now: float | None = None) -> JobStatus:
+        """Recompute every value for the payloads running now and rewrite the directory."""
+        payloads = list(running)
+        now = time.time() if now is None else now
+        self.last_job_start = max([self.last_job_start, *(p.start for p in payloads)])
+        status = compute_status(
+            payloads,
+            allocated_CPU=self.allocated_CPU,
+            last_job_start=self.last_job_start,
+            now=now,
+            can_postpone_last_job=self.can_postpone_last_job,
+            priority_factor=self.priority_factor,
+        )
+        write_jobstatus(self.directory, status, timeout=self.lock_timeout)
+        return status
