@@ -115,6 +115,7 @@ _SHAPE_KEYS = ("name", "cpu", "mem", "tmp", "wall", "cost")
 _IMPLICIT = ("Site", "CE", "Queue")
 
 _Path = tuple[str | int, ...]
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
 class UnknownQueue(ConfigError):
@@ -216,7 +217,7 @@ class _Positions:
                 raw = self._string()
                 parts.append(tomllib.loads(f"k = {raw}")["k"])
             else:
-                match = re.compile(r"[A-Za-z0-9_-]+").match(self._text, self._i)
+                match = _BARE_KEY.match(self._text, self._i)
                 if match is None:
                     raise ValueError(f"no key at line {self._line}")
                 parts.append(match.group())
@@ -294,7 +295,7 @@ def _dotted(path: _Path) -> str:
         if isinstance(part, int):
             text += f"[{part}]"
         else:
-            bare = re.fullmatch(r"[A-Za-z0-9_-]+", part) is not None
+            bare = _BARE_KEY.fullmatch(part) is not None
             shown = part if bare else '"' + part.replace("\\", "\\\\").replace('"', '\\"') + '"'
             text += ("." if text else "") + shown
     return text

@@ -86,8 +86,8 @@ BANNED_SITE = "BannedSite"
 def bucket(n: int) -> int:
     """Round ``n`` up, keeping only its 3 most significant bits (open-lmake's resource buckets).
 
-    ``0..8`` are unchanged, ``9 -> 10``, ``100 -> 112``, ``1025 -> 1280``: at most 12.5 % above the
-    input, so there are only 4 buckets per doubling however finely jobs compute their memory.
+    ``0..8`` are unchanged, ``9 -> 10``, ``100 -> 112``, ``1025 -> 1280``: less than 25 % above the
+    input, and only 4 buckets per doubling however finely jobs compute their memory.
     """
     if n < 0:
         raise RequirementError(f"bucket() needs a non-negative amount, got {n}")
@@ -391,13 +391,14 @@ def _one(name: str, wanted: object, resource: Mapping[str, object], noun: str) -
 
 
 def mismatch(
-    req: Requirements | Mapping[str, Value], resource: Mapping[str, object], *, noun: str = "queue"
+    req: Requirements | Mapping[str, object], resource: Mapping[str, object], *, noun: str = "queue"
 ) -> str | None:
     """None when ``resource`` satisfies every free-form requirement, else why not, in one line.
 
     Names are checked in sorted order and the first failure is reported, naming the requirement and
     the resource's value, e.g. ``"Platform: wants 'EL9', queue has 'EL8'"``. ``noun`` names the kind
-    of resource in the message ("queue", "pilot"). Consumables are not checked here.
+    of resource in the message ("queue", "pilot"). Consumables are not checked here. A plain mapping
+    is taken as already valid (lists or tuples alike); pass a Requirements to have it validated.
     """
     wanted: Mapping[str, object] = req.free_form() if isinstance(req, Requirements) else req
     names: Iterable[str] = sorted(name for name in wanted if name not in CONSUMABLES)
