@@ -1,0 +1,161 @@
+"""Per-payload $JOBFEATURES, $TMPDIR and environment, exercised by real payload subprocesses."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import threading
+from collections.abc import Iterator
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from pilot.mjf.payload import PayloadArea, PayloadAreaError
+from pilot.mjf.source import FeatureReader
+
+
+def write_dir(path: Path, values: dict[str, str]) -> Path:
+    path.mkdir(parents=True)
+    for key, value in values.items():
+        (path / key).write_text(value)
+    return path
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> tuple[Path, Path]:
+    machine = write_dir(tmp_path / "site-machine",
+                        {"hs06": "400", "jobslots": "8", "shutdowntime": "1000000"})
+    job = write_dir(tmp_path / "site-job", {"jobstart_secs": "100000", "wall_limit_secs": "86400",
+                                            "cpufactor_lrms": "1.5", "allocated_CPU": "8",
+                                            "mem_limit_MB": "32000", "disk_limit_GB": "100",
+                                            "cpu_limit_secs": "600000"})
+    return machine, job
+
+
+def read_dir(path: Path) -> dict[str, str]:
+    return {p.name: p.read_text().strip() for p in path.iterdir()}
+
+
+SCRIPT = """
+set -e
+echo "cores=$(cat "$JOBFEATURES/allocated_CPU") omp=$OMP_NUM_THREADS cpu=$PILOTFISH_CPU mem=$PILOTFISH_MEM"
+echo "tmp=$PILOTFISH_TMP jobstatus=${JOBSTATUS:-unset} hs06=$(cat "$MACHINEFEATURES/hs06")"
+ls -A "$TMPDIR" | wc -l
+mkdir -p "$TMPDIR/deep/locked" && echo data > "$TMPDIR/deep/locked/file" && chmod 500 "$TMPDIR/deep/locked"
+"""
+
+
+def test_payload_lifecycle_with_a_real_subprocess(site: tuple[Path, Path], tmp_path: Path) -> None:
+    machine, job = site
+    features = FeatureReader(str(machine), str(job), env={}, workdir=tmp_path).load()
+    area = PayloadArea(tmp_path / "work", features, stop_margin=300)
+    assert area.machinefeatures_dir == machine  # a local site directory is passed through, kept live
+    with area.payload("job 42/attempt 1", cores=2, mem_MB=4000, wall_secs=3600, disk_GB=5.5,
+                      start=150000) as sandbox:
+        values = read_dir(sandbox.jobfeatures)
+        assert values == {
+            "allocated_CPU": "2", "mem_limit_MB": "4000", "wall_limit_secs": "3600",
+            "wall_limit_secs_lrms": "5400", "cpu_limit_secs": "7200", "cpu_limit_secs_lrms": "10800",
+            "jobstart_secs": "150000", "disk_limit_GB": "5.5",
+            "shutdowntime_job": str(100000 + 86400 - 300), "cpufactor_lrms": "1.5",
+        }
+        env = sandbox.env({"PATH": os.environ["PATH"], "JOBSTATUS": "/pilot/status", "HOME": "/root"})
+        assert "JOBSTATUS" not in env and env["HOME"] == "/root"
+        done = subprocess.run(["/bin/sh", "-c", SCRIPT], env=env, capture_output=True, text=True, check=True)
+        assert done.stdout.split("\n")[:3] == [
+            "cores=2 omp=2 cpu=2 mem=4000", "tmp=5500 jobstatus=unset hs06=400", "0"]
+        assert (sandbox.tmpdir / "deep" / "locked" / "file").exists()
+        assert stat.S_IMODE(sandbox.tmpdir.stat().st_mode) == 0o700
+        root = sandbox.root
+    assert not root.exists()  # TMPDIR (with its read-only corner) and JOBFEATURES are gone
+    assert machine.is_dir()
+    area.close()
+
+
+def test_payload_wall_is_capped_by_the_pilot_end_and_defaults_to_the_pilots_share(
+        site: tuple[Path, Path], tmp_path: Path) -> None:
+    machine, job = site
+    features = FeatureReader(str(machine), str(job), env={}, workdir=tmp_path).load()
+    area = PayloadArea(tmp_path / "work", features)
+    with area.payload("late", cores=4, wall_secs=50000, start=180000) as sandbox:
+        values = read_dir(sandbox.jobfeatures)
+        assert values["wall_limit_secs"] == str(186400 - 180000)
+        assert values["cpu_limit_secs"] == str(4 * 6400)
+        assert values["mem_limit_MB"] == "32000" and values["disk_limit_GB"] == "100"
+        env = sandbox.env({})
+        assert env["PILOTFISH_MEM"] == "32000" and env["PILOTFISH_TMP"] == "100000"
+    with area.payload("big", cores=8, wall_secs=None, start=100000) as sandbox:
+        # 8 cores x 86400 s exceeds the pilot's own CPU limit: the payload gets the pilot's.
+        assert read_dir(sandbox.jobfeatures)["cpu_limit_secs"] == "600000"
+
+
+@pytest.fixture
+def web_root(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    """A real HTTP server publishing a directory, as a site publishing MJF by URL would."""
+    root = tmp_path / "www"
+    root.mkdir()
+    handler = partial(QuietHandler, directory=str(root))
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield root, f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+class QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_machinefeatures_copy_when_the_site_gives_a_url(web_root: tuple[Path, str], tmp_path: Path) -> None:
+    root, url = web_root
+    machine = write_dir(root / "machine", {"hs06": "250"})
+    job = write_dir(tmp_path / "site-job", {"jobstart_secs": "1000", "wall_limit_secs": "10000"})
+    reader = FeatureReader(f"{url}/machine", str(job), env={}, workdir=tmp_path)
+    area = PayloadArea(tmp_path / "work", reader.load())
+    copy = area.machinefeatures_dir
+    assert copy == tmp_path / "work" / "machinefeatures"
+    values = read_dir(copy)
+    assert values["hs06"] == "250" and values["log_cores"] == str(os.cpu_count())
+    assert "shutdowntime" not in values
+    sandbox = area.payload("p1", cores=1, start=2000)
+    assert read_dir(sandbox.jobfeatures)["shutdowntime_job"] == "11000"
+    assert sandbox.env({})["MACHINEFEATURES"] == str(copy)
+
+    # The site announces a shutdown: the pilot refreshes and pushes it to its copy and live payloads.
+    (machine / "shutdowntime").write_text("5000")
+    area.update(reader.refresh())
+    assert read_dir(copy)["shutdowntime"] == "5000"
+    assert read_dir(sandbox.jobfeatures)["shutdowntime_job"] == "5000"
+    assert read_dir(sandbox.jobfeatures)["wall_limit_secs"] == "3000"
+    (machine / "shutdowntime").unlink()  # and withdraws it
+    area.update(reader.refresh())
+    assert "shutdowntime" not in read_dir(copy)
+    assert read_dir(sandbox.jobfeatures)["shutdowntime_job"] == "11000"
+    area.close()
+    assert not copy.exists() and not sandbox.root.exists()
+
+
+def test_no_machinefeatures_at_all_still_gives_payloads_a_directory(tmp_path: Path) -> None:
+    area = PayloadArea(tmp_path / "work", FeatureReader(None, None, env={}, workdir=tmp_path).load())
+    with area.payload("p", cores=1) as sandbox:
+        env = sandbox.env({})
+        assert Path(env["MACHINEFEATURES"], "phys_cores").is_file()
+        assert "shutdowntime_job" not in read_dir(sandbox.jobfeatures)  # an unbounded pilot
+    area.close()
+
+
+def test_payload_needs_cores_and_a_writable_area(site: tuple[Path, Path], tmp_path: Path) -> None:
+    machine, job = site
+    features = FeatureReader(str(machine), str(job), env={}, workdir=tmp_path).load()
+    area = PayloadArea(tmp_path / "work", features)
+    with pytest.raises(PayloadAreaError, match="'p0': needs at least one core"):
+        area.payload("p0", cores=0)
+    (tmp_path / "work").rmdir()
+    (tmp_path / "work").write_text("not a directory")  # fails for root too, unlike a chmod
+    with pytest.raises(PayloadAreaError, match="'p1': cannot create its directories"):
+        area.payload("p1", cores=1)
