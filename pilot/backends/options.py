@@ -1,0 +1,148 @@
+"""Parse the open-lmake ``-b``/``--backend`` option strings into resources a backend understands.
+
+Slurm takes a space-separated list of ``srun``-like options (the seed's table); Grid Engine takes only the
+priority, ``-p N``. Both forms end up as a plain mapping so a per-submission string can override the
+configured resources key by key. Unknown options are refused with the option named, never ignored: a
+typo in a partition option would otherwise send pilots to the wrong place silently.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from taskqueues.errors import ConfigError
+
+
+class BackendOptionError(ConfigError):
+    """A ``-b``/``--backend`` option string is wrong: the message names the option and the string."""
+
+
+# (short, long, resource key) — the resource keys are those of PilotRequest.resources.
+SLURM_OPTIONS: tuple[tuple[str | None, str, str], ...] = (
+    ("-c", "--cpus-per-task", "cpu"),
+    (None, "--mem", "mem"),
+    (None, "--tmp", "tmp"),
+    ("-C", "--constraint", "features"),
+    ("-x", "--exclude", "excludes"),
+    (None, "--gres", "gres"),
+    ("-L", "--licenses", "licenses"),
+    ("-w", "--nodelist", "nodes"),
+    ("-p", "--partition", "partition"),
+    ("-q", "--qos", "qos"),
+    (None, "--reservation", "reservation"),
+)
+
+SLURM_USAGE = (
+    "slurm backend options: "
+    + ", ".join(f"{short + '/' if short else ''}{long} VALUE" for short, long, _ in SLURM_OPTIONS)
+    + " (-h/--help: this text)"
+)
+
+SGE_USAGE = "sge backend options: -p PRIORITY (an integer in -1023..1024) (-h/--help: this text)"
+
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?)([KMGT]?)B?$", re.IGNORECASE)
+_SIZE_FACTOR = {"": 1.0, "K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0 * 1024}
+
+
+def parse_size_mb(text: str, *, option: str, where: str) -> int:
+    """A Slurm-style size (``500``, ``500M``, ``2G``, ``1.5G``; no suffix = MB) in whole MB, rounded up."""
+    match = _SIZE.match(text.strip())
+    if not match:
+        raise BackendOptionError(f"{where}: {option} needs a size like 500, 500M or 2G, got {text!r}")
+    value = float(match.group(1)) * _SIZE_FACTOR[match.group(2).upper()]
+    return int(-(-value // 1))
+
+
+def _split(text: str, where: str) -> list[str]:
+    try:
+        return shlex.split(text)
+    except ValueError as exc:
+        raise BackendOptionError(f"{where}: cannot split {text!r}: {exc}") from None
+
+
+def parse_slurm_options(text: str, *, where: str = "slurm options") -> dict[str, str]:
+    """``"-c 4 --mem=2G -p long --gres gpu:1"`` → ``{"cpu": "4", "mem": "2048", "partition": "long", ...}``.
+
+    Accepts ``-cVALUE``, ``-c VALUE``, ``--mem=VALUE`` and ``--mem VALUE``. ``mem``/``tmp`` come out in MB,
+    ``cpu`` as a positive integer; the rest verbatim. Raises :class:`BackendOptionError` on an unknown
+    option, a missing value, or ``-h``/``--help`` (whose message is the usage).
+    """
+    by_short = {short: (long, key) for short, long, key in SLURM_OPTIONS if short}
+    by_long = {long: (long, key) for _, long, key in SLURM_OPTIONS}
+    tokens = _split(text, where)
+    out: dict[str, str] = {}
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        value: str | None = None
+        if token in ("-h", "--help"):
+            raise BackendOptionError(f"{where}: {SLURM_USAGE}")
+        if token.startswith("--"):
+            name, eq, inline = token.partition("=")
+            if name not in by_long:
+                raise BackendOptionError(f"{where}: unknown option {name!r} in {text!r}; {SLURM_USAGE}")
+            long, key = by_long[name]
+            value = inline if eq else None
+        elif token.startswith("-") and len(token) >= 2:
+            short = token[:2]
+            if short not in by_short:
+                raise BackendOptionError(f"{where}: unknown option {short!r} in {text!r}; {SLURM_USAGE}")
+            long, key = by_short[short]
+            value = token[2:] or None
+        else:
+            raise BackendOptionError(f"{where}: expected an option, got {token!r} in {text!r}; {SLURM_USAGE}")
+        if value is None:
+            if i + 1 >= len(tokens) or (tokens[i + 1].startswith("-") and key != "cpu"):
+                raise BackendOptionError(f"{where}: option {token!r} needs a value in {text!r}")
+            i += 1
+            value = tokens[i]
+        if key == "cpu":
+            if not value.isdigit() or int(value) <= 0:
+                raise BackendOptionError(f"{where}: {long} needs a positive integer, got {value!r}")
+        elif key in ("mem", "tmp"):
+            value = str(parse_size_mb(value, option=long, where=where))
+        elif not value:
+            raise BackendOptionError(f"{where}: {long} needs a non-empty value in {text!r}")
+        out[key] = value
+        i += 1
+    return out
+
+
+def parse_sge_options(text: str, *, where: str = "sge options") -> dict[str, str]:
+    """``"-p -100"`` → ``{"priority": "-100"}``; the only option the seed gives Grid Engine."""
+    tokens = _split(text, where)
+    out: dict[str, str] = {}
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if token in ("-h", "--help"):
+            raise BackendOptionError(f"{where}: {SGE_USAGE}")
+        if token == "-p" or (token.startswith("-p") and len(token) > 2):
+            value = token[2:]
+            if not value:
+                if i + 1 >= len(tokens):
+                    raise BackendOptionError(f"{where}: option '-p' needs a value in {text!r}")
+                i += 1
+                value = tokens[i]
+            try:
+                priority = int(value)
+            except ValueError:
+                raise BackendOptionError(f"{where}: -p needs an integer priority, got {value!r}") from None
+            if not -1023 <= priority <= 1024:
+                raise BackendOptionError(f"{where}: -p {priority} is outside Grid Engine's range -1023..1024")
+            out["priority"] = str(priority)
+        else:
+            raise BackendOptionError(f"{where}: unknown option {token!r} in {text!r}; {SGE_USAGE}")
+        i += 1
+    return out
+
+
+def parse_options(kind: str, text: str, *, where: str | None = None) -> dict[str, str]:
+    """Parse ``text`` with the syntax of backend ``kind``; ``local`` takes the Slurm syntax (cpu/mem/tmp)."""
+    label = where or f"{kind} options"
+    if kind in ("slurm", "local"):
+        return parse_slurm_options(text, where=label)
+    if kind == "sge":
+        return parse_sge_options(text, where=label)
+    raise BackendOptionError(f"{label}: no option syntax for backend kind {kind!r}")

@@ -1,0 +1,432 @@
+"""The Slurm backend: ``sbatch`` to submit, one ``squeue`` per poll for every pilot, ``scancel`` to cancel.
+
+Submission sends a batch script on stdin (:func:`pilot.backends.base.pilot_script`) with ``--parsable -J
+<repo_key><name> -c CPU --mem MB [--tmp MB] --time D-HH:MM:SS [--nice N] --export=ALL`` plus the
+pass-through resources. Resources are merged, later winning: the configured ``partition``/``qos`` and
+``options`` string, the pilot's shape, ``request.resources``, then ``request.options``.
+
+Resource keys (the seed's names, with the long-option spellings accepted as aliases): ``partition`` (-p),
+``qos`` (-q), ``gres``, ``features``/``constraint`` (-C), ``licenses``/``licence`` (-L),
+``reservation``/``reserv``, ``nodes``/``nodelist`` (-w), ``excludes``/``exclude`` (-x). Any other key K=V
+goes as license ``K:V`` when Slurm declares license K (``scontrol show licenses``), else as gres ``K:V``.
+
+States: one ``squeue -t all -j <ids>`` answers for every job slurmctld still holds, finished ones included
+(with the raw wait status, so no ``scontrol show job`` per job is needed). A job it no longer holds
+(``MinJobAge`` passed) is looked up with ``sacct`` when accounting works (tried once; without slurmdbd it
+says "accounting storage is disabled" and is not tried again), else in the status file the batch script
+left in the log directory; a job with neither is LOST. A CANCELLED job this backend did not cancel is
+reported LOST ("cancelled outside Pilotfish"): for the director it is a pilot that died under it.
+
+Nice (``use_nice``): ``nice = round((start_by - time_origin) * nice_factor)``, the seed's formula, so
+pilots for more urgent work get a lower nice and so a higher priority, comparably across directors. It is
+clamped into ``[min_nice, 2147483645]``: Slurm refuses ``|nice| > 2^31 - 3``, and only operators may
+give a negative nice, so ``min_nice`` defaults to 0 (a ``start_by`` before ``time_origin`` gets nice 0).
+``time_origin`` is ``YYYY-MM-DD HH:MM[:SS]`` with an optional ``+HH:MM``/``-HH:MM``; without it, local time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from taskqueues.errors import BackendError, BackendUnavailable
+
+from .base import (
+    BackendCommandError,
+    PilotRequest,
+    PilotState,
+    PilotStatus,
+    StatusCache,
+    find_binary,
+    pilot_script,
+    read_status_file,
+    run_command,
+)
+from .options import parse_slurm_options
+
+log = logging.getLogger(__name__)
+
+NICE_MAX = 2**31 - 3  # sbatch: "Invalid --nice value, out of range (+/- 2147483645)"
+
+_FLAGS = {
+    "partition": "--partition",
+    "qos": "--qos",
+    "gres": "--gres",
+    "features": "--constraint",
+    "licenses": "--licenses",
+    "reservation": "--reservation",
+    "nodes": "--nodelist",
+    "excludes": "--exclude",
+}
+_ALIASES = {
+    "constraint": "features",
+    "licence": "licenses",
+    "license": "licenses",
+    "reserv": "reservation",
+    "nodelist": "nodes",
+    "exclude": "excludes",
+}
+
+_QUEUED = {"PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD"}
+_RUNNING = {
+    "RUNNING",
+    "COMPLETING",
+    "CONFIGURING",
+    "SUSPENDED",
+    "STOPPED",
+    "SIGNALING",
+    "STAGE_OUT",
+    "RESIZING",
+}
+_LOST = {"NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "TIMEOUT", "OUT_OF_MEMORY", "REVOKED"}
+
+_ORIGIN = re.compile(r"^(\d{4}-\d{2}-\d{2}) (\d{2}:\d{2}(?::\d{2})?)\s*(?:([+-])(\d{2}):(\d{2}))?$")
+
+
+def parse_time_origin(text: str) -> float:
+    """``"2023-01-01 00:00"`` (local time) or ``"2023-01-01 00:00 +02:00"`` → unix time."""
+    match = _ORIGIN.match(text.strip())
+    if not match:
+        raise BackendError(
+            f"slurm backend: time_origin must be 'YYYY-MM-DD HH:MM' optionally followed by "
+            f"+HH:MM or -HH:MM, got {text!r}"
+        )
+    day, clock, sign, hours, minutes = match.groups()
+    fmt = "%Y-%m-%d %H:%M:%S" if clock.count(":") == 2 else "%Y-%m-%d %H:%M"
+    moment = datetime.strptime(f"{day} {clock}", fmt)
+    if sign:
+        offset = timedelta(hours=int(hours), minutes=int(minutes))
+        moment = moment.replace(tzinfo=timezone(offset if sign == "+" else -offset))
+    return moment.timestamp()
+
+
+def slurm_time(seconds: int) -> str:
+    """Seconds as Slurm's ``D-HH:MM:SS`` time limit (Slurm rounds up to whole minutes)."""
+    days, rest = divmod(max(int(seconds), 1), 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
+
+
+def decode_wait_status(raw: int) -> tuple[int | None, int | None]:
+    """Slurm's raw wait status → (exit code, signal); one of them is None."""
+    if raw & 0x7F:
+        return None, raw & 0x7F
+    return (raw >> 8) & 0xFF, None
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    """Configuration of the Slurm backend (the seed's keys plus where to find Slurm)."""
+
+    repo_key: str = ""
+    use_nice: bool = False
+    time_origin: str = "2023-01-01 00:00"
+    nice_factor: float = 1.0
+    min_nice: int = 0
+    config: str | None = None  # SLURM_CONF for every command
+    bin_dir: str | None = None  # where sbatch/squeue/scancel are; None = $PATH
+    poll_interval: float = 5.0
+    partition: str | None = None
+    qos: str | None = None
+    options: str = ""  # a -b style string applied to every submission
+    log_dir: str | None = None
+    export: str = "ALL"
+    command_timeout: float = 60.0
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, object]) -> SlurmSettings:
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise BackendError(
+                f"slurm backend: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+            )
+        values: dict[str, object] = {}
+        for key, value in options.items():
+            kind = cls.__dataclass_fields__[key].type
+            try:
+                if value is None:
+                    values[key] = None
+                elif kind == "bool":
+                    values[key] = (
+                        value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes")
+                    )
+                elif kind == "float":
+                    values[key] = float(value)  # type: ignore[arg-type]
+                elif kind == "int":
+                    values[key] = int(value)  # type: ignore[call-overload]
+                else:
+                    values[key] = str(value)
+            except (TypeError, ValueError):
+                raise BackendError(f"slurm backend: setting {key!r} has a wrong value {value!r}") from None
+        settings = cls(**values)  # type: ignore[arg-type]
+        parse_time_origin(settings.time_origin)
+        parse_slurm_options(settings.options, where="slurm backend setting 'options'")
+        return settings
+
+
+class SlurmBackend:
+    """Pilots as Slurm batch jobs."""
+
+    kind = "slurm"
+
+    def __init__(self, settings: SlurmSettings | None = None) -> None:
+        self.settings = settings or SlurmSettings()
+        self._origin = parse_time_origin(self.settings.time_origin)
+        self._env = dict(os.environ)
+        if self.settings.config:
+            self._env["SLURM_CONF"] = self.settings.config
+        self._cache = StatusCache(self._poll, self.settings.poll_interval)
+        self._cancelled: set[str] = set()
+        self._status_dirs: dict[str, str] = {}
+        self._licenses: set[str] | None = None
+        self._sacct_works: bool | None = None
+
+    # --- availability ------------------------------------------------------------------------------------
+
+    def _bin(self, name: str) -> str:
+        path = find_binary(name, self.settings.bin_dir)
+        if path is None:
+            where = self.settings.bin_dir or "$PATH"
+            raise BackendUnavailable(f"slurm backend: {name} not found in {where}")
+        return path
+
+    def check(self) -> None:
+        """Raise :class:`BackendUnavailable` unless the commands exist and slurmctld answers."""
+        for name in ("sbatch", "squeue", "scancel", "scontrol"):
+            self._bin(name)
+        try:
+            run_command([self._bin("scontrol"), "ping"], env=self._env, timeout=15)
+        except BackendCommandError as exc:
+            raise BackendUnavailable(f"slurm backend: slurmctld does not answer: {exc}") from None
+
+    # --- the Backend interface ---------------------------------------------------------------------------
+
+    def capacity(self) -> dict[str, int]:
+        return {}
+
+    def close(self) -> None:
+        return None
+
+    def nice_for(self, start_by: float) -> int:
+        """The ``--nice`` value for a pilot whose most urgent job should start by ``start_by``."""
+        nice = round((start_by - self._origin) * self.settings.nice_factor)
+        return max(self.settings.min_nice, min(NICE_MAX, nice))
+
+    def sbatch_args(self, request: PilotRequest) -> list[str]:
+        """The ``sbatch`` command line for ``request`` (the script itself goes on stdin)."""
+        where = f"pilot {request.name!r}"
+        wanted: dict[str, str] = {}
+        if self.settings.partition:
+            wanted["partition"] = self.settings.partition
+        if self.settings.qos:
+            wanted["qos"] = self.settings.qos
+        wanted.update(parse_slurm_options(self.settings.options, where="slurm backend setting 'options'"))
+        wanted.update({"cpu": str(request.shape.cpu), "mem": str(request.shape.mem)})
+        if request.shape.tmp:
+            wanted["tmp"] = str(request.shape.tmp)
+        for key, value in request.resources.items():
+            wanted[_ALIASES.get(key, key)] = str(value)
+        if request.options:
+            wanted.update(parse_slurm_options(request.options, where=f"{where} options"))
+        name = f"{self.settings.repo_key}{request.name}"
+        args = [
+            self._bin("sbatch"),
+            "--parsable",
+            f"--job-name={name}",
+            f"--cpus-per-task={wanted.pop('cpu')}",
+            f"--mem={wanted.pop('mem')}",
+            f"--time={slurm_time(request.wall)}",
+            f"--export={self.settings.export}",
+        ]
+        tmp = wanted.pop("tmp", None)
+        if tmp and tmp != "0":
+            args.append(f"--tmp={tmp}")
+        if self.settings.use_nice and request.start_by is not None:
+            args.append(f"--nice={self.nice_for(request.start_by)}")
+        if request.workdir:
+            args.append(f"--chdir={request.workdir}")
+        log_dir = request.log_dir or self.settings.log_dir
+        if log_dir:
+            stem = Path(log_dir) / name.replace("/", "_")
+            args += [f"--output={stem}-%j.out", f"--error={stem}-%j.err"]
+        gres = [wanted.pop("gres")] if "gres" in wanted else []
+        licenses = [wanted.pop("licenses")] if "licenses" in wanted else []
+        for key, value in wanted.items():
+            if key in _FLAGS:
+                args.append(f"{_FLAGS[key]}={value}")
+            elif key in self._declared_licenses():
+                licenses.append(f"{key}:{value}")
+            else:
+                gres.append(f"{key}:{value}")
+        if licenses:
+            args.append("--licenses=" + ",".join(licenses))
+        if gres:
+            args.append("--gres=" + ",".join(gres))
+        return args
+
+    def submit(self, request: PilotRequest) -> str:
+        status_dir = request.log_dir or self.settings.log_dir
+        if status_dir:
+            Path(status_dir).mkdir(parents=True, exist_ok=True)
+        args = self.sbatch_args(request)
+        script = pilot_script(request, job_id_var="SLURM_JOB_ID", status_dir=status_dir)
+        try:
+            done = run_command(args, env=self._env, stdin=script, timeout=self.settings.command_timeout)
+        except BackendCommandError as exc:
+            raise BackendError(f"slurm backend: pilot {request.name!r} not submitted: {exc}") from None
+        batch_id = done.stdout.strip().split(";")[0]
+        if not batch_id.isdigit():
+            raise BackendError(f"slurm backend: sbatch answered {done.stdout.strip()!r}, not a job id")
+        if status_dir:
+            self._status_dirs[batch_id] = status_dir
+        self._cache.submitted(batch_id)
+        return batch_id
+
+    def states(self, ids: Sequence[str]) -> dict[str, PilotStatus]:
+        return self._cache.states(ids)
+
+    @property
+    def polls(self) -> int:
+        """How many times the batch system was queried for states (for rate-limit checks)."""
+        return self._cache.polls
+
+    def cancel(self, ids: Sequence[str]) -> None:
+        wanted = [i for i in ids if i.isdigit()]
+        if not wanted:
+            return
+        self._cancelled.update(wanted)
+        done = run_command(
+            [self._bin("scancel"), *wanted], env=self._env, timeout=self.settings.command_timeout, check=False
+        )
+        if done.returncode != 0:
+            # scancel also fails for jobs already finished; those are not errors for the director.
+            real = [
+                line
+                for line in done.stderr.splitlines()
+                if "Invalid job id" not in line and "already completing or completed" not in line
+            ]
+            if real:
+                raise BackendError(f"slurm backend: scancel {' '.join(wanted)} failed: {' '.join(real)}")
+
+    # --- polling -------------------------------------------------------------------------------------------
+
+    def _declared_licenses(self) -> set[str]:
+        if self._licenses is None:
+            done = run_command(
+                [self._bin("scontrol"), "show", "licenses", "-o"],
+                env=self._env,
+                check=False,
+                timeout=self.settings.command_timeout,
+            )
+            self._licenses = (
+                set(re.findall(r"LicenseName=(\S+)", done.stdout)) if done.returncode == 0 else set()
+            )
+        return self._licenses
+
+    def _poll(self, ids: Sequence[str]) -> dict[str, PilotStatus]:
+        out: dict[str, PilotStatus] = {}
+        numeric = [i for i in ids if i.isdigit()]
+        for batch_id in ids:
+            if not batch_id.isdigit():
+                out[batch_id] = PilotStatus(PilotState.UNKNOWN, "not a Slurm job id")
+        if not numeric:
+            return out
+        args = [
+            self._bin("squeue"),
+            "-h",
+            "-t",
+            "all",
+            "-j",
+            ",".join(numeric),
+            "-O",
+            "JobID:|,State:|,Reason:|,NodeList:|,exit_code:|",
+        ]
+        done = run_command(args, env=self._env, check=False, timeout=self.settings.command_timeout)
+        if done.returncode != 0 and "Invalid job id" not in done.stderr:
+            raise BackendCommandError(args, done.returncode, done.stderr)
+        for line in done.stdout.splitlines():
+            fields = line.split("|")
+            if len(fields) < 5 or fields[0].strip() not in numeric:
+                continue
+            batch_id, state, reason, node, raw = (f.strip() for f in fields[:5])
+            out[batch_id] = self._classify(batch_id, state, reason, node or None, raw)
+        missing = [i for i in numeric if i not in out]
+        if missing:
+            out.update(self._vanished(missing))
+        return out
+
+    def _classify(self, batch_id: str, state: str, reason: str, node: str | None, raw: str) -> PilotStatus:
+        state = state.split()[0] if state else "UNKNOWN"
+        why = "" if reason in ("", "None", "(null)") else reason
+        code, sig = decode_wait_status(int(raw)) if raw.lstrip("-").isdigit() else (None, None)
+        if ":" in raw:  # sacct's ExitCode is "code:signal"
+            first, _, second = raw.partition(":")
+            code, sig = (None, int(second)) if second.isdigit() and int(second) else (int(first), None)
+        if state in _QUEUED:
+            return PilotStatus(PilotState.QUEUED, f"{state} {why}".strip(), None, node)
+        if state in _RUNNING:
+            return PilotStatus(PilotState.RUNNING, f"{state} {why}".strip(), None, node)
+        if state == "COMPLETED":
+            return PilotStatus(PilotState.DONE, "COMPLETED", code if code is not None else 0, node)
+        if state == "CANCELLED":
+            if batch_id in self._cancelled:
+                return PilotStatus(PilotState.CANCELLED, "cancelled", code, node)
+            return PilotStatus(
+                PilotState.LOST, "CANCELLED outside Pilotfish (scancel by someone else)", None, node
+            )
+        if state in _LOST:
+            return PilotStatus(PilotState.LOST, f"{state} {why}".strip(), None, node)
+        if state in ("FAILED", "SPECIAL_EXIT"):
+            if sig:
+                return PilotStatus(
+                    PilotState.LOST, f"{state}: killed by signal {sig} {why}".strip(), None, node
+                )
+            return PilotStatus(PilotState.FAILED, f"{state}: exit {code} {why}".strip(), code, node)
+        return PilotStatus(PilotState.UNKNOWN, f"unexpected Slurm state {state!r} {why}".strip(), None, node)
+
+    def _vanished(self, ids: Sequence[str]) -> dict[str, PilotStatus]:
+        """Jobs slurmctld no longer holds: sacct when accounting works, else the status file, else LOST."""
+        out: dict[str, PilotStatus] = {}
+        if self._sacct_works is not False and find_binary("sacct", self.settings.bin_dir):
+            args = [
+                self._bin("sacct"),
+                "-n",
+                "-P",
+                "-X",
+                "-j",
+                ",".join(ids),
+                "-o",
+                "JobID,State,NodeList,ExitCode",
+            ]
+            done = run_command(args, env=self._env, check=False, timeout=self.settings.command_timeout)
+            if done.returncode != 0:
+                self._sacct_works = False
+                log.info("slurm backend: sacct unusable (%s); using status files", done.stderr.strip())
+            else:
+                self._sacct_works = True
+                for line in done.stdout.splitlines():
+                    fields = line.split("|")
+                    if len(fields) == 4 and fields[0] in ids:
+                        out[fields[0]] = self._classify(
+                            fields[0], fields[1], "", fields[2] or None, fields[3]
+                        )
+        for batch_id in ids:
+            if batch_id in out:
+                continue
+            from_file = read_status_file(self._status_dirs.get(batch_id), batch_id)
+            if from_file is not None:
+                out[batch_id] = from_file
+            elif batch_id in self._cancelled:
+                out[batch_id] = PilotStatus(PilotState.CANCELLED, "cancelled; no longer known to Slurm")
+            else:
+                out[batch_id] = PilotStatus(
+                    PilotState.LOST, "no longer known to Slurm and left no exit status"
+                )
+        return out
