@@ -39,12 +39,16 @@ VARIANTS: dict[str, Values] = {
     "external-redis-url": {
         "redis": {"enabled": False},
         "externalRedis": {"url": "rediss://:s3cret@redis.example.org:6380/2"},
+        "director": {"enabled": True},
     },
     "external-redis-secret": {
         "redis": {"enabled": False},
         "externalRedis": {"existingSecret": "site-redis", "existingSecretKey": "url"},
     },
-    "pilots-deployment": {"pilots": {"enabled": True, "kind": "Deployment", "replicas": 3}},
+    "pilots-deployment": {
+        "pilots": {"enabled": True, "kind": "Deployment", "replicas": 3},
+        "director": {"enabled": True, "replicas": 2},
+    },
     "pilots-job": {
         "pilots": {
             "enabled": True,

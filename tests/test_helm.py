@@ -1,0 +1,529 @@
+"""The Helm chart, rendered and linted by the real Helm, and the Dockerfile that builds its image.
+
+Helm runs in-process through helm-python-sdk (Helm v4 as a shared library); scripts/helm_check.sh installs
+it and kubernetes-validate from PyPI when they are missing. Only if that install fails are the chart tests
+skipped, with pip's message as the reason. The Dockerfile cannot be built here (no Docker engine): its
+tests check its structure and build the package wheel from exactly the files the Dockerfile copies.
+"""
+
+from __future__ import annotations
+
+import base64
+import fnmatch
+import importlib
+import importlib.util
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tomllib
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CHART = REPO / "helm" / "pilotfish"
+
+
+# --- the checker module (scripts/helm_check.py), installed on demand ----------------------------------
+
+
+@pytest.fixture(scope="session")
+def hc() -> ModuleType:
+    try:
+        import helm_python  # noqa: F401
+        import kubernetes_validate  # noqa: F401
+    except ImportError:
+        done = subprocess.run(
+            ["bash", str(REPO / "scripts" / "helm_check.sh"), "--install-only"],
+            capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHON": sys.executable},
+        )
+        if done.returncode != 0:
+            pytest.skip(f"cannot install helm-python-sdk / kubernetes-validate: {done.stderr.strip()[-800:]}")
+        importlib.invalidate_caches()
+    spec = importlib.util.spec_from_file_location("helm_check", REPO / "scripts" / "helm_check.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["helm_check"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def by_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+def named(objects: list[dict[str, Any]], kind: str, suffix: str) -> dict[str, Any]:
+    matches = [o for o in by_kind(objects, kind) if o["metadata"]["name"].endswith(suffix)]
+    names = [o["metadata"]["name"] for o in matches]
+    assert len(matches) == 1, f"expected one {kind} named *{suffix}, got {names}"
+    return matches[0]
+
+
+def container(obj: dict[str, Any]) -> dict[str, Any]:
+    containers: list[dict[str, Any]] = obj["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    return containers[0]
+
+
+def env_of(c: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {e["name"]: e for e in c.get("env", [])}
+
+
+def secret_value(objects: list[dict[str, Any]], name_suffix: str, key: str) -> str:
+    return base64.b64decode(named(objects, "Secret", name_suffix)["data"][key]).decode()
+
+
+# --- Helm lint, the Kubernetes schemas, the chart's policy, for every variant -------------------------
+
+
+def test_helm_is_the_real_helm_v4(hc: ModuleType) -> None:
+    assert hc.helm.helm_sdk_version().startswith("v4.")
+
+
+def test_every_variant_lints_clean(hc: ModuleType) -> None:
+    problems = {name: hc.lint_problems(values) for name, values in hc.VARIANTS.items()}
+    assert not {k: v for k, v in problems.items() if v}
+
+
+@pytest.mark.parametrize("kube_version", ["1.25.0", "1.33.0"])
+def test_every_variant_matches_the_kubernetes_schemas(hc: ModuleType, kube_version: str) -> None:
+    problems = {
+        name: hc.schema_problems(hc.objects_of(values), kube_version) for name, values in hc.VARIANTS.items()
+    }
+    assert not {k: v for k, v in problems.items() if v}
+
+
+def test_every_variant_follows_the_chart_policy(hc: ModuleType) -> None:
+    problems = {name: hc.policy_problems(hc.objects_of(values)) for name, values in hc.VARIANTS.items()}
+    assert not {k: v for k, v in problems.items() if v}
+
+
+def test_bad_values_are_refused_by_helm_with_a_message_naming_them(hc: ModuleType) -> None:
+    assert hc.bad_values_problems() == []
+
+
+def test_the_checks_can_fail(hc: ModuleType) -> None:
+    """Each checker finds a planted defect, so the green results above mean something."""
+    deployment = named(hc.objects_of({}), "Deployment", "-matcher")
+    spec = deployment["spec"]["template"]["spec"]
+    spec["containers"][0]["resource"] = spec["containers"][0].pop("resources")
+    assert any("'resource' was unexpected" in p for p in hc.schema_problems([deployment], "1.33.0"))
+    assert any("no requests.cpu" in p for p in hc.policy_problems([deployment]))
+    del spec["containers"][0]["livenessProbe"]
+    spec["securityContext"]["runAsUser"] = 0
+    problems = hc.policy_problems([deployment])
+    assert any("no livenessProbe" in p for p in problems)
+    assert any("runAsUser 10001" in p for p in problems)
+    assert hc.lint_problems({"pilots": {"kind": "Pod"}})
+
+
+def test_the_shell_entry_point_runs_every_check(hc: ModuleType) -> None:
+    done = subprocess.run(["bash", str(REPO / "scripts" / "helm_check.sh")], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "PYTHON": sys.executable})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count(": ok") == len(hc.VARIANTS)
+    assert f"{len(hc.BAD_VALUES)} refused as expected" in done.stdout
+
+
+# --- what each component runs -------------------------------------------------------------------------
+
+
+def test_components_run_the_cli_contract_commands_and_probes(hc: ModuleType) -> None:
+    objects = hc.objects_of({"director": {"enabled": True}, "pilots": {"enabled": True}})
+    expected = {
+        "-matcher": (["matcher", "--no-beat"], "worker"),
+        "-beat": (["matcher", "--beat-only"], "beat"),
+        "-director": (["director"], "director"),
+        "-pilot": (["pilot", "--queue", "k8s/cluster/pods"], "pilot"),
+    }
+    for suffix, (args, component) in expected.items():
+        c = container(named(objects, "Deployment", suffix))
+        assert "command" not in c, "the image's ENTRYPOINT is `pilotfish`: only args are given"
+        assert c["args"] == args
+        health = ["pilotfish", "health", "--component", component]
+        assert c["livenessProbe"]["exec"]["command"] == health
+        assert c["startupProbe"]["exec"]["command"] == health
+        assert c["readinessProbe"]["exec"]["command"] == ["pilotfish", "health", "--redis"]
+        env = env_of(c)
+        assert env["PILOTFISH_CATALOG"]["value"] == "/etc/pilotfish/catalog.toml"
+        assert env["PILOTFISH_VO"]["value"] == "default"
+        assert c["workingDir"] == env["PILOTFISH_STATE_DIR"]["value"] == "/var/lib/pilotfish"
+
+
+def test_beat_is_exactly_one_pod_replaced_not_rolled(hc: ModuleType) -> None:
+    objects = hc.objects_of({"matcher": {"replicas": 5}})
+    beat = named(objects, "Deployment", "-beat")
+    assert beat["spec"]["replicas"] == 1
+    assert beat["spec"]["strategy"] == {"type": "Recreate"}
+    assert named(objects, "Deployment", "-matcher")["spec"]["replicas"] == 5
+    with pytest.raises(hc.helm.HelmValuesError, match="replicas"):
+        hc.render({"beat": {"replicas": 2}})
+
+
+def test_flower_runs_celery_flower_with_basic_auth_from_a_secret(hc: ModuleType) -> None:
+    objects = hc.objects_of({"flower": {"auth": {"username": "ops", "password": "Fl0wer-pass"}}})
+    c = container(named(objects, "Deployment", "-flower"))
+    assert c["command"] == ["celery"]
+    assert c["args"] == ["--broker", "$(PILOTFISH_REDIS_URL)", "flower", "--port=5555", "--address=0.0.0.0"]
+    env = env_of(c)
+    names = list(env)
+    assert env["FLOWER_BASIC_AUTH"]["value"] == "$(FLOWER_USERNAME):$(FLOWER_PASSWORD)"
+    assert names.index("FLOWER_USERNAME") < names.index("FLOWER_BASIC_AUTH")
+    assert names.index("FLOWER_PASSWORD") < names.index("FLOWER_BASIC_AUTH")
+    assert names.index("PILOTFISH_REDIS_URL") < names.index("FLOWER_BASIC_AUTH")
+    assert secret_value(objects, "-flower", "username") == "ops"
+    assert secret_value(objects, "-flower", "password") == "Fl0wer-pass"
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/healthcheck", "port": "http"}
+    service = named(objects, "Service", "-flower")
+    assert service["spec"]["ports"][0]["port"] == 5555
+    assert not by_kind(objects, "Ingress")
+
+
+def test_flower_ingress_and_notes_tell_how_to_reach_it(hc: ModuleType) -> None:
+    rendered = hc.render({"flower": {"ingress": {"enabled": True, "host": "flower.site.test",
+                                                 "tls": {"enabled": True}}}})
+    ingress = named([m["object"] for m in hc.manifests(rendered)], "Ingress", "-flower")
+    rule = ingress["spec"]["rules"][0]
+    assert rule["host"] == "flower.site.test"
+    assert rule["http"]["paths"][0]["backend"]["service"]["port"] == {"name": "http"}
+    assert ingress["spec"]["tls"][0]["hosts"] == ["flower.site.test"]
+    notes = rendered["pilotfish/templates/NOTES.txt"]
+    assert "https://flower.site.test/" in notes
+    assert "get secret pf-pilotfish-flower -o jsonpath='{.data.password}'" in notes
+    plain = hc.render({})["pilotfish/templates/NOTES.txt"]
+    assert "port-forward svc/pf-pilotfish-flower 5555:5555" in plain
+    assert "no pilot will start" in plain
+
+
+# --- Redis: bundled or external, and where its password may appear ------------------------------------
+
+
+def test_bundled_redis_is_an_append_only_statefulset_on_a_claim(hc: ModuleType) -> None:
+    objects = hc.objects_of({"redis": {"appendfsync": "always", "persistence": {"size": "20Gi",
+                                                                               "storageClass": "fast"}}})
+    redis = named(objects, "StatefulSet", "-redis")
+    c = container(redis)
+    args = c["args"]
+    assert args[args.index("--appendonly") + 1] == "yes"
+    assert args[args.index("--appendfsync") + 1] == "always"
+    assert args[args.index("--dir") + 1] == "/data"
+    assert args[args.index("--requirepass") + 1] == "$(REDIS_PASSWORD)"
+    assert "secretKeyRef" in env_of(c)["REDIS_PASSWORD"]["valueFrom"]
+    claim = redis["spec"]["volumeClaimTemplates"][0]
+    assert claim["spec"]["resources"]["requests"]["storage"] == "20Gi"
+    assert claim["spec"]["storageClassName"] == "fast"
+    assert {"name": claim["metadata"]["name"], "mountPath": "/data"} in c["volumeMounts"]
+    assert "redis-cli" in " ".join(c["readinessProbe"]["exec"]["command"])
+    assert redis["spec"]["serviceName"] == named(objects, "Service", "-redis-headless")["metadata"]["name"]
+    url = env_of(container(named(objects, "Deployment", "-matcher")))["PILOTFISH_REDIS_URL"]["value"]
+    assert url == "redis://:$(PILOTFISH_REDIS_PASSWORD)@pf-pilotfish-redis:6379/0"
+
+
+def test_external_redis_renders_no_redis_object_and_reads_the_url_from_a_secret(hc: ModuleType) -> None:
+    url = "rediss://:ext-secret@redis.example.org:6380/3"
+    objects = hc.objects_of({"redis": {"enabled": False}, "externalRedis": {"url": url}})
+    assert not by_kind(objects, "StatefulSet")
+    assert not [o for o in by_kind(objects, "Service") if "redis" in o["metadata"]["name"]]
+    assert secret_value(objects, "-external-redis", "redis-url") == url
+    for deployment in by_kind(objects, "Deployment"):
+        ref = env_of(container(deployment))["PILOTFISH_REDIS_URL"]["valueFrom"]["secretKeyRef"]
+        assert ref == {"name": "pf-pilotfish-external-redis", "key": "redis-url"}
+    assert hc.secret_leaks(objects, "ext-secret") == []
+
+    objects = hc.objects_of({"redis": {"enabled": False},
+                             "externalRedis": {"existingSecret": "site-redis", "existingSecretKey": "url"}})
+    assert not [o for o in by_kind(objects, "Secret") if "redis" in o["metadata"]["name"]]
+    ref = env_of(container(named(objects, "Deployment", "-matcher")))["PILOTFISH_REDIS_URL"]["valueFrom"]
+    assert ref["secretKeyRef"] == {"name": "site-redis", "key": "url"}
+
+
+def test_without_any_redis_helm_refuses_and_says_what_to_set(hc: ModuleType) -> None:
+    with pytest.raises(hc.helm.HelmValuesError, match="/externalRedis"):
+        hc.render({"redis": {"enabled": False}})
+    # The schema cannot see a template's logic; the template's own check names the values to set.
+    with pytest.raises(hc.helm.HelmError, match=r"externalRedis is set while redis\.enabled is true"):
+        hc.render({"externalRedis": {"existingSecret": "x"}})
+
+
+def test_passwords_appear_only_in_secrets(hc: ModuleType) -> None:
+    redis_password, flower_password = "Redis-marker-7e1f", "Flower-marker-9c2d"
+    objects = hc.objects_of({"redis": {"auth": {"password": redis_password}},
+                             "flower": {"auth": {"password": flower_password}},
+                             "pilots": {"enabled": True}, "director": {"enabled": True}})
+    assert secret_value(objects, "-redis", "redis-password") == redis_password
+    assert hc.secret_leaks(objects, redis_password) == []
+    assert hc.secret_leaks(objects, flower_password) == []
+
+
+def test_existing_secrets_are_used_and_none_is_created(hc: ModuleType) -> None:
+    objects = hc.objects_of({"redis": {"auth": {"existingSecret": "r-auth", "existingSecretKey": "pw"}},
+                             "flower": {"auth": {"existingSecret": "f-auth"}}})
+    assert by_kind(objects, "Secret") == []
+    ref = env_of(container(named(objects, "StatefulSet", "-redis")))["REDIS_PASSWORD"]["valueFrom"]
+    assert ref["secretKeyRef"] == {"name": "r-auth", "key": "pw"}
+    flower_env = env_of(container(named(objects, "Deployment", "-flower")))
+    assert flower_env["FLOWER_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "f-auth", "key": "password"}
+
+
+def test_generated_passwords_are_random_and_do_not_roll_the_pods(hc: ModuleType) -> None:
+    first, second = hc.objects_of({}), hc.objects_of({})
+    passwords = {secret_value(o, "-redis", "redis-password") for o in (first, second)}
+    assert len(passwords) == 2 and all(len(p) == 32 and p.isalnum() for p in passwords)
+    assert len(secret_value(first, "-flower", "password")) == 24
+
+    def checksums(objects: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+        return {o["metadata"]["name"]: o["spec"]["template"]["metadata"]["annotations"]
+                for o in objects if o["kind"] in ("Deployment", "StatefulSet")}
+
+    assert checksums(first) == checksums(second)
+
+
+def test_pods_roll_when_the_catalog_or_the_credentials_change(hc: ModuleType) -> None:
+    def annotations(values: dict[str, Any]) -> dict[str, str]:
+        matcher = named(hc.objects_of(values), "Deployment", "-matcher")
+        result: dict[str, str] = matcher["spec"]["template"]["metadata"]["annotations"]
+        return result
+
+    base = annotations({})
+    catalog = hc.render({})  # the default catalog text, to change one line of it
+    default_catalog = next(m["object"] for m in hc.manifests(catalog) if m["object"]["kind"] == "ConfigMap")
+    text = default_catalog["data"]["catalog.toml"]
+    assert "cpu = 1\n" in text
+    changed = annotations({"catalog": text.replace("cpu = 1\n", "cpu = 2\n")})
+    assert changed["checksum/catalog"] != base["checksum/catalog"]
+    assert changed["checksum/redis-auth"] == base["checksum/redis-auth"]
+    new_password = annotations({"redis": {"auth": {"password": "another-one"}}})
+    assert new_password["checksum/redis-auth"] != base["checksum/redis-auth"]
+
+
+def test_catalog_is_a_configmap_mounted_where_pilotfish_catalog_points(hc: ModuleType) -> None:
+    text = '[sites.s.ces.c.queues.q]\n[[sites.s.ces.c.queues.q.shapes]]\nname = "x"\ncpu = 1\nmem = "1G"\n'
+    objects = hc.objects_of({"catalog": text})
+    configmap = named(objects, "ConfigMap", "-catalog")
+    assert configmap["data"]["catalog.toml"] == text
+    pod = named(objects, "Deployment", "-matcher")["spec"]["template"]["spec"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "catalog")
+    assert volume["configMap"]["name"] == configmap["metadata"]["name"]
+    mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "catalog")
+    assert (mount["mountPath"], mount["readOnly"]) == ("/etc/pilotfish", True)
+    assert volume["configMap"]["items"] == [{"key": "catalog.toml", "path": "catalog.toml"}]
+
+
+# --- pilots as pods of this cluster -------------------------------------------------------------------
+
+
+def pilot_resources(c: dict[str, Any]) -> dict[str, Any]:
+    resources: dict[str, Any] = c["resources"]
+    assert resources["requests"] == resources["limits"], "a pilot holds exactly its shape (Guaranteed QoS)"
+    limits: dict[str, Any] = resources["limits"]
+    return limits
+
+
+def test_pilots_as_a_deployment_hold_exactly_their_shape(hc: ModuleType) -> None:
+    shape = {"cpu": "8", "memory": "32G", "ephemeralStorage": "100G"}
+    pilots = {"enabled": True, "kind": "Deployment", "replicas": 7, "queue": "A/B/C", "resources": shape}
+    objects = hc.objects_of({"pilots": pilots})
+    assert not by_kind(objects, "Job")
+    deployment = named(objects, "Deployment", "-pilot")
+    assert deployment["spec"]["replicas"] == 7
+    c = container(deployment)
+    assert c["args"] == ["pilot", "--queue", "A/B/C"]
+    assert pilot_resources(c) == {"cpu": "8", "memory": "32G", "ephemeral-storage": "100G"}
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["shareProcessNamespace"] is True
+    assert pod["terminationGracePeriodSeconds"] == 600
+    state = next(v for v in pod["volumes"] if v["name"] == "state")
+    assert state["emptyDir"]["sizeLimit"] == "100G"
+
+
+def test_pilots_as_a_job_run_in_parallel_and_never_restart_in_place(hc: ModuleType) -> None:
+    job_values = {"parallelism": 3, "completions": 9, "activeDeadlineSeconds": 7200}
+    objects = hc.objects_of({"pilots": {"enabled": True, "kind": "Job", "job": job_values}})
+    assert not [d for d in by_kind(objects, "Deployment") if d["metadata"]["name"].endswith("-pilot")]
+    (job,) = by_kind(objects, "Job")
+    assert job["metadata"]["name"] == "pf-pilotfish-pilot-r1"
+    assert (job["spec"]["parallelism"], job["spec"]["completions"]) == (3, 9)
+    assert job["spec"]["activeDeadlineSeconds"] == 7200
+    assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+    assert "selector" not in job["spec"], "Kubernetes generates a Job's selector"
+    assert pilot_resources(container(job)) == {"cpu": "1", "memory": "2G", "ephemeral-storage": "10G"}
+    upgraded = hc.load_chart().render({"pilots": {"enabled": True, "kind": "Job"}}, name="pf",
+                                      namespace="pilotfish", revision=4, is_upgrade=True)
+    assert "name: pf-pilotfish-pilot-r4" in upgraded["pilotfish/templates/pilots-job.yaml"]
+
+
+def test_the_default_catalog_loads_and_holds_the_default_pilot_shape(hc: ModuleType) -> None:
+    """The chart's default catalog is read by taskqueues.catalog, and its queue's shape is what the
+    default pilot pods request (1000-based units in both: "2G" is 2000 MB and 2*10^9 bytes)."""
+    import yaml
+
+    from taskqueues.catalog import Catalog
+
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    catalog = Catalog.loads(values["catalog"], source="helm/pilotfish/values.yaml: catalog")
+    queue = catalog.queue(values["pilots"]["queue"])
+    (shape,) = queue.shapes
+    wanted = values["pilots"]["resources"]
+    assert (shape.cpu, shape.mem, shape.tmp) == (
+        int(wanted["cpu"]), _mega(wanted["memory"]), _mega(wanted["ephemeralStorage"]))
+
+
+def _mega(quantity: str) -> int:
+    units = {"M": 1, "G": 1000, "T": 1000_000}
+    return int(quantity[:-1]) * units[quantity[-1]]
+
+
+def test_schema_is_strict_at_every_level(hc: ModuleType) -> None:
+    """Every object of values.schema.json with properties refuses unknown keys, except free-form maps."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    free_form = {"global", "commonLabels", "podSecurityContext", "containerSecurityContext", "podAnnotations",
+                 "nodeSelector", "affinity", "annotations"}
+
+    def walk(node: Any, path: str) -> Iterator[str]:
+        if isinstance(node, dict):
+            open_object = "properties" in node and node.get("additionalProperties") is not False
+            if open_object and path.rsplit("/", 1)[-1] not in free_form and "/items" not in path:
+                yield path
+            for key, child in node.items():
+                yield from walk(child, f"{path}/{key}")
+        elif isinstance(node, list):
+            for index, child in enumerate(node):
+                yield from walk(child, f"{path}/{index}")
+
+    assert [p for p in walk(schema, "") if "/allOf" not in p] == []
+
+
+# --- the Dockerfile (not built here: no Docker engine) ------------------------------------------------
+
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, continuation lines joined, comments dropped."""
+    instructions: list[tuple[str, str]] = []
+    pending = ""
+    for raw in (REPO / "Dockerfile").read_text().splitlines():
+        line = raw.strip()
+        if not pending and (not line or line.startswith("#")):
+            continue
+        if line.startswith("#"):
+            continue
+        pending += line
+        if pending.endswith("\\"):
+            pending = pending[:-1] + " "
+            continue
+        word, _, rest = pending.partition(" ")
+        instructions.append((word.upper(), rest.strip()))
+        pending = ""
+    return instructions
+
+
+def final_stage(instructions: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    start = max(i for i, (word, _) in enumerate(instructions) if word == "FROM")
+    return instructions[start:]
+
+
+def test_dockerfile_is_python_311_slim_and_runs_the_cli_as_user_10001() -> None:
+    instructions = dockerfile_instructions()
+    bases = [rest.split()[0] for word, rest in instructions if word == "FROM"]
+    assert bases and all(base == "python:3.11-slim" for base in bases)
+    final = final_stage(instructions)
+    users = [rest for word, rest in final if word == "USER"]
+    assert users == ["10001:10001"]
+    user_at = next(i for i, (word, _) in enumerate(final) if word == "USER")
+    assert all(word != "RUN" for word, _ in final[user_at:]), "nothing may run as root after USER"
+    assert "--uid 10001" in " ".join(rest for word, rest in final if word == "RUN")
+    (entrypoint,) = [json.loads(rest) for word, rest in final if word == "ENTRYPOINT"]
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert entrypoint == ["pilotfish"] and "pilotfish" in scripts
+    assert any(word == "RUN" and "flower" in rest for word, rest in final), "the chart runs Flower from it"
+
+
+def copied_sources() -> list[str]:
+    """The build-context paths the Dockerfile's COPY lines take (not those copied between stages)."""
+    sources: list[str] = []
+    for word, rest in dockerfile_instructions():
+        if word == "COPY" and "--from=" not in rest:
+            *paths, _destination = shlex.split(rest)
+            sources += [p.rstrip("/") for p in paths]
+    return sources
+
+
+def dockerignored(path: str, patterns: list[str]) -> bool:
+    """Docker's rule: the last pattern matching the path or one of its parents decides; `!` re-includes."""
+    ignored = False
+    parts = path.split("/")
+    for pattern in patterns:
+        negate = pattern.startswith("!")
+        pattern = pattern.lstrip("!").rstrip("/")
+        prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+        regex_pattern = pattern.replace("**/", "*")
+        if any(fnmatch.fnmatchcase(prefix, regex_pattern) for prefix in prefixes) or (
+            pattern.startswith("**/") and any(fnmatch.fnmatchcase(part, pattern[3:]) for part in parts)
+        ):
+            ignored = not negate
+    return ignored
+
+
+def test_dockerfile_copies_everything_pyproject_needs_and_dockerignore_keeps_it() -> None:
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    sources = copied_sources()
+    needed = {"pyproject.toml", pyproject["project"]["readme"]}
+    includes = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
+    packages = {p.name for p in REPO.iterdir() if (p / "__init__.py").exists()
+                and any(fnmatch.fnmatchcase(p.name, pattern) for pattern in includes)}
+    assert packages == {"taskqueues", "matcher", "pilot"}
+    assert needed | packages <= set(sources), f"COPY takes {sources}"
+    patterns = [line.strip() for line in (REPO / ".dockerignore").read_text().splitlines()
+                if line.strip() and not line.startswith("#")]
+    for source in sources:
+        assert not dockerignored(source, patterns), f".dockerignore drops {source}, which COPY takes"
+    for package in packages:
+        for file in (REPO / package).rglob("*"):
+            relative = file.relative_to(REPO).as_posix()
+            if file.is_file() and "__pycache__" not in relative:
+                assert not dockerignored(relative, patterns), f".dockerignore drops {relative}"
+    assert dockerignored("tests/test_helm.py", patterns)
+    assert dockerignored("helm/pilotfish/Chart.yaml", patterns)
+    assert dockerignored("taskqueues/__pycache__/x.cpython-311.pyc", patterns)
+
+
+def test_every_file_the_dockerfile_copies_exists() -> None:
+    missing = [source for source in copied_sources() if not (REPO / source).exists()]
+    assert missing == [], f"`docker build` would stop at COPY: {missing} not in the repository"
+
+
+def test_the_files_the_dockerfile_copies_build_a_complete_wheel(tmp_path: Path) -> None:
+    """Build the wheel from a copy of exactly the Dockerfile's COPY sources, as its build stage does
+    (setuptools comes from PyPI into pip's isolated build environment, as in the image build)."""
+    import shutil
+
+    context = tmp_path / "context"
+    context.mkdir()
+    for source in copied_sources():
+        origin = REPO / source
+        if origin.is_dir():
+            shutil.copytree(origin, context / source, ignore=shutil.ignore_patterns("__pycache__"))
+        elif origin.exists():
+            shutil.copy2(origin, context / source)
+        else:
+            # README.md is written by the lead; an empty one stands in so the build reads what exists.
+            (context / source).write_text("")
+    command = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir",
+               str(tmp_path / "wheels"), str(context)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    (wheel,) = (tmp_path / "wheels").glob("pilotfish-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for package in ("taskqueues", "matcher", "pilot"):
+        sources = {p.relative_to(REPO).as_posix() for p in (REPO / package).rglob("*.py")}
+        assert sources <= names, f"missing from the wheel: {sorted(sources - names)[:5]}"
+    lua = {p.relative_to(REPO).as_posix() for p in (REPO / "taskqueues" / "lua").glob("*.lua")}
+    assert lua <= names
+    entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    assert "pilotfish = matcher.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
