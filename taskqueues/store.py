@@ -20,6 +20,7 @@ from redis.commands.core import Script
 from . import scripts
 from .errors import NotFound, StaleReport, StoreError, StoreUnavailable
 from .keys import Keys
+from .packed import PackedCall
 from .records import HeartbeatReply, Job, JobState, NewJob, PilotOffer, RunResult
 
 _MAX_KEY_ROUNDS = 16
@@ -50,7 +51,7 @@ class Store:
         self.clock = clock
         self._scripts: dict[str, Script] = scripts.register(client)
         self._base = self.keys.base + ":"
-        self._seen_tqs: dict[str, list[str]] = {}
+        self._match_calls: dict[str, PackedCall] = {}
 
     @classmethod
     def from_url(cls, url: str, *, vo: str = "default", prefix: str = "pf", **kwargs: Any) -> Store:
@@ -116,13 +117,16 @@ class Store:
 
     # -- the hot path -----------------------------------------------------------------------------
 
-    def _visible_tqs(self, queue: str, refresh: bool = False) -> list[str]:
-        cached = self._seen_tqs.get(queue)
-        if cached is None or refresh:
-            members = self.client.zrange(self.keys.qheads(queue), 0, -1)
-            cached = [self.keys.tq(_text(m)) for m in members]
-            self._seen_tqs[queue] = cached
-        return cached
+    def _match_call(self, queue: str, refresh: bool = False) -> PackedCall:
+        """The packed match call of a queue, declaring the task queues its heads index lists (sorted)."""
+        call = self._match_calls.get(queue)
+        if call is None or refresh:
+            k = self.keys
+            visible = sorted(k.tq(_text(m)) for m in self.client.zrange(k.qheads(queue), 0, -1))
+            call = PackedCall(self.client, self._scripts["match"],
+                              [k.jobs, k.qheads(queue), k.leases, k.tqempty, *visible], n_args=9)
+            self._match_calls[queue] = call
+        return call
 
     def match(self, offer: PilotOffer, max_jobs: int = 1) -> list[Job]:
         """Lease to the pilot the most urgent task-queue heads that fit, most urgent first.
@@ -130,14 +134,12 @@ class Store:
         With ``max_jobs`` > 1 the choice repeats on what is left free (filling a multi-core pilot in
         one call). An empty list means nothing fits now.
         """
-        k = self.keys
         left = -1.0 if offer.time_left is None else max(0.0, offer.time_left)
         args = [self._base, offer.pilot, self.clock(), self.lease_seconds, offer.cpu, offer.mem, offer.tmp,
                 left, max_jobs]
-        fixed = [k.jobs, k.qheads(offer.queue), k.leases, k.tqempty]
         for refresh in (False, True, True):
             try:
-                reply = self._scripts["match"](keys=[*fixed, *self._visible_tqs(offer.queue, refresh)], args=args)
+                reply = self._match_call(offer.queue, refresh)(args)
             except redis.ConnectionError as exc:
                 raise StoreUnavailable(f"Redis unreachable: {exc}") from None
             if _text(reply[0]) != "needkeys":
@@ -162,8 +164,9 @@ class Store:
     def complete(self, job: str, attempt: int, pilot: str, result: RunResult | None = None) -> list[str]:
         """Record a success; returns the dependents it released (into their task queue or to evaluate)."""
         k = self.keys
+        fields = json.dumps((result or RunResult()).fields())
         reply = self._call("complete", [k.jobs, k.leases, k.kills, k.tqempty, k.releasing, k.donelog],
-                           [self._base, job, attempt, pilot, self.clock(), json.dumps((result or RunResult()).fields())])
+                           [self._base, job, attempt, pilot, self.clock(), fields])
         self._stale(reply)
         return [_text(x) for x in reply[1:]]
 
@@ -215,7 +218,7 @@ class Store:
         """Replace the SubmitPool of one task queue; returns (queues added, queues removed)."""
         extra = self._pool_keys([tq_id]) + [self.keys.qheads(q) for q in queues]
         reply = self._call("refresh_pool", [self.keys.poolstamp], [self._base, tq_id, self.clock(), *queues], extra)
-        self._seen_tqs.clear()
+        self._match_calls.clear()
         return int(reply[1]), int(reply[2])
 
     def clean(self, grace: float, batch: int = 200) -> list[str]:
@@ -250,7 +253,8 @@ class Store:
 
     def task_queue(self, tq_id: str) -> list[tuple[str, float]]:
         """Members (job ids) of one task queue with their scores, most urgent first."""
-        return [(_text(m).split(":", 1)[0], s) for m, s in self.client.zrange(self.keys.tq(tq_id), 0, -1, withscores=True)]
+        entries: Any = self.client.zrange(self.keys.tq(tq_id), 0, -1, withscores=True)
+        return [(_text(member).split(":", 1)[0], float(score)) for member, score in entries]
 
     def pool(self, tq_id: str) -> set[str]:
         return {_text(q) for q in self.client.smembers(self.keys.pool(tq_id))}

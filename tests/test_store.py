@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import pytest
 import redis
+from storehelp import FakeClock, job
 
 from taskqueues.errors import NotFound, StaleReport
 from taskqueues.records import JobState, PilotOffer, RunResult
 from taskqueues.store import Store
-
-from storehelp import FakeClock, job
 
 Q1 = "site/ce/q1"
 Q2 = "site/ce/q2"
@@ -85,7 +84,7 @@ def test_fill_in_one_call_repeats_on_what_is_left(store: Store) -> None:
 
 def test_lifecycle_and_stale_attempts(store: Store) -> None:
     (jid,) = store.submit([job()])
-    (leased,) = store.match(offer())
+    store.match(offer())
     with pytest.raises(StaleReport):
         store.start(jid, 7, "p1")
     with pytest.raises(StaleReport):

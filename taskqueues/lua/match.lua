@@ -4,8 +4,10 @@
 -- KEYS[2]  qheads zset of the pilot's queue (task-queue id -> score, never above the real head score)
 -- KEYS[3]  leases zset (job id -> expiry)
 -- KEYS[4]  tqempty zset
--- KEYS[5..] the task-queue zsets the caller believes its queue can see; an index entry whose key is not
---           declared is returned as {'needkeys', key} before anything is written
+-- KEYS[5..] the task-queue zsets the caller believes its queue can see, SORTED; an index entry whose key
+--           is not declared is returned as {'needkeys', key} before anything is written
+-- The hot path: this script does not use the shared prelude (no closures to build per call), and looks
+-- declared keys up by binary search in the sorted KEYS instead of building a table of them.
 -- ARGV[1]  key base "<prefix>:{<vo>}:"
 -- ARGV[2]  pilot id
 -- ARGV[3]  now (unix seconds)
@@ -18,7 +20,18 @@ local base, pilot, now, lease = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(AR
 local cpu, mem, tmp, left = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local want = tonumber(ARGV[9])
 local qh = KEYS[2]
-declare_from(5)
+local EMPTY = 1e18
+
+local function declared(key)
+  local lo, hi = 5, #KEYS
+  while lo <= hi do
+    local mid = math.floor((lo + hi) / 2)
+    local k = KEYS[mid]
+    if k == key then return true end
+    if k < key then lo = mid + 1 else hi = mid - 1 end
+  end
+  return false
+end
 
 local function fits(member)
   local _, c, m, t, e = string.match(member, '^([^:]+):([^:]+):([^:]+):([^:]+):([^:]+)$')
@@ -32,16 +45,16 @@ end
 local skipped = {}
 local function pick()
   while true do
-    local restart, start = false, 0
+    local restart, start, size = false, 0, 4
     while not restart do
-      local page = redis.call('ZRANGE', qh, start, start + 31, 'WITHSCORES')
+      local page = redis.call('ZRANGE', qh, start, start + size - 1, 'WITHSCORES')
       if #page == 0 then return nil end
       for i = 1, #page, 2 do
         local tq, sidx = page[i], tonumber(page[i + 1])
         if sidx >= EMPTY then return nil end
         if not skipped[tq] then
           local key = base .. 't:' .. tq
-          if not DECLARED[key] then return {needkeys = key} end
+          if not declared(key) then return {needkeys = key} end
           local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
           if #head == 0 then
             redis.call('ZADD', qh, EMPTY, tq)
@@ -59,7 +72,8 @@ local function pick()
           skipped[tq] = true
         end
       end
-      start = start + 32
+      start = start + size
+      size = size * 4
     end
   end
 end
@@ -81,7 +95,7 @@ while (#out - 1) / 2 < want do
     redis.call('ZADD', qh, head[2], p.tq)
   end
   local id = string.match(p.member, '^([^:]+):')
-  local rec = load(KEYS[1], id)
+  local rec = cjson.decode(redis.call('HGET', KEYS[1], id))
   rec.s = 'matched'
   rec.a = rec.a + 1
   rec.pl = pilot

@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Benchmark of the task-queue store against a real redis-server (started here on a free port).
+
+Prints, in one run: the submit rate; the match rate with 1 and 8 client processes for 10^4, 10^5 and 10^6
+waiting jobs in 10, 100 and 1000 task queues (each pilot's queue eligible for about 10% of them); Redis
+memory per waiting job with a 64-byte command; and, on the same server, the rate of a trivial EVALSHA
+(the ceiling). Usage: python scripts/bench_match.py [--sizes 10000,100000,1000000] [--matches 5000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from taskqueues.records import NewJob, PilotOffer
+from taskqueues.redis_server import RedisServer
+from taskqueues.store import Store
+
+N_QUEUES = 10
+COMMAND = "x" * 64
+SHAPES = [(1, 2000), (2, 4000), (4, 8000), (1, 500), (8, 16000)]
+
+
+def queue_name(i: int) -> str:
+    return f"site{i}/ce/q"
+
+
+def make_jobs(n: int, n_tqs: int, rng: random.Random, start: int) -> list[NewJob]:
+    jobs = []
+    for i in range(start, start + n):
+        tq = i % n_tqs
+        cpu, mem = SHAPES[tq % len(SHAPES)]
+        jobs.append(NewJob(command=COMMAND, tq_id=f"{tq:016x}", tq_def=json.dumps({"cpu": cpu, "tq": tq}),
+                           queues=(queue_name(tq % N_QUEUES),), cpu=cpu, mem=mem, ete=rng.choice([60, 600, 3600]),
+                           score=1.7e9 + rng.random() * 1e5, requirements=json.dumps({"cpu": cpu, "mem": mem})))
+    return jobs
+
+
+def fill(store: Store, n: int, n_tqs: int, start: int, batch: int = 1000) -> float:
+    rng = random.Random(start)
+    t0 = time.perf_counter()
+    for off in range(0, n, batch):
+        store.submit(make_jobs(min(batch, n - off), n_tqs, rng, start + off))
+    return n / (time.perf_counter() - t0)
+
+
+def match_worker(url: str, n: int, seed: int, out: mp.Queue) -> None:  # type: ignore[type-arg]
+    store = Store.from_url(url, lease_seconds=3600)
+    rng = random.Random(seed)
+    offers = [PilotOffer(f"p{seed}", queue_name(rng.randrange(N_QUEUES)), cpu, cpu * 2000, 0, rng.choice([700, 4000]))
+              for cpu in (rng.choice([1, 2, 4, 8]) for _ in range(64))]
+    store.match(offers[0])  # warm: script loaded, eligible task queues cached
+    got = 0
+    t0 = time.perf_counter()
+    for i in range(n):
+        got += len(store.match(offers[i % len(offers)]))
+    out.put((time.perf_counter() - t0, got))
+
+
+def evalsha_worker(url: str, n: int, out: mp.Queue) -> None:  # type: ignore[type-arg]
+    client = redis.Redis.from_url(url)
+    trivial = client.register_script("return 1")
+    trivial()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        trivial()
+    out.put((time.perf_counter() - t0, n))
+
+
+def parallel(target, url: str, n_total: int, procs: int, extra) -> float:  # type: ignore[no-untyped-def]
+    ctx = mp.get_context("fork")
+    out: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
+    workers = [ctx.Process(target=target, args=(url, n_total // procs, *extra(i), out)) for i in range(procs)]
+    t0 = time.perf_counter()
+    for w in workers:
+        w.start()
+    results = [out.get() for _ in workers]
+    wall = time.perf_counter() - t0
+    for w in workers:
+        w.join()
+    done = sum(r[1] for r in results)
+    # Rate over the slowest worker's own loop (process start-up excluded), as every worker ran at once.
+    return done / max(max(r[0] for r in results), 1e-9) if wall else 0.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="10000,100000,1000000")
+    parser.add_argument("--tqs", default="10,100,1000")
+    parser.add_argument("--matches", type=int, default=4000, help="matches per measurement")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    tq_counts = [int(s) for s in args.tqs.split(",")]
+
+    with tempfile.TemporaryDirectory() as tmp:
+        server = RedisServer(Path(tmp)).start()
+        try:
+            client = redis.Redis.from_url(server.url)
+            version = client.info("server")["redis_version"]
+            ceiling1 = parallel(evalsha_worker, server.url, 20000, 1, lambda i: ())
+            ceiling8 = parallel(evalsha_worker, server.url, 40000, 8, lambda i: ())
+            print(f"redis-server {version}; trivial EVALSHA ceiling: {ceiling1:,.0f}/s (1 client), "
+                  f"{ceiling8:,.0f}/s (8 clients)")
+            print(f"{'tqs':>5} {'waiting':>9} {'submit/s':>10} {'match/s 1':>10} {'% ceil':>7} "
+                  f"{'match/s 8':>10} {'% ceil':>7} {'bytes/job':>9}")
+            rows = []
+            for n_tqs in tq_counts:
+                client.flushall()
+                store = Store(client, lease_seconds=3600)
+                have = 0
+                for size in sizes:
+                    base_mem = client.info("memory")["used_memory"] if have == 0 else None
+                    if have == 0:
+                        mem0 = base_mem
+                    # keep at least `size` waiting through the measurement: the matches take jobs away
+                    need = size + 3 * args.matches - have
+                    rate_submit = fill(store, need, n_tqs, have)
+                    have += need
+                    mem_per_job = (client.info("memory")["used_memory"] - mem0) / have
+                    r1 = parallel(match_worker, server.url, args.matches, 1, lambda i: (1,))
+                    r8 = parallel(match_worker, server.url, args.matches * 2, 8, lambda i: (100 + i,))
+                    have -= 3 * args.matches  # roughly: matches that found nothing take nothing
+                    rows.append((n_tqs, size, r1, r8))
+                    print(f"{n_tqs:>5} {size:>9,} {rate_submit:>10,.0f} {r1:>10,.0f} {100 * r1 / ceiling1:>6.0f}% "
+                          f"{r8:>10,.0f} {100 * r8 / ceiling8:>6.0f}% {mem_per_job:>9,.0f}", flush=True)
+            print()
+            for n_tqs in tq_counts:
+                mine = [r for r in rows if r[0] == n_tqs]
+                lo, hi = mine[0], mine[-1]
+                print(f"{n_tqs:>5} task queues: match rate at {hi[1]:,} waiting / at {lo[1]:,}: "
+                      f"{hi[2] / lo[2]:.2f} (1 client), {hi[3] / lo[3]:.2f} (8 clients)")
+        finally:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()
