@@ -44,4 +44,4 @@ def test_eight_matchers_never_share_a_job(redis_url: str) -> None:
     matched = [jid for r in results for jid in r]
     assert len(matched) == len(set(matched)), "a job was matched twice"
     assert set(matched) == ids
-    
+
