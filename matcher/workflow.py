@@ -191,6 +191,7 @@ class JobTemplate:
     template, for :func:`render_command`). ``requirements`` holds plain values and the expressions
     already evaluated; ``deferred`` the expressions that wait for dependency outputs, by requirement
     name; ``needs_outputs`` the ``(dependency, value)`` pairs they read. ``ete_hint`` is in seconds.
+    ``raw_requirements`` are the values as written (rule and job merged), for display.
     ``error`` is set when something about this job alone failed at load: the job must be failed with
     this reason, not run.
     """
@@ -199,6 +200,7 @@ class JobTemplate:
     command: str
     requirements: dict[str, object]
     deps: tuple[str, ...] = ()
+    raw_requirements: dict[str, object] = field(default_factory=dict)
     deferred: dict[str, str] = field(default_factory=dict)
     command_deferred: bool = False
     needs_outputs: frozenset[tuple[str, str]] = frozenset()
@@ -659,6 +661,7 @@ def _compile(raw: _Raw, deps: tuple[str, ...], rules: Mapping[str, Rule], out: _
         command=command,
         requirements=requirements,
         deps=deps,
+        raw_requirements=merged,
         deferred=deferred,
         command_deferred=command_deferred,
         needs_outputs=frozenset(needs),

@@ -94,6 +94,7 @@ def test_the_brief_example() -> None:
     assert merge.requirements == {"cpu": 2}
     assert merge.deferred == {"mem": "2 * deps.p1.out_mb"}
     assert merge.needs_outputs == {("p1", "out_mb")}
+    assert p1.raw_requirements == {"cpu": 1, "mem": "max(512M, 2 * size)"}
     assert evaluate_deferred(merge, {"p1": {"out_mb": "21"}}) == {"cpu": 2, "mem": 42}
 
 
