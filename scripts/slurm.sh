@@ -51,9 +51,15 @@ real_memory_mb() {
     awk '/^MemTotal:/ { printf "%d\n", $2 / 1024 * 0.95 }' /proc/meminfo
 }
 
+tmp_disk_mb() {
+    # TmpDisk (for --tmp): the size of the file system under TmpFS (/tmp). Without it every --tmp is refused.
+    df -Pm /tmp | awk 'NR == 2 { print $2 }'
+}
+
 write_conf() {
-    local mem tmp
+    local mem tmp disk
     mem=$(real_memory_mb)
+    disk=$(tmp_disk_mb)
     tmp=$(mktemp "$DIR/slurm.conf.XXXXXX")
     cat >"$tmp" <<EOF
 # Written by scripts/slurm.sh: a private single-node cluster for Pilotfish's tests. Do not edit by hand.
@@ -75,13 +81,14 @@ JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherParams=OverMemoryKill
 KillWait=2
 InactiveLimit=0
+TmpFS=/tmp
 StateSaveLocation=$DIR/state
 SlurmdSpoolDir=$DIR/spool
 SlurmctldPidFile=$DIR/run/slurmctld.pid
 SlurmdPidFile=$DIR/run/slurmd.pid
 SlurmctldLogFile=$DIR/log/slurmctld.log
 SlurmdLogFile=$DIR/log/slurmd.log
-NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=$mem State=UNKNOWN
+NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=$mem TmpDisk=$disk State=UNKNOWN
 PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
 EOF
     if [ -f "$CONF" ] && cmp -s "$tmp" "$CONF"; then

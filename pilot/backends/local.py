@@ -158,6 +158,14 @@ class LocalBackend:
     def capacity(self) -> dict[str, int]:
         return dict(self._capacity)
 
+    def pid(self, batch_id: str) -> int | None:
+        """The process id of a running pilot (also its process-group id), or None."""
+        with self._lock:
+            pilot = self._pilots.get(batch_id)
+            if pilot is None or pilot.process is None or pilot.status.state.final:
+                return None
+            return pilot.process.pid
+
     def in_use(self) -> dict[str, int]:
         """What running pilots hold now, per resource."""
         with self._lock:

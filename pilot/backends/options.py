@@ -11,11 +11,15 @@ from __future__ import annotations
 import re
 import shlex
 
-from taskqueues.errors import ConfigError
+from taskqueues.errors import BackendError, ConfigError
 
 
-class BackendOptionError(ConfigError):
-    """A ``-b``/``--backend`` option string is wrong: the message names the option and the string."""
+class BackendOptionError(ConfigError, BackendError):
+    """A ``-b``/``--backend`` option string is wrong: the message names the option and the string.
+
+    Both a configuration error (it is user input) and a backend error (``submit`` raises it for a
+    per-submission string, and callers of ``submit`` catch :class:`BackendError`).
+    """
 
 
 # (short, long, resource key) — the resource keys are those of PilotRequest.resources.
