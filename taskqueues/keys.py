@@ -20,6 +20,10 @@ rewrite. ``tests/test_keys.py`` checks it for every key builder.
 | ``P:{vo}:releasing`` | zset | job id → time released, waiting for the caller to evaluate its requirements |
 | ``P:{vo}:donelog`` | zset | job id → end time of successful jobs (ETE learning, re-pressure) |
 | ``P:{vo}:requests`` | hash | request id → request record (JSON) |
+| ``P:{vo}:etekeys`` | hash | job key → last successful run time (seconds) |
+| ``P:{vo}:eterules`` | hash | rule → ``"n mean"`` of its successful run times |
+| ``P:{vo}:byrule:<rule>`` | set | unfinished jobs of a rule (re-pressure finds them when the rule's mean moves) |
+| ``P:{vo}:cursor`` | hash | periodic tasks' progress (e.g. how far re-pressure read the done log) |
 | ``P:{vo}:pilots`` | hash | pilot id → pilot record (JSON) |
 | ``P:{vo}:pilotseen`` | zset | pilot id → last heartbeat |
 """
@@ -112,6 +116,21 @@ class Keys:
     @property
     def requests(self) -> str:
         return f"{self.base}:requests"
+
+    @property
+    def etekeys(self) -> str:
+        return f"{self.base}:etekeys"
+
+    @property
+    def eterules(self) -> str:
+        return f"{self.base}:eterules"
+
+    def byrule(self, rule: str) -> str:
+        return f"{self.base}:byrule:{rule}"
+
+    @property
+    def cursor(self) -> str:
+        return f"{self.base}:cursor"
 
     @property
     def pilots(self) -> str:

@@ -6,7 +6,9 @@ target): ``s`` state, ``a`` attempt, ``t`` task queue, ``m`` its member in that 
 ``ts`` submitted, ``rt``/``mr`` retries done/allowed, ``pl`` pilot, ``tm`` matched, ``st`` started,
 ``te`` ended, ``x`` exit code, ``w`` wall seconds, ``cpu`` CPU seconds, ``pm`` peak memory MB, ``why``
 reason, ``o`` outputs (JSON text), ``cx`` cancel requested, ``k`` key, ``ru`` rule, ``dn`` dependents,
-``nd`` unfinished dependencies, ``dx`` requirements deferred until the dependencies' outputs exist.
+``nd`` unfinished dependencies, ``dp`` dependencies, ``dx`` requirements deferred until the dependencies'
+outputs exist (``df`` holds what evaluating them needs), ``pr`` pressure (seconds of critical path from
+the job's start to its request's targets).
 """
 
 from __future__ import annotations
@@ -58,12 +60,17 @@ class NewJob:
     key: str = ""
     rule: str = ""
     dependents: tuple[int, ...] = ()
+    deps: tuple[int, ...] = ()
     pending: int = 0
-    deferred: bool = False
+    deferred: str = ""
+    pressure: float = 0.0
+    state: JobState | None = None
+    reason: str = ""
 
     def record(self, now: float) -> dict[str, Any]:
+        """The stored record; ``dl``/``dpl`` (indexes) become ``dn``/``dp`` (ids) inside submit.lua."""
         rec: dict[str, Any] = {
-            "s": JobState.BLOCKED if self.pending else JobState.WAITING,
+            "s": self.state or (JobState.BLOCKED if self.pending else JobState.WAITING),
             "a": 0,
             "t": self.tq_id,
             "m_tail": member_tail(self.cpu, self.mem, self.tmp, self.ete),
@@ -79,10 +86,18 @@ class NewJob:
                 rec[short] = value
         if self.dependents:
             rec["dl"] = list(self.dependents)
+        if self.deps:
+            rec["dpl"] = list(self.deps)
         if self.pending:
             rec["nd"] = self.pending
         if self.deferred:
             rec["dx"] = 1
+            rec["df"] = self.deferred
+        if self.pressure:
+            rec["pr"] = round(self.pressure, 3)
+        if self.reason:
+            rec["why"] = self.reason
+            rec["te"] = round(now, 3)
         return rec
 
 
@@ -121,8 +136,10 @@ class Job:
     reason: str | None = None
     outputs: dict[str, Any] = field(default_factory=dict)
     dependents: tuple[str, ...] = ()
+    deps: tuple[str, ...] = ()
     pending: int = 0
-    deferred: bool = False
+    deferred: str = ""
+    pressure: float = 0.0
 
     @property
     def cpu(self) -> int:
@@ -140,6 +157,7 @@ class Job:
     def from_record(cls, raw: str | bytes) -> Job:
         rec = json.loads(raw)
         dependents = rec.get("dn") or []
+        deps = rec.get("dp") or []
         return cls(
             id=str(rec["id"]),
             state=JobState(rec["s"]),
@@ -167,8 +185,10 @@ class Job:
             reason=rec.get("why"),
             outputs=_json_object(rec.get("o")),
             dependents=tuple(str(d) for d in dependents) if isinstance(dependents, list) else (),
+            deps=tuple(str(d) for d in deps) if isinstance(deps, list) else (),
             pending=int(rec.get("nd", 0)),
-            deferred=bool(rec.get("dx")),
+            deferred=rec.get("df", "") if rec.get("dx") else "",
+            pressure=float(rec.get("pr", 0)),
         )
 
 

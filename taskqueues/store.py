@@ -19,6 +19,7 @@ from redis.commands.core import Script
 
 from . import scripts
 from .errors import NotFound, StaleReport, StoreError, StoreUnavailable
+from .ete import RuleStats
 from .keys import Keys
 from .packed import PackedCall
 from .records import HeartbeatReply, Job, JobState, NewJob, PilotOffer, RunResult
@@ -95,24 +96,29 @@ class Store:
 
     # -- submission -------------------------------------------------------------------------------
 
-    def submit(self, jobs: Sequence[NewJob]) -> list[str]:
-        """Store ``jobs`` in one atomic step; returns their ids in order. Dependents refer by index."""
+    def submit(self, jobs: Sequence[NewJob], request: tuple[str, Mapping[str, Any]] | None = None) -> list[str]:
+        """Store ``jobs`` (and the record of the request they form) in one atomic step; returns their ids.
+
+        Dependents and dependencies refer to other jobs of the same call by index.
+        """
         if not jobs:
             return []
         now = self.clock()
         for i, job in enumerate(jobs):
-            bad = [d for d in job.dependents if not 0 <= d < len(jobs) or d == i]
+            bad = [d for d in (*job.dependents, *job.deps) if not 0 <= d < len(jobs) or d == i]
             if bad:
-                raise StoreError(f"job {job.name or i}: dependents {bad} are not other jobs of this submission")
-            if not job.queues:
+                raise StoreError(f"job {job.name or i}: {bad} are not other jobs of this submission")
+            if not job.queues and job.state is None and not job.deferred:
                 raise StoreError(f"job {job.name or i}: task queue {job.tq_id} has no eligible queue")
-        tqs = {j.tq_id: {"def": j.tq_def, "queues": list(j.queues)} for j in jobs}
-        payload = json.dumps({"tqs": tqs, "jobs": [j.record(now) for j in jobs]})
-        declared = [k for tq, d in tqs.items() for k in
-                    (self.keys.tq(tq), self.keys.pool(tq), *map(self.keys.qheads, d["queues"]))]
+        tqs = {j.tq_id: {"def": j.tq_def, "queues": list(j.queues)} for j in jobs if j.queues}
+        body: dict[str, Any] = {"tqs": tqs, "jobs": [j.record(now) for j in jobs]}
+        if request is not None:
+            body["request"] = {"id": request[0], "rec": dict(request[1])}
         k = self.keys
-        reply = self._call("submit", [k.jobs, k.seq, k.tqdefs, k.tqempty, k.poolstamp, k.releasing],
-                           [self._base, now, payload], declared)
+        declared = [key for tq, d in tqs.items() for key in (k.tq(tq), k.pool(tq), *map(k.qheads, d["queues"]))]
+        declared += [k.byrule(rule) for rule in {j.rule for j in jobs if j.rule}]
+        reply = self._call("submit", [k.jobs, k.seq, k.tqdefs, k.tqempty, k.poolstamp, k.releasing, k.requests],
+                           [self._base, now, json.dumps(body)], declared)
         return [_text(i) for i in reply[1:]]
 
     # -- the hot path -----------------------------------------------------------------------------
@@ -165,7 +171,8 @@ class Store:
         """Record a success; returns the dependents it released (into their task queue or to evaluate)."""
         k = self.keys
         fields = json.dumps((result or RunResult()).fields())
-        reply = self._call("complete", [k.jobs, k.leases, k.kills, k.tqempty, k.releasing, k.donelog],
+        reply = self._call("complete", [k.jobs, k.leases, k.kills, k.tqempty, k.releasing, k.donelog,
+                                        k.etekeys, k.eterules],
                            [self._base, job, attempt, pilot, self.clock(), fields])
         self._stale(reply)
         return [_text(x) for x in reply[1:]]
@@ -239,6 +246,37 @@ class Store:
         return JobState(_text(reply[1])) if _text(reply[0]) == "ok" else None
 
     # -- reading ----------------------------------------------------------------------------------
+
+    def ete_stats(self, keys: Iterable[str], rules: Iterable[str]) -> tuple[dict[str, float], dict[str, RuleStats]]:
+        """Learnt run times: last success per job key, running statistics per rule (one round trip)."""
+        key_list, rule_list = sorted(set(keys)), sorted(set(rules))
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hmget(self.keys.etekeys, key_list or ["-"])
+        pipe.hmget(self.keys.eterules, rule_list or ["-"])
+        last, stats = pipe.execute()
+        by_key = {k: float(v) for k, v in zip(key_list, last, strict=False) if v is not None}
+        by_rule: dict[str, RuleStats] = {}
+        for rule, raw in zip(rule_list, stats, strict=False):
+            if raw is not None:
+                n, mean = _text(raw).split()
+                by_rule[rule] = RuleStats(int(n), float(mean))
+        return by_key, by_rule
+
+    def request(self, request: str) -> dict[str, Any]:
+        raw = self.client.hget(self.keys.requests, request)
+        if raw is None:
+            raise NotFound(f"no request {request!r}")
+        record: dict[str, Any] = json.loads(raw)
+        return record
+
+    def requests(self) -> dict[str, dict[str, Any]]:
+        return {_text(k): json.loads(v) for k, v in self.client.hgetall(self.keys.requests).items()}
+
+    def request_jobs(self, request: str) -> list[Job]:
+        """Every job of a request (their ids are consecutive: one submission stores them all)."""
+        rec = self.request(request)
+        first, last = int(rec["first"]), int(rec["last"])
+        return self.jobs([str(i) for i in range(first, last + 1)])
 
     def job(self, job: str) -> Job:
         raw = self.client.hget(self.keys.jobs, job)

@@ -6,13 +6,16 @@
 -- KEYS[3]  kills hash
 -- KEYS[4]  tqempty zset
 -- KEYS[5]  releasing zset (job id -> time released, waiting for its deferred requirements)
--- KEYS[6]  done log zset (job id -> end time; what the ETE learner and re-pressure read)
--- KEYS[7..] task queues, pools and heads indexes of dependents released here
+-- KEYS[6]  done log zset (job id -> end time; what re-pressure reads)
+-- KEYS[7]  etekeys hash (job key -> last successful run time)
+-- KEYS[8]  eterules hash (rule -> "n mean": cumulative mean for 100 runs, then EMA with alpha 1/100,
+--          as taskqueues.ete.RuleStats.update; learnt here so each success counts exactly once)
+-- KEYS[9..] task queues, pools and heads indexes of dependents released here
 -- ARGV[1]  key base   ARGV[2] job id   ARGV[3] attempt   ARGV[4] pilot id   ARGV[5] now
 -- ARGV[6]  result JSON {"x": exit, "w": wall s, "cpu": cpu s, "pm": peak MB, "o": outputs JSON string}
 -- Returns  {'ok', released id...} or {'stale', reason} or {'needkeys', key...}
 local base, id, attempt, pilot, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
-declare_from(7)
+declare_from(9)
 local rec = load(KEYS[1], id)
 local bad = check_report(rec, id, attempt, {'matched', 'running'})
 if bad then return {'stale', bad} end
@@ -37,6 +40,19 @@ save(KEYS[1], rec)
 redis.call('ZREM', KEYS[2], id)
 redis.call('HDEL', KEYS[3], id)
 redis.call('ZADD', KEYS[6], now, id)
+if rec.w then
+  if rec.k then redis.call('HSET', KEYS[7], rec.k, tostring(rec.w)) end
+  if rec.ru then
+    local stats = redis.call('HGET', KEYS[8], rec.ru)
+    local n, mean = 0, 0
+    if stats then n, mean = string.match(stats, '^(%S+) (%S+)$') n, mean = tonumber(n), tonumber(mean) end
+    n = n + 1
+    local weight = 1 / n
+    if n > 100 then weight = 1 / 100 end
+    mean = mean + (rec.w - mean) * weight
+    redis.call('HSET', KEYS[8], rec.ru, string.format('%d %.17g', n, mean))
+  end
+end
 local out = {'ok'}
 for _, d in ipairs(rec.dn or {}) do
   local drec = load(KEYS[1], d)

@@ -8,7 +8,7 @@
 -- KEYS[6..] the task queue, its pool and the heads indexes of its queues
 -- ARGV[1]  key base   ARGV[2] job id   ARGV[3] now
 -- ARGV[4]  JSON {"t": tq, "def": canonical, "queues": [...], "m_tail": ":cpu:mem:tmp:ete", "r": requirements,
---          "e": ete, "sc": score} or {"error": reason}
+--          "e": ete, "sc": score (optional), "c": command (optional)} or {"error": reason}
 -- Returns  {'ok', state} | {'final', state} | {'needkeys', key...}
 local base, id, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
 declare_from(6)
@@ -31,6 +31,7 @@ ensure_pool(base, KEYS[2], KEYS[4], arg.t, arg.def, queues, now)
 redis.call('ZREM', KEYS[5], id)
 rec.t, rec.m, rec.r, rec.e, rec.dx = arg.t, id .. arg.m_tail, arg.r, arg.e, nil
 if arg.sc then rec.sc = arg.sc end
+if arg.c then rec.c = arg.c end
 enqueue(base, KEYS[3], KEYS[5], rec, queues, now)
 save(KEYS[1], rec)
 return {'ok', rec.s}

@@ -1,0 +1,74 @@
+"""Releasing jobs that need Python before they can enter a task queue.
+
+complete.lua releases a dependent into its task queue in the same atomic step as its last dependency's
+completion. Two kinds of job cannot be released that way and land in the ``releasing`` set instead:
+
+* a job whose requirements (or command) read its dependencies' outputs (``deps.<job>.<value>``): they
+  are evaluated here, now that the outputs exist; an expression that fails fails that job alone;
+* a job whose task queue lost its SubmitPool meanwhile (cleaned, or the catalog changed): its pool is
+  computed again from the catalog.
+
+The pilot that completed the dependency calls :func:`release` at once with the ids complete() returned;
+the periodic tasks sweep the set too, so a crash between the two steps delays a job, never loses it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from taskqueues.catalog import Catalog
+from taskqueues.errors import PilotfishError
+from taskqueues.records import Job, JobState, member_tail
+from taskqueues.store import Store
+
+from .submission import place
+from .workflow import JobTemplate, evaluate_deferred, render_command
+
+
+def _outputs_by_name(store: Store, job: Job) -> dict[str, dict[str, Any]]:
+    return {dep.name: dep.outputs for dep in store.jobs(list(job.deps))}
+
+
+def release_spec(store: Store, catalog: Catalog, job: Job, vo: str) -> dict[str, Any]:
+    """What release.lua needs to enqueue ``job`` (or the error that fails it)."""
+    try:
+        requirements: dict[str, Any] = dict(job.requirements)
+        command = None
+        if job.deferred:
+            saved = json.loads(job.deferred)
+            template = JobTemplate(name=job.name, command=saved.get("command", job.command),
+                                   requirements=saved.get("requirements", {}), deferred=saved.get("deferred", {}),
+                                   command_deferred=bool(saved.get("command_deferred")),
+                                   params=saved.get("params", {}))
+            outputs = _outputs_by_name(store, job)
+            requirements = evaluate_deferred(template, outputs)
+            command = render_command(template, outputs)
+        placement = place(catalog, requirements, job=job.name or job.id, vo=vo)
+    except PilotfishError as exc:
+        return {"error": str(exc)}
+    req = placement.requirements
+    spec: dict[str, Any] = {"t": placement.tq_id, "def": placement.tq_def, "queues": list(placement.queues),
+                            "m_tail": member_tail(req.cpu, req.mem, req.tmp, job.ete),
+                            "r": json.dumps(dict(req.values), sort_keys=True), "e": job.ete}
+    if command is not None:
+        spec["c"] = command
+    return spec
+
+
+def release(store: Store, catalog: Catalog, ids: Iterable[str], *, vo: str = "default") -> dict[str, JobState]:
+    """Release the given jobs if they are in the releasing set; returns the state each one reached."""
+    out: dict[str, JobState] = {}
+    for job in store.jobs(list(ids)):
+        if job.state is not JobState.RELEASING:
+            continue
+        state = store.release(job.id, release_spec(store, catalog, job, vo))
+        if state is not None:
+            out[job.id] = state
+    return out
+
+
+def sweep(store: Store, catalog: Catalog, *, vo: str = "default", limit: int = 500) -> dict[str, JobState]:
+    """Release whatever waits in the releasing set (the periodic safety net)."""
+    return release(store, catalog, store.releasing(limit), vo=vo)

@@ -1,0 +1,245 @@
+"""Submission: the validation chain that turns user jobs into stored jobs in their task queues.
+
+For a request (a set of jobs with dependencies, from Python or a workflow file), in order, collecting
+every problem before storing anything:
+
+1. the dependency graph is a DAG of known, unique names (:func:`taskqueues.dag.check_dag`);
+2. each job's requirements parse and validate (:func:`taskqueues.requirements.parse_requirements`), every
+   requirement name is offered by some queue of the catalog (RFC #7), and some queue is eligible —
+   else the error says which requirement excluded which queue;
+3. an instance-type hint names a shape of an eligible queue that can hold the job;
+4. run-time estimates come from what was learnt (last success of the job's key, its rule's mean),
+   else the user's hint (``ete``, else ``wall``), else the default (:func:`taskqueues.ete.estimate`);
+5. pressures along the DAG give each job its score: ``ETA(request) - pressure(job) - priority``, the
+   date by which it should start (lower is more urgent, one scale for every request).
+
+A job whose template failed to evaluate is stored as failed with the reason, and the jobs depending on
+it as dep-failed; the rest of the request runs. Requirements that read dependency outputs are kept
+with the job and evaluated when it is released (:mod:`matcher.release`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from taskqueues import dag
+from taskqueues.catalog import Catalog, Queue
+from taskqueues.errors import PilotfishError, ValidationError
+from taskqueues.ete import estimate
+from taskqueues.records import JobState, NewJob
+from taskqueues.requirements import Requirements, parse_requirements
+from taskqueues.store import Store
+
+DEFAULT_ETE = 60.0
+INSTANCE_TYPE = "InstanceType"
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One job as a user describes it."""
+
+    name: str
+    command: str
+    requirements: Mapping[str, object] = field(default_factory=dict)
+    deps: tuple[str, ...] = ()
+    key: str = ""
+    rule: str = ""
+    ete: float | None = None
+    max_retries: int = 3
+    deferred: Mapping[str, str] = field(default_factory=dict)
+    deferred_spec: Mapping[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """What a submission stored: the request id and each job's id by name."""
+
+    request: str
+    ids: dict[str, str]
+    eta: float
+    critical_path: float
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a requirement class can run: its task queue, its canonical form and its eligible queues."""
+
+    requirements: Requirements
+    tq_id: str
+    tq_def: str
+    queues: tuple[str, ...]
+
+
+class SubmissionError(ValidationError):
+    """A request was refused; ``problems`` lists every reason, each naming its job."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        super().__init__("request refused: " + "; ".join(problems))
+        self.problems = list(problems)
+
+
+def place(catalog: Catalog, raw: Mapping[str, object], *, job: str, vo: str) -> Placement:
+    """Validate one job's requirements against the catalog and name its task queue.
+
+    An ``InstanceType`` requirement is the Seven Bridges instance-type hint: it restricts the job to the
+    queues offering that shape, which must hold the job, and is part of the task-queue identity (so
+    the director can honour it per task queue).
+    """
+    values = dict(raw)
+    hint = values.pop(INSTANCE_TYPE, None)
+    if hint is not None and not isinstance(hint, str):
+        raise ValidationError("must name one shape", job=job, field=INSTANCE_TYPE)
+    req = parse_requirements(values, job=job)
+    catalog.check_names(req, job=job, vo=vo)
+    queues: list[Queue] = catalog.require_eligible(req, job=job, vo=vo)
+    tq_def = req.canonical_json()
+    tq_id = req.tq_id
+    if hint is not None:
+        offering = [q for q in queues if any(s.name == hint for s in q.shapes)]
+        if not offering:
+            raise ValidationError(f"no eligible queue offers the shape {hint!r}", job=job, field=INSTANCE_TYPE)
+        holding = [q for q in offering if any(s.name == hint and s.holds(req.cpu, req.mem, req.tmp, req.wall or 0)
+                                              for s in q.shapes)]
+        if not holding:
+            raise ValidationError(f"the shape {hint!r} cannot hold cpu={req.cpu} mem={req.mem} MB "
+                                  f"tmp={req.tmp} MB wall={req.wall}", job=job, field=INSTANCE_TYPE)
+        queues = holding
+        canonical = {**req.canonical(), INSTANCE_TYPE: hint}
+        tq_def = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
+        tq_id = Requirements(values={**req.values, INSTANCE_TYPE: hint}).tq_id
+    return Placement(req, tq_id, tq_def, tuple(q.id for q in queues))
+
+
+class Submitter:
+    """Validates and stores requests for one community."""
+
+    def __init__(self, store: Store, catalog: Catalog, *, vo: str = "default", default_ete: float = DEFAULT_ETE,
+                 clock: Any = time.time) -> None:
+        self.store = store
+        self.catalog = catalog
+        self.vo = vo
+        self.default_ete = default_ete
+        self.clock = clock
+
+    def submit(self, jobs: Sequence[JobSpec], *, name: str = "", priority: float = 0.0) -> Submitted:
+        """Validate every job, then store the whole request in one atomic step (or nothing)."""
+        if not jobs:
+            raise SubmissionError(["the request has no job"])
+        problems: list[str] = []
+        try:
+            order = dag.check_dag([j.name for j in jobs], {j.name: j.deps for j in jobs})
+        except ValidationError as exc:
+            raise SubmissionError([str(exc)]) from None
+        by_name = {j.name: j for j in jobs}
+        placements: dict[str, Placement] = {}
+        for spec in jobs:
+            if spec.error or spec.deferred:
+                continue
+            try:
+                placements[spec.name] = place(self.catalog, spec.requirements, job=spec.name, vo=self.vo)
+            except PilotfishError as exc:
+                problems.append(str(exc))
+        if problems:
+            raise SubmissionError(problems)
+
+        ete = self._estimates(jobs, placements)
+        pressure = dag.pressures(order, {j.name: j.deps for j in jobs}, ete)
+        critical = max(pressure.values(), default=0.0)
+        now = self.clock()
+        eta = now + critical
+        index = {n: i for i, n in enumerate(order)}
+        dependents = dag.dependents_of(order, {j.name: j.deps for j in jobs})
+        doomed = self._doomed(order, by_name, dependents)
+
+        new_jobs = []
+        for job_name in order:
+            spec = by_name[job_name]
+            placement = placements.get(job_name)
+            state, reason = doomed.get(job_name, (None, ""))
+            new_jobs.append(NewJob(
+                command=spec.command,
+                tq_id=placement.tq_id if placement else "",
+                tq_def=placement.tq_def if placement else "",
+                queues=placement.queues if placement and state is None else (),
+                cpu=placement.requirements.cpu if placement else 0,
+                mem=placement.requirements.mem if placement else 0,
+                tmp=placement.requirements.tmp if placement else 0,
+                ete=ete[job_name],
+                score=eta - pressure[job_name] - priority,
+                requirements=json.dumps(dict(placement.requirements.values) if placement else {}, sort_keys=True),
+                name=job_name,
+                max_retries=spec.max_retries,
+                key=spec.key,
+                rule=spec.rule,
+                dependents=tuple(index[d] for d in dependents[job_name]),
+                deps=tuple(index[d] for d in spec.deps),
+                pending=len(set(spec.deps)) if state is None else 0,
+                deferred=json.dumps(dict(spec.deferred_spec), sort_keys=True) if spec.deferred else "",
+                pressure=pressure[job_name],
+                state=state,
+                reason=reason,
+            ))
+        request_id = uuid.uuid4().hex[:12]
+        record = {"name": name or request_id, "priority": priority, "ts": round(now, 3), "eta": round(eta, 3),
+                  "cp": round(critical, 3), "n": len(jobs)}
+        ids = self.store.submit(new_jobs, request=(request_id, record))
+        return Submitted(request_id, dict(zip(order, ids, strict=True)), eta, critical)
+
+    def _estimates(self, jobs: Sequence[JobSpec], placements: Mapping[str, Placement]) -> dict[str, float]:
+        last, rules = self.store.ete_stats([j.key for j in jobs if j.key], [j.rule for j in jobs if j.rule])
+        out: dict[str, float] = {}
+        for spec in jobs:
+            placement = placements.get(spec.name)
+            hint = spec.ete if spec.ete is not None else (placement.requirements.wall if placement else None)
+            out[spec.name], _ = estimate(last.get(spec.key) if spec.key else None,
+                                         rules.get(spec.rule) if spec.rule else None, hint, self.default_ete)
+        return out
+
+    @staticmethod
+    def _doomed(order: Sequence[str], by_name: Mapping[str, JobSpec],
+                dependents: Mapping[str, Sequence[str]]) -> dict[str, tuple[JobState, str]]:
+        """Jobs that fail at submission (their template did not evaluate) and, transitively, their dependents."""
+        doomed: dict[str, tuple[JobState, str]] = {}
+        for job_name in order:
+            spec = by_name[job_name]
+            if spec.error:
+                doomed[job_name] = (JobState.FAILED, spec.error)
+            else:
+                failed_dep = next((d for d in spec.deps if d in doomed), None)
+                if failed_dep is not None:
+                    doomed[job_name] = (JobState.DEP_FAILED, f"dependency {failed_dep} failed: {doomed[failed_dep][1]}")
+        return doomed
+
+
+def specs_from_workflow(workflow: Any) -> list[JobSpec]:
+    """The jobs of a :class:`matcher.workflow.Workflow` as submission specs."""
+    specs = []
+    for job in workflow.jobs:
+        deferred_spec: dict[str, Any] = {}
+        if job.deferred or job.command_deferred:
+            deferred_spec = {"deferred": dict(job.deferred), "params": dict(job.params), "command": job.command,
+                             "command_deferred": job.command_deferred, "requirements": dict(job.requirements)}
+        specs.append(JobSpec(
+            name=job.name,
+            command=job.command,
+            requirements=dict(job.requirements),
+            deps=tuple(job.deps),
+            key=job.key or "",
+            rule=job.rule or "",
+            ete=job.ete_hint,
+            deferred=dict(job.deferred) or ({"command": job.command} if job.command_deferred else {}),
+            deferred_spec=deferred_spec,
+            error=job.error,
+        ))
+    return specs
+
+
+def submit_workflow(submitter: Submitter, workflow: Any) -> Submitted:
+    """Submit a loaded workflow as one request, with its priority."""
+    return submitter.submit(specs_from_workflow(workflow), name=workflow.name, priority=workflow.priority)

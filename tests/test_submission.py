@@ -1,0 +1,198 @@
+"""Submission chain, requests, pressure scores, deferred release and ETE learning, against a real Redis."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import redis
+from storehelp import FakeClock
+
+from matcher.release import release, sweep
+from matcher.submission import JobSpec, SubmissionError, Submitter, specs_from_workflow, submit_workflow
+from matcher.workflow import parse_workflow
+from taskqueues.catalog import Catalog
+from taskqueues.records import JobState, PilotOffer, RunResult
+from taskqueues.store import Store
+
+CATALOG = """
+[sites.A]
+Platform = "EL9"
+[sites.A.ces.ce]
+[sites.A.ces.ce.queues.q]
+shapes = [{ name = "small", cpu = 4, mem = "8G" }, { name = "big", cpu = 16, mem = "64G" }]
+[sites.B]
+Platform = "EL8"
+SoftwareTag = ["AppV1", "AppV2"]
+[sites.B.ces.ce]
+[sites.B.ces.ce.queues.q]
+shapes = [{ name = "small", cpu = 4, mem = "8G" }]
+"""
+QA, QB = "A/ce/q", "B/ce/q"
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(1_000_000.0)
+
+
+@pytest.fixture
+def store(real_redis: redis.Redis, clock: FakeClock) -> Store:
+    return Store(real_redis, lease_seconds=30, clock=clock)
+
+
+@pytest.fixture
+def submitter(store: Store, clock: FakeClock) -> Submitter:
+    return Submitter(store, Catalog.loads(CATALOG), clock=clock)
+
+
+def run(store: Store, queue: str, pilot: str = "p", **result: object) -> list[str]:
+    """Match everything that fits now on ``queue`` and complete it; returns the completed ids in order."""
+    done = []
+    for job in store.match(PilotOffer(pilot, queue, 16, 64000), max_jobs=100):
+        store.complete(job.id, job.attempt, pilot, RunResult(**result))  # type: ignore[arg-type]
+        done.append(job.id)
+    return done
+
+
+def test_eligibility_follows_requirements(submitter: Submitter, store: Store) -> None:
+    sub = submitter.submit([JobSpec("a", "true", {"Platform": "EL8"}), JobSpec("b", "true", {"cpu": 8}),
+                            JobSpec("c", "true", {"SoftwareTag": ["AppV2", "AppV9"]})])
+    assert [j.id for j in store.match(PilotOffer("p", QA, 16, 64000), max_jobs=9)] == [sub.ids["b"]]
+    assert sorted(j.id for j in store.match(PilotOffer("p", QB, 16, 64000), max_jobs=9)) == sorted(
+        [sub.ids["a"], sub.ids["c"]])
+
+
+@pytest.mark.parametrize(("jobs", "message"), [
+    ([], "no job"),
+    ([JobSpec("a", "true", {"Nope": "x"})], "Nope"),
+    ([JobSpec("a", "true", {"cpu": 32})], "no shape holds it"),
+    ([JobSpec("a", "true", {"mem": "-4G"})], "mem"),
+    ([JobSpec("a", "true", deps=("b",))], "b"),
+    ([JobSpec("a", "true", deps=("b",)), JobSpec("b", "true", deps=("a",))], "cycle"),
+    ([JobSpec("a", "true"), JobSpec("a", "true")], "a"),
+    ([JobSpec("a", "true", {"InstanceType": "big", "Platform": "EL8"})], "big"),
+    ([JobSpec("a", "true", {"InstanceType": "small", "cpu": 8})], "cannot hold"),
+])
+def test_bad_requests_store_nothing(submitter: Submitter, real_redis: redis.Redis, jobs: list[JobSpec],
+                                    message: str) -> None:
+    with pytest.raises(SubmissionError, match=message):
+        submitter.submit([JobSpec("ok", "true"), *jobs] if jobs else [])
+    assert real_redis.dbsize() == 0
+
+
+def test_instance_type_hint_makes_its_own_task_queue(submitter: Submitter, store: Store) -> None:
+    sub = submitter.submit([JobSpec("h", "true", {"InstanceType": "big"}), JobSpec("n", "true")])
+    hinted, plain = store.jobs([sub.ids["h"], sub.ids["n"]])
+    assert hinted.tq_id != plain.tq_id
+    assert store.pool(hinted.tq_id) == {QA}
+    assert "InstanceType" in store.tq_definitions()[hinted.tq_id]
+
+
+def test_pressure_puts_the_critical_path_first_across_requests(submitter: Submitter, store: Store) -> None:
+    # Request 1: a long chain (3 x 100 s); request 2: a short job submitted at the same time.
+    chain = submitter.submit([JobSpec("c1", "true", ete=100), JobSpec("c2", "true", deps=("c1",), ete=100),
+                              JobSpec("c3", "true", deps=("c2",), ete=100)], name="chain")
+    short = submitter.submit([JobSpec("s", "true", ete=10), JobSpec("t", "true", ete=10)], name="short")
+    assert chain.critical_path == 300 and chain.eta == 1_000_300
+    c1, s = store.jobs([chain.ids["c1"], short.ids["s"]])
+    assert c1.score == 1_000_000 and s.score == 1_000_000  # both should start now
+    assert c1.pressure == 300
+    # A prioritised request shifts its scores earlier.
+    urgent = submitter.submit([JobSpec("u", "true", ete=10)], priority=50)
+    assert store.job(urgent.ids["u"]).score == 999_950
+    assert store.match(PilotOffer("p", QA, 1, 1000))[0].id == urgent.ids["u"]
+
+
+def test_dependency_release_is_atomic_with_completion(submitter: Submitter, store: Store) -> None:
+    sub = submitter.submit([JobSpec("a", "true"), JobSpec("b", "true"), JobSpec("c", "true", deps=("a", "b"))])
+    assert store.job(sub.ids["c"]).state is JobState.BLOCKED
+    (a,) = [j for j in store.match(PilotOffer("p", QA, 1, 8000)) if True]
+    assert store.complete(a.id, a.attempt, "p") == []
+    (b,) = store.match(PilotOffer("p", QA, 1, 8000))
+    assert store.complete(b.id, b.attempt, "p") == [sub.ids["c"]]
+    assert store.job(sub.ids["c"]).state is JobState.WAITING
+
+
+def test_template_failure_fails_that_job_and_its_dependents_only(submitter: Submitter, store: Store) -> None:
+    workflow = parse_workflow({"name": "w", "jobs": [
+        {"name": "bad", "command": "true", "requirements": {"mem": "1 / 0"}},
+        {"name": "after", "command": "true", "deps": ["bad"]},
+        {"name": "fine", "command": "true"}]})
+    sub = submit_workflow(submitter, workflow)
+    bad, after, fine = store.jobs([sub.ids["bad"], sub.ids["after"], sub.ids["fine"]])
+    assert bad.state is JobState.FAILED and "division" in (bad.reason or "")
+    assert after.state is JobState.DEP_FAILED and "bad" in (after.reason or "")
+    assert fine.state is JobState.WAITING
+
+
+def test_deferred_requirements_use_dependency_outputs(submitter: Submitter, store: Store) -> None:
+    workflow = parse_workflow({"name": "w", "jobs": [
+        {"name": "size", "command": "true"},
+        {"name": "use", "command": "echo {deps.size.mb}", "deps": ["size"],
+         "requirements": {"mem": "2 * deps.size.mb"}}]})
+    sub = submit_workflow(submitter, workflow)
+    (first,) = store.match(PilotOffer("p", QA, 4, 8000))
+    released = store.complete(first.id, first.attempt, "p", RunResult(outputs={"mb": 300}))
+    assert released == [sub.ids["use"]] and store.job(sub.ids["use"]).state is JobState.RELEASING
+    assert release(store, submitter.catalog, released) == {sub.ids["use"]: JobState.WAITING}
+    (use,) = store.match(PilotOffer("p", QA, 4, 8000))
+    assert use.mem == 600 and use.command == "echo 300"
+
+
+def test_deferred_evaluation_failure_fails_the_job(submitter: Submitter, store: Store) -> None:
+    workflow = parse_workflow({"name": "w", "jobs": [
+        {"name": "size", "command": "true"},
+        {"name": "use", "command": "true", "deps": ["size"], "requirements": {"mem": "2 * deps.size.mb"}}]})
+    sub = submit_workflow(submitter, workflow)
+    (first,) = store.match(PilotOffer("p", QA, 4, 8000))
+    store.complete(first.id, first.attempt, "p", RunResult(outputs={}))
+    assert sweep(store, submitter.catalog) == {sub.ids["use"]: JobState.FAILED}
+    assert "mb" in (store.job(sub.ids["use"]).reason or "")
+
+
+def test_run_times_are_learnt_from_successes_only(submitter: Submitter, store: Store) -> None:
+    specs = [JobSpec(f"j{i}", "true", rule="r", key=f"k{i}") for i in range(3)]
+    submitter.submit(specs)
+    jobs = store.match(PilotOffer("p", QA, 4, 8000), max_jobs=3)
+    store.complete(jobs[0].id, jobs[0].attempt, "p", RunResult(wall=10))
+    store.complete(jobs[1].id, jobs[1].attempt, "p", RunResult(wall=20))
+    store.fail(jobs[2].id, jobs[2].attempt, "p", RunResult(wall=1000, exit_code=1))
+    last, rules = store.ete_stats(["k0", "k1", "k2"], ["r"])
+    assert last == {"k0": 10, "k1": 20} and rules["r"].n == 2 and rules["r"].mean == 15
+    # The next request uses them: key first, then the rule's mean, then the default.
+    sub = submitter.submit([JobSpec("a", "true", rule="r", key="k0"), JobSpec("b", "true", rule="r"),
+                            JobSpec("c", "true")])
+    assert [j.ete for j in store.jobs(list(sub.ids.values()))] == [10, 15, 60]
+
+
+def test_learning_matches_the_reference_formula(store: Store, submitter: Submitter) -> None:
+    from taskqueues.ete import RuleStats
+
+    runs = [float(1 + (i * 7) % 13) for i in range(105)]
+    submitter.submit([JobSpec(f"j{i}", "true", rule="r") for i in range(len(runs))])
+    expected = RuleStats()
+    for wall in runs:
+        (job,) = store.match(PilotOffer("p", QA, 1, 100))
+        store.complete(job.id, job.attempt, "p", RunResult(wall=wall))
+        expected = expected.update(wall)
+    stats = store.ete_stats([], ["r"])[1]["r"]
+    assert stats.n == 105 and stats.mean == pytest.approx(expected.mean, rel=1e-12)
+
+
+def test_request_record_and_jobs(submitter: Submitter, store: Store) -> None:
+    sub = submitter.submit([JobSpec("a", "true"), JobSpec("b", "true", deps=("a",))], name="mine")
+    rec = store.request(sub.request)
+    assert rec["name"] == "mine" and rec["n"] == 2
+    assert [j.name for j in store.request_jobs(sub.request)] == ["a", "b"]
+    assert json.loads(json.dumps(rec))["eta"] == sub.eta
+
+
+def test_examples_submit_against_the_example_catalog(store: Store, clock: FakeClock) -> None:
+    from matcher.workflow import load_workflow
+
+    submitter = Submitter(store, Catalog.load("examples/catalog.toml"), clock=clock)
+    for name in ("small-dag", "mixed-batch", "montage"):
+        workflow = load_workflow(f"examples/{name}.toml")
+        sub = submitter.submit(specs_from_workflow(workflow), name=workflow.name)
+        assert len(sub.ids) == len(workflow.jobs)
