@@ -3,7 +3,7 @@
 The store knows nothing of requirement semantics or of the catalog: callers hand it jobs whose task
 queue and SubmitPool are already computed (``matcher.submission`` does that), and pilots hand it what
 they have free. Scripts whose keys depend on data (a job's task queue, the heads indexes of its queues)
-answer ``needkeys`` before writing anything when the caller did not declare one; :meth:`Store._call`
+answer ``needkeys`` before writing anything when the caller did not declare one; :meth:`Store.call_script`
 adds them and calls again, so every key a script touches is declared in KEYS.
 """
 
@@ -60,7 +60,7 @@ class Store:
 
     # -- plumbing ---------------------------------------------------------------------------------
 
-    def _call(self, name: str, keys: Sequence[str], args: Sequence[Any], extra: Iterable[str] = ()) -> list[Any]:
+    def call_script(self, name: str, keys: Sequence[str], args: Sequence[Any], extra: Iterable[str] = ()) -> list[Any]:
         """Run script ``name``; when it names keys it needed and was not given, declare them and rerun."""
         declared = list(dict.fromkeys(extra))
         for _ in range(_MAX_KEY_ROUNDS):
@@ -117,7 +117,7 @@ class Store:
         k = self.keys
         declared = [key for tq, d in tqs.items() for key in (k.tq(tq), k.pool(tq), *map(k.qheads, d["queues"]))]
         declared += [k.byrule(rule) for rule in {j.rule for j in jobs if j.rule}]
-        reply = self._call("submit", [k.jobs, k.seq, k.tqdefs, k.tqempty, k.poolstamp, k.releasing, k.requests],
+        reply = self.call_script("submit", [k.jobs, k.seq, k.tqdefs, k.tqempty, k.poolstamp, k.releasing, k.requests],
                            [self._base, now, json.dumps(body)], declared)
         return [_text(i) for i in reply[1:]]
 
@@ -158,12 +158,12 @@ class Store:
         args: list[Any] = [pilot, self.clock(), self.lease_seconds, json.dumps(record) if record else ""]
         for job, attempt in jobs.items():
             args += [job, attempt]
-        kills, lost = self._call("heartbeat", [k.jobs, k.leases, k.kills, k.pilots, k.pilotseen], args)
+        kills, lost = self.call_script("heartbeat", [k.jobs, k.leases, k.kills, k.pilots, k.pilotseen], args)
         pairs = [_text(x) for x in kills]
         return HeartbeatReply(dict(zip(pairs[::2], pairs[1::2], strict=True)), tuple(_text(x) for x in lost))
 
     def start(self, job: str, attempt: int, pilot: str) -> None:
-        reply = self._call("start", [self.keys.jobs, self.keys.leases],
+        reply = self.call_script("start", [self.keys.jobs, self.keys.leases],
                            [job, attempt, pilot, self.clock(), self.lease_seconds])
         self._stale(reply)
 
@@ -171,7 +171,7 @@ class Store:
         """Record a success; returns the dependents it released (into their task queue or to evaluate)."""
         k = self.keys
         fields = json.dumps((result or RunResult()).fields())
-        reply = self._call("complete", [k.jobs, k.leases, k.kills, k.tqempty, k.releasing, k.donelog,
+        reply = self.call_script("complete", [k.jobs, k.leases, k.kills, k.tqempty, k.releasing, k.donelog,
                                         k.etekeys, k.eterules],
                            [self._base, job, attempt, pilot, self.clock(), fields])
         self._stale(reply)
@@ -183,7 +183,7 @@ class Store:
         extra: list[str] = []
         if requeue:
             extra = self._pool_keys([self.job(job).tq_id])
-        reply = self._call("fail", [k.jobs, k.leases, k.kills, k.tqempty, k.releasing],
+        reply = self.call_script("fail", [k.jobs, k.leases, k.kills, k.tqempty, k.releasing],
                            [self._base, job, attempt, pilot, self.clock(), json.dumps(result.fields()),
                             "1" if requeue else "0"], extra)
         self._stale(reply)
@@ -199,7 +199,7 @@ class Store:
         k = self.keys
         due = self.client.zrangebyscore(k.delayed, "-inf", self.clock(), start=0, num=batch)
         extra = self._pool_keys(self._tq_of(due))
-        reply = self._call("reap", [k.jobs, k.leases, k.delayed, k.kills, k.tqempty, k.releasing],
+        reply = self.call_script("reap", [k.jobs, k.leases, k.delayed, k.kills, k.tqempty, k.releasing],
                            [self._base, self.clock(), self.backoff, batch], extra)
         return int(reply[1]), int(reply[2]), int(reply[3])
 
@@ -212,7 +212,7 @@ class Store:
     def cancel(self, job: str, reason: str = "cancelled by user", *, kill: bool = False) -> str:
         """Cancel (or, with ``kill``, kill) a job. Returns what happened: ended, requested, final, unknown."""
         k = self.keys
-        reply = self._call("cancel", [k.jobs, k.kills, k.delayed, k.releasing],
+        reply = self.call_script("cancel", [k.jobs, k.kills, k.delayed, k.releasing],
                            [self._base, job, "kill" if kill else "cancel", reason, self.clock()])
         if _text(reply[0]) == "unknown":
             raise NotFound(f"no job {job!r}")
@@ -224,7 +224,7 @@ class Store:
     def refresh_pool(self, tq_id: str, queues: Sequence[str]) -> tuple[int, int]:
         """Replace the SubmitPool of one task queue; returns (queues added, queues removed)."""
         extra = self._pool_keys([tq_id]) + [self.keys.qheads(q) for q in queues]
-        reply = self._call("refresh_pool", [self.keys.poolstamp], [self._base, tq_id, self.clock(), *queues], extra)
+        reply = self.call_script("refresh_pool", [self.keys.poolstamp], [self._base, tq_id, self.clock(), *queues], extra)
         self._match_calls.clear()
         return int(reply[1]), int(reply[2])
 
@@ -233,7 +233,7 @@ class Store:
         k = self.keys
         cutoff = self.clock() - grace
         cands = [_text(t) for t in self.client.zrangebyscore(k.tqempty, "-inf", cutoff, start=0, num=batch)]
-        reply = self._call("clean", [k.tqdefs, k.tqempty, k.poolstamp], [self._base, cutoff, batch],
+        reply = self.call_script("clean", [k.tqdefs, k.tqempty, k.poolstamp], [self._base, cutoff, batch],
                            self._pool_keys(cands))
         return [_text(x) for x in reply[1:]]
 
@@ -241,7 +241,7 @@ class Store:
         """Move a releasing job into its task queue (``spec`` as release.lua documents) or fail it."""
         k = self.keys
         extra = [] if "error" in spec else self._pool_keys([spec["t"]]) + [k.qheads(q) for q in spec["queues"]]
-        reply = self._call("release", [k.jobs, k.tqdefs, k.tqempty, k.poolstamp, k.releasing],
+        reply = self.call_script("release", [k.jobs, k.tqdefs, k.tqempty, k.poolstamp, k.releasing],
                            [self._base, job, self.clock(), json.dumps(spec)], extra)
         return JobState(_text(reply[1])) if _text(reply[0]) == "ok" else None
 

