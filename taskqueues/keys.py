@@ -23,6 +23,8 @@ rewrite. ``tests/test_keys.py`` checks it for every key builder.
 | ``P:{vo}:etekeys`` | hash | job key → last successful run time (seconds) |
 | ``P:{vo}:eterules`` | hash | rule → ``"n mean"`` of its successful run times |
 | ``P:{vo}:byrule:<rule>`` | set | unfinished jobs of a rule (re-pressure finds them when the rule's mean moves) |
+| ``P:{vo}:lock:<name>`` | string | a periodic task's lock (token, with an expiry) |
+| ``P:{vo}:alive:<component>`` | zset | process name → last beat of a component (worker, beat, director, pilot) |
 | ``P:{vo}:cursor`` | hash | periodic tasks' progress (e.g. how far re-pressure read the done log) |
 | ``P:{vo}:pilots`` | hash | pilot id → pilot record (JSON) |
 | ``P:{vo}:pilotseen`` | zset | pilot id → last heartbeat |
@@ -127,6 +129,12 @@ class Keys:
 
     def byrule(self, rule: str) -> str:
         return f"{self.base}:byrule:{rule}"
+
+    def lock(self, name: str) -> str:
+        return f"{self.base}:lock:{name}"
+
+    def alive(self, component: str) -> str:
+        return f"{self.base}:alive:{component}"
 
     @property
     def cursor(self) -> str:

@@ -1,0 +1,113 @@
+"""Settings in one typed place: defaults, then a TOML file, then ``PILOTFISH_*`` environment variables.
+
+The file is ``$PILOTFISH_CONFIG`` if set, else ``./pilotfish.toml`` if it exists, else none. Every field
+can be overridden by the environment variable ``PILOTFISH_<FIELD>`` (``PILOTFISH_REDIS_URL``,
+``PILOTFISH_CATALOG``, ``PILOTFISH_LEASE_SECONDS``...). :attr:`Settings.sources` says where each value
+came from; ``pilotfish config`` prints both.
+
+``redis_url`` empty means the embedded default: a private redis-server whose data lives in
+``state_dir`` (see :mod:`matcher.embedded`). ``catalog`` empty means the local default catalog: one
+queue on this host.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from taskqueues.errors import ConfigError
+
+ENV_PREFIX = "PILOTFISH_"
+
+
+@dataclass(frozen=True)
+class Settings:
+    redis_url: str = ""
+    vo: str = "default"
+    prefix: str = "pf"
+    catalog: str = ""
+    state_dir: str = str(Path.home() / ".pilotfish")
+    lease_seconds: float = 60.0
+    backoff_seconds: float = 10.0
+    max_retries: int = 3
+    default_ete: float = 60.0
+    # periodic work (seconds)
+    reap_interval: float = 5.0
+    pool_refresh_interval: float = 900.0
+    clean_interval: float = 600.0
+    clean_grace: float = 600.0
+    director_interval: float = 10.0
+    repressure_interval: float = 30.0
+    # pilots
+    pilot_idle_timeout: float = 60.0
+    pilot_stop_margin: float = 60.0
+    pilot_events: bool = True
+    # Flower
+    flower_port: int = 5555
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def load(cls, path: str | Path | None = None, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        sources = {f.name: "default" for f in fields(cls) if f.name != "sources"}
+        path = path or env.get(f"{ENV_PREFIX}CONFIG") or ("pilotfish.toml" if Path("pilotfish.toml").exists() else None)
+        if path:
+            try:
+                data = tomllib.loads(Path(path).read_text())
+            except OSError as exc:
+                raise ConfigError(f"{path}: cannot read settings: {exc.strerror}") from None
+            except tomllib.TOMLDecodeError as exc:
+                raise ConfigError(f"{path}: {exc}") from None
+            for key, value in data.items():
+                if key not in sources:
+                    raise ConfigError(f"{path}: unknown setting {key!r} (known: {', '.join(sorted(sources))})")
+                values[key] = cls._convert(key, value, f"{path}: {key}")
+                sources[key] = str(path)
+        for key in sources:
+            name = f"{ENV_PREFIX}{key.upper()}"
+            if name in env:
+                values[key] = cls._convert(key, env[name], name)
+                sources[key] = f"${name}"
+        return cls(**values, sources=sources)
+
+    @classmethod
+    def _convert(cls, key: str, value: object, where: str) -> Any:
+        kind = {f.name: f.type for f in fields(cls)}[key]
+        try:
+            if kind == "bool":
+                if isinstance(value, bool):
+                    return value
+                text = str(value).strip().lower()
+                if text in ("1", "true", "yes", "on"):
+                    return True
+                if text in ("0", "false", "no", "off"):
+                    return False
+                raise ValueError(f"not a boolean: {value!r}")
+            if kind == "int":
+                return int(str(value))
+            if kind == "float":
+                number = float(str(value))
+                if number < 0:
+                    raise ValueError("must be >= 0")
+                return number
+            if not isinstance(value, str):
+                raise ValueError(f"expected text, got {type(value).__name__}")
+            return value
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+
+    def with_(self, **changes: Any) -> Settings:
+        sources = dict(self.sources)
+        sources.update({k: "command line" for k in changes})
+        return dataclasses.replace(self, **changes, sources=sources)
+
+    def items(self) -> list[tuple[str, Any, str]]:
+        """(name, value, source) for every setting, for ``pilotfish config``."""
+        return [(f.name, getattr(self, f.name), self.sources.get(f.name, "default"))
+                for f in fields(self) if f.name != "sources"]
