@@ -73,15 +73,18 @@ class BackendContract:
         backend.cancel(submitted)  # leave nothing running on the shared batch system
         backend.close()
 
-    def request(self, tmp_path: Path, name: str, command: list[str], **extra: object) -> PilotRequest:
+    def request(
+        self,
+        tmp_path: Path,
+        name: str,
+        command: list[str],
+        *,
+        shape: Shape = SMALL,
+        env: dict[str, str] | None = None,
+    ) -> PilotRequest:
         return PilotRequest(
-            name=name,
-            command=command,
-            shape=extra.pop("shape", SMALL),  # type: ignore[arg-type]
-            wall=int(extra.pop("wall", 600)),  # type: ignore[call-overload]
-            log_dir=str(tmp_path / "logs"),
-            **extra,
-        )  # type: ignore[arg-type]
+            name=name, command=command, shape=shape, wall=600, env=env or {}, log_dir=str(tmp_path / "logs")
+        )
 
     def test_done_runs_the_command_with_its_environment(self, backend: Backend, tmp_path: Path) -> None:
         out = tmp_path / "out.txt"
