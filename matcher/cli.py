@@ -44,7 +44,11 @@ def main(ctx: click.Context, verbose: bool) -> None:
 def _register() -> None:
     from pilot.mjf.command import mjf
 
-    main.add_command(mjf)
+    from . import commands
+
+    for command in (commands.config, commands.submit, commands.cancel, commands.kill, commands.matcher,
+                    commands.health, mjf):
+        main.add_command(command)
 
 
 _register()

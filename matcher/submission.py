@@ -97,23 +97,43 @@ def place(catalog: Catalog, raw: Mapping[str, object], *, job: str, vo: str) -> 
         raise ValidationError("must name one shape", job=job, field=INSTANCE_TYPE)
     req = parse_requirements(values, job=job)
     catalog.check_names(req, job=job, vo=vo)
-    queues: list[Queue] = catalog.require_eligible(req, job=job, vo=vo)
-    tq_def = req.canonical_json()
-    tq_id = req.tq_id
-    if hint is not None:
-        offering = [q for q in queues if any(s.name == hint for s in q.shapes)]
-        if not offering:
-            raise ValidationError(f"no eligible queue offers the shape {hint!r}", job=job, field=INSTANCE_TYPE)
-        holding = [q for q in offering if any(s.name == hint and s.holds(req.cpu, req.mem, req.tmp, req.wall or 0)
-                                              for s in q.shapes)]
-        if not holding:
-            raise ValidationError(f"the shape {hint!r} cannot hold cpu={req.cpu} mem={req.mem} MB "
-                                  f"tmp={req.tmp} MB wall={req.wall}", job=job, field=INSTANCE_TYPE)
-        queues = holding
-        canonical = {**req.canonical(), INSTANCE_TYPE: hint}
-        tq_def = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
-        tq_id = Requirements(values={**req.values, INSTANCE_TYPE: hint}).tq_id
-    return Placement(req, tq_id, tq_def, tuple(q.id for q in queues))
+    queues = _with_shape(catalog.require_eligible(req, job=job, vo=vo), req, hint, job)
+    if hint is None:
+        return Placement(req, req.tq_id, req.canonical_json(), tuple(q.id for q in queues))
+    canonical = json.dumps({**req.canonical(), INSTANCE_TYPE: hint}, sort_keys=True, separators=(",", ":"))
+    tq_id = Requirements(values={**req.values, INSTANCE_TYPE: hint}).tq_id
+    return Placement(req, tq_id, canonical, tuple(q.id for q in queues))
+
+
+def _with_shape(queues: list[Queue], req: Requirements, hint: str | None, job: str) -> list[Queue]:
+    """The queues that offer the hinted shape and whose shape holds the job (all of them without a hint)."""
+    if hint is None:
+        return queues
+    offering = [q for q in queues if any(s.name == hint for s in q.shapes)]
+    if not offering:
+        raise ValidationError(f"no eligible queue offers the shape {hint!r}", job=job, field=INSTANCE_TYPE)
+    holding = [q for q in offering
+               if any(s.name == hint and s.holds(req.cpu, req.mem, req.tmp, req.wall or 0) for s in q.shapes)]
+    if not holding:
+        raise ValidationError(f"the shape {hint!r} cannot hold cpu={req.cpu} mem={req.mem} MB "
+                              f"tmp={req.tmp} MB wall={req.wall}", job=job, field=INSTANCE_TYPE)
+    return holding
+
+
+def pool_of_definition(catalog: Catalog, tq_def: str, *, vo: str) -> list[str]:
+    """The queues eligible for a task queue, from its stored canonical form (the periodic pool refresh).
+
+    The canonical form holds bucketed consumables, so this is the conservative answer for every job of
+    the task queue; a class no queue can run any more gets an empty pool (its jobs wait, and
+    ``pilotfish explain`` says why).
+    """
+    values = json.loads(tq_def)
+    hint = values.pop(INSTANCE_TYPE, None)
+    try:
+        req = parse_requirements(values, job=f"task queue {tq_def}")
+        return [q.id for q in _with_shape(catalog.eligible_queues(req, vo=vo), req, hint, "")]
+    except PilotfishError:
+        return []
 
 
 class Submitter:

@@ -1,0 +1,123 @@
+"""The Celery control plane: one app, Redis as broker, beat scheduling the periodic work.
+
+Run it with ``pilotfish matcher`` (a worker with an embedded beat), or ``--no-beat`` / ``--beat-only``
+for separate processes (exactly one beat per deployment; see :mod:`matcher.periodic` for why a second
+one would still be harmless). Messages are JSON, never pickle. Payloads do not travel through Celery:
+the match path is one Lua call on Redis; Celery carries periodic and administrative work.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from typing import Any
+
+from celery import Celery
+
+from . import periodic
+from .context import Context
+from .settings import Settings
+
+app = Celery("pilotfish")
+app.conf.update(
+    task_serializer="json",
+    result_serializer="json",
+    accept_content=["json"],
+    task_ignore_result=True,
+    worker_hijack_root_logger=False,
+    broker_connection_retry_on_startup=True,
+    worker_send_task_events=True,
+    task_send_sent_event=True,
+    timezone="UTC",
+)
+
+_context: Context | None = None
+
+
+def context() -> Context:
+    global _context
+    if _context is None:
+        _context = Context(Settings.load())
+    return _context
+
+
+def configure(ctx: Context) -> Celery:
+    """Point the app at the context's Redis and schedule the periodic work at the configured intervals."""
+    global _context
+    _context = ctx
+    s = ctx.settings
+    app.conf.broker_url = ctx.redis_url
+    app.conf.result_backend = ctx.redis_url
+    app.conf.beat_schedule = {
+        "reap": {"task": "pilotfish.reap", "schedule": s.reap_interval},
+        "refresh-pools": {"task": "pilotfish.refresh_pools", "schedule": s.pool_refresh_interval},
+        "clean": {"task": "pilotfish.clean", "schedule": s.clean_interval},
+        "release-sweep": {"task": "pilotfish.release_sweep", "schedule": s.reap_interval},
+        "director": {"task": "pilotfish.director", "schedule": s.director_interval},
+        "repressure": {"task": "pilotfish.repressure", "schedule": s.repressure_interval},
+        "alive": {"task": "pilotfish.alive", "schedule": 10.0},
+    }
+    return app
+
+
+def _alive(component: str) -> None:
+    ctx = context()
+    ctx.client.zadd(ctx.keys.alive(component), {f"{component}@{socket.gethostname()}": time.time()})
+
+
+@app.task(name="pilotfish.reap")
+def reap() -> dict[str, int]:
+    report = periodic.reap(context())
+    return {"requeued": report.requeued, "failed": report.failed, "restored": report.restored}
+
+
+@app.task(name="pilotfish.refresh_pools")
+def refresh_pools() -> int:
+    return periodic.refresh_pools(context())
+
+
+@app.task(name="pilotfish.clean")
+def clean() -> list[str]:
+    return periodic.clean(context())
+
+
+@app.task(name="pilotfish.release_sweep")
+def release_sweep() -> int:
+    return periodic.release_sweep(context())
+
+
+@app.task(name="pilotfish.director")
+def director() -> dict[str, Any]:
+    from pilot.director.service import cycle
+
+    _alive("director")
+    return cycle(context()).summary()
+
+
+@app.task(name="pilotfish.repressure")
+def repressure() -> dict[str, Any]:
+    from .repressure import run_locked
+
+    return run_locked(context())
+
+
+@app.task(name="pilotfish.alive")
+def alive() -> None:
+    """Sent by beat, run by a worker: proves both are alive (``pilotfish health``)."""
+    _alive("worker")
+    _alive("beat")
+
+
+@app.task(name="pilotfish.submit_workflow", ignore_result=False)
+def submit_workflow(workflow: dict[str, Any], source: str = "<remote>") -> dict[str, Any]:
+    """Remote submission: a submitter needs only the broker URL (``pilotfish submit --remote``)."""
+    from .submission import submit_workflow as submit
+    from .workflow import parse_workflow
+
+    done = submit(context().submitter, parse_workflow(workflow, source))
+    return {"request": done.request, "ids": done.ids, "eta": done.eta}
+
+
+if _context is None and Settings.load().redis_url:
+    # `celery -A matcher.celery_app ...` with a configured Redis: configure at import.
+    configure(context())

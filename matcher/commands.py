@@ -1,0 +1,124 @@
+"""Operator commands of the control plane: config, submit, cancel, kill, matcher, health."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import click
+
+from taskqueues.errors import NotFound, PilotfishError
+
+from .context import Context
+from .control import cancel_request
+from .settings import Settings
+from .submission import submit_workflow
+from .workflow import load_workflow
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def config(as_json: bool) -> None:
+    """Print the effective settings and where each comes from."""
+    rows = Settings.load().items()
+    if as_json:
+        click.echo(json.dumps({name: {"value": value, "source": source} for name, value, source in rows}, indent=2))
+        return
+    width = max(len(name) for name, _, _ in rows)
+    for name, value, source in rows:
+        click.echo(f"{name:<{width}}  {value!s:<40}  ({source})")
+
+
+@click.command()
+@click.argument("workflow", type=click.Path(exists=True, dir_okay=False))
+@click.option("--remote", is_flag=True, help="Submit through the Celery broker (needs a running matcher).")
+@click.option("--timeout", default=30.0, show_default=True, help="With --remote: seconds to wait for the answer.")
+@click.option("--json", "as_json", is_flag=True)
+def submit(workflow: str, remote: bool, timeout: float, as_json: bool) -> None:
+    """Submit a workflow file (TOML or JSON) as one request."""
+    ctx = Context(Settings.load())
+    loaded = load_workflow(workflow)
+    if remote:
+        from .celery_app import configure
+
+        app = configure(ctx)
+        with open(workflow, "rb") as handle:
+            data = handle.read()
+        raw = json.loads(data) if workflow.endswith(".json") else __import__("tomllib").loads(data.decode())
+        reply = app.send_task("pilotfish.submit_workflow", args=[raw, workflow]).get(timeout=timeout)
+        request, ids, eta = reply["request"], reply["ids"], reply["eta"]
+    else:
+        done = submit_workflow(ctx.submitter, loaded)
+        request, ids, eta = done.request, done.ids, done.eta
+    if as_json:
+        click.echo(json.dumps({"request": request, "ids": ids, "eta": eta}))
+    else:
+        click.echo(f"request {request}: {len(ids)} jobs submitted, ETA {time.strftime('%H:%M:%S', time.localtime(eta))}")
+
+
+@click.command()
+@click.argument("targets", nargs=-1, required=True)
+@click.option("--reason", default="cancelled by operator", show_default=True)
+def cancel(targets: tuple[str, ...], reason: str) -> None:
+    """Cancel requests (by request id) or single jobs (by job id)."""
+    store = Context(Settings.load()).store
+    for target in targets:
+        try:
+            counts = cancel_request(store, target, reason)
+            click.echo(f"request {target}: {counts['ended']} jobs cancelled, {counts['requested']} running jobs "
+                       "asked to stop")
+        except NotFound:
+            click.echo(f"job {target}: {store.cancel(target, reason)}")
+
+
+@click.command()
+@click.argument("jobs", nargs=-1, required=True)
+@click.option("--reason", default="killed by operator", show_default=True)
+def kill(jobs: tuple[str, ...], reason: str) -> None:
+    """Kill running jobs (their pilot terminates the payload at its next heartbeat)."""
+    store = Context(Settings.load()).store
+    for job in jobs:
+        click.echo(f"job {job}: {store.kill(job, reason)}")
+
+
+@click.command()
+@click.option("--beat/--no-beat", default=True, help="Run Celery beat inside this worker.")
+@click.option("--beat-only", is_flag=True, help="Run only Celery beat (exactly one per deployment).")
+@click.option("--concurrency", type=int, default=2, show_default=True)
+@click.option("--loglevel", default="INFO", show_default=True)
+def matcher(beat: bool, beat_only: bool, concurrency: int, loglevel: str) -> None:
+    """Run the control plane: a Celery worker (with beat unless --no-beat), or beat alone."""
+    from .celery_app import configure
+
+    app = configure(Context(Settings.load()))
+    if beat_only:
+        app.start(["beat", f"--loglevel={loglevel}"])
+        return
+    argv = ["worker", f"--loglevel={loglevel}", f"--concurrency={concurrency}", "--pool=threads",
+            "--without-mingle", "--without-gossip", "-E"]
+    if beat:
+        argv.append("--beat")
+    app.worker_main(argv)
+
+
+@click.command()
+@click.option("--component", type=click.Choice(["worker", "beat", "director", "pilot"]))
+@click.option("--redis", "check_redis", is_flag=True, help="Only check that Redis answers.")
+@click.option("--max-age", default=60.0, show_default=True, help="Seconds a component's last beat may be old.")
+def health(component: str | None, check_redis: bool, max_age: float) -> None:
+    """Exit 0 when Redis answers and (with --component) that component beat recently."""
+    ctx = Context(Settings.load())
+    try:
+        ctx.client.ping()
+    except Exception as exc:
+        raise PilotfishError(f"Redis does not answer: {exc}") from None
+    if check_redis or component is None:
+        click.echo("redis: ok")
+        return
+    newest = ctx.client.zrange(ctx.keys.alive(component), -1, -1, withscores=True)
+    age = time.time() - newest[0][1] if newest else None
+    if age is None or age > max_age:
+        click.echo(f"{component}: no beat within {max_age:.0f} s", err=True)
+        sys.exit(1)
+    click.echo(f"{component}: ok (last beat {age:.0f} s ago)")
