@@ -54,7 +54,8 @@ def submit(workflow: str, remote: bool, timeout: float, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"request": request, "ids": ids, "eta": eta}))
     else:
-        click.echo(f"request {request}: {len(ids)} jobs submitted, ETA {time.strftime('%H:%M:%S', time.localtime(eta))}")
+        when = time.strftime('%H:%M:%S', time.localtime(eta))
+        click.echo(f"request {request}: {len(ids)} jobs submitted, ETA {when}")
 
 
 @click.command()
