@@ -1,0 +1,88 @@
+"""``pilotfish pilot``: run one pilot on this worker node (what site directors submit to batch systems).
+
+Also runnable as ``python -m pilot.agent.command`` (the batch script of a pilot needs no entry point
+installed). Exit status: 0 when the pilot stopped normally (time up, idle, drained, shut down, preempted
+by SIGTERM), 1 with one error line when it cannot start (Redis unreachable, bad settings).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from pilot.agent.config import PilotConfig
+from pilot.agent.loop import Pilot
+from pilot.agent.observer import NullObserver, Observer
+from taskqueues.errors import PilotfishError
+
+
+def make_observer(events: bool, config: PilotConfig) -> Observer:
+    """The observer for ``--events``: Celery events and remote control (``pilot.celery_events``)."""
+    if not events:
+        return NullObserver()
+    try:
+        from pilot.celery_events import CeleryObserver  # type: ignore[import-not-found,unused-ignore]
+    except ImportError as exc:
+        raise click.ClickException(f"--events needs pilot.celery_events, which cannot be imported: {exc}") from None
+    observer: Observer = CeleryObserver(config.redis_url)
+    return observer
+
+
+@click.command("pilot")
+@click.option("--redis-url", envvar="PILOTFISH_REDIS_URL", default="redis://127.0.0.1:6379/0", show_default=True,
+              help="The task-queue store (env PILOTFISH_REDIS_URL).")
+@click.option("--vo", default="default", show_default=True, help="Community whose jobs this pilot runs.")
+@click.option("--queue", required=True, help="Catalog queue id this pilot runs in (site/ce/queue).")
+@click.option("--prefix", default="pf", show_default=True, help="Redis key prefix of the store.")
+@click.option("--cores", type=click.IntRange(min=1), default=None, help="Override MJF allocated_CPU.")
+@click.option("--mem", type=click.IntRange(min=0), default=None, help="Override MJF mem_limit_MB (MB).")
+@click.option("--tmp", type=click.IntRange(min=0), default=None, help="Override the scratch space (MB).")
+@click.option("--idle-timeout", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
+              help="Stop after this many seconds with nothing running and nothing matched.")
+@click.option("--stop-margin", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Seconds kept free before the pilot's end to stop payloads and report.")
+@click.option("--heartbeat", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds between heartbeats [default: lease/3].")
+@click.option("--lease", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
+              help="Lease length the heartbeat renews, seconds.")
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Payload sandboxes, logs and $JOBSTATUS [default: ./pilot-work-<pid>].")
+@click.option("--max-jobs", type=click.IntRange(min=1), default=None, help="Stop after starting this many jobs.")
+@click.option("--own-machine", is_flag=True, help="Run MJF shutdown_command when the pilot ends (VMs).")
+@click.option("--shutdown-kill", is_flag=True, help="On an operator's shutdown, terminate running payloads.")
+@click.option("--kill-grace", type=click.FloatRange(min=0), default=5.0, show_default=True,
+              help="Seconds between SIGTERM and SIGKILL of a payload.")
+@click.option("--output-cap", type=click.IntRange(min=0), default=64 * 1024, show_default=True,
+              help="Bytes of each payload's stdout/stderr tail kept in the log directory.")
+@click.option("--mem-tolerance", type=click.FloatRange(min=0), default=0.10, show_default=True,
+              help="Fraction above its memory requirement a payload may use before it is killed.")
+@click.option("--events/--no-events", default=False, show_default=True,
+              help="Send Celery events and take remote-control commands (Flower).")
+@click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
+def pilot(redis_url: str, vo: str, queue: str, prefix: str, cores: int | None, mem: int | None, tmp: int | None,
+          idle_timeout: float, stop_margin: float, heartbeat: float | None, lease: float, workdir: Path | None,
+          max_jobs: int | None, own_machine: bool, shutdown_kill: bool, kill_grace: float, output_cap: int,
+          mem_tolerance: float, events: bool, verbose: int) -> None:
+    """Run a pilot: fill this node's cores with the most urgent jobs that fit, until its time is up."""
+    logging.basicConfig(level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)],
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        config = PilotConfig(
+            queue=queue, redis_url=redis_url, vo=vo, prefix=prefix,
+            workdir=workdir if workdir is not None else Path.cwd() / f"pilot-work-{os.getpid()}",
+            cores=cores, mem=mem, tmp=tmp, lease=lease, heartbeat_interval=heartbeat, idle_timeout=idle_timeout,
+            stop_margin=stop_margin, max_jobs=max_jobs, own_machine=own_machine, shutdown_kill=shutdown_kill,
+            kill_grace=kill_grace, output_cap=output_cap, mem_tolerance=mem_tolerance)
+        runner = Pilot(config, observer=make_observer(events, config))
+        reason = runner.run()
+    except PilotfishError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"pilot {runner.name} stopped: {reason}; {runner.processed} payloads processed", err=True)
+
+
+if __name__ == "__main__":
+    pilot()

@@ -1,0 +1,692 @@
+"""The pilot: fill the cores it holds with the most urgent jobs that fit, until its time is up.
+
+One thread, one selector. Each turn of :meth:`Pilot._turn` does, in order: signals and operator
+commands; the heartbeat when due (re-read the dynamic MJF keys, renew leases, obey kill requests, drop
+lost jobs); a memory sample when due; deadlines (SIGKILL after a grace, wall limits, the pilot's end);
+**the fill** (match what fits in the freed resources and start it); then the reports of the payloads that
+ended; then one $JOBSTATUS publication if anything started or ended. The fill comes before the reports
+on purpose: the gap between one payload's exit and the next payload's start is the pilot's overhead on
+every core, and a report can wait a few milliseconds, an idle core cannot.
+
+Exits are noticed at once: each payload's pidfd is in the selector (readable when the process exits),
+or, on kernels without pidfds, SIGCHLD wakes the selector through ``signal.set_wakeup_fd``. When nothing
+fits the pilot backs off (``backoff_min`` doubling to ``backoff_max``) and tries again at once when a
+payload ends. The selector never sleeps longer than ``command_poll`` so operator commands, which arrive
+through the observer without a file descriptor, are seen within that time.
+
+Resources are reserved exactly as each job requires (``job.cpu``/``job.mem``/``job.tmp``) and never
+overcommitted. Every report carries the attempt, so a job taken from this pilot (lease expired, killed)
+answers :class:`~taskqueues.errors.StaleReport` and the pilot moves on; if the pilot itself is killed
+with SIGKILL nothing is lost: its leases expire and the reaper requeues the jobs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+from pilot.agent.config import PilotConfig, Releaser
+from pilot.agent.memory import over_limit, over_limit_reason, sample_sessions
+from pilot.agent.observer import Command, NullObserver, Observer, PilotInfo, PilotLoad
+from pilot.agent.payload import Payload, PayloadError, Report, Stop, pidfds_supported
+from pilot.mjf.features import Features
+from pilot.mjf.jobstatus import JobStatusWriter, RunningPayload
+from pilot.mjf.payload import PayloadArea
+from pilot.mjf.source import FeatureReader
+from taskqueues.errors import PilotfishError, StaleReport, StoreError, StoreUnavailable
+from taskqueues.records import Job, PilotOffer, RunResult
+from taskqueues.store import Store
+
+log = logging.getLogger("pilot.agent")
+
+#: The horizon used for $JOBSTATUS when neither the job nor the pilot has any known end.
+NO_END = 365 * 86400.0
+
+
+class PilotStartError(PilotfishError):
+    """The pilot cannot start: the store is unreachable, or its work area cannot be created."""
+
+
+@dataclass
+class _PendingReport:
+    """A report the store could not take (Redis unreachable): retried until it lands or the lease is gone."""
+
+    payload: Payload
+    result: RunResult
+    give_up_at: float
+
+
+class Pilot:
+    """One pilot on one worker node: call :meth:`run`, which returns the reason it stopped."""
+
+    def __init__(
+        self,
+        config: PilotConfig,
+        store: Store | None = None,
+        *,
+        observer: Observer | None = None,
+        reader: FeatureReader | None = None,
+        releaser: Releaser | None = None,
+    ) -> None:
+        self.config = config
+        self.identity = config.who()
+        self.name = self.identity.name
+        self.store = store if store is not None else Store.from_url(
+            config.redis_url, vo=config.vo, prefix=config.prefix, lease_seconds=config.lease)
+        self.observer: Observer = observer if observer is not None else NullObserver()
+        self.releaser = releaser if releaser is not None else config.releaser
+        self.started = time.time()
+        self.reader = reader if reader is not None else FeatureReader.from_environment(
+            workdir=config.workdir, pilot_start=self.started)
+        self.features: Features | None = None
+        self.cores = self.mem = self.tmp = 0
+        self.running: dict[str, Payload] = {}
+        self.ended: list[Payload] = []
+        self.pending: list[_PendingReport] = []
+        self.accepting = True
+        self.stop_reason = ""
+        self.preempted = False
+        self.processed = 0
+        self.launched = 0
+        self._signals: list[int] = []
+        self._dirty = True
+        self._backoff = config.backoff_min
+        self._next_match = 0.0
+        self._next_heartbeat = 0.0
+        self._next_sample = 0.0
+        self._idle_since = time.monotonic()
+        self._selector: selectors.BaseSelector | None = None
+        self._wake: tuple[socket.socket, socket.socket] | None = None
+        self._saved_signals: dict[int, Any] = {}
+        self._saved_wakeup = -1
+        self.area: PayloadArea | None = None
+        self.jobstatus: JobStatusWriter | None = None
+        self.info: PilotInfo | None = None
+
+    # -- life cycle --------------------------------------------------------------------------------
+
+    def run(self) -> str:
+        """Run until the time is up, idle, drained, shut down or preempted; returns why it stopped."""
+        self._setup()
+        reason = "stopped"
+        try:
+            while True:
+                stopped = self._turn()
+                if stopped is not None:
+                    reason = stopped
+                    break
+            self._finish(reason)
+        finally:
+            self._teardown()
+        return reason
+
+    def _setup(self) -> None:
+        config = self.config
+        try:
+            self.store.client.ping()
+        except Exception as exc:  # redis raises several classes; all mean "cannot use the store"
+            raise StoreUnavailable(f"Redis at {config.redis_url} is not reachable: {exc}") from None
+        try:
+            config.workdir.mkdir(parents=True, exist_ok=True)
+            config.logs.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise PilotStartError(f"pilot work directory {config.workdir}: {exc.strerror or exc}") from None
+        features = self.reader.load()
+        for warning in features.warnings:
+            log.warning("MJF: %s", warning)
+        self._apply_features(features)
+        self.area = PayloadArea(config.workdir, features, stop_margin=config.stop_margin)
+        directory = config.jobstatus_dir or (os.environ.get("JOBSTATUS") or None)
+        self.jobstatus = JobStatusWriter(directory, allocated_CPU=self.cores, pilot_start=self.started,
+                                         workdir=config.workdir)
+        ident = self.identity
+        self.info = PilotInfo(
+            name=self.name, queue=config.queue, vo=config.vo, cores=self.cores, mem=self.mem, tmp=self.tmp,
+            started=self.started, batch=ident.batch, batch_id=ident.batch_id, node=ident.node,
+            extra={"pid": os.getpid(), "workdir": os.fspath(config.workdir),
+                   "jobstatus": os.fspath(self.jobstatus.directory), "logs": os.fspath(config.logs)})
+        self._selector = selectors.DefaultSelector()
+        self._install_signals()
+        log.info("pilot %s: %d cores, %d MB, %d MB scratch, queue %s, time left %s", self.name, self.cores,
+                 self.mem, self.tmp, config.queue, _seconds(self._time_left()))
+        self._notify("pilot_started", self.info)
+        self._publish()
+        self._heartbeat()
+
+    def _apply_features(self, features: Features) -> None:
+        """Take the pilot's size from MJF (first load) or its new dynamic values (refresh)."""
+        first = self.features is None
+        self.features = features
+        if not first:
+            return
+        config = self.config
+        self.cores = config.cores if config.cores is not None else (features.job.allocated_CPU or 1)
+        self.mem = config.mem if config.mem is not None else (features.job.mem_limit_MB or 0)
+        disk = features.job.disk_limit_GB
+        self.tmp = config.tmp if config.tmp is not None else (math.floor(disk * 1000) if disk else 0)
+
+    def _install_signals(self) -> None:
+        """SIGTERM/SIGINT (preemption) and SIGCHLD all wake the selector; only in the main thread."""
+        if threading.current_thread() is not threading.main_thread():
+            log.warning("pilot %s runs outside the main thread: no signal handling", self.name)
+            return
+        assert self._selector is not None
+        reader, writer = socket.socketpair()
+        reader.setblocking(False)
+        writer.setblocking(False)
+        self._wake = (reader, writer)
+        self._selector.register(reader, selectors.EVENT_READ, ("wake", None))
+        self._saved_wakeup = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+        watched = [signal.SIGTERM, signal.SIGINT]
+        if not pidfds_supported():
+            watched.append(signal.SIGCHLD)  # no pidfds: a child's exit must wake the selector
+        for number in watched:
+            self._saved_signals[number] = signal.signal(number, self._on_signal)
+
+    def _on_signal(self, number: int, _frame: FrameType | None) -> None:
+        if number != signal.SIGCHLD:
+            self._signals.append(number)
+
+    def _teardown(self) -> None:
+        if self._wake is not None:
+            signal.set_wakeup_fd(self._saved_wakeup)
+            for number, handler in self._saved_signals.items():
+                signal.signal(number, handler)
+            for sock in self._wake:
+                sock.close()
+            self._wake = None
+        for payload in list(self.running.values()) + self.ended:
+            payload.signal(signal.SIGKILL)
+            if not payload.ended:
+                with contextlib.suppress(ChildProcessError):
+                    payload.reap()
+            payload.close()
+            payload.sandbox.cleanup()
+        if self._selector is not None:
+            self._selector.close()
+            self._selector = None
+        if self.area is not None:
+            self.area.close()
+        self._notify("close")
+
+    def _finish(self, reason: str) -> None:
+        """The last words: final $JOBSTATUS, a last heartbeat record, the observer, the machine."""
+        self.accepting = False
+        self._retry_reports(force=True)
+        self._publish()
+        log.info("pilot %s stops: %s (%d payloads processed)", self.name, reason, self.processed)
+        with contextlib.suppress(StoreError):
+            self.store.heartbeat(self.name, {}, {**self._record(), "stopped": reason})
+        assert self.info is not None
+        self._notify("pilot_stopped", self.info, reason)
+        self._shutdown_machine()
+
+    def _shutdown_machine(self) -> None:
+        """On a VM the pilot owns (``own_machine``), run the site's ``shutdown_command`` (MJF key 2.6)."""
+        command = self.features.machine.shutdown_command if self.features else None
+        if not (self.config.own_machine and command):
+            return
+        log.info("pilot %s owns its machine: running shutdown_command %s", self.name, command)
+        try:
+            done = subprocess.run([command], capture_output=True, text=True, timeout=300, check=False)
+        except (OSError, subprocess.SubprocessError) as exc:
+            log.error("shutdown_command %s failed to run: %s", command, exc)
+            return
+        if done.returncode != 0:
+            log.error("shutdown_command %s exited with %d: %s", command, done.returncode, done.stderr.strip())
+
+    # -- one turn of the loop ----------------------------------------------------------------------
+
+    def _turn(self) -> str | None:
+        now = time.monotonic()
+        self._handle_signals()
+        self._handle_commands()
+        if now >= self._next_heartbeat:
+            self._heartbeat()
+        if self.running and now >= self._next_sample:
+            self._sample()
+        self._enforce_deadlines()
+        self._fill()
+        self._report_ended()
+        if self.pending:
+            self._retry_reports()
+        if self._dirty:
+            self._publish()
+        stopped = self._exit_reason()
+        if stopped is not None:
+            return stopped
+        self._wait(self._timeout())
+        return None
+
+    def _wait(self, timeout: float) -> None:
+        assert self._selector is not None
+        for key, _ in self._selector.select(timeout):
+            kind, payload = key.data
+            if kind == "exit":
+                if not payload.ended:
+                    self._reaped(payload)
+            elif kind == "output":
+                if key.fd not in payload.open_pipes:  # closed when its payload was reaped in this same batch
+                    continue
+                if not payload.read(key.fd):
+                    self._selector.unregister(key.fd)
+            elif kind == "wake":
+                self._drain_wake()
+        if self._wake is not None:  # no pidfds: SIGCHLD woke us; check every payload without reaping it
+            for payload in [p for p in self.running.values() if p.pidfd is None]:
+                if payload.has_exited():
+                    self._reaped(payload)
+
+    def _drain_wake(self) -> None:
+        assert self._wake is not None
+        with contextlib.suppress(BlockingIOError):
+            while self._wake[0].recv(4096):
+                pass
+
+    def _timeout(self) -> float:
+        """Seconds the selector may sleep: until the next thing the pilot must do by itself."""
+        if self.ended or self._signals:
+            return 0.0
+        now = time.monotonic()
+        deadlines = [self._next_heartbeat, now + self.config.command_poll]
+        if self.running:
+            deadlines.append(self._next_sample)
+            deadlines += [p.kill_at for p in self.running.values() if p.kill_at is not None]
+            wall_now = time.time()
+            for payload in self.running.values():
+                end = self._payload_deadline(payload)[0]
+                if end is not None and payload.stop is None:
+                    deadlines.append(now + end - wall_now)
+        elif not self.accepting or self._time_left_real() == 0:
+            return 0.0
+        else:
+            deadlines.append(self._idle_since + self.config.idle_timeout)
+        if self.accepting and self._free()[0] > 0:
+            deadlines.append(self._next_match)
+        if self.pending:
+            deadlines.append(now + 1.0)
+        return max(0.0, min(deadlines) - now)
+
+    def _exit_reason(self) -> str | None:
+        if self.running or self.ended:
+            return None
+        if not self.accepting:  # drained, preempted, shut down, out of jobs
+            return self.stop_reason
+        if self._time_left_real() == 0:
+            return "time is up"
+        idle = time.monotonic() - self._idle_since
+        if idle >= self.config.idle_timeout:
+            return f"idle: nothing matched for {idle:.1f} s"
+        return None
+
+    # -- signals and commands ----------------------------------------------------------------------
+
+    def _handle_signals(self) -> None:
+        while self._signals:
+            number = self._signals.pop(0)
+            name = signal.Signals(number).name
+            if self.preempted:
+                log.warning("pilot %s: second %s: killing every payload now", self.name, name)
+                for payload in self.running.values():
+                    payload.signal(signal.SIGKILL)
+                continue
+            log.warning("pilot %s: %s: giving every payload back and stopping", self.name, name)
+            self.preempted = True
+            self._stop_accepting(f"preempted ({name})")
+            for payload in self.running.values():
+                payload.terminate(Stop(f"pilot preempted ({name})", "requeue"), self.config.kill_grace)
+
+    def _handle_commands(self) -> None:
+        try:
+            commands: list[Command] = self.observer.commands()
+        except Exception:  # an observer must not stop payloads, even when it breaks its promise not to raise
+            log.exception("observer.commands() failed")
+            return
+        for command in commands:
+            if command.kind == "kill":
+                payload = self.running.get(command.job)
+                if payload is None:
+                    log.warning("operator asked to kill job %s, which this pilot does not run", command.job)
+                    continue
+                log.info("operator kills job %s", command.job)
+                payload.terminate(Stop(command.reason or "killed by operator", "fail"), self.config.kill_grace)
+            elif command.kind == "shutdown":
+                log.info("operator shuts pilot %s down%s", self.name,
+                         " killing its payloads" if self.config.shutdown_kill else "")
+                self._stop_accepting(command.reason or "shutdown requested by operator")
+                if self.config.shutdown_kill:
+                    for payload in self.running.values():
+                        payload.terminate(Stop("pilot shut down by operator", "requeue"), self.config.kill_grace)
+            else:
+                log.warning("unknown operator command %r ignored", command.kind)
+
+    def _stop_accepting(self, reason: str) -> None:
+        if self.accepting:
+            self.accepting = False
+            self.stop_reason = reason
+            self._dirty = True  # can_postpone_last_job turns False
+            log.info("pilot %s takes no more jobs: %s", self.name, reason)
+
+    # -- heartbeat, memory, deadlines --------------------------------------------------------------
+
+    def _heartbeat(self) -> None:
+        self._next_heartbeat = time.monotonic() + self.config.heartbeat
+        try:
+            features = self.reader.refresh()
+        except PilotfishError as exc:
+            log.warning("MJF refresh failed, keeping the previous values: %s", exc)
+        else:
+            if features != self.features:
+                before = self._time_left()
+                self._apply_features(features)
+                assert self.area is not None
+                self.area.update(features)
+                log.info("MJF changed: time left %s (was %s)", _seconds(self._time_left()), _seconds(before))
+                self._dirty = True
+        jobs = {p.id: p.job.attempt for p in self.running.values()}
+        jobs.update({r.payload.id: r.payload.job.attempt for r in self.pending})
+        try:
+            reply = self.store.heartbeat(self.name, jobs, self._record())
+        except StoreError as exc:
+            log.warning("heartbeat failed (leases not renewed): %s", exc)
+        else:
+            for job, reason in reply.kills.items():
+                payload = self.running.get(job)
+                if payload is not None:
+                    log.info("job %s: kill requested: %s", job, reason)
+                    payload.terminate(Stop(reason, "fail"), self.config.kill_grace)
+            for job in reply.lost:
+                payload = self.running.get(job)
+                if payload is not None:
+                    log.warning("job %s is no longer this pilot's (lease lost): stopping it unreported", job)
+                    payload.terminate(Stop("lease lost", "none"), self.config.kill_grace)
+                self.pending = [r for r in self.pending if r.payload.id != job]
+        assert self.info is not None
+        self._notify("heartbeat", self.info, self._load())
+
+    def _record(self) -> dict[str, Any]:
+        """What operators read about this pilot in the store's pilots hash."""
+        cpu, mem, tmp = self._used()
+        return {
+            "name": self.name, "queue": self.config.queue, "node": self.identity.node,
+            "batch": self.identity.batch, "batch_id": self.identity.batch_id, "pid": os.getpid(),
+            "cores": self.cores, "mem": self.mem, "tmp": self.tmp, "used_cpu": cpu, "used_mem": mem,
+            "used_tmp": tmp, "running": sorted(self.running), "processed": self.processed,
+            "started": round(self.started, 3), "time_left": self._time_left(), "draining": not self.accepting,
+        }
+
+    def _load(self) -> PilotLoad:
+        cpu, mem, _ = self._used()
+        return PilotLoad(used_cpu=cpu, used_mem=mem, running=tuple(sorted(self.running)),
+                         processed=self.processed, time_left=self._time_left(), draining=not self.accepting)
+
+    def _sample(self) -> None:
+        self._next_sample = time.monotonic() + self.config.mem_sample_interval
+        live = {p.pid: p for p in self.running.values() if not p.ended}
+        for sid, sample in sample_sessions(set(live)).items():
+            payload = live[sid]
+            payload.usage.add(sample)
+            limit = payload.job.mem
+            if payload.stop is None and over_limit(sample.rss, limit, self.config.mem_tolerance):
+                reason = over_limit_reason(sample.rss, limit, self.config.mem_tolerance)
+                log.warning("job %s: %s: killing it", payload.id, reason)
+                payload.terminate(Stop(reason, "fail"), self.config.kill_grace)
+
+    def _payload_deadline(self, payload: Payload) -> tuple[float | None, Stop | None]:
+        """When the payload must be stopped (UNIX time), and how: its own wall limit or the pilot's end."""
+        wall = _wall_requirement(payload.job)
+        own = payload.start_wall + wall if wall else None
+        pilot_end = self.area.pilot_end(self.features) if self.area and self.features else None
+        if own is not None and (pilot_end is None or own <= pilot_end):
+            return own, Stop(f"wall time limit {wall} s exceeded", "fail")
+        if pilot_end is not None:
+            return pilot_end, Stop("the pilot reached its end (wall limit or shutdown time)", "requeue")
+        return None, None
+
+    def _enforce_deadlines(self) -> None:
+        if not self.running:
+            return
+        now, wall_now = time.monotonic(), time.time()
+        for payload in self.running.values():
+            if payload.kill_at is not None and now >= payload.kill_at:
+                log.warning("job %s did not stop within %g s of SIGTERM: SIGKILL", payload.id,
+                            self.config.kill_grace)
+                payload.signal(signal.SIGKILL)
+                payload.kill_at = math.inf
+            if payload.stop is None:
+                end, stop = self._payload_deadline(payload)
+                if end is not None and stop is not None and wall_now >= end:
+                    log.warning("job %s: %s", payload.id, stop.reason)
+                    payload.terminate(stop, self.config.kill_grace)
+
+    # -- filling -----------------------------------------------------------------------------------
+
+    def _used(self) -> tuple[int, int, int]:
+        cpu = mem = tmp = 0
+        for payload in self.running.values():
+            cpu += payload.job.cpu
+            mem += payload.job.mem
+            tmp += payload.job.tmp
+        return cpu, mem, tmp
+
+    def _free(self) -> tuple[int, int, int]:
+        cpu, mem, tmp = self._used()
+        return self.cores - cpu, self.mem - mem, self.tmp - tmp
+
+    def _time_left(self) -> float | None:
+        """Seconds left in reference (normalised) time, what the matcher compares job estimates with."""
+        assert self.features is not None
+        return self.features.time_left_normalised(time.time(), self.config.stop_margin)
+
+    def _time_left_real(self) -> float | None:
+        assert self.features is not None
+        return self.features.time_left(time.time(), self.config.stop_margin)
+
+    def _fill(self) -> None:
+        """Match and start jobs while cores are free and something fits (the store fills in one call)."""
+        while self.accepting and time.monotonic() >= self._next_match:
+            cpu, mem, tmp = self._free()
+            if cpu <= 0:
+                return
+            if self._time_left_real() == 0:
+                self._stop_accepting("time is up")
+                return
+            want = cpu
+            if self.config.max_jobs is not None:
+                want = min(want, self.config.max_jobs - self.launched)
+                if want <= 0:
+                    self._stop_accepting(f"ran its maximum of {self.config.max_jobs} jobs")
+                    return
+            offer = PilotOffer(self.name, self.config.queue, cpu, max(0, mem), max(0, tmp), self._time_left())
+            try:
+                jobs = self.store.match(offer, max_jobs=want)
+            except StoreError as exc:
+                log.warning("match failed: %s", exc)
+                jobs = []
+            if not jobs:
+                self._next_match = time.monotonic() + self._backoff
+                self._backoff = min(self._backoff * 2, self.config.backoff_max)
+                return
+            self._backoff = self.config.backoff_min
+            if not all([self._launch(job) for job in jobs]):  # a job given back: do not take it again at once
+                self._next_match = time.monotonic() + self.config.backoff_max
+                return
+
+    def _launch(self, job: Job) -> bool:
+        """Start one matched job; False when it had to be given back."""
+        cpu, mem, tmp = self._free()
+        if job.cpu > cpu or job.mem > mem or job.tmp > tmp:  # never overcommit, even if the store erred
+            self._give_back(job, f"matched job needs cpu={job.cpu} mem={job.mem} tmp={job.tmp} but "
+                                 f"pilot {self.name} has only cpu={cpu} mem={mem} tmp={tmp} free")
+            return False
+        assert self.area is not None and self._selector is not None
+        wall = _wall_requirement(job)
+        try:
+            sandbox = self.area.payload(f"{job.id}.{job.attempt}", cores=job.cpu, mem_MB=job.mem or None,
+                                        wall_secs=wall, disk_GB=job.tmp / 1000 if job.tmp else None)
+        except PilotfishError as exc:
+            self._give_back(job, str(exc))
+            self._stop_accepting(f"cannot create payload directories: {exc}")
+            return False
+        payload = Payload(job, sandbox, log_dir=self.config.logs, output_cap=self.config.output_cap)
+        try:
+            payload.spawn(sandbox.env())
+        except (PayloadError, OSError) as exc:
+            sandbox.cleanup()
+            self._give_back(job, str(exc))
+            self._stop_accepting(f"cannot start payloads: {exc}")
+            return False
+        self.running[job.id] = payload
+        self.launched += 1
+        self._dirty = True
+        if payload.pidfd is not None:
+            self._selector.register(payload.pidfd, selectors.EVENT_READ, ("exit", payload))
+        for fd in payload.open_pipes:
+            self._selector.register(fd, selectors.EVENT_READ, ("output", payload))
+        try:
+            self.store.start(job.id, job.attempt, self.name)
+        except StaleReport as exc:
+            log.warning("job %s was taken from this pilot before it started: %s", job.id, exc)
+            payload.terminate(Stop("lease lost before start", "none"), 0.0)
+        except StoreError as exc:
+            log.warning("job %s: could not record its start (the next heartbeat renews its lease): %s",
+                        job.id, exc)
+        self._notify("payload_started", self.info, job)
+        return True
+
+    def _give_back(self, job: Job, reason: str) -> None:
+        """A matched job this pilot cannot run: requeue it at once, not the job's fault."""
+        log.error("job %s given back: %s", job.id, reason)
+        with contextlib.suppress(StoreError):
+            self.store.fail(job.id, job.attempt, self.name, RunResult(exit_code=None, reason=reason), requeue=True)
+
+    # -- ends and reports --------------------------------------------------------------------------
+
+    def _reaped(self, payload: Payload) -> None:
+        """The payload's shell exited: free its resources now (the fill runs next), report later."""
+        assert self._selector is not None
+        if payload.pidfd is not None:
+            self._selector.unregister(payload.pidfd)
+        for fd in payload.open_pipes:
+            self._selector.unregister(fd)
+        payload.reap()
+        self.running.pop(payload.id, None)
+        self.ended.append(payload)
+        self._dirty = True
+        self._next_match = 0.0
+        self._backoff = self.config.backoff_min
+        if not self.running:
+            self._idle_since = time.monotonic()
+
+    def _report_ended(self) -> None:
+        ended, self.ended = self.ended, []
+        for payload in ended:
+            result = payload.result()
+            payload.close()
+            payload.sandbox.cleanup()
+            self.processed += 1
+            self._report(payload, result)
+
+    def _report(self, payload: Payload, result: RunResult) -> bool:
+        """Tell the store how the payload ended; False when Redis was unreachable (retried later)."""
+        job = payload.job
+        stop = payload.stop
+        report: Report | None = stop.report if stop is not None else None
+        state: str
+        try:
+            if report == "none":
+                state = "lost"
+            elif report is None and result.exit_code == 0:
+                released = self.store.complete(job.id, job.attempt, self.name, result)
+                state = "done"
+                if released and self.releaser is not None:
+                    try:
+                        self.releaser(released)
+                    except Exception:  # the releaser is the caller's; its failure must not stop payloads
+                        log.exception("releaser failed for %s", released)
+            else:
+                state = str(self.store.fail(job.id, job.attempt, self.name, result, requeue=report == "requeue"))
+        except StaleReport as exc:
+            log.warning("job %s: report refused, the job was taken from this pilot: %s", job.id, exc)
+            state = "stale"
+        except StoreUnavailable as exc:
+            log.warning("job %s: cannot report now (%s); will retry", job.id, exc)
+            if not any(r.payload is payload for r in self.pending):
+                self.pending.append(_PendingReport(payload, result, time.monotonic() + self.config.lease))
+            return False
+        except StoreError as exc:
+            log.error("job %s: report failed: %s", job.id, exc)
+            state = "unreported"
+        log.info("job %s attempt %d: %s%s", job.id, job.attempt, state,
+                 f" ({result.reason})" if result.reason else "")
+        self._notify("payload_ended", self.info, job, result, state)
+        return True
+
+    def _retry_reports(self, force: bool = False) -> None:
+        now = time.monotonic()
+        keep: list[_PendingReport] = []
+        for pending in self.pending:
+            if now >= pending.give_up_at:
+                log.warning("job %s: giving up reporting it; its lease expires and the reaper requeues it",
+                            pending.payload.id)
+                continue
+            if not self._report(pending.payload, pending.result) and not force:
+                keep.append(pending)
+        self.pending = keep
+
+    def _publish(self) -> None:
+        """Rewrite $JOBSTATUS for the payloads running now (once per turn in which something changed)."""
+        assert self.jobstatus is not None and self.features is not None and self.area is not None
+        self._dirty = False
+        self.jobstatus.can_postpone_last_job = self.accepting
+        pilot_end = self.area.pilot_end(self.features)
+        factor = self.features.cpufactor
+        entries = []
+        for payload in self.running.values():
+            start = payload.start_wall
+            wall = _wall_requirement(payload.job)
+            ends = [e for e in (pilot_end, start + wall if wall else None) if e is not None]
+            max_end = min(ends) if ends else start + NO_END
+            ete = payload.job.ete
+            expected = start + ete / factor if ete > 0 else max_end
+            entries.append(RunningPayload(cores=payload.job.cpu, start=start, expected_end=expected, max_end=max_end))
+        try:
+            self.jobstatus.publish(entries)
+        except PilotfishError as exc:
+            log.warning("$JOBSTATUS not updated: %s", exc)
+
+    # -- helpers -----------------------------------------------------------------------------------
+
+    def _notify(self, method: str, *args: Any) -> None:
+        """Call an observer method; an observer failure is logged and never reaches the payloads."""
+        call: Callable[..., None] = getattr(self.observer, method)
+        try:
+            call(*args)
+        except Exception:
+            log.exception("observer.%s failed", method)
+
+
+def _wall_requirement(job: Job) -> int | None:
+    """The job's own wall-time requirement in seconds, if it gave one."""
+    value = job.requirements.get("wall")
+    try:
+        seconds = int(value) if value is not None else 0
+    except (TypeError, ValueError):
+        return None
+    return seconds if seconds > 0 else None
+
+
+def _seconds(value: float | None) -> str:
+    return "unbounded" if value is None else f"{value:.0f} s"

@@ -1,0 +1,360 @@
+"""One payload: ``sh -c <command>`` in its own session, its output tails, its end and its result.
+
+The pilot's loop owns the waiting (one selector for every payload); this module owns everything about
+a single payload's process:
+
+* Start: ``sh -c`` with the job's command, ``start_new_session`` (so the whole tree can be signalled and
+  measured as one session), the cwd a fresh work directory inside the payload's sandbox, the sandbox's
+  environment (own $JOBFEATURES, $TMPDIR, ...) plus ``PILOTFISH_JOB_ID``, ``PILOTFISH_ATTEMPT`` and
+  ``PILOTFISH_OUTPUTS``. stdout and stderr are pipes the loop reads, keeping only the last
+  ``output_cap`` bytes of each, so a payload that prints gigabytes cannot fill the pilot's disk.
+* End: noticed through a pidfd (Linux >= 5.3: readable the moment the process exits), or, without
+  pidfds, on SIGCHLD. The shell is left a zombie while what remains of its session is killed, so its
+  pid (the session and group id) cannot be reused by an unrelated process while we signal it; then it is
+  reaped with ``wait4``, whose rusage gives the CPU time of every descendant that was waited for.
+* Result: exit code or signal, wall and CPU time, peak memory, and after a success the ``KEY=VALUE``
+  lines of the outputs file, numbers as numbers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import math
+import os
+import re
+import resource
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pilot.agent.memory import Usage
+from pilot.mjf.payload import PayloadSandbox
+from taskqueues.errors import PilotfishError
+from taskqueues.records import Job, RunResult
+
+log = logging.getLogger("pilot.agent")
+
+#: How the pilot reports a payload it stopped: ``fail`` (the job's end), ``requeue`` (not the job's
+#: fault: give it back at once), ``none`` (the job is no longer ours: say nothing).
+Report = Literal["fail", "requeue", "none"]
+
+
+class PayloadError(PilotfishError):
+    """A payload's process could not be started."""
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Why the pilot stopped a payload, and how it must be reported."""
+
+    reason: str
+    report: Report
+
+
+class OutputTail:
+    """The last ``cap`` bytes of a stream, and how many bytes came before them."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.total = 0
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> None:
+        self.total += len(data)
+        self._buf += data
+        if len(self._buf) > 2 * self.cap:  # trim rarely: amortised O(1) per byte
+            del self._buf[: len(self._buf) - self.cap]
+
+    @property
+    def data(self) -> bytes:
+        return bytes(self._buf[-self.cap:]) if self.cap else b""
+
+    @property
+    def dropped(self) -> int:
+        return self.total - len(self.data)
+
+
+_INT = re.compile(r"[+-]?\d+")
+
+
+def parse_value(text: str) -> Any:
+    """An outputs value: an integer or a finite float when it reads as one, else the text itself."""
+    if _INT.fullmatch(text):
+        return int(text)
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return number if math.isfinite(number) else text
+
+
+def parse_outputs(text: str, where: str = "outputs") -> dict[str, Any]:
+    """``KEY=VALUE`` lines (blank lines and ``#`` comments ignored; a later key wins) as a dictionary.
+
+    A line without ``=`` or with an empty key is skipped with a warning naming the line, rather than
+    failing a payload that did its work.
+    """
+    outputs: dict[str, Any] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            log.warning("%s line %d: %r is not KEY=VALUE; ignored", where, number, line[:80])
+            continue
+        outputs[key] = parse_value(value.strip())
+    return outputs
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _pidfd_open(pid: int) -> int | None:
+    """A pidfd for ``pid``, or None where the kernel (< 5.3) or Python has none: SIGCHLD then tells us."""
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    try:
+        fd: int = opener(pid)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSYS, errno.EPERM, errno.EINVAL):
+            return None
+        raise
+    return fd
+
+
+def pidfds_supported() -> bool:
+    """Whether this kernel and Python give pidfds (else the pilot listens to SIGCHLD)."""
+    fd = _pidfd_open(os.getpid())
+    if fd is None:
+        return False
+    os.close(fd)
+    return True
+
+
+class Payload:
+    """The process of one job's attempt, from spawn to :class:`RunResult`."""
+
+    def __init__(self, job: Job, sandbox: PayloadSandbox, *, log_dir: Path, output_cap: int) -> None:
+        self.job = job
+        self.sandbox = sandbox
+        self.log_dir = log_dir
+        self.output_cap = output_cap
+        self.workdir = sandbox.root / "work"
+        self.outputs_file = sandbox.root / "outputs"
+        self.tails: dict[str, OutputTail] = {}  # "out" / "err" -> its tail
+        self._fds: dict[int, str] = {}  # open read ends -> stream name
+        self.process: subprocess.Popen[bytes] | None = None
+        self.pidfd: int | None = None
+        self.usage = Usage()
+        self.stop: Stop | None = None
+        self.kill_at: float | None = None  # monotonic time to send SIGKILL after SIGTERM
+        self.start_wall = 0.0
+        self.start_mono = 0.0
+        self.end_mono: float | None = None
+        self.status: int | None = None
+        self.rusage_cpu = 0.0
+        self.rusage_maxrss = 0
+
+    @property
+    def id(self) -> str:
+        return self.job.id
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None, "payload not started"
+        return self.process.pid
+
+    @property
+    def ended(self) -> bool:
+        return self.status is not None
+
+    def spawn(self, env: dict[str, str]) -> None:
+        """Start ``sh -c <command>``; raises :class:`PayloadError` naming the job when it cannot start."""
+        self.workdir.mkdir()
+        env = {**env, "PILOTFISH_JOB_ID": self.job.id, "PILOTFISH_ATTEMPT": str(self.job.attempt),
+               "PILOTFISH_OUTPUTS": os.fspath(self.outputs_file)}
+        pipes: list[tuple[int, int]] = []
+        try:
+            if self.output_cap > 0:
+                pipes = [os.pipe2(os.O_CLOEXEC), os.pipe2(os.O_CLOEXEC)]
+            stdout: int = pipes[0][1] if pipes else subprocess.DEVNULL
+            stderr: int = pipes[1][1] if pipes else subprocess.DEVNULL
+            self.start_wall, self.start_mono = time.time(), time.monotonic()
+            self.process = subprocess.Popen(
+                ["/bin/sh", "-c", self.job.command], cwd=self.workdir, env=env, stdin=subprocess.DEVNULL,
+                stdout=stdout, stderr=stderr, start_new_session=True, close_fds=True)
+        except OSError as exc:
+            for read, write in pipes:
+                os.close(read)
+                os.close(write)
+            raise PayloadError(f"job {self.job.id}: cannot start its payload: {exc.strerror or exc}") from None
+        for (read, write), name in zip(pipes, ("out", "err"), strict=True):
+            os.close(write)
+            os.set_blocking(read, False)
+            self.tails[name] = OutputTail(self.output_cap)
+            self._fds[read] = name
+        self.pidfd = _pidfd_open(self.process.pid)
+
+    # -- output ------------------------------------------------------------------------------------
+
+    def read(self, fd: int) -> bool:
+        """Read what is available on one output pipe; False at end of file (the fd is then closed)."""
+        tail = self.tails[self._fds[fd]]
+        while True:
+            try:
+                data = os.read(fd, 65536)
+            except BlockingIOError:
+                return True
+            except InterruptedError:
+                continue
+            if not data:
+                self._close_pipe(fd)
+                return False
+            tail.feed(data)
+            if len(data) < 65536:
+                return True
+
+    def _close_pipe(self, fd: int) -> None:
+        if fd in self._fds:
+            os.close(fd)
+            del self._fds[fd]
+
+    @property
+    def open_pipes(self) -> list[int]:
+        return list(self._fds)
+
+    # -- signals and the end -----------------------------------------------------------------------
+
+    def signal(self, sig: int) -> None:
+        """Signal the payload's whole session (its process group; the shell is its leader).
+
+        Only ever called while the shell is alive or a zombie, so its pid cannot have been reused.
+        """
+        if self.process is None or self.ended:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, sig)
+
+    def terminate(self, stop: Stop, grace: float) -> None:
+        """SIGTERM now and SIGKILL after ``grace`` seconds; the first reason given is the one reported."""
+        if self.stop is None:
+            self.stop = stop
+        if self.kill_at is None:
+            self.signal(signal.SIGTERM)
+            self.kill_at = time.monotonic() + grace
+
+    def has_exited(self) -> bool:
+        """Whether the shell has exited, without reaping it (for the SIGCHLD fallback)."""
+        if self.process is None or self.ended:
+            return self.ended
+        try:
+            info = os.waitid(os.P_PID, self.process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return True
+        return info is not None
+
+    def reap(self) -> None:
+        """The shell has exited: kill what is left of its session, reap it, collect the rest of its output."""
+        assert self.process is not None
+        self.end_mono = time.monotonic()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)  # leftovers (background jobs) die with the payload
+        while True:
+            try:
+                _, status, rusage = os.wait4(self.process.pid, 0)
+                break
+            except InterruptedError:
+                continue
+            except ChildProcessError:  # reaped elsewhere: nothing to measure
+                status, rusage = 255 << 8, None
+                break
+        self.status = status
+        self.process.returncode = os.waitstatus_to_exitcode(status)
+        if rusage is not None:
+            self.rusage_cpu = rusage.ru_utime + rusage.ru_stime
+            # The shell was forked from the pilot, and Linux carries the pre-exec image's high-water mark
+            # into ru_maxrss: a value up to the pilot's own peak may be the pilot's, not the payload's.
+            # Above it, it can only be a payload process's (a lower bound of the tree's peak).
+            maxrss = rusage.ru_maxrss * 1024
+            if maxrss > resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024:
+                self.rusage_maxrss = maxrss
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+        for fd in self.open_pipes:  # whatever the shell wrote before exiting is in the pipe now
+            if self.read(fd):
+                self._close_pipe(fd)  # a process outside the session still holds it: stop listening
+
+    @property
+    def exit_code(self) -> int | None:
+        """The shell's exit code, or None when a signal ended it."""
+        if self.status is None or not os.WIFEXITED(self.status):
+            return None
+        return os.WEXITSTATUS(self.status)
+
+    def _log_files(self) -> dict[str, Path]:
+        """Write the output tails under the log dir (only non-empty ones); returns stream -> path."""
+        paths: dict[str, Path] = {}
+        for stream, tail in self.tails.items():
+            if not tail.total:
+                continue
+            path = self.log_dir / f"{self.job.id}.{self.job.attempt}.{stream}"
+            try:
+                with open(path, "wb") as handle:
+                    if tail.dropped:
+                        handle.write(f"[pilotfish: {tail.dropped} earlier bytes dropped]\n".encode())
+                    handle.write(tail.data)
+            except OSError as exc:
+                log.warning("job %s: cannot keep its std%s in %s: %s", self.job.id, stream, path, exc)
+                continue
+            paths[stream] = path
+        return paths
+
+    def result(self) -> RunResult:
+        """What to report, once reaped: exit code or signal, times, peak memory, outputs on success."""
+        assert self.status is not None and self.end_mono is not None, "payload not reaped"
+        logs = self._log_files()
+        wall = self.end_mono - self.start_mono
+        cpu = max(self.rusage_cpu, self.usage.cpu)
+        peak = max(self.usage.peak_rss, self.rusage_maxrss) / 1_000_000
+        code = self.exit_code
+        outputs: dict[str, Any] = {}
+        if self.stop is not None:
+            reason = self.stop.reason
+        elif code is None:
+            number = os.WTERMSIG(self.status)
+            reason = f"killed by signal {number} ({_signal_name(number)})"
+        elif code != 0:
+            reason = f"exit code {code}"
+        else:
+            reason = ""
+            try:
+                outputs = parse_outputs(self.outputs_file.read_text(errors="replace"),
+                                        f"job {self.job.id} outputs")
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                log.warning("job %s: cannot read its outputs file: %s", self.job.id, exc)
+        if reason and "err" in logs:
+            reason += f" (stderr: {logs['err']})"
+        return RunResult(exit_code=code, wall=wall, cpu_time=cpu, peak_mem=peak, outputs=outputs, reason=reason)
+
+    def close(self) -> None:
+        """Release file descriptors (idempotent); the sandbox is removed by its owner."""
+        for fd in self.open_pipes:
+            self._close_pipe(fd)
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
