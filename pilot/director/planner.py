@@ -32,7 +32,9 @@ that keep work plus new ones) per shape, running pilots not counted; at most ``m
 all (running + queued + new) for the queue. When a cap cuts, the new pilots whose most urgent job is
 most urgent are kept, the jobs of the dropped ones are first-fitted into the spare room of the kept
 ones (most urgent first), and the rest are packed again onto the shapes that still have room under
-their cap; what no shape may take is *deferred* to the next cycle, with the reason.
+their cap. Pilots are kept as an urgency prefix: once a cap cuts one, the less urgent pilots behind it
+are packed again in the next round even if their shape has room, so a cheap-to-keep tail pilot never
+displaces more urgent work. What no shape may take is *deferred* to the next cycle, with the reason.
 """
 
 from __future__ import annotations
@@ -495,9 +497,7 @@ def _pack_balanced(jobs: Sequence[Demand], shapes: Sequence[Shape]) -> list[_Bin
                 open_kinds = [k for k in open_kinds if used[k] < len(kinds[k]) and trial.fits(kinds[k][-1])]
                 if not open_kinds:
                     break
-                pick = max(
-                    open_kinds, key=lambda k: (_alignment(trial, kinds[k][-1]), -rank[kinds[k][-1].job])
-                )
+                pick = max(open_kinds, key=lambda k: (_alignment(trial, kinds[k][-1]), -rank[kinds[k][-1].job]))
                 trial.add(kinds[pick][-1 - used[pick]])
                 used[pick] += 1
             score = math.fsum(value[j.job] for j in trial.jobs) / shape.cost if shape.cost > 0 else math.inf
@@ -633,9 +633,7 @@ def _planned(bin_: _Bin, granularity: int) -> PlannedPilot:
     return PlannedPilot(bin_.shape, jobs, pilot_wall(jobs, bin_.shape, granularity), bin_.start_by())
 
 
-def plan_seed(
-    demand: Sequence[Demand], shapes: Sequence[Shape], *, wall_granularity: int = 60
-) -> list[PlannedPilot]:
+def plan_seed(demand: Sequence[Demand], shapes: Sequence[Shape], *, wall_granularity: int = 60) -> list[PlannedPilot]:
     """The Seven Bridges algorithm as written, on an empty fleet, for comparison with :func:`plan`.
 
     Its only additions are the ones any valid plan needs: a job's wall must fit the shape's wall, and
@@ -681,8 +679,11 @@ def plan(
         result.placed.update((j.job, bin_.pilot.id) for j in bin_.jobs)
         if bin_.pilot.queued and not bin_.jobs:
             result.cancel.append(bin_.pilot.id)
+    # Back to the caller's order: each packer sorts for itself, and the seed's sort is stable, so this
+    # keeps its ties exactly as plan_seed() breaks them.
+    position = {j.job: i for i, j in enumerate(demand)}
     todo: list[Demand] = []
-    for job in left:
+    for job in sorted(left, key=lambda j: position[j.job]):
         if any(shape_holds(s, job) for s in shapes):
             todo.append(job)
         else:
@@ -692,8 +693,7 @@ def plan(
     kept_queued = Counter(b.shape.name for b in old if b.pilot and b.pilot.queued and b.jobs)
     unlimited = math.inf
     shape_room: dict[str, float] = {
-        s.name: unlimited if n_max_queued is None else max(0, n_max_queued - kept_queued[s.name])
-        for s in shapes
+        s.name: unlimited if n_max_queued is None else max(0, n_max_queued - kept_queued[s.name]) for s in shapes
     }
     pilots_kept = sum(1 for p in existing if not p.queued) + sum(kept_queued.values())
     total_room = unlimited if max_running is None else max(0, max_running - pilots_kept)
@@ -706,7 +706,9 @@ def plan(
         kept: list[_Bin] = []
         dropped: list[_Bin] = []
         for bin_ in sorted(_pack_best(ready, allowed), key=lambda b: (b.start_by(), -len(b.jobs))):
-            if shape_room[bin_.shape.name] > 0 and total_room > 0:
+            # Keep an urgency prefix: after the first pilot a cap cuts, less urgent pilots of other
+            # shapes are packed again next round rather than kept ahead of more urgent cut work.
+            if not dropped and shape_room[bin_.shape.name] > 0 and total_room > 0:
                 shape_room[bin_.shape.name] -= 1
                 total_room -= 1
                 kept.append(bin_)
