@@ -23,10 +23,12 @@ rewrite. ``tests/test_keys.py`` checks it for every key builder.
 | ``P:{vo}:etekeys`` | hash | job key → last successful run time (seconds) |
 | ``P:{vo}:eterules`` | hash | rule → ``"n mean"`` of its successful run times |
 | ``P:{vo}:byrule:<rule>`` | set | unfinished jobs of a rule (re-pressure finds them when the rule's mean moves) |
+| ``P:{vo}:wake`` | channel | published when work enters a task queue: idle pilots wait on it |
 | ``P:{vo}:lock:<name>`` | string | a periodic task's lock (token, with an expiry) |
 | ``P:{vo}:alive:<component>`` | zset | process name → last beat of a component (worker, beat, director, pilot) |
 | ``P:{vo}:cursor`` | hash | periodic tasks' progress (e.g. how far re-pressure read the done log) |
 | ``P:{vo}:pilots`` | hash | pilot id → pilot record (JSON) |
+| ``P:{vo}:provisioned`` | hash | director's pilots: ``queue|kind|batch id`` → record (JSON) |
 | ``P:{vo}:pilotseen`` | zset | pilot id → last heartbeat |
 """
 
@@ -130,6 +132,10 @@ class Keys:
     def byrule(self, rule: str) -> str:
         return f"{self.base}:byrule:{rule}"
 
+    @property
+    def wake(self) -> str:
+        return f"{self.base}:wake"
+
     def lock(self, name: str) -> str:
         return f"{self.base}:lock:{name}"
 
@@ -143,6 +149,10 @@ class Keys:
     @property
     def pilots(self) -> str:
         return f"{self.base}:pilots"
+
+    @property
+    def provisioned(self) -> str:
+        return f"{self.base}:provisioned"
 
     @property
     def pilotseen(self) -> str:

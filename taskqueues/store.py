@@ -297,8 +297,40 @@ class Store:
     def pool(self, tq_id: str) -> set[str]:
         return {_text(q) for q in self.client.smembers(self.keys.pool(tq_id))}
 
+    def tq_definitions_of(self, tq_ids: Sequence[str]) -> dict[str, str]:
+        values = self.client.hmget(self.keys.tqdefs, list(tq_ids)) if tq_ids else []
+        return {tq: _text(v) for tq, v in zip(tq_ids, values, strict=True) if v is not None}
+
     def tq_definitions(self) -> dict[str, str]:
         return {_text(a): _text(b) for a, b in self.client.hgetall(self.keys.tqdefs).items()}
+
+    def waiting_heads(self, queue: str, per_tq: int = 200) -> list[tuple[str, str, int, int, int, float, float]]:
+        """Demand a queue can serve: up to ``per_tq`` most urgent waiting jobs of each of its task queues.
+
+        Tuples (task queue, job id, cpu, mem, tmp, ete, score) — read from the task-queue members, so no
+        job record is loaded.
+        """
+        tqs = [_text(t) for t, s in self.client.zrange(self.keys.qheads(queue), 0, -1, withscores=True) if s < 1e18]
+        pipe = self.client.pipeline(transaction=False)
+        for tq in tqs:
+            pipe.zrange(self.keys.tq(tq), 0, per_tq - 1, withscores=True)
+        out = []
+        for tq, members in zip(tqs, pipe.execute(), strict=True):
+            for member, score in members:
+                job, cpu, mem, tmp, ete = _text(member).split(":")
+                out.append((tq, job, int(cpu), int(mem), int(tmp), float(ete), float(score)))
+        return out
+
+    def pilot_records(self, max_age: float | None = None) -> dict[str, dict[str, Any]]:
+        """Records the live pilots sent with their heartbeats (seen within ``max_age`` seconds)."""
+        names = None
+        if max_age is not None:
+            names = {_text(n) for n in self.client.zrangebyscore(self.keys.pilotseen, self.clock() - max_age, "+inf")}
+        out = {}
+        for name, raw in self.client.hgetall(self.keys.pilots).items():
+            if names is None or _text(name) in names:
+                out[_text(name)] = json.loads(raw)
+        return out
 
     def releasing(self, limit: int = 500) -> list[str]:
         return [_text(x) for x in self.client.zrange(self.keys.releasing, 0, limit - 1)]

@@ -184,3 +184,15 @@ def test_refresh_pool_and_clean(store: Store, clock: FakeClock) -> None:
     clock.now += 61
     assert store.clean(grace=60) == ["t"]
     assert store.pool("t") == set() and store.tq_definitions() == {}
+
+
+def test_idle_pilots_are_woken_when_work_enters_a_task_queue(store: Store) -> None:
+    pubsub = store.client.pubsub(ignore_subscribe_messages=True)
+    pubsub.subscribe(store.keys.wake)
+    pubsub.get_message(timeout=0.5)
+    store.submit([job()])
+    message = pubsub.get_message(timeout=2)
+    assert message is not None and message["channel"] == store.keys.wake.encode()
+    store.submit([job("b", pending=1)])  # blocked: nothing to wake for
+    assert pubsub.get_message(timeout=0.3) is None
+    pubsub.close()

@@ -3,6 +3,7 @@
 -- the heads index of each eligible queue) are declared by the caller; when a script finds one it was not
 -- given, it returns {'needkeys', key...} before writing anything and the caller retries with them.
 local EMPTY = 1e18
+local ENQUEUED = false
 local DECLARED = {}
 local MISSING = {}
 local function declare_from(i)
@@ -37,6 +38,7 @@ local function enqueue(base, tqempty, releasing, rec, queues, now)
     return
   end
   rec.s = 'waiting'
+  ENQUEUED = true
   redis.call('ZADD', base .. 't:' .. rec.t, rec.sc, rec.m)
   redis.call('ZREM', tqempty, rec.t)
   for _, q in ipairs(queues) do redis.call('ZADD', base .. 'qh:' .. q, 'LT', rec.sc, rec.t) end
@@ -90,4 +92,8 @@ local function ensure_pool(base, tqdefs, poolstamp, tq, def, queues, now)
     redis.call('ZADD', poolstamp, now, tq)
     for _, q in ipairs(queues) do redis.call('ZADD', base .. 'qh:' .. q, 'NX', EMPTY, tq) end
   end
+end
+-- Wake idle pilots (they wait on this channel instead of polling) when this call enqueued work.
+local function wake(base)
+  if ENQUEUED then redis.call('PUBLISH', base .. 'wake', '1') end
 end

@@ -70,4 +70,5 @@ for _, d in ipairs(rec.dn or {}) do
     save(KEYS[1], drec)
   end
 end
+wake(base)
 return out

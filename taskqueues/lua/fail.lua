@@ -32,6 +32,7 @@ if retry then
   rec.pl = nil
   enqueue(base, KEYS[4], KEYS[5], rec, queues, now)
   save(KEYS[1], rec)
+  wake(base)
   return {'ok', 'waiting'}
 end
 local reason = result.why or 'failed'
@@ -43,4 +44,5 @@ elseif ARGV[7] == '1' then
   reason = reason .. ' (gave up after ' .. tostring(rec.rt or 0) .. ' retries)'
 end
 finish(KEYS[1], KEYS[5], rec, state, reason, now)
+wake(base)
 return {'ok', state}

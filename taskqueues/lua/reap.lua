@@ -55,4 +55,5 @@ for _, id in ipairs(due) do
     restored = restored + 1
   end
 end
+wake(base)
 return {'ok', requeued, failed, restored}

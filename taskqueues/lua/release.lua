@@ -34,4 +34,5 @@ if arg.sc then rec.sc = arg.sc end
 if arg.c then rec.c = arg.c end
 enqueue(base, KEYS[3], KEYS[5], rec, queues, now)
 save(KEYS[1], rec)
+wake(base)
 return {'ok', rec.s}

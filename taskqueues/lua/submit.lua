@@ -61,4 +61,5 @@ if request then
   request.rec.first, request.rec.last = ids[2], ids[#ids]
   redis.call('HSET', KEYS[7], request.id, cjson.encode(request.rec))
 end
+wake(base)
 return ids
