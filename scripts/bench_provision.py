@@ -128,9 +128,7 @@ def measure(name: str, demand: list[Demand]) -> Row:
     costs = packer_costs(demand, CATALOG)
     kept = next(name for name, cost in costs.items() if abs(cost - result.cost) < 1e-9)
     bound = lower_bound(demand, CATALOG).cost
-    return Row(
-        name, len(demand), seed_cost, result.cost, costs["first-fit"], costs["balanced"], bound, kept, ms
-    )
+    return Row(name, len(demand), seed_cost, result.cost, costs["first-fit"], costs["balanced"], bound, kept, ms)
 
 
 def backends_section(enabled: bool) -> list[str]:
