@@ -196,17 +196,23 @@ down() {
         say "stopping sge_qmaster"
         qconf -km >/dev/null 2>&1 || true
     fi
-    for _ in $(seq 100); do
+    # sge_qmaster's controlled shutdown takes ~10 s here; `up` must not find a dying qmaster and wait on it.
+    local i f
+    for i in $(seq 300); do
         qmaster_running || execd_running || break
+        if [ "$i" -eq 200 ]; then
+            for f in /var/spool/gridengine/qmaster/qmaster.pid "/var/spool/gridengine/execd/$HOST/execd.pid"; do
+                if [ -s "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null; then
+                    say "still running 20 s after qconf -k*: sending TERM to $(cat "$f") ($f)"
+                    kill "$(cat "$f")" 2>/dev/null || true
+                fi
+            done
+        fi
         sleep 0.1
     done
-    local f
-    for f in /var/spool/gridengine/qmaster/qmaster.pid "/var/spool/gridengine/execd/$HOST/execd.pid"; do
-        if [ -s "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null; then
-            say "still running after qconf -k*: sending TERM to $(cat "$f") ($f)"
-            kill "$(cat "$f")"
-        fi
-    done
+    if qmaster_running || execd_running; then
+        die "sge_qmaster/sge_execd still running 30 s after shutdown (pids $(pgrep -x sge_qmaster) $(pgrep -x sge_execd))"
+    fi
     say "down"
 }
 
