@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import subprocess
 import time
@@ -14,11 +15,14 @@ from backend_contract import SMALL, BackendContract, Harness, all_final, system_
 from pilot.backends import (
     Backend,
     BackendOptionError,
+    LocalBackend,
     PilotRequest,
     PilotState,
     SlurmBackend,
     SlurmSettings,
+    make_backend,
     parse_slurm_options,
+    reset_conversion_warnings,
 )
 from pilot.backends.slurm import NICE_MAX, decode_wait_status, parse_time_origin, slurm_time
 from taskqueues.errors import BackendError
@@ -218,3 +222,20 @@ def test_slurm_option_strings() -> None:
         SlurmSettings.from_options({"use_nicer": True})
     with pytest.raises(BackendOptionError, match="unknown option"):
         SlurmSettings.from_options({"options": "--bogus 1"})
+
+
+@pytest.mark.slurm
+def test_unreachable_slurmctld_converts_to_local(
+    slurm_env: dict[str, str], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Real Slurm commands, but a configuration whose controller port has nobody behind it."""
+    conf = Path(slurm_env["SLURM_CONF"]).read_text()
+    bad = tmp_path / "slurm.conf"
+    bad.write_text(conf.replace("ClusterName=pilotfish", "ClusterName=pilotfish\nSlurmctldPort=1"))
+    reset_conversion_warnings()
+    with caplog.at_level(logging.WARNING, logger="pilot.backends.factory"):
+        backend = make_backend("slurm", {"config": str(bad), "bin_dir": slurm_env["PILOTFISH_SLURM_BIN"]})
+    assert isinstance(backend, LocalBackend) and backend.converted_from == "slurm"
+    assert any("slurmctld does not answer" in r.getMessage() for r in caplog.records)
+    reset_conversion_warnings()
+    assert isinstance(make_backend("slurm", {"config": slurm_env["SLURM_CONF"]}), SlurmBackend)

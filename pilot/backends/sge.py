@@ -14,7 +14,9 @@ Priority: ``-p`` from ``request.options`` wins; else, with ``start_by``, ``-roun
 prio_seconds)`` clamped into ``[-1023, max_prio]`` — a pilot for work due now gets ``max_prio`` (0 by
 default: only operators may raise a job above 0), one due ``1023 * prio_seconds`` from now or later
 (17 h with the default 60 s) gets -1023; else the ``-p`` of the configured ``options``; else
-``default_prio``. Grid Engine's range is -1023..1024.
+``default_prio``. Grid Engine's range is -1023..1024. Unlike Slurm's nice from a fixed origin, this is
+relative to the submission time (the narrow range would saturate with any fixed origin), and Grid Engine
+never recomputes it: a pilot that waits long keeps the priority it got when submitted.
 
 Job names: Grid Engine refuses ``\\n \\t \\r / : @ \\ * ?`` in names; they are replaced by close-looking
 characters (``:`` → ``;`` as the seed says, ``/`` → ``|``, ``@`` → ``&``, ``\\`` → ``|``, ``*`` → ``+``,
