@@ -40,7 +40,7 @@ class FlowerServer:
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "celery", "--broker", self.broker_url, "flower",
-                 "--port", str(self.port), "--address", "127.0.0.1", "--inspect_timeout=1000"],
+                 f"--port={self.port}", "--address=127.0.0.1", "--inspect_timeout=1000"],
                 stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -55,6 +55,11 @@ class FlowerServer:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-4000:]
+
+    def errors(self) -> list[str]:
+        """Flower's error lines and tracebacks (tornado logs errors as ``[E ...]``)."""
+        lines = self.log_path.read_text(errors="replace").splitlines()
+        return [line for line in lines if line.startswith("[E ") or line.startswith("Traceback")]
 
     def get(self, path: str, raw: bool = False) -> Any:
         with urllib.request.urlopen(self.url + path, timeout=10) as response:
