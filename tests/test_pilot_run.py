@@ -1,0 +1,265 @@
+"""The pilot end to end: a real ``python -m pilot.agent.command`` process, real payload subprocesses, a real
+redis-server (the ``redis_url`` fixture), jobs submitted through the store."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from storehelp import job
+from test_pilot_support import (
+    QUEUE,
+    ROOT,
+    finish,
+    peak_cores,
+    pilot_env,
+    read_timeline,
+    running_pilot,
+    stamped,
+    wait_for,
+    write_features,
+)
+
+from pilot.mjf.jobstatus import read_jobstatus
+from taskqueues.records import JobState, PilotOffer
+from taskqueues.store import Store
+
+
+@pytest.fixture
+def store(redis_url: str) -> Store:
+    return Store.from_url(redis_url, lease_seconds=60)
+
+
+def states(store: Store, ids: list[str]) -> list[JobState]:
+    return [store.job(i).state for i in ids]
+
+
+def test_packs_payloads_of_different_sizes_without_overcommitting(store: Store, redis_url: str,
+                                                                  tmp_path: Path) -> None:
+    timeline = tmp_path / "timeline"
+    sizes = [3, 1, 2, 1, 1, 2, 1, 3, 1, 2, 1, 1]
+    ids = store.submit([job(cpu=c, mem=100, command=stamped("sleep 0.3", timeline, c), score=i)
+                        for i, c in enumerate(sizes)])
+    env = pilot_env(tmp_path, cores=3, mem=4000)
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", env=env) as proc:
+        log = finish(proc, tmp_path, 60)
+    assert states(store, ids) == [JobState.DONE] * len(ids), log
+    events = read_timeline(timeline)
+    assert len(events) == 2 * len(ids)
+    cores, payloads = peak_cores(events)
+    assert cores <= 3, f"more than 3 cores in use at once: {events}"
+    assert payloads >= 2, "the pilot never ran two payloads at once"
+    assert cores == 3, "the pilot never filled its three cores"
+
+
+def test_memory_is_reserved_too(store: Store, redis_url: str, tmp_path: Path) -> None:
+    timeline = tmp_path / "timeline"
+    ids = store.submit([job(cpu=1, mem=600, command=stamped("sleep 0.2", timeline, 1)) for _ in range(4)])
+    env = pilot_env(tmp_path, cores=2, mem=1000)
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", env=env) as proc:
+        log = finish(proc, tmp_path, 60)
+    assert states(store, ids) == [JobState.DONE] * 4, log
+    assert peak_cores(read_timeline(timeline))[1] == 1, "two 600 MB payloads ran in a 1000 MB pilot"
+
+
+def test_payload_over_its_memory_limit_is_killed(store: Store, redis_url: str, tmp_path: Path) -> None:
+    hog = f"{sys.executable} -c 'import time; b = bytearray(300 * 10**6); b[::4096] = b\"x\" * len(b[::4096]); " \
+          "time.sleep(60)'"
+    [hog_id] = store.submit([job(mem=100, command=hog)])
+    started = time.monotonic()
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--kill-grace", "1") as proc:
+        log = finish(proc, tmp_path, 30)
+    record = store.job(hog_id)
+    assert record.state == JobState.FAILED, log
+    assert record.reason is not None and record.reason.startswith("memory ")
+    assert "over the limit 100 MB (+10%)" in record.reason
+    assert record.peak_mem is not None and record.peak_mem > 110
+    assert time.monotonic() - started < 20
+
+
+def test_kill_request_from_the_store(store: Store, redis_url: str, tmp_path: Path) -> None:
+    [victim, other] = store.submit([job(command="sleep 60"), job(command="sleep 0.5")])
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--lease", "3", "--heartbeat", "0.3") as proc:
+        wait_for(lambda: store.job(victim).state == JobState.RUNNING, 10, "the job to run")
+        assert store.kill(victim) == "requested"
+        wait_for(lambda: store.job(victim).state.final, 10, "the killed job to end")
+        log = finish(proc, tmp_path, 30)
+    record = store.job(victim)
+    assert record.state == JobState.FAILED, log
+    assert record.reason == "killed by operator"
+    assert store.job(other).state == JobState.DONE
+
+
+def test_drains_when_a_shutdown_time_appears(store: Store, redis_url: str, tmp_path: Path) -> None:
+    ids = store.submit([job(command="sleep 0.3", ete=4, score=i) for i in range(200)])
+    env = pilot_env(tmp_path, cores=1)
+    mf = Path(env["MACHINEFEATURES"])
+    jobstatus = Path(env["JOBSTATUS"])
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "30", "--heartbeat", "0.3", env=env) as proc:
+        wait_for(lambda: sum(s == JobState.DONE for s in states(store, ids)) >= 2, 15, "two jobs done")
+        shutdown = time.time() + 3
+        write_features(mf, shutdowntime=int(shutdown))
+        # From the next heartbeat on, 4 s estimates no longer fit: nothing new starts.
+        time.sleep(1.0)
+        done_then = sum(s.final for s in states(store, ids))
+        log = finish(proc, tmp_path, 15)
+    assert "time is up" in log
+    assert time.time() < shutdown + 2, "the pilot outlived the machine's shutdown time"
+    finals = sum(s.final for s in states(store, ids))
+    assert finals <= done_then + 1, "the pilot started 4 s jobs after a shutdown 3 s away was announced"
+    assert sum(s == JobState.WAITING for s in states(store, ids)) >= 190
+    status = read_jobstatus(jobstatus)
+    assert status is not None and status.used_CPU == 0
+    assert status.can_postpone_last_job is False
+
+
+def test_sigterm_gives_every_payload_back_at_once(store: Store, redis_url: str, tmp_path: Path) -> None:
+    ids = store.submit([job(command="sleep 60") for _ in range(2)])
+    env = pilot_env(tmp_path, cores=2)
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "30", env=env) as proc:
+        wait_for(lambda: states(store, ids) == [JobState.RUNNING] * 2, 10, "both jobs running")
+        status = read_jobstatus(env["JOBSTATUS"])
+        assert status is not None and status.used_CPU == 2 and status.can_postpone_last_job is True
+        proc.send_signal(signal.SIGTERM)
+        log = finish(proc, tmp_path, 15)
+    for record in store.jobs(ids):
+        assert record.state == JobState.WAITING, log
+        assert record.retries == 1
+        assert record.reason == "pilot preempted (SIGTERM)"
+    status = read_jobstatus(env["JOBSTATUS"])
+    assert status is not None and status.used_CPU == 0 and status.can_postpone_last_job is False
+    again = store.match(PilotOffer("other@node", QUEUE, 2, 1000), max_jobs=2)
+    assert sorted(j.id for j in again) == sorted(ids)
+    assert all(j.attempt == 2 for j in again)
+
+
+def test_sigkill_loses_nothing(redis_url: str, tmp_path: Path) -> None:
+    store = Store.from_url(redis_url, lease_seconds=1, backoff=0.0)
+    done_file = tmp_path / "done"
+    ids = store.submit([job(command=f"sleep 1.5 && echo $PILOTFISH_JOB_ID >> {done_file}") for _ in range(4)])
+    env = pilot_env(tmp_path, cores=2)
+    with running_pilot(redis_url, tmp_path, "--lease", "1", "--heartbeat", "0.3", "--idle-timeout", "30",
+                       env=env, name="first") as first:
+        wait_for(lambda: sum(s == JobState.RUNNING for s in states(store, ids)) == 2, 10, "two jobs running")
+        payloads = psutil.Process(first.pid).children()
+        first.send_signal(signal.SIGKILL)  # the batch system kills the whole job: the pilot and its payloads
+        for payload in payloads:
+            os.killpg(payload.pid, signal.SIGKILL)
+        first.wait()
+    lost = [i for i, s in zip(ids, states(store, ids), strict=True) if s == JobState.RUNNING]
+    assert len(lost) == 2
+    time.sleep(1.2)  # the leases expire
+    assert store.requeue_expired()[0] == 2
+    assert store.requeue_expired()[2] == 2  # back-off 0: restored into the task queue
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", env=env, name="second") as second:
+        log = finish(second, tmp_path, 60, name="second")
+    assert states(store, ids) == [JobState.DONE] * 4, log
+    assert sorted(done_file.read_text().split()) == sorted(ids), "a job completed twice or not at all"
+    for i in lost:
+        assert store.job(i).attempt == 2
+
+
+def test_outputs_sandbox_and_jobstatus(store: Store, redis_url: str, tmp_path: Path) -> None:
+    seen = tmp_path / "seen"
+    command = (f'echo "$TMPDIR $PWD $(cat $JOBFEATURES/allocated_CPU) $PILOTFISH_CPU $OMP_NUM_THREADS '
+               f'$(cat $JOBFEATURES/mem_limit_MB)" > {seen}; touch $TMPDIR/scratch; '
+               'printf "A=1.5\\nB=text\\nN=42\\n# comment\\n" >> $PILOTFISH_OUTPUTS; echo to-stdout')
+    [first] = store.submit([job(cpu=2, mem=300, command=command)])
+    env = pilot_env(tmp_path, cores=2)
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", env=env) as proc:
+        finish(proc, tmp_path, 30)
+    record = store.job(first)
+    assert record.state == JobState.DONE
+    assert record.outputs == {"A": 1.5, "B": "text", "N": 42}
+    assert record.exit_code == 0 and record.wall is not None and record.wall > 0
+    tmpdir, cwd, allocated, cpu_env, omp, mem = seen.read_text().split()
+    assert not Path(tmpdir).exists(), "the payload's $TMPDIR was left behind"
+    assert not Path(cwd).exists(), "the payload's work directory was left behind"
+    assert (allocated, cpu_env, omp, mem) == ("2", "2", "2", "300")
+    out = tmp_path / "pilot-work" / "logs" / f"{first}.1.out"
+    assert out.read_text() == "to-stdout\n"
+    status = read_jobstatus(env["JOBSTATUS"])
+    assert status is not None and status.used_CPU == 0 and status.last_job_start >= int(record.started or 0)
+
+
+def test_jobstatus_while_running(store: Store, redis_url: str, tmp_path: Path) -> None:
+    store.submit([job(cpu=1, ete=30, command="sleep 2")])
+    env = pilot_env(tmp_path, cores=2, job={"wall_limit_secs": 600, "jobstart_secs": int(time.time())})
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", env=env) as proc:
+        def published() -> object:
+            status = read_jobstatus(env["JOBSTATUS"])
+            return status if status is not None and status.used_CPU == 1 else None
+        status = wait_for(published, 10, "used_CPU 1 in $JOBSTATUS")
+        now = time.time()
+        assert status.can_postpone_last_job is True
+        assert abs(status.last_exp_job_end - (status.last_job_start + 30)) <= 1
+        assert now + 500 < status.last_max_job_end <= now + 600
+        finish(proc, tmp_path, 30)
+
+
+def test_idle_exit(redis_url: str, tmp_path: Path) -> None:
+    started = time.monotonic()
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1") as proc:
+        log = finish(proc, tmp_path, 15)
+    assert 1.0 <= time.monotonic() - started < 8
+    assert "idle" in log
+
+
+def test_max_jobs(store: Store, redis_url: str, tmp_path: Path) -> None:
+    ids = store.submit([job(command="true", score=i) for i in range(5)])
+    with running_pilot(redis_url, tmp_path, "--max-jobs", "2", "--idle-timeout", "30") as proc:
+        log = finish(proc, tmp_path, 15)
+    assert states(store, ids) == [JobState.DONE] * 2 + [JobState.WAITING] * 3, log
+    assert "maximum of 2 jobs" in log
+
+
+def test_wall_limit_of_a_job(store: Store, redis_url: str, tmp_path: Path) -> None:
+    spec = job(command="sleep 60")
+    [slow] = store.submit([spec.__class__(**{**spec.__dict__, "requirements": json.dumps(
+        {"cpu": 1, "mem": 100, "tmp": 0, "wall": 1})})])
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--kill-grace", "1") as proc:
+        finish(proc, tmp_path, 30)
+    record = store.job(slow)
+    assert record.state == JobState.FAILED
+    assert record.reason == "wall time limit 1 s exceeded"
+
+
+def test_own_machine_runs_the_shutdown_command(redis_url: str, tmp_path: Path) -> None:
+    marker = tmp_path / "machine-down"
+    script = tmp_path / "shutdown.sh"
+    script.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    script.chmod(0o755)
+    env = pilot_env(tmp_path, machine={"shutdown_command": script})
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "0.5", env=env) as proc:
+        finish(proc, tmp_path, 15)
+    assert not marker.exists(), "shutdown_command ran without --own-machine"
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "0.5", "--own-machine", env=env) as proc:
+        finish(proc, tmp_path, 15)
+    assert marker.exists()
+
+
+def test_pilot_record_and_name(store: Store, redis_url: str, tmp_path: Path) -> None:
+    env = {**pilot_env(tmp_path), "SLURM_JOB_ID": "4242"}
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "0.5", env=env) as proc:
+        finish(proc, tmp_path, 15)
+    records = {k.decode(): json.loads(v) for k, v in store.client.hgetall(store.keys.pilots).items()}
+    [(name, record)] = records.items()
+    assert name.startswith("slurm-4242@")
+    assert record["cores"] == 2 and record["queue"] == QUEUE and record["stopped"].startswith("idle")
+
+
+def test_unreachable_redis_is_one_clear_line(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "pilot.agent.command", "--redis-url", "redis://127.0.0.1:1/0",
+                           "--queue", QUEUE, "--workdir", str(tmp_path / "w")], cwd=ROOT,
+                          env=pilot_env(tmp_path), capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "redis://127.0.0.1:1/0" in lines[0] and "not reachable" in lines[0]
