@@ -140,12 +140,16 @@ class _Sender:
             try:
                 self._flush()
                 self._maybe_heartbeat()
+                if backoff > 0.1:
+                    log.info("pilot %s: Celery events flow again", self.hostname)
                 backoff = 0.1
             except Exception as exc:
                 self.failures += 1
                 self._disconnect()
-                log.warning("pilot %s: cannot send Celery events (%s: %s); retrying in %.1f s",
-                            self.hostname, type(exc).__name__, exc, backoff)
+                # One warning per outage, not one per retry: a long outage must not flood the pilot's log.
+                log.log(logging.WARNING if backoff == 0.1 else logging.DEBUG,
+                        "pilot %s: cannot send Celery events (%s: %s); retrying every %.0f s at most",
+                        self.hostname, type(exc).__name__, exc, self._max_backoff)
                 if self._stop.wait(backoff) and self.failures > 1:
                     # Closing while the broker is away: give up on the backlog rather than hang the exit.
                     break
@@ -158,7 +162,7 @@ class _Sender:
     def _dispatch(self) -> EventDispatcher:
         if self._dispatcher is None:
             self._conn = self.app.connection_for_write()
-            self._conn.ensure_connection(max_retries=1)
+            self._conn.ensure_connection(max_retries=1, interval_start=0)
             # No buffering inside Celery: on failure the event stays in our bounded queue instead.
             self._dispatcher = EventDispatcher(self._conn, hostname=self.hostname, app=self.app,
                                                buffer_while_offline=False)

@@ -26,6 +26,7 @@ from kombu.pidbox import Mailbox, Node
 log = logging.getLogger(__name__)
 
 Reply = dict[str, Any]
+_FIRST_BACKOFF = 0.1
 Handler = Callable[..., Any]
 
 
@@ -177,6 +178,7 @@ class RemoteControl:
         self._handlers = build_handlers(target, lambda: int(mailbox.clock.value))
         self._poll = poll
         self._max_backoff = max_backoff
+        self._backoff = _FIRST_BACKOFF
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"pidbox {hostname}", daemon=True)
@@ -197,22 +199,22 @@ class RemoteControl:
             self._thread.join(timeout)
 
     def _run(self) -> None:
-        backoff = 0.1
         while not self._stop.is_set():
             try:
                 self._consume()
-                backoff = 0.1
             except Exception as exc:
                 self._ready.clear()
                 self.reconnects += 1
-                log.warning("pilot %s: remote control lost the broker (%s: %s); retrying in %.1f s",
-                            self.hostname, type(exc).__name__, exc, backoff)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, self._max_backoff)
+                # One warning per outage, not one per retry: a long outage must not flood the pilot's log.
+                log.log(logging.WARNING if self._backoff == _FIRST_BACKOFF else logging.DEBUG,
+                        "pilot %s: remote control cannot reach the broker (%s: %s); retrying every %.0f s at most",
+                        self.hostname, type(exc).__name__, exc, self._max_backoff)
+                self._stop.wait(self._backoff)
+                self._backoff = min(self._backoff * 2, self._max_backoff)
 
     def _consume(self) -> None:
         with self._connect() as conn:
-            conn.ensure_connection(max_retries=1)
+            conn.ensure_connection(max_retries=1, interval_start=0)
             channel = conn.channel()
             mailbox = self._mailbox(conn)
             node: Node = mailbox.Node(self.hostname, handlers=self._handlers, channel=channel)
@@ -226,6 +228,9 @@ class RemoteControl:
                         conn.drain_events(timeout=0.01 if first else self._poll)
                     if first:
                         first = False
+                        if self._backoff != _FIRST_BACKOFF:
+                            log.info("pilot %s: remote control reconnected", self.hostname)
+                            self._backoff = _FIRST_BACKOFF
                         self._ready.set()
             finally:
                 self._ready.clear()
