@@ -249,7 +249,8 @@ def test_pilot_record_and_name(store: Store, redis_url: str, tmp_path: Path) -> 
     env = {**pilot_env(tmp_path), "SLURM_JOB_ID": "4242"}
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "0.5", env=env) as proc:
         finish(proc, tmp_path, 15)
-    records = {k.decode(): json.loads(v) for k, v in store.client.hgetall(store.keys.pilots).items()}
+    raw: dict[bytes, bytes] = store.client.hgetall(store.keys.pilots)  # type: ignore[assignment]
+    records = {k.decode(): json.loads(v) for k, v in raw.items()}
     [(name, record)] = records.items()
     assert name.startswith("slurm-4242@")
     assert record["cores"] == 2 and record["queue"] == QUEUE and record["stopped"].startswith("idle")

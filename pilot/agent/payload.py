@@ -200,7 +200,7 @@ class Payload:
                 os.close(read)
                 os.close(write)
             raise PayloadError(f"job {self.job.id}: cannot start its payload: {exc.strerror or exc}") from None
-        for (read, write), name in zip(pipes, ("out", "err"), strict=True):
+        for (read, write), name in zip(pipes, ("out", "err"), strict=False):  # no pipes when output_cap is 0
             os.close(write)
             os.set_blocking(read, False)
             self.tails[name] = OutputTail(self.output_cap)
