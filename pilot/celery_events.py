@@ -54,9 +54,13 @@ TASK_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://pilotfish/jobs")
 
 SW_IDENT = "pilotfish"
 
-#: Payload end states (the job's state after the pilot's report) that Flower should see as such.
+#: How a payload's end state (what pilot/agent/loop.py passes: "done", the JobState store.fail left the
+#: job in, or "lost"/"stale"/"unreported") shows in Flower. A payload killed through Celery's revoke is
+#: REVOKED whatever the state; anything not listed here is a FAILURE.
 SUCCEEDED_STATES = frozenset({"done"})
-REVOKED_STATES = frozenset({"cancelled"})
+#: Cancelled by the store's kill, or killed because the pilot lost the job's lease.
+REVOKED_STATES = frozenset({"cancelled", "lost"})
+#: Requeued (SIGTERM of the pilot, or a failure with retries left): Celery's RETRY.
 RETRIED_STATES = frozenset({"waiting", "matched"})
 
 

@@ -110,6 +110,26 @@ def test_worker_and_task_events_as_celery_sees_them(redis_url: str, events: Even
     assert not state.workers[info.name].alive
 
 
+@pytest.mark.parametrize(("state", "event", "celery_state"), [
+    ("waiting", "task-retried", "RETRY"), ("cancelled", "task-revoked", "REVOKED"), ("lost", "task-revoked", "REVOKED"),
+    ("stale", "task-failed", "FAILURE"), ("failed", "task-failed", "FAILURE"), ("done", "task-succeeded", "SUCCESS")])
+def test_each_end_state_maps_to_a_celery_task_state(redis_url: str, events: EventLog, state: str, event: str,
+                                                    celery_state: str) -> None:
+    info = pilot_info("local-1003@testnode")
+    observer = CeleryObserver(redis_url, freq=5.0, control=False)
+    observer.pilot_started(info)
+    job = make_job("111", "sleep 0.1")
+    observer.payload_started(info, job)
+    observer.payload_ended(info, job, run_payload(job.command), state)
+    tid = task_uuid("alice", "111", 1)
+    ended = events.wait(event, uuid=tid)
+    observer.close()
+    celery = State()
+    for e in (events.wait("task-received", uuid=tid), events.wait("task-started", uuid=tid), ended):
+        celery.event(dict(e, local_received=e["timestamp"]))
+    assert celery.tasks[tid].state == celery_state
+
+
 def test_heartbeats_keep_the_pilot_alive_in_celery_state(redis_url: str, events: EventLog) -> None:
     info = pilot_info("local-1002@testnode")
     observer = CeleryObserver(redis_url, freq=0.3, control=False)
