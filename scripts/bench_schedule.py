@@ -1,0 +1,391 @@
+#!/usr/bin/env python3
+"""Scheduling quality: makespan under pressure ordering, FIFO and random scores, against the lower bound.
+
+    python scripts/bench_schedule.py [--seed N] [--pilots P] [--cores C] [--only NAME] [--no-noise]
+
+A discrete-event simulation with a simulated clock drives the REAL store (submit, match, complete: the Lua
+scripts) on a REAL redis-server that the script starts on a free port. Only time is simulated: no payload
+runs, a job "runs" from the moment a pilot's match leases it until start + its true run time.
+
+Pilot pool. ``--pilots`` pilots of ``--cores`` cores each (default 4 x 4 = 16 cores), 64 GB each, all in one
+catalog queue, unbounded time left. Jobs are single-core with a memory requirement per transformation (so a
+workflow spreads over several task queues and the match walks several heads, as in production), and every
+pilot can hold any four of them at once: cores are the only constraint, which keeps the lower bound exact.
+
+Events. At time zero every request of the workload is submitted, then every pilot matches with
+``max_jobs`` = its free cores. At each later event time the jobs ending then are completed (which releases
+their dependents atomically), then every pilot with free cores matches again, in a fixed pilot order,
+and starts what it got at that time. The simulation checks, from the workload itself, that no job
+started before all its dependencies ended and that every job ran exactly once.
+
+Policies (the match is the same for all; only the scores differ):
+
+* ``pressure``: the real :class:`matcher.submission.Submitter`, ETE hints = the true run times (perfect
+  knowledge), so each score is ETA(request) - pressure(job).
+* ``pressure ±30%``: the same with each hint multiplied by a uniform factor in [0.7, 1.3] (run times stay
+  true); shown when ``--no-noise`` is not given.
+* ``FIFO``: score = the job's position in submission order (requests in the order the workload lists
+  them, each in its stage order). The Submitter has no hook for another score, so FIFO and random go
+  through :func:`submit_scored`: the same validation and placement (``place``) and the same
+  ``Store.submit``, with the given scores instead of ETA - pressure. Its equivalence with the Submitter
+  is tested (tests/test_workloads.py: pressure scores through it give the Submitter's makespan).
+* ``random``: independent uniform scores (seeded).
+
+Lower bound (LB): max(critical path, total work / cores), the one the targets use. LB+ is a tighter bound
+(:func:`workloads.ancestor_bound`: for every job, the later of its longest chain of ancestors and their
+work spread over all cores, plus its own path to the end), to tell a loose LB from a poor schedule.
+"cap" is Graham's bound for any schedule that never leaves a core idle while a job is ready,
+W/m + (1 - 1/m) CP, divided by the pressure makespan: the largest FIFO/pressure ratio possible there.
+
+Targets: pressure within 1.15 x the lower bound on every workload, and at least 20 % shorter than FIFO
+(FIFO/pressure >= 1.25) on workloads whose critical path is long, taken here as CP >= 0.5 x work/cores.
+The FIFO target is marked "n/a" where FIFO itself ends within 1.25 x LB: no schedule can beat it by 20 %.
+
+Workloads of several requests also run two diagnostics that keep the pressures and change only each
+request's ETA (``pressure-eta``: now + max(CP, work/cores); ``pressure-one-eta``: one ETA for all), to show
+whether a loss there comes from the ETA term of the score or from the match.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import random
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from workloads import (
+    Request,
+    Task,
+    Workload,
+    ancestor_bound,
+    critical_path,
+    greedy_bound,
+    lower_bound,
+    standard,
+    total_work,
+)
+
+from matcher.submission import JobSpec, SubmissionError, Submitter, place
+from taskqueues import dag
+from taskqueues.catalog import Catalog
+from taskqueues.errors import PilotfishError
+from taskqueues.records import NewJob, PilotOffer, RunResult
+from taskqueues.redis_server import RedisServer
+from taskqueues.store import Store
+
+T0 = 1_000_000.0
+QUEUE = "bench/ce/q"
+PILOT_MEM_MB = 64_000
+CATALOG = """
+[sites.bench]
+[sites.bench.ces.ce]
+[sites.bench.ces.ce.queues.q]
+shapes = [{ name = "pilot", cpu = 64, mem = "64G" }]
+"""
+NOISE = 0.30
+LB_TARGET = 1.15
+FIFO_TARGET = 1.25  # pressure at least 20 % shorter than FIFO
+LONG_CP = 0.5  # critical path >= this x work/cores counts as "long"
+
+POLICIES = ("pressure", "fifo", "random")
+#: Run on workloads of several requests only, to locate where pressure loses there (see print_table).
+DIAGNOSTIC = ("pressure-eta", "pressure-one-eta")
+
+
+class SimulationError(PilotfishError):
+    """The simulated schedule broke a rule the store must keep (a dependency, a double run, a stall)."""
+
+
+class SimClock:
+    """The simulated wall clock handed to the store and the submitter."""
+
+    def __init__(self, now: float = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """One simulated run: when the last job ended and when each request's last job ended (from time zero)."""
+
+    makespan: float
+    request_ends: dict[str, float]
+    matches: int
+
+
+def memory_of(kind: str, kinds: Sequence[str]) -> int:
+    """Memory (MB) asked by a transformation: one value per kind, so each kind gets its own task queue."""
+    return 1000 + 500 * sorted(set(kinds)).index(kind)
+
+
+def specs(request: Request, kinds: Sequence[str], hints: Mapping[str, float]) -> list[JobSpec]:
+    return [JobSpec(t.name, f"run {t.kind}", {"cpu": 1, "mem": memory_of(t.kind, kinds)}, deps=t.deps,
+                    ete=hints[t.name]) for t in request.tasks]
+
+
+def submit_scored(store: Store, catalog: Catalog, jobs: Sequence[JobSpec], scores: Mapping[str, float], *,
+                  name: str, clock: Callable[[], float]) -> dict[str, str]:
+    """Store a request like :meth:`Submitter.submit` does, but with the given scores (FIFO, random).
+
+    Same DAG check, same placement, same records and one atomic ``Store.submit``; no learnt ETE (the
+    benchmark never sets keys or rules, so the Submitter uses the hints too). Returns job ids by name.
+    """
+    deps = {j.name: j.deps for j in jobs}
+    order = dag.check_dag([j.name for j in jobs], deps)
+    index = {n: i for i, n in enumerate(order)}
+    dependents = dag.dependents_of(order, deps)
+    by_name = {j.name: j for j in jobs}
+    new_jobs = []
+    for job_name in order:
+        spec = by_name[job_name]
+        placement = place(catalog, spec.requirements, job=job_name, vo="default")
+        req = placement.requirements
+        new_jobs.append(NewJob(command=spec.command, tq_id=placement.tq_id, tq_def=placement.tq_def,
+                               queues=placement.queues, cpu=req.cpu, mem=req.mem, tmp=req.tmp,
+                               ete=float(spec.ete or 0.0), score=scores[job_name],
+                               requirements="{}", name=job_name, max_retries=spec.max_retries,
+                               dependents=tuple(index[d] for d in dependents[job_name]),
+                               deps=tuple(index[d] for d in spec.deps), pending=len(set(spec.deps))))
+    request_id = uuid.uuid4().hex[:12]
+    ids = store.submit(new_jobs, request=(request_id, {"name": name, "priority": 0, "ts": clock(), "n": len(jobs)}))
+    return dict(zip(order, ids, strict=True))
+
+
+def _scores(policy: str, workload: Workload, rng: random.Random) -> dict[str, float]:
+    tasks = workload.tasks
+    if policy == "fifo":
+        return {t.name: T0 + i for i, t in enumerate(tasks)}
+    if policy == "random":
+        return {t.name: T0 + rng.uniform(0, len(tasks)) for t in tasks}
+    raise ValueError(f"no score rule for policy {policy!r}")
+
+
+def simulate(client: redis.Redis, workload: Workload, policy: str, *, pilots: int = 4, cores: int = 4,
+             noise: float = 0.0, seed: int = 0, submit: str = "submitter") -> SimResult:
+    """Run ``workload`` to completion under ``policy`` on an emptied Redis database; see the module doc.
+
+    ``submit`` = "scored" sends pressure scores through :func:`submit_scored` instead of the Submitter
+    (the test that keeps the two paths equivalent).
+    """
+    client.flushdb()
+    rng = random.Random(seed)
+    clock = SimClock()
+    store = Store(client, clock=clock, lease_seconds=1e9)
+    catalog = Catalog.loads(CATALOG)
+    kinds = [t.kind for t in workload.tasks]
+    tasks: dict[str, tuple[Task, str]] = {}  # job id -> (task, request name)
+    for request in workload.requests:
+        hints = {t.name: t.runtime * (rng.uniform(1 - noise, 1 + noise) if noise else 1.0) for t in request.tasks}
+        jobs = specs(request, kinds, hints)
+        if policy == "pressure" and submit == "submitter":
+            try:
+                ids = Submitter(store, catalog, clock=clock).submit(jobs, name=request.name).ids
+            except SubmissionError as exc:
+                raise SimulationError(f"{workload.name}: {exc}") from None
+        else:
+            if policy in ("pressure", "pressure-eta", "pressure-one-eta"):
+                order = dag.check_dag([j.name for j in jobs], {j.name: j.deps for j in jobs})
+                pressure = dag.pressures(order, {j.name: j.deps for j in jobs}, hints)
+                eta = max(pressure.values())
+                if policy == "pressure-eta":
+                    eta = max(eta, sum(hints.values()) / (pilots * cores))
+                elif policy == "pressure-one-eta":
+                    eta = critical_path(workload.tasks)
+                scores = {n: T0 + eta - p for n, p in pressure.items()}
+            else:
+                scores = _scores(policy, workload, rng)
+            ids = submit_scored(store, catalog, jobs, scores, name=request.name, clock=clock)
+        by_name = {t.name: t for t in request.tasks}
+        tasks.update({job_id: (by_name[n], request.name) for n, job_id in ids.items()})
+    return _run(store, clock, workload, tasks, pilots, cores)
+
+
+def _run(store: Store, clock: SimClock, workload: Workload, tasks: Mapping[str, tuple[Task, str]],
+         pilots: int, cores: int) -> SimResult:
+    names = {task.name + "@" + req: job_id for job_id, (task, req) in tasks.items()}
+    free = {f"pilot{i}": cores for i in range(pilots)}
+    running: list[tuple[float, int, str, int, str]] = []  # (end, seq, job id, attempt, pilot)
+    ended: dict[str, float] = {}
+    started: set[str] = set()
+    seq = matches = 0
+    now = 0.0
+
+    def fill() -> None:
+        nonlocal seq, matches
+        for pilot, cores_free in free.items():
+            if cores_free <= 0:
+                continue
+            got = store.match(PilotOffer(pilot, QUEUE, cores_free, PILOT_MEM_MB), max_jobs=cores_free)
+            matches += 1
+            for job in got:
+                task, req = tasks[job.id]
+                if job.id in started:
+                    raise SimulationError(f"{workload.name}: job {task.name} matched twice")
+                late = [d for d in task.deps if ended.get(names[d + "@" + req], float("inf")) > now]
+                if late:
+                    raise SimulationError(f"{workload.name}: job {task.name} started at {now:.3f} before {late} ended")
+                started.add(job.id)
+                free[pilot] -= 1
+                seq += 1
+                heapq.heappush(running, (now + task.runtime, seq, job.id, job.attempt, pilot))
+
+    fill()
+    while running:
+        now = running[0][0]
+        clock.now = T0 + now
+        while running and running[0][0] <= now:
+            _, _, job_id, attempt, pilot = heapq.heappop(running)
+            store.complete(job_id, attempt, pilot, RunResult(wall=tasks[job_id][0].runtime))
+            ended[job_id] = now
+            free[pilot] += 1
+        fill()
+    if len(ended) != len(tasks):
+        stuck = sorted(tasks[j][0].name for j in tasks if j not in ended)[:10]
+        raise SimulationError(f"{workload.name}: {len(tasks) - len(ended)} jobs never ran (e.g. {stuck})")
+    request_ends: dict[str, float] = {}
+    for job_id, end in ended.items():
+        req = tasks[job_id][1]
+        request_ends[req] = max(request_ends.get(req, 0.0), end)
+    return SimResult(max(ended.values()), request_ends, matches)
+
+
+# -- the report -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    workload: Workload
+    cores: int
+    results: dict[str, SimResult]
+
+    @property
+    def lb(self) -> float:
+        return lower_bound(self.workload.tasks, self.cores)
+
+    @property
+    def lb_plus(self) -> float:
+        return ancestor_bound(self.workload.tasks, self.cores)
+
+    @property
+    def cp(self) -> float:
+        return critical_path(self.workload.tasks)
+
+    @property
+    def work(self) -> float:
+        return total_work(self.workload.tasks) / self.cores
+
+    def span(self, policy: str) -> float:
+        return self.results[policy].makespan
+
+    @property
+    def long_cp(self) -> bool:
+        return self.cp >= LONG_CP * self.work
+
+    @property
+    def cap(self) -> float:
+        return greedy_bound(self.workload.tasks, self.cores) / self.span("pressure")
+
+
+def verdict(row: Row) -> str:
+    """The two targets; the FIFO one is "n/a" where no schedule at all could be 20 % shorter than FIFO."""
+    parts = []
+    ratio = row.span("pressure") / row.lb
+    parts.append("LB ok" if ratio <= LB_TARGET else f"LB MISS {ratio:.2f}")
+    if row.long_cp:
+        gain = row.span("fifo") / row.span("pressure")
+        fifo_lb = row.span("fifo") / row.lb
+        if gain >= FIFO_TARGET:
+            parts.append("FIFO ok")
+        elif fifo_lb < FIFO_TARGET:
+            parts.append(f"FIFO n/a (FIFO/LB {fifo_lb:.2f})")
+        else:
+            parts.append(f"FIFO MISS {gain:.2f}")
+    else:
+        parts.append("(CP short)")
+    return ", ".join(parts)
+
+
+def print_table(rows: Sequence[Row], noise: bool) -> None:
+    head = (f"{'workload':28} {'jobs':>5} {'CP':>7} {'W/m':>7} {'LB':>7} {'LB+':>7} {'press':>7} {'FIFO':>7}"
+            f" {'random':>7}"
+            + (f" {'p±30%':>7}" if noise else "")
+            + f" {'P/LB':>5} {'P/LB+':>5} {'F/P':>5} {'R/P':>5} {'cap':>5}  targets")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        p = r.span("pressure")
+        line = (f"{r.workload.name:28} {len(r.workload.tasks):5d} {r.cp:7.0f} {r.work:7.0f} {r.lb:7.0f} "
+                f"{r.lb_plus:7.0f} {p:7.0f} "
+                f"{r.span('fifo'):7.0f} {r.span('random'):7.0f}")
+        if noise:
+            line += f" {r.span('noisy'):7.0f}"
+        line += (f" {p / r.lb:5.2f} {p / r.lb_plus:5.2f} {r.span('fifo') / p:5.2f} {r.span('random') / p:5.2f}"
+                 f" {r.cap:5.2f}  {verdict(r)}")
+        print(line)
+    multi = [r for r in rows if len(r.workload.requests) > 1]
+    if multi:
+        print("\nRequests submitted together: when each request's last job ended, and the makespan (s).")
+        print("Diagnostics, same pressures, other ETAs: pressure-eta = a load-aware ETA per request,")
+        print("now + max(CP, work/cores); pressure-one-eta = one ETA for all the requests (their longest CP).")
+        for r in multi:
+            for req in r.workload.requests:
+                own = lower_bound(req.tasks, r.cores)
+                ends = "  ".join(f"{pol} {r.results[pol].request_ends[req.name]:5.0f}" for pol in r.results)
+                print(f"  {r.workload.name:28} {req.name:12} alone: CP {critical_path(req.tasks):5.0f}"
+                      f" LB {own:5.0f} | {ends}")
+            spans = "  ".join(f"{pol} {res.makespan:5.0f}" for pol, res in r.results.items())
+            print(f"  {r.workload.name:28} {'all':12} {'':>5}     LB {r.lb:5.0f} | {spans}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--pilots", type=int, default=4)
+    parser.add_argument("--cores", type=int, default=4)
+    parser.add_argument("--only", action="append", default=[], help="run only workloads whose name contains this")
+    parser.add_argument("--no-noise", action="store_true", help="skip the run with ±30%% noise in the hints")
+    args = parser.parse_args(argv)
+    cores = args.pilots * args.cores
+    workloads = [w for w in standard(args.seed) if not args.only or any(o in w.name for o in args.only)]
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="bench-schedule-") as tmp:
+        server = RedisServer(Path(tmp)).start()
+        client = redis.Redis.from_url(server.url)
+        try:
+            rows = []
+            for workload in workloads:
+                results = {pol: simulate(client, workload, pol, pilots=args.pilots, cores=args.cores, seed=args.seed)
+                           for pol in POLICIES}
+                if not args.no_noise:
+                    results["noisy"] = simulate(client, workload, "pressure", pilots=args.pilots, cores=args.cores,
+                                                noise=NOISE, seed=args.seed)
+                if len(workload.requests) > 1:
+                    for pol in DIAGNOSTIC:
+                        results[pol] = simulate(client, workload, pol, pilots=args.pilots, cores=args.cores,
+                                                seed=args.seed)
+                rows.append(Row(workload, cores, results))
+        finally:
+            client.close()
+            server.stop()
+    print(f"{args.pilots} pilots x {args.cores} cores, seed {args.seed}; makespans in simulated seconds\n")
+    print_table(rows, not args.no_noise)
+    calls = sum(res.matches for r in rows for res in r.results.values())
+    print(f"\n{calls:,} match calls, {time.monotonic() - started:.1f} s wall")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
