@@ -1,0 +1,390 @@
+"""Re-pressure: when learnt run times move, re-score the waiting jobs they concern, off the hot path.
+
+A job's score is ``ETA(request) - pressure(job) - priority`` (:mod:`matcher.submission`). Pressures
+were computed at submission from the run-time estimates known then; as jobs complete, ``complete.lua``
+learns each rule's mean and each key's last run time, and the estimates of the jobs still to run move.
+This periodic task carries those moves into the scores, doing work in proportion to what changed,
+never to the number of jobs stored:
+
+1. read the done log from the stored cursor on (cursor hash field ``repressure``);
+2. keep the rules of those completions whose learnt mean moved by more than ``damping`` since the mean
+   re-pressure last propagated (kept in the cursor hash as ``repressure:rule:<rule>``). Comparing with
+   what was *propagated*, not with the previous completion, makes the task self-correcting: a completion
+   it misses (read twice, crashed run, a pilot clock behind the cursor) is caught at the rule's next one,
+   and slow drift adds up until it counts;
+3. walk the unfinished jobs of those rules (``byrule:<rule>``, forgetting finished ones met there) and
+   estimate each again (:func:`taskqueues.ete.estimate`: key, then rule, then what it had);
+4. per request, :func:`taskqueues.dag.propagate_pressure` over *lazy* views of the job records (fetched
+   on demand, a job's dependents or dependencies in one round trip, cached for the run): only ancestors
+   whose pressure moves by more than ``damping`` are visited, and finished jobs are never visited;
+5. a request's ETA is ``now +`` what its remaining work needs: at least the largest pressure among its
+   ready and running jobs (a running job counts what is left of its own estimate). The jobs read in step
+   4 bound it; only when that bound says the ETA moved by more than 1/16 of the remaining time is the
+   request read whole, the exact value taken, the ETA re-stored and every unfinished job of the request
+   re-scored (the hysteresis keeps this rare: the one O(request) step, and it is the one the brief of
+   the ETA asks for, since all of the request's scores move with it);
+6. write back with ``rescore.lua`` in batches: new pressure, estimate and score per job, task-queue
+   members moved, heads indexes set to the real heads; then the request ETAs, the per-rule marks and
+   the cursor (last, so a crash only makes the next run redo idempotent work).
+
+Run it under :func:`taskqueues.lock.locked` (:func:`repressure_locked`) so two beats do not duplicate the
+work; a concurrent run without the lock would write the same values.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from taskqueues import dag
+from taskqueues.ete import RuleStats, estimate
+from taskqueues.lock import locked
+from taskqueues.store import Store
+
+__all__ = ["CURSOR_FIELD", "LOCK_NAME", "RULE_MARK", "Report", "eta_moved", "repressure", "repressure_locked"]
+
+CURSOR_FIELD = "repressure"
+RULE_MARK = "repressure:rule:"
+LOCK_NAME = "repressure"
+ETA_FRACTION = 1 / 16
+_FINAL = frozenset({"done", "failed", "cancelled", "dep-failed"})
+_FRONTIER = frozenset({"waiting", "releasing", "matched", "running"})
+_FETCH_CHUNK = 1000
+_WRITE_CHUNK = 200
+
+Record = dict[str, Any]
+
+
+@dataclass
+class Report:
+    """What one run did; ``records_read`` counts job records fetched (the O(changed) figure)."""
+
+    cursor_from: float | None = None
+    cursor_to: float | None = None
+    completions: int = 0
+    rules_moved: list[str] = field(default_factory=list)
+    reestimated: int = 0
+    pressures_rewritten: int = 0
+    jobs_written: int = 0
+    members_moved: int = 0
+    etas: dict[str, float] = field(default_factory=dict)
+    forgotten: int = 0
+    records_read: int = 0
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class _Records:
+    """Job records fetched on demand and cached for one run (None for an id with no record)."""
+
+    def __init__(self, store: Store) -> None:
+        self.client = store.client
+        self.key = store.keys.jobs
+        self.cache: dict[str, Record | None] = {}
+        self.read = 0
+
+    def fetch(self, ids: Iterable[str]) -> None:
+        todo = [i for i in dict.fromkeys(ids) if i not in self.cache]
+        for start in range(0, len(todo), _FETCH_CHUNK):
+            chunk = todo[start:start + _FETCH_CHUNK]
+            raws = self.client.hmget(self.key, chunk)
+            self.read += len(chunk)
+            for job, raw in zip(chunk, raws, strict=True):
+                self.cache[job] = json.loads(raw) if raw else None
+
+    def get(self, job: str) -> Record | None:
+        if job not in self.cache:
+            self.fetch([job])
+        return self.cache[job]
+
+
+def _unfinished(rec: Record | None) -> bool:
+    return rec is not None and rec.get("s") not in _FINAL
+
+
+class _View(Mapping[str, Any]):
+    """Base of the lazy mappings: they answer for the jobs asked and iterate over those already read."""
+
+    def __init__(self, records: _Records, request: str) -> None:
+        self.records = records
+        self.request = request
+
+    def _rec(self, job: str) -> Record:
+        rec = self.records.get(job)
+        if rec is None or rec.get("q", "") != self.request:
+            raise KeyError(job)
+        return rec
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([j for j, r in self.records.cache.items() if r is not None and r.get("q", "") == self.request])
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+class _Position(_View):
+    """Ids of a request are consecutive and assigned in topological order: int(id) is a position."""
+
+    def __getitem__(self, job: str) -> int:
+        self._rec(job)
+        return int(job)
+
+
+class _Neighbours(_View):
+    """Unfinished dependencies (``dp``) or dependents (``dn``) of a job, fetched together in one round trip.
+
+    Finished jobs are left out: a finished dependency needs no pressure any more, and a finished (or
+    cancelled) dependent no longer lengthens the path.
+    """
+
+    def __init__(self, records: _Records, request: str, field_name: str) -> None:
+        super().__init__(records, request)
+        self.field = field_name
+
+    def __getitem__(self, job: str) -> list[str]:
+        ids = [str(d) for d in self._rec(job).get(self.field) or []]
+        self.records.fetch(ids)
+        return [d for d in ids if _unfinished(self.records.get(d))]
+
+
+class _Overlay(_View, MutableMapping[str, float]):
+    """A record field (``e`` or ``pr``) with the run's new values laid over it."""
+
+    def __init__(self, records: _Records, request: str, field_name: str) -> None:
+        super().__init__(records, request)
+        self.field = field_name
+        self.new: dict[str, float] = {}
+
+    def stored(self, job: str) -> float:
+        return float(self._rec(job).get(self.field, 0.0))
+
+    def __getitem__(self, job: str) -> float:
+        return self.new[job] if job in self.new else self.stored(job)
+
+    def __setitem__(self, job: str, value: float) -> None:
+        self.new[job] = value
+
+    def __delitem__(self, job: str) -> None:
+        del self.new[job]
+
+
+class _Request:
+    """The lazy DAG of one request, as :func:`taskqueues.dag.propagate_pressure` wants it."""
+
+    def __init__(self, records: _Records, request: str) -> None:
+        self.records = records
+        self.index = dag.DagIndex(deps=_Neighbours(records, request, "dp"),
+                                  dependents=_Neighbours(records, request, "dn"),
+                                  position=_Position(records, request))
+        self.ete = _Overlay(records, request, "e")
+        self.pressure = _Overlay(records, request, "pr")
+        self.written: set[str] = set()
+
+
+def eta_moved(old: float, new: float, now: float) -> bool:
+    """True when an ETA moved by more than 1/16 of the remaining time (the longer of the old and the new).
+
+    Taking the longer of the two makes the rule symmetric (growing from 100 s to 107 s left counts like
+    shrinking from 107 s to 100 s), and a request already late (its ETA past) counts any move: its
+    stored ETA says nothing about what is left.
+    """
+    return abs(new - old) > max(old - now, new - now, 0.0) * ETA_FRACTION
+
+
+def _remaining(rec: Record, pressure: float, now: float) -> float:
+    """What a ready or running job still needs, to the request's targets."""
+    if rec.get("s") in ("matched", "running"):
+        since = rec.get("st") or rec.get("tm")
+        elapsed = max(0.0, now - float(since)) if since is not None else 0.0
+        return max(0.0, pressure - min(elapsed, float(rec.get("e", 0.0))))
+    return pressure
+
+
+def repressure(store: Store, *, damping: float = dag.DAMPING, now: float | None = None,
+               batch: int = 10_000) -> Report:
+    """One re-pressure run (see the module docstring); ``batch`` bounds the completions read per run."""
+    now = store.clock() if now is None else now
+    client, keys = store.client, store.keys
+    records = _Records(store)
+    report = Report()
+
+    raw_cursor = client.hget(keys.cursor, CURSOR_FIELD)
+    report.cursor_from = float(raw_cursor) if raw_cursor is not None else None
+    # Inclusive: a completion stamped with the cursor's very time but logged after the last run must not
+    # be lost; re-reading the few at that instant is harmless (the rule marks make it a no-op).
+    low = "-inf" if report.cursor_from is None else repr(report.cursor_from)
+    entries: Any = client.zrangebyscore(keys.donelog, low, "+inf", start=0, num=batch, withscores=True)
+    report.completions = len(entries)
+    report.cursor_to = max((s for _, s in entries), default=report.cursor_from)
+    if len(entries) == batch and report.cursor_to == report.cursor_from:
+        # A whole batch at one instant: step past it (exclusive) rather than read it again forever.
+        low = f"({report.cursor_from!r}"
+        entries = client.zrangebyscore(keys.donelog, low, "+inf", start=0, num=batch, withscores=True)
+        report.completions = len(entries)
+        report.cursor_to = max((s for _, s in entries), default=report.cursor_from)
+    done = [_text(m) for m, _ in entries]
+    records.fetch(done)
+    rules = sorted({r["ru"] for r in (records.get(d) for d in done) if r and r.get("ru")})
+
+    marks: dict[str, str] = {}
+    moved = _moved_rules(store, rules, damping, marks)
+    report.rules_moved = sorted(moved)
+
+    changed = _reestimate(store, records, moved, report)
+    views: dict[str, _Request] = {}
+    for request, new_ete in changed.items():
+        view = views[request] = _Request(records, request)
+        rewritten = dag.propagate_pressure(view.index, view.ete, view.pressure, new_ete, damping=damping)
+        report.pressures_rewritten += len(rewritten)
+        view.written = set(new_ete) | set(rewritten)
+
+    request_recs = _request_records(store, [q for q in views if q])
+    for request, view in views.items():
+        rec = request_recs.get(request)
+        if rec is not None:
+            _check_eta(records, request, rec, view, now, report)
+
+    updates = [_update(records.cache[job], view, request_recs.get(request), report.etas.get(request), job)
+               for request, view in views.items() for job in sorted(view.written, key=int)
+               if _unfinished(records.cache.get(job))]
+    progress = {CURSOR_FIELD: repr(report.cursor_to)} if report.cursor_to is not None else {}
+    _write(store, records, updates, report, progress, marks)
+    report.records_read = records.read
+    return report
+
+
+def repressure_locked(store: Store, *, ttl: float = 300.0, **kwargs: Any) -> Report | None:
+    """:func:`repressure` under the periodic-task lock; None when another run holds it (skip this beat)."""
+    with locked(store.client, store.keys, LOCK_NAME, ttl) as got:
+        return repressure(store, **kwargs) if got else None
+
+
+def _moved_rules(store: Store, rules: Sequence[str], damping: float, marks: dict[str, str]) -> dict[str, RuleStats]:
+    """Rules whose learnt mean moved by more than ``damping`` since last propagated; records the new marks."""
+    if not rules:
+        return {}
+    _, stats = store.ete_stats([], rules)
+    last = store.client.hmget(store.keys.cursor, [RULE_MARK + r for r in rules])
+    moved: dict[str, RuleStats] = {}
+    for rule, raw in zip(rules, last, strict=True):
+        current = stats.get(rule)
+        if current is None or current.n == 0:
+            continue
+        before = float(raw) if raw is not None else None
+        if before is None or abs(current.mean - before) > damping * before:
+            moved[rule] = current
+            marks[RULE_MARK + rule] = repr(current.mean)
+    return moved
+
+
+def _reestimate(store: Store, records: _Records, moved: Mapping[str, RuleStats],
+                report: Report) -> dict[str, dict[str, float]]:
+    """New estimates of the unfinished jobs of the moved rules, by request (finished ones are forgotten)."""
+    client = store.client
+    members: dict[str, list[str]] = {}
+    for rule in moved:
+        members[rule] = [_text(m) for m in client.sscan_iter(store.keys.byrule(rule), count=1000)]
+        records.fetch(members[rule])
+    pipe = client.pipeline(transaction=False)
+    for rule, ids in members.items():
+        finished = [j for j in ids if not _unfinished(records.get(j))]
+        if finished:
+            pipe.srem(store.keys.byrule(rule), *finished)
+            report.forgotten += len(finished)
+    pipe.execute()
+    live = [j for ids in members.values() for j in ids if _unfinished(records.get(j))]
+    job_keys = {j: str(records.cache[j]["k"]) for j in live if (records.cache[j] or {}).get("k")}  # type: ignore[index]
+    last, _ = store.ete_stats(job_keys.values(), [])
+    changed: dict[str, dict[str, float]] = {}
+    for job in live:
+        rec = records.cache[job]
+        assert rec is not None
+        old = float(rec.get("e", 0.0))
+        key_last = last.get(job_keys[job]) if job in job_keys else None
+        new, _ = estimate(key_last, moved.get(rec.get("ru", "")), old, old)
+        if new != old:
+            changed.setdefault(rec.get("q", ""), {})[job] = new
+            report.reestimated += 1
+    return changed
+
+
+def _request_records(store: Store, requests: Sequence[str]) -> dict[str, Record]:
+    if not requests:
+        return {}
+    raws = store.client.hmget(store.keys.requests, list(requests))
+    return {q: json.loads(raw) for q, raw in zip(requests, raws, strict=True) if raw}
+
+
+def _check_eta(records: _Records, request: str, rec: Record, view: _Request, now: float, report: Report) -> None:
+    """Re-store the ETA of a touched request when it moved by more than 1/16 of its remaining time."""
+    eta = float(rec["eta"])
+    known = [(j, r) for j, r in records.cache.items()
+             if r is not None and r.get("q", "") == request and r.get("s") in _FRONTIER]
+    if not known:
+        return
+    old_need = max(_remaining(r, view.pressure.stored(j), now) for j, r in known)
+    new_need = max(_remaining(r, view.pressure[j], now) for j, r in known)
+    later = now + new_need > eta and eta_moved(eta, now + new_need, now)
+    # An earlier ETA can only come from the jobs read if they were what held it up.
+    held = now + old_need >= eta - max(eta - now, 0.0) * ETA_FRACTION
+    earlier = held and now + new_need < eta and eta_moved(eta, now + new_need, now)
+    if not (later or earlier):
+        return
+    first, last = int(rec["first"]), int(rec["last"])
+    ids = [str(i) for i in range(first, last + 1)]
+    records.fetch(ids)
+    frontier = [(j, r) for j in ids if (r := records.cache.get(j)) is not None and r.get("s") in _FRONTIER]
+    if not frontier:
+        return
+    exact = now + max(_remaining(r, view.pressure[j], now) for j, r in frontier)
+    if eta_moved(eta, exact, now):
+        report.etas[request] = round(exact, 3)
+        view.written.update(j for j in ids if _unfinished(records.cache.get(j)))
+
+
+def _update(rec: Record | None, view: _Request, request: Record | None, new_eta: float | None, job: str) -> Record:
+    """The rescore.lua entry of one job: its new pressure, estimate, member estimate and score."""
+    assert rec is not None
+    pressure, ete = view.pressure[job], view.ete[job]
+    if request is not None:
+        eta = new_eta if new_eta is not None else float(request["eta"])
+        score = eta - pressure - float(request.get("priority", 0.0))
+    else:  # a job stored without a request record: keep the date its old score implied
+        score = float(rec.get("sc", 0.0)) + view.pressure.stored(job) - pressure
+    return {"id": job, "pr": round(pressure, 3), "e": round(ete, 3), "me": math.ceil(ete), "sc": repr(float(score))}
+
+
+def _write(store: Store, records: _Records, updates: Sequence[Record], report: Report,
+           progress: Mapping[str, str], marks: Mapping[str, str]) -> None:
+    """rescore.lua in batches; the request ETAs, the rule marks and the cursor go with the last one."""
+    keys = store.keys
+    chunks = [list(updates[i:i + _WRITE_CHUNK]) for i in range(0, len(updates), _WRITE_CHUNK)] or [[]]
+    for n, chunk in enumerate(chunks):
+        body: dict[str, Any] = {"jobs": chunk}
+        if n == len(chunks) - 1:
+            body.update(requests=report.etas, progress=progress, marks=marks)
+        if not chunk and not report.etas and not progress and not marks:
+            continue
+        tqs = sorted({str(r["t"]) for u in chunk if (r := records.cache.get(u["id"])) and r.get("s") == "waiting"})
+        reply = store.call_script("rescore", [keys.jobs, keys.requests, keys.cursor],
+                                  [keys.base + ":", json.dumps(body)], _pool_keys(store, tqs))
+        report.jobs_written += int(reply[1])
+        report.members_moved += int(reply[2])
+
+
+def _pool_keys(store: Store, tqs: Sequence[str]) -> list[str]:
+    """The task queues, their SubmitPools and heads indexes rescore.lua will touch (one round trip)."""
+    if not tqs:
+        return []
+    pipe = store.client.pipeline(transaction=False)
+    for tq in tqs:
+        pipe.smembers(store.keys.pool(tq))
+    out: list[str] = []
+    for tq, queues in zip(tqs, pipe.execute(), strict=True):
+        out += [store.keys.tq(tq), store.keys.pool(tq), *(store.keys.qheads(_text(q)) for q in queues)]
+    return out
