@@ -1,0 +1,256 @@
+"""Why is this job still waiting? One call that looks where a person would look, and says it in a line.
+
+In order: the job's state (only a waiting job can be matched); its place in its task queue (a pilot
+only ever takes the head); the queues it is eligible for (the stored SubmitPool) and, for the others,
+the catalog's reason; then every live pilot (a heartbeat within 3 leases) and what stopped it: its queue
+is not eligible, it is draining, a resource (free cores, memory, scratch, time left) is short, or more
+urgent heads of its queue fit first. A pilot record field that a heartbeat did not send is "unknown",
+never a guess. The verdict names the first thing to act on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from taskqueues.catalog import Catalog
+from taskqueues.errors import PilotfishError
+from taskqueues.records import Job, JobState
+from taskqueues.requirements import Requirements
+from taskqueues.store import Store
+
+__all__ = ["LIVE_LEASES", "Explanation", "PilotFit", "explain", "render_explanation"]
+
+LIVE_LEASES = 3
+_FREE = (("cpu", "free_cpu", "cores"), ("mem", "free_mem", "MB memory"), ("tmp", "free_tmp", "MB scratch"))
+
+
+@dataclass(frozen=True)
+class PilotFit:
+    """One live pilot and why it did not take the job (``fits`` with no reason: it could take it now)."""
+
+    pilot: str
+    queue: str
+    eligible: bool
+    """Its queue is in the job's SubmitPool."""
+    fits: bool
+    reasons: list[str]
+    ahead: int = 0
+    """Heads of its queue more urgent than the job that fit this pilot too (they go first)."""
+
+
+@dataclass(frozen=True)
+class Explanation:
+    job: str
+    name: str
+    state: str
+    request: str
+    reason: str | None
+    task_queue: str
+    score: float
+    ete: float
+    cpu: int
+    mem: int
+    tmp: int
+    position: int | None
+    """Jobs ahead of it in its task queue (0 = it is the head); None when it is not in one."""
+    queue_length: int
+    eligible: list[str]
+    ineligible: dict[str, str]
+    pilots: list[PilotFit] = field(default_factory=list)
+    verdict: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _raw(store: Store, job: str) -> dict[str, Any]:
+    raw = store.client.hget(store.keys.jobs, job)
+    return json.loads(raw) if raw else {}
+
+
+def _ineligible(store: Store, catalog: Catalog, job: Job, eligible: set[str]) -> dict[str, str]:
+    """Catalog queue -> why it cannot run the job (for every queue not in its SubmitPool)."""
+    try:
+        reasons = catalog.explain(Requirements(job.requirements), store.keys.vo)
+    except PilotfishError as exc:
+        return {"?": f"its requirements cannot be checked against the catalog: {exc}"}
+    out = {}
+    for queue, why in reasons.items():
+        if queue in eligible:
+            continue
+        out[queue] = why or "the catalog would take it, but the stored SubmitPool does not list it yet"
+    return out
+
+
+def _number(rec: dict[str, Any], name: str) -> float | None:
+    value = rec.get(name)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _fit(job: Job, ete: float, rec: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(what is short, what is unknown) for this job on a pilot with record ``rec``."""
+    short, unknown = [], []
+    if rec.get("draining"):
+        short.append("it is draining (takes no new work)")
+    for attr, key, unit in _FREE:
+        need = getattr(job, attr)
+        have = _number(rec, key)
+        if have is None:
+            if need:
+                unknown.append(f"{key.replace('_', ' ')} unknown")
+        elif have < need:
+            short.append(f"{key.replace('_', ' ')} {have:g} < {need} {unit} needed")
+    left = _number(rec, "time_left")
+    if left is None:
+        if "time_left" not in rec:
+            unknown.append("time left unknown")
+    elif ete > left:
+        short.append(f"time left {left:g} s < estimated run time {ete:g} s")
+    return short, unknown
+
+
+def _heads_ahead(store: Store, queue: str, job: Job, score: float, rec: dict[str, Any]) -> int:
+    """Heads of other task queues of ``queue`` more urgent than the job that fit what the pilot has free."""
+    k = store.keys
+    entries: Any = store.client.zrangebyscore(k.qheads(queue), "-inf", f"({score!r}", withscores=True)
+    tqs = [_text(tq) for tq, _ in entries if _text(tq) != job.tq_id]
+    if not tqs:
+        return 0
+    pipe = store.client.pipeline(transaction=False)
+    for tq in tqs:
+        pipe.zrange(k.tq(tq), 0, 0, withscores=True)
+    count = 0
+    for head in pipe.execute():
+        if not head or float(head[0][1]) >= score:
+            continue  # the index may lag below the real head: the real one decides
+        _, cpu, mem, tmp, ete = _text(head[0][0]).split(":")
+        free = [_number(rec, key) for _, key, _ in _FREE]
+        left = _number(rec, "time_left")
+        wants = [float(cpu), float(mem), float(tmp)]
+        if all(f is None or w <= f for f, w in zip(free, wants, strict=True)) and (left is None or float(ete) <= left):
+            count += 1
+    return count
+
+
+def explain(store: Store, catalog: Catalog, job_id: str, *, now: float | None = None) -> Explanation:
+    """Why job ``job_id`` is (or is not) waiting; NotFound if there is no such job."""
+    now = store.clock() if now is None else now
+    job = store.job(job_id)
+    rec = _raw(store, job_id)
+    member = str(rec.get("m", ""))
+    ete = float(member.rsplit(":", 1)[1]) if member.count(":") == 4 else float(math.ceil(job.ete))
+    client, k = store.client, store.keys
+    pipe = client.pipeline(transaction=False)
+    pipe.zrank(k.tq(job.tq_id), member)
+    pipe.zcard(k.tq(job.tq_id))
+    pipe.zscore(k.delayed, job_id)
+    rank, length, delayed = pipe.execute() if job.tq_id else (None, 0, None)
+    eligible = sorted(store.pool(job.tq_id)) if job.tq_id else []
+    base = Explanation(job=job.id, name=job.name, state=job.state.value, request=job.request, reason=job.reason,
+                       task_queue=job.tq_id, score=job.score, ete=job.ete, cpu=job.cpu, mem=job.mem, tmp=job.tmp,
+                       position=rank, queue_length=int(length), eligible=eligible,
+                       ineligible=_ineligible(store, catalog, job, set(eligible)) if job.tq_id else {})
+
+    if job.state is not JobState.WAITING:
+        return _with(base, verdict=_not_waiting(store, job))
+    if rank is None:
+        if delayed is not None:
+            return _with(base, verdict=f"requeued ({job.reason or 'lease expired'}); back in its task queue "
+                                       f"after its back-off, in {max(0.0, float(delayed) - now):.0f} s")
+        return _with(base, verdict="waiting but not in its task queue: the next reap or release puts it back")
+    if not eligible:
+        return _with(base, verdict="no queue is eligible for its task queue: check the catalog reasons")
+
+    seen: Any = client.zrangebyscore(k.pilotseen, now - LIVE_LEASES * store.lease_seconds, "+inf")
+    live = sorted(_text(p) for p in seen)
+    records = client.hmget(k.pilots, live) if live else []
+    fits: list[PilotFit] = []
+    for pilot, raw in zip(live, records, strict=True):
+        try:
+            prec = json.loads(raw) if raw else {}
+        except ValueError:
+            prec = {}
+        prec = prec if isinstance(prec, dict) else {}
+        queue = prec.get("queue")
+        if not isinstance(queue, str) or not queue:
+            fits.append(PilotFit(pilot, "unknown", False, False, ["its queue is unknown (no queue in its record)"]))
+            continue
+        if queue not in eligible:
+            why = base.ineligible.get(queue, "it is not in the catalog")
+            fits.append(PilotFit(pilot, queue, False, False, [f"its queue {queue} is not eligible: {why}"]))
+            continue
+        short, unknown = _fit(job, ete, prec)
+        if short:
+            fits.append(PilotFit(pilot, queue, True, False, short + unknown))
+            continue
+        ahead = _heads_ahead(store, queue, job, job.score, prec)
+        reasons = list(unknown)
+        if ahead:
+            reasons.insert(0, f"{ahead} more urgent heads fit first")
+        if rank:
+            reasons.insert(0, f"waiting behind {rank} jobs of its task queue")
+        fits.append(PilotFit(pilot, queue, True, True, reasons, ahead))
+    return _with(base, pilots=fits, verdict=_verdict(fits, int(rank)))
+
+
+def _with(base: Explanation, **changes: Any) -> Explanation:
+    return Explanation(**{**asdict(base), "pilots": base.pilots, **changes})
+
+
+def _not_waiting(store: Store, job: Job) -> str:
+    if job.state is JobState.BLOCKED:
+        unfinished = [d.id for d in store.jobs(list(job.deps)) if not d.state.final]
+        return f"blocked: {len(unfinished)} dependencies unfinished ({', '.join(unfinished[:10])})"
+    if job.state is JobState.RELEASING:
+        return "releasing: its requirements are being evaluated before it enters its task queue"
+    if job.state in (JobState.MATCHED, JobState.RUNNING):
+        return f"not waiting: {job.state.value} on pilot {job.pilot}"
+    return f"not waiting: it ended {job.state.value}" + (f" ({job.reason})" if job.reason else "")
+
+
+def _verdict(fits: list[PilotFit], rank: int) -> str:
+    eligible = [f for f in fits if f.eligible]
+    if not eligible:
+        return "no live pilot in an eligible queue: the director must start one"
+    able = [f for f in eligible if f.fits]
+    if not able:
+        first = eligible[0]
+        return (f"no live pilot in an eligible queue has room for it ({len(eligible)} seen); "
+                f"e.g. {first.pilot}: {'; '.join(first.reasons)}")
+    if rank:
+        return f"waiting behind {rank} more urgent jobs of its task queue"
+    busy = [f for f in able if f.ahead]
+    if len(busy) == len(able):
+        best = min(busy, key=lambda f: f.ahead)
+        return f"{best.ahead} more urgent heads fit first on the live pilots (fewest on {best.pilot})"
+    free = next(f for f in able if not f.ahead)
+    return f"pilot {free.pilot} can run it now: it should be matched at its next request"
+
+
+def render_explanation(e: Explanation, now: float | None = None) -> list[str]:
+    """Human lines for :class:`Explanation`."""
+    now = time.time() if now is None else now
+    lines = [f"job {e.job}{f' {e.name!r}' if e.name else ''} of request {e.request or '-'}: {e.state}"
+             + (f" ({e.reason})" if e.reason else ""),
+             f"  needs cpu {e.cpu}, mem {e.mem} MB, tmp {e.tmp} MB, estimated {e.ete:g} s; "
+             f"score {e.score:.0f} (should start {'now' if e.score <= now else f'in {e.score - now:.0f} s'})"]
+    if e.task_queue:
+        where = "not in it" if e.position is None else f"position {e.position} of {e.queue_length}"
+        lines.append(f"  task queue {e.task_queue}: {where}")
+        lines.append(f"  eligible queues: {', '.join(e.eligible) or 'none'}")
+        for queue, why in sorted(e.ineligible.items()):
+            lines.append(f"  not eligible {queue}: {why}")
+    for f in e.pilots:
+        lines.append(f"  pilot {f.pilot} ({f.queue}): " + ("; ".join(f.reasons) if f.reasons else "could take it now"))
+    lines.append(f"verdict: {e.verdict}")
+    return lines

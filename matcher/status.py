@@ -1,0 +1,167 @@
+"""Operator views of requests and task queues: what is where, and when the work should be done.
+
+Reading only (no script, no lock): a request's jobs are read in one HMGET (their ids are consecutive),
+task queues in one pipeline. These views are for people and the ``status`` command, not for the hot path.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from taskqueues.errors import NotFound
+from taskqueues.records import Job, JobState
+from taskqueues.store import Store
+
+__all__ = ["RequestStatus", "TaskQueueStatus", "find_request", "render_requests", "render_task_queues",
+           "request_status", "requests_status", "task_queues"]
+
+STATE_ORDER = [s.value for s in JobState]
+
+
+@dataclass(frozen=True)
+class RequestStatus:
+    """One request: its jobs by state and how long its critical path still is."""
+
+    id: str
+    name: str
+    priority: float
+    submitted: float
+    eta: float
+    critical_path: float
+    """Seconds still needed along the critical path: the largest pressure among unfinished jobs."""
+    jobs: int
+    states: dict[str, int]
+
+    @property
+    def final(self) -> bool:
+        """Every job ended (done, failed, cancelled or dep-failed)."""
+        return sum(n for s, n in self.states.items() if JobState(s).final) == self.jobs
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "final": self.final}
+
+
+@dataclass(frozen=True)
+class TaskQueueStatus:
+    """One task queue: how many jobs wait, the most urgent score, its requirement class and queues."""
+
+    id: str
+    waiting: int
+    head_score: float | None
+    requirements: dict[str, Any]
+    queues: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _status(request: str, rec: dict[str, Any], jobs: Sequence[Job]) -> RequestStatus:
+    states = Counter(j.state.value for j in jobs)
+    unfinished = [j.pressure for j in jobs if not j.state.final]
+    return RequestStatus(
+        id=request,
+        name=str(rec.get("name", request)),
+        priority=float(rec.get("priority", 0.0)),
+        submitted=float(rec.get("ts", 0.0)),
+        eta=float(rec.get("eta", 0.0)),
+        critical_path=max(unfinished, default=0.0),
+        jobs=len(jobs),
+        states={s: states[s] for s in STATE_ORDER if states[s]},
+    )
+
+
+def request_status(store: Store, request: str) -> RequestStatus:
+    """The status of one request (by id); NotFound if there is none."""
+    return _status(request, store.request(request), store.request_jobs(request))
+
+
+def requests_status(store: Store) -> list[RequestStatus]:
+    """Every request, oldest first (ties by job ids, which grow with each submission)."""
+    requests = sorted(store.requests().items(), key=lambda kv: (float(kv[1].get("ts", 0)), int(kv[1].get("first", 0))))
+    return [_status(rid, rec, store.request_jobs(rid)) for rid, rec in requests]
+
+
+def find_request(store: Store, wanted: str) -> str:
+    """A request id from an id or a unique name; NotFound says which names are close or ambiguous."""
+    requests = store.requests()
+    if wanted in requests:
+        return wanted
+    named = sorted(rid for rid, rec in requests.items() if rec.get("name") == wanted)
+    if len(named) == 1:
+        return named[0]
+    if named:
+        raise NotFound(f"{len(named)} requests are named {wanted!r}: give one id of {', '.join(named)}")
+    raise NotFound(f"no request with id or name {wanted!r}")
+
+
+def task_queues(store: Store) -> list[TaskQueueStatus]:
+    """Every task queue known (with a definition), most urgent head first, empty ones last."""
+    defs = store.tq_definitions()
+    ids = sorted(defs)
+    pipe = store.client.pipeline(transaction=False)
+    for tq in ids:
+        pipe.zcard(store.keys.tq(tq))
+        pipe.zrange(store.keys.tq(tq), 0, 0, withscores=True)
+        pipe.smembers(store.keys.pool(tq))
+    replies = pipe.execute()
+    out = []
+    for i, tq in enumerate(ids):
+        waiting, head, pool = replies[3 * i:3 * i + 3]
+        try:
+            requirements = json.loads(defs[tq])
+        except ValueError:
+            requirements = {"unreadable": defs[tq]}
+        out.append(TaskQueueStatus(
+            id=tq, waiting=int(waiting), head_score=float(head[0][1]) if head else None,
+            requirements=requirements if isinstance(requirements, dict) else {"value": requirements},
+            queues=sorted(q.decode() if isinstance(q, bytes) else str(q) for q in pool)))
+    return sorted(out, key=lambda t: (t.head_score is None, t.head_score or 0.0, t.id))
+
+
+def _when(seconds: float, now: float) -> str:
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds))
+    delta = seconds - now
+    return f"{stamp} ({'in ' if delta >= 0 else ''}{_duration(abs(delta))}{' ago' if delta < 0 else ''})"
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def render_requests(statuses: Sequence[RequestStatus], now: float) -> list[str]:
+    """Human lines: one block per request."""
+    if not statuses:
+        return ["no request"]
+    lines = []
+    for s in statuses:
+        states = ", ".join(f"{n} {state}" for state, n in s.states.items()) or "no job"
+        lines.append(f"request {s.id} {s.name!r} priority {s.priority:g}: {s.jobs} jobs ({states})")
+        lines.append(f"  submitted {_when(s.submitted, now)}")
+        if s.final:
+            lines.append("  finished")
+        else:
+            lines.append(f"  ETA {_when(s.eta, now)}; critical path left {_duration(s.critical_path)}")
+    return lines
+
+
+def render_task_queues(queues: Sequence[TaskQueueStatus], now: float) -> list[str]:
+    if not queues:
+        return ["no task queue"]
+    lines = []
+    for q in queues:
+        head = "empty" if q.head_score is None else f"head should start {_when(q.head_score, now)}"
+        reqs = json.dumps(q.requirements, sort_keys=True, separators=(",", ":"))
+        lines.append(f"task queue {q.id}: {q.waiting} waiting, {head}")
+        lines.append(f"  requirements {reqs}")
+        lines.append(f"  eligible queues: {', '.join(q.queues) or 'none'}")
+    return lines

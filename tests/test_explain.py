@@ -1,0 +1,171 @@
+""""Why is this job pending": explain() and the ``explain`` command for known situations, real Redis."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from click.testing import CliRunner
+from storehelp import FakeClock
+
+from matcher.explain import explain, render_explanation
+from matcher.operator_commands import explain as explain_command
+from matcher.submission import JobSpec, Submitter
+from taskqueues.catalog import Catalog
+from taskqueues.errors import NotFound
+from taskqueues.records import PilotOffer, RunResult
+from taskqueues.store import Store
+
+CATALOG = """
+[sites.A]
+Platform = "EL9"
+[sites.A.ces.ce]
+[sites.A.ces.ce.queues.q]
+shapes = [{ name = "small", cpu = 4, mem = "8G" }]
+[sites.B]
+Platform = "EL8"
+[sites.B.ces.ce]
+[sites.B.ces.ce.queues.q]
+shapes = [{ name = "small", cpu = 4, mem = "8G" }]
+"""
+QA, QB = "A/ce/q", "B/ce/q"
+NOW = 1_000_000.0
+FULL = {"queue": QA, "cpu": 4, "mem": 8000, "tmp": 1000, "free_cpu": 4, "free_mem": 8000, "free_tmp": 1000,
+        "time_left": 3600, "running": [], "draining": False}
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(NOW)
+
+
+@pytest.fixture
+def store(real_redis: redis.Redis, clock: FakeClock) -> Store:
+    return Store(real_redis, lease_seconds=60, clock=clock)
+
+
+@pytest.fixture
+def catalog() -> Catalog:
+    return Catalog.loads(CATALOG)
+
+
+@pytest.fixture
+def submitter(store: Store, catalog: Catalog) -> Submitter:
+    return Submitter(store, catalog, clock=store.clock)
+
+
+def el9(name: str, ete: float = 100, **reqs: Any) -> JobSpec:
+    return JobSpec(name, "true", {"Platform": "EL9", **reqs}, ete=ete)
+
+
+def pilot(store: Store, name: str, **record: Any) -> None:
+    """A pilot's heartbeat, with the record it publishes."""
+    store.heartbeat(name, {}, {**FULL, **record})
+
+
+def test_a_job_no_pilot_can_run(submitter: Submitter, store: Store, catalog: Catalog) -> None:
+    sub = submitter.submit([el9("j")])
+    e = explain(store, catalog, sub.ids["j"])
+    assert (e.state, e.position, e.queue_length, e.eligible) == ("waiting", 0, 1, [QA])
+    assert "Platform" in e.ineligible[QB]
+    assert e.pilots == [] and e.verdict == "no live pilot in an eligible queue: the director must start one"
+    # A live pilot in the wrong queue does not change that, and says why.
+    pilot(store, "b1", queue=QB)
+    e = explain(store, catalog, sub.ids["j"])
+    (fit,) = e.pilots
+    assert not fit.eligible and "EL9" in fit.reasons[0]
+    assert fit.reasons[0].startswith(f"its queue {QB} is not eligible: ")
+    assert e.verdict.startswith("no live pilot in an eligible queue")
+
+
+def test_a_job_blocked_by_resources(submitter: Submitter, store: Store, catalog: Catalog) -> None:
+    sub = submitter.submit([el9("big", ete=7200, cpu=2, mem="4G")])
+    pilot(store, "p1", free_cpu=1, free_mem=6000)
+    pilot(store, "p2", time_left=600)
+    pilot(store, "p3", draining=True)
+    e = explain(store, catalog, sub.ids["big"])
+    by = {f.pilot: f for f in e.pilots}
+    assert by["p1"].reasons == ["free cpu 1 < 2 cores needed", "time left 3600 s < estimated run time 7200 s"]
+    assert by["p2"].reasons == ["time left 600 s < estimated run time 7200 s"]
+    assert by["p3"].reasons[0] == "it is draining (takes no new work)"
+    assert not any(f.fits for f in e.pilots)
+    assert e.verdict.startswith("no live pilot in an eligible queue has room for it (3 seen); e.g. p1: free cpu 1")
+
+
+def test_unknown_pilot_fields_are_said_unknown(submitter: Submitter, store: Store, catalog: Catalog) -> None:
+    sub = submitter.submit([el9("j", mem="1G")])
+    store.heartbeat("sparse", {}, {"queue": QA})
+    (fit,) = explain(store, catalog, sub.ids["j"]).pilots
+    assert fit.fits and fit.reasons == ["free cpu unknown", "free mem unknown", "time left unknown"]
+    store.heartbeat("anon", {}, {"cpu": 4})
+    by = {f.pilot: f for f in explain(store, catalog, sub.ids["j"]).pilots}
+    assert by["anon"].reasons == ["its queue is unknown (no queue in its record)"]
+
+
+def test_only_live_pilots_count(submitter: Submitter, store: Store, catalog: Catalog, clock: FakeClock) -> None:
+    sub = submitter.submit([el9("j")])
+    pilot(store, "old")
+    clock.now += 3 * 60 + 1  # three leases without a heartbeat
+    pilot(store, "new", queue=QB)
+    assert [f.pilot for f in explain(store, catalog, sub.ids["j"]).pilots] == ["new"]
+
+
+def test_behind_jobs_of_its_task_queue_and_behind_other_heads(submitter: Submitter, store: Store,
+                                                              catalog: Catalog) -> None:
+    first = submitter.submit([el9("first", ete=100)], priority=10)  # same task queue, more urgent
+    mine = submitter.submit([el9("mine", ete=100)])
+    pilot(store, "p")
+    e = explain(store, catalog, mine.ids["mine"])
+    assert (e.position, e.queue_length) == (1, 2)
+    assert e.pilots[0].reasons == ["waiting behind 1 jobs of its task queue"]
+    assert e.verdict == "waiting behind 1 more urgent jobs of its task queue"
+    # Once it is the head, a more urgent head of another task queue that fits the pilot goes first.
+    (taken,) = store.match(PilotOffer("q", QA, 4, 8000))
+    assert taken.id == first.ids["first"]
+    other = submitter.submit([el9("other", ete=100, mem="1G")], priority=20)
+    e = explain(store, catalog, mine.ids["mine"])
+    assert e.position == 0 and e.pilots[0].ahead == 1
+    assert e.pilots[0].reasons == ["1 more urgent heads fit first"]
+    assert e.verdict.startswith("1 more urgent heads fit first")
+    # That head does not fit a pilot with little memory: for that pilot, mine is next.
+    pilot(store, "small", free_mem=500)
+    e = explain(store, catalog, mine.ids["mine"])
+    assert {f.pilot: f.ahead for f in e.pilots} == {"p": 1, "small": 0}
+    assert e.verdict == "pilot small can run it now: it should be matched at its next request"
+    assert store.match(PilotOffer("small", QA, 4, 500))[0].id == mine.ids["mine"]  # and match agrees
+    assert other.ids["other"] in [j.id for j in store.match(PilotOffer("p", QA, 4, 8000))]
+
+
+def test_jobs_that_are_not_waiting(submitter: Submitter, store: Store, catalog: Catalog) -> None:
+    sub = submitter.submit([el9("a"), JobSpec("b", "true", {"Platform": "EL9"}, deps=("a",))])
+    assert explain(store, catalog, sub.ids["b"]).verdict == f"blocked: 1 dependencies unfinished ({sub.ids['a']})"
+    (a,) = store.match(PilotOffer("p", QA, 4, 8000))
+    store.start(a.id, a.attempt, "p")
+    assert explain(store, catalog, a.id).verdict == "not waiting: running on pilot p"
+    store.complete(a.id, a.attempt, "p", RunResult(wall=5))
+    assert explain(store, catalog, a.id).verdict == "not waiting: it ended done"
+    with pytest.raises(NotFound):
+        explain(store, catalog, "999999")
+
+
+def test_render_and_command(submitter: Submitter, real_redis: redis.Redis, redis_url: str, tmp_path: Path) -> None:
+    # The command reads the real clock: a store on it publishes the heartbeat.
+    live = Store(real_redis, lease_seconds=60)
+    sub = Submitter(live, Catalog.loads(CATALOG)).submit([el9("j", cpu=2)])
+    live.heartbeat("p1", {}, {**FULL, "free_cpu": 1})
+    lines = render_explanation(explain(live, Catalog.loads(CATALOG), sub.ids["j"]), time.time())
+    assert lines[-1].startswith("verdict: no live pilot in an eligible queue has room")
+    assert any(line == "  pilot p1 (A/ce/q): free cpu 1 < 2 cores needed" for line in lines)
+    catalog = tmp_path / "catalog.toml"
+    catalog.write_text(CATALOG)
+    env = {"PILOTFISH_REDIS_URL": redis_url, "PILOTFISH_CATALOG": str(catalog)}
+    result = CliRunner().invoke(explain_command, [sub.ids["j"]], env=env)
+    assert result.exit_code == 0, result.output
+    assert f"not eligible {QB}: " in result.output and "verdict: no live pilot" in result.output
+    result = CliRunner().invoke(explain_command, [sub.ids["j"], "--json"], env=env)
+    doc = json.loads(result.output)
+    assert doc["pilots"][0]["reasons"] == ["free cpu 1 < 2 cores needed"] and doc["position"] == 0

@@ -1,0 +1,141 @@
+"""Operator status views and the ``status`` command, against a real redis-server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from click.testing import CliRunner
+from storehelp import FakeClock
+
+from matcher.operator_commands import status
+from matcher.status import find_request, request_status, requests_status, task_queues
+from matcher.submission import JobSpec, Submitter
+from taskqueues.catalog import Catalog
+from taskqueues.errors import NotFound
+from taskqueues.records import JobState, PilotOffer, RunResult
+from taskqueues.store import Store
+
+CATALOG = """
+[sites.A]
+Platform = "EL9"
+[sites.A.ces.ce]
+[sites.A.ces.ce.queues.q]
+shapes = [{ name = "small", cpu = 4, mem = "8G" }]
+[sites.B]
+Platform = "EL8"
+[sites.B.ces.ce]
+[sites.B.ces.ce.queues.q]
+shapes = [{ name = "small", cpu = 4, mem = "8G" }]
+"""
+QA, QB = "A/ce/q", "B/ce/q"
+NOW = 1_000_000.0
+
+
+@pytest.fixture
+def store(real_redis: redis.Redis) -> Store:
+    return Store(real_redis, lease_seconds=60, clock=FakeClock(NOW))
+
+
+@pytest.fixture
+def submitter(store: Store) -> Submitter:
+    return Submitter(store, Catalog.loads(CATALOG), clock=store.clock)
+
+
+@pytest.fixture
+def env(redis_url: str, tmp_path: Path) -> dict[str, str]:
+    catalog = tmp_path / "catalog.toml"
+    catalog.write_text(CATALOG)
+    return {"PILOTFISH_REDIS_URL": redis_url, "PILOTFISH_CATALOG": str(catalog)}
+
+
+def chain_request(submitter: Submitter) -> tuple[str, dict[str, str]]:
+    sub = submitter.submit([JobSpec("a", "true", {"Platform": "EL9"}, ete=100),
+                            JobSpec("b", "true", {"Platform": "EL9"}, deps=("a",), ete=50),
+                            JobSpec("c", "true", {"Platform": "EL8", "mem": "2G"}, ete=30)], name="demo", priority=5)
+    return sub.request, sub.ids
+
+
+def test_request_status_counts_states_and_the_critical_path_left(submitter: Submitter, store: Store) -> None:
+    request, _ = chain_request(submitter)
+    s = request_status(store, request)
+    assert (s.name, s.priority, s.submitted, s.eta, s.jobs) == ("demo", 5, NOW, NOW + 150, 3)
+    assert s.states == {"blocked": 1, "waiting": 2} and s.critical_path == 150 and not s.final
+    (a,) = store.match(PilotOffer("p", QA, 4, 8000))
+    store.start(a.id, a.attempt, "p")
+    assert request_status(store, request).states == {"blocked": 1, "waiting": 1, "running": 1}
+    store.complete(a.id, a.attempt, "p", RunResult(wall=90))
+    s = request_status(store, request)
+    assert s.states == {"waiting": 2, "done": 1} and s.critical_path == 50
+    for queue in (QA, QB):
+        (job,) = store.match(PilotOffer("p", queue, 4, 8000))
+        store.complete(job.id, job.attempt, "p")
+    s = request_status(store, request)
+    assert s.final and s.critical_path == 0 and s.states == {"done": 3}
+    assert s.to_json()["final"] is True
+
+
+def test_all_requests_and_lookup_by_name(submitter: Submitter, store: Store) -> None:
+    first, _ = chain_request(submitter)
+    second = submitter.submit([JobSpec("x", "true", ete=10)], name="other").request
+    assert [s.id for s in requests_status(store)] == [first, second]
+    assert find_request(store, "other") == second and find_request(store, first) == first
+    submitter.submit([JobSpec("y", "true")], name="other")
+    with pytest.raises(NotFound, match="2 requests are named 'other'"):
+        find_request(store, "other")
+    with pytest.raises(NotFound, match="no request with id or name 'nope'"):
+        find_request(store, "nope")
+
+
+def test_task_queues_show_waiting_head_requirements_and_queues(submitter: Submitter, store: Store) -> None:
+    chain_request(submitter)
+    queues = {q.requirements.get("Platform"): q for q in task_queues(store)}
+    el9, el8 = queues["EL9"], queues["EL8"]
+    assert (el9.waiting, el9.head_score, el9.queues) == (1, NOW - 5, [QA])  # a: ETA - 150 - priority 5
+    assert (el8.waiting, el8.head_score, el8.queues) == (1, NOW + 115, [QB])
+    assert el8.requirements == {"Platform": "EL8", "cpu": 1, "mem": 2048, "tmp": 0}  # canonical: bucketed
+    store.match(PilotOffer("p", QA, 4, 8000))
+    assert {q.requirements.get("Platform"): q.waiting for q in task_queues(store)} == {"EL9": 0, "EL8": 1}
+    assert task_queues(store)[-1].head_score is None  # empty task queues come last
+
+
+def test_status_command_text_and_json(submitter: Submitter, env: dict[str, str]) -> None:
+    request, _ = chain_request(submitter)
+    runner = CliRunner()
+    result = runner.invoke(status, [], env=env)
+    assert result.exit_code == 0, result.output
+    assert f"request {request} 'demo' priority 5: 3 jobs (1 blocked, 2 waiting)" in result.output
+    assert "critical path left 2m30s" in result.output and "eligible queues: A/ce/q" in result.output
+    result = runner.invoke(status, ["demo", "--json"], env=env)
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert doc["id"] == request and doc["states"] == {"blocked": 1, "waiting": 2} and doc["final"] is False
+    result = runner.invoke(status, ["missing"], env=env)
+    assert isinstance(result.exception, NotFound)
+
+
+def test_status_watch_follows_the_request_until_it_ends(submitter: Submitter, store: Store,
+                                                         env: dict[str, str]) -> None:
+    request, ids = chain_request(submitter)
+    proc = subprocess.Popen([sys.executable, "-c", "from matcher.operator_commands import status; status()",
+                             request, "--watch"], env={**os.environ, **env}, stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.0)
+        assert proc.poll() is None, "it must keep watching while jobs are unfinished"
+        for queue in (QA, QB, QA):
+            (job,) = store.match(PilotOffer("p", queue, 4, 8000))
+            store.complete(job.id, job.attempt, "p")
+        out, _ = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0
+    assert "\x1b" not in out, "no terminal control codes when stdout is a pipe"
+    assert out.count("-- ") >= 2 and out.rstrip().endswith("finished")
+    assert f"request {request} 'demo' priority 5: 3 jobs (3 done)" in out
+    assert all(store.job(i).state is JobState.DONE for i in ids.values())
