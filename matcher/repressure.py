@@ -244,10 +244,14 @@ def repressure(store: Store, *, damping: float = dag.DAMPING, now: float | None 
         view.written = set(new_ete) | set(rewritten)
 
     request_recs = _request_records(store, [q for q in views if q])
+    frontier: dict[str, list[tuple[str, Record]]] = {}
+    for job, rec in records.cache.items():
+        if rec is not None and rec.get("s") in _FRONTIER:
+            frontier.setdefault(rec.get("q", ""), []).append((job, rec))
     for request, view in views.items():
         rec = request_recs.get(request)
         if rec is not None:
-            _check_eta(records, request, rec, view, now, report)
+            _check_eta(records, request, rec, view, frontier.get(request, []), now, report)
 
     updates = [_update(records.cache[job], view, request_recs.get(request), report.etas.get(request), job)
                for request, view in views.items() for job in sorted(view.written, key=int)
@@ -320,11 +324,14 @@ def _request_records(store: Store, requests: Sequence[str]) -> dict[str, Record]
     return {q: json.loads(raw) for q, raw in zip(requests, raws, strict=True) if raw}
 
 
-def _check_eta(records: _Records, request: str, rec: Record, view: _Request, now: float, report: Report) -> None:
-    """Re-store the ETA of a touched request when it moved by more than 1/16 of its remaining time."""
+def _check_eta(records: _Records, request: str, rec: Record, view: _Request, known: Sequence[tuple[str, Record]],
+               now: float, report: Report) -> None:
+    """Re-store the ETA of a touched request when it moved by more than 1/16 of its remaining time.
+
+    ``known`` are its ready and running jobs read so far: they bound the ETA; the request is read whole
+    only when that bound says the ETA moved.
+    """
     eta = float(rec["eta"])
-    known = [(j, r) for j, r in records.cache.items()
-             if r is not None and r.get("q", "") == request and r.get("s") in _FRONTIER]
     if not known:
         return
     old_need = max(_remaining(r, view.pressure.stored(j), now) for j, r in known)

@@ -314,3 +314,25 @@ def test_concurrent_runs_under_the_lock_do_the_work_once(submitter: Submitter, s
     written = [o for o in outputs if o]
     assert len(written) == 1 and written[0] == 4, outputs  # one did it; the other skipped or found it done
     assert store.job(sub.ids["c1"]).pressure == 150 and store.request(sub.request)["eta"] == NOW + 150
+
+
+def test_rescore_declares_keys_of_one_cluster_slot(real_redis: redis.Redis, clock: FakeClock) -> None:
+    from redis.crc import key_slot
+
+    from taskqueues.keys import Keys
+
+    store = Store(real_redis, Keys(vo="lhcb"), clock=clock)
+    submitter = Submitter(store, Catalog.loads(CATALOG), vo="lhcb", clock=clock)
+    submitter.submit(chain(["c1", "c2"], 10, "sim"), name="C")
+    learn(submitter, store, "sim", 100)
+    declared: list[str] = []
+    script = store._scripts["rescore"]
+
+    def spy(keys: list[str], args: list[Any]) -> Any:
+        declared.extend(keys)
+        return script(keys=keys, args=args)
+
+    store._scripts["rescore"] = spy  # type: ignore[assignment]
+    assert repressure(store).members_moved == 1
+    assert any(":qh:" in k for k in declared) and any(":t:" in k for k in declared)
+    assert {key_slot(k.encode()) for k in declared} == {key_slot(b"{lhcb}")}
