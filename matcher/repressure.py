@@ -379,19 +379,7 @@ def _write(store: Store, records: _Records, updates: Sequence[Record], report: R
             continue
         tqs = sorted({str(r["t"]) for u in chunk if (r := records.cache.get(u["id"])) and r.get("s") == "waiting"})
         reply = store.call_script("rescore", [keys.jobs, keys.requests, keys.cursor],
-                                  [keys.base + ":", json.dumps(body)], _pool_keys(store, tqs))
+                                  [keys.base + ":", json.dumps(body)], [keys.work, *store.pool_keys(tqs)])
         report.jobs_written += int(reply[1])
         report.members_moved += int(reply[2])
 
-
-def _pool_keys(store: Store, tqs: Sequence[str]) -> list[str]:
-    """The task queues, their SubmitPools and heads indexes rescore.lua will touch (one round trip)."""
-    if not tqs:
-        return []
-    pipe = store.client.pipeline(transaction=False)
-    for tq in tqs:
-        pipe.smembers(store.keys.pool(tq))
-    out: list[str] = []
-    for tq, queues in zip(tqs, pipe.execute(), strict=True):
-        out += [store.keys.tq(tq), store.keys.pool(tq), *(store.keys.qheads(_text(q)) for q in queues)]
-    return out

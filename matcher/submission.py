@@ -11,7 +11,8 @@ every problem before storing anything:
 4. run-time estimates come from what was learnt (last success of the job's key, its rule's mean),
    else the user's hint (``ete``, else ``wall``), else the default (:func:`taskqueues.ete.estimate`);
 5. pressures along the DAG give each job its score: ``ETA(request) - pressure(job) - priority``, the
-   date by which it should start (lower is more urgent, one scale for every request).
+   date by which it should start (lower is more urgent, one scale for every request); the ETA counts
+   the critical path and the load of everyone's outstanding work (:mod:`matcher.eta`).
 
 A job whose template failed to evaluate is stored as failed with the reason, and the jobs depending on
 it as dep-failed; the rest of the request runs. Requirements that read dependency outputs are kept
@@ -23,7 +24,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,8 @@ from taskqueues.ete import estimate
 from taskqueues.records import JobState, NewJob
 from taskqueues.requirements import Requirements, parse_requirements
 from taskqueues.store import Store
+
+from .eta import capacity_cores, default_floor, load_seconds, request_eta
 
 DEFAULT_ETE = 60.0
 INSTANCE_TYPE = "InstanceType"
@@ -140,12 +143,15 @@ class Submitter:
     """Validates and stores requests for one community."""
 
     def __init__(self, store: Store, catalog: Catalog, *, vo: str = "default", default_ete: float = DEFAULT_ETE,
-                 clock: Any = time.time) -> None:
+                 clock: Any = time.time, capacity: Callable[[], float] | None = None) -> None:
+        """``capacity`` gives the cores that run the work (for the load part of the ETA, :mod:`matcher.eta`)."""
         self.store = store
         self.catalog = catalog
         self.vo = vo
         self.default_ete = default_ete
         self.clock = clock
+        self.capacity = capacity or (lambda: capacity_cores(store, max_age=3 * store.lease_seconds,
+                                                             floor=default_floor()))
 
     def submit(self, jobs: Sequence[JobSpec], *, name: str = "", priority: float = 0.0) -> Submitted:
         """Validate every job, then store the whole request in one atomic step (or nothing)."""
@@ -172,7 +178,9 @@ class Submitter:
         pressure = dag.pressures(order, {j.name: j.deps for j in jobs}, ete)
         critical = max(pressure.values(), default=0.0)
         now = self.clock()
-        eta = now + critical
+        work = sum(ete[j.name] * (placements[j.name].requirements.cpu if j.name in placements else 1)
+                   for j in jobs if j.error is None)
+        eta = request_eta(now, critical, load_seconds(self.store, self.capacity(), work))
         index = {n: i for i, n in enumerate(order)}
         dependents = dag.dependents_of(order, {j.name: j.deps for j in jobs})
         doomed = self._doomed(order, by_name, dependents)

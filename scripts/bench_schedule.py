@@ -192,7 +192,8 @@ def simulate(client: redis.Redis, workload: Workload, policy: str, *, pilots: in
         jobs = specs(request, kinds, hints)
         if policy == "pressure" and submit == "submitter":
             try:
-                ids = Submitter(store, catalog, clock=clock).submit(jobs, name=request.name).ids
+                ids = Submitter(store, catalog, clock=clock, capacity=lambda: float(pilots * cores)).submit(
+                    jobs, name=request.name).ids
             except SubmissionError as exc:
                 raise SimulationError(f"{workload.name}: {exc}") from None
         else:

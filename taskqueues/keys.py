@@ -23,10 +23,12 @@ rewrite. ``tests/test_keys.py`` checks it for every key builder.
 | ``P:{vo}:etekeys`` | hash | job key → last successful run time (seconds) |
 | ``P:{vo}:eterules`` | hash | rule → ``"n mean"`` of its successful run times |
 | ``P:{vo}:byrule:<rule>`` | set | unfinished jobs of a rule (re-pressure finds them when the rule's mean moves) |
+| ``P:{vo}:work`` | string | outstanding core-seconds of unfinished jobs (the load in a request's ETA) |
 | ``P:{vo}:wake`` | channel | published when work enters a task queue: idle pilots wait on it |
 | ``P:{vo}:lock:<name>`` | string | a periodic task's lock (token, with an expiry) |
 | ``P:{vo}:alive:<component>`` | zset | process name → last beat of a component (worker, beat, director, pilot) |
-| ``P:{vo}:cursor`` | hash | periodic tasks' progress (e.g. how far re-pressure read the done log) |
+| ``P:{vo}:cursor`` | hash | periodic tasks' progress: ``repressure`` (how far re-pressure read the done log),
+``repressure:rule:<rule>`` (the rule mean it last propagated) |
 | ``P:{vo}:pilots`` | hash | pilot id → pilot record (JSON) |
 | ``P:{vo}:provisioned`` | hash | director's pilots: ``queue|kind|batch id`` → record (JSON) |
 | ``P:{vo}:pilotseen`` | zset | pilot id → last heartbeat |
@@ -131,6 +133,10 @@ class Keys:
 
     def byrule(self, rule: str) -> str:
         return f"{self.base}:byrule:{rule}"
+
+    @property
+    def work(self) -> str:
+        return f"{self.base}:work"
 
     @property
     def wake(self) -> str:

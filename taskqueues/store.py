@@ -76,7 +76,7 @@ class Store:
             return list(reply)
         raise StoreError(f"script {name} kept asking for undeclared keys")
 
-    def _pool_keys(self, tq_ids: Iterable[str]) -> list[str]:
+    def pool_keys(self, tq_ids: Iterable[str]) -> list[str]:
         """Task queue, pool and heads-index keys for these task queues, as stored now (one round trip)."""
         tqs = list(dict.fromkeys(tq_ids))
         if not tqs:
@@ -116,7 +116,7 @@ class Store:
             body["request"] = {"id": request[0], "rec": dict(request[1])}
         k = self.keys
         declared = [key for tq, d in tqs.items() for key in (k.tq(tq), k.pool(tq), *map(k.qheads, d["queues"]))]
-        declared += [k.byrule(rule) for rule in {j.rule for j in jobs if j.rule}]
+        declared += [k.byrule(rule) for rule in {j.rule for j in jobs if j.rule}] + [k.work]
         reply = self.call_script("submit", [k.jobs, k.seq, k.tqdefs, k.tqempty, k.poolstamp, k.releasing, k.requests],
                            [self._base, now, json.dumps(body)], declared)
         return [_text(i) for i in reply[1:]]
@@ -173,16 +173,16 @@ class Store:
         fields = json.dumps((result or RunResult()).fields())
         reply = self.call_script("complete", [k.jobs, k.leases, k.kills, k.tqempty, k.releasing, k.donelog,
                                         k.etekeys, k.eterules],
-                           [self._base, job, attempt, pilot, self.clock(), fields])
+                           [self._base, job, attempt, pilot, self.clock(), fields], [k.work])
         self._stale(reply)
         return [_text(x) for x in reply[1:]]
 
     def fail(self, job: str, attempt: int, pilot: str, result: RunResult, *, requeue: bool = False) -> JobState:
         """Record a failure; with ``requeue`` the job goes back to its task queue at once (preemption)."""
         k = self.keys
-        extra: list[str] = []
+        extra: list[str] = [k.work]
         if requeue:
-            extra = self._pool_keys([self.job(job).tq_id])
+            extra += self.pool_keys([self.job(job).tq_id])
         reply = self.call_script("fail", [k.jobs, k.leases, k.kills, k.tqempty, k.releasing],
                            [self._base, job, attempt, pilot, self.clock(), json.dumps(result.fields()),
                             "1" if requeue else "0"], extra)
@@ -198,7 +198,7 @@ class Store:
         """
         k = self.keys
         due = self.client.zrangebyscore(k.delayed, "-inf", self.clock(), start=0, num=batch)
-        extra = self._pool_keys(self._tq_of(due))
+        extra = [k.work, *self.pool_keys(self._tq_of(due))]
         reply = self.call_script("reap", [k.jobs, k.leases, k.delayed, k.kills, k.tqempty, k.releasing],
                            [self._base, self.clock(), self.backoff, batch], extra)
         return int(reply[1]), int(reply[2]), int(reply[3])
@@ -213,7 +213,7 @@ class Store:
         """Cancel (or, with ``kill``, kill) a job. Returns what happened: ended, requested, final, unknown."""
         k = self.keys
         reply = self.call_script("cancel", [k.jobs, k.kills, k.delayed, k.releasing],
-                           [self._base, job, "kill" if kill else "cancel", reason, self.clock()])
+                           [self._base, job, "kill" if kill else "cancel", reason, self.clock()], [k.work])
         if _text(reply[0]) == "unknown":
             raise NotFound(f"no job {job!r}")
         return _text(reply[0])
@@ -223,8 +223,9 @@ class Store:
 
     def refresh_pool(self, tq_id: str, queues: Sequence[str]) -> tuple[int, int]:
         """Replace the SubmitPool of one task queue; returns (queues added, queues removed)."""
-        extra = self._pool_keys([tq_id]) + [self.keys.qheads(q) for q in queues]
-        reply = self.call_script("refresh_pool", [self.keys.poolstamp], [self._base, tq_id, self.clock(), *queues], extra)
+        extra = self.pool_keys([tq_id]) + [self.keys.qheads(q) for q in queues]
+        reply = self.call_script("refresh_pool", [self.keys.poolstamp], [self._base, tq_id, self.clock(), *queues],
+                                 extra)
         self._match_calls.clear()
         return int(reply[1]), int(reply[2])
 
@@ -234,13 +235,15 @@ class Store:
         cutoff = self.clock() - grace
         cands = [_text(t) for t in self.client.zrangebyscore(k.tqempty, "-inf", cutoff, start=0, num=batch)]
         reply = self.call_script("clean", [k.tqdefs, k.tqempty, k.poolstamp], [self._base, cutoff, batch],
-                           self._pool_keys(cands))
+                           self.pool_keys(cands))
         return [_text(x) for x in reply[1:]]
 
     def release(self, job: str, spec: Mapping[str, Any]) -> JobState | None:
         """Move a releasing job into its task queue (``spec`` as release.lua documents) or fail it."""
         k = self.keys
-        extra = [] if "error" in spec else self._pool_keys([spec["t"]]) + [k.qheads(q) for q in spec["queues"]]
+        extra = [k.work]
+        if "error" not in spec:
+            extra += self.pool_keys([spec["t"]]) + [k.qheads(q) for q in spec["queues"]]
         reply = self.call_script("release", [k.jobs, k.tqdefs, k.tqempty, k.poolstamp, k.releasing],
                            [self._base, job, self.clock(), json.dumps(spec)], extra)
         return JobState(_text(reply[1])) if _text(reply[0]) == "ok" else None
@@ -261,6 +264,10 @@ class Store:
                 n, mean = _text(raw).split()
                 by_rule[rule] = RuleStats(int(n), float(mean))
         return by_key, by_rule
+
+    def outstanding_work(self) -> float:
+        """Core-seconds of work still to do (unfinished jobs with a known shape), kept by the scripts."""
+        return float(self.client.get(self.keys.work) or 0)
 
     def request(self, request: str) -> dict[str, Any]:
         raw = self.client.hget(self.keys.requests, request)
@@ -310,7 +317,8 @@ class Store:
         Tuples (task queue, job id, cpu, mem, tmp, ete, score) — read from the task-queue members, so no
         job record is loaded.
         """
-        tqs = [_text(t) for t, s in self.client.zrange(self.keys.qheads(queue), 0, -1, withscores=True) if s < 1e18]
+        index: Any = self.client.zrange(self.keys.qheads(queue), 0, -1, withscores=True)
+        tqs = [_text(tq) for tq, score in index if score < 1e18]
         pipe = self.client.pipeline(transaction=False)
         for tq in tqs:
             pipe.zrange(self.keys.tq(tq), 0, per_tq - 1, withscores=True)

@@ -52,7 +52,7 @@ def store(real_redis: redis.Redis, clock: FakeClock) -> Store:
 
 @pytest.fixture
 def submitter(store: Store, clock: FakeClock) -> Submitter:
-    return Submitter(store, Catalog.loads(CATALOG), clock=clock)
+    return Submitter(store, Catalog.loads(CATALOG), clock=clock, capacity=lambda: 1e6)  # no load: ETA = critical path
 
 
 def spec(name: str, ete: float, *, rule: str = "", mem: int = 100, deps: tuple[str, ...] = (),
@@ -322,7 +322,7 @@ def test_rescore_declares_keys_of_one_cluster_slot(real_redis: redis.Redis, cloc
     from taskqueues.keys import Keys
 
     store = Store(real_redis, Keys(vo="lhcb"), clock=clock)
-    submitter = Submitter(store, Catalog.loads(CATALOG), vo="lhcb", clock=clock)
+    submitter = Submitter(store, Catalog.loads(CATALOG), vo="lhcb", clock=clock, capacity=lambda: 1e6)
     submitter.submit(chain(["c1", "c2"], 10, "sim"), name="C")
     learn(submitter, store, "sim", 100)
     declared: list[str] = []

@@ -45,7 +45,7 @@ def store(real_redis: redis.Redis) -> Store:
 
 @pytest.fixture
 def submitter(store: Store) -> Submitter:
-    return Submitter(store, Catalog.loads(CATALOG), clock=store.clock)
+    return Submitter(store, Catalog.loads(CATALOG), clock=store.clock, capacity=lambda: 1e6)
 
 
 @pytest.fixture

@@ -90,6 +90,7 @@ def test_instance_type_hint_makes_its_own_task_queue(submitter: Submitter, store
 
 
 def test_pressure_puts_the_critical_path_first_across_requests(submitter: Submitter, store: Store) -> None:
+    submitter.capacity = lambda: 1e6  # an idle giant: the ETA is the critical path alone
     # Request 1: a long chain (3 x 100 s); request 2: a short job submitted at the same time.
     chain = submitter.submit([JobSpec("c1", "true", ete=100), JobSpec("c2", "true", deps=("c1",), ete=100),
                               JobSpec("c3", "true", deps=("c2",), ete=100)], name="chain")
@@ -102,6 +103,22 @@ def test_pressure_puts_the_critical_path_first_across_requests(submitter: Submit
     urgent = submitter.submit([JobSpec("u", "true", ete=10)], priority=50)
     assert store.job(urgent.ids["u"]).score == 999_950
     assert store.match(PilotOffer("p", QA, 1, 1000))[0].id == urgent.ids["u"]
+
+
+def test_eta_counts_everyone_s_outstanding_work(submitter: Submitter, store: Store) -> None:
+    submitter.capacity = lambda: 2.0
+    chain = submitter.submit([JobSpec("c1", "true", ete=100), JobSpec("c2", "true", deps=("c1",), ete=100)])
+    assert chain.eta == 1_000_200 and store.outstanding_work() == 200
+    # 400 core-seconds of short jobs on 2 cores, behind 200 already waiting: 300 s before they can be done.
+    fan = submitter.submit([JobSpec(f"f{i}", "true", ete=100) for i in range(4)])
+    assert fan.eta == 1_000_300
+    assert store.job(fan.ids["f0"]).score == 1_000_200 and store.job(chain.ids["c1"]).score == 1_000_000
+    (first,) = store.match(PilotOffer("p", QA, 1, 1000))
+    assert first.id == chain.ids["c1"]  # the critical path first, although the fan is as old
+    store.complete(first.id, first.attempt, "p", RunResult(wall=100))
+    assert store.outstanding_work() == 500
+    store.cancel(fan.ids["f0"])
+    assert store.outstanding_work() == 400
 
 
 def test_dependency_release_is_atomic_with_completion(submitter: Submitter, store: Store) -> None:

@@ -27,6 +27,18 @@ local function pool_of(base, tq)
   for _, q in ipairs(queues) do need(base .. 'qh:' .. q) end
   return queues
 end
+-- Outstanding work (core-seconds of every unfinished job with a known shape), what a load-aware ETA
+-- divides by the cores (matcher.eta). A job counts from the moment it has a task-queue member.
+-- Whole seconds with INCRBY: INCRBYFLOAT rewrites its arguments for replication, which in Redis 6.2
+-- corrupts the scripting client's argument cache (the server crashed on the next SADD).
+local function work_of(rec)
+  if not rec.m then return 0 end
+  local cpu = tonumber(string.match(rec.m, '^[^:]+:([^:]+):')) or 1
+  return cpu * math.ceil(tonumber(rec.e) or 0)
+end
+local function add_work(base, amount)
+  if amount ~= 0 then redis.call('INCRBY', base .. 'work', amount) end
+end
 -- Put a waiting job into its task queue. The heads index only ever gets ZADD LT here, so every entry
 -- stays at or below its task queue's real head score (what match relies on). A task queue with no
 -- SubmitPool (cleaned meanwhile, or no queue eligible any more) sends the job to the releasing set,
@@ -63,6 +75,7 @@ end
 -- End a job for good (failed, cancelled...) and mark every job that transitively depends on it
 -- dep-failed with the reason. Only blocked or releasing dependents can exist below an unfinished job.
 local function finish(jobs, releasing, rec, state, reason, now)
+  add_work(string.match(jobs, '^(.*)jobs$'), -work_of(rec))
   rec.s = state
   rec.why = reason
   rec.te = now
@@ -73,6 +86,7 @@ local function finish(jobs, releasing, rec, state, reason, now)
     local top = table.remove(stack)
     local drec = load(jobs, top[1])
     if drec and (drec.s == 'blocked' or drec.s == 'releasing') then
+      add_work(string.match(jobs, '^(.*)jobs$'), -work_of(drec))
       drec.s = 'dep-failed'
       drec.why = 'dependency ' .. top[2] .. ' ' .. state .. ': ' .. reason
       drec.te = now

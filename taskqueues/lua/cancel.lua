@@ -6,10 +6,12 @@
 -- KEYS[3]  delayed zset
 -- KEYS[4]  releasing zset
 -- KEYS[5..] the job's task queue (needed when it is waiting)
+--           and the work counter
 -- ARGV[1]  key base   ARGV[2] job id   ARGV[3] "cancel" | "kill"   ARGV[4] reason   ARGV[5] now
 -- Returns  {'ended', state} | {'requested', state} | {'final', state} | {'unknown'} | {'needkeys', key}
 local base, id, mode, reason, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 declare_from(5)
+need(base .. 'work')
 local rec = load(KEYS[1], id)
 if not rec then return {'unknown'} end
 if rec.s == 'matched' or rec.s == 'running' then

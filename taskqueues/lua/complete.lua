@@ -10,7 +10,7 @@
 -- KEYS[7]  etekeys hash (job key -> last successful run time)
 -- KEYS[8]  eterules hash (rule -> "n mean": cumulative mean for 100 runs, then EMA with alpha 1/100,
 --          as taskqueues.ete.RuleStats.update; learnt here so each success counts exactly once)
--- KEYS[9..] task queues, pools and heads indexes of dependents released here
+-- KEYS[9..] the work counter; task queues, pools and heads indexes of dependents released here
 -- ARGV[1]  key base   ARGV[2] job id   ARGV[3] attempt   ARGV[4] pilot id   ARGV[5] now
 -- ARGV[6]  result JSON {"x": exit, "w": wall s, "cpu": cpu s, "pm": peak MB, "o": outputs JSON string}
 -- Returns  {'ok', released id...} or {'stale', reason} or {'needkeys', key...}
@@ -22,6 +22,7 @@ if bad then return {'stale', bad} end
 if rec.pl ~= pilot then return {'stale', 'job ' .. id .. ' is leased to ' .. tostring(rec.pl)} end
 
 -- Read phase: which dependents does this release, and what do they need?
+need(base .. 'work')
 local release, pools = {}, {}
 for _, d in ipairs(rec.dn or {}) do
   local drec = load(KEYS[1], d)
@@ -33,6 +34,7 @@ local missing = needkeys()
 if missing then return missing end
 
 local result = cjson.decode(ARGV[6])
+add_work(base, -work_of(rec))
 rec.s = 'done'
 rec.te = now
 for k, v in pairs(result) do rec[k] = v end

@@ -5,7 +5,7 @@
 -- KEYS[3]  tqempty zset
 -- KEYS[4]  poolstamp zset
 -- KEYS[5]  releasing zset
--- KEYS[6..] the task queue, its pool and the heads indexes of its queues
+-- KEYS[6..] the work counter, the task queue, its pool and the heads indexes of its queues
 -- ARGV[1]  key base   ARGV[2] job id   ARGV[3] now
 -- ARGV[4]  JSON {"t": tq, "def": canonical, "queues": [...], "m_tail": ":cpu:mem:tmp:ete", "r": requirements,
 --          "e": ete, "sc": score (optional), "c": command (optional)} or {"error": reason}
@@ -20,6 +20,7 @@ if arg.error then
   finish(KEYS[1], KEYS[5], rec, 'failed', arg.error, now)
   return {'ok', 'failed'}
 end
+need(base .. 'work')
 local queues = pool_of(base, arg.t)
 if #queues == 0 then
   queues = arg.queues
@@ -29,7 +30,9 @@ local missing = needkeys()
 if missing then return missing end
 ensure_pool(base, KEYS[2], KEYS[4], arg.t, arg.def, queues, now)
 redis.call('ZREM', KEYS[5], id)
+add_work(base, -work_of(rec))
 rec.t, rec.m, rec.r, rec.e, rec.dx = arg.t, id .. arg.m_tail, arg.r, arg.e, nil
+add_work(base, work_of(rec))
 if arg.sc then rec.sc = arg.sc end
 if arg.c then rec.c = arg.c end
 enqueue(base, KEYS[3], KEYS[5], rec, queues, now)

@@ -10,7 +10,7 @@
 -- KEYS[1]  jobs hash
 -- KEYS[2]  requests hash   (request id -> record JSON; "eta" is rewritten)
 -- KEYS[3]  cursor hash     (periodic tasks' progress)
--- KEYS[4..] task queues, SubmitPools and heads indexes of the waiting jobs re-scored here
+-- KEYS[4..] the work counter; task queues, SubmitPools and heads indexes of the waiting jobs re-scored here
 -- ARGV[1]  key base "<prefix>:{<vo>}:"
 -- ARGV[2]  JSON {"jobs": [{"id": str, "pr": pressure, "e": ete, "me": ceil(ete) for the member,
 --                          "sc": score as text}],
@@ -24,6 +24,7 @@ local payload = cjson.decode(ARGV[2])
 declare_from(4)
 local FINAL = {done = true, failed = true, cancelled = true, ['dep-failed'] = true}
 
+need(base .. 'work')
 local recs, pools = {}, {}
 for i, j in ipairs(payload.jobs) do
   local rec = load(KEYS[1], j.id)
@@ -37,6 +38,7 @@ local rewritten, moved, touched = 0, 0, {}
 for i, j in ipairs(payload.jobs) do
   local rec = recs[i]
   if rec and not FINAL[rec.s] then
+    add_work(base, -work_of(rec))
     rec.pr, rec.e, rec.sc = j.pr, j.e, j.sc
     local newm = rec.m
     local head = rec.m and string.match(rec.m, '^(.*):[^:]*$')
@@ -51,6 +53,7 @@ for i, j in ipairs(payload.jobs) do
       end
     end
     rec.m = newm
+    add_work(base, work_of(rec))
     save(KEYS[1], rec)
     rewritten = rewritten + 1
   end

@@ -7,7 +7,7 @@
 -- KEYS[5]  poolstamp zset       (task-queue id -> time its SubmitPool was computed)
 -- KEYS[6]  releasing zset
 -- KEYS[7]  requests hash        (request id -> record JSON)
--- KEYS[8..] task-queue zsets, SubmitPool sets, queue-heads zsets and byrule sets this call touches
+-- KEYS[8..] task-queue zsets, SubmitPool sets, queue-heads zsets, byrule sets and the work counter
 -- ARGV[1]  key base "<prefix>:{<vo>}:"
 -- ARGV[2]  now (unix seconds)
 -- ARGV[3]  JSON {"tqs": {tq: {"def": str, "queues": [queue...]}}, "jobs": [record...],
@@ -19,6 +19,7 @@ local base, now = ARGV[1], ARGV[2]
 local payload = cjson.decode(ARGV[3])
 declare_from(8)
 local pools = {}
+need(base .. 'work')
 for _, rec in ipairs(payload.jobs) do
   if rec.ru then need(base .. 'byrule:' .. rec.ru) end
 end
@@ -37,8 +38,9 @@ for tq, def in pairs(payload.tqs) do ensure_pool(base, KEYS[3], KEYS[5], tq, def
 local ids = {'ok'}
 for _, rec in ipairs(payload.jobs) do
   rec.id = tostring(redis.call('INCR', KEYS[2]))
-  rec.m = rec.id .. rec.m_tail
+  if rec.m_tail then rec.m = rec.id .. rec.m_tail end
   rec.m_tail = nil
+  if rec.s == 'waiting' or rec.s == 'blocked' then add_work(base, work_of(rec)) end
   ids[#ids + 1] = rec.id
 end
 local function resolve(indexes)
