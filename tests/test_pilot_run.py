@@ -3,6 +3,7 @@ redis-server (the ``redis_url`` fixture), jobs submitted through the store."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -125,8 +126,9 @@ def test_sigterm_gives_every_payload_back_at_once(store: Store, redis_url: str, 
     env = pilot_env(tmp_path, cores=2)
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "30", env=env) as proc:
         wait_for(lambda: states(store, ids) == [JobState.RUNNING] * 2, 10, "both jobs running")
-        status = read_jobstatus(env["JOBSTATUS"])
-        assert status is not None and status.used_CPU == 2 and status.can_postpone_last_job is True
+        status = wait_for(lambda: (s := read_jobstatus(env["JOBSTATUS"])) and s.used_CPU == 2 and s, 2,
+                          "used_CPU 2 in $JOBSTATUS")
+        assert status.can_postpone_last_job is True
         proc.send_signal(signal.SIGTERM)
         log = finish(proc, tmp_path, 15)
     for record in store.jobs(ids):
@@ -151,7 +153,8 @@ def test_sigkill_loses_nothing(redis_url: str, tmp_path: Path) -> None:
         payloads = psutil.Process(first.pid).children()
         first.send_signal(signal.SIGKILL)  # the batch system kills the whole job: the pilot and its payloads
         for payload in payloads:
-            os.killpg(payload.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # it may have ended on its own meanwhile
+                os.killpg(payload.pid, signal.SIGKILL)
         first.wait()
     lost = [i for i, s in zip(ids, states(store, ids), strict=True) if s == JobState.RUNNING]
     assert len(lost) == 2

@@ -65,7 +65,9 @@ class PilotConfig:
     lost before the lease expires. ``mem_tolerance`` is the fraction above its ``mem`` requirement a payload
     may use before it is killed (measured RSS of its whole process tree fluctuates; a hard edge at the
     exact requirement would kill honest payloads). ``kill_grace`` is the time between SIGTERM and SIGKILL
-    of a payload's process group.
+    of a payload's process group. ``jobstatus_interval`` is the shortest time between two rewrites of
+    $JOBSTATUS (a burst of short payloads is published as one state); ``command_poll`` the longest the
+    loop sleeps before asking the observer for operator commands.
     """
 
     queue: str
@@ -92,6 +94,7 @@ class PilotConfig:
     backoff_min: float = 0.05
     backoff_max: float = 2.0
     command_poll: float = 0.5
+    jobstatus_interval: float = 0.1
     identity: Identity | None = None
     releaser: Releaser | None = None
 
@@ -107,7 +110,7 @@ class PilotConfig:
         for name in ("lease", "idle_timeout", "mem_sample_interval", "backoff_min", "backoff_max", "command_poll"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("stop_margin", "kill_grace", "mem_tolerance"):
+        for name in ("stop_margin", "kill_grace", "mem_tolerance", "jobstatus_interval"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.heartbeat_interval is not None and not 0 < self.heartbeat_interval < self.lease:

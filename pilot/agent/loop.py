@@ -106,6 +106,7 @@ class Pilot:
         self._next_match = 0.0
         self._next_heartbeat = 0.0
         self._next_sample = 0.0
+        self._next_publish = 0.0
         self._idle_since = time.monotonic()
         self._selector: selectors.BaseSelector | None = None
         self._wake: tuple[socket.socket, socket.socket] | None = None
@@ -262,7 +263,8 @@ class Pilot:
         self._report_ended()
         if self.pending:
             self._retry_reports()
-        if self._dirty:
+        if self._dirty and time.monotonic() >= self._next_publish:
+            self._refill_first()
             self._publish()
         stopped = self._exit_reason()
         if stopped is not None:
@@ -317,6 +319,8 @@ class Pilot:
             deadlines.append(self._next_match)
         if self.pending:
             deadlines.append(now + 1.0)
+        if self._dirty:
+            deadlines.append(self._next_publish)
         return max(0.0, min(deadlines) - now)
 
     def _exit_reason(self) -> str | None:
@@ -520,17 +524,21 @@ class Pilot:
                 self._backoff = min(self._backoff * 2, self.config.backoff_max)
                 return
             self._backoff = self.config.backoff_min
-            if not all([self._launch(job) for job in jobs]):  # a job given back: do not take it again at once
+            launched = [self._launch(job) for job in jobs]
+            for payload in launched:  # every payload runs before the store hears of the first one
+                if payload is not None:
+                    self._record_start(payload)
+            if None in launched:  # a job given back: do not take it again at once
                 self._next_match = time.monotonic() + self.config.backoff_max
                 return
 
-    def _launch(self, job: Job) -> bool:
-        """Start one matched job; False when it had to be given back."""
+    def _launch(self, job: Job) -> Payload | None:
+        """Start one matched job's payload; None when the job had to be given back."""
         cpu, mem, tmp = self._free()
         if job.cpu > cpu or job.mem > mem or job.tmp > tmp:  # never overcommit, even if the store erred
             self._give_back(job, f"matched job needs cpu={job.cpu} mem={job.mem} tmp={job.tmp} but "
                                  f"pilot {self.name} has only cpu={cpu} mem={mem} tmp={tmp} free")
-            return False
+            return None
         assert self.area is not None and self._selector is not None
         wall = _wall_requirement(job)
         try:
@@ -539,7 +547,7 @@ class Pilot:
         except PilotfishError as exc:
             self._give_back(job, str(exc))
             self._stop_accepting(f"cannot create payload directories: {exc}")
-            return False
+            return None
         payload = Payload(job, sandbox, log_dir=self.config.logs, output_cap=self.config.output_cap)
         try:
             payload.spawn(sandbox.env())
@@ -547,7 +555,7 @@ class Pilot:
             sandbox.cleanup()
             self._give_back(job, str(exc))
             self._stop_accepting(f"cannot start payloads: {exc}")
-            return False
+            return None
         self.running[job.id] = payload
         self.launched += 1
         self._dirty = True
@@ -555,6 +563,11 @@ class Pilot:
             self._selector.register(payload.pidfd, selectors.EVENT_READ, ("exit", payload))
         for fd in payload.open_pipes:
             self._selector.register(fd, selectors.EVENT_READ, ("output", payload))
+        return payload
+
+    def _record_start(self, payload: Payload) -> None:
+        """Tell the store (running, lease renewed) and the observer that a payload started."""
+        job = payload.job
         try:
             self.store.start(job.id, job.attempt, self.name)
         except StaleReport as exc:
@@ -564,7 +577,6 @@ class Pilot:
             log.warning("job %s: could not record its start (the next heartbeat renews its lease): %s",
                         job.id, exc)
         self._notify("payload_started", self.info, job)
-        return True
 
     def _give_back(self, job: Job, reason: str) -> None:
         """A matched job this pilot cannot run: requeue it at once, not the job's fault."""
@@ -590,11 +602,25 @@ class Pilot:
         if not self.running:
             self._idle_since = time.monotonic()
 
+    def _refill_first(self) -> None:
+        """Between slow bookkeeping steps: notice payloads that exited meanwhile and refill their cores.
+
+        Only while few reports wait: when payloads end faster than the pilot reports them, refilling first
+        would grow the backlog of unreported payloads without bound (and delay every report).
+        """
+        if self.running and self._selector is not None and len(self.ended) < max(2, self.cores):
+            before = len(self.ended)
+            self._wait(0)
+            if len(self.ended) > before:
+                self._fill()
+
     def _report_ended(self) -> None:
-        ended, self.ended = self.ended, []
-        for payload in ended:
+        """Report the payloads that had ended when this turn began (later ones wait for the next turn)."""
+        for _ in range(len(self.ended)):
+            payload = self.ended.pop(0)
             result = payload.result()
             payload.close()
+            self._refill_first()
             payload.sandbox.cleanup()
             self.processed += 1
             self._report(payload, result)
@@ -647,9 +673,17 @@ class Pilot:
         self.pending = keep
 
     def _publish(self) -> None:
-        """Rewrite $JOBSTATUS for the payloads running now (once per turn in which something changed)."""
+        """Rewrite $JOBSTATUS for the payloads running now.
+
+        Called in each turn in which a payload started or ended, but at most once per
+        ``jobstatus_interval``: payloads that last longer than that are each published at their start
+        and end; a burst of shorter ones is published as one state at the end of the interval (the
+        values are whole seconds; rewriting nine files under a lock per millisecond payload would make
+        the pilot, not the payloads, the bottleneck).
+        """
         assert self.jobstatus is not None and self.features is not None and self.area is not None
         self._dirty = False
+        self._next_publish = time.monotonic() + self.config.jobstatus_interval
         self.jobstatus.can_postpone_last_job = self.accepting
         pilot_end = self.area.pilot_end(self.features)
         factor = self.features.cpufactor

@@ -1,0 +1,157 @@
+"""Benchmark the pilot's fill loop: one 2-core pilot, 2,000 tiny payloads in one task queue, real redis-server.
+
+Two runs, each a real ``python -m pilot.agent.command`` process against a private redis-server:
+
+1. ``true`` x N: payloads per second (N over the span from the first payload's start to the last one's
+   end, as the store recorded them) and the pilot's own peak RSS (psutil, the pilot process only, sampled
+   every 10 ms; its payloads are separate processes and not counted).
+2. The gap: each payload stamps itself, ``exec bash -c 'echo "s $EPOCHREALTIME ..." >> F; echo "e
+   $EPOCHREALTIME ..." >> F'`` (``$EPOCHREALTIME`` is a bash builtin: no fork, no clock program in the
+   measurement). With 2 cores, each start after the first two takes the core freed by the earliest
+   end not yet taken; the gap is that start stamp minus that end stamp. It is what a core loses between
+   two payloads: the end of one payload's process, the pilot noticing (pidfd), ``wait4``, the match
+   (one Lua call), ``Store.start``, the payload's sandbox ($JOBFEATURES, $TMPDIR), the spawn, and the
+   new payload's ``sh`` exec'ing ``bash``. So it is an upper bound of the pilot's own share.
+
+Targets: median gap <= 20 ms, pilot RSS <= 80 MB. Usage: ``python scripts/bench_pilot.py [-n 2000]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from taskqueues.records import NewJob  # noqa: E402
+from taskqueues.redis_server import RedisServer  # noqa: E402
+from taskqueues.store import Store  # noqa: E402
+
+QUEUE = "bench/ce/q"
+_FOREIGN = ("SLURM_", "SGE_", "JOB_ID", "NSLOTS", "MACHINEFEATURES", "JOBFEATURES", "JOBSTATUS")
+
+
+def submit(store: Store, n: int, command: str) -> list[str]:
+    reqs = json.dumps({"cpu": 1, "mem": 10, "tmp": 0})
+    jobs = [NewJob(command=command, tq_id="bench", tq_def=json.dumps({"class": "bench"}), queues=(QUEUE,),
+                   cpu=1, mem=10, score=float(i), requirements=reqs) for i in range(n)]
+    ids: list[str] = []
+    for start in range(0, n, 500):
+        ids += store.submit(jobs[start:start + 500])
+    return ids
+
+
+def run_pilot(url: str, workdir: Path) -> tuple[float, int, str]:
+    """Run one pilot to its idle exit; returns (wall seconds, its peak RSS in bytes, its stderr)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_FOREIGN)}
+    env["PYTHONPATH"] = str(ROOT)
+    env["JOBSTATUS"] = str(workdir / "jobstatus")
+    started = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "pilot.agent.command", "--redis-url", url, "--queue", QUEUE,
+                             "--cores", "2", "--idle-timeout", "1", "--workdir", str(workdir / "work")],
+                            cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    peak = 0
+    done = threading.Event()
+
+    def watch() -> None:
+        nonlocal peak
+        me = psutil.Process(proc.pid)
+        while not done.is_set():
+            try:
+                peak = max(peak, me.memory_info().rss)
+            except psutil.Error:
+                return
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    _, err = proc.communicate()
+    done.set()
+    watcher.join()
+    if proc.returncode != 0:
+        raise SystemExit(f"pilot failed ({proc.returncode}):\n{err}")
+    return time.monotonic() - started, peak, err
+
+
+def throughput(store: Store, ids: list[str]) -> tuple[float, float]:
+    """(payloads/s over first start .. last end, span seconds) from the store's records; all must be done."""
+    jobs = store.jobs(ids)
+    bad = [j.id for j in jobs if j.state != "done"]
+    if bad:
+        raise SystemExit(f"{len(bad)} jobs not done, e.g. {store.job(bad[0])}")
+    span = max(float(j.ended or 0) for j in jobs) - min(float(j.started or 0) for j in jobs)
+    return len(jobs) / span, span
+
+
+def gaps(stamps: Path, cores: int) -> list[float]:
+    """Seconds from each payload end to the start that took its core (see the module docstring)."""
+    events = []
+    for line in stamps.read_text().splitlines():
+        kind, stamp = line.split()[:2]
+        events.append((float(stamp), kind))
+    events.sort(key=lambda e: (e[0], e[1] != "e"))
+    free: list[float] = []
+    out: list[float] = []
+    seen_starts = 0
+    for stamp, kind in events:
+        if kind == "e":
+            free.append(stamp)
+        else:
+            seen_starts += 1
+            if seen_starts > cores:
+                if not free:
+                    raise SystemExit("a payload started with no core free: the pilot overcommitted")
+                out.append(stamp - free.pop(0))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", type=int, default=2000, help="payloads per run")
+    parser.add_argument("--work", type=float, default=0.0,
+                        help="seconds each stamped payload of run 2 sleeps between its stamps (0: none)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-pilot-") as tmp:
+        base = Path(tmp)
+        server = RedisServer(base / "redis").start()
+        try:
+            store = Store.from_url(server.url)
+            ids = submit(store, args.n, "true")
+            wall, rss, _ = run_pilot(server.url, base / "a")
+            rate, span = throughput(store, ids)
+            print(f"run 1: {args.n} x true: {rate:.0f} payloads/s ({span:.2f} s first start to last end, "
+                  f"{wall:.2f} s with start-up and the 1 s idle exit); pilot peak RSS {rss / 1e6:.1f} MB")
+
+            stamps = base / "stamps"
+            work = f"sleep {args.work}; " if args.work > 0 else ""
+            command = (f"exec bash -c 'echo \"s $EPOCHREALTIME\" >> {stamps}; {work}"
+                       f"echo \"e $EPOCHREALTIME\" >> {stamps}'")
+            ids = submit(store, args.n, command)
+            _, rss2, _ = run_pilot(server.url, base / "b")
+            rate2, _ = throughput(store, ids)
+            measured = sorted(gaps(stamps, 2))
+            p95 = measured[int(0.95 * (len(measured) - 1))]
+            median = statistics.median(measured)
+            label = f"stamped bash{f' sleeping {args.work:g} s' if work else ''}"
+            print(f"run 2: {args.n} x {label}: {rate2:.0f} payloads/s; gap end -> next start over "
+                  f"{len(measured)} starts: median {median * 1000:.1f} ms, p95 {p95 * 1000:.1f} ms, "
+                  f"max {measured[-1] * 1000:.1f} ms; pilot peak RSS {rss2 / 1e6:.1f} MB")
+            ok = median <= 0.020 and max(rss, rss2) <= 80e6
+            print(f"targets (median gap <= 20 ms, pilot RSS <= 80 MB): {'met' if ok else 'NOT met'}")
+        finally:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()
