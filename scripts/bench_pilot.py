@@ -13,7 +13,8 @@ Two runs, each a real ``python -m pilot.agent.command`` process against a privat
    (one Lua call), ``Store.start``, the payload's sandbox ($JOBFEATURES, $TMPDIR), the spawn, and the
    new payload's ``sh`` exec'ing ``bash``. So it is an upper bound of the pilot's own share.
 
-Targets: median gap <= 20 ms, pilot RSS <= 80 MB. Usage: ``python scripts/bench_pilot.py [-n 2000]``.
+Targets: median gap <= 20 ms, pilot RSS <= 80 MB.
+Usage: ``python scripts/bench_pilot.py [-n 2000] [--work SECONDS] [--events]``.
 """
 
 from __future__ import annotations
@@ -52,14 +53,14 @@ def submit(store: Store, n: int, command: str) -> list[str]:
     return ids
 
 
-def run_pilot(url: str, workdir: Path) -> tuple[float, int, str]:
+def run_pilot(url: str, workdir: Path, extra: list[str]) -> tuple[float, int, str]:
     """Run one pilot to its idle exit; returns (wall seconds, its peak RSS in bytes, its stderr)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(_FOREIGN)}
     env["PYTHONPATH"] = str(ROOT)
     env["JOBSTATUS"] = str(workdir / "jobstatus")
     started = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "pilot.agent.command", "--redis-url", url, "--queue", QUEUE,
-                             "--cores", "2", "--idle-timeout", "1", "--workdir", str(workdir / "work")],
+                             "--cores", "2", "--idle-timeout", "1", "--workdir", str(workdir / "work"), *extra],
                             cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
     peak = 0
     done = threading.Event()
@@ -121,14 +122,16 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=2000, help="payloads per run")
     parser.add_argument("--work", type=float, default=0.0,
                         help="seconds each stamped payload of run 2 sleeps between its stamps (0: none)")
+    parser.add_argument("--events", action="store_true", help="run the pilots with --events (Celery observer)")
     args = parser.parse_args()
+    extra = ["--events"] if args.events else []
     with tempfile.TemporaryDirectory(prefix="bench-pilot-") as tmp:
         base = Path(tmp)
         server = RedisServer(base / "redis").start()
         try:
             store = Store.from_url(server.url)
             ids = submit(store, args.n, "true")
-            wall, rss, _ = run_pilot(server.url, base / "a")
+            wall, rss, _ = run_pilot(server.url, base / "a", extra)
             rate, span = throughput(store, ids)
             print(f"run 1: {args.n} x true: {rate:.0f} payloads/s ({span:.2f} s first start to last end, "
                   f"{wall:.2f} s with start-up and the 1 s idle exit); pilot peak RSS {rss / 1e6:.1f} MB")
@@ -138,7 +141,7 @@ def main() -> None:
             command = (f"exec bash -c 'echo \"s $EPOCHREALTIME\" >> {stamps}; {work}"
                        f"echo \"e $EPOCHREALTIME\" >> {stamps}'")
             ids = submit(store, args.n, command)
-            _, rss2, _ = run_pilot(server.url, base / "b")
+            _, rss2, _ = run_pilot(server.url, base / "b", extra)
             rate2, _ = throughput(store, ids)
             measured = sorted(gaps(stamps, 2))
             p95 = measured[int(0.95 * (len(measured) - 1))]
