@@ -99,8 +99,8 @@ def gaps(stamps: Path, cores: int) -> list[float]:
     """Seconds from each payload end to the start that took its core (see the module docstring)."""
     events = []
     for line in stamps.read_text().splitlines():
-        kind, stamp = line.split()[:2]
-        events.append((float(stamp), kind))
+        kind, text = line.split()[:2]
+        events.append((float(text), kind))
     events.sort(key=lambda e: (e[0], e[1] != "e"))
     free: list[float] = []
     out: list[float] = []
