@@ -96,9 +96,10 @@ def director() -> dict[str, Any]:
 
 @app.task(name="pilotfish.repressure")
 def repressure() -> dict[str, Any]:
-    from .repressure import run_locked
+    from .repressure import repressure_locked
 
-    return run_locked(context())
+    report = repressure_locked(context().store)
+    return {"skipped": report is None, "rewritten": 0 if report is None else report.pressures_rewritten}
 
 
 @app.task(name="pilotfish.alive")

@@ -42,12 +42,14 @@ def main(ctx: click.Context, verbose: bool) -> None:
 
 
 def _register() -> None:
+    from pilot.agent.command import pilot
+    from pilot.director.command import director
     from pilot.mjf.command import mjf
 
-    from . import commands
+    from . import commands, operator_commands
 
-    for command in (commands.config, commands.submit, commands.cancel, commands.kill, commands.matcher,
-                    commands.health, mjf):
+    for command in (commands.run, commands.config, commands.submit, commands.cancel, commands.kill, commands.matcher,
+                    commands.health, operator_commands.status, operator_commands.explain, director, pilot, mjf):
         main.add_command(command)
 
 

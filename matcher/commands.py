@@ -123,3 +123,17 @@ def health(component: str | None, check_redis: bool, max_age: float) -> None:
         click.echo(f"{component}: no beat within {max_age:.0f} s", err=True)
         sys.exit(1)
     click.echo(f"{component}: ok (last beat {age:.0f} s ago)")
+
+
+@click.command()
+@click.argument("workflow", type=click.Path(exists=True, dir_okay=False))
+@click.option("--timeout", type=float, default=None, help="Give up after this many seconds.")
+def run(workflow: str, timeout: float | None) -> None:
+    """Run WORKFLOW to completion on this machine: Redis (embedded unless configured), director, pilots."""
+    from .run import run_workflow
+
+    summary = run_workflow(Context(Settings.load()), workflow, timeout=timeout)
+    for line in summary.lines():
+        click.echo(line)
+    if not summary.ok:
+        sys.exit(2)

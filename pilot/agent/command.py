@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -32,6 +33,23 @@ def make_observer(events: bool, config: PilotConfig) -> Observer:
     return observer
 
 
+def make_releaser(config: PilotConfig) -> Callable[[list[str]], object]:
+    """Release, right after their last dependency completes, the jobs whose requirements read its outputs.
+
+    The catalog comes from the settings (``PILOTFISH_CATALOG``), as for the submitter; the periodic sweep
+    releases them anyway if this pilot dies in between.
+    """
+    from matcher.release import release
+    from matcher.settings import Settings
+    from taskqueues.catalog import Catalog
+    from taskqueues.store import Store
+
+    settings = Settings.load()
+    catalog = Catalog.load(settings.catalog) if settings.catalog else Catalog.local_default()
+    store = Store.from_url(config.redis_url, vo=config.vo, prefix=config.prefix, lease_seconds=config.lease)
+    return lambda ids: release(store, catalog, ids, vo=config.vo)
+
+
 @click.command("pilot")
 @click.option("--redis-url", envvar="PILOTFISH_REDIS_URL", default="redis://127.0.0.1:6379/0", show_default=True,
               help="The task-queue store (env PILOTFISH_REDIS_URL).")
@@ -51,6 +69,8 @@ def make_observer(events: bool, config: PilotConfig) -> Observer:
               help="Lease length the heartbeat renews, seconds.")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Payload sandboxes, logs and $JOBSTATUS [default: ./pilot-work-<pid>].")
+@click.option("--wall", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds this pilot may run (its batch job's wall limit) when MJF and the batch system say nothing.")
 @click.option("--max-jobs", type=click.IntRange(min=1), default=None, help="Stop after starting this many jobs.")
 @click.option("--own-machine", is_flag=True, help="Run MJF shutdown_command when the pilot ends (VMs).")
 @click.option("--shutdown-kill", is_flag=True, help="On an operator's shutdown, terminate running payloads.")
@@ -64,7 +84,7 @@ def make_observer(events: bool, config: PilotConfig) -> Observer:
               help="Send Celery events and take remote-control commands (Flower).")
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
 def pilot(redis_url: str, vo: str, queue: str, prefix: str, cores: int | None, mem: int | None, tmp: int | None,
-          idle_timeout: float, stop_margin: float, heartbeat: float | None, lease: float, workdir: Path | None,
+          idle_timeout: float, stop_margin: float, wall: float | None, heartbeat: float | None, lease: float, workdir: Path | None,
           max_jobs: int | None, own_machine: bool, shutdown_kill: bool, kill_grace: float, output_cap: int,
           mem_tolerance: float, events: bool, verbose: int) -> None:
     """Run a pilot: fill this node's cores with the most urgent jobs that fit, until its time is up."""
@@ -75,9 +95,9 @@ def pilot(redis_url: str, vo: str, queue: str, prefix: str, cores: int | None, m
             queue=queue, redis_url=redis_url, vo=vo, prefix=prefix,
             workdir=workdir if workdir is not None else Path.cwd() / f"pilot-work-{os.getpid()}",
             cores=cores, mem=mem, tmp=tmp, lease=lease, heartbeat_interval=heartbeat, idle_timeout=idle_timeout,
-            stop_margin=stop_margin, max_jobs=max_jobs, own_machine=own_machine, shutdown_kill=shutdown_kill,
+            stop_margin=stop_margin, wall=wall, max_jobs=max_jobs, own_machine=own_machine, shutdown_kill=shutdown_kill,
             kill_grace=kill_grace, output_cap=output_cap, mem_tolerance=mem_tolerance)
-        runner = Pilot(config, observer=make_observer(events, config))
+        runner = Pilot(config, observer=make_observer(events, config), releaser=make_releaser(config))
         reason = runner.run()
     except PilotfishError as exc:
         raise click.ClickException(str(exc)) from None

@@ -84,6 +84,7 @@ class PilotConfig:
     heartbeat_interval: float | None = None
     idle_timeout: float = 60.0
     stop_margin: float = 0.0
+    wall: float | None = None
     max_jobs: int | None = None
     own_machine: bool = False
     shutdown_kill: bool = False

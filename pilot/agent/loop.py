@@ -88,8 +88,11 @@ class Pilot:
         self.observer: Observer = observer if observer is not None else NullObserver()
         self.releaser = releaser if releaser is not None else config.releaser
         self.started = time.time()
+        # --wall (what the director asked the batch system for) is the least trusted source of the wall
+        # limit: MJF files and the batch system's own values win (pilot.mjf.source).
+        defaults = {} if config.wall is None else {"wall_limit_secs": int(config.wall)}
         self.reader = reader if reader is not None else FeatureReader.from_environment(
-            workdir=config.workdir, pilot_start=self.started)
+            workdir=config.workdir, pilot_start=self.started, defaults=defaults)
         self.features: Features | None = None
         self.cores = self.mem = self.tmp = 0
         self.running: dict[str, Payload] = {}

@@ -43,9 +43,9 @@ log = logging.getLogger(__name__)
 
 
 def host_capacity() -> dict[str, int]:
-    """Cores this process may run on and physical memory in MB (the seed's defaults)."""
+    """Cores this process may run on and physical memory in MB (1 MB = 10**6 bytes, as the catalog and MJF count)."""
     cpu = len(os.sched_getaffinity(0))
-    mem = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // (1024 * 1024)
+    mem = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 10**6
     return {"cpu": cpu, "mem": int(mem)}
 
 

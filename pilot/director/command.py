@@ -1,0 +1,35 @@
+"""``pilotfish director``: run the site director (a cycle every interval, or ``--once``)."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import click
+
+from matcher.context import Context
+from matcher.settings import Settings
+
+from .service import Director, run_forever
+
+
+@click.command()
+@click.option("--once", is_flag=True, help="Run one cycle, print what it did, and exit.")
+@click.option("--interval", type=float, default=None, help="Seconds between cycles (default: director_interval).")
+@click.option("--log-dir", type=click.Path(file_okay=False), default=None, help="Where pilots' logs go.")
+def director(once: bool, interval: float | None, log_dir: str | None) -> None:
+    """Provision pilots for the waiting demand of every queue of the catalog."""
+    ctx = Context(Settings.load())
+    service = Director(ctx, log_dir=log_dir)
+    if once:
+        report = service.cycle()
+        click.echo(json.dumps(report.summary(), indent=2))
+        return
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    try:
+        run_forever(service, interval or ctx.settings.director_interval, stop=lambda: bool(stopping))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        service.close()

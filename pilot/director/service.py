@@ -1,0 +1,239 @@
+"""The site director: turns the waiting demand each queue can serve into pilots, every cycle.
+
+For each queue of the catalog (most urgent demand first across queues, so a job eligible at several
+queues is provisioned once): read its demand from the task queues of its SubmitPool, ask the batch
+system about the pilots it already has there (one call per backend), plan with
+:func:`pilot.director.planner.plan` (first-fit into existing pilots, cheapest shapes for the rest, caps
+``n_max_queued`` per shape and ``max_running`` per queue), submit the new pilots with the start-by date
+of their most urgent job as priority, and cancel queued pilots whose demand has gone.
+
+What the director submitted is recorded in Redis (``provisioned``), so any director process (a beat
+task, ``pilotfish director``) sees the same pilots. A local backend keeps its processes in the process
+that started them, so a director is long-lived (``pilotfish director`` or ``pilotfish run``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from matcher.context import Context
+from matcher.settings import Settings
+from pilot.backends.base import Backend, PilotRequest, PilotState
+from pilot.backends.factory import make_backend
+from taskqueues.catalog import Queue
+from taskqueues.errors import BackendError
+from taskqueues.lock import locked
+from taskqueues.shapes import Shape
+
+from .planner import Demand, Pilot, plan
+
+log = logging.getLogger(__name__)
+
+PilotCommand = Callable[[Queue, Shape, int, Settings], list[str]]
+
+
+def default_pilot_command(queue: Queue, shape: Shape, wall: int, settings: Settings) -> list[str]:
+    """How a pilot is started: this Python, the ``pilotfish pilot`` command, the shape and wall it holds."""
+    return [sys.executable, "-m", "matcher.cli", "pilot", "--queue", queue.id, "--vo", settings.vo,
+            "--prefix", settings.prefix, "--cores", str(shape.cpu), "--mem", str(shape.mem), "--tmp", str(shape.tmp),
+            "--wall", str(wall), "--lease", str(settings.lease_seconds),
+            "--idle-timeout", str(settings.pilot_idle_timeout),
+            "--events" if settings.pilot_events else "--no-events"]
+
+
+@dataclass
+class QueueReport:
+    demand: int = 0
+    submitted: list[str] = field(default_factory=list)
+    cancelled: list[str] = field(default_factory=list)
+    ended: dict[str, str] = field(default_factory=dict)
+    unplaceable: dict[str, str] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CycleReport:
+    queues: dict[str, QueueReport] = field(default_factory=dict)
+    skipped: bool = False
+
+    def summary(self) -> dict[str, Any]:
+        return {"skipped": self.skipped, "queues": {q: {"demand": r.demand, "submitted": len(r.submitted),
+                                                         "cancelled": len(r.cancelled), "errors": r.errors}
+                                                     for q, r in self.queues.items()}}
+
+
+class Director:
+    """One director process: its backends live as long as it does."""
+
+    def __init__(self, ctx: Context, *, pilot_command: PilotCommand = default_pilot_command,
+                 env: dict[str, str] | None = None, log_dir: str | None = None) -> None:
+        self.ctx = ctx
+        self.pilot_command = pilot_command
+        self.env = env or {}
+        self.log_dir = log_dir
+        self._backends: dict[str, Backend] = {}
+
+    def backend(self, queue: Queue) -> Backend:
+        backend = self._backends.get(queue.id)
+        if backend is None:
+            options = dict(queue.batch_options)
+            if self.log_dir:
+                options.setdefault("log_dir", self.log_dir)
+            backend = make_backend(queue.batch, options)
+            self._backends[queue.id] = backend
+        return backend
+
+    def close(self) -> None:
+        for backend in self._backends.values():
+            backend.close()
+
+    def stop_all(self) -> None:
+        """Cancel every pilot this director's backends hold (queued or running): the end of a run."""
+        for queue_id, backend in self._backends.items():
+            queue = self.ctx.catalog.queue(queue_id, self.ctx.settings.vo)
+            ids = list(self.provisioned(queue, backend))
+            if ids:
+                backend.cancel(ids)
+                for batch_id in ids:
+                    self.ctx.client.hdel(self.ctx.keys.provisioned, self._key(queue, backend, batch_id))
+
+    # -- one cycle ---------------------------------------------------------------------------------
+
+    def cycle(self) -> CycleReport:
+        report = CycleReport()
+        with locked(self.ctx.client, self.ctx.keys, "director", ttl=120) as mine:
+            if not mine:
+                report.skipped = True
+                return report
+            claimed: set[str] = set()
+            for queue in self.ctx.catalog.queues(self.ctx.settings.vo):
+                report.queues[queue.id] = self._queue_cycle(queue, claimed)
+        return report
+
+    def _queue_cycle(self, queue: Queue, claimed: set[str]) -> QueueReport:
+        out = QueueReport()
+        store = self.ctx.store
+        hints = {}
+        demand = []
+        for tq, job, cpu, mem, tmp, ete, score in store.waiting_heads(queue.id):
+            if job in claimed:
+                continue
+            if tq not in hints:
+                hints[tq] = json.loads(store.tq_definitions_of([tq]).get(tq, "{}")).get("InstanceType")
+            demand.append(Demand(job, cpu, mem, tmp, ete, score, hints[tq]))
+        out.demand = len(demand)
+        try:
+            backend = self.backend(queue)
+            existing = self._existing(queue, backend, out)
+            result = plan(demand, queue.shapes, existing, n_max_queued=queue.n_max_queued,
+                          max_running=queue.max_running, wall_granularity=queue.wall_granularity)
+        except BackendError as exc:
+            out.errors.append(str(exc))
+            return out
+        claimed.update(result.placed)
+        out.unplaceable = dict(result.unplaceable)
+        for planned in result.new:
+            request = PilotRequest(name=f"{queue.name}-{planned.shape.name}",
+                                   command=self.pilot_command(queue, planned.shape, planned.wall, self.ctx.settings),
+                                   shape=planned.shape, wall=planned.wall, env=self._pilot_env(),
+                                   start_by=planned.start_by, log_dir=self.log_dir)
+            try:
+                batch_id = backend.submit(request)
+            except BackendError as exc:
+                out.errors.append(str(exc))
+                break
+            claimed.update(j.job for j in planned.jobs)
+            self._record(queue, backend, batch_id, {"shape": planned.shape.name, "state": PilotState.QUEUED,
+                                                    "submitted": time.time(), "start_by": planned.start_by,
+                                                    "wall": planned.wall, "jobs": len(planned.jobs)})
+            out.submitted.append(batch_id)
+        if result.cancel:
+            backend.cancel(result.cancel)
+            for batch_id in result.cancel:
+                self.ctx.client.hdel(self.ctx.keys.provisioned, self._key(queue, backend, batch_id))
+            out.cancelled = list(result.cancel)
+        return out
+
+    def _pilot_env(self) -> dict[str, str]:
+        s = self.ctx.settings
+        env = {"PILOTFISH_REDIS_URL": self.ctx.redis_url, "PILOTFISH_VO": s.vo, "PILOTFISH_PREFIX": s.prefix,
+               "PILOTFISH_LEASE_SECONDS": str(s.lease_seconds),
+               "PILOTFISH_PILOT_IDLE_TIMEOUT": str(s.pilot_idle_timeout)}
+        if s.catalog:
+            env["PILOTFISH_CATALOG"] = s.catalog
+        return {**env, **self.env}
+
+    @staticmethod
+    def _key(queue: Queue, backend: Backend, batch_id: str) -> str:
+        return f"{queue.id}|{backend.kind}|{batch_id}"
+
+    def _record(self, queue: Queue, backend: Backend, batch_id: str, record: dict[str, Any]) -> None:
+        record = {**record, "queue": queue.id, "kind": backend.kind, "batch_id": batch_id}
+        self.ctx.client.hset(self.ctx.keys.provisioned, self._key(queue, backend, batch_id), json.dumps(record))
+
+    def provisioned(self, queue: Queue, backend: Backend) -> dict[str, dict[str, Any]]:
+        prefix = f"{queue.id}|{backend.kind}|"
+        return {key.decode().removeprefix(prefix): json.loads(raw)
+                for key, raw in self.ctx.client.hgetall(self.ctx.keys.provisioned).items()
+                if key.decode().startswith(prefix)}
+
+    def _existing(self, queue: Queue, backend: Backend, out: QueueReport) -> list[Pilot]:
+        """The pilots this queue has in the batch system, with what they have free (from their heartbeats)."""
+        records = self.provisioned(queue, backend)
+        if not records:
+            return []
+        states = backend.states(list(records))
+        live = {str(r.get("batch_id")): r for r in self.ctx.store.pilot_records(3 * self.ctx.settings.lease_seconds)
+                .values() if r.get("queue") == queue.id}
+        shapes = {s.name: s for s in queue.shapes}
+        existing = []
+        for batch_id, record in records.items():
+            status = states.get(batch_id)
+            shape = shapes.get(record.get("shape", ""))
+            if status is None or shape is None or status.state.final:
+                out.ended[batch_id] = f"{status.state} {status.detail}".strip() if status else "unknown"
+                self.ctx.client.hdel(self.ctx.keys.provisioned, self._key(queue, backend, batch_id))
+                continue
+            if status.state is PilotState.RUNNING:
+                # What it has free, from its last heartbeat; nothing while it has not reported yet.
+                beat = live.get(batch_id)
+                pairs = (("cores", "used_cpu"), ("mem", "used_mem"), ("tmp", "used_tmp"))
+                free = [0, 0, 0] if beat is None else [max(0, int(beat[t]) - int(beat[u])) for t, u in pairs]
+                left = shape.wall if beat is None or beat.get("time_left") is None else float(beat["time_left"])
+                existing.append(Pilot(batch_id, shape, False, *free, left))
+            else:
+                existing.append(Pilot(batch_id, shape, True, shape.cpu, shape.mem, shape.tmp, float(record["wall"])))
+        return existing
+
+
+def cycle(ctx: Context, director: Director | None = None) -> CycleReport:
+    """One director cycle (the beat task; ``pilotfish director --once``)."""
+    own = director is None
+    director = director or Director(ctx)
+    try:
+        return director.cycle()
+    finally:
+        if own:
+            director.close()
+
+
+def run_forever(director: Director, interval: float, stop: Callable[[], bool] = lambda: False,
+                sleep: Callable[[float], None] = time.sleep) -> None:
+    while not stop():
+        try:
+            report = director.cycle()
+            for queue, qr in report.queues.items():
+                if qr.submitted or qr.cancelled or qr.errors:
+                    log.info("queue %s: demand %d, submitted %d, cancelled %d, errors %s", queue, qr.demand,
+                             len(qr.submitted), len(qr.cancelled), qr.errors)
+        except Exception:
+            log.exception("director cycle failed")
+        sleep(interval)
+
+
