@@ -84,7 +84,8 @@ def make_releaser(config: PilotConfig) -> Callable[[list[str]], object]:
               help="Send Celery events and take remote-control commands (Flower).")
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
 def pilot(redis_url: str, vo: str, queue: str, prefix: str, cores: int | None, mem: int | None, tmp: int | None,
-          idle_timeout: float, stop_margin: float, wall: float | None, heartbeat: float | None, lease: float, workdir: Path | None,
+          idle_timeout: float, stop_margin: float, wall: float | None, heartbeat: float | None, lease: float,
+          workdir: Path | None,
           max_jobs: int | None, own_machine: bool, shutdown_kill: bool, kill_grace: float, output_cap: int,
           mem_tolerance: float, events: bool, verbose: int) -> None:
     """Run a pilot: fill this node's cores with the most urgent jobs that fit, until its time is up."""
