@@ -53,10 +53,11 @@ def configure(ctx: Context) -> Celery:
         "refresh-pools": {"task": "pilotfish.refresh_pools", "schedule": s.pool_refresh_interval},
         "clean": {"task": "pilotfish.clean", "schedule": s.clean_interval},
         "release-sweep": {"task": "pilotfish.release_sweep", "schedule": s.reap_interval},
-        "director": {"task": "pilotfish.director", "schedule": s.director_interval},
         "repressure": {"task": "pilotfish.repressure", "schedule": s.repressure_interval},
         "alive": {"task": "pilotfish.alive", "schedule": 10.0},
     }
+    if s.beat_director:
+        app.conf.beat_schedule["director"] = {"task": "pilotfish.director", "schedule": s.director_interval}
     return app
 
 
@@ -86,12 +87,19 @@ def release_sweep() -> int:
     return periodic.release_sweep(context())
 
 
+_director: Any = None
+
+
 @app.task(name="pilotfish.director")
 def director() -> dict[str, Any]:
-    from pilot.director.service import cycle
+    """One director cycle; the director lives as long as this worker (its local pilots are its children)."""
+    global _director
+    from pilot.director.service import Director
 
-    _alive("director")
-    return cycle(context()).summary()
+    if _director is None:
+        _director = Director(context())
+    summary: dict[str, Any] = _director.cycle().summary()
+    return summary
 
 
 @app.task(name="pilotfish.repressure")

@@ -117,7 +117,8 @@ def health(component: str | None, check_redis: bool, max_age: float) -> None:
     if check_redis or component is None:
         click.echo("redis: ok")
         return
-    newest = ctx.client.zrange(ctx.keys.alive(component), -1, -1, withscores=True)
+    beats = ctx.keys.pilotseen if component == "pilot" else ctx.keys.alive(component)
+    newest = ctx.client.zrange(beats, -1, -1, withscores=True)
     age = time.time() - newest[0][1] if newest else None
     if age is None or age > max_age:
         click.echo(f"{component}: no beat within {max_age:.0f} s", err=True)
@@ -137,3 +138,24 @@ def run(workflow: str, timeout: float | None) -> None:
         click.echo(line)
     if not summary.ok:
         sys.exit(2)
+
+
+@click.command()
+def up() -> None:
+    """Start a persistent local deployment: Redis, Celery worker and beat, director, Flower."""
+    from .deploy import up as start
+
+    ctx = Context(Settings.load())
+    for name, state in start(ctx).items():
+        click.echo(f"{name}: {state}")
+    click.echo(f"Redis: {ctx.redis_url}")
+    click.echo(f"Flower: http://127.0.0.1:{ctx.settings.flower_port}")
+
+
+@click.command()
+def down() -> None:
+    """Stop the local deployment (the embedded Redis keeps its data for the next `up`)."""
+    from .deploy import down as stop
+
+    for name, state in stop(Context(Settings.load())).items():
+        click.echo(f"{name}: {state}")

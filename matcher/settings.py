@@ -42,6 +42,7 @@ class Settings:
     clean_interval: float = 600.0
     clean_grace: float = 600.0
     director_interval: float = 10.0
+    beat_director: bool = True
     repressure_interval: float = 30.0
     # pilots
     pilot_idle_timeout: float = 60.0

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -107,6 +109,8 @@ class Director:
 
     def cycle(self) -> CycleReport:
         report = CycleReport()
+        beat = f"director@{socket.gethostname()}:{os.getpid()}"
+        self.ctx.client.zadd(self.ctx.keys.alive("director"), {beat: time.time()})  # pilotfish health
         with locked(self.ctx.client, self.ctx.keys, "director", ttl=120) as mine:
             if not mine:
                 report.skipped = True
