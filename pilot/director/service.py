@@ -39,6 +39,21 @@ log = logging.getLogger(__name__)
 
 PilotCommand = Callable[[Queue, Shape, int, Settings], list[str]]
 
+# batch_options keys that are not backend settings but resources passed with every pilot (the seed's
+# pass-through resources); any other resource goes in a ``resources`` sub-table (Grid Engine ``-l``).
+PASS_THROUGH = {"slurm": {"gres", "features", "licenses", "reservation", "nodes", "excludes"},
+                "sge": {"hard", "soft"}, "local": set()}
+
+
+def split_batch_options(queue: Queue) -> tuple[dict[str, object], dict[str, str]]:
+    """A queue's ``batch_options`` as (backend settings, resources passed with each pilot)."""
+    options = dict(queue.batch_options)
+    raw = options.pop("resources", {})
+    resources = {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
+    for key in PASS_THROUGH.get(queue.batch, set()) & set(options):
+        resources[key] = str(options.pop(key))
+    return options, resources
+
 
 def default_pilot_command(queue: Queue, shape: Shape, wall: int, settings: Settings) -> list[str]:
     """How a pilot is started: this Python, the ``pilotfish pilot`` command, the shape and wall it holds."""
@@ -84,7 +99,7 @@ class Director:
     def backend(self, queue: Queue) -> Backend:
         backend = self._backends.get(queue.id)
         if backend is None:
-            options = dict(queue.batch_options)
+            options, _ = split_batch_options(queue)
             if self.log_dir:
                 options.setdefault("log_dir", self.log_dir)
             backend = make_backend(queue.batch, options)
@@ -146,7 +161,8 @@ class Director:
             request = PilotRequest(name=f"{queue.name}-{planned.shape.name}",
                                    command=self.pilot_command(queue, planned.shape, planned.wall, self.ctx.settings),
                                    shape=planned.shape, wall=planned.wall, env=self._pilot_env(),
-                                   start_by=planned.start_by, log_dir=self.log_dir)
+                                   start_by=planned.start_by, log_dir=self.log_dir,
+                                   resources=split_batch_options(queue)[1])
             try:
                 batch_id = backend.submit(request)
             except BackendError as exc:
