@@ -142,6 +142,19 @@ def test_sigterm_gives_every_payload_back_at_once(store: Store, redis_url: str, 
     assert all(j.attempt == 2 for j in again)
 
 
+def test_a_payload_killed_from_outside_is_given_back(store: Store, redis_url: str, tmp_path: Path) -> None:
+    # A batch system's scancel/qdel signals every process of the job: the payload may die before the pilot
+    # hears of it. That is not the job's failure.
+    (signalled, crashed) = store.submit([job(command="kill -TERM $$"), job(command="exit 3")])
+    env = pilot_env(tmp_path, cores=2)
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--max-jobs", "2", env=env) as proc:
+        log = finish(proc, tmp_path, 15)
+    given_back, failed = store.jobs([signalled, crashed])
+    assert given_back.state == JobState.WAITING and given_back.retries == 1, log
+    assert "killed from outside the pilot" in (given_back.reason or "")
+    assert failed.state == JobState.FAILED and failed.reason and failed.reason.startswith("exit code 3")
+
+
 def test_sigkill_loses_nothing(redis_url: str, tmp_path: Path) -> None:
     store = Store.from_url(redis_url, lease_seconds=1, backoff=0.0)
     done_file = tmp_path / "done"

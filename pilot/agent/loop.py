@@ -22,6 +22,8 @@ with SIGKILL nothing is lost: its leases expire and the reaper requeues the jobs
 
 from __future__ import annotations
 
+import dataclasses
+
 import contextlib
 import logging
 import math
@@ -633,6 +635,10 @@ class Pilot:
         job = payload.job
         stop = payload.stop
         report: Report | None = stop.report if stop is not None else None
+        if report is None and payload.killed_from_outside:
+            # Not the job's fault: give it back (it counts against its retry limit).
+            report = "requeue"
+            result = dataclasses.replace(result, reason=f"{result.reason}; given back: killed from outside the pilot")
         state: str
         try:
             if report == "none":

@@ -304,6 +304,17 @@ class Payload:
             return None
         return os.WEXITSTATUS(self.status)
 
+    @property
+    def killed_from_outside(self) -> bool:
+        """Ended by SIGTERM/SIGINT/SIGHUP that the pilot did not send: a batch system signalling every
+        process of the job (scancel, qdel, preemption) often reaches the payload before the pilot."""
+        if self.stop is not None or self.status is None:
+            return False
+        outside = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
+        if os.WIFSIGNALED(self.status):
+            return os.WTERMSIG(self.status) in outside
+        return os.WIFEXITED(self.status) and os.WEXITSTATUS(self.status) - 128 in outside
+
     def _log_files(self) -> dict[str, Path]:
         """Write the output tails under the log dir (only non-empty ones); returns stream -> path."""
         paths: dict[str, Path] = {}
