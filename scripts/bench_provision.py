@@ -11,8 +11,8 @@ the cheapest; the table shows each alone against the seed (``ff``: first-fit wit
 ``bal``: the balanced pilot-centric packer; both consolidated) and which one was kept, so the value of
 each improvement stays visible. "ms" is the time of one ``plan`` call.
 
-``--backends`` is the section the lead wires to the batch-system backends (pilots submitted per second
-per backend); until then it prints "n/a".
+``--backends`` also times pilot submission through the local, Slurm and Grid Engine backends (pilots
+submitted per second; a batch system that is not up is skipped with the reason).
 
 This is a script, not a timed test: the figures depend on the machine only in the "ms" column.
 """
@@ -131,10 +131,62 @@ def measure(name: str, demand: list[Demand]) -> Row:
     return Row(name, len(demand), seed_cost, result.cost, costs["first-fit"], costs["balanced"], bound, kept, ms)
 
 
-def backends_section(enabled: bool) -> list[str]:
-    """Pilots submitted per second per backend. The lead wires this to pilot.director's backends."""
-    header = f"{'backend':<10} {'pilots/s':>10}"
-    return [header] + [f"{name:<10} {'n/a':>10}" for name in ("local", "slurm", "sge")] if enabled else []
+#: Where scripts/slurm.sh and scripts/sge.sh leave the environment their clients need.
+SYSTEM_ENV = {"slurm": Path("/var/tmp/pilotfish-slurm/env"), "sge": Path("/var/tmp/pilotfish-sge/env")}
+
+
+def _system_options(kind: str) -> dict[str, object] | str:
+    """Backend settings for the batch system our scripts started, or why it cannot be measured."""
+    env_file = SYSTEM_ENV[kind]
+    if not env_file.is_file():
+        return f"not up ({env_file} missing: bash scripts/{kind}.sh up)"
+    values = dict(line.split("=", 1) for line in env_file.read_text().splitlines()
+                  if "=" in line and not line.startswith("#"))
+    if kind == "slurm":
+        return {"config": values["SLURM_CONF"], "partition": "debug", "repo_key": "bench:"}
+    return {"root": values["SGE_ROOT"], "cell": values.get("SGE_CELL", "default"), "repo_key": "bench:"}
+
+
+def backends_section(enabled: bool, n: int = 50) -> list[str]:
+    """Pilots submitted per second per backend (:func:`pilot.backends.base.submit_rate`: ``n`` one-core
+    ``sleep`` pilots one after the other, timed, then all cancelled). A batch system that is not up or
+    does not answer is skipped with the reason: a converted local backend would measure the wrong thing."""
+    if not enabled:
+        return []
+    from pilot.backends.base import submit_rate
+    from pilot.backends.local import LocalBackend
+    from pilot.backends.sge import SgeBackend, SgeSettings
+    from pilot.backends.slurm import SlurmBackend, SlurmSettings
+    from taskqueues.errors import PilotfishError
+
+    lines = ["", f"pilot submission, {n} pilots each (pilot.backends.base.submit_rate)",
+             f"{'backend':<10} {'pilots/s':>10}  note"]
+    for kind in ("local", "slurm", "sge"):
+        note = ""
+        backend: LocalBackend | SlurmBackend | SgeBackend
+        if kind == "local":
+            backend = LocalBackend()
+            note = "spawns up to the host's cores, queues the rest"
+        else:
+            options = _system_options(kind)
+            if isinstance(options, str):
+                lines.append(f"{kind:<10} {'skipped':>10}  {options}")
+                continue
+            backend = (SlurmBackend(SlurmSettings.from_options(options)) if kind == "slurm"
+                       else SgeBackend(SgeSettings.from_options(options)))
+            note = "sbatch round trips" if kind == "slurm" else "qsub round trips"
+        try:
+            if not isinstance(backend, LocalBackend):
+                backend.check()
+            rate = submit_rate(backend, n)
+        except PilotfishError as exc:
+            lines.append(f"{kind:<10} {'skipped':>10}  {exc}")
+            continue
+        finally:
+            if isinstance(backend, LocalBackend):
+                backend.shutdown(wait=10)
+        lines.append(f"{kind:<10} {rate:>10.1f}  {note}")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

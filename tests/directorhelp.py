@@ -1,0 +1,289 @@
+"""A rig for the director's integration tests: one catalog queue per backend kind, real Redis, real pilots.
+
+The rig owns a :class:`Context` on the test's redis-server, a :class:`Director` with its log directory,
+and knows, per kind, what only the batch system can tell or do: fill the node so pilots stay queued,
+kill a pilot from outside Pilotfish (``kill -9``, ``scancel``, ``qdel``), and read what the batch system
+granted. A batch system that ``scripts/<kind>.sh status`` does not report up makes the test skip with
+the reason (:func:`backend_contract.system_env`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+from backend_contract import system_env
+
+from matcher.context import Context
+from matcher.settings import Settings
+from matcher.submission import JobSpec, Submitted
+from pilot.backends import LocalBackend, PilotRequest, PilotState, PilotStatus
+from pilot.director.service import CycleReport, Director, QueueReport
+from taskqueues.catalog import Queue
+from taskqueues.records import Job, JobState
+from taskqueues.shapes import Shape
+
+KINDS = ("local", "slurm", "sge")
+
+#: Slurm's nice parameters of the test catalog (the seed's PriorityParams, set per queue here).
+TIME_ORIGIN = "2024-01-01 00:00 +00:00"
+NICE_FACTOR = 0.5
+#: Grid Engine: one priority step per this many seconds of start-by ahead of now.
+PRIO_SECONDS = 60.0
+
+# One site per backend kind, one queue each, two shapes: c1 is the cheapest for one core, c2 the only
+# one for two cores and cheaper than two c1 for two one-core jobs. n_max_queued = 1 per shape.
+# Memory is 1 GB per core because Grid Engine enforces h_vmem as `ulimit -v` on the Python pilot.
+CATALOG = """
+[sites."Test.local".ces.host]
+batch = "local"
+[sites."Test.local".ces.host.batch_options]
+repo_key = "pftest-"
+grace = 1
+[sites."Test.local".ces.host.queues.q]
+n_max_queued = 1
+max_running = 4
+wall_granularity = 60
+shapes = [
+    { name = "c1", cpu = 1, mem = "1G", wall = "10m", cost = 1.0 },
+    { name = "c2", cpu = 2, mem = "2G", wall = "10m", cost = 1.5 },
+]
+
+[sites."Test.slurm".ces.ctld]
+batch = "slurm"
+[sites."Test.slurm".ces.ctld.batch_options]
+config = "@SLURM_CONF@"
+partition = "debug"
+repo_key = "pftest:"
+use_nice = true
+time_origin = "@TIME_ORIGIN@"
+nice_factor = @NICE_FACTOR@
+poll_interval = 0.5
+[sites."Test.slurm".ces.ctld.queues.q]
+n_max_queued = 1
+max_running = 4
+wall_granularity = 60
+shapes = [
+    { name = "c1", cpu = 1, mem = "1G", wall = "10m", cost = 1.0 },
+    { name = "c2", cpu = 2, mem = "2G", wall = "10m", cost = 1.5 },
+]
+
+[sites."Test.sge".ces.qmaster]
+batch = "sge"
+[sites."Test.sge".ces.qmaster.batch_options]
+root = "@SGE_ROOT@"
+cell = "default"
+hard = "-q all.q"
+pe = "smp"
+repo_key = "pftest:"
+prio_seconds = @PRIO_SECONDS@
+poll_interval = 0.5
+accounting_grace = 5
+[sites."Test.sge".ces.qmaster.queues.q]
+n_max_queued = 1
+max_running = 4
+wall_granularity = 60
+shapes = [
+    { name = "c1", cpu = 1, mem = "1G", wall = "10m", cost = 1.0 },
+    { name = "c2", cpu = 2, mem = "2G", wall = "10m", cost = 1.5 },
+]
+"""
+
+SITES = {"local": "Test.local", "slurm": "Test.slurm", "sge": "Test.sge"}
+QUEUES = {"local": "Test.local/host/q", "slurm": "Test.slurm/ctld/q", "sge": "Test.sge/qmaster/q"}
+
+
+def catalog_text() -> str:
+    return (CATALOG.replace("@SLURM_CONF@", "/var/tmp/pilotfish-slurm/slurm.conf")
+            .replace("@SGE_ROOT@", "/var/lib/gridengine").replace("@TIME_ORIGIN@", TIME_ORIGIN)
+            .replace("@NICE_FACTOR@", str(NICE_FACTOR)).replace("@PRIO_SECONDS@", str(PRIO_SECONDS)))
+
+
+class Rig:
+    """Director, store and batch system of one kind, for one test."""
+
+    def __init__(self, kind: str, redis_url: str, tmp: Path, *, pilot_env: dict[str, str] | None = None) -> None:
+        self.kind = kind
+        self.system = system_env(kind) if kind != "local" else {}
+        self.cmd_env = {**os.environ, "PATH": "/usr/bin:/bin:" + os.environ.get("PATH", ""), **self.system}
+        self.tmp = tmp
+        self.marker = tmp / "completed"
+        self.marker.touch()
+        catalog = tmp / "catalog.toml"
+        catalog.write_text(catalog_text())
+        # Short leases (heartbeat every second), no back-off, pilots leave after 2 s without work.
+        settings = Settings().with_(redis_url=redis_url, catalog=str(catalog), state_dir=str(tmp / "state"),
+                                    lease_seconds=3.0, backoff_seconds=0.0, pilot_idle_timeout=2.0,
+                                    pilot_events=False)
+        self.ctx = Context(settings)
+        self.director = Director(self.ctx, log_dir=str(tmp / "logs"), env=pilot_env)
+        self.queue: Queue = self.ctx.catalog.queue(QUEUES[kind], settings.vo)
+        self.blockers: list[str] = []
+        self.reports: list[CycleReport] = []
+
+    # -- jobs ------------------------------------------------------------------------------------------
+
+    def job(self, name: str, *, cpu: int = 1, seconds: float = 1.0) -> JobSpec:
+        """A job for this rig's queue that sleeps, then appends '<id> <attempt>' to the marker file."""
+        command = f'sleep {seconds}; echo "$PILOTFISH_JOB_ID $PILOTFISH_ATTEMPT" >> {self.marker}'
+        return JobSpec(name=name, command=command, ete=seconds,
+                       requirements={"Site": SITES[self.kind], "cpu": cpu, "mem": "200M", "wall": "2m"})
+
+    def submit(self, jobs: Sequence[JobSpec], *, priority: float = 0.0) -> Submitted:
+        return self.ctx.submitter.submit(jobs, name=f"director-{self.kind}", priority=priority)
+
+    def jobs(self, ids: Sequence[str]) -> list[Job]:
+        return self.ctx.store.jobs(list(ids))
+
+    def completions(self) -> list[tuple[str, int]]:
+        """(job id, attempt) of every payload that ran to its end, in the order they ended."""
+        return [(line.split()[0], int(line.split()[1])) for line in self.marker.read_text().splitlines() if line]
+
+    # -- the director -----------------------------------------------------------------------------------
+
+    def cycle(self) -> QueueReport:
+        report = self.director.cycle()
+        assert not report.skipped, "another director holds the lock"
+        self.reports.append(report)
+        return report.queues[self.queue.id]
+
+    def drive(self, until: Callable[[], bool], timeout: float, what: str) -> None:
+        """Reap expired leases and run a director cycle every 0.3 s until ``until()`` holds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.ctx.store.requeue_expired()
+            self.cycle()
+            if until():
+                return
+            if time.monotonic() > deadline:
+                last = self.reports[-1].queues[self.queue.id]
+                pytest.fail(f"{self.kind}: {what} not reached within {timeout:g} s; last cycle: {last}; "
+                            f"pilots: {self.provisioned()}; pilot logs: {self.pilot_logs()}")
+            time.sleep(0.3)
+
+    def provisioned(self) -> dict[str, dict[str, object]]:
+        return self.director.provisioned(self.queue, self.director.backend(self.queue))
+
+    def submitted(self) -> list[str]:
+        return [b for r in self.reports for b in r.queues[self.queue.id].submitted]
+
+    def ended(self) -> dict[str, str]:
+        return {b: why for r in self.reports for b, why in r.queues[self.queue.id].ended.items()}
+
+    def cancelled(self) -> set[str]:
+        return {b for r in self.reports for b in r.queues[self.queue.id].cancelled}
+
+    def states(self, ids: Sequence[str]) -> dict[str, PilotStatus]:
+        return self.director.backend(self.queue).states(list(ids))
+
+    def wait_states(self, ids: Sequence[str], done: Callable[[dict[str, PilotStatus]], bool],
+                    timeout: float = 20.0) -> dict[str, PilotStatus]:
+        deadline = time.monotonic() + timeout
+        while True:
+            states = self.states(ids)
+            if done(states):
+                return states
+            if time.monotonic() > deadline:
+                pytest.fail(f"{self.kind}: pilot states did not settle within {timeout:g} s: {states}")
+            time.sleep(0.3)
+
+    def pilot_logs(self) -> str:
+        logs = sorted((self.tmp / "logs").glob("*.err")) if (self.tmp / "logs").is_dir() else []
+        return " | ".join(f"{p.name}: {p.read_text()[-400:]}" for p in logs if p.stat().st_size)
+
+    # -- the batch system, from outside Pilotfish ----------------------------------------------------------
+
+    def run(self, *argv: str) -> str:
+        done = subprocess.run(list(argv), capture_output=True, text=True, env=self.cmd_env, timeout=60, check=False)
+        assert done.returncode == 0, f"`{' '.join(argv)}` exited {done.returncode}: {done.stderr.strip()}"
+        return done.stdout
+
+    def fill(self) -> None:
+        """Occupy the whole node (host) with a blocker, so pilots submitted now stay queued."""
+        backend = self.director.backend(self.queue)
+        if isinstance(backend, LocalBackend):
+            whole = Shape("all", cpu=backend.capacity()["cpu"], mem=64)
+            self.blockers.append(backend.submit(PilotRequest(name="blocker", command=["sleep", "300"],
+                                                             shape=whole, wall=600)))
+            self.wait_states(self.blockers, lambda s: s[self.blockers[0]].state is PilotState.RUNNING)
+            return
+        if self.kind == "slurm":
+            out = self.run("sbatch", "--parsable", "-J", "pftest:blocker", "-p", "debug", "-c",
+                           self.system["PILOTFISH_SLURM_CPUS"], "--mem=100",
+                           "--time=5", "-o", "/dev/null", "--wrap", "sleep 300")
+            self.blockers.append(out.strip().split(";")[0])
+        else:
+            slots = self.system["PILOTFISH_SGE_SLOTS"]
+            out = self.run("qsub", "-terse", "-b", "y", "-N", "pftest;blocker", "-pe", "smp", slots, "-l", "h_rt=300",
+                           "-o", "/dev/null", "-e", "/dev/null", "-q", "all.q", "/bin/sleep", "300")
+            self.blockers.append(out.strip().split(".")[0])
+        deadline = time.monotonic() + 60
+        while not self.batch_running(self.blockers[0]):
+            if time.monotonic() > deadline:
+                pytest.fail(f"{self.kind}: the blocker {self.blockers[0]} did not start within 60 s "
+                            "(another test holding the node?)")
+            time.sleep(0.3)
+
+    def batch_running(self, batch_id: str) -> bool:
+        if self.kind == "slurm":
+            return self.run("squeue", "-h", "-j", batch_id, "-o", "%T").strip() == "RUNNING"
+        return bool(re.search(rf"^\s*{batch_id}\s.*\sr\s", self.run("qstat", "-u", "*"), re.M))
+
+    def kill(self, batch_id: str) -> None:
+        """Kill a running pilot the way its batch system would, with no SIGTERM to hand jobs back first."""
+        backend = self.director.backend(self.queue)
+        if isinstance(backend, LocalBackend):
+            pid = backend.pid(batch_id)
+            assert pid is not None, f"pilot {batch_id} is not running"
+            os.kill(pid, signal.SIGKILL)
+        elif self.kind == "slurm":
+            # kill -9 of the pilot on its node (the OOM killer's choice): its batch script dies with it, and
+            # slurmstepd ends what is left of the job. (A plain scancel sends SIGTERM first, and the pilot
+            # hands its jobs back itself; here only the leases can bring them back.)
+            pids = [r["pid"] for r in self.ctx.store.pilot_records().values() if str(r["batch_id"]) == batch_id]
+            assert len(pids) == 1, f"no single heartbeat record for pilot {batch_id}: {pids}"
+            os.kill(int(pids[0]), signal.SIGKILL)
+        else:
+            self.run("qdel", batch_id)  # Grid Engine's qdel kills with SIGKILL
+
+    def granted_cpus(self, batch_id: str) -> int:
+        """The cores the batch system gave a pilot: Slurm's NumCPUs, Grid Engine's PE slots (1 without PE)."""
+        if self.kind == "slurm":
+            return int(self.scontrol(batch_id)["NumCPUs"])
+        text = self.run("qstat", "-j", batch_id)
+        match = re.search(r"^parallel environment:\s*(\S+)\s+range:\s*(\d+)", text, re.M)
+        return int(match.group(2)) if match else 1
+
+    def scontrol(self, batch_id: str) -> dict[str, str]:
+        return dict(re.findall(r"(\w+)=(\S*)", self.run("scontrol", "show", "job", "-o", batch_id)))
+
+    def close(self) -> None:
+        try:
+            self.director.stop_all()
+            if self.blockers:
+                backend = self.director.backend(self.queue)
+                if isinstance(backend, LocalBackend):
+                    backend.cancel(self.blockers)
+                elif self.kind == "slurm":
+                    subprocess.run(["scancel", *self.blockers], env=self.cmd_env, check=False, capture_output=True)
+                else:
+                    subprocess.run(["qdel", *self.blockers], env=self.cmd_env, check=False, capture_output=True)
+        finally:
+            backend = self.director.backend(self.queue)
+            if isinstance(backend, LocalBackend):
+                backend.shutdown(wait=5)  # what stop_all did not know of: blockers
+            self.director.close()
+
+
+def all_final(jobs: Sequence[Job]) -> bool:
+    return all(j.state.final for j in jobs)
+
+
+def states_of(jobs: Sequence[Job]) -> list[JobState]:
+    return [j.state for j in jobs]
