@@ -120,8 +120,7 @@ def test_queued_pilots_are_cancelled_in_the_batch_system_when_their_demand_goes(
 # pilot is gone by SIGKILL they are orphans no batch system here reaps: the local backend kills only the
 # pilot's group, Slurm's proctrack/linuxproc loses re-parented processes, Grid Engine kills the job's group
 # (execd_params lacks ENABLE_ADDGRP_KILL). Attempt 1 then finishes beside the re-run attempt 2.
-ORPHANS = pytest.mark.xfail(strict=True, reason="payloads outlive a pilot killed by SIGKILL and finish twice")
-KILLED = [pytest.param(kind, id=kind, marks=[*_marks(kind), ORPHANS]) for kind in KINDS]
+KILLED = [pytest.param(kind, id=kind, marks=_marks(kind)) for kind in KINDS]
 
 
 @pytest.mark.parametrize("rig", KILLED, indirect=True)

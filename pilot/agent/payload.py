@@ -25,6 +25,7 @@ import math
 import os
 import re
 import resource
+import shutil
 import signal
 import subprocess
 import time
@@ -38,6 +39,14 @@ from taskqueues.errors import PilotfishError
 from taskqueues.records import Job, RunResult
 
 log = logging.getLogger("pilot.agent")
+
+# The payload's shell is killed when the pilot dies (SIGKILL of the pilot, or of its batch job), so an
+# orphaned attempt cannot go on after its job was requeued: util-linux's setpriv sets the parent-death
+# signal and execs the shell. (A preexec_fn doing the same prctl would force a full fork of the pilot
+# per payload: twice the exit-to-start gap.) Children the shell already started keep their own fate,
+# but the shell runs nothing more.
+_SETPRIV = shutil.which("setpriv")
+_LAUNCH = [_SETPRIV, "--pdeathsig", "KILL", "/bin/sh", "-c"] if _SETPRIV else ["/bin/sh", "-c"]
 
 #: How the pilot reports a payload it stopped: ``fail`` (the job's end), ``requeue`` (not the job's
 #: fault: give it back at once), ``none`` (the job is no longer ours: say nothing).
@@ -193,7 +202,7 @@ class Payload:
             stderr: int = pipes[1][1] if pipes else subprocess.DEVNULL
             self.start_wall, self.start_mono = time.time(), time.monotonic()
             self.process = subprocess.Popen(
-                ["/bin/sh", "-c", self.job.command], cwd=self.workdir, env=env, stdin=subprocess.DEVNULL,
+                [*_LAUNCH, self.job.command], cwd=self.workdir, env=env, stdin=subprocess.DEVNULL,
                 stdout=stdout, stderr=stderr, start_new_session=True, close_fds=True)
         except OSError as exc:
             for read, write in pipes:

@@ -199,9 +199,12 @@ class Director:
 
     def provisioned(self, queue: Queue, backend: Backend) -> dict[str, dict[str, Any]]:
         prefix = f"{queue.id}|{backend.kind}|"
-        return {key.decode().removeprefix(prefix): json.loads(raw)
-                for key, raw in self.ctx.client.hgetall(self.ctx.keys.provisioned).items()
-                if key.decode().startswith(prefix)}
+        out: dict[str, dict[str, Any]] = {}
+        for key, raw in self.ctx.client.hgetall(self.ctx.keys.provisioned).items():
+            name = key.decode() if isinstance(key, bytes) else str(key)
+            if name.startswith(prefix):
+                out[name.removeprefix(prefix)] = json.loads(raw)
+        return out
 
     def _existing(self, queue: Queue, backend: Backend, out: QueueReport) -> list[Pilot]:
         """The pilots this queue has in the batch system, with what they have free (from their heartbeats)."""
@@ -209,8 +212,11 @@ class Director:
         if not records:
             return []
         states = backend.states(list(records))
-        live = {str(r.get("batch_id")): r for r in self.ctx.store.pilot_records(3 * self.ctx.settings.lease_seconds)
-                .values() if r.get("queue") == queue.id}
+        # A pilot's heartbeat names its batch job as (batch, batch_id); local ids carry the kind as a prefix.
+        live: dict[str, dict[str, Any]] = {}
+        for r in self.ctx.store.pilot_records(3 * self.ctx.settings.lease_seconds).values():
+            if r.get("queue") == queue.id:
+                live[str(r.get("batch_id"))] = live[f"{r.get('batch')}-{r.get('batch_id')}"] = r
         shapes = {s.name: s for s in queue.shapes}
         existing = []
         for batch_id, record in records.items():
@@ -220,13 +226,16 @@ class Director:
                 out.ended[batch_id] = f"{status.state} {status.detail}".strip() if status else "unknown"
                 self.ctx.client.hdel(self.ctx.keys.provisioned, self._key(queue, backend, batch_id))
                 continue
-            if status.state is PilotState.RUNNING:
-                # What it has free, from its last heartbeat; nothing while it has not reported yet.
-                beat = live.get(batch_id)
+            beat = live.get(batch_id)
+            if status.state is PilotState.RUNNING and beat is not None:
+                # What it has free, from its last heartbeat.
                 pairs = (("cores", "used_cpu"), ("mem", "used_mem"), ("tmp", "used_tmp"))
-                free = [0, 0, 0] if beat is None else [max(0, int(beat[t]) - int(beat[u])) for t, u in pairs]
-                left = shape.wall if beat is None or beat.get("time_left") is None else float(beat["time_left"])
-                existing.append(Pilot(batch_id, shape, False, *free, left))
+                cpu, mem, tmp = (max(0, int(beat[t]) - int(beat[u])) for t, u in pairs)
+                left = shape.wall if beat.get("time_left") is None else float(beat["time_left"])
+                existing.append(Pilot(batch_id, shape, False, cpu, mem, tmp, left))
+            elif status.state is PilotState.RUNNING:
+                # Started, no heartbeat yet: it is about to take what fits its whole shape.
+                existing.append(Pilot(batch_id, shape, False, shape.cpu, shape.mem, shape.tmp, float(record["wall"])))
             else:
                 existing.append(Pilot(batch_id, shape, True, shape.cpu, shape.mem, shape.tmp, float(record["wall"])))
         return existing
