@@ -27,9 +27,11 @@ C defaults to the number of usable cores (``os.sched_getaffinity``); one pilot o
 holds a whole node) unless ``--pilots`` says otherwise. ``--fast-poll`` repeats (4) with pilots whose
 idle back-off is capped at 5 ms (:class:`PilotConfig` ``backoff_max``, run in-process by this script's
 ``_pilot`` entry): the latency the rest of the path allows when the pilot notices new work at once.
+``--scratch`` puts the pilots' work areas (each payload's $JOBFEATURES, $TMPDIR and work directory,
+created and removed per payload) on another file system, e.g. tmpfs, to see what the disk costs.
 
 Usage: ``python scripts/bench_e2e.py [-n 10000] [--batch 1000] [--concurrency C] [--pilots P]
-[--trials 100] [--pause 1.0] [--fast-poll]``
+[--trials 100] [--pause 1.0] [--scratch DIR] [--fast-poll]``
 """
 
 from __future__ import annotations
@@ -424,6 +426,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--trials", type=int, default=100, help="single-job latency trials (0: skip)")
     parser.add_argument("--pause", type=float, default=1.0, help="seconds between latency trials (pilots idle)")
     parser.add_argument("--seed", type=int, default=None, help="randomise each pause in [0, 2*pause] with this seed")
+    parser.add_argument("--scratch", default=None,
+                        help="directory for the pilots' work areas (payload sandboxes) [the system temp dir]")
     parser.add_argument("--fast-poll", action="store_true",
                         help="also measure latency with pilots whose idle back-off is capped at 5 ms")
     args = parser.parse_args(argv)
@@ -434,11 +438,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     per_pilot = args.concurrency // args.pilots
     layout = f"{args.pilots} pilot{'s' if args.pilots > 1 else ''} x {per_pilot} core{'s' if per_pilot > 1 else ''}"
     print(f"host: {cores} usable cores; C = {args.concurrency}; Pilotfish: {layout}; "
-          f"Celery: prefork x {args.concurrency}; {args.n} jobs of `true` each, batches of {args.batch}")
+          f"Celery: prefork x {args.concurrency}; {args.n} jobs of `true` each, batches of {args.batch}; "
+          f"scratch {args.scratch or tempfile.gettempdir()}")
     rng = random.Random(args.seed)
     pauses = [args.pause if args.seed is None else rng.uniform(0, 2 * args.pause) for _ in range(args.trials)]
 
-    with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-e2e-", dir=args.scratch) as tmp:
         base = Path(tmp)
         server = RedisServer(base / "redis").start()
         try:
