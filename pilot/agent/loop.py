@@ -22,9 +22,8 @@ with SIGKILL nothing is lost: its leases expire and the reaper requeues the jobs
 
 from __future__ import annotations
 
-import dataclasses
-
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -109,6 +108,7 @@ class Pilot:
         self._dirty = True
         self._backoff = config.backoff_min
         self._next_match = 0.0
+        self._pubsub: Any = None
         self._next_heartbeat = 0.0
         self._next_sample = 0.0
         self._next_publish = 0.0
@@ -164,6 +164,7 @@ class Pilot:
             extra={"pid": os.getpid(), "workdir": os.fspath(config.workdir),
                    "jobstatus": os.fspath(self.jobstatus.directory), "logs": os.fspath(config.logs)})
         self._selector = selectors.DefaultSelector()
+        self._listen_for_work()
         self._install_signals()
         log.info("pilot %s: %d cores, %d MB, %d MB scratch, queue %s, time left %s", self.name, self.cores,
                  self.mem, self.tmp, config.queue, _seconds(self._time_left()))
@@ -205,7 +206,46 @@ class Pilot:
         if number != signal.SIGCHLD:
             self._signals.append(number)
 
+    def _listen_for_work(self) -> None:
+        """Subscribe to the store's wake channel: work entering a task queue wakes an idle pilot at once
+        instead of at its next back-off poll. Polling stays the fallback (a lost subscription is renewed
+        at the next heartbeat)."""
+        assert self._selector is not None
+        try:
+            pubsub = self.store.client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+            pubsub.subscribe(self.store.keys.wake)
+            while pubsub.get_message(timeout=0.5) is not None:
+                pass
+            assert pubsub.connection is not None
+            self._selector.register(pubsub.connection._sock, selectors.EVENT_READ, ("work", None))
+        except Exception as exc:
+            log.warning("pilot %s: no wake subscription (%s): polling only", self.name, exc)
+            return
+        self._pubsub = pubsub
+
+    def _work_arrived(self) -> None:
+        assert self._pubsub is not None
+        try:
+            while self._pubsub.get_message(timeout=0) is not None:
+                pass
+        except Exception as exc:
+            log.warning("pilot %s: wake subscription lost (%s)", self.name, exc)
+            self._drop_pubsub()
+        self._next_match = 0.0
+        self._backoff = self.config.backoff_min
+
+    def _drop_pubsub(self) -> None:
+        if self._pubsub is None:
+            return
+        with contextlib.suppress(Exception):
+            if self._selector is not None and self._pubsub.connection is not None:
+                self._selector.unregister(self._pubsub.connection._sock)
+        with contextlib.suppress(Exception):
+            self._pubsub.close()
+        self._pubsub = None
+
     def _teardown(self) -> None:
+        self._drop_pubsub()
         if self._wake is not None:
             signal.set_wakeup_fd(self._saved_wakeup)
             for number, handler in self._saved_signals.items():
@@ -291,6 +331,8 @@ class Pilot:
                     self._selector.unregister(key.fd)
             elif kind == "wake":
                 self._drain_wake()
+            elif kind == "work" and self._pubsub is not None:
+                self._work_arrived()
         if self._wake is not None:  # no pidfds: SIGCHLD woke us; check every payload without reaping it
             for payload in [p for p in self.running.values() if p.pidfd is None]:
                 if payload.has_exited():
@@ -392,6 +434,8 @@ class Pilot:
 
     def _heartbeat(self) -> None:
         self._next_heartbeat = time.monotonic() + self.config.heartbeat
+        if self._pubsub is None and self._selector is not None:
+            self._listen_for_work()
         try:
             features = self.reader.refresh()
         except PilotfishError as exc:

@@ -158,6 +158,9 @@ class Director:
         claimed.update(result.placed)
         out.unplaceable = dict(result.unplaceable)
         for planned in result.new:
+            # One granularity step of headroom: a pilot asking for exactly its longest job's wall has a little
+            # less than that once it runs, and would never take that job.
+            planned.wall = min(planned.shape.wall, planned.wall + queue.wall_granularity)
             request = PilotRequest(name=f"{queue.name}-{planned.shape.name}",
                                    command=self.pilot_command(queue, planned.shape, planned.wall, self.ctx.settings),
                                    shape=planned.shape, wall=planned.wall, env=self._pilot_env(),
