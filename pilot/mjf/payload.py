@@ -59,6 +59,14 @@ def _write_atomically(directory: Path, name: str, value: Value | None) -> None:
     os.replace(tmp, target)
 
 
+def _write_fresh(directory: Path, name: str, value: Value | None) -> None:
+    """Write one feature file into a directory nobody reads yet (no temporary file, no rename): the
+    payload that will read it does not exist yet, so the atomic dance of updates is not needed."""
+    if value is not None:
+        with open(directory / name, "w") as handle:
+            handle.write(format_value(value) + "\n")
+
+
 def _remove_tree(path: Path) -> None:
     """Remove ``path`` entirely, also when a payload left read-only directories or files in it."""
     def retry_writable(func: Callable[..., Any], name: str, _exc: object) -> None:
@@ -88,7 +96,8 @@ class PayloadSandbox:
         self.start = start
         self.jobfeatures.mkdir(mode=0o755)
         self.tmpdir.mkdir(mode=0o700)
-        self.write_jobfeatures(area.features)
+        for key, value in self.job_values(area.features).items():
+            _write_fresh(self.jobfeatures, key, value)
 
     def job_values(self, features: Features) -> dict[str, Value | None]:
         """The $JOBFEATURES values of this payload under the pilot's current ``features``."""
