@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -94,7 +95,7 @@ def pilot(redis_url: str, vo: str, queue: str, prefix: str, cores: int | None, m
     try:
         config = PilotConfig(
             queue=queue, redis_url=redis_url, vo=vo, prefix=prefix,
-            workdir=workdir if workdir is not None else Path.cwd() / f"pilot-work-{os.getpid()}",
+            workdir=workdir if workdir is not None else Path(tempfile.gettempdir()) / f"pilotfish-pilot-{os.getpid()}",
             cores=cores, mem=mem, tmp=tmp, lease=lease, heartbeat_interval=heartbeat, idle_timeout=idle_timeout,
             stop_margin=stop_margin, wall=wall, max_jobs=max_jobs, own_machine=own_machine, shutdown_kill=shutdown_kill,
             kill_grace=kill_grace, output_cap=output_cap, mem_tolerance=mem_tolerance)
