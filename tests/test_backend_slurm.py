@@ -128,7 +128,7 @@ def test_refusal_names_the_pilot_and_slurms_reason(slurm_env: dict[str, str]) ->
 @pytest.mark.slurm
 def test_unknown_resources_go_as_gres_when_no_license_is_declared(slurm_env: dict[str, str]) -> None:
     backend = make_slurm(slurm_env)
-    args = backend.sbatch_args(
+    args = backend.submit_args(
         PilotRequest(
             "g", ["true"], SMALL, 60, resources={"gpu": "2", "gres": "fpga:1", "constraint": "avx", "qos": "high"}
         )

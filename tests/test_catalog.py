@@ -59,10 +59,11 @@ def test_example_catalog_loads_with_every_batch_system() -> None:
     assert long.wall_granularity == 600 and long.n_max_queued == 10 and long.max_running == 100
     short = catalog.queue("LCG.CERN.ch/ce503.cern.ch/short")
     assert dict(short.batch_options) == {
+        "config": "/var/tmp/pilotfish-slurm/slurm.conf",
         "partition": "debug",
         "repo_key": "pf:",
         "use_nice": True,
-        "qos": "short",
+        "nice_factor": 2.0,
     }
     # Per-VO: LHCb sees more memory and its own tag at CERN; ATLAS has a lower cap on the long queue.
     assert catalog.queue(long.id, "lhcb").params["MaxMemory"] == 4000 and long.params["MaxMemory"] == 2000

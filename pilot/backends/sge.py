@@ -51,12 +51,11 @@ from .base import (
     PilotRequest,
     PilotState,
     PilotStatus,
-    StatusCache,
     find_binary,
-    pilot_script,
     read_status_file,
     run_command,
 )
+from .batch import ScriptBackend
 from .options import parse_sge_options
 
 log = logging.getLogger(__name__)
@@ -131,34 +130,27 @@ class SgeSettings:
         return settings
 
 
-class SgeBackend:
+class SgeBackend(ScriptBackend):
     """Pilots as Grid Engine batch jobs."""
 
     kind = "sge"
+    submit_command = "qsub"
+    cancel_command = "qdel"
+    job_id_var = "JOB_ID"
+    settings: SgeSettings
 
     def __init__(self, settings: SgeSettings | None = None) -> None:
-        self.settings = settings or SgeSettings()
-        self._env = dict(os.environ)
-        for var, value in (
-            ("SGE_ROOT", self.settings.root),
-            ("SGE_CELL", self.settings.cell),
-            ("SGE_CLUSTER_NAME", self.settings.cluster),
-        ):
+        settings = settings or SgeSettings()
+        env = dict(os.environ)
+        for var, value in (("SGE_ROOT", settings.root), ("SGE_CELL", settings.cell),
+                           ("SGE_CLUSTER_NAME", settings.cluster)):
             if value:
-                self._env[var] = value
-        self._cache = StatusCache(self._poll, self.settings.poll_interval)
-        self._cancelled: set[str] = set()
-        self._status_dirs: dict[str, str] = {}
+                env[var] = value
+        super().__init__(settings, env)
         self._vanished_at: dict[str, float] = {}
         self._qacct_works: bool | None = None
 
     # --- availability ------------------------------------------------------------------------------------
-
-    def _bin(self, name: str) -> str:
-        path = find_binary(name, self.settings.bin_dir)
-        if path is None:
-            raise BackendUnavailable(f"sge backend: {name} not found in {self.settings.bin_dir or '$PATH'}")
-        return path
 
     def check(self) -> None:
         """Raise :class:`BackendUnavailable` unless the commands exist and sge_qmaster answers."""
@@ -170,14 +162,6 @@ class SgeBackend:
             run_command([self._bin("qstat"), "-u", "*"], env=self._env, timeout=15)
         except BackendCommandError as exc:
             raise BackendUnavailable(f"sge backend: sge_qmaster does not answer: {exc}") from None
-
-    # --- the Backend interface ---------------------------------------------------------------------------
-
-    def capacity(self) -> dict[str, int]:
-        return {}
-
-    def close(self) -> None:
-        return None
 
     def priority_for(self, request: PilotRequest, now: float | None = None) -> int:
         """The ``qsub -p`` value for ``request`` (see the module text for the order of sources)."""
@@ -191,7 +175,7 @@ class SgeBackend:
         configured = parse_sge_options(self.settings.options, where="sge backend setting 'options'")
         return int(configured.get("priority", self.settings.default_prio))
 
-    def qsub_args(self, request: PilotRequest) -> list[str]:
+    def submit_args(self, request: PilotRequest) -> list[str]:
         """The ``qsub`` command line for ``request`` (the script itself goes on stdin)."""
         settings = self.settings
         resources = dict(request.resources)
@@ -243,52 +227,11 @@ class SgeBackend:
             args += ["-soft", *soft]
         return args
 
-    def submit(self, request: PilotRequest) -> str:
-        status_dir = request.log_dir or self.settings.log_dir
-        if status_dir:
-            Path(status_dir).mkdir(parents=True, exist_ok=True)
-        args = self.qsub_args(request)
-        script = pilot_script(request, job_id_var="JOB_ID", status_dir=status_dir)
-        try:
-            done = run_command(args, env=self._env, stdin=script, timeout=self.settings.command_timeout)
-        except BackendCommandError as exc:
-            raise BackendError(f"sge backend: pilot {request.name!r} not submitted: {exc}") from None
-        batch_id = done.stdout.strip().split(".")[0]
-        if not batch_id.isdigit():
-            raise BackendError(f"sge backend: qsub -terse answered {done.stdout.strip()!r}, not a job id")
-        if status_dir:
-            self._status_dirs[batch_id] = status_dir
-        self._cache.submitted(batch_id)
-        return batch_id
+    def _batch_id(self, answer: str) -> str:
+        return answer.split(".")[0]
 
-    def states(self, ids: Sequence[str]) -> dict[str, PilotStatus]:
-        return self._cache.states(ids)
-
-    @property
-    def polls(self) -> int:
-        """How many times the batch system was queried for states (for rate-limit checks)."""
-        return self._cache.polls
-
-    def cancel(self, ids: Sequence[str]) -> None:
-        wanted = [i for i in ids if i.isdigit()]
-        if not wanted:
-            return
-        self._cancelled.update(wanted)
-        done = run_command(
-            [self._bin("qdel"), *wanted], env=self._env, check=False, timeout=self.settings.command_timeout
-        )
-        if done.returncode != 0:
-            # qdel also complains about jobs that already ended; those are not errors for the director.
-            real = [
-                line
-                for line in (done.stderr + done.stdout).splitlines()
-                if line.strip()
-                and "does not exist" not in line
-                and "registered the job" not in line
-                and "has deleted job" not in line
-            ]
-            if real:
-                raise BackendError(f"sge backend: qdel {' '.join(wanted)} failed: {' '.join(real)}")
+    def _harmless(self, line: str) -> bool:
+        return any(text in line for text in ("does not exist", "registered the job", "has deleted job"))
 
     # --- polling -------------------------------------------------------------------------------------------
 

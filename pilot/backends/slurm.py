@@ -41,12 +41,11 @@ from .base import (
     PilotRequest,
     PilotState,
     PilotStatus,
-    StatusCache,
     find_binary,
-    pilot_script,
     read_status_file,
     run_command,
 )
+from .batch import ScriptBackend
 from .options import parse_slurm_options
 
 log = logging.getLogger(__name__)
@@ -171,31 +170,26 @@ class SlurmSettings:
         return settings
 
 
-class SlurmBackend:
+class SlurmBackend(ScriptBackend):
     """Pilots as Slurm batch jobs."""
 
     kind = "slurm"
+    submit_command = "sbatch"
+    cancel_command = "scancel"
+    job_id_var = "SLURM_JOB_ID"
+    settings: SlurmSettings
 
     def __init__(self, settings: SlurmSettings | None = None) -> None:
-        self.settings = settings or SlurmSettings()
-        self._origin = parse_time_origin(self.settings.time_origin)
-        self._env = dict(os.environ)
-        if self.settings.config:
-            self._env["SLURM_CONF"] = self.settings.config
-        self._cache = StatusCache(self._poll, self.settings.poll_interval)
-        self._cancelled: set[str] = set()
-        self._status_dirs: dict[str, str] = {}
+        settings = settings or SlurmSettings()
+        env = dict(os.environ)
+        if settings.config:
+            env["SLURM_CONF"] = settings.config
+        super().__init__(settings, env)
+        self._origin = parse_time_origin(settings.time_origin)
         self._licenses: set[str] | None = None
         self._sacct_works: bool | None = None
 
     # --- availability ------------------------------------------------------------------------------------
-
-    def _bin(self, name: str) -> str:
-        path = find_binary(name, self.settings.bin_dir)
-        if path is None:
-            where = self.settings.bin_dir or "$PATH"
-            raise BackendUnavailable(f"slurm backend: {name} not found in {where}")
-        return path
 
     def check(self) -> None:
         """Raise :class:`BackendUnavailable` unless the commands exist and slurmctld answers."""
@@ -206,20 +200,12 @@ class SlurmBackend:
         except BackendCommandError as exc:
             raise BackendUnavailable(f"slurm backend: slurmctld does not answer: {exc}") from None
 
-    # --- the Backend interface ---------------------------------------------------------------------------
-
-    def capacity(self) -> dict[str, int]:
-        return {}
-
-    def close(self) -> None:
-        return None
-
     def nice_for(self, start_by: float) -> int:
         """The ``--nice`` value for a pilot whose most urgent job should start by ``start_by``."""
         nice = round((start_by - self._origin) * self.settings.nice_factor)
         return max(self.settings.min_nice, min(NICE_MAX, nice))
 
-    def sbatch_args(self, request: PilotRequest) -> list[str]:
+    def submit_args(self, request: PilotRequest) -> list[str]:
         """The ``sbatch`` command line for ``request`` (the script itself goes on stdin)."""
         where = f"pilot {request.name!r}"
         wanted: dict[str, str] = {}
@@ -271,49 +257,11 @@ class SlurmBackend:
             args.append("--gres=" + ",".join(gres))
         return args
 
-    def submit(self, request: PilotRequest) -> str:
-        status_dir = request.log_dir or self.settings.log_dir
-        if status_dir:
-            Path(status_dir).mkdir(parents=True, exist_ok=True)
-        args = self.sbatch_args(request)
-        script = pilot_script(request, job_id_var="SLURM_JOB_ID", status_dir=status_dir)
-        try:
-            done = run_command(args, env=self._env, stdin=script, timeout=self.settings.command_timeout)
-        except BackendCommandError as exc:
-            raise BackendError(f"slurm backend: pilot {request.name!r} not submitted: {exc}") from None
-        batch_id = done.stdout.strip().split(";")[0]
-        if not batch_id.isdigit():
-            raise BackendError(f"slurm backend: sbatch answered {done.stdout.strip()!r}, not a job id")
-        if status_dir:
-            self._status_dirs[batch_id] = status_dir
-        self._cache.submitted(batch_id)
-        return batch_id
+    def _batch_id(self, answer: str) -> str:
+        return answer.split(";")[0]
 
-    def states(self, ids: Sequence[str]) -> dict[str, PilotStatus]:
-        return self._cache.states(ids)
-
-    @property
-    def polls(self) -> int:
-        """How many times the batch system was queried for states (for rate-limit checks)."""
-        return self._cache.polls
-
-    def cancel(self, ids: Sequence[str]) -> None:
-        wanted = [i for i in ids if i.isdigit()]
-        if not wanted:
-            return
-        self._cancelled.update(wanted)
-        done = run_command(
-            [self._bin("scancel"), *wanted], env=self._env, timeout=self.settings.command_timeout, check=False
-        )
-        if done.returncode != 0:
-            # scancel also fails for jobs already finished; those are not errors for the director.
-            real = [
-                line
-                for line in done.stderr.splitlines()
-                if "Invalid job id" not in line and "already completing or completed" not in line
-            ]
-            if real:
-                raise BackendError(f"slurm backend: scancel {' '.join(wanted)} failed: {' '.join(real)}")
+    def _harmless(self, line: str) -> bool:
+        return "Invalid job id" in line or "already completing or completed" in line
 
     # --- polling -------------------------------------------------------------------------------------------
 

@@ -1,0 +1,105 @@
+"""What the Slurm and Grid Engine backends share: a batch system driven by its commands.
+
+A pilot is submitted as a shell script on the submit command's stdin (``pilot_script``), its state comes
+from one rate-limited poll for all pilots (:class:`StatusCache`), and cancelling ignores the batch
+system's complaints about jobs that already ended. Subclasses give the commands, how to read a job id
+from the submit command's answer, the poll, and which cancel complaints are harmless.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from taskqueues.errors import BackendError, BackendUnavailable
+
+from .base import BackendCommandError, PilotRequest, PilotStatus, StatusCache, find_binary, pilot_script, run_command
+
+
+class ScriptBackend(ABC):
+    """A batch system driven by its submit / poll / cancel commands."""
+
+    kind: str
+    submit_command: ClassVar[str]
+    cancel_command: ClassVar[str]
+    job_id_var: ClassVar[str]
+
+    def __init__(self, settings: Any, env: dict[str, str]) -> None:
+        self.settings = settings
+        self._env = env
+        self._cache = StatusCache(self._poll, settings.poll_interval)
+        self._cancelled: set[str] = set()
+        self._status_dirs: dict[str, str] = {}
+
+    def _bin(self, name: str) -> str:
+        path = find_binary(name, self.settings.bin_dir)
+        if path is None:
+            raise BackendUnavailable(f"{self.kind} backend: {name} not found in {self.settings.bin_dir or '$PATH'}")
+        return path
+
+    @abstractmethod
+    def submit_args(self, request: PilotRequest) -> list[str]:
+        """The submit command line for one pilot (its script comes on stdin)."""
+
+    @abstractmethod
+    def _batch_id(self, answer: str) -> str:
+        """The job id in the submit command's answer ("" when there is none)."""
+
+    @abstractmethod
+    def _poll(self, ids: Sequence[str]) -> dict[str, PilotStatus]:
+        """One query of the batch system for all these pilots."""
+
+    @abstractmethod
+    def _harmless(self, line: str) -> bool:
+        """True for a cancel complaint about a job that already ended."""
+
+    # --- the Backend interface ---------------------------------------------------------------------------
+
+    def capacity(self) -> dict[str, int]:
+        return {}
+
+    def close(self) -> None:
+        return None
+
+    def submit(self, request: PilotRequest) -> str:
+        status_dir = request.log_dir or self.settings.log_dir
+        if status_dir:
+            Path(status_dir).mkdir(parents=True, exist_ok=True)
+        args = self.submit_args(request)
+        script = pilot_script(request, job_id_var=self.job_id_var, status_dir=status_dir)
+        try:
+            done = run_command(args, env=self._env, stdin=script, timeout=self.settings.command_timeout)
+        except BackendCommandError as exc:
+            raise BackendError(f"{self.kind} backend: pilot {request.name!r} not submitted: {exc}") from None
+        batch_id = self._batch_id(done.stdout.strip())
+        if not batch_id.isdigit():
+            raise BackendError(f"{self.kind} backend: {self.submit_command} answered {done.stdout.strip()!r}, "
+                               "not a job id")
+        if status_dir:
+            self._status_dirs[batch_id] = status_dir
+        self._cache.submitted(batch_id)
+        return batch_id
+
+    def states(self, ids: Sequence[str]) -> dict[str, PilotStatus]:
+        return self._cache.states(ids)
+
+    @property
+    def polls(self) -> int:
+        """How many times the batch system was queried for states (for rate-limit checks)."""
+        return self._cache.polls
+
+    def cancel(self, ids: Sequence[str]) -> None:
+        wanted = [i for i in ids if i.isdigit()]
+        if not wanted:
+            return
+        self._cancelled.update(wanted)
+        done = run_command([self._bin(self.cancel_command), *wanted], env=self._env,
+                           timeout=self.settings.command_timeout, check=False)
+        if done.returncode != 0:
+            real = [line for line in (done.stderr + done.stdout).splitlines()
+                    if line.strip() and not self._harmless(line)]
+            if real:
+                raise BackendError(f"{self.kind} backend: {self.cancel_command} {' '.join(wanted)} failed: "
+                                   f"{' '.join(real)}")
