@@ -147,7 +147,7 @@ def explain(store: Store, catalog: Catalog, job_id: str, *, now: float | None = 
     now = store.clock() if now is None else now
     job = store.job(job_id)
     rec = _raw(store, job_id)
-    member = str(rec.get("m", ""))
+    member = job_id + str(rec["mt"]) if rec.get("mt") else ""  # the task-queue member (records keep its tail)
     ete = float(member.rsplit(":", 1)[1]) if member.count(":") == 4 else float(math.ceil(job.ete))
     client, k = store.client, store.keys
     pipe = client.pipeline(transaction=False)

@@ -51,7 +51,7 @@ def release_spec(store: Store, catalog: Catalog, job: Job, vo: str) -> dict[str,
     req = placement.requirements
     spec: dict[str, Any] = {"t": placement.tq_id, "def": placement.tq_def, "queues": list(placement.queues),
                             "m_tail": member_tail(req.cpu, req.mem, req.tmp, job.ete),
-                            "r": json.dumps(dict(req.values), sort_keys=True), "e": job.ete}
+                            "r": json.dumps(dict(req.values), sort_keys=True, separators=(",", ":")), "e": job.ete}
     if command is not None:
         spec["c"] = command
     return spec

@@ -42,7 +42,8 @@ def make_jobs(n: int, n_tqs: int, rng: random.Random, start: int) -> list[NewJob
         cpu, mem = SHAPES[tq % len(SHAPES)]
         jobs.append(NewJob(command=COMMAND, tq_id=f"{tq:016x}", tq_def=json.dumps({"cpu": cpu, "tq": tq}),
                            queues=(queue_name(tq % N_QUEUES),), cpu=cpu, mem=mem, ete=rng.choice([60, 600, 3600]),
-                           score=1.7e9 + rng.random() * 1e5, requirements=json.dumps({"cpu": cpu, "mem": mem})))
+                           score=1.7e9 + rng.random() * 1e5,
+                           requirements=json.dumps({"cpu": cpu, "mem": mem}, separators=(",", ":"))))
     return jobs
 
 

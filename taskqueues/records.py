@@ -1,7 +1,8 @@
 """Job records as the store keeps them, and the small value types of its operations.
 
-A job record is a JSON object in the ``jobs`` hash with short field names (memory per waiting job is a
-target): ``s`` state, ``a`` attempt, ``t`` task queue, ``m`` its member in that queue, ``sc`` score,
+A job record is a JSON object in the ``jobs`` hash under its id, with short field names (memory per
+waiting job is a target): ``s`` state, ``a`` attempt, ``t`` task queue, ``mt`` the tail of its member in
+that queue (``:cpu:mem:tmp:ete``; the scripts see the whole member as ``m``), ``sc`` score,
 ``c`` command, ``r`` exact requirements (JSON text), ``q`` request, ``n`` name, ``e`` estimated run time,
 ``ts`` submitted, ``rt``/``mr`` retries done/allowed, ``pl`` pilot, ``tm`` matched, ``st`` started,
 ``te`` ended, ``x`` exit code, ``w`` wall seconds, ``cpu`` CPU seconds, ``pm`` peak memory MB, ``why``
@@ -78,7 +79,7 @@ class NewJob:
             "c": self.command,
             "r": self.requirements,
             "e": self.ete,
-            "ts": round(now, 3),
+            "ts": round(now, 1),
             "mr": self.max_retries,
         }
         for short, value in (("q", self.request), ("n", self.name), ("k", self.key), ("ru", self.rule)):
@@ -154,12 +155,13 @@ class Job:
         return int(self.requirements.get("tmp", 0))
 
     @classmethod
-    def from_record(cls, raw: str | bytes) -> Job:
+    def from_record(cls, raw: str | bytes, job_id: str) -> Job:
+        """The job stored as ``raw`` under ``job_id`` (records do not repeat their id)."""
         rec = json.loads(raw)
         dependents = rec.get("dn") or []
         deps = rec.get("dp") or []
         return cls(
-            id=str(rec["id"]),
+            id=str(job_id),
             state=JobState(rec["s"]),
             attempt=int(rec.get("a", 0)),
             tq_id=rec.get("t", ""),

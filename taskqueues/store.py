@@ -149,7 +149,7 @@ class Store:
             except redis.ConnectionError as exc:
                 raise StoreUnavailable(f"Redis unreachable: {exc}") from None
             if _text(reply[0]) != "needkeys":
-                return [Job.from_record(reply[i]) for i in range(2, len(reply), 2)]
+                return [Job.from_record(reply[i], _text(reply[i - 1])) for i in range(2, len(reply), 2)]
         raise StoreError(f"match for queue {offer.queue}: its task queues kept changing")
 
     def heartbeat(self, pilot: str, jobs: Mapping[str, int], record: Mapping[str, Any] | None = None) -> HeartbeatReply:
@@ -289,12 +289,13 @@ class Store:
         raw = self.client.hget(self.keys.jobs, job)
         if raw is None:
             raise NotFound(f"no job {job!r}")
-        return Job.from_record(raw)
+        return Job.from_record(raw, job)
 
     def jobs(self, ids: Sequence[str]) -> list[Job]:
         if not ids:
             return []
-        return [Job.from_record(raw) for raw in self.client.hmget(self.keys.jobs, list(ids)) if raw]
+        raws = self.client.hmget(self.keys.jobs, list(ids))
+        return [Job.from_record(raw, job) for job, raw in zip(ids, raws, strict=True) if raw]
 
     def task_queue(self, tq_id: str) -> list[tuple[str, float]]:
         """Members (job ids) of one task queue with their scores, most urgent first."""

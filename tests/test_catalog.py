@@ -85,7 +85,7 @@ def test_example_matches_a_mixed_batch() -> None:
         "LCG.RAL.uk/arc-ce01.gridpp.rl.ac.uk/all.q",
         "LCG.RAL.uk/arc-ce01.gridpp.rl.ac.uk/long.q",
     ]
-    gpu = parse_requirements({"Tag": "GPU", "cpu": 8, "mem": "48G", "GPUModel": ["A100", "H100"]}, job="g")
+    gpu = parse_requirements({"Tag": "GPU", "cpu": 8, "mem": "16G", "GPUModel": ["A100", "H100"]}, job="g")
     assert [q.id for q in catalog.eligible_queues(gpu)] == ["LCG.CERN.ch/gpu01.cern.ch/gpu"]
     anywhere = parse_requirements(
         {"cpu": 1, "mem": "1G", "BannedSite": ["LCG.CERN.ch", "LCG.RAL.uk"]}, job="a"

@@ -21,8 +21,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def cli(args: list[str], env: dict[str, str], timeout: float = 120,
         check: bool = True) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([sys.executable, "-m", "matcher.cli", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    try:
+        done = subprocess.run([sys.executable, "-m", "matcher.cli", *args], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"pilotfish {' '.join(args)} still running after {timeout} s:\n"
+                             f"{exc.stdout!s}\n{exc.stderr!s}") from None
     if check and done.returncode != 0:
         raise AssertionError(f"pilotfish {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
     return done

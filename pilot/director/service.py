@@ -95,6 +95,10 @@ class Director:
         self.env = env or {}
         self.log_dir = log_dir
         self._backends: dict[str, Backend] = {}
+        # (queue, shape) -> until when: a shape the batch system refused is left out of plans for a while,
+        # so demand is planned onto the shapes that can start instead of failing every cycle.
+        self._refused: dict[tuple[str, str], float] = {}
+        self.refusal_pause = 300.0
 
     def backend(self, queue: Queue) -> Backend:
         backend = self._backends.get(queue.id)
@@ -150,7 +154,9 @@ class Director:
         try:
             backend = self.backend(queue)
             existing = self._existing(queue, backend, out)
-            result = plan(demand, queue.shapes, existing, n_max_queued=queue.n_max_queued,
+            now = time.time()
+            shapes = [s for s in queue.shapes if self._refused.get((queue.id, s.name), 0.0) <= now] or queue.shapes
+            result = plan(demand, shapes, existing, n_max_queued=queue.n_max_queued,
                           max_running=queue.max_running, wall_granularity=queue.wall_granularity)
         except BackendError as exc:
             out.errors.append(str(exc))
@@ -170,6 +176,9 @@ class Director:
                 batch_id = backend.submit(request)
             except BackendError as exc:
                 out.errors.append(str(exc))
+                self._refused[(queue.id, planned.shape.name)] = time.time() + self.refusal_pause
+                log.warning("queue %s: shape %s refused by the batch system; planning without it for %.0f s: %s",
+                            queue.id, planned.shape.name, self.refusal_pause, exc)
                 break
             claimed.update(j.job for j in planned.jobs)
             self._record(queue, backend, batch_id, {"shape": planned.shape.name, "state": PilotState.QUEUED,

@@ -55,13 +55,23 @@ local function enqueue(base, tqempty, releasing, rec, queues, now)
   redis.call('ZREM', tqempty, rec.t)
   for _, q in ipairs(queues) do redis.call('ZADD', base .. 'qh:' .. q, 'LT', rec.sc, rec.t) end
 end
+-- Records are stored without their id (the hash field) and with only the tail of their task-queue
+-- member (":cpu:mem:tmp:ete"): memory per waiting job is a target. load/save put them back and take
+-- them out, so scripts always see rec.id and rec.m.
 local function load(jobs, id)
   local raw = redis.call('HGET', jobs, id)
   if not raw then return nil end
-  return cjson.decode(raw)
+  local rec = cjson.decode(raw)
+  rec.id = id
+  if rec.mt then rec.m, rec.mt = id .. rec.mt, nil end
+  return rec
 end
 local function save(jobs, rec)
-  redis.call('HSET', jobs, rec.id, cjson.encode(rec))
+  local id, m = rec.id, rec.m
+  rec.id = nil
+  if m then rec.mt, rec.m = string.sub(m, #id + 1), nil end
+  redis.call('HSET', jobs, id, cjson.encode(rec))
+  rec.id, rec.m, rec.mt = id, m, nil
 end
 -- A report from a pilot must name the job's current attempt and find the job in one of `states`.
 local function check_report(rec, id, attempt, states)

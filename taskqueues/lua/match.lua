@@ -15,7 +15,8 @@
 -- ARGV[5]  free cores      ARGV[6] free memory (MB)      ARGV[7] free scratch (MB)
 -- ARGV[8]  seconds left (negative = unbounded)
 -- ARGV[9]  how many jobs at most
--- Returns  {'ok', id1, record1, id2, record2, ...} (records as JSON after the lease) or {'needkeys', key}
+-- Returns  {'ok', id1, record1, id2, record2, ...} (records as stored after the lease: without their
+--          id, with the member's tail as mt; see _lib.lua's load/save) or {'needkeys', key}
 local base, pilot, now, lease = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local cpu, mem, tmp, left = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local want = tonumber(ARGV[9])
