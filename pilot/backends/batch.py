@@ -9,13 +9,42 @@ from the submit command's answer, the poll, and which cancel complaints are harm
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from taskqueues.errors import BackendError, BackendUnavailable
 
 from .base import BackendCommandError, PilotRequest, PilotStatus, StatusCache, find_binary, pilot_script, run_command
+
+SettingsT = TypeVar("SettingsT")
+
+
+def settings_from_options(cls: type[SettingsT], options: Mapping[str, object], kind: str) -> SettingsT:
+    """A backend's settings dataclass from a catalog ``batch_options`` mapping: unknown keys are an
+    error (a typo must not silently become a default), values are converted to the field's type."""
+    fields = cls.__dataclass_fields__  # type: ignore[attr-defined]
+    unknown = sorted(set(options) - set(fields))
+    if unknown:
+        raise BackendError(f"{kind} backend: unknown setting(s) {', '.join(unknown)}; "
+                           f"known: {', '.join(sorted(fields))}")
+    values: dict[str, object] = {}
+    for key, value in options.items():
+        type_name = fields[key].type
+        try:
+            if value is None:
+                values[key] = None
+            elif type_name == "bool":
+                values[key] = value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes")
+            elif type_name == "float":
+                values[key] = float(value)  # type: ignore[arg-type]
+            elif type_name == "int":
+                values[key] = int(value)  # type: ignore[call-overload]
+            else:
+                values[key] = str(value)
+        except (TypeError, ValueError):
+            raise BackendError(f"{kind} backend: setting {key!r} has a wrong value {value!r}") from None
+    return cls(**values)
 
 
 class ScriptBackend(ABC):

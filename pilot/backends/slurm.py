@@ -45,7 +45,7 @@ from .base import (
     read_status_file,
     run_command,
 )
-from .batch import ScriptBackend
+from .batch import ScriptBackend, settings_from_options
 from .options import parse_slurm_options
 
 log = logging.getLogger(__name__)
@@ -140,31 +140,7 @@ class SlurmSettings:
 
     @classmethod
     def from_options(cls, options: Mapping[str, object]) -> SlurmSettings:
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise BackendError(
-                f"slurm backend: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
-            )
-        values: dict[str, object] = {}
-        for key, value in options.items():
-            kind = cls.__dataclass_fields__[key].type
-            try:
-                if value is None:
-                    values[key] = None
-                elif kind == "bool":
-                    values[key] = (
-                        value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes")
-                    )
-                elif kind == "float":
-                    values[key] = float(value)  # type: ignore[arg-type]
-                elif kind == "int":
-                    values[key] = int(value)  # type: ignore[call-overload]
-                else:
-                    values[key] = str(value)
-            except (TypeError, ValueError):
-                raise BackendError(f"slurm backend: setting {key!r} has a wrong value {value!r}") from None
-        settings = cls(**values)  # type: ignore[arg-type]
+        settings = settings_from_options(cls, options, "slurm")
         parse_time_origin(settings.time_origin)
         parse_slurm_options(settings.options, where="slurm backend setting 'options'")
         return settings
