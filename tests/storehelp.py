@@ -14,6 +14,22 @@ def job(tq: str = "tqA", *, cpu: int = 1, mem: int = 100, tmp: int = 0, ete: flo
                   tmp=tmp, ete=ete, score=score, requirements=reqs, **kw)  # type: ignore[arg-type]
 
 
+# Two sites of one 4-core queue each, told apart by Platform: the operator-view tests' catalog.
+TWO_SITES = """
+[sites.A]
+Platform = "EL9"
+[sites.A.ces.ce]
+[sites.A.ces.ce.queues.q]
+shapes = [{ name = "small", cpu = 4, mem = "8G" }]
+[sites.B]
+Platform = "EL8"
+[sites.B.ces.ce]
+[sites.B.ces.ce.queues.q]
+shapes = [{ name = "small", cpu = 4, mem = "8G" }]
+"""
+QA, QB = "A/ce/q", "B/ce/q"
+
+
 class FakeClock:
     """A settable clock for lease and back-off tests (the store takes any callable)."""
 

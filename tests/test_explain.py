@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import redis
 from click.testing import CliRunner
-from storehelp import FakeClock
+from storehelp import QA, QB, TWO_SITES, FakeClock
 
 from matcher.explain import explain, render_explanation
 from matcher.operator_commands import explain as explain_command
@@ -20,19 +20,7 @@ from taskqueues.errors import NotFound
 from taskqueues.records import PilotOffer, RunResult
 from taskqueues.store import Store
 
-CATALOG = """
-[sites.A]
-Platform = "EL9"
-[sites.A.ces.ce]
-[sites.A.ces.ce.queues.q]
-shapes = [{ name = "small", cpu = 4, mem = "8G" }]
-[sites.B]
-Platform = "EL8"
-[sites.B.ces.ce]
-[sites.B.ces.ce.queues.q]
-shapes = [{ name = "small", cpu = 4, mem = "8G" }]
-"""
-QA, QB = "A/ce/q", "B/ce/q"
+CATALOG = TWO_SITES
 NOW = 1_000_000.0
 FULL = {"queue": QA, "cpu": 4, "mem": 8000, "tmp": 1000, "free_cpu": 4, "free_mem": 8000, "free_tmp": 1000,
         "time_left": 3600, "running": [], "draining": False}

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 from click.testing import CliRunner
-from storehelp import FakeClock
+from storehelp import QA, QB, TWO_SITES, FakeClock
 
 from matcher.operator_commands import status
 from matcher.status import find_request, request_status, requests_status, task_queues
@@ -22,19 +22,7 @@ from taskqueues.errors import NotFound
 from taskqueues.records import JobState, PilotOffer, RunResult
 from taskqueues.store import Store
 
-CATALOG = """
-[sites.A]
-Platform = "EL9"
-[sites.A.ces.ce]
-[sites.A.ces.ce.queues.q]
-shapes = [{ name = "small", cpu = 4, mem = "8G" }]
-[sites.B]
-Platform = "EL8"
-[sites.B.ces.ce]
-[sites.B.ces.ce.queues.q]
-shapes = [{ name = "small", cpu = 4, mem = "8G" }]
-"""
-QA, QB = "A/ce/q", "B/ce/q"
+CATALOG = TWO_SITES
 NOW = 1_000_000.0
 
 
