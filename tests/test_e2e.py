@@ -69,14 +69,26 @@ def test_kill_9_of_a_pilot_loses_nothing_and_runs_each_job_once(env: dict[str, s
     killed: list[int] = []
 
     def kill_a_pilot() -> None:
+        # Kill the pilot that holds a running job (not just any pilot: one that has not matched yet would
+        # lose nothing and prove nothing). A local pilot's batch id is in its environment.
+        store = redis.Redis.from_url(redis_url)
         deadline = time.time() + 60
         while time.time() < deadline and not killed:
-            found = subprocess.run(["pgrep", "-f", "matcher.cli pilot"], capture_output=True, text=True).stdout.split()
-            if found:
-                time.sleep(0.5)  # let it take jobs first
-                os.kill(int(found[0]), signal.SIGKILL)
-                killed.append(int(found[0]))
-            time.sleep(0.1)
+            holders = {json.loads(raw).get("pl") for raw in store.hvals(Keys().jobs)
+                       if json.loads(raw).get("s") == "running"}
+            for pid in subprocess.run(["pgrep", "-f", "matcher.cli pilot"], capture_output=True,
+                                      text=True).stdout.split():
+                try:
+                    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                batch = next((v.split(b"=", 1)[1].decode() for v in environ
+                              if v.startswith(b"PILOTFISH_BATCH_ID=")), None)
+                if batch and any(h and h.split("@")[0] == batch for h in holders):
+                    os.kill(int(pid), signal.SIGKILL)
+                    killed.append(int(pid))
+                    break
+            time.sleep(0.05)
 
     killer = threading.Thread(target=kill_a_pilot)
     killer.start()
