@@ -182,6 +182,25 @@ def test_sigkill_loses_nothing(redis_url: str, tmp_path: Path) -> None:
         assert store.job(i).attempt == 2
 
 
+def test_payloads_die_with_a_sigkilled_pilot(store: Store, redis_url: str, tmp_path: Path) -> None:
+    """The guardian kills each payload's whole group (a background child too) when the pilot dies by SIGKILL."""
+    pids = tmp_path / "pids"
+    late = tmp_path / "late"
+    ids = store.submit([job(command=f"sleep 30 & echo $! $$ >> {pids}; sleep 3; touch {late}; wait")
+                        for _ in range(2)])
+    env = pilot_env(tmp_path, cores=2)
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "30", env=env) as proc:
+        wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 4, 10, "both payloads started")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    payload_pids = [int(p) for p in pids.read_text().split()]
+    wait_for(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+                             for p in payload_pids), 5, "the payloads of the dead pilot killed")
+    time.sleep(3.5)
+    assert not late.exists(), "a payload went on after its pilot died"
+    assert states(store, ids) == [JobState.RUNNING] * 2  # until their leases expire and the reaper requeues them
+
+
 def test_outputs_sandbox_and_jobstatus(store: Store, redis_url: str, tmp_path: Path) -> None:
     seen = tmp_path / "seen"
     command = (f'echo "$TMPDIR $PWD $(cat $JOBFEATURES/allocated_CPU) $PILOTFISH_CPU $OMP_NUM_THREADS '

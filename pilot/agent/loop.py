@@ -39,6 +39,7 @@ from types import FrameType
 from typing import Any
 
 from pilot.agent.config import PilotConfig, Releaser
+from pilot.agent.guardian import Guardian
 from pilot.agent.memory import over_limit, over_limit_reason, sample_sessions
 from pilot.agent.observer import Command, NullObserver, Observer, PilotInfo, PilotLoad
 from pilot.agent.payload import Payload, PayloadError, Report, Stop, pidfds_supported
@@ -118,6 +119,7 @@ class Pilot:
         self._saved_signals: dict[int, Any] = {}
         self._saved_wakeup = -1
         self.area: PayloadArea | None = None
+        self.guardian: Guardian | None = None
         self.jobstatus: JobStatusWriter | None = None
         self.info: PilotInfo | None = None
 
@@ -154,6 +156,7 @@ class Pilot:
             log.warning("MJF: %s", warning)
         self._apply_features(features)
         self.area = PayloadArea(config.workdir, features, stop_margin=config.stop_margin)
+        self.guardian = Guardian()
         directory = config.jobstatus_dir or (os.environ.get("JOBSTATUS") or None)
         self.jobstatus = JobStatusWriter(directory, allocated_CPU=self.cores, pilot_start=self.started,
                                          workdir=config.workdir)
@@ -260,6 +263,8 @@ class Pilot:
                     payload.reap()
             payload.close()
             payload.sandbox.cleanup()
+        if self.guardian is not None:
+            self.guardian.close()
         if self._selector is not None:
             self._selector.close()
             self._selector = None
@@ -597,7 +602,8 @@ class Pilot:
             self._give_back(job, str(exc))
             self._stop_accepting(f"cannot create payload directories: {exc}")
             return None
-        payload = Payload(job, sandbox, log_dir=self.config.logs, output_cap=self.config.output_cap)
+        payload = Payload(job, sandbox, log_dir=self.config.logs, output_cap=self.config.output_cap,
+                          guardian=self.guardian)
         try:
             payload.spawn(sandbox.env())
         except (PayloadError, OSError) as exc:

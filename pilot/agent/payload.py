@@ -25,7 +25,6 @@ import math
 import os
 import re
 import resource
-import shutil
 import signal
 import subprocess
 import time
@@ -33,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from pilot.agent.guardian import Guardian
 from pilot.agent.memory import Usage
 from pilot.mjf.payload import PayloadSandbox
 from taskqueues.errors import PilotfishError
@@ -40,13 +40,9 @@ from taskqueues.records import Job, RunResult
 
 log = logging.getLogger("pilot.agent")
 
-# The payload's shell is killed when the pilot dies (SIGKILL of the pilot, or of its batch job), so an
-# orphaned attempt cannot go on after its job was requeued: util-linux's setpriv sets the parent-death
-# signal and execs the shell. (A preexec_fn doing the same prctl would force a full fork of the pilot
-# per payload: twice the exit-to-start gap.) Children the shell already started keep their own fate,
-# but the shell runs nothing more.
-_SETPRIV = shutil.which("setpriv")
-_LAUNCH = [_SETPRIV, "--pdeathsig", "KILL", "/bin/sh", "-c"] if _SETPRIV else ["/bin/sh", "-c"]
+# The pilot's guardian (pilot.agent.guardian) kills a payload's whole group if the pilot dies without
+# stopping it, so an orphaned attempt cannot go on after its job was requeued.
+_LAUNCH = ["/bin/sh", "-c"]
 
 #: How the pilot reports a payload it stopped: ``fail`` (the job's end), ``requeue`` (not the job's
 #: fault: give it back at once), ``none`` (the job is no longer ours: say nothing).
@@ -155,8 +151,10 @@ def pidfds_supported() -> bool:
 class Payload:
     """The process of one job's attempt, from spawn to :class:`RunResult`."""
 
-    def __init__(self, job: Job, sandbox: PayloadSandbox, *, log_dir: Path, output_cap: int) -> None:
+    def __init__(self, job: Job, sandbox: PayloadSandbox, *, log_dir: Path, output_cap: int,
+                 guardian: Guardian | None = None) -> None:
         self.job = job
+        self.guardian = guardian
         self.sandbox = sandbox
         self.log_dir = log_dir
         self.output_cap = output_cap
@@ -214,6 +212,8 @@ class Payload:
             os.set_blocking(read, False)
             self.tails[name] = OutputTail(self.output_cap)
             self._fds[read] = name
+        if self.guardian is not None:
+            self.guardian.started(self.process.pid)
         self.pidfd = _pidfd_open(self.process.pid)
 
     # -- output ------------------------------------------------------------------------------------
@@ -280,6 +280,8 @@ class Payload:
         self.end_mono = time.monotonic()
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signal.SIGKILL)  # leftovers (background jobs) die with the payload
+        if self.guardian is not None:  # before the shell's pid is reaped and free for reuse
+            self.guardian.reaped(self.process.pid)
         while True:
             try:
                 _, status, rusage = os.wait4(self.process.pid, 0)

@@ -1,0 +1,93 @@
+"""The guardian: kills the pilot's payloads when the pilot dies, even by SIGKILL.
+
+A payload runs in its own session, so nothing ties it to the pilot: if the pilot is killed with SIGKILL
+(or by the OOM killer) its payloads would run on as orphans beside the attempts the reaper requeues. The
+guardian is one small process per pilot, started with the read end of a pipe whose write end only the
+pilot holds. The pilot writes ``+<pgid>`` when a payload starts and ``-<pgid>`` when it has reaped it;
+when the pipe reaches end of file, the pilot is gone — the kernel closes the write end however the
+pilot died — and the guardian SIGKILLs every payload group still listed, then exits.
+
+This replaces a parent-death signal per payload (``setpriv --pdeathsig``, one more exec for every
+payload: it doubled the CPU cost of starting a short payload) and is stronger: it kills the payload's
+whole process group, not only its shell. A payload started in the microseconds between its spawn and
+the ``+`` line would escape, and so would a process that left its group on purpose.
+
+Run as ``python -m pilot.agent.guardian FD``; it ignores SIGINT and SIGTERM (a terminal's Ctrl-C or a
+batch system's SIGTERM reaches the whole group: the pilot then stops its payloads itself and closes the
+pipe, or dies and the guardian does it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+
+from taskqueues.errors import PilotfishError
+
+
+class GuardianError(PilotfishError):
+    """The guardian process could not be started."""
+
+
+class Guardian:
+    """The pilot's end of the guardian: start it, then tell it about each payload group."""
+
+    def __init__(self) -> None:
+        read, self._write = os.pipe2(os.O_CLOEXEC)
+        try:
+            self.process = subprocess.Popen([sys.executable, "-m", "pilot.agent.guardian", str(read)],
+                                            pass_fds=(read,), stdin=subprocess.DEVNULL)
+        except OSError as exc:
+            os.close(self._write)
+            raise GuardianError(f"cannot start the payload guardian: {exc.strerror or exc}") from None
+        finally:
+            os.close(read)
+
+    def started(self, pgid: int) -> None:
+        self._send(f"+{pgid}\n")
+
+    def reaped(self, pgid: int) -> None:
+        self._send(f"-{pgid}\n")
+
+    def _send(self, line: str) -> None:
+        # A few bytes: far below PIPE_BUF, so a write is atomic and, with the guardian reading, never blocks.
+        with contextlib.suppress(BrokenPipeError):
+            os.write(self._write, line.encode())
+
+    def close(self) -> None:
+        """The pilot ends normally (its payloads already stopped): the guardian exits with nothing to kill."""
+        if self._write >= 0:
+            os.close(self._write)
+            self._write = -1
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=5)
+
+
+def watch(fd: int) -> set[int]:
+    """Read the pilot's lines until end of file; returns the payload groups still alive then."""
+    live: set[int] = set()
+    pending = b""
+    while chunk := os.read(fd, 65536):
+        *lines, pending = (pending + chunk).split(b"\n")
+        for line in lines:
+            if line[:1] == b"+":
+                live.add(int(line[1:]))
+            elif line[:1] == b"-":
+                live.discard(int(line[1:]))
+    return live
+
+
+def main(argv: list[str]) -> int:
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, signal.SIG_IGN)
+    for pgid in watch(int(argv[0])):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
