@@ -15,7 +15,8 @@ from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
 
-def _bulk(value: Any) -> bytes:
+def bulk(value: Any) -> bytes:
+    """One RESP bulk string."""
     data = value if isinstance(value, bytes) else str(value).encode()
     return b"$%d\r\n%s\r\n" % (len(data), data)
 
@@ -27,14 +28,18 @@ class PackedCall:
         self.client = client
         self.script = script
         self.keys = list(keys)
-        self._head = b"*%d\r\n" % (3 + len(keys) + n_args) + _bulk(b"EVALSHA") + _bulk(script.sha) + _bulk(len(keys))
-        self._head += b"".join(_bulk(k) for k in keys)
+        self._head = b"*%d\r\n" % (3 + len(keys) + n_args) + bulk(b"EVALSHA") + bulk(script.sha) + bulk(len(keys))
+        self._head += b"".join(bulk(k) for k in keys)
         self._n_args = n_args
 
-    def __call__(self, args: Sequence[Any]) -> Any:
+    def pack(self, args: Sequence[Any]) -> bytes:
+        """The whole command in RESP, to send alone or with others in one round trip."""
         if len(args) != self._n_args:
             raise ValueError(f"expected {self._n_args} arguments, got {len(args)}")
-        packed = self._head + b"".join(_bulk(a) for a in args)
+        return self._head + b"".join(bulk(a) for a in args)
+
+    def __call__(self, args: Sequence[Any]) -> Any:
+        packed = self.pack(args)
         pool = self.client.connection_pool
         conn = pool.get_connection()
         try:

@@ -237,6 +237,20 @@ class RunResult:
 
 
 @dataclass(frozen=True)
+class Exchange:
+    """What one round trip of a pilot's reports and match returned (:meth:`Store.exchange`).
+
+    ``refused`` maps a job whose start or completion was refused (stale: the job was taken from the
+    pilot) to the reason; ``released`` lists the dependents the completions released; ``matched`` the
+    jobs newly leased to the pilot, most urgent first.
+    """
+
+    refused: dict[str, str] = field(default_factory=dict)
+    released: list[str] = field(default_factory=list)
+    matched: list[Job] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class HeartbeatReply:
     kills: dict[str, str]
     lost: tuple[str, ...]

@@ -16,13 +16,14 @@ from typing import Any
 
 import redis
 from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 
 from . import scripts
 from .errors import NotFound, StaleReport, StoreError, StoreUnavailable
 from .ete import RuleStats
 from .keys import Keys
-from .packed import PackedCall
-from .records import HeartbeatReply, Job, JobState, NewJob, PilotOffer, RunResult
+from .packed import PackedCall, bulk
+from .records import Exchange, HeartbeatReply, Job, JobState, NewJob, PilotOffer, RunResult
 
 _MAX_KEY_ROUNDS = 16
 
@@ -134,23 +135,115 @@ class Store:
             self._match_calls[queue] = call
         return call
 
+    def _match_args(self, offer: PilotOffer, max_jobs: int) -> list[Any]:
+        left = -1.0 if offer.time_left is None else max(0.0, offer.time_left)
+        return [self._base, offer.pilot, self.clock(), self.lease_seconds, offer.cpu, offer.mem, offer.tmp,
+                left, max_jobs]
+
+    @staticmethod
+    def _matched(reply: list[Any]) -> list[Job] | None:
+        """The jobs of a match reply, or None when the match needs the task queues declared anew."""
+        if _text(reply[0]) == "needkeys":
+            return None
+        return [Job.from_record(reply[i], _text(reply[i - 1])) for i in range(2, len(reply), 2)]
+
     def match(self, offer: PilotOffer, max_jobs: int = 1) -> list[Job]:
         """Lease to the pilot the most urgent task-queue heads that fit, most urgent first.
 
         With ``max_jobs`` > 1 the choice repeats on what is left free (filling a multi-core pilot in
         one call). An empty list means nothing fits now.
         """
-        left = -1.0 if offer.time_left is None else max(0.0, offer.time_left)
-        args = [self._base, offer.pilot, self.clock(), self.lease_seconds, offer.cpu, offer.mem, offer.tmp,
-                left, max_jobs]
+        args = self._match_args(offer, max_jobs)
         for refresh in (False, True, True):
             try:
-                reply = self._match_call(offer.queue, refresh)(args)
+                jobs = self._matched(self._match_call(offer.queue, refresh)(args))
             except redis.ConnectionError as exc:
                 raise StoreUnavailable(f"Redis unreachable: {exc}") from None
-            if _text(reply[0]) != "needkeys":
-                return [Job.from_record(reply[i], _text(reply[i - 1])) for i in range(2, len(reply), 2)]
+            if jobs is not None:
+                return jobs
         raise StoreError(f"match for queue {offer.queue}: its task queues kept changing")
+
+    def exchange(self, pilot: str, *, starts: Sequence[tuple[str, int, float]] = (),
+                 completions: Sequence[tuple[str, int, RunResult]] = (), offer: PilotOffer | None = None,
+                 max_jobs: int = 1) -> Exchange:
+        """A pilot's reports and its next match in one round trip, applied in this order: the starts
+        ``(job, attempt, started at)``, the successful completions ``(job, attempt, result)``, then the match.
+
+        Each is its own atomic script, exactly as :meth:`start`, :meth:`complete` and :meth:`match`
+        (one refused report changes nothing and does not stop the others); they only share the network
+        round trip, which for a short payload costs more than the scripts themselves. A completion that
+        releases dependents into task queues it did not declare is redone alone, after the match of the
+        same call (which therefore did not see those dependents); a match whose task queues changed is
+        redone alone too (those scripts write nothing before asking).
+        """
+        k = self.keys
+        now = self.clock()
+        commands: list[bytes] = []
+        for job, attempt, at in starts:
+            commands.append(self._pack("start", [k.jobs, k.leases], [job, attempt, pilot, now, self.lease_seconds, at]))
+        for job, attempt, result in completions:
+            commands.append(self._pack("complete", self._complete_keys(), self._complete_args(job, attempt, pilot,
+                                                                                               result, now)))
+        if offer is not None:
+            commands.append(self._match_call(offer.queue).pack(self._match_args(offer, max_jobs)))
+        replies = self._round_trip(commands)
+        refused: dict[str, str] = {}
+        released: list[str] = []
+        for (job, _, _), reply in zip(starts, replies, strict=False):
+            if _text(reply[0]) == "stale":
+                refused[job] = _text(reply[1])
+        for (job, attempt, result), reply in zip(completions, replies[len(starts):], strict=False):
+            if _text(reply[0]) == "needkeys":
+                try:
+                    released += self.complete(job, attempt, pilot, result)
+                except StaleReport as exc:
+                    refused[job] = str(exc)
+            elif _text(reply[0]) == "stale":
+                refused[job] = _text(reply[1])
+            else:
+                released += [_text(x) for x in reply[1:]]
+        matched: list[Job] = []
+        if offer is not None:
+            jobs = self._matched(replies[-1])
+            matched = jobs if jobs is not None else self.match(offer, max_jobs)
+        return Exchange(refused, released, matched)
+
+    def _pack(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> bytes:
+        parts = ["EVALSHA", self._scripts[name].sha, len(keys), *keys, *args]
+        return b"*%d\r\n" % len(parts) + b"".join(bulk(p) for p in parts)
+
+    def _round_trip(self, commands: Sequence[bytes]) -> list[Any]:
+        """Send EVALSHA commands together and read every reply; if Redis lost its scripts (a restart, a
+        flush), load them and resend what did not run."""
+        replies: list[Any] = [None] * len(commands)
+        todo = list(range(len(commands)))
+        pool = self.client.connection_pool
+        for _ in range(2):
+            conn = pool.get_connection()
+            try:
+                conn.send_packed_command([b"".join(commands[i] for i in todo)])  # type: ignore[no-untyped-call]
+                missing = []
+                for i in todo:
+                    try:
+                        replies[i] = conn.read_response()
+                    except NoScriptError:
+                        missing.append(i)
+                    except redis.ResponseError as exc:
+                        replies[i] = exc
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                conn.disconnect()  # type: ignore[no-untyped-call]
+                raise StoreUnavailable(f"Redis unreachable: {exc}") from None
+            finally:
+                pool.release(conn)
+            if not missing:
+                errors = [r for r in replies if isinstance(r, Exception)]
+                if errors:
+                    raise StoreError(f"a script of a batched call failed: {errors[0]}")
+                return replies
+            for script in self._scripts.values():
+                self.client.script_load(script.script)
+            todo = missing
+        raise StoreError("Redis keeps losing its scripts")
 
     def heartbeat(self, pilot: str, jobs: Mapping[str, int], record: Mapping[str, Any] | None = None) -> HeartbeatReply:
         """Renew the leases of the pilot's jobs; returns the kill requests and the jobs it no longer holds."""
@@ -162,20 +255,26 @@ class Store:
         pairs = [_text(x) for x in kills]
         return HeartbeatReply(dict(zip(pairs[::2], pairs[1::2], strict=True)), tuple(_text(x) for x in lost))
 
-    def start(self, job: str, attempt: int, pilot: str) -> None:
+    def start(self, job: str, attempt: int, pilot: str, at: float | None = None) -> None:
+        """The payload of a leased job started (``at``, default now): running, lease renewed."""
+        now = self.clock()
         reply = self.call_script("start", [self.keys.jobs, self.keys.leases],
-                           [job, attempt, pilot, self.clock(), self.lease_seconds])
+                                 [job, attempt, pilot, now, self.lease_seconds, now if at is None else at])
         self._stale(reply)
 
     def complete(self, job: str, attempt: int, pilot: str, result: RunResult | None = None) -> list[str]:
         """Record a success; returns the dependents it released (into their task queue or to evaluate)."""
-        k = self.keys
-        fields = json.dumps((result or RunResult()).fields())
-        reply = self.call_script("complete", [k.jobs, k.leases, k.kills, k.tqempty, k.releasing, k.donelog,
-                                        k.etekeys, k.eterules],
-                           [self._base, job, attempt, pilot, self.clock(), fields], [k.work])
+        reply = self.call_script("complete", self._complete_keys(),
+                                 self._complete_args(job, attempt, pilot, result, self.clock()))
         self._stale(reply)
         return [_text(x) for x in reply[1:]]
+
+    def _complete_keys(self) -> list[str]:
+        k = self.keys
+        return [k.jobs, k.leases, k.kills, k.tqempty, k.releasing, k.donelog, k.etekeys, k.eterules, k.work]
+
+    def _complete_args(self, job: str, attempt: int, pilot: str, result: RunResult | None, now: float) -> list[Any]:
+        return [self._base, job, attempt, pilot, now, json.dumps((result or RunResult()).fields())]
 
     def fail(self, job: str, attempt: int, pilot: str, result: RunResult, *, requeue: bool = False) -> JobState:
         """Record a failure; with ``requeue`` the job goes back to its task queue at once (preemption)."""

@@ -70,8 +70,46 @@ def test_payload_lifecycle_with_a_real_subprocess(site: tuple[Path, Path], tmp_p
         assert (sandbox.tmpdir / "deep" / "locked" / "file").exists()
         assert stat.S_IMODE(sandbox.tmpdir.stat().st_mode) == 0o700
         root = sandbox.root
-    assert not root.exists()  # TMPDIR (with its read-only corner) and JOBFEATURES are gone
+    assert list(sandbox.tmpdir.iterdir()) == []  # what the payload left, read-only corner too, is gone
     assert machine.is_dir()
+    area.close()
+    assert not root.exists()
+
+
+def test_a_slot_is_handed_out_again_as_a_fresh_one(site: tuple[Path, Path], tmp_path: Path) -> None:
+    machine, job = site
+    area = PayloadArea(tmp_path / "work", FeatureReader(str(machine), str(job), env={}, workdir=tmp_path).load())
+    first = area.payload("a", cores=2, mem_MB=4000, wall_secs=3600, start=150000)
+    (first.tmpdir / "left").write_text("x")
+    (first.workdir / "out").mkdir()
+    first.outputs.write_text("A=1\n")
+    (first.jobfeatures / "allocated_CPU").write_text("64\n")  # a payload editing its own $JOBFEATURES
+    (first.jobfeatures / "extra").write_text("1\n")
+    busy = area.payload("b", cores=1, start=150000)
+    assert busy.root != first.root  # a slot in use is never lent twice
+    first.cleanup()
+    second = area.payload("c", cores=2, mem_MB=None, wall_secs=100, start=150001)
+    assert second.root == first.root  # reused...
+    assert list(second.tmpdir.iterdir()) == [] and list(second.workdir.iterdir()) == []
+    assert not second.outputs.exists()
+    values = read_dir(second.jobfeatures)  # ...and indistinguishable from a fresh one
+    assert values == read_dir(area.payload("d", cores=2, wall_secs=100, start=150001).jobfeatures)
+    assert values["allocated_CPU"] == "2" and values["jobstart_secs"] == "150001"
+    assert values["wall_limit_secs"] == "100" and values["mem_limit_MB"] == "32000"
+    area.close()
+    assert list((tmp_path / "work").iterdir()) == []
+
+
+def test_a_slot_that_cannot_be_cleaned_is_replaced(site: tuple[Path, Path], tmp_path: Path) -> None:
+    machine, job = site
+    area = PayloadArea(tmp_path / "work", FeatureReader(str(machine), str(job), env={}, workdir=tmp_path).load())
+    first = area.payload("a", cores=1, start=150000)
+    first.tmpdir.rmdir()
+    first.tmpdir.write_text("not a directory any more")
+    first.cleanup()
+    assert not first.root.exists()
+    second = area.payload("b", cores=1, start=150000)
+    assert second.root != first.root and second.tmpdir.is_dir()
     area.close()
 
 

@@ -198,7 +198,8 @@ def test_payloads_die_with_a_sigkilled_pilot(store: Store, redis_url: str, tmp_p
                              for p in payload_pids), 5, "the payloads of the dead pilot killed")
     time.sleep(3.5)
     assert not late.exists(), "a payload went on after its pilot died"
-    assert states(store, ids) == [JobState.RUNNING] * 2  # until their leases expire and the reaper requeues them
+    # Still leased to the dead pilot (started or not yet reported so) until the reaper requeues them.
+    assert set(states(store, ids)) <= {JobState.MATCHED, JobState.RUNNING}
 
 
 def test_outputs_sandbox_and_jobstatus(store: Store, redis_url: str, tmp_path: Path) -> None:

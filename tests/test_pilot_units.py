@@ -131,6 +131,8 @@ def test_payload_environment_exit_and_logs(tmp_path: Path) -> None:
     assert (logs / "17.1.err").read_text() == "oops\n"
     payload.close()
     sandbox.cleanup()
+    assert not sandbox.outputs.exists() and list(sandbox.workdir.iterdir()) == []
+    area.close()
     assert not sandbox.root.exists()
 
 

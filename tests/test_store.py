@@ -157,6 +157,41 @@ def test_cancel_waiting_and_running(store: Store) -> None:
         store.cancel("nope")
 
 
+def test_exchange_carries_starts_completions_and_the_next_match_in_one_call(store: Store, clock: FakeClock) -> None:
+    ids = store.submit([job("x", dependents=(2,), score=1), job("z", score=9), job("y", pending=1, score=-5)])
+    first = store.exchange("p1", offer=offer(cpu=1), max_jobs=1)
+    assert [j.id for j in first.matched] == [ids[0]] and not first.refused and not first.released
+    clock.now += 2
+    second = store.exchange("p1", starts=[(ids[0], 1, clock.now - 1)],
+                            completions=[(ids[0], 1, RunResult(exit_code=0, wall=1.0))], offer=offer(cpu=1))
+    # The completion released y into its task queue. It needed y's task-queue keys, which the call had not
+    # declared, so it was redone alone after the match of the same call: that match gave z, not y.
+    assert second.released == [ids[2]] and not second.refused
+    assert [j.id for j in second.matched] == [ids[1]] and store.job(ids[2]).state is JobState.WAITING
+    done = store.job(ids[0])
+    assert done.state is JobState.DONE and done.started == clock.now - 1 and done.wall == 1.0
+
+
+def test_exchange_refuses_stale_reports_one_by_one(store: Store) -> None:
+    a, b = store.submit([job(score=1), job(score=2)])
+    store.match(offer(), max_jobs=2)
+    reply = store.exchange("p1", starts=[(a, 7, 0.0), (b, 1, 0.0)], completions=[(a, 1, RunResult())])
+    assert set(reply.refused) == {a} and "attempt" in reply.refused[a] and reply.matched == []
+    assert store.job(a).state is JobState.DONE  # the stale start changed nothing; the completion counted
+    assert store.job(b).state is JobState.RUNNING
+    again = store.exchange("p2", completions=[(b, 1, RunResult())])
+    assert set(again.refused) == {b} and store.job(b).state is JobState.RUNNING
+
+
+def test_exchange_survives_redis_losing_its_scripts(store: Store) -> None:
+    (a,) = store.submit([job()])
+    store.client.script_flush()
+    assert [j.id for j in store.exchange("p1", offer=offer()).matched] == [a]
+    store.client.script_flush()
+    assert store.exchange("p1", starts=[(a, 1, 0.0)], completions=[(a, 1, RunResult())]).refused == {}
+    assert store.job(a).state is JobState.DONE
+
+
 def test_dependents_are_released_by_completion(store: Store) -> None:
     ids = store.submit([job("x", dependents=(1,)), job("y", pending=1, score=-5)])
     assert store.job(ids[1]).state is JobState.BLOCKED

@@ -3,10 +3,13 @@
 One thread, one selector. Each turn of :meth:`Pilot._turn` does, in order: signals and operator
 commands; the heartbeat when due (re-read the dynamic MJF keys, renew leases, obey kill requests, drop
 lost jobs); a memory sample when due; deadlines (SIGKILL after a grace, wall limits, the pilot's end);
-**the fill** (match what fits in the freed resources and start it); then the reports of the payloads that
-ended; then one $JOBSTATUS publication if anything started or ended. The fill comes before the reports
-on purpose: the gap between one payload's exit and the next payload's start is the pilot's overhead on
-every core, and a report can wait a few milliseconds, an idle core cannot.
+the results of the payloads that ended (failures are reported at once); **the fill**: one round trip to
+the store (:meth:`Store.exchange`) that carries the starts and successful ends not yet reported and the
+match for the freed resources, then the start of what it matched; then one $JOBSTATUS publication if
+anything started or ended. A start waits up to :data:`START_REPORT_DELAY` for a match to travel with, an
+end only until the turn's end: for short payloads the store hears of a payload's start, its end and the
+next match in one round trip, and the gap between one payload's exit and the next one's start — the
+pilot's overhead on every core — is that one round trip and a spawn.
 
 Exits are noticed at once: each payload's pidfd is in the selector (readable when the process exits),
 or, on kernels without pidfds, SIGCHLD wakes the selector through ``signal.set_wakeup_fd``. When nothing
@@ -56,6 +59,10 @@ log = logging.getLogger("pilot.agent")
 #: The horizon used for $JOBSTATUS when neither the job nor the pilot has any known end.
 NO_END = 365 * 86400.0
 
+#: Seconds a payload's start may wait to travel to the store with the next match (a short payload's start,
+#: end and the next match then share one round trip) before it is sent alone.
+START_REPORT_DELAY = 0.05
+
 
 class PilotStartError(PilotfishError):
     """The pilot cannot start: the store is unreachable, or its work area cannot be created."""
@@ -98,7 +105,9 @@ class Pilot:
         self.features: Features | None = None
         self.cores = self.mem = self.tmp = 0
         self.running: dict[str, Payload] = {}
-        self.ended: list[Payload] = []
+        self.ended: list[Payload] = []  # reaped, result not yet taken
+        self.unstarted: list[Payload] = []  # spawned, start not yet reported to the store
+        self.succeeded: list[tuple[Payload, RunResult]] = []  # ended well, completion not yet reported
         self.pending: list[_PendingReport] = []
         self.accepting = True
         self.stop_reason = ""
@@ -275,6 +284,8 @@ class Pilot:
     def _finish(self, reason: str) -> None:
         """The last words: final $JOBSTATUS, a last heartbeat record, the observer, the machine."""
         self.accepting = False
+        if self.unstarted or self.succeeded:
+            self._exchange(None, 0)
         self._retry_reports(force=True)
         self._publish()
         log.info("pilot %s stops: %s (%d payloads processed)", self.name, reason, self.processed)
@@ -309,17 +320,20 @@ class Pilot:
         if self.running and now >= self._next_sample:
             self._sample()
         self._enforce_deadlines()
+        self._collect_ended()
         self._fill()
-        self._report_ended()
         if self.pending:
             self._retry_reports()
         if self._dirty and time.monotonic() >= self._next_publish:
             self._refill_first()
             self._publish()
+        if self.succeeded or (self.unstarted and time.monotonic() >= self._start_report_due()):
+            self._exchange(None, 0)  # what no match carried this turn goes alone
+        timeout = self._timeout()
         stopped = self._exit_reason()
         if stopped is not None:
             return stopped
-        self._wait(self._timeout())
+        self._wait(timeout)
         return None
 
     def _wait(self, timeout: float) -> None:
@@ -371,6 +385,8 @@ class Pilot:
             deadlines.append(self._next_match)
         if self.pending:
             deadlines.append(now + 1.0)
+        if self.unstarted:
+            deadlines.append(self._start_report_due())
         if self._dirty:
             deadlines.append(self._next_publish)
         return max(0.0, min(deadlines) - now)
@@ -568,23 +584,60 @@ class Pilot:
                     self._stop_accepting(f"ran its maximum of {self.config.max_jobs} jobs")
                     return
             offer = PilotOffer(self.name, self.config.queue, cpu, max(0, mem), max(0, tmp), self._time_left())
-            try:
-                jobs = self.store.match(offer, max_jobs=want)
-            except StoreError as exc:
-                log.warning("match failed: %s", exc)
-                jobs = []
+            jobs = self._exchange(offer, want)
             if not jobs:
                 self._next_match = time.monotonic() + self._backoff
                 self._backoff = min(self._backoff * 2, self.config.backoff_max)
                 return
             self._backoff = self.config.backoff_min
             launched = [self._launch(job) for job in jobs]
-            for payload in launched:  # every payload runs before the store hears of the first one
-                if payload is not None:
-                    self._record_start(payload)
             if None in launched:  # a job given back: do not take it again at once
                 self._next_match = time.monotonic() + self.config.backoff_max
                 return
+
+    def _start_report_due(self) -> float:
+        """When the oldest unreported start must go to the store even if no match carries it."""
+        return self.unstarted[0].start_mono + START_REPORT_DELAY
+
+    def _exchange(self, offer: PilotOffer | None, want: int) -> list[Job]:
+        """One round trip: the starts and successful ends not yet reported, then (with an offer) the match.
+
+        Returns the jobs matched. A start the store refuses means the job was taken from this pilot in
+        between (its lease expired): the payload is stopped unreported.
+        """
+        starts, self.unstarted = self.unstarted, []
+        succeeded, self.succeeded = self.succeeded, []
+        try:
+            reply = self.store.exchange(
+                self.name, starts=[(p.id, p.job.attempt, p.start_wall) for p in starts],
+                completions=[(p.id, p.job.attempt, result) for p, result in succeeded], offer=offer, max_jobs=want)
+        except StoreUnavailable as exc:
+            log.warning("cannot reach the store (%s): reports will be retried", exc)
+            self.unstarted = starts + self.unstarted  # the heartbeat keeps their leases meanwhile
+            give_up = time.monotonic() + self.config.lease
+            self.pending += [_PendingReport(p, result, give_up) for p, result in succeeded]
+            return []
+        except StoreError as exc:
+            log.error("reports and match failed: %s", exc)
+            for payload, result in succeeded:
+                self._ended_note(payload, result, "unreported")
+            return []
+        for payload in starts:
+            why = reply.refused.get(payload.id)
+            if why is not None and not payload.ended:
+                log.warning("job %s was taken from this pilot before it started: %s", payload.id, why)
+                payload.terminate(Stop("lease lost before start", "none"), 0.0)
+        for payload, result in succeeded:
+            why = reply.refused.get(payload.id)
+            if why is not None:
+                log.warning("job %s: report refused, the job was taken from this pilot: %s", payload.id, why)
+            self._ended_note(payload, result, "done" if why is None else "stale")
+        if reply.released and self.releaser is not None:
+            try:
+                self.releaser(reply.released)
+            except Exception:  # the releaser is the caller's; its failure must not stop payloads
+                log.exception("releaser failed for %s", reply.released)
+        return reply.matched
 
     def _launch(self, job: Job) -> Payload | None:
         """Start one matched job's payload; None when the job had to be given back."""
@@ -612,26 +665,15 @@ class Pilot:
             self._stop_accepting(f"cannot start payloads: {exc}")
             return None
         self.running[job.id] = payload
+        self.unstarted.append(payload)
         self.launched += 1
         self._dirty = True
+        self._notify("payload_started", self.info, job)
         if payload.pidfd is not None:
             self._selector.register(payload.pidfd, selectors.EVENT_READ, ("exit", payload))
         for fd in payload.open_pipes:
             self._selector.register(fd, selectors.EVENT_READ, ("output", payload))
         return payload
-
-    def _record_start(self, payload: Payload) -> None:
-        """Tell the store (running, lease renewed) and the observer that a payload started."""
-        job = payload.job
-        try:
-            self.store.start(job.id, job.attempt, self.name)
-        except StaleReport as exc:
-            log.warning("job %s was taken from this pilot before it started: %s", job.id, exc)
-            payload.terminate(Stop("lease lost before start", "none"), 0.0)
-        except StoreError as exc:
-            log.warning("job %s: could not record its start (the next heartbeat renews its lease): %s",
-                        job.id, exc)
-        self._notify("payload_started", self.info, job)
 
     def _give_back(self, job: Job, reason: str) -> None:
         """A matched job this pilot cannot run: requeue it at once, not the job's fault."""
@@ -669,19 +711,23 @@ class Pilot:
             if len(self.ended) > before:
                 self._fill()
 
-    def _report_ended(self) -> None:
-        """Report the payloads that had ended when this turn began (later ones wait for the next turn)."""
-        for _ in range(len(self.ended)):
+    def _collect_ended(self) -> None:
+        """Take the results of the payloads that ended: successes wait for the next round trip to the
+        store, anything else is reported at once."""
+        while self.ended:
             payload = self.ended.pop(0)
             result = payload.result()
             payload.close()
-            self._refill_first()
             payload.sandbox.cleanup()
             self.processed += 1
-            self._report(payload, result)
+            if payload.stop is None and not payload.killed_from_outside and result.exit_code == 0:
+                self.succeeded.append((payload, result))
+            else:
+                self._report(payload, result)
 
     def _report(self, payload: Payload, result: RunResult) -> bool:
-        """Tell the store how the payload ended; False when Redis was unreachable (retried later)."""
+        """Report a payload that did not simply succeed (or retry a success the store could not take);
+        False when Redis was unreachable (retried later)."""
         job = payload.job
         stop = payload.stop
         report: Report | None = stop.report if stop is not None else None
@@ -689,6 +735,8 @@ class Pilot:
             # Not the job's fault: give it back (it counts against its retry limit).
             report = "requeue"
             result = dataclasses.replace(result, reason=f"{result.reason}; given back: killed from outside the pilot")
+        if payload in self.unstarted and report != "none":
+            self._exchange(None, 0)  # its start first, so the store records when it ran
         state: str
         try:
             if report == "none":
@@ -714,10 +762,13 @@ class Pilot:
         except StoreError as exc:
             log.error("job %s: report failed: %s", job.id, exc)
             state = "unreported"
-        log.info("job %s attempt %d: %s%s", job.id, job.attempt, state,
-                 f" ({result.reason})" if result.reason else "")
-        self._notify("payload_ended", self.info, job, result, state)
+        self._ended_note(payload, result, state)
         return True
+
+    def _ended_note(self, payload: Payload, result: RunResult, state: str) -> None:
+        log.info("job %s attempt %d: %s%s", payload.id, payload.job.attempt, state,
+                 f" ({result.reason})" if result.reason else "")
+        self._notify("payload_ended", self.info, payload.job, result, state)
 
     def _retry_reports(self, force: bool = False) -> None:
         now = time.monotonic()

@@ -158,8 +158,8 @@ class Payload:
         self.sandbox = sandbox
         self.log_dir = log_dir
         self.output_cap = output_cap
-        self.workdir = sandbox.root / "work"
-        self.outputs_file = sandbox.root / "outputs"
+        self.workdir = sandbox.workdir
+        self.outputs_file = sandbox.outputs
         self.tails: dict[str, OutputTail] = {}  # "out" / "err" -> its tail
         self._fds: dict[int, str] = {}  # open read ends -> stream name
         self.process: subprocess.Popen[bytes] | None = None
@@ -189,7 +189,6 @@ class Payload:
 
     def spawn(self, env: dict[str, str]) -> None:
         """Start ``sh -c <command>``; raises :class:`PayloadError` naming the job when it cannot start."""
-        self.workdir.mkdir()
         env = {**env, "PILOTFISH_JOB_ID": self.job.id, "PILOTFISH_ATTEMPT": str(self.job.attempt),
                "PILOTFISH_OUTPUTS": os.fspath(self.outputs_file)}
         pipes: list[tuple[int, int]] = []

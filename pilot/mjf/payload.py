@@ -21,14 +21,16 @@ under the ``used_CPU`` lock; a payload that inherited it could overwrite it or h
 
 Payload environment, beside the three directories: ``PILOTFISH_CPU`` (cores), ``PILOTFISH_MEM`` (MB),
 ``PILOTFISH_TMP`` (scratch space in MB, the unit of the ``tmp`` requirement), ``OMP_NUM_THREADS`` (cores).
-Both directories are removed when the payload ends, whatever it left in them.
+Each payload gets a slot of the pilot's work area (see :class:`PayloadSandbox`): its $TMPDIR and work
+directory are empty when it starts and emptied when it ends, whatever it left in them; the slots are
+removed when the pilot ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
-import re
 import shutil
 import stat
 import tempfile
@@ -59,16 +61,8 @@ def _write_atomically(directory: Path, name: str, value: Value | None) -> None:
     os.replace(tmp, target)
 
 
-def _write_fresh(directory: Path, name: str, value: Value | None) -> None:
-    """Write one feature file into a directory nobody reads yet (no temporary file, no rename): the
-    payload that will read it does not exist yet, so the atomic dance of updates is not needed."""
-    if value is not None:
-        with open(directory / name, "w") as handle:
-            handle.write(format_value(value) + "\n")
-
-
-def _remove_tree(path: Path) -> None:
-    """Remove ``path`` entirely, also when a payload left read-only directories or files in it."""
+def _remove_tree(path: str | os.PathLike[str]) -> None:
+    """Remove ``path`` (a file or a whole tree), also when a payload left read-only directories in it."""
     def retry_writable(func: Callable[..., Any], name: str, _exc: object) -> None:
         parent = os.path.dirname(name)
         os.chmod(parent, os.stat(parent).st_mode | stat.S_IRWXU)
@@ -76,28 +70,76 @@ def _remove_tree(path: Path) -> None:
             os.chmod(name, os.stat(name).st_mode | stat.S_IRWXU)
         func(name)
 
-    if path.exists():
+    if os.path.isdir(path) and not os.path.islink(path):
         shutil.rmtree(path, onerror=retry_writable)
+    elif os.path.lexists(path):
+        os.unlink(path)
+
+
+def _identity(path: str | os.PathLike[str]) -> tuple[int, int, int]:
+    """What changes when anyone rewrites, replaces or touches a file: inode, size, modification time."""
+    st = os.stat(path)
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 class PayloadSandbox:
-    """One payload's $JOBFEATURES and $TMPDIR; a context manager that removes both on exit."""
+    """One slot of the pilot: a $JOBFEATURES directory, a $TMPDIR and a work directory, lent to one payload
+    at a time.
 
-    def __init__(self, area: PayloadArea, root: Path, *, cores: int, mem_MB: int | None,
-                 wall_secs: int | None, disk_GB: float | None, start: float) -> None:
+    A slot is reused rather than created and removed for every payload (four directories made and removed
+    per payload were most of the pilot's cost of a short payload), but what a payload sees is what a fresh
+    slot would show: :meth:`PayloadArea.payload` hands out a slot only after :meth:`reset` emptied its
+    $TMPDIR and work directory (whatever the previous payload left there is removed when it ends), and
+    every $JOBFEATURES file is rewritten unless it still holds, unmodified, the value this payload needs
+    (checked by inode, size and modification time, so a payload that edited its own $JOBFEATURES does not
+    leak the edit to the next one). A slot that cannot be made clean is removed and replaced.
+    """
+
+    def __init__(self, area: PayloadArea, root: Path) -> None:
         self.area = area
         self.root = root
         self.jobfeatures = root / "jobfeatures"
         self.tmpdir = root / "tmp"
-        self.cores = cores
-        self.mem_MB = mem_MB
-        self.wall_secs = wall_secs
-        self.disk_GB = disk_GB
-        self.start = start
+        self.workdir = root / "work"
+        self.outputs = root / "outputs"
+        self.cores = 1
+        self.mem_MB: int | None = None
+        self.wall_secs: int | None = None
+        self.disk_GB: float | None = None
+        self.start = 0.0
         self.jobfeatures.mkdir(mode=0o755)
         self.tmpdir.mkdir(mode=0o700)
-        for key, value in self.job_values(area.features).items():
-            _write_fresh(self.jobfeatures, key, value)
+        self.workdir.mkdir(mode=0o755)
+        # What this slot's $JOBFEATURES holds as we wrote it: file -> (text, identity); and the directory's.
+        self._written: dict[str, tuple[str, tuple[int, int, int]]] = {}
+        self._dir_identity = _identity(self.jobfeatures)
+
+    def assign(self, *, cores: int, mem_MB: int | None, wall_secs: int | None, disk_GB: float | None,
+               start: float) -> None:
+        """Give the slot to a payload of this size that starts at ``start`` (its $JOBFEATURES follows)."""
+        self.cores, self.mem_MB, self.wall_secs, self.disk_GB, self.start = cores, mem_MB, wall_secs, disk_GB, start
+        if _identity(self.jobfeatures) != self._dir_identity:  # files added, removed or renamed by a payload
+            _remove_tree(self.jobfeatures)
+            self.jobfeatures.mkdir(mode=0o755)
+            self._written.clear()
+        for key, value in self.job_values(self.area.features).items():
+            path = self.jobfeatures / key
+            if value is None:
+                if self._written.pop(key, None) is not None:
+                    path.unlink(missing_ok=True)
+                continue
+            text = format_value(value) + "\n"
+            known = self._written.get(key)
+            if known is not None and known[0] == text:
+                try:
+                    if _identity(path) == known[1]:
+                        continue
+                except FileNotFoundError:
+                    pass
+            with open(path, "w") as handle:  # no payload reads this slot now: no atomic dance needed
+                handle.write(text)
+            self._written[key] = (text, _identity(path))
+        self._dir_identity = _identity(self.jobfeatures)
 
     def job_values(self, features: Features) -> dict[str, Value | None]:
         """The $JOBFEATURES values of this payload under the pilot's current ``features``."""
@@ -125,13 +167,18 @@ class PayloadSandbox:
         }
 
     def write_jobfeatures(self, features: Features) -> None:
-        """(Re)write every file of this payload's $JOBFEATURES."""
+        """Rewrite every file of this payload's $JOBFEATURES while it runs (atomically: it may be reading)."""
         for key, value in self.job_values(features).items():
             _write_atomically(self.jobfeatures, key, value)
+            if value is None:
+                self._written.pop(key, None)
+            else:
+                self._written[key] = (format_value(value) + "\n", _identity(self.jobfeatures / key))
+        self._dir_identity = _identity(self.jobfeatures)
 
     def env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
-        """The environment for the payload's subprocess: ``base`` (default: this process's) plus its MJF."""
-        env = dict(os.environ if base is None else base)
+        """The environment for the payload's subprocess: ``base`` (default: the pilot's) plus its MJF."""
+        env = dict(self.area.environ if base is None else base)
         env.pop("JOBSTATUS", None)
         values = self.job_values(self.area.features)
         env["MACHINEFEATURES"] = os.fspath(self.area.machinefeatures_dir)
@@ -145,10 +192,32 @@ class PayloadSandbox:
             env["PILOTFISH_TMP"] = str(math.floor(float(values["disk_limit_GB"]) * 1000))
         return env
 
+    def reset(self) -> bool:
+        """Empty the $TMPDIR and work directory and drop anything else a payload left in the slot.
+
+        False when the slot cannot be made as a fresh one would be (the area then removes it).
+        """
+        expected = {"jobfeatures", "tmp", "work"}
+        try:
+            with os.scandir(self.root) as entries:
+                strays = [e.path for e in entries if e.name not in expected]
+            for path in strays:
+                _remove_tree(path)
+            for directory, mode in ((self.tmpdir, 0o700), (self.workdir, 0o755)):
+                st = os.lstat(directory)
+                if not stat.S_ISDIR(st.st_mode) or stat.S_IMODE(st.st_mode) != mode:
+                    return False
+                with os.scandir(directory) as entries:
+                    leftovers = [e.path for e in entries]
+                for path in leftovers:
+                    _remove_tree(path)
+        except OSError:
+            return False
+        return True
+
     def cleanup(self) -> None:
-        """Remove the payload's $TMPDIR and $JOBFEATURES (idempotent)."""
-        self.area._forget(self)
-        _remove_tree(self.root)
+        """The payload has ended: empty the slot for the next one (idempotent)."""
+        self.area._release(self)
 
     def __enter__(self) -> PayloadSandbox:
         return self
@@ -156,9 +225,6 @@ class PayloadSandbox:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.cleanup()
-
-
-_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 class PayloadArea:
@@ -169,7 +235,9 @@ class PayloadArea:
         self.workdir = Path(workdir)
         self.stop_margin = stop_margin
         self.features = features
+        self.environ = dict(os.environ)  # the pilot's environment, read once: the base of every payload's
         self._live: list[PayloadSandbox] = []
+        self._free: list[PayloadSandbox] = []
         try:
             self.workdir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -191,7 +259,8 @@ class PayloadArea:
             _write_atomically(self.machinefeatures_dir, key, self.features.get(key))
 
     def update(self, features: Features) -> None:
-        """New pilot features (after ``FeatureReader.refresh``): rewrite the copy and every live payload."""
+        """New pilot features (after ``FeatureReader.refresh``): rewrite the copy and every live payload's
+        $JOBFEATURES (idle slots are rewritten when they are handed out)."""
         self.features = features
         if self._copied:
             self._write_machinefeatures()
@@ -200,31 +269,48 @@ class PayloadArea:
 
     def payload(self, payload_id: str, *, cores: int, mem_MB: int | None = None, wall_secs: int | None = None,
                 disk_GB: float | None = None, start: float | None = None) -> PayloadSandbox:
-        """Create the $JOBFEATURES directory and empty $TMPDIR of one payload (a context manager)."""
+        """A slot for one payload: its $JOBFEATURES written, its $TMPDIR and work directory empty (a context
+        manager that gives the slot back)."""
         if cores <= 0:
             raise PayloadAreaError(f"payload {payload_id!r}: needs at least one core, got {cores}")
-        name = _SAFE.sub("_", payload_id)[:60] or "payload"
-        root: Path | None = None
+        when = time.time() if start is None else start
+        sandbox = self._free.pop() if self._free else None
         try:
-            root = Path(tempfile.mkdtemp(prefix=f"payload-{name}-", dir=self.workdir))
-            os.chmod(root, 0o755)
-            sandbox = PayloadSandbox(self, root, cores=cores, mem_MB=mem_MB, wall_secs=wall_secs,
-                                     disk_GB=disk_GB, start=time.time() if start is None else start)
+            if sandbox is None:
+                root = Path(tempfile.mkdtemp(prefix="slot-", dir=self.workdir))
+                try:
+                    os.chmod(root, 0o755)
+                    sandbox = PayloadSandbox(self, root)
+                except OSError:
+                    _remove_tree(root)
+                    raise
+            sandbox.assign(cores=cores, mem_MB=mem_MB, wall_secs=wall_secs, disk_GB=disk_GB, start=when)
         except OSError as exc:
-            if root is not None:
-                _remove_tree(root)
+            if sandbox is not None:
+                self._discard(sandbox)
             raise PayloadAreaError(f"payload {payload_id!r}: cannot create its directories under "
                                    f"{self.workdir}: {exc.strerror or exc}") from None
         self._live.append(sandbox)
         return sandbox
 
-    def _forget(self, sandbox: PayloadSandbox) -> None:
-        if sandbox in self._live:
-            self._live.remove(sandbox)
+    def _release(self, sandbox: PayloadSandbox) -> None:
+        if sandbox not in self._live:
+            return
+        self._live.remove(sandbox)
+        if sandbox.reset():
+            self._free.append(sandbox)
+        else:
+            self._discard(sandbox)
+
+    def _discard(self, sandbox: PayloadSandbox) -> None:
+        with contextlib.suppress(OSError):
+            _remove_tree(sandbox.root)
 
     def close(self) -> None:
-        """Remove every remaining payload sandbox and the local $MACHINEFEATURES copy."""
-        for sandbox in list(self._live):
-            sandbox.cleanup()
+        """Remove every slot, in use or not, and the local $MACHINEFEATURES copy."""
+        for sandbox in self._live + self._free:
+            self._discard(sandbox)
+        self._live.clear()
+        self._free.clear()
         if self._copied:
             _remove_tree(self.machinefeatures_dir)
