@@ -224,9 +224,12 @@ class RunResult:
     peak_mem: float = 0.0
     outputs: dict[str, Any] = field(default_factory=dict)
     reason: str = ""
+    started: float | None = None  # when the payload started, if its start was not reported on its own
 
     def fields(self) -> dict[str, Any]:
         out: dict[str, Any] = {"w": round(self.wall, 3), "cpu": round(self.cpu_time, 3), "pm": round(self.peak_mem, 1)}
+        if self.started is not None:
+            out["st"] = self.started
         if self.exit_code is not None:
             out["x"] = self.exit_code
         if self.outputs:

@@ -172,6 +172,14 @@ def test_exchange_carries_starts_completions_and_the_next_match_in_one_call(stor
     assert done.state is JobState.DONE and done.started == clock.now - 1 and done.wall == 1.0
 
 
+def test_a_short_payload_reports_its_start_inside_its_completion(store: Store, clock: FakeClock) -> None:
+    (a,) = store.submit([job()])
+    store.exchange("p1", offer=offer())
+    assert store.exchange("p1", completions=[(a, 1, RunResult(wall=0.5, started=clock.now - 0.5))]).refused == {}
+    done = store.job(a)
+    assert done.state is JobState.DONE and done.started == clock.now - 0.5 and done.ended == clock.now
+
+
 def test_exchange_refuses_stale_reports_one_by_one(store: Store) -> None:
     a, b = store.submit([job(score=1), job(score=2)])
     store.match(offer(), max_jobs=2)

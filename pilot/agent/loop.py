@@ -607,10 +607,13 @@ class Pilot:
         """
         starts, self.unstarted = self.unstarted, []
         succeeded, self.succeeded = self.succeeded, []
+        ended = {p.id for p, _ in succeeded}  # their start travels inside their completion: one script less
         try:
             reply = self.store.exchange(
-                self.name, starts=[(p.id, p.job.attempt, p.start_wall) for p in starts],
-                completions=[(p.id, p.job.attempt, result) for p, result in succeeded], offer=offer, max_jobs=want)
+                self.name, starts=[(p.id, p.job.attempt, p.start_wall) for p in starts if p.id not in ended],
+                completions=[(p.id, p.job.attempt, dataclasses.replace(result, started=p.start_wall)
+                              if p in starts else result) for p, result in succeeded],
+                offer=offer, max_jobs=want)
         except StoreUnavailable as exc:
             log.warning("cannot reach the store (%s): reports will be retried", exc)
             self.unstarted = starts + self.unstarted  # the heartbeat keeps their leases meanwhile

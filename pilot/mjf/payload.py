@@ -113,6 +113,7 @@ class PayloadSandbox:
         # What this slot's $JOBFEATURES holds as we wrote it: file -> (text, identity); and the directory's.
         self._written: dict[str, tuple[str, tuple[int, int, int]]] = {}
         self._dir_identity = _identity(self.jobfeatures)
+        self._jobfeatures_prefix = os.path.join(self.jobfeatures, "")  # plain strings: pathlib costs here
 
     def assign(self, *, cores: int, mem_MB: int | None, wall_secs: int | None, disk_GB: float | None,
                start: float) -> None:
@@ -122,11 +123,13 @@ class PayloadSandbox:
             _remove_tree(self.jobfeatures)
             self.jobfeatures.mkdir(mode=0o755)
             self._written.clear()
+        base = self._jobfeatures_prefix
         for key, value in self.job_values(self.area.features).items():
-            path = self.jobfeatures / key
+            path = base + key
             if value is None:
                 if self._written.pop(key, None) is not None:
-                    path.unlink(missing_ok=True)
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(path)
                 continue
             text = format_value(value) + "\n"
             known = self._written.get(key)
@@ -232,7 +235,7 @@ class PayloadArea:
 
     def __init__(self, workdir: str | os.PathLike[str], features: Features, *,
                  stop_margin: float = 0.0) -> None:
-        self.workdir = Path(workdir)
+        self.workdir = Path(workdir).absolute()  # payloads get these paths and run elsewhere
         self.stop_margin = stop_margin
         self.features = features
         self.environ = dict(os.environ)  # the pilot's environment, read once: the base of every payload's
