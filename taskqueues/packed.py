@@ -21,6 +21,12 @@ def bulk(value: Any) -> bytes:
     return b"$%d\r\n%s\r\n" % (len(data), data)
 
 
+def pack_script(sha: str, keys: Sequence[str], args: Sequence[Any]) -> bytes:
+    """One EVALSHA command in RESP."""
+    parts = [b"EVALSHA", sha, len(keys), *keys, *args]
+    return b"*%d\r\n" % len(parts) + b"".join(bulk(p) for p in parts)
+
+
 class PackedCall:
     """EVALSHA of ``script`` with a fixed list of keys; rebuild it when the keys change."""
 

@@ -16,13 +16,14 @@ from typing import Any
 
 import redis
 from redis.commands.core import Script
-from redis.exceptions import NoScriptError
+from redis.connection import Connection
 
 from . import scripts
 from .errors import NotFound, StaleReport, StoreError, StoreUnavailable
 from .ete import RuleStats
+from .exchange import PendingExchange
 from .keys import Keys
-from .packed import PackedCall, bulk
+from .packed import PackedCall, pack_script
 from .records import Exchange, HeartbeatReply, Job, JobState, NewJob, PilotOffer, RunResult
 
 _MAX_KEY_ROUNDS = 16
@@ -141,7 +142,7 @@ class Store:
                 left, max_jobs]
 
     @staticmethod
-    def _matched(reply: list[Any]) -> list[Job] | None:
+    def matched(reply: list[Any]) -> list[Job] | None:
         """The jobs of a match reply, or None when the match needs the task queues declared anew."""
         if _text(reply[0]) == "needkeys":
             return None
@@ -156,7 +157,7 @@ class Store:
         args = self._match_args(offer, max_jobs)
         for refresh in (False, True, True):
             try:
-                jobs = self._matched(self._match_call(offer.queue, refresh)(args))
+                jobs = self.matched(self._match_call(offer.queue, refresh)(args))
             except redis.ConnectionError as exc:
                 raise StoreUnavailable(f"Redis unreachable: {exc}") from None
             if jobs is not None:
@@ -166,84 +167,33 @@ class Store:
     def exchange(self, pilot: str, *, starts: Sequence[tuple[str, int, float]] = (),
                  completions: Sequence[tuple[str, int, RunResult]] = (), offer: PilotOffer | None = None,
                  max_jobs: int = 1) -> Exchange:
-        """A pilot's reports and its next match in one round trip, applied in this order: the starts
-        ``(job, attempt, started at)``, the successful completions ``(job, attempt, result)``, then the match.
+        """A pilot's reports and its next match in one round trip (see :class:`PendingExchange`)."""
+        conn = self.client.connection_pool.get_connection()
+        try:
+            return self.send_exchange(pilot, conn, starts=starts, completions=completions, offer=offer,
+                                      max_jobs=max_jobs).receive()
+        finally:
+            self.client.connection_pool.release(conn)
 
-        Each is its own atomic script, exactly as :meth:`start`, :meth:`complete` and :meth:`match`
-        (one refused report changes nothing and does not stop the others); they only share the network
-        round trip, which for a short payload costs more than the scripts themselves. A completion that
-        releases dependents into task queues it did not declare is redone alone, after the match of the
-        same call (which therefore did not see those dependents); a match whose task queues changed is
-        redone alone too (those scripts write nothing before asking).
-        """
+    def send_exchange(self, pilot: str, conn: Connection, *, starts: Sequence[tuple[str, int, float]] = (),
+                      completions: Sequence[tuple[str, int, RunResult]] = (), offer: PilotOffer | None = None,
+                      max_jobs: int = 1) -> PendingExchange:
+        """Send a pilot's reports and its next match on ``conn`` without waiting for the replies."""
         k = self.keys
         now = self.clock()
-        commands: list[bytes] = []
-        for job, attempt, at in starts:
-            commands.append(self._pack("start", [k.jobs, k.leases], [job, attempt, pilot, now, self.lease_seconds, at]))
-        for job, attempt, result in completions:
-            commands.append(self._pack("complete", self._complete_keys(), self._complete_args(job, attempt, pilot,
-                                                                                               result, now)))
+        commands = [pack_script(self._scripts["start"].sha, [k.jobs, k.leases],
+                                [job, attempt, pilot, now, self.lease_seconds, at]) for job, attempt, at in starts]
+        commands += [pack_script(self._scripts["complete"].sha, self._complete_keys(),
+                                 self._complete_args(job, attempt, pilot, result, now))
+                     for job, attempt, result in completions]
         if offer is not None:
             commands.append(self._match_call(offer.queue).pack(self._match_args(offer, max_jobs)))
-        replies = self._round_trip(commands)
-        refused: dict[str, str] = {}
-        released: list[str] = []
-        for (job, _, _), reply in zip(starts, replies, strict=False):
-            if _text(reply[0]) == "stale":
-                refused[job] = _text(reply[1])
-        for (job, attempt, result), reply in zip(completions, replies[len(starts):], strict=False):
-            if _text(reply[0]) == "needkeys":
-                try:
-                    released += self.complete(job, attempt, pilot, result)
-                except StaleReport as exc:
-                    refused[job] = str(exc)
-            elif _text(reply[0]) == "stale":
-                refused[job] = _text(reply[1])
-            else:
-                released += [_text(x) for x in reply[1:]]
-        matched: list[Job] = []
-        if offer is not None:
-            jobs = self._matched(replies[-1])
-            matched = jobs if jobs is not None else self.match(offer, max_jobs)
-        return Exchange(refused, released, matched)
+        return PendingExchange(self, conn, pilot, starts, completions, offer, max_jobs, commands)
 
-    def _pack(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> bytes:
-        parts = ["EVALSHA", self._scripts[name].sha, len(keys), *keys, *args]
-        return b"*%d\r\n" % len(parts) + b"".join(bulk(p) for p in parts)
-
-    def _round_trip(self, commands: Sequence[bytes]) -> list[Any]:
-        """Send EVALSHA commands together and read every reply; if Redis lost its scripts (a restart, a
-        flush), load them and resend what did not run."""
-        replies: list[Any] = [None] * len(commands)
-        todo = list(range(len(commands)))
-        pool = self.client.connection_pool
-        for _ in range(2):
-            conn = pool.get_connection()
-            try:
-                conn.send_packed_command([b"".join(commands[i] for i in todo)])  # type: ignore[no-untyped-call]
-                missing = []
-                for i in todo:
-                    try:
-                        replies[i] = conn.read_response()
-                    except NoScriptError:
-                        missing.append(i)
-                    except redis.ResponseError as exc:
-                        replies[i] = exc
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
-                conn.disconnect()  # type: ignore[no-untyped-call]
-                raise StoreUnavailable(f"Redis unreachable: {exc}") from None
-            finally:
-                pool.release(conn)
-            if not missing:
-                errors = [r for r in replies if isinstance(r, Exception)]
-                if errors:
-                    raise StoreError(f"a script of a batched call failed: {errors[0]}")
-                return replies
-            for script in self._scripts.values():
-                self.client.script_load(script.script)
-            todo = missing
-        raise StoreError("Redis keeps losing its scripts")
+    def reload_scripts(self) -> None:
+        """Load every script again (Redis restarted or flushed them)."""
+        for script in self._scripts.values():
+            self.client.script_load(script.script)
 
     def heartbeat(self, pilot: str, jobs: Mapping[str, int], record: Mapping[str, Any] | None = None) -> HeartbeatReply:
         """Renew the leases of the pilot's jobs; returns the kill requests and the jobs it no longer holds."""

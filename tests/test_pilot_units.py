@@ -106,8 +106,8 @@ def _run(payload: Payload, timeout: float = 20) -> None:
                     selector.unregister(key.fd)
                     payload.reap()
                     return
-                if key.fd in payload.open_pipes and not payload.read(key.fd):
-                    selector.unregister(key.fd)
+                if key.fd in payload.open_pipes:
+                    payload.read(key.fd, selector.unregister)
         raise AssertionError("payload did not end")
 
 

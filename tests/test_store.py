@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import redis
 from storehelp import FakeClock, job
@@ -189,6 +191,24 @@ def test_exchange_refuses_stale_reports_one_by_one(store: Store) -> None:
     assert store.job(b).state is JobState.RUNNING
     again = store.exchange("p2", completions=[(b, 1, RunResult())])
     assert set(again.refused) == {b} and store.job(b).state is JobState.RUNNING
+
+
+def test_exchanges_sent_back_to_back_are_answered_in_order_on_one_connection(store: Store) -> None:
+    a, b, c = store.submit([job(score=1), job(score=2), job(score=3)])
+    conn = store.client.connection_pool.get_connection()
+    try:
+        first = store.send_exchange("p1", conn, offer=offer(cpu=1))
+        second = store.send_exchange("p1", conn, completions=[(a, 1, RunResult())], offer=offer(cpu=1))
+        deadline = time.monotonic() + 5
+        while not (first.ready() and second.ready()) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        # Redis applied them in the order sent: the second completed what the first matched.
+        assert [j.id for j in first.receive().matched] == [a]
+        got = second.receive()
+        assert got.refused == {} and [j.id for j in got.matched] == [b]
+    finally:
+        store.client.connection_pool.release(conn)
+    assert store.job(a).state is JobState.DONE and store.job(c).state is JobState.WAITING
 
 
 def test_exchange_survives_redis_losing_its_scripts(store: Store) -> None:

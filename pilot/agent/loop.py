@@ -36,10 +36,13 @@ import socket
 import subprocess
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
+
+from redis.connection import Connection
 
 from pilot.agent.config import PilotConfig, Releaser
 from pilot.agent.guardian import Guardian
@@ -51,6 +54,7 @@ from pilot.mjf.jobstatus import JobStatusWriter, RunningPayload
 from pilot.mjf.payload import PayloadArea
 from pilot.mjf.source import FeatureReader
 from taskqueues.errors import PilotfishError, StaleReport, StoreError, StoreUnavailable
+from taskqueues.exchange import PendingExchange
 from taskqueues.records import Job, PilotOffer, RunResult
 from taskqueues.store import Store
 
@@ -66,6 +70,17 @@ START_REPORT_DELAY = 0.05
 
 class PilotStartError(PilotfishError):
     """The pilot cannot start: the store is unreachable, or its work area cannot be created."""
+
+
+@dataclass
+class _InFlight:
+    """An exchange sent to the store: what it reported and the resources its match may fill."""
+
+    exchange: PendingExchange
+    starts: list[Payload]
+    succeeded: list[tuple[Payload, RunResult]]
+    reserved: tuple[int, int, int]
+    want: int
 
 
 @dataclass
@@ -108,6 +123,9 @@ class Pilot:
         self.ended: list[Payload] = []  # reaped, result not yet taken
         self.unstarted: list[Payload] = []  # spawned, start not yet reported to the store
         self.succeeded: list[tuple[Payload, RunResult]] = []  # ended well, completion not yet reported
+        self.inflight: deque[_InFlight] = deque()  # exchanges sent, replies not yet read (oldest first)
+        self._channel: Connection | None = None  # the pilot's own connection for exchanges (ordered)
+        self._channel_fd = -1
         self.pending: list[_PendingReport] = []
         self.accepting = True
         self.stop_reason = ""
@@ -274,6 +292,10 @@ class Pilot:
             payload.sandbox.cleanup()
         if self.guardian is not None:
             self.guardian.close()
+        if self._channel is not None:
+            self._channel.disconnect()  # type: ignore[no-untyped-call]
+            self.store.client.connection_pool.release(self._channel)
+            self._channel = None
         if self._selector is not None:
             self._selector.close()
             self._selector = None
@@ -285,7 +307,8 @@ class Pilot:
         """The last words: final $JOBSTATUS, a last heartbeat record, the observer, the machine."""
         self.accepting = False
         if self.unstarted or self.succeeded:
-            self._exchange(None, 0)
+            self._send(None, 0)
+        self._drain()
         self._retry_reports(force=True)
         self._publish()
         log.info("pilot %s stops: %s (%d payloads processed)", self.name, reason, self.processed)
@@ -328,7 +351,7 @@ class Pilot:
             self._refill_first()
             self._publish()
         if self.succeeded or (self.unstarted and time.monotonic() >= self._start_report_due()):
-            self._exchange(None, 0)  # what no match carried this turn goes alone
+            self._send(None, 0)  # what no match carried this turn goes alone
         timeout = self._timeout()
         stopped = self._exit_reason()
         if stopped is not None:
@@ -346,12 +369,13 @@ class Pilot:
             elif kind == "output":
                 if key.fd not in payload.open_pipes:  # closed when its payload was reaped in this same batch
                     continue
-                if not payload.read(key.fd):
-                    self._selector.unregister(key.fd)
+                payload.read(key.fd, self._selector.unregister)
             elif kind == "wake":
                 self._drain_wake()
             elif kind == "work" and self._pubsub is not None:
                 self._work_arrived()
+            elif kind == "reply":
+                self._receive_ready()
         if self._wake is not None:  # no pidfds: SIGCHLD woke us; check every payload without reaping it
             for payload in [p for p in self.running.values() if p.pidfd is None]:
                 if payload.has_exited():
@@ -377,6 +401,8 @@ class Pilot:
                 end = self._payload_deadline(payload)[0]
                 if end is not None and payload.stop is None:
                     deadlines.append(now + end - wall_now)
+        elif self.inflight:
+            pass  # the replies wake the selector
         elif not self.accepting or self._time_left_real() == 0:
             return 0.0
         else:
@@ -392,7 +418,7 @@ class Pilot:
         return max(0.0, min(deadlines) - now)
 
     def _exit_reason(self) -> str | None:
-        if self.running or self.ended:
+        if self.running or self.ended or self.inflight:
             return None
         if not self.accepting:  # drained, preempted, shut down, out of jobs
             return self.stop_reason
@@ -556,7 +582,10 @@ class Pilot:
         return cpu, mem, tmp
 
     def _free(self) -> tuple[int, int, int]:
+        """What is neither used by a payload nor offered in a match whose reply is still to come."""
         cpu, mem, tmp = self._used()
+        for sent in self.inflight:
+            cpu, mem, tmp = cpu + sent.reserved[0], mem + sent.reserved[1], tmp + sent.reserved[2]
         return self.cores - cpu, self.mem - mem, self.tmp - tmp
 
     def _time_left(self) -> float | None:
@@ -569,68 +598,101 @@ class Pilot:
         return self.features.time_left(time.time(), self.config.stop_margin)
 
     def _fill(self) -> None:
-        """Match and start jobs while cores are free and something fits (the store fills in one call)."""
-        while self.accepting and time.monotonic() >= self._next_match:
-            cpu, mem, tmp = self._free()
-            if cpu <= 0:
-                return
-            if self._time_left_real() == 0:
-                self._stop_accepting("time is up")
-                return
-            want = cpu
-            if self.config.max_jobs is not None:
-                want = min(want, self.config.max_jobs - self.launched)
-                if want <= 0:
+        """Offer what is free to the store (with the reports not yet sent); the jobs it matches are
+        started when the reply arrives (:meth:`_received`), the loop meanwhile goes on."""
+        if not self.accepting or time.monotonic() < self._next_match:
+            return
+        cpu, mem, tmp = self._free()
+        if cpu <= 0:
+            return
+        if self._time_left_real() == 0:
+            self._stop_accepting("time is up")
+            return
+        want = cpu
+        if self.config.max_jobs is not None:
+            want = min(want, self.config.max_jobs - self.launched - sum(sent.want for sent in self.inflight))
+            if want <= 0:
+                if not self.inflight:
                     self._stop_accepting(f"ran its maximum of {self.config.max_jobs} jobs")
-                    return
-            offer = PilotOffer(self.name, self.config.queue, cpu, max(0, mem), max(0, tmp), self._time_left())
-            jobs = self._exchange(offer, want)
-            if not jobs:
-                self._next_match = time.monotonic() + self._backoff
-                self._backoff = min(self._backoff * 2, self.config.backoff_max)
                 return
-            self._backoff = self.config.backoff_min
-            launched = [self._launch(job) for job in jobs]
-            if None in launched:  # a job given back: do not take it again at once
-                self._next_match = time.monotonic() + self.config.backoff_max
-                return
+        self._send(PilotOffer(self.name, self.config.queue, cpu, max(0, mem), max(0, tmp), self._time_left()), want)
 
     def _start_report_due(self) -> float:
         """When the oldest unreported start must go to the store even if no match carries it."""
         return self.unstarted[0].start_mono + START_REPORT_DELAY
 
-    def _exchange(self, offer: PilotOffer | None, want: int) -> list[Job]:
-        """One round trip: the starts and successful ends not yet reported, then (with an offer) the match.
-
-        Returns the jobs matched. A start the store refuses means the job was taken from this pilot in
-        between (its lease expired): the payload is stopped unreported.
-        """
+    def _send(self, offer: PilotOffer | None, want: int) -> None:
+        """Send the starts and successful ends not yet reported and, with an offer, a match, on the
+        pilot's own connection without waiting for the reply (:class:`PendingExchange`)."""
         starts, self.unstarted = self.unstarted, []
         succeeded, self.succeeded = self.succeeded, []
         ended = {p.id for p, _ in succeeded}  # their start travels inside their completion: one script less
         try:
-            reply = self.store.exchange(
-                self.name, starts=[(p.id, p.job.attempt, p.start_wall) for p in starts if p.id not in ended],
+            if self._channel is None:
+                self._channel = self.store.client.connection_pool.get_connection()
+            exchange = self.store.send_exchange(
+                self.name, self._channel,
+                starts=[(p.id, p.job.attempt, p.start_wall) for p in starts if p.id not in ended],
                 completions=[(p.id, p.job.attempt, dataclasses.replace(result, started=p.start_wall)
                               if p in starts else result) for p, result in succeeded],
                 offer=offer, max_jobs=want)
         except StoreUnavailable as exc:
-            log.warning("cannot reach the store (%s): reports will be retried", exc)
-            self.unstarted = starts + self.unstarted  # the heartbeat keeps their leases meanwhile
-            give_up = time.monotonic() + self.config.lease
-            self.pending += [_PendingReport(p, result, give_up) for p, result in succeeded]
-            return []
+            self._unreachable(exc, starts, succeeded)
+            return
+        reserved = (offer.cpu, offer.mem, offer.tmp) if offer is not None else (0, 0, 0)
+        self.inflight.append(_InFlight(exchange, starts, succeeded, reserved, want if offer is not None else 0))
+        self._watch_channel()
+        if offer is not None:
+            self._next_match = math.inf  # the reply says when to match again
+
+    def _watch_channel(self) -> None:
+        """Keep the selector on the channel's socket (a reconnection changes it) while replies are due."""
+        assert self._selector is not None
+        fd = self.inflight[0].exchange.fileno() if self.inflight else -1
+        if fd == self._channel_fd:
+            return
+        if self._channel_fd >= 0:
+            with contextlib.suppress(KeyError, ValueError, OSError):
+                self._selector.unregister(self._channel_fd)
+        self._channel_fd = -1
+        if fd >= 0:
+            self._selector.register(fd, selectors.EVENT_READ, ("reply", None))
+            self._channel_fd = fd
+
+    def _receive_ready(self) -> None:
+        """Handle every reply that has arrived (several may sit in the connection's buffer)."""
+        while self.inflight and self.inflight[0].exchange.ready():
+            self._received(self.inflight.popleft())
+        self._watch_channel()
+
+    def _drain(self) -> None:
+        """Wait for every reply still due: before a report that must not overtake them, and at the end."""
+        while self.inflight:
+            self._received(self.inflight.popleft())
+        self._watch_channel()
+
+    def _received(self, sent: _InFlight) -> None:
+        """Apply one exchange's reply: refused starts stop their payloads unreported, completions are
+        noted, released dependents go to the releaser, and the matched jobs start (or, when the pilot
+        no longer takes jobs, go back)."""
+        try:
+            reply = sent.exchange.receive()
+        except StoreUnavailable as exc:
+            self._unreachable(exc, sent.starts, sent.succeeded)
+            self._backoff_match(sent.want > 0)
+            return
         except StoreError as exc:
             log.error("reports and match failed: %s", exc)
-            for payload, result in succeeded:
+            for payload, result in sent.succeeded:
                 self._ended_note(payload, result, "unreported")
-            return []
-        for payload in starts:
+            self._backoff_match(sent.want > 0)
+            return
+        for payload in sent.starts:
             why = reply.refused.get(payload.id)
             if why is not None and not payload.ended:
                 log.warning("job %s was taken from this pilot before it started: %s", payload.id, why)
                 payload.terminate(Stop("lease lost before start", "none"), 0.0)
-        for payload, result in succeeded:
+        for payload, result in sent.succeeded:
             why = reply.refused.get(payload.id)
             if why is not None:
                 log.warning("job %s: report refused, the job was taken from this pilot: %s", payload.id, why)
@@ -640,7 +702,29 @@ class Pilot:
                 self.releaser(reply.released)
             except Exception:  # the releaser is the caller's; its failure must not stop payloads
                 log.exception("releaser failed for %s", reply.released)
-        return reply.matched
+        if sent.want == 0:
+            return
+        if not reply.matched:
+            self._backoff_match(True)
+            return
+        self._backoff = self.config.backoff_min
+        self._next_match = 0.0
+        for job in reply.matched:
+            if not self.accepting:
+                self._give_back(job, f"pilot {self.name} stopped taking jobs ({self.stop_reason})")
+            elif self._launch(job) is None:  # a job given back: do not take it again at once
+                self._next_match = time.monotonic() + self.config.backoff_max
+
+    def _backoff_match(self, matched_nothing: bool) -> None:
+        if matched_nothing:
+            self._next_match = time.monotonic() + self._backoff
+            self._backoff = min(self._backoff * 2, self.config.backoff_max)
+
+    def _unreachable(self, exc: StoreError, starts: list[Payload], succeeded: list[tuple[Payload, RunResult]]) -> None:
+        log.warning("cannot reach the store (%s): reports will be retried", exc)
+        self.unstarted = starts + self.unstarted  # the heartbeat keeps their leases meanwhile
+        give_up = time.monotonic() + self.config.lease
+        self.pending += [_PendingReport(p, result, give_up) for p, result in succeeded]
 
     def _launch(self, job: Job) -> Payload | None:
         """Start one matched job's payload; None when the job had to be given back."""
@@ -739,7 +823,8 @@ class Pilot:
             report = "requeue"
             result = dataclasses.replace(result, reason=f"{result.reason}; given back: killed from outside the pilot")
         if payload in self.unstarted and report != "none":
-            self._exchange(None, 0)  # its start first, so the store records when it ran
+            self._send(None, 0)  # its start first, so the store records when it ran
+        self._drain()  # nothing sent before may land after this report
         state: str
         try:
             if report == "none":

@@ -27,6 +27,7 @@ import re
 import resource
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -244,8 +245,10 @@ class Payload:
 
     # -- output ------------------------------------------------------------------------------------
 
-    def read(self, fd: int) -> bool:
-        """Read what is available on one output pipe; False at end of file (the fd is then closed)."""
+    def read(self, fd: int, unwatch: Callable[[int], object] | None = None) -> bool:
+        """Read what is available on one output pipe; False at end of file, where the fd is closed after
+        ``unwatch(fd)`` (the caller's selector must forget it first: epoll keeps reporting a closed fd
+        whose pipe another process still holds for a moment, e.g. a payload being spawned)."""
         tail = self.tails[self._fds[fd]]
         while True:
             try:
@@ -255,6 +258,8 @@ class Payload:
             except InterruptedError:
                 continue
             if not data:
+                if unwatch is not None:
+                    unwatch(fd)
                 self._close_pipe(fd)
                 return False
             tail.feed(data)
