@@ -3,13 +3,16 @@
 One thread, one selector. Each turn of :meth:`Pilot._turn` does, in order: signals and operator
 commands; the heartbeat when due (re-read the dynamic MJF keys, renew leases, obey kill requests, drop
 lost jobs); a memory sample when due; deadlines (SIGKILL after a grace, wall limits, the pilot's end);
-the results of the payloads that ended (failures are reported at once); **the fill**: one round trip to
-the store (:meth:`Store.exchange`) that carries the starts and successful ends not yet reported and the
-match for the freed resources, then the start of what it matched; then one $JOBSTATUS publication if
-anything started or ended. A start waits up to :data:`START_REPORT_DELAY` for a match to travel with, an
-end only until the turn's end: for short payloads the store hears of a payload's start, its end and the
-next match in one round trip, and the gap between one payload's exit and the next one's start — the
-pilot's overhead on every core — is that one round trip and a spawn.
+the results of the payloads that ended (failures are reported at once); **the fill**: one exchange with
+the store (:meth:`Store.send_exchange`) that carries the starts and successful ends not yet reported
+and the match for the freed resources, whose matched jobs start when its reply arrives; then one
+$JOBSTATUS publication if
+anything started or ended. A payload's start is reported once it has run :data:`START_REPORT_DELAY`, or
+inside its completion if it ends first; an end goes with the next match or at the turn's end. For short
+payloads the store hears of a payload's start and end and answers the next match in one round trip,
+without the pilot waiting for it (:meth:`Pilot._send`, :meth:`Pilot._received`): the gap between one
+payload's exit and the next one's start — the pilot's overhead on every core — is that round trip and
+a spawn.
 
 Exits are noticed at once: each payload's pidfd is in the selector (readable when the process exits),
 or, on kernels without pidfds, SIGCHLD wakes the selector through ``signal.set_wakeup_fd``. When nothing
@@ -63,8 +66,8 @@ log = logging.getLogger("pilot.agent")
 #: The horizon used for $JOBSTATUS when neither the job nor the pilot has any known end.
 NO_END = 365 * 86400.0
 
-#: Seconds a payload's start may wait to travel to the store with the next match (a short payload's start,
-#: end and the next match then share one round trip) before it is sent alone.
+#: Seconds a payload runs before its start is reported; a payload that ends sooner reports its start inside
+#: its completion (one script less per short payload).
 START_REPORT_DELAY = 0.05
 
 
@@ -307,7 +310,7 @@ class Pilot:
         """The last words: final $JOBSTATUS, a last heartbeat record, the observer, the machine."""
         self.accepting = False
         if self.unstarted or self.succeeded:
-            self._send(None, 0)
+            self._send(None, 0, all_starts=True)
         self._drain()
         self._retry_reports(force=True)
         self._publish()
@@ -621,12 +624,16 @@ class Pilot:
         """When the oldest unreported start must go to the store even if no match carries it."""
         return self.unstarted[0].start_mono + START_REPORT_DELAY
 
-    def _send(self, offer: PilotOffer | None, want: int) -> None:
-        """Send the starts and successful ends not yet reported and, with an offer, a match, on the
-        pilot's own connection without waiting for the reply (:class:`PendingExchange`)."""
-        starts, self.unstarted = self.unstarted, []
+    def _send(self, offer: PilotOffer | None, want: int, *, all_starts: bool = False) -> None:
+        """Send the successful ends not yet reported, the starts that are due (or ``all_starts``) and, with
+        an offer, a match, on the pilot's own connection without waiting for the reply
+        (:class:`PendingExchange`). A start that is not due yet stays: if its payload ends first, it
+        travels inside the completion (one script less for a short payload)."""
         succeeded, self.succeeded = self.succeeded, []
-        ended = {p.id for p, _ in succeeded}  # their start travels inside their completion: one script less
+        ended = {p.id for p, _ in succeeded}
+        due = time.monotonic() - START_REPORT_DELAY
+        starts = [p for p in self.unstarted if all_starts or p.id in ended or p.start_mono <= due]
+        self.unstarted = [p for p in self.unstarted if not (all_starts or p.id in ended or p.start_mono <= due)]
         try:
             if self._channel is None:
                 self._channel = self.store.client.connection_pool.get_connection()
@@ -823,7 +830,7 @@ class Pilot:
             report = "requeue"
             result = dataclasses.replace(result, reason=f"{result.reason}; given back: killed from outside the pilot")
         if payload in self.unstarted and report != "none":
-            self._send(None, 0)  # its start first, so the store records when it ran
+            self._send(None, 0, all_starts=True)  # its start first, so the store records when it ran
         self._drain()  # nothing sent before may land after this report
         state: str
         try:
