@@ -66,23 +66,23 @@ def _alive(component: str) -> None:
     ctx.client.zadd(ctx.keys.alive(component), {f"{component}@{socket.gethostname()}": time.time()})
 
 
-@app.task(name="pilotfish.reap")
+@app.task(name="pilotfish.reap")  # type: ignore[untyped-decorator,misc,unused-ignore]
 def reap() -> dict[str, int]:
     report = periodic.reap(context())
     return {"requeued": report.requeued, "failed": report.failed, "restored": report.restored}
 
 
-@app.task(name="pilotfish.refresh_pools")
+@app.task(name="pilotfish.refresh_pools")  # type: ignore[untyped-decorator,misc,unused-ignore]
 def refresh_pools() -> int:
     return periodic.refresh_pools(context())
 
 
-@app.task(name="pilotfish.clean")
+@app.task(name="pilotfish.clean")  # type: ignore[untyped-decorator,misc,unused-ignore]
 def clean() -> list[str]:
     return periodic.clean(context())
 
 
-@app.task(name="pilotfish.release_sweep")
+@app.task(name="pilotfish.release_sweep")  # type: ignore[untyped-decorator,misc,unused-ignore]
 def release_sweep() -> int:
     return periodic.release_sweep(context())
 
@@ -90,7 +90,7 @@ def release_sweep() -> int:
 _director: Any = None
 
 
-@app.task(name="pilotfish.director")
+@app.task(name="pilotfish.director")  # type: ignore[untyped-decorator,misc,unused-ignore]
 def director() -> dict[str, Any]:
     """One director cycle; the director lives as long as this worker (its local pilots are its children)."""
     global _director
@@ -102,7 +102,7 @@ def director() -> dict[str, Any]:
     return summary
 
 
-@app.task(name="pilotfish.repressure")
+@app.task(name="pilotfish.repressure")  # type: ignore[untyped-decorator,misc,unused-ignore]
 def repressure() -> dict[str, Any]:
     from .repressure import repressure_locked
 
@@ -110,14 +110,14 @@ def repressure() -> dict[str, Any]:
     return {"skipped": report is None, "rewritten": 0 if report is None else report.pressures_rewritten}
 
 
-@app.task(name="pilotfish.alive")
+@app.task(name="pilotfish.alive")  # type: ignore[untyped-decorator,misc,unused-ignore]
 def alive() -> None:
     """Sent by beat, run by a worker: proves both are alive (``pilotfish health``)."""
     _alive("worker")
     _alive("beat")
 
 
-@app.task(name="pilotfish.submit_workflow", ignore_result=False)
+@app.task(name="pilotfish.submit_workflow", ignore_result=False)  # type: ignore[untyped-decorator,misc,unused-ignore]
 def submit_workflow(workflow: dict[str, Any], source: str = "<remote>") -> dict[str, Any]:
     """Remote submission: a submitter needs only the broker URL (``pilotfish submit --remote``)."""
     from .submission import submit_workflow as submit

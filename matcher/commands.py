@@ -119,7 +119,7 @@ def health(component: str | None, check_redis: bool, max_age: float) -> None:
         return
     beats = ctx.keys.pilotseen if component == "pilot" else ctx.keys.alive(component)
     newest = ctx.client.zrange(beats, -1, -1, withscores=True)
-    age = time.time() - newest[0][1] if newest else None
+    age = time.time() - float(newest[0][1]) if newest else None
     if age is None or age > max_age:
         click.echo(f"{component}: no beat within {max_age:.0f} s", err=True)
         sys.exit(1)

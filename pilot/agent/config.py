@@ -20,7 +20,7 @@ from pathlib import Path
 from taskqueues.errors import ConfigError
 
 #: Called with the ids ``Store.complete`` released (dependents whose deferred requirements need evaluating).
-Releaser = Callable[[list[str]], None]
+Releaser = Callable[[list[str]], object]
 
 
 @dataclass(frozen=True)
