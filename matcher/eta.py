@@ -12,6 +12,14 @@ others sees it: a long job behind a wide fan (CyberShake's ZipSeis after every s
 once the whole fan has run on the cores, then still has its own path to the end. An ETA below it is a
 date the request cannot keep; its scores then claim an urgency it does not have and its jobs overtake
 another request's critical path (``scripts/bench_schedule.py``, Montage beside CyberShake).
+
+The load is counted once, at submission: the work already waiting then is ahead of the new request.
+Re-pressure re-computes a request's critical-path and fan-in needs when learnt run times move them, not
+its load. Re-evaluating everyone's load for every request at each run would give all load-bound
+requests one shared ETA and order their jobs by pressure alone: shorter makespans for requests sent
+together, but a short request sent before a long one would then end with it (in a model of the same
+list scheduling over random mixes of two or three workflows: makespan -2.4 %, mean request completion
++17 %).
 """
 
 from __future__ import annotations
@@ -31,6 +39,11 @@ def capacity_cores(store: Store, *, max_age: float, floor: float = 0.0) -> float
 def default_floor() -> float:
     """Before any pilot reports, assume this host's cores (the local default)."""
     return float(len(os.sched_getaffinity(0)))
+
+
+def live_cores(store: Store) -> float:
+    """The cores of the pilots alive within three lease periods, this host's before any reports."""
+    return capacity_cores(store, max_age=3 * store.lease_seconds, floor=default_floor())
 
 
 def load_seconds(store: Store, cores: float, extra_work: float = 0.0) -> float:

@@ -37,7 +37,7 @@ from taskqueues.records import JobState, NewJob
 from taskqueues.requirements import Requirements, parse_requirements
 from taskqueues.store import Store
 
-from .eta import capacity_cores, default_floor, fan_in_bound, load_seconds, request_eta
+from .eta import fan_in_bound, live_cores, load_seconds, request_eta
 
 DEFAULT_ETE = 60.0
 INSTANCE_TYPE = "InstanceType"
@@ -151,8 +151,7 @@ class Submitter:
         self.vo = vo
         self.default_ete = default_ete
         self.clock = clock
-        self.capacity = capacity or (lambda: capacity_cores(store, max_age=3 * store.lease_seconds,
-                                                             floor=default_floor()))
+        self.capacity = capacity or (lambda: live_cores(store))
 
     def submit(self, jobs: Sequence[JobSpec], *, name: str = "", priority: float = 0.0) -> Submitted:
         """Validate every job, then store the whole request in one atomic step (or nothing)."""
