@@ -6,6 +6,7 @@ in the store, the submitter or the match that breaks the benchmark fails here in
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 import sys
@@ -21,7 +22,9 @@ import bench_schedule as bench
 import schedhelp
 import workloads as wl
 
+from matcher.settings import Settings
 from taskqueues.dag import check_dag
+from taskqueues.store import Store
 
 
 def kinds(tasks: list[wl.Task]) -> Counter[str]:
@@ -294,3 +297,19 @@ def test_a_montage_chain_is_not_held_up_by_a_cybershake_fan(real_redis: redis.Re
                                    wl.cybershake(rng, sgts=2, synth=40, prefix="c.")))
     result = bench.simulate(real_redis, workload, "pressure", pilots=2, cores=4)
     assert result.makespan <= 1.02 * wl.energetic_bound(workload.tasks, 8)
+
+
+def test_learning_runs_the_product_s_re_pressure_at_the_beat(real_redis: redis.Redis) -> None:
+    """With ``learn`` every job names its rule and re-pressure runs every beat of simulated time."""
+    workload = wl.scientific("montage", wl.montage(random.Random(1), rows=3, cols=3), "3x3")
+    result = bench.simulate(real_redis, workload, "pressure", pilots=2, cores=3, noise=0.3, seed=4, learn=True)
+    tasks = workload.tasks
+    assert wl.energetic_bound(tasks, 6) - 1e-6 <= result.makespan <= wl.greedy_bound(tasks, 6) + 1e-6
+    store = Store(real_redis)
+    _, stats = store.ete_stats([], kinds(tasks))
+    assert {rule: s.n for rule, s in stats.items()} == dict(kinds(tasks))  # every success taught its rule
+    # the last beat before the end read every completion logged until then, and none after
+    every = Settings().repressure_interval
+    last_beat = bench.T0 + every * math.floor(result.makespan / every)
+    logged = real_redis.zrangebyscore(store.keys.donelog, "-inf", last_beat, withscores=True)
+    assert float(real_redis.hget(store.keys.cursor, "repressure") or 0) == max(t for _, t in logged)
