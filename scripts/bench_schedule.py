@@ -403,7 +403,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                     for pol in DIAGNOSTIC:
                         results[pol] = simulate(client, workload, pol, pilots=args.pilots, cores=args.cores,
                                                 seed=args.seed)
-                rows.append(Row(workload, cores, results))
+                row = Row(workload, cores, results)
+                shorter = {pol: res.makespan for pol, res in results.items() if res.makespan < row.lb_e - 1e-6}
+                if shorter:  # a schedule below a lower bound: the bound or the simulation is wrong
+                    raise SimulationError(f"{workload.name}: {shorter} ends before LBe {row.lb_e:.3f}")
+                rows.append(row)
         finally:
             client.close()
             server.stop()
