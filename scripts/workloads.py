@@ -117,21 +117,13 @@ def ancestor_bound(tasks: Sequence[Task], cores: int) -> float:
     """
     position = {t.name: i for i, t in enumerate(tasks)}
     ancestors: list[int] = []  # bit i set = task i is an ancestor
-    head: list[float] = []
     for task in tasks:
         mask = 0
         for d in task.deps:
             i = position[d]
             mask |= ancestors[i] | (1 << i)
         ancestors.append(mask)
-        head.append(max((head[position[d]] + tasks[position[d]].runtime for d in task.deps), default=0.0))
-    tail = [0.0] * len(tasks)
-    dependents: list[list[int]] = [[] for _ in tasks]
-    for i, task in enumerate(tasks):
-        for d in task.deps:
-            dependents[position[d]].append(i)
-    for i in range(len(tasks) - 1, -1, -1):
-        tail[i] = tasks[i].runtime + max((tail[k] for k in dependents[i]), default=0.0)
+    head, tail = _heads_and_tails(tasks)
     best = lower_bound(tasks, cores)
     for i in range(len(tasks)):
         mask, work, bit = ancestors[i], 0.0, 0
