@@ -20,9 +20,11 @@ never to the number of jobs stored:
 5. a request's ETA is ``now +`` what its remaining work needs: at least the largest pressure among its
    ready and running jobs (a running job counts what is left of its own estimate). The jobs read in step
    4 bound it; only when that bound says the ETA moved by more than 1/16 of the remaining time is the
-   request read whole, the exact value taken, the ETA re-stored and every unfinished job of the request
-   re-scored (the hysteresis keeps this rare: the one O(request) step, and it is the one the brief of
-   the ETA asks for, since all of the request's scores move with it);
+   request read whole, the exact value taken (the fan-in bound of :mod:`matcher.eta` over its unfinished
+   jobs, as at submission: a join behind a fan waits for the fan's work on the cores), the ETA re-stored
+   and every unfinished job of the request re-scored (the hysteresis keeps this rare: the one O(request)
+   step, and it is the one the brief of the ETA asks for, since all of the request's scores move with
+   it). The load part of the submission's ETA is not re-evaluated: see :mod:`matcher.eta`;
 6. write back with ``rescore.lua`` in batches: new pressure, estimate and score per job, task-queue
    members moved, heads indexes set to the real heads; then the request ETAs, the per-rule marks and
    the cursor (last, so a crash only makes the next run redo idempotent work).
@@ -35,14 +37,17 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from taskqueues import dag
 from taskqueues.ete import RuleStats, estimate
 from taskqueues.lock import locked
+from taskqueues.records import Job
 from taskqueues.store import Store
+
+from .eta import fan_in_bound, live_cores
 
 __all__ = ["CURSOR_FIELD", "LOCK_NAME", "RULE_MARK", "Report", "eta_moved", "repressure", "repressure_locked"]
 
@@ -206,8 +211,12 @@ def _remaining(rec: Record, pressure: float, now: float) -> float:
 
 
 def repressure(store: Store, *, damping: float = dag.DAMPING, now: float | None = None,
-               batch: int = 10_000) -> Report:
-    """One re-pressure run (see the module docstring); ``batch`` bounds the completions read per run."""
+               batch: int = 10_000, capacity: Callable[[], float] | None = None) -> Report:
+    """One re-pressure run (see the module docstring); ``batch`` bounds the completions read per run.
+
+    ``capacity`` gives the cores that run the work, for an ETA re-computed here (the live pilots' by
+    default, as the Submitter's).
+    """
     now = store.clock() if now is None else now
     client, keys = store.client, store.keys
     records = _Records(store)
@@ -248,10 +257,11 @@ def repressure(store: Store, *, damping: float = dag.DAMPING, now: float | None 
     for job, rec in records.cache.items():
         if rec is not None and rec.get("s") in _FRONTIER:
             frontier.setdefault(rec.get("q", ""), []).append((job, rec))
+    cores = capacity or (lambda: live_cores(store))
     for request, view in views.items():
         rec = request_recs.get(request)
         if rec is not None:
-            _check_eta(records, request, rec, view, frontier.get(request, []), now, report)
+            _check_eta(records, request, rec, view, frontier.get(request, []), now, cores, report)
 
     updates = [_update(records.cache[job], view, request_recs.get(request), report.etas.get(request), job)
                for request, view in views.items() for job in sorted(view.written, key=int)
@@ -325,11 +335,13 @@ def _request_records(store: Store, requests: Sequence[str]) -> dict[str, Record]
 
 
 def _check_eta(records: _Records, request: str, rec: Record, view: _Request, known: Sequence[tuple[str, Record]],
-               now: float, report: Report) -> None:
+               now: float, cores: Callable[[], float], report: Report) -> None:
     """Re-store the ETA of a touched request when it moved by more than 1/16 of its remaining time.
 
     ``known`` are its ready and running jobs read so far: they bound the ETA; the request is read whole
-    only when that bound says the ETA moved.
+    only when that bound says the ETA moved. The bound is the critical path of those jobs; the exact
+    value adds what the request's shape needs on ``cores()`` (never less), so an ETA held by a fan
+    (higher than any critical path) only moves when the critical path catches up with it.
     """
     eta = float(rec["eta"])
     if not known:
@@ -348,10 +360,31 @@ def _check_eta(records: _Records, request: str, rec: Record, view: _Request, kno
     frontier = [(j, r) for j in ids if (r := records.cache.get(j)) is not None and r.get("s") in _FRONTIER]
     if not frontier:
         return
-    exact = now + max(_remaining(r, view.pressure[j], now) for j, r in frontier)
+    exact = now + max(max(_remaining(r, view.pressure[j], now) for j, r in frontier),
+                      _shape_need(records, view, [j for j in ids if _unfinished(records.cache.get(j))], now, cores()))
     if eta_moved(eta, exact, now):
         report.etas[request] = round(exact, 3)
         view.written.update(j for j in ids if _unfinished(records.cache.get(j)))
+
+
+def _shape_need(records: _Records, view: _Request, live: Sequence[str], now: float, cores: float) -> float:
+    """:func:`matcher.eta.fan_in_bound` over the unfinished jobs (ids ascending: a topological order).
+
+    A running job counts what is left of its own estimate, and its dependents wait only for that.
+    """
+    alive = set(live)
+    deps: dict[str, list[str]] = {}
+    ete: dict[str, float] = {}
+    pressure: dict[str, float] = {}
+    work: dict[str, float] = {}
+    for job in live:
+        rec = records.cache[job]
+        assert rec is not None
+        pressure[job] = _remaining(rec, view.pressure[job], now)
+        ete[job] = max(0.0, view.ete[job] - (view.pressure[job] - pressure[job]))
+        work[job] = ete[job] * Job.from_record(json.dumps(rec), job).cpu
+        deps[job] = [d for d in map(str, rec.get("dp") or []) if d in alive]
+    return fan_in_bound(live, deps, ete, pressure, work, cores)
 
 
 def _update(rec: Record | None, view: _Request, request: Record | None, new_eta: float | None, job: str) -> Record:

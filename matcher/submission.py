@@ -12,7 +12,8 @@ every problem before storing anything:
    else the user's hint (``ete``, else ``wall``), else the default (:func:`taskqueues.ete.estimate`);
 5. pressures along the DAG give each job its score: ``ETA(request) - pressure(job) - priority``, the
    date by which it should start (lower is more urgent, one scale for every request); the ETA counts
-   the critical path and the load of everyone's outstanding work (:mod:`matcher.eta`).
+   the critical path, what the request's shape needs on the cores (a long job behind a wide fan) and
+   the load of everyone's outstanding work (:mod:`matcher.eta`).
 
 A job whose template failed to evaluate is stored as failed with the reason, and the jobs depending on
 it as dep-failed; the rest of the request runs. Requirements that read dependency outputs are kept
@@ -36,7 +37,7 @@ from taskqueues.records import JobState, NewJob
 from taskqueues.requirements import Requirements, parse_requirements
 from taskqueues.store import Store
 
-from .eta import capacity_cores, default_floor, load_seconds, request_eta
+from .eta import fan_in_bound, live_cores, load_seconds, request_eta
 
 DEFAULT_ETE = 60.0
 INSTANCE_TYPE = "InstanceType"
@@ -150,8 +151,7 @@ class Submitter:
         self.vo = vo
         self.default_ete = default_ete
         self.clock = clock
-        self.capacity = capacity or (lambda: capacity_cores(store, max_age=3 * store.lease_seconds,
-                                                             floor=default_floor()))
+        self.capacity = capacity or (lambda: live_cores(store))
 
     def submit(self, jobs: Sequence[JobSpec], *, name: str = "", priority: float = 0.0) -> Submitted:
         """Validate every job, then store the whole request in one atomic step (or nothing)."""
@@ -175,14 +175,17 @@ class Submitter:
             raise SubmissionError(problems)
 
         ete = self._estimates(jobs, placements)
-        pressure = dag.pressures(order, {j.name: j.deps for j in jobs}, ete)
+        deps = {j.name: j.deps for j in jobs}
+        pressure = dag.pressures(order, deps, ete)
         critical = max(pressure.values(), default=0.0)
         now = self.clock()
-        work = sum(ete[j.name] * (placements[j.name].requirements.cpu if j.name in placements else 1)
-                   for j in jobs if j.error is None)
-        eta = request_eta(now, critical, load_seconds(self.store, self.capacity(), work))
+        work = {j.name: 0.0 if j.error else ete[j.name] * (placements[j.name].requirements.cpu
+                                                             if j.name in placements else 1) for j in jobs}
+        cores = self.capacity()
+        eta = request_eta(now, critical, load_seconds(self.store, cores, sum(work.values())),
+                          fan_in_bound(order, deps, ete, pressure, work, cores))
         index = {n: i for i, n in enumerate(order)}
-        dependents = dag.dependents_of(order, {j.name: j.deps for j in jobs})
+        dependents = dag.dependents_of(order, deps)
         doomed = self._doomed(order, by_name, dependents)
 
         new_jobs = []

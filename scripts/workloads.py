@@ -15,6 +15,7 @@ Sizes stay between 50 and 1000 jobs.
 
 from __future__ import annotations
 
+import heapq
 import math
 import random
 from collections.abc import Iterable, Mapping, Sequence
@@ -116,21 +117,13 @@ def ancestor_bound(tasks: Sequence[Task], cores: int) -> float:
     """
     position = {t.name: i for i, t in enumerate(tasks)}
     ancestors: list[int] = []  # bit i set = task i is an ancestor
-    head: list[float] = []
     for task in tasks:
         mask = 0
         for d in task.deps:
             i = position[d]
             mask |= ancestors[i] | (1 << i)
         ancestors.append(mask)
-        head.append(max((head[position[d]] + tasks[position[d]].runtime for d in task.deps), default=0.0))
-    tail = [0.0] * len(tasks)
-    dependents: list[list[int]] = [[] for _ in tasks]
-    for i, task in enumerate(tasks):
-        for d in task.deps:
-            dependents[position[d]].append(i)
-    for i in range(len(tasks) - 1, -1, -1):
-        tail[i] = tasks[i].runtime + max((tail[k] for k in dependents[i]), default=0.0)
+    head, tail = _heads_and_tails(tasks)
     best = lower_bound(tasks, cores)
     for i in range(len(tasks)):
         mask, work, bit = ancestors[i], 0.0, 0
@@ -140,6 +133,79 @@ def ancestor_bound(tasks: Sequence[Task], cores: int) -> float:
             mask >>= 1
             bit += 1
         best = max(best, max(head[i], work / cores) + tail[i])
+    return best
+
+
+def _heads_and_tails(tasks: Sequence[Task]) -> tuple[list[float], list[float]]:
+    """Per task: its longest chain of ancestors (head, the earliest it can start) and its longest path
+    to a sink counting itself (tail, what must still run from its start)."""
+    position = {t.name: i for i, t in enumerate(tasks)}
+    head: list[float] = []
+    for task in tasks:
+        head.append(max((head[position[d]] + tasks[position[d]].runtime for d in task.deps), default=0.0))
+    dependents: list[list[int]] = [[] for _ in tasks]
+    for i, task in enumerate(tasks):
+        for d in task.deps:
+            dependents[position[d]].append(i)
+    tail = [0.0] * len(tasks)
+    for i in range(len(tasks) - 1, -1, -1):
+        tail[i] = tasks[i].runtime + max((tail[k] for k in dependents[i]), default=0.0)
+    return head, tail
+
+
+def _overload_root(values: Sequence[float], cores: int) -> float:
+    """The window length x > 0 below which ``sum(min(x, v))`` exceeds ``cores * x`` (0 if it never does).
+
+    ``f(x) = sum(min(x, v))`` is concave with ``f(0) = 0``, so ``g(x) = cores * x - f(x)`` is convex:
+    negative from 0 up to one root when more than ``cores`` values are positive, then non-negative.
+    Where k values lie above x, ``g(x) = (cores - k) x - (sum of all but the k largest)``. Going down
+    from k = 0 (x above every value), the first k whose zero of that line is not below the (k+1)-th
+    largest value is the root: the previous k put its zero above x's interval, where g > 0. So only the
+    ``cores + 1`` largest values are needed (k stays below ``cores``: past it, g only decreases).
+    """
+    top = heapq.nlargest(cores + 1, values)
+    if len(top) <= cores:
+        return 0.0
+    rest = math.fsum(values)
+    for k in range(cores):
+        x = rest / (cores - k)
+        if top[k] <= x or k == cores - 1:  # the last line holds the root in exact arithmetic
+            return x
+        rest -= top[k]
+    raise AssertionError("cores must be >= 1")
+
+
+def energetic_bound(tasks: Sequence[Task], cores: int) -> float:
+    """A lower bound by energetic reasoning (Lopez & Esquirol; Baptiste, Le Pape & Nuijten), at least
+    :func:`ancestor_bound`: no non-preemptive schedule of these single-core jobs ends sooner.
+
+    In a schedule ending by T, each job j runs inside [head(j), T - tail(j) + runtime(j)]. Whatever
+    its start there, it spends at least ``min(runtime, head + runtime - a, tail - c)`` (0 if negative)
+    inside the window [a, T - c] (the less of its overlaps when pushed fully left or fully right), and
+    never more than the window's length; ``cores`` cores give the window ``cores x (T - c - a)``. Both
+    overlaps are independent of T, so for each window the smallest length that holds its mandatory work
+    is :func:`_overload_root`, and T >= a + c + that length. The windows tried start at a head and end a
+    tail (or a tail minus its job) before the end. It sees what the other bounds miss: CyberShake's
+    seismograms cannot start before their SGT and must end before ZipSeis, and Montage's serial chain
+    beside them keeps one core busy through that whole window.
+    """
+    head, tail = _heads_and_tails(tasks)
+    runtime = [t.runtime for t in tasks]
+    left_end = [h + p for h, p in zip(head, runtime, strict=True)]
+    starts = sorted(set(head))
+    ends = sorted(set(tail) | {tl - p for tl, p in zip(tail, runtime, strict=True)})
+    # Upper bounds of a window's mandatory work from each side alone, to skip windows that cannot win.
+    after = {a: math.fsum(min(p, e - a) for p, e in zip(runtime, left_end, strict=True) if e > a) for a in starts}
+    before = {c: math.fsum(min(p, tl - c) for p, tl in zip(runtime, tail, strict=True) if tl > c) for c in ends}
+    best = ancestor_bound(tasks, cores)
+    for a in starts:
+        for c in ends:
+            if a + c + min(after[a], before[c]) / cores <= best:
+                continue
+            work = [min(p, e - a, tl - c) for p, e, tl in zip(runtime, left_end, tail, strict=True) if e > a and tl > c]
+            length = _overload_root(work, cores)
+            if length > 0:
+                best = max(best, a + c + length)
     return best
 
 

@@ -230,6 +230,20 @@ def test_eta_is_restored_only_when_it_moves_by_more_than_a_sixteenth(submitter: 
     heads_are_exact(store)
 
 
+def test_a_re_stored_eta_counts_what_a_join_behind_a_fan_needs(store: Store, clock: FakeClock) -> None:
+    # 2 cores: four 100 s jobs of rule "fan", then a 50 s join. ETA at submission: the fan on 2 cores
+    # (200 s) then the join: 250 s (critical path 150, load 225).
+    two = Submitter(store, Catalog.loads(CATALOG), clock=clock, capacity=lambda: 2.0)
+    fan = [spec(f"f{i}", 100, rule="fan") for i in range(4)]
+    sub = two.submit([*fan, spec("join", 50, deps=tuple(f"f{i}" for i in range(4)))], name="F")
+    assert sub.eta == NOW + 250
+    learn(two, store, "fan", 300)
+    report = repressure(store, capacity=lambda: 2.0)
+    # The fan's jobs now take 300 s: critical path 350, but the join waits for 1200 core-s on 2 cores.
+    assert report.etas == {sub.request: NOW + 650}
+    assert score_of(store, sub, "f0") == NOW + 650 - 350 and score_of(store, sub, "join") == NOW + 600
+
+
 def test_eta_moved_rule() -> None:
     assert not eta_moved(1100, 1105, 1000) and eta_moved(1100, 1107, 1000)  # 1/16 of 100 = 6.25
     assert eta_moved(1100, 1050, 1000) and not eta_moved(1100, 1095, 1000)

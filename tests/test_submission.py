@@ -121,6 +121,22 @@ def test_eta_counts_everyone_s_outstanding_work(submitter: Submitter, store: Sto
     assert store.outstanding_work() == 400
 
 
+def test_eta_counts_what_a_join_behind_a_fan_needs(submitter: Submitter, store: Store) -> None:
+    submitter.capacity = lambda: 2.0
+    chain = submitter.submit([JobSpec("c1", "true", ete=100), JobSpec("c2", "true", deps=("c1",), ete=100),
+                              JobSpec("c3", "true", deps=("c2",), ete=100)])
+    assert chain.eta == 1_000_300
+    # Four 100 s jobs, then a 450 s join. Critical path 550, load (300 + 850) / 2 = 575; but on 2 cores
+    # the fan takes 200 s before the join can start: 650 s at least.
+    fan = submitter.submit([*(JobSpec(f"f{i}", "true", ete=100) for i in range(4)),
+                            JobSpec("join", "true", deps=tuple(f"f{i}" for i in range(4)), ete=450)])
+    assert fan.critical_path == 550 and fan.eta == 1_000_650
+    assert store.request(fan.request)["eta"] == 1_000_650
+    # So its fan does not claim more urgency than the chain's second link (with the load's 575 it would
+    # score 1_000_025 and run first).
+    assert store.job(fan.ids["f0"]).score == 1_000_100 == store.job(chain.ids["c2"]).score
+
+
 def test_dependency_release_is_atomic_with_completion(submitter: Submitter, store: Store) -> None:
     sub = submitter.submit([JobSpec("a", "true"), JobSpec("b", "true"), JobSpec("c", "true", deps=("a", "b"))])
     assert store.job(sub.ids["c"]).state is JobState.BLOCKED
