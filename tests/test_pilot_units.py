@@ -16,6 +16,7 @@ import pytest
 from test_pilot_support import wait_for, write_features
 
 from pilot.agent.config import Identity, PilotConfig, identity_from_environment
+from pilot.agent.guardian import watch
 from pilot.agent.memory import over_limit, over_limit_reason, sample_sessions
 from pilot.agent.payload import OutputTail, Payload, Stop, parse_outputs, parse_value
 from pilot.mjf.payload import PayloadArea
@@ -207,3 +208,12 @@ def test_identity_from_environment() -> None:
     local = identity_from_environment({})
     assert local.batch == "local" and local.batch_id == str(os.getpid())
     assert json.dumps(local.name).count("@") == 1
+
+
+def test_guardian_follows_starts_and_reaps_until_the_pilot_hangs_up() -> None:
+    read, write = os.pipe()
+    os.write(write, b"+101\n+102\n-101\n+10")  # a line may arrive in two pieces
+    os.write(write, b"3\n-999\n")
+    os.close(write)  # the pilot is gone
+    assert watch(read, drain=0.01) == {102, 103}
+    os.close(read)
