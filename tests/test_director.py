@@ -116,10 +116,10 @@ def test_queued_pilots_are_cancelled_in_the_batch_system_when_their_demand_goes(
         assert not [b for b in first.submitted if f" {b} " in f" {listed} "], listed
 
 
-# Known bug (reported to the lead): payloads run in their own sessions (pilot.agent.payload), so once their
-# pilot is gone by SIGKILL they are orphans no batch system here reaps: the local backend kills only the
-# pilot's group, Slurm's proctrack/linuxproc loses re-parented processes, Grid Engine kills the job's group
-# (execd_params lacks ENABLE_ADDGRP_KILL). Attempt 1 then finishes beside the re-run attempt 2.
+# Payloads run in sessions of their own (pilot.agent.payload), which a batch system that kills the pilot's
+# process group (the local backend, Grid Engine without ENABLE_ADDGRP_KILL) or loses re-parented processes
+# (Slurm's proctrack/linuxproc) does not reach: the pilot's guardian (pilot.agent.guardian, in a session of
+# its own) kills them when the pilot dies, so attempt 1 never finishes beside the re-run attempt 2.
 KILLED = [pytest.param(kind, id=kind, marks=_marks(kind)) for kind in KINDS]
 
 

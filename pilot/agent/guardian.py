@@ -17,9 +17,10 @@ payload: it doubled the CPU cost of starting a short payload) and is stronger: i
 whole process group, not only its shell. A payload started in the microseconds between its spawn and
 the ``+`` line would escape, and so would a process that left its group on purpose.
 
-Run as ``python -m pilot.agent.guardian FD``; it ignores SIGINT and SIGTERM (a terminal's Ctrl-C or a
-batch system's SIGTERM reaches the whole group: the pilot then stops its payloads itself and closes the
-pipe, or dies and the guardian does it).
+Run as ``python -m pilot.agent.guardian FD``, in a session of its own so that whoever kills the pilot's
+process group does not kill it too; it ignores SIGINT and SIGTERM (sent to every process of a batch job,
+they are the pilot's to handle: it then stops its payloads itself and closes the pipe, or dies and the
+guardian does it).
 """
 
 from __future__ import annotations
@@ -52,8 +53,10 @@ class Guardian:
         with contextlib.suppress(OSError):  # a larger pipe where the system allows it (1 MB by default)
             fcntl.fcntl(self._write, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
         try:
+            # Its own session: a batch system or a local backend that kills the pilot's process group
+            # must not kill the guardian with it (the payloads, in sessions of their own, would live on).
             self.process = subprocess.Popen([sys.executable, "-m", "pilot.agent.guardian", str(read)],
-                                            pass_fds=(read,), stdin=subprocess.DEVNULL)
+                                            pass_fds=(read,), stdin=subprocess.DEVNULL, start_new_session=True)
         except OSError as exc:
             os.close(self._write)
             raise GuardianError(f"cannot start the payload guardian: {exc.strerror or exc}") from None
