@@ -66,8 +66,9 @@ class PilotConfig:
     may use before it is killed (measured RSS of its whole process tree fluctuates; a hard edge at the
     exact requirement would kill honest payloads). ``kill_grace`` is the time between SIGTERM and SIGKILL
     of a payload's process group. ``jobstatus_interval`` is the shortest time between two rewrites of
-    $JOBSTATUS (a burst of short payloads is published as one state); ``command_poll`` the longest the
-    loop sleeps before asking the observer for operator commands.
+    $JOBSTATUS (a burst of short payloads is published as one state; its values are whole seconds, and
+    rewriting its nine files under a lock ten times a second was 5% of a busy pilot); ``command_poll``
+    the longest the loop sleeps before asking the observer for operator commands.
     """
 
     queue: str
@@ -95,7 +96,7 @@ class PilotConfig:
     backoff_min: float = 0.05
     backoff_max: float = 2.0
     command_poll: float = 0.5
-    jobstatus_interval: float = 0.1
+    jobstatus_interval: float = 0.5
     identity: Identity | None = None
     releaser: Releaser | None = None
 
