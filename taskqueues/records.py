@@ -2,8 +2,8 @@
 
 A job record is a JSON object in the ``jobs`` hash under its id, with short field names (memory per
 waiting job is a target): ``s`` state, ``a`` attempt, ``t`` task queue, ``mt`` the tail of its member in
-that queue (``:cpu:mem:tmp:ete``; the scripts see the whole member as ``m``), ``sc`` score,
-``c`` command, ``r`` exact requirements (JSON text; ``cpu`` and ``mem`` left out when the member tail holds
+that queue (``:cpu:mem:tmp:ete``; the scripts see the whole member as ``m``), ``sc`` score (text, kept
+to the millisecond: a start-by date needs no more), ``c`` command, ``r`` exact requirements (JSON text; ``cpu`` and ``mem`` left out when the member tail holds
 them, ``rn`` naming those the job did not give: see :func:`stored_requirements`), ``q`` request, ``n``
 name, ``e`` estimated run time, ``ts`` submitted, ``rt``/``mr`` retries done/allowed (``a`` and ``mr``
 are left out while 0 and :data:`DEFAULT_MAX_RETRIES`), ``pl`` pilot, ``tm`` matched, ``st`` started,
@@ -82,7 +82,7 @@ class NewJob:
             "s": self.state or (JobState.BLOCKED if self.pending else JobState.WAITING),
             "t": self.tq_id,
             "m_tail": member_tail(self.cpu, self.mem, self.tmp, self.ete),
-            "sc": repr(float(self.score)),
+            "sc": repr(round(float(self.score), 3)),
             "c": self.command,
             **stored_requirements(self.requirements, self.cpu, self.mem),
             "e": self.ete,
