@@ -3,10 +3,11 @@
 A job record is a JSON object in the ``jobs`` hash under its id, with short field names (memory per
 waiting job is a target): ``s`` state, ``a`` attempt, ``t`` task queue, ``mt`` the tail of its member in
 that queue (``:cpu:mem:tmp:ete``; the scripts see the whole member as ``m``), ``sc`` score (text, kept
-to the millisecond: a start-by date needs no more), ``c`` command, ``r`` exact requirements (JSON text; ``cpu`` and ``mem`` left out when the member tail holds
-them, ``rn`` naming those the job did not give: see :func:`stored_requirements`), ``q`` request, ``n``
-name, ``e`` estimated run time, ``ts`` submitted, ``rt``/``mr`` retries done/allowed (``a`` and ``mr``
-are left out while 0 and :data:`DEFAULT_MAX_RETRIES`), ``pl`` pilot, ``tm`` matched, ``st`` started,
+to the millisecond: a start-by date needs no more), ``c`` command, ``r`` exact requirements (JSON text;
+``cpu`` and ``mem`` left out when the member tail holds them, ``rn`` naming those the job did not give:
+see :func:`stored_requirements`), ``q`` request, ``n`` name, ``e`` estimated run time, ``ts``
+submitted, ``rt``/``mr`` retries done/allowed (``a`` and ``mr`` are left out while 0 and
+:data:`DEFAULT_MAX_RETRIES`), ``pl`` pilot, ``tm`` matched, ``st`` started,
 ``te`` ended, ``x`` exit code, ``w`` wall seconds, ``cpu`` CPU seconds, ``pm`` peak memory MB, ``why``
 reason, ``o`` outputs (JSON text), ``cx`` cancel requested, ``k`` key, ``ru`` rule, ``dn`` dependents,
 ``nd`` unfinished dependencies, ``dp`` dependencies, ``dx`` requirements deferred until the dependencies'
