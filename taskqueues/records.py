@@ -2,9 +2,12 @@
 
 A job record is a JSON object in the ``jobs`` hash under its id, with short field names (memory per
 waiting job is a target): ``s`` state, ``a`` attempt, ``t`` task queue, ``mt`` the tail of its member in
-that queue (``:cpu:mem:tmp:ete``; the scripts see the whole member as ``m``), ``sc`` score,
-``c`` command, ``r`` exact requirements (JSON text), ``q`` request, ``n`` name, ``e`` estimated run time,
-``ts`` submitted, ``rt``/``mr`` retries done/allowed, ``pl`` pilot, ``tm`` matched, ``st`` started,
+that queue (``:cpu:mem:tmp:ete``; the scripts see the whole member as ``m``), ``sc`` score (text, kept
+to the millisecond: a start-by date needs no more), ``c`` command, ``r`` exact requirements (JSON text;
+``cpu`` and ``mem`` left out when the member tail holds them, ``rn`` naming those the job did not give:
+see :func:`stored_requirements`), ``q`` request, ``n`` name, ``e`` estimated run time, ``ts``
+submitted, ``rt``/``mr`` retries done/allowed (``a`` and ``mr`` are left out while 0 and
+:data:`DEFAULT_MAX_RETRIES`), ``pl`` pilot, ``tm`` matched, ``st`` started,
 ``te`` ended, ``x`` exit code, ``w`` wall seconds, ``cpu`` CPU seconds, ``pm`` peak memory MB, ``why``
 reason, ``o`` outputs (JSON text), ``cx`` cancel requested, ``k`` key, ``ru`` rule, ``dn`` dependents,
 ``nd`` unfinished dependencies, ``dp`` dependencies, ``dx`` requirements deferred until the dependencies'
@@ -19,6 +22,12 @@ import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
+
+#: Retry limit a record does not store (``_lib.lua`` has the same value as MAX_RETRIES).
+DEFAULT_MAX_RETRIES = 3
+
+#: Consumables that a record's member tail (":cpu:mem:tmp:ete") already holds, with their letters in ``rn``.
+_IN_TAIL = (("cpu", "c"), ("mem", "m"))
 
 
 class JobState(StrEnum):
@@ -57,7 +66,7 @@ class NewJob:
     requirements: str = "{}"
     name: str = ""
     request: str = ""
-    max_retries: int = 3
+    max_retries: int = DEFAULT_MAX_RETRIES
     key: str = ""
     rule: str = ""
     dependents: tuple[int, ...] = ()
@@ -72,16 +81,16 @@ class NewJob:
         """The stored record; ``dl``/``dpl`` (indexes) become ``dn``/``dp`` (ids) inside submit.lua."""
         rec: dict[str, Any] = {
             "s": self.state or (JobState.BLOCKED if self.pending else JobState.WAITING),
-            "a": 0,
             "t": self.tq_id,
             "m_tail": member_tail(self.cpu, self.mem, self.tmp, self.ete),
-            "sc": repr(float(self.score)),
+            "sc": repr(round(float(self.score), 3)),
             "c": self.command,
-            "r": self.requirements,
+            **stored_requirements(self.requirements, self.cpu, self.mem),
             "e": self.ete,
             "ts": round(now, 1),
-            "mr": self.max_retries,
         }
+        if self.max_retries != DEFAULT_MAX_RETRIES:
+            rec["mr"] = self.max_retries
         for short, value in (("q", self.request), ("n", self.name), ("k", self.key), ("ru", self.rule)):
             if value:
                 rec[short] = value
@@ -105,6 +114,46 @@ class NewJob:
 def member_tail(cpu: int, mem: int, tmp: int, ete: float) -> str:
     """The part of a task-queue member after the job id: what match needs to decide whether it fits."""
     return f":{int(cpu)}:{int(mem)}:{int(tmp)}:{math.ceil(ete)}"
+
+
+def stored_requirements(requirements: str, cpu: int, mem: int) -> dict[str, str]:
+    """The record fields ``r``/``rn`` for exact requirements (JSON text) whose member tail holds ``cpu``, ``mem``.
+
+    The tail already stores both exact values, so ``r`` leaves out a ``cpu`` or ``mem`` equal to them (and
+    is left out when nothing else remains); ``rn`` names, by letter, those the job did not give at all, so
+    :func:`read_requirements` tells "left out" from "absent". Every waiting record is that much smaller.
+    """
+    values = json.loads(requirements) if requirements else {}
+    if not isinstance(values, dict):
+        return {"r": requirements}
+    absent = ""
+    elided = False
+    for (name, letter), exact in zip(_IN_TAIL, (cpu, mem), strict=True):
+        if name not in values:
+            absent += letter
+        elif type(values[name]) is int and values[name] == exact:
+            del values[name]
+            elided = True
+    out: dict[str, str] = {}
+    text = json.dumps(values, sort_keys=True, separators=(",", ":")) if elided else requirements
+    if values:
+        out["r"] = text
+    if absent:
+        out["rn"] = absent
+    return out
+
+
+def read_requirements(rec: dict[str, Any]) -> dict[str, Any]:
+    """The exact requirements of a stored record (the inverse of :func:`stored_requirements`)."""
+    values = _json_object(rec.get("r"))
+    tail = rec.get("mt")
+    if not isinstance(tail, str):
+        return values
+    absent = rec.get("rn", "")
+    for (name, letter), exact in zip(_IN_TAIL, tail.split(":")[1:], strict=False):
+        if name not in values and letter not in absent:
+            values[name] = int(exact)
+    return values
 
 
 @dataclass(frozen=True)
@@ -156,42 +205,53 @@ class Job:
 
     @classmethod
     def from_record(cls, raw: str | bytes, job_id: str) -> Job:
-        """The job stored as ``raw`` under ``job_id`` (records do not repeat their id)."""
+        """The job stored as ``raw`` under ``job_id`` (records do not repeat their id).
+
+        Built by filling the instance's ``__dict__``: the frozen dataclass ``__init__`` sets its 30 fields
+        one ``object.__setattr__`` at a time, which was most of the cost of reading back a matched job on
+        the match hot path. Every field is set here, with the same values ``__init__`` would get.
+        """
         rec = json.loads(raw)
-        dependents = rec.get("dn") or []
-        deps = rec.get("dp") or []
-        return cls(
+        get = rec.get
+        dependents = get("dn") or []
+        deps = get("dp") or []
+        job = object.__new__(cls)
+        job.__dict__.update(
             id=str(job_id),
-            state=JobState(rec["s"]),
-            attempt=int(rec.get("a", 0)),
-            tq_id=rec.get("t", ""),
-            command=rec.get("c", ""),
-            requirements=_json_object(rec.get("r")),
-            score=float(rec.get("sc", 0)),
-            ete=float(rec.get("e", 0)),
-            submitted=float(rec.get("ts", 0)),
-            name=rec.get("n", ""),
-            request=rec.get("q", ""),
-            key=rec.get("k", ""),
-            rule=rec.get("ru", ""),
-            retries=int(rec.get("rt", 0)),
-            max_retries=int(rec.get("mr", 0)),
-            pilot=rec.get("pl"),
-            matched=rec.get("tm"),
-            started=rec.get("st"),
-            ended=rec.get("te"),
-            exit_code=rec.get("x"),
-            wall=rec.get("w"),
-            cpu_time=rec.get("cpu"),
-            peak_mem=rec.get("pm"),
-            reason=rec.get("why"),
-            outputs=_json_object(rec.get("o")),
+            state=_STATES[rec["s"]],
+            attempt=int(get("a", 0)),
+            tq_id=get("t", ""),
+            command=get("c", ""),
+            requirements=read_requirements(rec),
+            score=float(get("sc", 0)),
+            ete=float(get("e", 0)),
+            submitted=float(get("ts", 0)),
+            name=get("n", ""),
+            request=get("q", ""),
+            key=get("k", ""),
+            rule=get("ru", ""),
+            retries=int(get("rt", 0)),
+            max_retries=int(get("mr", DEFAULT_MAX_RETRIES)),
+            pilot=get("pl"),
+            matched=get("tm"),
+            started=get("st"),
+            ended=get("te"),
+            exit_code=get("x"),
+            wall=get("w"),
+            cpu_time=get("cpu"),
+            peak_mem=get("pm"),
+            reason=get("why"),
+            outputs=_json_object(get("o")),
             dependents=tuple(str(d) for d in dependents) if isinstance(dependents, list) else (),
             deps=tuple(str(d) for d in deps) if isinstance(deps, list) else (),
-            pending=int(rec.get("nd", 0)),
-            deferred=rec.get("df", "") if rec.get("dx") else "",
-            pressure=float(rec.get("pr", 0)),
+            pending=int(get("nd", 0)),
+            deferred=get("df", "") if get("dx") else "",
+            pressure=float(get("pr", 0)),
         )
+        return job
+
+
+_STATES = {state.value: state for state in JobState}
 
 
 def _json_object(text: object) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from .errors import NotFound, StaleReport, StoreError, StoreUnavailable
 from .ete import RuleStats
 from .exchange import PendingExchange
 from .keys import Keys
-from .packed import PackedCall, pack_script
+from .packed import HotLine, PackedCall, pack_script
 from .records import Exchange, HeartbeatReply, Job, JobState, NewJob, PilotOffer, RunResult
 
 _MAX_KEY_ROUNDS = 16
@@ -55,6 +55,7 @@ class Store:
         self._scripts: dict[str, Script] = scripts.register(client)
         self._base = self.keys.base + ":"
         self._match_calls: dict[str, PackedCall] = {}
+        self._line = HotLine.of(client)
 
     @classmethod
     def from_url(cls, url: str, *, vo: str = "default", prefix: str = "pf", **kwargs: Any) -> Store:
@@ -63,8 +64,12 @@ class Store:
     # -- plumbing ---------------------------------------------------------------------------------
 
     def call_script(self, name: str, keys: Sequence[str], args: Sequence[Any], extra: Iterable[str] = ()) -> list[Any]:
-        """Run script ``name``; when it names keys it needed and was not given, declare them and rerun."""
-        declared = list(dict.fromkeys(extra))
+        """Run script ``name``; when it names keys it needed and was not given, declare them and rerun.
+
+        The heads and qfloor hashes are declared for every script: each one that moves task-queue members
+        keeps them exact (``_lib.lua``), and declaring them up front saves that round trip.
+        """
+        declared = list(dict.fromkeys([*extra, self.keys.heads, self.keys.qfloor]))
         for _ in range(_MAX_KEY_ROUNDS):
             try:
                 reply = self._scripts[name](keys=[*keys, *declared], args=list(args))
@@ -131,8 +136,8 @@ class Store:
         if call is None or refresh:
             k = self.keys
             visible = sorted(k.tq(_text(m)) for m in self.client.zrange(k.qheads(queue), 0, -1))
-            call = PackedCall(self.client, self._scripts["match"],
-                              [k.jobs, k.qheads(queue), k.leases, k.tqempty, *visible], n_args=9)
+            call = PackedCall(self._line, self._scripts["match"],
+                              [k.jobs, k.qheads(queue), k.leases, k.tqempty, k.heads, k.qfloor, *visible], n_args=9)
             self._match_calls[queue] = call
         return call
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from storehelp import FakeClock, job
+from storehelp import FakeClock, check_heads, job
 
 from taskqueues.records import JobState, PilotOffer, member_tail
 from taskqueues.store import Store
@@ -110,3 +110,4 @@ def test_match_agrees_with_the_oracle(real_redis: redis.Redis, ops: list[tuple])
                     j.state = "waiting" if j.retries <= 1 else "failed"
         for jid, j in oracle.jobs.items():
             assert store.job(jid).state == JobState(j.state), jid
+        check_heads(store, TQS)

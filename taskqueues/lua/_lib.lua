@@ -39,6 +39,71 @@ end
 local function add_work(base, amount)
   if amount ~= 0 then redis.call('INCRBY', base .. 'work', amount) end
 end
+-- Heads (match.lua reads them instead of every task-queue zset). The `heads` hash maps each non-empty
+-- task queue to "<score> <member> <floor>": its head exactly (score as ZRANGE prints it) and a floor
+-- "cpu:mem:tmp:ete" at or below every member it has held since it was last empty. The `qfloor` hash maps
+-- a catalog queue to a floor of every member of the task queues its heads index lists, so a pilot that
+-- nothing there can fit is answered without a walk; a queue without an entry has no floor yet.
+-- Every script that adds or removes task-queue members calls touched() for each change, then sync_heads()
+-- once after its writes (the caller declares both hashes; need_heads() checks).
+local TOUCHED = {}
+local function need_heads(base)
+  need(base .. 'heads')
+  need(base .. 'qfloor')
+end
+local function parse_floor(text)
+  local c, m, t, e = string.match(text, '^([^:]+):([^:]+):([^:]+):([^:]+)$')
+  return {tonumber(c), tonumber(m), tonumber(t), tonumber(e)}
+end
+local function lower_floor(f, g)
+  if not f then return {g[1], g[2], g[3], g[4]} end
+  for i = 1, 4 do if g[i] < f[i] then f[i] = g[i] end end
+  return f
+end
+local function floor_text(f)
+  return string.format('%.17g:%.17g:%.17g:%.17g', f[1], f[2], f[3], f[4])
+end
+-- A member entered (`member`) or left (nil) task queue tq, whose SubmitPool is `queues` (nil if unknown).
+local function touched(tq, member, queues)
+  local entry = TOUCHED[tq]
+  if not entry then entry = {added = 0} TOUCHED[tq] = entry end
+  if queues then entry.queues = queues end
+  if member then
+    entry.added = entry.added + 1
+    entry.floor = lower_floor(entry.floor, parse_floor(string.match(member, '^[^:]*:(.*)$')))
+  end
+end
+-- Lower the floor of catalog queue q to take `f` in, when q has one.
+local function lower_qfloor(base, q, f)
+  local key = base .. 'qfloor'
+  local old = redis.call('HGET', key, q)
+  if not old then return end
+  local text = floor_text(lower_floor(parse_floor(old), f))
+  if text ~= old then redis.call('HSET', key, q, text) end
+end
+local function sync_heads(base)
+  local heads = base .. 'heads'
+  for tq, entry in pairs(TOUCHED) do
+    local key = base .. 't:' .. tq
+    local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    if #head == 0 then
+      redis.call('HDEL', heads, tq)
+    else
+      local floor = entry.floor
+      local old = redis.call('HGET', heads, tq)
+      if old then
+        floor = lower_floor(floor, parse_floor(string.match(old, ' (%S+)$')))
+      elseif redis.call('ZCARD', key) > entry.added then
+        floor = {0, 0, 0, 0} -- members from before heads were kept: nothing known about them
+      end
+      redis.call('HSET', heads, tq, head[2] .. ' ' .. head[1] .. ' ' .. floor_text(floor))
+      if entry.floor then
+        for _, q in ipairs(entry.queues or {}) do lower_qfloor(base, q, entry.floor) end
+      end
+    end
+  end
+  TOUCHED = {}
+end
 -- Put a waiting job into its task queue. The heads index only ever gets ZADD LT here, so every entry
 -- stays at or below its task queue's real head score (what match relies on). A task queue with no
 -- SubmitPool (cleaned meanwhile, or no queue eligible any more) sends the job to the releasing set,
@@ -54,24 +119,31 @@ local function enqueue(base, tqempty, releasing, rec, queues, now)
   redis.call('ZADD', base .. 't:' .. rec.t, rec.sc, rec.m)
   redis.call('ZREM', tqempty, rec.t)
   for _, q in ipairs(queues) do redis.call('ZADD', base .. 'qh:' .. q, 'LT', rec.sc, rec.t) end
+  touched(rec.t, rec.m, queues)
 end
--- Records are stored without their id (the hash field) and with only the tail of their task-queue
--- member (":cpu:mem:tmp:ete"): memory per waiting job is a target. load/save put them back and take
--- them out, so scripts always see rec.id and rec.m.
+-- Records are stored without their id (the hash field), with only the tail of their task-queue member
+-- (":cpu:mem:tmp:ete"), and without the attempt while it is 0 nor the retry limit while it is the
+-- default (taskqueues.records.DEFAULT_MAX_RETRIES): memory per waiting job is a target. load/save put
+-- them back and take them out, so scripts always see rec.id, rec.m, rec.a and rec.mr.
+local MAX_RETRIES = 3
 local function load(jobs, id)
   local raw = redis.call('HGET', jobs, id)
   if not raw then return nil end
   local rec = cjson.decode(raw)
   rec.id = id
   if rec.mt then rec.m, rec.mt = id .. rec.mt, nil end
+  rec.a = rec.a or 0
+  rec.mr = rec.mr or MAX_RETRIES
   return rec
 end
 local function save(jobs, rec)
-  local id, m = rec.id, rec.m
+  local id, m, a, mr = rec.id, rec.m, rec.a, rec.mr
   rec.id = nil
   if m then rec.mt, rec.m = string.sub(m, #id + 1), nil end
+  if a == 0 then rec.a = nil end
+  if mr == MAX_RETRIES then rec.mr = nil end
   redis.call('HSET', jobs, id, cjson.encode(rec))
-  rec.id, rec.m, rec.mt = id, m, nil
+  rec.id, rec.m, rec.mt, rec.a, rec.mr = id, m, nil, a, mr
 end
 -- A report from a pilot must name the job's current attempt and find the job in one of `states`.
 local function check_report(rec, id, attempt, states)

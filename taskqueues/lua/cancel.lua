@@ -5,7 +5,7 @@
 -- KEYS[2]  kills hash
 -- KEYS[3]  delayed zset
 -- KEYS[4]  releasing zset
--- KEYS[5..] the job's task queue (needed when it is waiting)
+-- KEYS[5..] the job's task queue, the heads and qfloor hashes (needed when it is waiting)
 --           and the work counter
 -- ARGV[1]  key base   ARGV[2] job id   ARGV[3] "cancel" | "kill"   ARGV[4] reason   ARGV[5] now
 -- Returns  {'ended', state} | {'requested', state} | {'final', state} | {'unknown'} | {'needkeys', key}
@@ -22,10 +22,13 @@ end
 if rec.s == 'waiting' or rec.s == 'blocked' or rec.s == 'releasing' then
   if rec.s == 'waiting' then
     need(base .. 't:' .. rec.t)
+    need_heads(base)
     local missing = needkeys()
     if missing then return missing end
     redis.call('ZREM', base .. 't:' .. rec.t, rec.m)
     redis.call('ZREM', KEYS[3], id)
+    touched(rec.t, nil)
+    sync_heads(base)
   end
   finish(KEYS[1], KEYS[4], rec, 'cancelled', reason, now)
   return {'ended', 'cancelled'}

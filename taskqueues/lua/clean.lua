@@ -3,7 +3,7 @@
 -- KEYS[1]  tqdefs hash
 -- KEYS[2]  tqempty zset
 -- KEYS[3]  poolstamp zset
--- KEYS[4..] task queues, pools and heads indexes of the candidates
+-- KEYS[4..] task queues, pools and heads indexes of the candidates, the heads and qfloor hashes
 -- ARGV[1]  key base   ARGV[2] cutoff (empty since before this time)   ARGV[3] batch size
 -- Returns  {'ok', removed task-queue id...} or {'needkeys', key...}
 local base, cutoff, batch = ARGV[1], ARGV[2], tonumber(ARGV[3])
@@ -11,6 +11,7 @@ declare_from(4)
 local cands = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', cutoff, 'LIMIT', 0, batch)
 local pools = {}
 for _, tq in ipairs(cands) do pools[tq] = pool_of(base, tq) end
+need_heads(base)
 local missing = needkeys()
 if missing then return missing end
 local out = {'ok'}
@@ -20,6 +21,7 @@ for _, tq in ipairs(cands) do
     for _, q in ipairs(pools[tq]) do redis.call('ZREM', base .. 'qh:' .. q, tq) end
     redis.call('DEL', base .. 'pool:' .. tq)
     redis.call('HDEL', KEYS[1], tq)
+    redis.call('HDEL', base .. 'heads', tq)
     redis.call('ZREM', KEYS[3], tq)
     out[#out + 1] = tq
   end

@@ -10,7 +10,8 @@
 -- KEYS[7]  etekeys hash (job key -> last successful run time)
 -- KEYS[8]  eterules hash (rule -> "n mean": cumulative mean for 100 runs, then EMA with alpha 1/100,
 --          as taskqueues.ete.RuleStats.update; learnt here so each success counts exactly once)
--- KEYS[9..] the work counter; task queues, pools and heads indexes of dependents released here
+-- KEYS[9..] the work counter, the heads and qfloor hashes; task queues, pools and heads indexes of
+--           dependents released here
 -- ARGV[1]  key base   ARGV[2] job id   ARGV[3] attempt   ARGV[4] pilot id   ARGV[5] now
 -- ARGV[6]  result JSON {"x": exit, "w": wall s, "cpu": cpu s, "pm": peak MB, "o": outputs JSON string}
 -- Returns  {'ok', released id...} or {'stale', reason} or {'needkeys', key...}
@@ -23,6 +24,7 @@ if rec.pl ~= pilot then return {'stale', 'job ' .. id .. ' is leased to ' .. tos
 
 -- Read phase: which dependents does this release, and what do they need?
 need(base .. 'work')
+need_heads(base)
 local release, pools = {}, {}
 for _, d in ipairs(rec.dn or {}) do
   local drec = load(KEYS[1], d)
@@ -72,5 +74,6 @@ for _, d in ipairs(rec.dn or {}) do
     save(KEYS[1], drec)
   end
 end
+sync_heads(base)
 wake(base)
 return out

@@ -5,7 +5,7 @@
 -- KEYS[4]  tqempty zset
 -- KEYS[5]  releasing zset
 -- KEYS[6..] the job's task queue, its pool and the pool's heads indexes (only needed to give it back)
---           and the work counter
+--           the work counter, the heads and qfloor hashes
 -- ARGV[1]  key base   ARGV[2] job id   ARGV[3] attempt   ARGV[4] pilot id   ARGV[5] now
 -- ARGV[6]  result JSON {"x": exit, "w": wall s, "cpu": cpu s, "pm": peak MB, "why": reason}
 -- ARGV[7]  "1" to give the job back to its task queue at once (counts as a retry), "0" to fail it
@@ -13,6 +13,7 @@
 local base, id, attempt, pilot, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 declare_from(6)
 need(base .. 'work')
+need_heads(base)
 local rec = load(KEYS[1], id)
 local bad = check_report(rec, id, attempt, {'matched', 'running'})
 if bad then return {'stale', bad} end
@@ -34,6 +35,7 @@ if retry then
   rec.pl = nil
   enqueue(base, KEYS[4], KEYS[5], rec, queues, now)
   save(KEYS[1], rec)
+  sync_heads(base)
   wake(base)
   return {'ok', 'waiting'}
 end

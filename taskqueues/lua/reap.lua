@@ -7,12 +7,13 @@
 -- KEYS[5]  tqempty zset
 -- KEYS[6]  releasing zset
 -- KEYS[7..] task queues, pools and heads indexes of the delayed jobs that are due
---           and the work counter
+--           the work counter, the heads and qfloor hashes
 -- ARGV[1]  key base   ARGV[2] now   ARGV[3] back-off base (seconds; doubles at each retry)   ARGV[4] batch size
 -- Returns  {'ok', requeued, failed, restored} or {'needkeys', key...}
 local base, now, backoff, batch = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 declare_from(7)
 need(base .. 'work')
+need_heads(base)
 local due = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, batch)
 local pools = {}
 for _, id in ipairs(due) do
@@ -57,5 +58,6 @@ for _, id in ipairs(due) do
     restored = restored + 1
   end
 end
+sync_heads(base)
 wake(base)
 return {'ok', requeued, failed, restored}

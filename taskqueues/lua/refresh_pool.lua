@@ -1,7 +1,8 @@
 -- refresh_pool: replace the SubmitPool (eligible catalog queues) of one task queue, keeping every
 -- queue's heads index in step: entries added for new queues, removed for queues no longer eligible.
 -- KEYS[1]  poolstamp zset
--- KEYS[2..] the task queue, its pool, and the heads indexes of its old and new queues
+-- KEYS[2..] the task queue, its pool, the heads indexes of its old and new queues, the heads and qfloor
+--           hashes (a queue that gains the task queue must have its floor lowered to the task queue's)
 -- ARGV[1]  key base   ARGV[2] task-queue id   ARGV[3] now   ARGV[4..] the new queue ids
 -- Returns  {'ok', added, removed} or {'needkeys', key...}
 local base, tq, now = ARGV[1], ARGV[2], ARGV[3]
@@ -9,6 +10,7 @@ declare_from(2)
 local old = pool_of(base, tq)
 local new = {}
 for i = 4, #ARGV do new[ARGV[i]] = true need(base .. 'qh:' .. ARGV[i]) end
+need_heads(base)
 local missing = needkeys()
 if missing then return missing end
 local key, poolkey = base .. 't:' .. tq, base .. 'pool:' .. tq
@@ -23,10 +25,13 @@ for _, q in ipairs(old) do
     removed = removed + 1
   end
 end
+local entry = redis.call('HGET', base .. 'heads', tq)
+local floor = entry and parse_floor(string.match(entry, ' (%S+)$')) or (#head > 0 and {0, 0, 0, 0}) or nil
 for q, _ in pairs(new) do
   if not oldset[q] then
     redis.call('ZADD', base .. 'qh:' .. q, score, tq)
     redis.call('SADD', poolkey, q)
+    if floor then lower_qfloor(base, q, floor) end
     added = added + 1
   end
 end

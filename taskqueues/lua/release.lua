@@ -5,9 +5,11 @@
 -- KEYS[3]  tqempty zset
 -- KEYS[4]  poolstamp zset
 -- KEYS[5]  releasing zset
--- KEYS[6..] the work counter, the task queue, its pool and the heads indexes of its queues
+-- KEYS[6..] the work counter, the heads and qfloor hashes, the task queue, its pool and the heads
+--           indexes of its queues
 -- ARGV[1]  key base   ARGV[2] job id   ARGV[3] now
--- ARGV[4]  JSON {"t": tq, "def": canonical, "queues": [...], "m_tail": ":cpu:mem:tmp:ete", "r": requirements,
+-- ARGV[4]  JSON {"t": tq, "def": canonical, "queues": [...], "m_tail": ":cpu:mem:tmp:ete",
+--          "r"/"rn": requirements as records.stored_requirements gives them (each optional),
 --          "e": ete, "sc": score (optional), "c": command (optional)} or {"error": reason}
 -- Returns  {'ok', state} | {'final', state} | {'needkeys', key...}
 local base, id, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
@@ -21,6 +23,7 @@ if arg.error then
   return {'ok', 'failed'}
 end
 need(base .. 'work')
+need_heads(base)
 local queues = pool_of(base, arg.t)
 if #queues == 0 then
   queues = arg.queues
@@ -31,11 +34,12 @@ if missing then return missing end
 ensure_pool(base, KEYS[2], KEYS[4], arg.t, arg.def, queues, now)
 redis.call('ZREM', KEYS[5], id)
 add_work(base, -work_of(rec))
-rec.t, rec.m, rec.r, rec.e, rec.dx = arg.t, id .. arg.m_tail, arg.r, arg.e, nil
+rec.t, rec.m, rec.r, rec.rn, rec.e, rec.dx = arg.t, id .. arg.m_tail, arg.r, arg.rn, arg.e, nil
 add_work(base, work_of(rec))
 if arg.sc then rec.sc = arg.sc end
 if arg.c then rec.c = arg.c end
 enqueue(base, KEYS[3], KEYS[5], rec, queues, now)
 save(KEYS[1], rec)
+sync_heads(base)
 wake(base)
 return {'ok', rec.s}

@@ -10,7 +10,7 @@
 -- KEYS[1]  jobs hash
 -- KEYS[2]  requests hash   (request id -> record JSON; "eta" is rewritten)
 -- KEYS[3]  cursor hash     (periodic tasks' progress)
--- KEYS[4..] the work counter; task queues, SubmitPools and heads indexes of the waiting jobs re-scored here
+-- KEYS[4..] the work counter, the heads and qfloor hashes; task queues, SubmitPools and heads indexes of the waiting jobs re-scored here
 -- ARGV[1]  key base "<prefix>:{<vo>}:"
 -- ARGV[2]  JSON {"jobs": [{"id": str, "pr": pressure, "e": ete, "me": ceil(ete) for the member,
 --                          "sc": score as text}],
@@ -25,6 +25,7 @@ declare_from(4)
 local FINAL = {done = true, failed = true, cancelled = true, ['dep-failed'] = true}
 
 need(base .. 'work')
+need_heads(base)
 local recs, pools = {}, {}
 for i, j in ipairs(payload.jobs) do
   local rec = load(KEYS[1], j.id)
@@ -34,7 +35,7 @@ end
 local missing = needkeys()
 if missing then return missing end
 
-local rewritten, moved, touched = 0, 0, {}
+local rewritten, moved, retouched = 0, 0, {}
 for i, j in ipairs(payload.jobs) do
   local rec = recs[i]
   if rec and not FINAL[rec.s] then
@@ -48,7 +49,8 @@ for i, j in ipairs(payload.jobs) do
       if redis.call('ZSCORE', key, rec.m) then
         redis.call('ZREM', key, rec.m)
         redis.call('ZADD', key, j.sc, newm)
-        touched[rec.t] = true
+        touched(rec.t, newm, pools[rec.t])
+        retouched[rec.t] = true
         moved = moved + 1
       end
     end
@@ -58,12 +60,13 @@ for i, j in ipairs(payload.jobs) do
     rewritten = rewritten + 1
   end
 end
-for tq in pairs(touched) do
+for tq in pairs(retouched) do
   local head = redis.call('ZRANGE', base .. 't:' .. tq, 0, 0, 'WITHSCORES')
   if #head > 0 then
     for _, q in ipairs(pools[tq]) do redis.call('ZADD', base .. 'qh:' .. q, head[2], tq) end
   end
 end
+sync_heads(base)
 for id, eta in pairs(payload.requests or {}) do
   local raw = redis.call('HGET', KEYS[2], id)
   if raw then

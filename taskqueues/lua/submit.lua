@@ -7,7 +7,8 @@
 -- KEYS[5]  poolstamp zset       (task-queue id -> time its SubmitPool was computed)
 -- KEYS[6]  releasing zset
 -- KEYS[7]  requests hash        (request id -> record JSON)
--- KEYS[8..] task-queue zsets, SubmitPool sets, queue-heads zsets, byrule sets and the work counter
+-- KEYS[8..] task-queue zsets, SubmitPool sets, queue-heads zsets, byrule sets, the work counter,
+--           the heads and qfloor hashes
 -- ARGV[1]  key base "<prefix>:{<vo>}:"
 -- ARGV[2]  now (unix seconds)
 -- ARGV[3]  JSON {"tqs": {tq: {"def": str, "queues": [queue...]}}, "jobs": [record...],
@@ -20,6 +21,7 @@ local payload = cjson.decode(ARGV[3])
 declare_from(8)
 local pools = {}
 need(base .. 'work')
+need_heads(base)
 for _, rec in ipairs(payload.jobs) do
   if rec.ru then need(base .. 'byrule:' .. rec.ru) end
 end
@@ -63,5 +65,6 @@ if request then
   request.rec.first, request.rec.last = ids[2], ids[#ids]
   redis.call('HSET', KEYS[7], request.id, cjson.encode(request.rec))
 end
+sync_heads(base)
 wake(base)
 return ids
