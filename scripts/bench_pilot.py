@@ -9,9 +9,10 @@ Two runs, each a real ``python -m pilot.agent.command`` process against a privat
    $EPOCHREALTIME ..." >> F'`` (``$EPOCHREALTIME`` is a bash builtin: no fork, no clock program in the
    measurement). With 2 cores, each start after the first two takes the core freed by the earliest
    end not yet taken; the gap is that start stamp minus that end stamp. It is what a core loses between
-   two payloads: the end of one payload's process, the pilot noticing (pidfd), ``wait4``, the match
-   (one Lua call), ``Store.start``, the payload's sandbox ($JOBFEATURES, $TMPDIR), the spawn, and the
-   new payload's ``sh`` exec'ing ``bash``. So it is an upper bound of the pilot's own share.
+   two payloads: the end of one payload's process, the pilot noticing (pidfd), ``wait4``, one exchange
+   with the store (the completion and the match in one round trip), the payload's slot ($JOBFEATURES,
+   $TMPDIR), the spawn, and the new payload's ``sh`` exec'ing ``bash``. So it is an upper bound of the
+   pilot's own share.
 
 Targets: median gap <= 20 ms, pilot RSS <= 80 MB.
 Usage: ``python scripts/bench_pilot.py [-n 2000] [--work SECONDS] [--events]``.
