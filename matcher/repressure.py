@@ -412,7 +412,8 @@ def _write(store: Store, records: _Records, updates: Sequence[Record], report: R
             continue
         tqs = sorted({str(r["t"]) for u in chunk if (r := records.cache.get(u["id"])) and r.get("s") == "waiting"})
         reply = store.call_script("rescore", [keys.jobs, keys.requests, keys.cursor],
-                                  [keys.base + ":", json.dumps(body)], [keys.work, *store.pool_keys(tqs)])
+                                  [keys.base + ":", json.dumps(body)],
+                                  [keys.work, *store.floors, *store.pool_keys(tqs)])
         report.jobs_written += int(reply[1])
         report.members_moved += int(reply[2])
 

@@ -55,6 +55,9 @@ class Store:
         self._scripts: dict[str, Script] = scripts.register(client)
         self._base = self.keys.base + ":"
         self._match_calls: dict[str, PackedCall] = {}
+        # The heads and floor hashes, which every script that moves task-queue members keeps exact: declared
+        # up front (a script that found them undeclared would answer needkeys: one more round trip).
+        self.floors = [self.keys.heads, self.keys.qfloor]
         self._line = HotLine.of(client)
 
     @classmethod
@@ -123,7 +126,7 @@ class Store:
             body["request"] = {"id": request[0], "rec": dict(request[1])}
         k = self.keys
         declared = [key for tq, d in tqs.items() for key in (k.tq(tq), k.pool(tq), *map(k.qheads, d["queues"]))]
-        declared += [k.byrule(rule) for rule in {j.rule for j in jobs if j.rule}] + [k.work]
+        declared += [k.byrule(rule) for rule in {j.rule for j in jobs if j.rule}] + [k.work, *self.floors]
         reply = self.call_script("submit", [k.jobs, k.seq, k.tqdefs, k.tqempty, k.poolstamp, k.releasing, k.requests],
                            [self._base, now, json.dumps(body)], declared)
         return [_text(i) for i in reply[1:]]
@@ -226,7 +229,8 @@ class Store:
 
     def _complete_keys(self) -> list[str]:
         k = self.keys
-        return [k.jobs, k.leases, k.kills, k.tqempty, k.releasing, k.donelog, k.etekeys, k.eterules, k.work]
+        return [k.jobs, k.leases, k.kills, k.tqempty, k.releasing, k.donelog, k.etekeys, k.eterules, k.work,
+                *self.floors]
 
     def _complete_args(self, job: str, attempt: int, pilot: str, result: RunResult | None, now: float) -> list[Any]:
         return [self._base, job, attempt, pilot, now, json.dumps((result or RunResult()).fields())]
@@ -234,7 +238,7 @@ class Store:
     def fail(self, job: str, attempt: int, pilot: str, result: RunResult, *, requeue: bool = False) -> JobState:
         """Record a failure; with ``requeue`` the job goes back to its task queue at once (preemption)."""
         k = self.keys
-        extra: list[str] = [k.work]
+        extra: list[str] = [k.work, *self.floors]
         if requeue:
             extra += self.pool_keys([self.job(job).tq_id])
         reply = self.call_script("fail", [k.jobs, k.leases, k.kills, k.tqempty, k.releasing],
@@ -252,7 +256,7 @@ class Store:
         """
         k = self.keys
         due = self.client.zrangebyscore(k.delayed, "-inf", self.clock(), start=0, num=batch)
-        extra = [k.work, *self.pool_keys(self._tq_of(due))]
+        extra = [k.work, *self.floors, *self.pool_keys(self._tq_of(due))]
         reply = self.call_script("reap", [k.jobs, k.leases, k.delayed, k.kills, k.tqempty, k.releasing],
                            [self._base, self.clock(), self.backoff, batch], extra)
         return int(reply[1]), int(reply[2]), int(reply[3])
@@ -267,7 +271,8 @@ class Store:
         """Cancel (or, with ``kill``, kill) a job. Returns what happened: ended, requested, final, unknown."""
         k = self.keys
         reply = self.call_script("cancel", [k.jobs, k.kills, k.delayed, k.releasing],
-                           [self._base, job, "kill" if kill else "cancel", reason, self.clock()], [k.work])
+                                 [self._base, job, "kill" if kill else "cancel", reason, self.clock()],
+                                 [k.work, *self.floors])
         if _text(reply[0]) == "unknown":
             raise NotFound(f"no job {job!r}")
         return _text(reply[0])
@@ -277,7 +282,7 @@ class Store:
 
     def refresh_pool(self, tq_id: str, queues: Sequence[str]) -> tuple[int, int]:
         """Replace the SubmitPool of one task queue; returns (queues added, queues removed)."""
-        extra = self.pool_keys([tq_id]) + [self.keys.qheads(q) for q in queues]
+        extra = self.pool_keys([tq_id]) + [self.keys.qheads(q) for q in queues] + self.floors
         reply = self.call_script("refresh_pool", [self.keys.poolstamp], [self._base, tq_id, self.clock(), *queues],
                                  extra)
         self._match_calls.clear()
@@ -289,13 +294,13 @@ class Store:
         cutoff = self.clock() - grace
         cands = [_text(t) for t in self.client.zrangebyscore(k.tqempty, "-inf", cutoff, start=0, num=batch)]
         reply = self.call_script("clean", [k.tqdefs, k.tqempty, k.poolstamp], [self._base, cutoff, batch],
-                           self.pool_keys(cands))
+                           self.pool_keys(cands) + self.floors)
         return [_text(x) for x in reply[1:]]
 
     def release(self, job: str, spec: Mapping[str, Any]) -> JobState | None:
         """Move a releasing job into its task queue (``spec`` as release.lua documents) or fail it."""
         k = self.keys
-        extra = [k.work]
+        extra = [k.work, *self.floors]
         if "error" not in spec:
             extra += self.pool_keys([spec["t"]]) + [k.qheads(q) for q in spec["queues"]]
         reply = self.call_script("release", [k.jobs, k.tqdefs, k.tqempty, k.poolstamp, k.releasing],

@@ -184,6 +184,18 @@ def test_a_short_payload_reports_its_start_inside_its_completion(store: Store, c
     assert done.state is JobState.DONE and done.started == clock.now - 0.5 and done.ended == clock.now
 
 
+def test_an_exchange_declares_every_key_a_plain_completion_needs(store: Store,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a completion that releases dependents may need a second round trip; a plain one must not."""
+    a, b = store.submit([job(score=1), job(score=2)])
+    store.exchange("p1", offer=offer(cpu=1))
+    redone: list[str] = []
+    monkeypatch.setattr(store, "complete", lambda job_id, *args, **kw: redone.append(job_id) or [])
+    monkeypatch.setattr(store, "match", lambda *args, **kw: redone.append("match") or [])
+    got = store.exchange("p1", completions=[(a, 1, RunResult())], offer=offer(cpu=1))
+    assert redone == [] and [j.id for j in got.matched] == [b]
+
+
 def test_exchange_refuses_stale_reports_one_by_one(store: Store) -> None:
     a, b = store.submit([job(score=1), job(score=2)])
     store.match(offer(), max_jobs=2)
