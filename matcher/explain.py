@@ -19,6 +19,7 @@ from typing import Any
 from taskqueues.catalog import Catalog
 from taskqueues.errors import PilotfishError
 from taskqueues.records import Job, JobState
+from taskqueues.records import text as _text
 from taskqueues.requirements import Requirements
 from taskqueues.store import Store
 
@@ -65,10 +66,6 @@ class Explanation:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _raw(store: Store, job: str) -> dict[str, Any]:

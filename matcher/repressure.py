@@ -45,6 +45,7 @@ from taskqueues import dag
 from taskqueues.ete import RuleStats, estimate
 from taskqueues.lock import locked
 from taskqueues.records import Job
+from taskqueues.records import text as _text
 from taskqueues.store import Store
 
 from .eta import fan_in_bound, live_cores
@@ -78,10 +79,6 @@ class Report:
     etas: dict[str, float] = field(default_factory=dict)
     forgotten: int = 0
     records_read: int = 0
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class _Records:

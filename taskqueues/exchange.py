@@ -26,13 +26,10 @@ from redis.exceptions import NoScriptError
 
 from .errors import StaleReport, StoreError, StoreUnavailable
 from .records import Exchange, Job, PilotOffer, RunResult
+from .records import text as _text
 
 if TYPE_CHECKING:
     from .store import Store
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class PendingExchange:

@@ -22,8 +22,7 @@ from redis.connection import AbstractConnection
 from redis.exceptions import NoScriptError
 
 
-def bulk(value: Any) -> bytes:
-    """One RESP bulk string."""
+def _bulk(value: Any) -> bytes:
     data = value if isinstance(value, bytes) else str(value).encode()
     return b"$%d\r\n%s\r\n" % (len(data), data)
 
@@ -31,7 +30,7 @@ def bulk(value: Any) -> bytes:
 def pack_script(sha: str, keys: Sequence[str], args: Sequence[Any]) -> bytes:
     """One EVALSHA command in RESP."""
     parts = [b"EVALSHA", sha, len(keys), *keys, *args]
-    return b"*%d\r\n" % len(parts) + b"".join(bulk(p) for p in parts)
+    return b"*%d\r\n" % len(parts) + b"".join(_bulk(p) for p in parts)
 
 
 class HotLine:
@@ -77,15 +76,15 @@ class PackedCall:
         self.line = line
         self.script = script
         self.keys = list(keys)
-        self._head = b"*%d\r\n" % (3 + len(keys) + n_args) + bulk(b"EVALSHA") + bulk(script.sha) + bulk(len(keys))
-        self._head += b"".join(bulk(k) for k in keys)
+        self._head = b"*%d\r\n" % (3 + len(keys) + n_args) + _bulk(b"EVALSHA") + _bulk(script.sha) + _bulk(len(keys))
+        self._head += b"".join(_bulk(k) for k in keys)
         self._n_args = n_args
 
     def pack(self, args: Sequence[Any]) -> bytes:
         """The whole command in RESP, to send alone or with others in one round trip."""
         if len(args) != self._n_args:
             raise ValueError(f"expected {self._n_args} arguments, got {len(args)}")
-        return self._head + b"".join(bulk(a) for a in args)
+        return self._head + b"".join(_bulk(a) for a in args)
 
     def __call__(self, args: Sequence[Any]) -> Any:
         packed = self.pack(args)

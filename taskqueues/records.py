@@ -46,6 +46,11 @@ class JobState(StrEnum):
         return self in (JobState.DONE, JobState.FAILED, JobState.CANCELLED, JobState.DEP_FAILED)
 
 
+
+def text(value: Any) -> str:
+    """A value read from Redis (bytes, or already text) as text."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
 @dataclass(frozen=True)
 class NewJob:
     """A job ready to be stored: requirements already validated, its task queue and pool already known.

@@ -25,14 +25,11 @@ from .exchange import PendingExchange
 from .keys import Keys
 from .packed import HotLine, PackedCall, pack_script
 from .records import Exchange, HeartbeatReply, Job, JobState, NewJob, PilotOffer, RunResult
+from .records import text as _text
 
 _MAX_KEY_ROUNDS = 16
 
 Clock = Callable[[], float]
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class Store:

@@ -632,8 +632,11 @@ class Pilot:
         succeeded, self.succeeded = self.succeeded, []
         ended = {p.id for p, _ in succeeded}
         due = time.monotonic() - START_REPORT_DELAY
-        starts = [p for p in self.unstarted if all_starts or p.id in ended or p.start_mono <= due]
-        self.unstarted = [p for p in self.unstarted if not (all_starts or p.id in ended or p.start_mono <= due)]
+        starts: list[Payload] = []
+        waiting: list[Payload] = []
+        for payload in self.unstarted:
+            (starts if all_starts or payload.id in ended or payload.start_mono <= due else waiting).append(payload)
+        self.unstarted = waiting
         try:
             if self._channel is None:
                 self._channel = self.store.client.connection_pool.get_connection()
@@ -704,11 +707,7 @@ class Pilot:
             if why is not None:
                 log.warning("job %s: report refused, the job was taken from this pilot: %s", payload.id, why)
             self._ended_note(payload, result, "done" if why is None else "stale")
-        if reply.released and self.releaser is not None:
-            try:
-                self.releaser(reply.released)
-            except Exception:  # the releaser is the caller's; its failure must not stop payloads
-                log.exception("releaser failed for %s", reply.released)
+        self._release(reply.released)
         if sent.want == 0:
             return
         if not reply.matched:
@@ -837,13 +836,8 @@ class Pilot:
             if report == "none":
                 state = "lost"
             elif report is None and result.exit_code == 0:
-                released = self.store.complete(job.id, job.attempt, self.name, result)
+                self._release(self.store.complete(job.id, job.attempt, self.name, result))
                 state = "done"
-                if released and self.releaser is not None:
-                    try:
-                        self.releaser(released)
-                    except Exception:  # the releaser is the caller's; its failure must not stop payloads
-                        log.exception("releaser failed for %s", released)
             else:
                 state = str(self.store.fail(job.id, job.attempt, self.name, result, requeue=report == "requeue"))
         except StaleReport as exc:
@@ -859,6 +853,14 @@ class Pilot:
             state = "unreported"
         self._ended_note(payload, result, state)
         return True
+
+    def _release(self, released: list[str]) -> None:
+        """Hand the dependents a completion released to the releaser (it evaluates deferred requirements)."""
+        if released and self.releaser is not None:
+            try:
+                self.releaser(released)
+            except Exception:  # the releaser is the caller's; its failure must not stop payloads
+                log.exception("releaser failed for %s", released)
 
     def _ended_note(self, payload: Payload, result: RunResult, state: str) -> None:
         log.info("job %s attempt %d: %s%s", payload.id, payload.job.attempt, state,
