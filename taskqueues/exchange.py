@@ -108,6 +108,10 @@ class PendingExchange:
                 released += [_text(x) for x in reply[1:]]
         matched: list[Job] = []
         if self.offer is not None:
-            jobs = None if replies[-1] is None else store.matched(replies[-1])
-            matched = jobs if jobs is not None else store.match(self.offer, self.max_jobs)
+            if replies[-1] is None:
+                matched = store.match(self.offer, self.max_jobs)
+            else:
+                matched, stale = store.matched(replies[-1])
+                if stale:
+                    matched += store.match(self.offer.less(matched), self.max_jobs - len(matched), refresh=True)
         return Exchange(refused, released, matched)

@@ -147,26 +147,34 @@ class Store:
                 left, max_jobs]
 
     @staticmethod
-    def matched(reply: list[Any]) -> list[Job] | None:
-        """The jobs of a match reply, or None when the match needs the task queues declared anew."""
-        if _text(reply[0]) == "needkeys":
-            return None
-        return [Job.from_record(reply[i], _text(reply[i - 1])) for i in range(2, len(reply), 2)]
+    def matched(reply: list[Any]) -> tuple[list[Job], bool]:
+        """The jobs a match reply leased, and whether it stopped at a task queue it was not given (the
+        caller declares its queue's task queues anew and asks for the rest)."""
+        status = _text(reply[0])
+        jobs = [Job.from_record(reply[i], _text(reply[i - 1])) for i in range(2, len(reply), 2)]
+        return ([], True) if status == "needkeys" else (jobs, status == "more")
 
-    def match(self, offer: PilotOffer, max_jobs: int = 1) -> list[Job]:
+    def match(self, offer: PilotOffer, max_jobs: int = 1, *, refresh: bool = False) -> list[Job]:
         """Lease to the pilot the most urgent task-queue heads that fit, most urgent first.
 
         With ``max_jobs`` > 1 the choice repeats on what is left free (filling a multi-core pilot in
-        one call). An empty list means nothing fits now.
+        one call). An empty list means nothing fits now. ``refresh`` re-reads which task queues the
+        queue's index lists before the first call (the caller saw them change).
         """
-        args = self._match_args(offer, max_jobs)
-        for refresh in (False, True, True):
+        jobs: list[Job] = []
+        for _ in range(_MAX_KEY_ROUNDS):
             try:
-                jobs = self.matched(self._match_call(offer.queue, refresh)(args))
+                reply = self._match_call(offer.queue, refresh)(self._match_args(offer, max_jobs - len(jobs)))
             except redis.ConnectionError as exc:
                 raise StoreUnavailable(f"Redis unreachable: {exc}") from None
-            if jobs is not None:
+            got, stale = self.matched(reply)
+            jobs += got
+            if not stale:
                 return jobs
+            refresh = True
+            offer = offer.less(got)
+        if jobs:
+            return jobs
         raise StoreError(f"match for queue {offer.queue}: its task queues kept changing")
 
     def exchange(self, pilot: str, *, starts: Sequence[tuple[str, int, float]] = (),

@@ -86,6 +86,21 @@ def test_fill_in_one_call_repeats_on_what_is_left(store: Store) -> None:
     assert [j.id for j in got] == [ids[0], ids[1], ids[2]]  # 4 + 1 + 1; the 2-core job no longer fits
 
 
+@pytest.mark.parametrize("through", ["match", "exchange"])
+def test_a_fill_goes_on_past_a_task_queue_the_caller_has_not_seen_yet(store: Store, through: str) -> None:
+    """The caller's list of the queue's task queues was read before "new" existed: the fill must not stop
+    after the first job but declare it and take the rest (found by the oracle test)."""
+    (old,) = store.submit([job("old", score=1)])
+    assert store.match(offer(cpu=0)) == []  # the caller now knows Q1's index: "old" only
+    (new,) = store.submit([job("new", score=2)])
+    if through == "match":
+        got = store.match(offer(cpu=2), max_jobs=2)
+    else:
+        got = store.exchange("p1", offer=offer(cpu=2), max_jobs=2).matched
+    assert [j.id for j in got] == [old, new]
+    assert store.match(offer(cpu=8), max_jobs=2) == []
+
+
 def test_lifecycle_and_stale_attempts(store: Store) -> None:
     (jid,) = store.submit([job()])
     store.match(offer())

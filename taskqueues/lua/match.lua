@@ -8,7 +8,8 @@
 -- KEYS[6]  qfloor hash (queue -> "cpu:mem:tmp:ete" at or below every job its index can reach)
 -- KEYS[7..] the task-queue zsets the caller believes its queue can see, SORTED; the chosen task queue's key
 --           (or, for an index entry without a heads entry, that entry's key) when not declared is returned
---           as {'needkeys', key} before anything is written
+--           as {'needkeys', key} before anything is written; after a lease, the call ends there and answers
+--           'more' instead of 'ok' (the caller declares the task queues anew and asks for the rest)
 -- The hot path: this script does not use the shared prelude (no closures to build per call), and looks
 -- declared keys up by binary search in the sorted KEYS instead of building a table of them. It reads the
 -- heads hash, never a task-queue zset, to decide: only the task queue it leases from is touched.
@@ -19,7 +20,7 @@
 -- ARGV[5]  free cores      ARGV[6] free memory (MB)      ARGV[7] free scratch (MB)
 -- ARGV[8]  seconds left (negative = unbounded)
 -- ARGV[9]  how many jobs at most
--- Returns  {'ok', id1, record1, id2, record2, ...} (records as stored after the lease: without their
+-- Returns  {'ok' | 'more', id1, record1, id2, record2, ...} (records as stored after the lease: without their
 --          id, with the member's tail as mt; see _lib.lua's load/save) or {'needkeys', key}
 local base, pilot, now, lease = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local cpu, mem, tmp, left = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
@@ -149,14 +150,14 @@ while (#out - 1) / 2 < want do
   local tq, score, member, c, m, t, fl = pick()
   if not tq then
     if tq == false then
-      if #out > 1 then break end
+      if #out > 1 then out[1] = 'more' break end
       return {'needkeys', score}
     end
     break
   end
   local key = base .. 't:' .. tq
   if not declared(key) then
-    if #out > 1 then break end
+    if #out > 1 then out[1] = 'more' break end
     return {'needkeys', key}
   end
   redis.call('ZREM', key, member)
