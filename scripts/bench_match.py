@@ -4,10 +4,14 @@
 Prints, in one run: the submit rate; the match rate with 1 and 8 client processes for 10^4, 10^5 and 10^6
 waiting jobs in 10, 100 and 1000 task queues (each pilot's queue eligible for about 10% of them); Redis
 memory per waiting job with a 64-byte command; and, on the same server, the rate of a trivial EVALSHA
-(the ceiling). The ceiling is measured once at the start and again right before each match measurement,
-with the same number of calls and clients: on a machine shared with other work the load moves within a
-run, and each row's "% ceil" compares its match rate with the ceiling measured next to it (both are
-printed). Usage: python scripts/bench_match.py [--sizes 10000,100000,1000000] [--matches 5000]
+(the ceiling). The match rate counts jobs matched, not calls (a call that finds nothing counts for
+nothing), two ways: calls asking for one job ("one"), and calls asking for as many jobs as the pilot has
+free cores ("fill"), which is how a pilot asks (pilot.agent.loop). Pilots have 1, 2, 4 or 8 free cores,
+2000 MB per core, and 700 s or 4000 s left. The ceiling is measured once at the start and again
+alongside each match measurement, in alternating slices with the same number of calls and clients: on a
+machine shared with other work the load moves within a run, and each row's "%" compares its match rate
+with the ceiling measured next to it. Each slice starts with the row's number of jobs waiting.
+Usage: python scripts/bench_match.py [--sizes 10000,100000,1000000] [--tqs 10,100,1000] [--matches 4000]
 """
 
 from __future__ import annotations
@@ -59,16 +63,19 @@ def fill(store: Store, n: int, n_tqs: int, start: int, batch: int = 1000) -> flo
     return n / (time.perf_counter() - t0)
 
 
-def match_worker(url: str, n: int, seed: int, out: mp.Queue) -> None:  # type: ignore[type-arg]
+def match_worker(url: str, n: int, seed: int, fill: bool, out: mp.Queue) -> None:  # type: ignore[type-arg]
+    """``n`` match calls of pilots with 1, 2, 4 or 8 free cores; with ``fill``, each call asks for as many
+    jobs as it has free cores, as a pilot does (pilot.agent.loop), else for one."""
     store = Store.from_url(url, lease_seconds=3600)
     rng = random.Random(seed)
     offers = [PilotOffer(f"p{seed}", queue_name(rng.randrange(N_QUEUES)), cpu, cpu * 2000, 0, rng.choice([700, 4000]))
               for cpu in (rng.choice([1, 2, 4, 8]) for _ in range(64))]
+    asks = [(offer, offer.cpu if fill else 1) for offer in offers]
     store.match(offers[0])  # warm: script loaded, eligible task queues cached
     got = 0
     t0 = time.perf_counter()
     for i in range(n):
-        got += len(store.match(offers[i % len(offers)]))
+        got += len(store.match(*asks[i % len(asks)]))
     out.put((time.perf_counter() - t0, got))
 
 
@@ -105,21 +112,51 @@ def rate(done: int, seconds: float) -> float:
     return done / seconds
 
 
-def side_by_side(url: str, n_total: int, procs: int, seeds) -> tuple[float, float]:  # type: ignore[no-untyped-def]
-    """Match rate (jobs matched per second) and trivial-EVALSHA rate, in alternating slices.
+def cell(matched: float, ceiling: float) -> str:
+    """A match rate and its share of the ceiling, as the table prints them."""
+    return f"{matched:>6,.0f} {100 * matched / ceiling:>3.0f}%"
+
+
+class Stock:
+    """The waiting jobs of one run: topped up to the row's size before every slice of matches."""
+
+    def __init__(self, store: Store, n_tqs: int) -> None:
+        self.store, self.n_tqs = store, n_tqs
+        self.submitted = self.matched = 0
+        self.least = 1.0  # the smallest fraction of the row's size left waiting at the end of a slice
+
+    def top_up(self, size: int) -> float:
+        """Submit what brings the waiting jobs back to ``size``; the submit rate (jobs/s)."""
+        need = size - (self.submitted - self.matched)
+        if need <= 0:
+            return 0.0
+        submit_rate = fill(self.store, need, self.n_tqs, self.submitted)
+        self.submitted += need
+        return submit_rate
+
+
+def side_by_side(url: str, stock: Stock, size: int, n_total: int, procs: int,  # type: ignore[no-untyped-def]
+                 seeds) -> tuple[float, float, float]:
+    """Jobs matched per second by one-job calls and by filling calls, and the trivial-EVALSHA rate, in
+    alternating slices, each slice starting with ``size`` jobs waiting.
 
     On a machine shared with other work the load moves within a run; alternating ``SLICES`` slices of
-    ``n_total / SLICES`` calls each lets both rates see the same load. ``seeds(i)`` is worker i's seed.
+    ``n_total / SLICES`` calls each lets every rate see the same load. ``seeds(i)`` is worker i's seed.
     """
-    done = {"match": 0, "ceil": 0}
-    spent = {"match": 0.0, "ceil": 0.0}
-    kinds = (("ceil", evalsha_worker, lambda i: ()), ("match", match_worker, lambda i: (seeds(i),)))
+    done = {"one": 0, "fill": 0, "ceil": 0}
+    spent = {"one": 0.0, "fill": 0.0, "ceil": 0.0}
+    kinds = (("ceil", evalsha_worker, lambda i: ()), ("one", match_worker, lambda i: (seeds(i), False)),
+             ("fill", match_worker, lambda i: (seeds(i), True)))
     for _ in range(SLICES):
         for kind, target, extra in kinds:
+            stock.top_up(size)
             d, seconds = parallel(target, url, n_total // SLICES, procs, extra)
             done[kind] += d
             spent[kind] += seconds
-    return done["match"] / spent["match"], done["ceil"] / spent["ceil"]
+            if kind != "ceil":
+                stock.matched += d
+                stock.least = min(stock.least, 1 - d / size)
+    return done["one"] / spent["one"], done["fill"] / spent["fill"], done["ceil"] / spent["ceil"]
 
 
 def main() -> None:
@@ -140,35 +177,33 @@ def main() -> None:
             ceiling8 = rate(*parallel(evalsha_worker, server.url, 40000, 8, lambda i: ()))
             print(f"redis-server {version}; trivial EVALSHA ceiling: {ceiling1:,.0f}/s (1 client), "
                   f"{ceiling8:,.0f}/s (8 clients)")
-            print(f"{'tqs':>5} {'waiting':>9} {'submit/s':>10} {'match/s 1':>10} {'ceil 1':>8} {'% ceil':>7} "
-                  f"{'match/s 8':>10} {'ceil 8':>8} {'% ceil':>7} {'bytes/job':>9}")
+            print("jobs matched per second by one-job calls (one) and by calls asking for as many jobs as the "
+                  "pilot has free cores (fill), with 1 and 8 client processes; % of the trivial-EVALSHA rate "
+                  "(ceil) measured alongside")
+            print(f"{'tqs':>5} {'waiting':>9} {'submit/s':>9} | {'ceil':>7} {'one':>6} {'%':>4} {'fill':>6} {'%':>4} | "
+                  f"{'ceil 8':>7} {'one 8':>6} {'%':>4} {'fill 8':>6} {'%':>4} | {'bytes/job':>9}")
             rows = []
             for n_tqs in tq_counts:
                 client.flushall()
-                store = Store(client, lease_seconds=3600)
-                have = 0
+                mem0 = client.info("memory")["used_memory"]
+                stock = Stock(Store(client, lease_seconds=3600), n_tqs)
                 for size in sizes:
-                    base_mem = client.info("memory")["used_memory"] if have == 0 else None
-                    if have == 0:
-                        mem0 = base_mem
-                    # keep at least `size` waiting through the measurement: the matches take jobs away
-                    need = size + 3 * args.matches - have
-                    rate_submit = fill(store, need, n_tqs, have)
-                    have += need
-                    mem_per_job = (client.info("memory")["used_memory"] - mem0) / have
-                    r1, c1 = side_by_side(server.url, args.matches, 1, lambda i: 1)
-                    r8, c8 = side_by_side(server.url, args.matches * 2, 8, lambda i: 100 + i)
-                    have -= 3 * args.matches  # roughly: matches that found nothing take nothing
-                    rows.append((n_tqs, size, r1, r8))
-                    print(f"{n_tqs:>5} {size:>9,} {rate_submit:>10,.0f} {r1:>10,.0f} {c1:>8,.0f} "
-                          f"{100 * r1 / c1:>6.0f}% {r8:>10,.0f} {c8:>8,.0f} {100 * r8 / c8:>6.0f}% "
-                          f"{mem_per_job:>9,.0f}", flush=True)
+                    rate_submit = stock.top_up(size)
+                    # every record stored so far, waiting or leased by the rows before
+                    mem_per_job = (client.info("memory")["used_memory"] - mem0) / stock.submitted
+                    o1, f1, c1 = side_by_side(server.url, stock, size, args.matches, 1, lambda i: 1)
+                    o8, f8, c8 = side_by_side(server.url, stock, size, args.matches * 2, 8, lambda i: 100 + i)
+                    rows.append((n_tqs, size, o1, f1, o8, f8))
+                    print(f"{n_tqs:>5} {size:>9,} {rate_submit:>9,.0f} | {c1:>7,.0f} {cell(o1, c1)} {cell(f1, c1)} | "
+                          f"{c8:>7,.0f} {cell(o8, c8)} {cell(f8, c8)} | {mem_per_job:>9,.0f}", flush=True)
+                print(f"      (a slice left at least {100 * stock.least:.0f}% of its row's jobs waiting)")
             print()
             for n_tqs in tq_counts:
                 mine = [r for r in rows if r[0] == n_tqs]
                 lo, hi = mine[0], mine[-1]
-                print(f"{n_tqs:>5} task queues: match rate at {hi[1]:,} waiting / at {lo[1]:,}: "
-                      f"{hi[2] / lo[2]:.2f} (1 client), {hi[3] / lo[3]:.2f} (8 clients)")
+                print(f"{n_tqs:>5} task queues: match rate at {hi[1]:,} waiting / at {lo[1]:,}, one / fill: "
+                      f"{hi[2] / lo[2]:.2f} / {hi[3] / lo[3]:.2f} (1 client), "
+                      f"{hi[4] / lo[4]:.2f} / {hi[5] / lo[5]:.2f} (8 clients)")
         finally:
             server.stop()
 
