@@ -92,10 +92,16 @@ _director: Any = None
 
 @app.task(name="pilotfish.director")  # type: ignore[untyped-decorator,misc,unused-ignore]
 def director() -> dict[str, Any]:
-    """One director cycle; the director lives as long as this worker (its local pilots are its children)."""
+    """One director cycle; the director lives as long as this worker (its local pilots are its children).
+
+    A worker whose settings say ``beat_director`` false runs none, even when a beat configured otherwise
+    (an old one during an upgrade) sends the task: there the director is a process of its own.
+    """
     global _director
     from pilot.director.service import Director
 
+    if not context().settings.beat_director:
+        return {"skipped": "beat_director is false: the director runs as its own process"}
     if _director is None:
         _director = Director(context())
     summary: dict[str, Any] = _director.cycle().summary()

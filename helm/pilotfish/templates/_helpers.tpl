@@ -138,11 +138,18 @@ expansion only sees variables defined earlier in the list, hence the order).
 {{- end }}
 {{- end }}
 
-{{/* The environment every Pilotfish process gets: the contract with the CLI. */}}
+{{/*
+The environment every Pilotfish process gets: the contract with the CLI. PILOTFISH_BEAT_DIRECTOR is false
+because the director is its own Deployment (director.enabled): left at its default (true), beat would
+schedule `pilotfish.director` and a matcher worker would run a second director, whose local pilots would
+start inside the worker's pod.
+*/}}
 {{- define "pilotfish.env" -}}
 {{ include "pilotfish.redisEnv" . | trim }}
 - name: PILOTFISH_CATALOG
   value: /etc/pilotfish/catalog.toml
+- name: PILOTFISH_BEAT_DIRECTOR
+  value: "false"
 - name: PILOTFISH_VO
   value: {{ .Values.vo | quote }}
 - name: PILOTFISH_STATE_DIR
