@@ -8,11 +8,12 @@ the match path is one Lua call on Redis; Celery carries periodic and administrat
 
 from __future__ import annotations
 
-import socket
-import time
 from typing import Any
 
 from celery import Celery
+from celery.signals import heartbeat_sent
+
+from taskqueues import alive as liveness
 
 from . import periodic
 from .context import Context
@@ -29,6 +30,8 @@ app.conf.update(
     worker_send_task_events=True,
     task_send_sent_event=True,
     timezone="UTC",
+    # Celery's default scheduler plus beat's own liveness entry (``pilotfish health --component beat``).
+    beat_scheduler="matcher.beat:Scheduler",
 )
 
 _context: Context | None = None
@@ -54,16 +57,22 @@ def configure(ctx: Context) -> Celery:
         "clean": {"task": "pilotfish.clean", "schedule": s.clean_interval},
         "release-sweep": {"task": "pilotfish.release_sweep", "schedule": s.reap_interval},
         "repressure": {"task": "pilotfish.repressure", "schedule": s.repressure_interval},
-        "alive": {"task": "pilotfish.alive", "schedule": 10.0},
     }
     if s.beat_director:
         app.conf.beat_schedule["director"] = {"task": "pilotfish.director", "schedule": s.director_interval}
     return app
 
 
-def _alive(component: str) -> None:
+@heartbeat_sent.connect(dispatch_uid="pilotfish-worker-alive")  # type: ignore[untyped-decorator,misc,unused-ignore]
+def _worker_alive(**_: Any) -> None:
+    """The worker's own liveness entry (``pilotfish health --component worker``).
+
+    Celery sends a worker heartbeat every 2 s from the worker's event loop (Flower's sign of life too), so
+    the entry stays fresh only while that loop turns, and only this worker writes it: a task run by any
+    worker (the way beat's ``alive`` task was) kept every replica's probe green while one worked.
+    """
     ctx = context()
-    ctx.client.zadd(ctx.keys.alive(component), {f"{component}@{socket.gethostname()}": time.time()})
+    liveness.record(ctx.client, ctx.keys, "worker")
 
 
 @app.task(name="pilotfish.reap")  # type: ignore[untyped-decorator,misc,unused-ignore]
@@ -92,10 +101,16 @@ _director: Any = None
 
 @app.task(name="pilotfish.director")  # type: ignore[untyped-decorator,misc,unused-ignore]
 def director() -> dict[str, Any]:
-    """One director cycle; the director lives as long as this worker (its local pilots are its children)."""
+    """One director cycle; the director lives as long as this worker (its local pilots are its children).
+
+    A worker whose settings say ``beat_director`` false runs none, even when a beat configured otherwise
+    (an old one during an upgrade) sends the task: there the director is a process of its own.
+    """
     global _director
     from pilot.director.service import Director
 
+    if not context().settings.beat_director:
+        return {"skipped": "beat_director is false: the director runs as its own process"}
     if _director is None:
         _director = Director(context())
     summary: dict[str, Any] = _director.cycle().summary()
@@ -108,13 +123,6 @@ def repressure() -> dict[str, Any]:
 
     report = repressure_locked(context().store)
     return {"skipped": report is None, "rewritten": 0 if report is None else report.pressures_rewritten}
-
-
-@app.task(name="pilotfish.alive")  # type: ignore[untyped-decorator,misc,unused-ignore]
-def alive() -> None:
-    """Sent by beat, run by a worker: proves both are alive (``pilotfish health``)."""
-    _alive("worker")
-    _alive("beat")
 
 
 @app.task(name="pilotfish.submit_workflow", ignore_result=False)  # type: ignore[untyped-decorator,misc,unused-ignore]

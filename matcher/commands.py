@@ -8,6 +8,7 @@ import time
 
 import click
 
+from taskqueues import alive
 from taskqueues.errors import NotFound, PilotfishError
 
 from .context import Context
@@ -106,9 +107,14 @@ def matcher(beat: bool, beat_only: bool, concurrency: int, loglevel: str) -> Non
 @click.command()
 @click.option("--component", type=click.Choice(["worker", "beat", "director", "pilot"]))
 @click.option("--redis", "check_redis", is_flag=True, help="Only check that Redis answers.")
-@click.option("--max-age", default=60.0, show_default=True, help="Seconds a component's last beat may be old.")
+@click.option("--max-age", default=60.0, show_default=True, help="Seconds this process's last beat may be old.")
 def health(component: str | None, check_redis: bool, max_age: float) -> None:
-    """Exit 0 when Redis answers and (with --component) that component beat recently."""
+    """Exit 0 when Redis answers and (with --component) that component's process on THIS host beat recently.
+
+    Only the process's own entry counts (see taskqueues/alive.py): ``<component>@<host name>``, or for a
+    pilot its own name (the same environment gives the same name), so a Kubernetes probe run in a pod
+    judges that pod's process and never a sibling's. One PING and one ZSCORE.
+    """
     ctx = Context(Settings.load())
     try:
         ctx.client.ping()
@@ -117,13 +123,21 @@ def health(component: str | None, check_redis: bool, max_age: float) -> None:
     if check_redis or component is None:
         click.echo("redis: ok")
         return
-    beats = ctx.keys.pilotseen if component == "pilot" else ctx.keys.alive(component)
-    newest = ctx.client.zrange(beats, -1, -1, withscores=True)
-    age = time.time() - float(newest[0][1]) if newest else None
-    if age is None or age > max_age:
-        click.echo(f"{component}: no beat within {max_age:.0f} s", err=True)
+    if component == "pilot":
+        from pilot.agent.config import identity_from_environment
+
+        key, name = ctx.keys.pilotseen, identity_from_environment().name
+    else:
+        key, name = ctx.keys.alive(component), alive.member(component)
+    now = time.time()
+    seen = alive.last_seen(ctx.client, key, name)
+    if seen is None or now - seen > max_age:
+        when = "never beat" if seen is None else f"last beat {now - seen:.0f} s ago"
+        others = alive.fresh_others(ctx.client, key, name, now - max_age)
+        click.echo(f"{component}: {name} {when} (max age {max_age:.0f} s); {others} other {component} process(es) "
+                   f"beat within it, which do not count for this one", err=True)
         sys.exit(1)
-    click.echo(f"{component}: ok (last beat {age:.0f} s ago)")
+    click.echo(f"{component}: ok ({name}, last beat {now - seen:.0f} s ago)")
 
 
 @click.command()

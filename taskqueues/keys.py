@@ -28,7 +28,7 @@ rewrite. ``tests/test_keys.py`` checks it for every key builder.
 | ``P:{vo}:work`` | string | outstanding core-seconds of unfinished jobs (the load in a request's ETA) |
 | ``P:{vo}:wake`` | channel | published when work enters a task queue: idle pilots wait on it |
 | ``P:{vo}:lock:<name>`` | string | a periodic task's lock (token, with an expiry) |
-| ``P:{vo}:alive:<component>`` | zset | process name → last beat of a component (worker, beat, director, pilot) |
+| ``P:{vo}:alive:<component>`` | zset | ``<component>@<host>`` → last beat, written by that process itself |
 | ``P:{vo}:cursor`` | hash | periodic tasks' progress: ``repressure`` (how far re-pressure read the done log),
 ``repressure:rule:<rule>`` (the rule mean it last propagated) |
 | ``P:{vo}:pilots`` | hash | pilot id → pilot record (JSON) |

@@ -156,6 +156,45 @@ def test_components_run_the_cli_contract_commands_and_probes(hc: ModuleType) -> 
         assert c["workingDir"] == env["PILOTFISH_STATE_DIR"]["value"] == "/var/lib/pilotfish"
 
 
+def test_worker_and_beat_pods_run_no_director_of_their_own(hc: ModuleType) -> None:
+    """The director is its own Deployment: the env of the worker and beat pods turns beat's director
+    schedule off, and a worker so configured refuses the task even if some other beat sends it."""
+    from matcher import celery_app
+    from matcher.context import Context
+    from matcher.settings import Settings
+
+    for director in (True, False):
+        objects = hc.objects_of({"director": {"enabled": director}})
+        for suffix in ("-matcher", "-beat"):
+            entry = env_of(container(named(objects, "Deployment", suffix)))["PILOTFISH_BEAT_DIRECTOR"]
+            assert entry == {"name": "PILOTFISH_BEAT_DIRECTOR", "value": "false"}
+            settings = Settings.load(path="/dev/null", env={"PILOTFISH_REDIS_URL": "redis://127.0.0.1:1/0",
+                                                            entry["name"]: entry["value"]})
+            assert settings.beat_director is False
+            app = celery_app.configure(Context(settings))
+            assert "director" not in app.conf.beat_schedule and "reap" in app.conf.beat_schedule
+            assert "skipped" in celery_app.director()
+            assert celery_app._director is None
+    default = Settings.load(path="/dev/null", env={"PILOTFISH_REDIS_URL": "redis://127.0.0.1:1/0"})
+    assert "director" in celery_app.configure(Context(default)).conf.beat_schedule, "the local default keeps it"
+
+
+def test_pilot_pods_name_the_pilot_after_the_pod_so_its_probe_finds_its_own_heartbeat(hc: ModuleType) -> None:
+    """A pilot pod's processes get the pod's name and node from the downward API; the pilot's identity
+    (and so the name its liveness probe looks up) is derived from them."""
+    from pilot.agent.config import identity_from_environment
+
+    downward = {"PILOTFISH_POD_NAME": "metadata.name", "PILOTFISH_NODE_NAME": "spec.nodeName"}
+    for kind in ("Deployment", "Job"):
+        objects = hc.objects_of({"pilots": {"enabled": True, "kind": kind}})
+        env = env_of(container(named(objects, kind, "-pilot" if kind == "Deployment" else "-pilot-r1")))
+        assert {name: env[name]["valueFrom"]["fieldRef"]["fieldPath"] for name in downward} == downward
+    pod = {"PILOTFISH_POD_NAME": "pf-pilotfish-pilot-5d8f-abcde", "PILOTFISH_NODE_NAME": "worker-3"}
+    assert identity_from_environment(pod).name == "k8s-pf-pilotfish-pilot-5d8f-abcde@worker-3"
+    for suffix in ("-matcher", "-beat"):
+        assert "PILOTFISH_POD_NAME" not in env_of(container(named(hc.objects_of({}), "Deployment", suffix)))
+
+
 def test_beat_is_exactly_one_pod_replaced_not_rolled(hc: ModuleType) -> None:
     objects = hc.objects_of({"matcher": {"replicas": 5}})
     beat = named(objects, "Deployment", "-beat")

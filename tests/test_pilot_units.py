@@ -205,6 +205,9 @@ def test_identity_from_environment() -> None:
     assert identity_from_environment({"JOB_ID": "5", "SGE_TASK_ID": "3", "NSLOTS": "2", "HOSTNAME": "w1.x"}
                                      ).name == "sge-5.3@w1"
     assert identity_from_environment({"PILOTFISH_BATCH_ID": "local-10-2"}).batch_id == "10-2"
+    pod = {"PILOTFISH_POD_NAME": "pf-pilot-7c9-x2", "PILOTFISH_NODE_NAME": "node-3"}
+    assert identity_from_environment(pod).name == "k8s-pf-pilot-7c9-x2@node-3"
+    assert identity_from_environment({**pod, "PILOTFISH_BATCH_ID": "local-10-2"}).batch == "local"
     local = identity_from_environment({})
     assert local.batch == "local" and local.batch_id == str(os.getpid())
     assert json.dumps(local.name).count("@") == 1

@@ -54,9 +54,11 @@ def make_releaser(config: PilotConfig) -> Callable[[list[str]], object]:
 @click.command("pilot")
 @click.option("--redis-url", envvar="PILOTFISH_REDIS_URL", default="redis://127.0.0.1:6379/0", show_default=True,
               help="The task-queue store (env PILOTFISH_REDIS_URL).")
-@click.option("--vo", default="default", show_default=True, help="Community whose jobs this pilot runs.")
+@click.option("--vo", envvar="PILOTFISH_VO", default="default", show_default=True,
+              help="Community whose jobs this pilot runs.")
 @click.option("--queue", required=True, help="Catalog queue id this pilot runs in (site/ce/queue).")
-@click.option("--prefix", default="pf", show_default=True, help="Redis key prefix of the store.")
+@click.option("--prefix", envvar="PILOTFISH_PREFIX", default="pf", show_default=True,
+              help="Redis key prefix of the store.")
 @click.option("--cores", type=click.IntRange(min=1), default=None, help="Override MJF allocated_CPU.")
 @click.option("--mem", type=click.IntRange(min=0), default=None, help="Override MJF mem_limit_MB (MB).")
 @click.option("--tmp", type=click.IntRange(min=0), default=None, help="Override the scratch space (MB).")

@@ -37,10 +37,13 @@ class Identity:
 
 
 def identity_from_environment(env: Mapping[str, str] | None = None) -> Identity:
-    """The pilot's identity from its batch system's environment: Slurm, Grid Engine, else a local process.
+    """The pilot's identity from its batch system's environment: Slurm, Grid Engine, Kubernetes, else a
+    local process.
 
-    The local backend exports ``PILOTFISH_BATCH_ID`` (already ``local-<pid>-<n>``, unique on its host); a
-    pilot started by hand gets ``local-<pid>``.
+    The local backend exports ``PILOTFISH_BATCH_ID`` (already ``local-<pid>-<n>``, unique on its host). A
+    pod of the Helm chart exports its name and its node (``PILOTFISH_POD_NAME``, ``PILOTFISH_NODE_NAME``)
+    and is ``k8s-<pod>@<node>``: a name any process of the pod derives alike, so the pod's liveness probe
+    finds the pilot's own heartbeat. A pilot started by hand gets ``local-<pid>``.
     """
     env = os.environ if env is None else env
     node = socket.gethostname().split(".")[0] or "localhost"
@@ -54,6 +57,9 @@ def identity_from_environment(env: Mapping[str, str] | None = None) -> Identity:
     local = env.get("PILOTFISH_BATCH_ID", "")
     if local:
         return Identity("local", local.removeprefix("local-"), node)
+    pod = env.get("PILOTFISH_POD_NAME", "")
+    if pod:
+        return Identity("k8s", pod, env.get("PILOTFISH_NODE_NAME") or node)
     return Identity("local", str(os.getpid()), node)
 
 

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import socket
 import sys
 import time
 from collections.abc import Callable
@@ -28,6 +26,7 @@ from matcher.context import Context
 from matcher.settings import Settings
 from pilot.backends.base import Backend, PilotRequest, PilotState
 from pilot.backends.factory import make_backend
+from taskqueues import alive
 from taskqueues.catalog import Queue
 from taskqueues.errors import BackendError
 from taskqueues.lock import locked
@@ -128,8 +127,7 @@ class Director:
 
     def cycle(self) -> CycleReport:
         report = CycleReport()
-        beat = f"director@{socket.gethostname()}:{os.getpid()}"
-        self.ctx.client.zadd(self.ctx.keys.alive("director"), {beat: time.time()})  # pilotfish health
+        alive.record(self.ctx.client, self.ctx.keys, "director")  # pilotfish health --component director
         with locked(self.ctx.client, self.ctx.keys, "director", ttl=120) as mine:
             if not mine:
                 report.skipped = True

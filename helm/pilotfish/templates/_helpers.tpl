@@ -138,11 +138,18 @@ expansion only sees variables defined earlier in the list, hence the order).
 {{- end }}
 {{- end }}
 
-{{/* The environment every Pilotfish process gets: the contract with the CLI. */}}
+{{/*
+The environment every Pilotfish process gets: the contract with the CLI. PILOTFISH_BEAT_DIRECTOR is false
+because the director is its own Deployment (director.enabled): left at its default (true), beat would
+schedule `pilotfish.director` and a matcher worker would run a second director, whose local pilots would
+start inside the worker's pod.
+*/}}
 {{- define "pilotfish.env" -}}
 {{ include "pilotfish.redisEnv" . | trim }}
 - name: PILOTFISH_CATALOG
   value: /etc/pilotfish/catalog.toml
+- name: PILOTFISH_BEAT_DIRECTOR
+  value: "false"
 - name: PILOTFISH_VO
   value: {{ .Values.vo | quote }}
 - name: PILOTFISH_STATE_DIR
@@ -233,9 +240,10 @@ affinity:
 {{- end }}
 
 {{/*
-The probes of a Pilotfish process. Liveness asks whether the component's heartbeat in Redis is fresh
-(the process is alive AND doing its work); readiness asks whether Redis answers; the startup probe gives
-the first heartbeat time before liveness counts. Call with (dict "ctx" $ "component" "worker").
+The probes of a Pilotfish process. Liveness asks whether this pod's own process beat recently in Redis
+(alive AND doing its work; a sibling replica's beat does not count, see taskqueues/alive.py); readiness
+asks whether Redis answers; the startup probe gives the first beat time before liveness counts. Call
+with (dict "ctx" $ "component" "worker").
 */}}
 {{- define "pilotfish.probes" -}}
 {{- $p := .ctx.Values.probes }}
@@ -261,8 +269,9 @@ readinessProbe:
 
 {{/*
 The pod template of a Pilotfish process. Call with (dict "ctx" $ "component" LABEL "health" HEALTH
-"args" LIST "resources" MAP "stateSize" QUANTITY "extra" MAP), "health" being the name the process's
-heartbeat carries (`pilotfish health --component HEALTH`), "extra" optional pod-spec fields.
+"args" LIST "resources" MAP "stateSize" QUANTITY "extra" MAP "env" LIST), "health" being the component
+whose own heartbeat the probes check (`pilotfish health --component HEALTH`), "extra" optional pod-spec
+fields, "env" optional extra environment variables.
 */}}
 {{- define "pilotfish.processPod" -}}
 metadata:
@@ -287,6 +296,9 @@ spec:
       workingDir: {{ .ctx.Values.stateDir }}
       env:
         {{- include "pilotfish.env" .ctx | nindent 8 }}
+        {{- with .env }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
       {{- include "pilotfish.probes" (dict "ctx" .ctx "component" .health) | trim | nindent 6 }}
       resources:
         {{- toYaml .resources | nindent 8 }}
@@ -296,6 +308,21 @@ spec:
         {{- include "pilotfish.volumeMounts" .ctx | nindent 8 }}
   volumes:
     {{- include "pilotfish.volumes" (dict "ctx" .ctx "stateSize" .stateSize) | nindent 4 }}
+{{- end }}
+
+{{/*
+A pilot pod's name and node, from the downward API: the pilot is `k8s-<pod>@<node>`, a name its liveness
+probe derives from the same variables to find the pilot's own heartbeat (pilot/agent/config.py).
+*/}}
+{{- define "pilotfish.pilotEnv" -}}
+- name: PILOTFISH_POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: PILOTFISH_NODE_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: spec.nodeName
 {{- end }}
 
 {{/*
