@@ -98,6 +98,33 @@ def test_kill_request_from_the_store(store: Store, redis_url: str, tmp_path: Pat
     assert store.job(other).state == JobState.DONE
 
 
+def test_heartbeat_reports_the_usage_of_a_running_payload(store: Store, redis_url: str, tmp_path: Path) -> None:
+    # Grows by 40 MB and burns CPU every step, for about 6 s; the store must see both rise while it runs.
+    grower = f"{sys.executable} -c 'import time\nkeep = []\nfor _ in range(12):\n" \
+             "    keep.append(bytearray(40 * 10**6))\n    end = time.process_time() + 0.25\n" \
+             "    while time.process_time() < end: pass\n    time.sleep(0.25)'"
+    [jid] = store.submit([job(mem=1000, command=grower)])
+    seen: list[tuple[float, float]] = []
+
+    def usage_rose() -> bool:
+        record = store.job(jid)
+        usage = (record.peak_mem, record.cpu_time)
+        if record.state == JobState.RUNNING and None not in usage and (not seen or seen[-1] != usage):
+            seen.append((float(record.peak_mem or 0), float(record.cpu_time or 0)))
+        return len(seen) >= 3
+
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--lease", "3", "--heartbeat", "0.3") as proc:
+        wait_for(usage_rose, 20, "three rising usage reports of the running job", interval=0.1)
+        log = finish(proc, tmp_path, 30)
+    mems, cpus = [m for m, _ in seen], [c for _, c in seen]
+    assert mems == sorted(mems) and cpus == sorted(cpus), seen
+    assert mems[-1] > mems[0] and cpus[-1] > cpus[0], seen
+    assert store.job(jid).state == JobState.DONE, log
+    final = store.job(jid)
+    assert final.peak_mem is not None and final.peak_mem >= max(mems) and final.peak_mem > 400
+    assert final.cpu_time is not None and final.cpu_time >= max(cpus) and final.cpu_time >= 2.5
+
+
 def test_drains_when_a_shutdown_time_appears(store: Store, redis_url: str, tmp_path: Path) -> None:
     ids = store.submit([job(command="sleep 0.3", ete=4, score=i) for i in range(200)])
     env = pilot_env(tmp_path, cores=1)

@@ -58,7 +58,7 @@ from pilot.mjf.payload import PayloadArea
 from pilot.mjf.source import FeatureReader
 from taskqueues.errors import PilotfishError, StaleReport, StoreError, StoreUnavailable
 from taskqueues.exchange import PendingExchange
-from taskqueues.records import Job, PilotOffer, RunResult
+from taskqueues.records import Job, JobUsage, PilotOffer, RunResult
 from taskqueues.store import Store
 
 log = logging.getLogger("pilot.agent")
@@ -500,8 +500,10 @@ class Pilot:
                 self._dirty = True
         jobs = {p.id: p.job.attempt for p in self.running.values()}
         jobs.update({r.payload.id: r.payload.job.attempt for r in self.pending})
+        usage = {p.id: JobUsage(p.usage.peak_rss / 1_000_000, p.usage.cpu)
+                 for p in self.running.values() if p.usage.peak_rss}  # measured at least once
         try:
-            reply = self.store.heartbeat(self.name, jobs, self._record())
+            reply = self.store.heartbeat(self.name, jobs, self._record(), usage)
         except StoreError as exc:
             log.warning("heartbeat failed (leases not renewed): %s", exc)
         else:
