@@ -294,6 +294,28 @@ def test_wall_limit_of_a_job(store: Store, redis_url: str, tmp_path: Path) -> No
     assert record.reason == "wall time limit 1 s exceeded"
 
 
+def test_wall_requirement_is_normalised_seconds(store: Store, redis_url: str, tmp_path: Path) -> None:
+    # On a node twice as fast as the reference, 4 normalised seconds are 2 real ones: the payload's
+    # $JOBFEATURES, the pilot's $JOBSTATUS and the kill all say so.
+    seen = tmp_path / "seen"
+    spec = job(command=f'echo "$(cat $JOBFEATURES/wall_limit_secs) $(cat $JOBFEATURES/wall_limit_secs_lrms)" '
+                       f'> {seen}; sleep 60')
+    [slow] = store.submit([spec.__class__(**{**spec.__dict__, "requirements": json.dumps(
+        {"cpu": 1, "mem": 100, "tmp": 0, "wall": 4})})])
+    env = pilot_env(tmp_path, cores=1, job={"cpufactor_lrms": 2})
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--kill-grace", "1", env=env) as proc:
+        status = wait_for(lambda: (s := read_jobstatus(env["JOBSTATUS"])) and s.used_CPU == 1 and s, 10,
+                          "used_CPU 1 in $JOBSTATUS")
+        assert status.last_max_job_end - status.last_job_start in (1, 2, 3)  # 2 s, floored on both sides
+        log = finish(proc, tmp_path, 30)
+    assert seen.read_text().split() == ["2", "4"]
+    record = store.job(slow)
+    assert record.state == JobState.FAILED, log
+    assert record.reason == "wall time limit 4 s normalised (2 s at CPU factor 2) exceeded"
+    assert record.started is not None and record.ended is not None
+    assert 1.9 <= record.ended - record.started < 3.5
+
+
 def test_own_machine_runs_the_shutdown_command(redis_url: str, tmp_path: Path) -> None:
     marker = tmp_path / "machine-down"
     script = tmp_path / "shutdown.sh"

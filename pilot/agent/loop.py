@@ -53,6 +53,7 @@ from pilot.agent.memory import over_limit, over_limit_reason, sample_sessions
 from pilot.agent.observer import Command, NullObserver, Observer, PilotInfo, PilotLoad
 from pilot.agent.payload import Payload, PayloadError, Report, Stop, pidfds_supported
 from pilot.mjf.features import Features
+from pilot.mjf.formulas import denormalise
 from pilot.mjf.jobstatus import JobStatusWriter, RunningPayload
 from pilot.mjf.payload import PayloadArea
 from pilot.mjf.source import FeatureReader
@@ -552,10 +553,14 @@ class Pilot:
     def _payload_deadline(self, payload: Payload) -> tuple[float | None, Stop | None]:
         """When the payload must be stopped (UNIX time), and how: its own wall limit or the pilot's end."""
         wall = _wall_requirement(payload.job)
-        own = payload.start_wall + wall if wall else None
-        pilot_end = self.area.pilot_end(self.features) if self.area and self.features else None
+        assert self.features is not None
+        factor = self.features.cpufactor
+        real = None if wall is None else denormalise(wall, factor)
+        own = payload.start_wall + real if real is not None else None
+        pilot_end = self.area.pilot_end(self.features) if self.area else None
         if own is not None and (pilot_end is None or own <= pilot_end):
-            return own, Stop(f"wall time limit {wall} s exceeded", "fail")
+            at = "" if factor == 1 else f" normalised ({real:g} s at CPU factor {factor:g})"
+            return own, Stop(f"wall time limit {wall} s{at} exceeded", "fail")
         if pilot_end is not None:
             return pilot_end, Stop("the pilot reached its end (wall limit or shutdown time)", "requeue")
         return None, None
@@ -742,10 +747,10 @@ class Pilot:
                                  f"pilot {self.name} has only cpu={cpu} mem={mem} tmp={tmp} free")
             return None
         assert self.area is not None and self._selector is not None
-        wall = _wall_requirement(job)
         try:
             sandbox = self.area.payload(f"{job.id}.{job.attempt}", cores=job.cpu, mem_MB=job.mem or None,
-                                        wall_secs=wall, disk_GB=job.tmp / 1000 if job.tmp else None)
+                                        wall_norm=_wall_requirement(job),
+                                        disk_GB=job.tmp / 1000 if job.tmp else None)
         except PilotfishError as exc:
             self._give_back(job, str(exc))
             self._stop_accepting(f"cannot create payload directories: {exc}")
@@ -900,10 +905,10 @@ class Pilot:
         for payload in self.running.values():
             start = payload.start_wall
             wall = _wall_requirement(payload.job)
-            ends = [e for e in (pilot_end, start + wall if wall else None) if e is not None]
+            ends = [e for e in (pilot_end, start + denormalise(wall, factor) if wall else None) if e is not None]
             max_end = min(ends) if ends else start + NO_END
             ete = payload.job.ete
-            expected = start + ete / factor if ete > 0 else max_end
+            expected = start + denormalise(ete, factor) if ete > 0 else max_end
             entries.append(RunningPayload(cores=payload.job.cpu, start=start, expected_end=expected, max_end=max_end))
         try:
             self.jobstatus.publish(entries)
@@ -922,7 +927,8 @@ class Pilot:
 
 
 def _wall_requirement(job: Job) -> int | None:
-    """The job's own wall-time requirement in seconds, if it gave one."""
+    """The job's own wall-time requirement, if it gave one: normalised seconds (reference-machine time,
+    :mod:`taskqueues.requirements`); real seconds on this node are that / cpufactor (``denormalise``)."""
     value = job.requirements.get("wall")
     try:
         seconds = int(value) if value is not None else 0
