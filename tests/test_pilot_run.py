@@ -148,6 +148,29 @@ def test_drains_when_a_shutdown_time_appears(store: Store, redis_url: str, tmp_p
     assert status.can_postpone_last_job is False
 
 
+def test_can_postpone_last_job_announces_a_drain_while_running(store: Store, redis_url: str, tmp_path: Path) -> None:
+    [jid] = store.submit([job(command="sleep 6", ete=20)])
+    env = pilot_env(tmp_path, cores=1)
+    mf = Path(env["MACHINEFEATURES"])
+
+    def postpone(expected: bool) -> object:
+        status = read_jobstatus(env["JOBSTATUS"])
+        return status is not None and status.used_CPU == 1 and status.can_postpone_last_job is expected
+
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--heartbeat", "0.3") as proc:
+        wait_for(lambda: postpone(True), 10, "the payload running, can_postpone_last_job True")
+        write_features(mf, shutdowntime=int(time.time() + 300))  # its payload (20 s expected) ends before
+        time.sleep(1.0)
+        assert postpone(True), "a shutdown time every payload finishes before is no drain"
+        write_features(mf, shutdowntime=int(time.time() + 10))  # it cannot: the pilot drains
+        wait_for(lambda: postpone(False), 3, "can_postpone_last_job False while the payload runs")
+        assert proc.poll() is None and store.job(jid).state == JobState.RUNNING
+        write_features(mf, shutdowntime=None)  # withdrawn
+        wait_for(lambda: postpone(True), 3, "can_postpone_last_job True again")
+        log = finish(proc, tmp_path, 30)
+    assert store.job(jid).state == JobState.DONE, log
+
+
 def test_sigterm_gives_every_payload_back_at_once(store: Store, redis_url: str, tmp_path: Path) -> None:
     ids = store.submit([job(command="sleep 60") for _ in range(2)])
     env = pilot_env(tmp_path, cores=2)

@@ -898,7 +898,6 @@ class Pilot:
         assert self.jobstatus is not None and self.features is not None and self.area is not None
         self._dirty = False
         self._next_publish = time.monotonic() + self.config.jobstatus_interval
-        self.jobstatus.can_postpone_last_job = self.accepting
         pilot_end = self.area.pilot_end(self.features)
         factor = self.features.cpufactor
         entries = []
@@ -910,10 +909,31 @@ class Pilot:
             ete = payload.job.ete
             expected = start + denormalise(ete, factor) if ete > 0 else max_end
             entries.append(RunningPayload(cores=payload.job.cpu, start=start, expected_end=expected, max_end=max_end))
+        self.jobstatus.can_postpone_last_job = self._can_postpone([e.expected_end for e in entries])
         try:
             self.jobstatus.publish(entries)
         except PilotfishError as exc:
             log.warning("$JOBSTATUS not updated: %s", exc)
+
+    def _can_postpone(self, expected_ends: list[float]) -> bool:
+        """$JOBSTATUS ``can_postpone_last_job``: False once the pilot is retiring (spec: "ready to be
+        retired, and does not expect more user jobs to be fetched").
+
+        That is the case when it takes no more jobs, and while the site announces a shutdown time
+        (``shutdowntime`` or ``shutdowntime_job``) that its running payloads cannot all finish before: it is
+        draining, nothing it starts may end after that time, and the payloads it has already run into it.
+        A shutdown time far enough away for every running payload leaves it True (the pilot keeps filling
+        its cores with jobs that end before it); so does a shutdown time the site withdraws.
+        """
+        if not self.accepting:
+            return False
+        assert self.features is not None
+        shutdowns = [t for t in (self.features.machine.shutdowntime, self.features.job.shutdowntime_job)
+                     if t is not None]
+        if not shutdowns:
+            return True
+        deadline = min(shutdowns) - self.config.stop_margin
+        return all(end < deadline for end in expected_ends)
 
     # -- helpers -----------------------------------------------------------------------------------
 
