@@ -278,7 +278,7 @@ def test_outputs_sandbox_and_jobstatus(store: Store, redis_url: str, tmp_path: P
 def test_jobstatus_while_running(store: Store, redis_url: str, tmp_path: Path) -> None:
     store.submit([job(cpu=1, ete=30, command="sleep 2")])
     env = pilot_env(tmp_path, cores=2, job={"wall_limit_secs": 600, "jobstart_secs": int(time.time())})
-    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", env=env) as proc:
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--priority-factor", "7", env=env) as proc:
         def published() -> object:
             status = read_jobstatus(env["JOBSTATUS"])
             return status if status is not None and status.used_CPU == 1 else None
@@ -287,6 +287,7 @@ def test_jobstatus_while_running(store: Store, redis_url: str, tmp_path: Path) -
         assert status.can_postpone_last_job is True
         assert abs(status.last_exp_job_end - (status.last_job_start + 30)) <= 1
         assert now + 500 < status.last_max_job_end <= now + 600
+        assert status.priority_factor == 7
         finish(proc, tmp_path, 30)
 
 

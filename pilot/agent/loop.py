@@ -190,7 +190,7 @@ class Pilot:
         self.guardian = Guardian()
         directory = config.jobstatus_dir or (os.environ.get("JOBSTATUS") or None)
         self.jobstatus = JobStatusWriter(directory, allocated_CPU=self.cores, pilot_start=self.started,
-                                         workdir=config.workdir)
+                                         workdir=config.workdir, priority_factor=config.priority_factor)
         ident = self.identity
         self.info = PilotInfo(
             name=self.name, queue=config.queue, vo=config.vo, cores=self.cores, mem=self.mem, tmp=self.tmp,
