@@ -85,6 +85,21 @@ def test_payload_over_its_memory_limit_is_killed(store: Store, redis_url: str, t
     assert time.monotonic() - started < 20
 
 
+def test_a_payload_that_asked_for_no_memory_is_held_to_the_pilots(store: Store, redis_url: str,
+                                                                  tmp_path: Path) -> None:
+    seen = tmp_path / "seen"
+    hog = f"cat $JOBFEATURES/mem_limit_MB > {seen}; {sys.executable} -c 'import time; b = bytearray(400 * 10**6); " \
+          "b[::4096] = b\"x\" * len(b[::4096]); time.sleep(60)'"
+    [hog_id] = store.submit([job(mem=0, command=hog)])
+    env = pilot_env(tmp_path, cores=1, mem=250)
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--kill-grace", "1", env=env) as proc:
+        log = finish(proc, tmp_path, 30)
+    assert seen.read_text().strip() == "250"
+    record = store.job(hog_id)
+    assert record.state == JobState.FAILED, log
+    assert record.reason is not None and "over the limit 250 MB (+10%)" in record.reason
+
+
 def test_kill_request_from_the_store(store: Store, redis_url: str, tmp_path: Path) -> None:
     [victim, other] = store.submit([job(command="sleep 60"), job(command="sleep 0.5")])
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--lease", "3", "--heartbeat", "0.3") as proc:

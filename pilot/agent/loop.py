@@ -544,11 +544,17 @@ class Pilot:
         for sid, sample in sample_sessions(set(live)).items():
             payload = live[sid]
             payload.usage.add(sample)
-            limit = payload.job.mem
+            limit = self._mem_limit(payload.job)
             if payload.stop is None and over_limit(sample.rss, limit, self.config.mem_tolerance):
                 reason = over_limit_reason(sample.rss, limit, self.config.mem_tolerance)
                 log.warning("job %s: %s: killing it", payload.id, reason)
                 payload.terminate(Stop(reason, "fail"), self.config.kill_grace)
+
+    def _mem_limit(self, job: Job) -> int:
+        """MB a payload may use: its ``mem`` requirement or, for a job that asked for none, the pilot's whole
+        memory (its $JOBFEATURES ``mem_limit_MB`` says so, and it is enforced the same way); 0 when the
+        pilot's memory is unknown, and nothing is enforced."""
+        return job.mem or self.mem
 
     def _payload_deadline(self, payload: Payload) -> tuple[float | None, Stop | None]:
         """When the payload must be stopped (UNIX time), and how: its own wall limit or the pilot's end."""
@@ -748,7 +754,7 @@ class Pilot:
             return None
         assert self.area is not None and self._selector is not None
         try:
-            sandbox = self.area.payload(f"{job.id}.{job.attempt}", cores=job.cpu, mem_MB=job.mem or None,
+            sandbox = self.area.payload(f"{job.id}.{job.attempt}", cores=job.cpu, mem_MB=self._mem_limit(job) or None,
                                         wall_norm=_wall_requirement(job),
                                         disk_GB=job.tmp / 1000 if job.tmp else None)
         except PilotfishError as exc:
