@@ -211,7 +211,9 @@ def _not_waiting(store: Store, job: Job) -> str:
     if job.state is JobState.RELEASING:
         return "releasing: its requirements are being evaluated before it enters its task queue"
     if job.state in (JobState.MATCHED, JobState.RUNNING):
-        return f"not waiting: {job.state.value} on pilot {job.pilot}"
+        used = "" if job.peak_mem is None or job.cpu_time is None else \
+            f" (so far: peak memory {job.peak_mem:g} MB, CPU {job.cpu_time:g} s)"
+        return f"not waiting: {job.state.value} on pilot {job.pilot}{used}"
     return f"not waiting: it ended {job.state.value}" + (f" ({job.reason})" if job.reason else "")
 
 

@@ -325,6 +325,19 @@ class Exchange:
 
 
 @dataclass(frozen=True)
+class JobUsage:
+    """What a running payload has used so far, sent with each heartbeat: peak memory (MB) of its whole
+    process tree and its CPU seconds. Stored on the job record as ``pm``/``cpu`` (the fields its result
+    fills at the end), so a running job reads back with them."""
+
+    peak_mem: float
+    cpu_time: float
+
+    def fields(self) -> tuple[float, float]:
+        return round(self.peak_mem, 1), round(self.cpu_time, 3)
+
+
+@dataclass(frozen=True)
 class HeartbeatReply:
     kills: dict[str, str]
     lost: tuple[str, ...]

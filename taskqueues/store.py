@@ -24,7 +24,7 @@ from .ete import RuleStats
 from .exchange import PendingExchange
 from .keys import Keys
 from .packed import HotLine, PackedCall, pack_script
-from .records import Exchange, HeartbeatReply, Job, JobState, NewJob, PilotOffer, RunResult
+from .records import Exchange, HeartbeatReply, Job, JobState, JobUsage, NewJob, PilotOffer, RunResult
 from .records import text as _text
 
 _MAX_KEY_ROUNDS = 16
@@ -208,12 +208,17 @@ class Store:
         for script in self._scripts.values():
             self.client.script_load(script.script)
 
-    def heartbeat(self, pilot: str, jobs: Mapping[str, int], record: Mapping[str, Any] | None = None) -> HeartbeatReply:
-        """Renew the leases of the pilot's jobs; returns the kill requests and the jobs it no longer holds."""
+    def heartbeat(self, pilot: str, jobs: Mapping[str, int], record: Mapping[str, Any] | None = None,
+                  usage: Mapping[str, JobUsage] | None = None) -> HeartbeatReply:
+        """Renew the leases of the pilot's jobs (id -> attempt) and store what each has used so far
+        (``usage``, on the record's ``pm``/``cpu`` while it runs); returns the kill requests and the jobs
+        the pilot no longer holds (their usage is ignored)."""
         k = self.keys
         args: list[Any] = [pilot, self.clock(), self.lease_seconds, json.dumps(record) if record else ""]
+        usage = usage or {}
         for job, attempt in jobs.items():
-            args += [job, attempt]
+            used = usage.get(job)
+            args += [job, attempt, *(("", "") if used is None else used.fields())]
         kills, lost = self.call_script("heartbeat", [k.jobs, k.leases, k.kills, k.pilots, k.pilotseen], args)
         pairs = [_text(x) for x in kills]
         return HeartbeatReply(dict(zip(pairs[::2], pairs[1::2], strict=True)), tuple(_text(x) for x in lost))

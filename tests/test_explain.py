@@ -17,7 +17,7 @@ from matcher.operator_commands import explain as explain_command
 from matcher.submission import JobSpec, Submitter
 from taskqueues.catalog import Catalog
 from taskqueues.errors import NotFound
-from taskqueues.records import PilotOffer, RunResult
+from taskqueues.records import JobUsage, PilotOffer, RunResult
 from taskqueues.store import Store
 
 CATALOG = TWO_SITES
@@ -134,6 +134,9 @@ def test_jobs_that_are_not_waiting(submitter: Submitter, store: Store, catalog: 
     (a,) = store.match(PilotOffer("p", QA, 4, 8000))
     store.start(a.id, a.attempt, "p")
     assert explain(store, catalog, a.id).verdict == "not waiting: running on pilot p"
+    store.heartbeat("p", {a.id: a.attempt}, usage={a.id: JobUsage(312.4, 7.25)})
+    assert explain(store, catalog, a.id).verdict == \
+        "not waiting: running on pilot p (so far: peak memory 312.4 MB, CPU 7.25 s)"
     store.complete(a.id, a.attempt, "p", RunResult(wall=5))
     assert explain(store, catalog, a.id).verdict == "not waiting: it ended done"
     with pytest.raises(NotFound):

@@ -53,7 +53,8 @@ def test_payload_lifecycle_with_a_real_subprocess(site: tuple[Path, Path], tmp_p
     features = FeatureReader(str(machine), str(job), env={}, workdir=tmp_path).load()
     area = PayloadArea(tmp_path / "work", features, stop_margin=300)
     assert area.machinefeatures_dir == machine  # a local site directory is passed through, kept live
-    with area.payload("job 42/attempt 1", cores=2, mem_MB=4000, wall_secs=3600, disk_GB=5.5,
+    # The job's wall requirement is normalised: 5400 reference seconds are 3600 real ones at CPU factor 1.5.
+    with area.payload("job 42/attempt 1", cores=2, mem_MB=4000, wall_norm=5400, disk_GB=5.5,
                       start=150000) as sandbox:
         values = read_dir(sandbox.jobfeatures)
         assert values == {
@@ -79,7 +80,7 @@ def test_payload_lifecycle_with_a_real_subprocess(site: tuple[Path, Path], tmp_p
 def test_a_slot_is_handed_out_again_as_a_fresh_one(site: tuple[Path, Path], tmp_path: Path) -> None:
     machine, job = site
     area = PayloadArea(tmp_path / "work", FeatureReader(str(machine), str(job), env={}, workdir=tmp_path).load())
-    first = area.payload("a", cores=2, mem_MB=4000, wall_secs=3600, start=150000)
+    first = area.payload("a", cores=2, mem_MB=4000, wall_norm=5400, start=150000)
     (first.tmpdir / "left").write_text("x")
     (first.workdir / "out").mkdir()
     first.outputs.write_text("A=1\n")
@@ -88,14 +89,15 @@ def test_a_slot_is_handed_out_again_as_a_fresh_one(site: tuple[Path, Path], tmp_
     busy = area.payload("b", cores=1, start=150000)
     assert busy.root != first.root  # a slot in use is never lent twice
     first.cleanup()
-    second = area.payload("c", cores=2, mem_MB=None, wall_secs=100, start=150001)
+    second = area.payload("c", cores=2, mem_MB=None, wall_norm=150, start=150001)
     assert second.root == first.root  # reused...
     assert list(second.tmpdir.iterdir()) == [] and list(second.workdir.iterdir()) == []
     assert not second.outputs.exists()
     values = read_dir(second.jobfeatures)  # ...and indistinguishable from a fresh one
-    assert values == read_dir(area.payload("d", cores=2, wall_secs=100, start=150001).jobfeatures)
+    assert values == read_dir(area.payload("d", cores=2, wall_norm=150, start=150001).jobfeatures)
     assert values["allocated_CPU"] == "2" and values["jobstart_secs"] == "150001"
-    assert values["wall_limit_secs"] == "100" and values["mem_limit_MB"] == "32000"
+    assert values["wall_limit_secs"] == "100" and values["wall_limit_secs_lrms"] == "150"
+    assert values["mem_limit_MB"] == "32000"
     area.close()
     assert list((tmp_path / "work").iterdir()) == []
 
@@ -118,14 +120,15 @@ def test_payload_wall_is_capped_by_the_pilot_end_and_defaults_to_the_pilots_shar
     machine, job = site
     features = FeatureReader(str(machine), str(job), env={}, workdir=tmp_path).load()
     area = PayloadArea(tmp_path / "work", features)
-    with area.payload("late", cores=4, wall_secs=50000, start=180000) as sandbox:
+    with area.payload("late", cores=4, wall_norm=50000, start=180000) as sandbox:
         values = read_dir(sandbox.jobfeatures)
         assert values["wall_limit_secs"] == str(186400 - 180000)
+        assert values["wall_limit_secs_lrms"] == str(int((186400 - 180000) * 1.5))
         assert values["cpu_limit_secs"] == str(4 * 6400)
         assert values["mem_limit_MB"] == "32000" and values["disk_limit_GB"] == "100"
         env = sandbox.env({})
         assert env["PILOTFISH_MEM"] == "32000" and env["PILOTFISH_TMP"] == "100000"
-    with area.payload("big", cores=8, wall_secs=None, start=100000) as sandbox:
+    with area.payload("big", cores=8, wall_norm=None, start=100000) as sandbox:
         # 8 cores x 86400 s exceeds the pilot's own CPU limit: the payload gets the pilot's.
         assert read_dir(sandbox.jobfeatures)["cpu_limit_secs"] == "600000"
 

@@ -70,6 +70,16 @@ def test_memory_is_reserved_too(store: Store, redis_url: str, tmp_path: Path) ->
     assert peak_cores(read_timeline(timeline))[1] == 1, "two 600 MB payloads ran in a 1000 MB pilot"
 
 
+def test_scratch_is_reserved_too(store: Store, redis_url: str, tmp_path: Path) -> None:
+    timeline = tmp_path / "timeline"
+    ids = store.submit([job(cpu=1, mem=100, tmp=600, command=stamped("sleep 0.2", timeline, 1)) for _ in range(4)])
+    env = pilot_env(tmp_path, cores=2, mem=4000, disk_gb=1)
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", env=env) as proc:
+        log = finish(proc, tmp_path, 60)
+    assert states(store, ids) == [JobState.DONE] * 4, log
+    assert peak_cores(read_timeline(timeline))[1] == 1, "two 600 MB scratch payloads ran in a 1 GB pilot"
+
+
 def test_payload_over_its_memory_limit_is_killed(store: Store, redis_url: str, tmp_path: Path) -> None:
     hog = f"{sys.executable} -c 'import time; b = bytearray(300 * 10**6); b[::4096] = b\"x\" * len(b[::4096]); " \
           "time.sleep(60)'"
@@ -85,6 +95,21 @@ def test_payload_over_its_memory_limit_is_killed(store: Store, redis_url: str, t
     assert time.monotonic() - started < 20
 
 
+def test_a_payload_that_asked_for_no_memory_is_held_to_the_pilots(store: Store, redis_url: str,
+                                                                  tmp_path: Path) -> None:
+    seen = tmp_path / "seen"
+    hog = f"cat $JOBFEATURES/mem_limit_MB > {seen}; {sys.executable} -c 'import time; b = bytearray(400 * 10**6); " \
+          "b[::4096] = b\"x\" * len(b[::4096]); time.sleep(60)'"
+    [hog_id] = store.submit([job(mem=0, command=hog)])
+    env = pilot_env(tmp_path, cores=1, mem=250)
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--kill-grace", "1", env=env) as proc:
+        log = finish(proc, tmp_path, 30)
+    assert seen.read_text().strip() == "250"
+    record = store.job(hog_id)
+    assert record.state == JobState.FAILED, log
+    assert record.reason is not None and "over the limit 250 MB (+10%)" in record.reason
+
+
 def test_kill_request_from_the_store(store: Store, redis_url: str, tmp_path: Path) -> None:
     [victim, other] = store.submit([job(command="sleep 60"), job(command="sleep 0.5")])
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--lease", "3", "--heartbeat", "0.3") as proc:
@@ -96,6 +121,55 @@ def test_kill_request_from_the_store(store: Store, redis_url: str, tmp_path: Pat
     assert record.state == JobState.FAILED, log
     assert record.reason == "killed by operator"
     assert store.job(other).state == JobState.DONE
+
+
+def test_heartbeat_reports_the_usage_of_a_running_payload(store: Store, redis_url: str, tmp_path: Path) -> None:
+    # Grows by 40 MB (written, so resident) and burns CPU every step, for about 6 s; the store must see both
+    # rise while it runs.
+    grower = f"{sys.executable} -c 'import time\nkeep = []\nfor _ in range(12):\n" \
+             "    keep.append(b\"x\" * (40 * 10**6))\n    end = time.process_time() + 0.25\n" \
+             "    while time.process_time() < end: pass\n    time.sleep(0.25)'"
+    [jid] = store.submit([job(mem=1000, command=grower)])
+    seen: list[tuple[float, float]] = []
+
+    def usage_rose() -> bool:
+        record = store.job(jid)
+        usage = (record.peak_mem, record.cpu_time)
+        if record.state == JobState.RUNNING and None not in usage and (not seen or seen[-1] != usage):
+            seen.append((float(record.peak_mem or 0), float(record.cpu_time or 0)))
+        return len(seen) >= 2 and seen[-1][0] > seen[0][0] and seen[-1][1] > seen[0][1]
+
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--lease", "3", "--heartbeat", "0.3") as proc:
+        wait_for(usage_rose, 20, "usage reports of the running job that rise", interval=0.1)
+        log = finish(proc, tmp_path, 30)
+    mems, cpus = [m for m, _ in seen], [c for _, c in seen]
+    assert mems == sorted(mems) and cpus == sorted(cpus), seen
+    assert mems[-1] > mems[0] and cpus[-1] > cpus[0], seen
+    assert store.job(jid).state == JobState.DONE, log
+    final = store.job(jid)
+    assert final.peak_mem is not None and final.peak_mem >= max(mems) and final.peak_mem > 400
+    assert final.cpu_time is not None and final.cpu_time >= max(cpus) and 2.5 <= final.cpu_time < 10
+
+
+def test_a_payload_that_ignores_sigterm_is_killed_after_the_grace(store: Store, redis_url: str,
+                                                                  tmp_path: Path) -> None:
+    termed = tmp_path / "termed"
+    stubborn = f"trap 'echo TERM >> {termed}' TERM; while true; do sleep 0.1; done"
+    [victim] = store.submit([job(command=stubborn)])
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--lease", "3", "--heartbeat", "0.3",
+                       "--kill-grace", "2") as proc:
+        wait_for(lambda: store.job(victim).state == JobState.RUNNING, 10, "the job to run")
+        asked = time.time()
+        assert store.kill(victim) == "requested"
+        wait_for(termed.exists, 5, "SIGTERM to reach the payload")
+        termed_at = time.time()
+        assert store.job(victim).state == JobState.RUNNING, "the payload ignored SIGTERM but did not run on"
+        wait_for(lambda: store.job(victim).state.final, 10, "the payload to be killed")
+        log = finish(proc, tmp_path, 30)
+    record = store.job(victim)
+    assert record.state == JobState.FAILED and record.reason == "killed by operator", log
+    assert record.ended is not None and record.ended - asked >= 2.0 and record.ended - termed_at < 3.5
+    assert "did not stop within 2 s of SIGTERM: SIGKILL" in log
 
 
 def test_drains_when_a_shutdown_time_appears(store: Store, redis_url: str, tmp_path: Path) -> None:
@@ -119,6 +193,29 @@ def test_drains_when_a_shutdown_time_appears(store: Store, redis_url: str, tmp_p
     status = read_jobstatus(jobstatus)
     assert status is not None and status.used_CPU == 0
     assert status.can_postpone_last_job is False
+
+
+def test_can_postpone_last_job_announces_a_drain_while_running(store: Store, redis_url: str, tmp_path: Path) -> None:
+    [jid] = store.submit([job(command="sleep 6", ete=20)])
+    env = pilot_env(tmp_path, cores=1)
+    mf = Path(env["MACHINEFEATURES"])
+
+    def postpone(expected: bool) -> object:
+        status = read_jobstatus(env["JOBSTATUS"])
+        return status is not None and status.used_CPU == 1 and status.can_postpone_last_job is expected
+
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--heartbeat", "0.3") as proc:
+        wait_for(lambda: postpone(True), 10, "the payload running, can_postpone_last_job True")
+        write_features(mf, shutdowntime=int(time.time() + 300))  # its payload (20 s expected) ends before
+        time.sleep(1.0)
+        assert postpone(True), "a shutdown time every payload finishes before is no drain"
+        write_features(mf, shutdowntime=int(time.time() + 10))  # it cannot: the pilot drains
+        wait_for(lambda: postpone(False), 3, "can_postpone_last_job False while the payload runs")
+        assert proc.poll() is None and store.job(jid).state == JobState.RUNNING
+        write_features(mf, shutdowntime=None)  # withdrawn
+        wait_for(lambda: postpone(True), 3, "can_postpone_last_job True again")
+        log = finish(proc, tmp_path, 30)
+    assert store.job(jid).state == JobState.DONE, log
 
 
 def test_sigterm_gives_every_payload_back_at_once(store: Store, redis_url: str, tmp_path: Path) -> None:
@@ -228,7 +325,7 @@ def test_outputs_sandbox_and_jobstatus(store: Store, redis_url: str, tmp_path: P
 def test_jobstatus_while_running(store: Store, redis_url: str, tmp_path: Path) -> None:
     store.submit([job(cpu=1, ete=30, command="sleep 2")])
     env = pilot_env(tmp_path, cores=2, job={"wall_limit_secs": 600, "jobstart_secs": int(time.time())})
-    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", env=env) as proc:
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--priority-factor", "7", env=env) as proc:
         def published() -> object:
             status = read_jobstatus(env["JOBSTATUS"])
             return status if status is not None and status.used_CPU == 1 else None
@@ -237,6 +334,7 @@ def test_jobstatus_while_running(store: Store, redis_url: str, tmp_path: Path) -
         assert status.can_postpone_last_job is True
         assert abs(status.last_exp_job_end - (status.last_job_start + 30)) <= 1
         assert now + 500 < status.last_max_job_end <= now + 600
+        assert status.priority_factor == 7
         finish(proc, tmp_path, 30)
 
 
@@ -265,6 +363,28 @@ def test_wall_limit_of_a_job(store: Store, redis_url: str, tmp_path: Path) -> No
     record = store.job(slow)
     assert record.state == JobState.FAILED
     assert record.reason == "wall time limit 1 s exceeded"
+
+
+def test_wall_requirement_is_normalised_seconds(store: Store, redis_url: str, tmp_path: Path) -> None:
+    # On a node twice as fast as the reference, 4 normalised seconds are 2 real ones: the payload's
+    # $JOBFEATURES, the pilot's $JOBSTATUS and the kill all say so.
+    seen = tmp_path / "seen"
+    spec = job(command=f'echo "$(cat $JOBFEATURES/wall_limit_secs) $(cat $JOBFEATURES/wall_limit_secs_lrms)" '
+                       f'> {seen}; sleep 60')
+    [slow] = store.submit([spec.__class__(**{**spec.__dict__, "requirements": json.dumps(
+        {"cpu": 1, "mem": 100, "tmp": 0, "wall": 4})})])
+    env = pilot_env(tmp_path, cores=1, job={"cpufactor_lrms": 2})
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--kill-grace", "1", env=env) as proc:
+        status = wait_for(lambda: (s := read_jobstatus(env["JOBSTATUS"])) and s.used_CPU == 1 and s, 10,
+                          "used_CPU 1 in $JOBSTATUS")
+        assert status.last_max_job_end - status.last_job_start in (1, 2, 3)  # 2 s, floored on both sides
+        log = finish(proc, tmp_path, 30)
+    assert seen.read_text().split() == ["2", "4"]
+    record = store.job(slow)
+    assert record.state == JobState.FAILED, log
+    assert record.reason == "wall time limit 4 s normalised (2 s at CPU factor 2) exceeded"
+    assert record.started is not None and record.ended is not None
+    assert 1.9 <= record.ended - record.started < 3.5
 
 
 def test_own_machine_runs_the_shutdown_command(redis_url: str, tmp_path: Path) -> None:

@@ -11,7 +11,16 @@ import redis
 from storehelp import FakeClock, check_heads, job, text
 
 from taskqueues.errors import NotFound, StaleReport
-from taskqueues.records import Job, JobState, NewJob, PilotOffer, RunResult, read_requirements, stored_requirements
+from taskqueues.records import (
+    Job,
+    JobState,
+    JobUsage,
+    NewJob,
+    PilotOffer,
+    RunResult,
+    read_requirements,
+    stored_requirements,
+)
 from taskqueues.store import Store
 
 Q1 = "site/ce/q1"
@@ -161,6 +170,28 @@ def test_heartbeat_renews_and_reports_kills_and_lost(store: Store, clock: FakeCl
     assert reply.kills == {b: "operator said so"} and reply.lost == ("999",)
     assert store.fail(b, 1, "p1", RunResult(exit_code=-15)) is JobState.FAILED
     assert store.job(b).reason == "operator said so"
+
+
+def test_heartbeat_stores_the_usage_of_running_jobs_only_for_their_attempt(store: Store, clock: FakeClock) -> None:
+    a, b = store.submit([job(score=1), job(score=2)])
+    store.match(offer(), max_jobs=2)
+    store.start(a, 1, "p1")
+    reply = store.heartbeat("p1", {a: 1, b: 1}, usage={a: JobUsage(120.04, 3.5)})
+    assert reply.lost == ()
+    ra, rb = store.jobs([a, b])
+    assert (ra.state, ra.peak_mem, ra.cpu_time) == (JobState.RUNNING, 120.0, 3.5)
+    assert (rb.peak_mem, rb.cpu_time) == (None, None)  # no usage sent: nothing stored
+    store.heartbeat("p1", {a: 1}, usage={a: JobUsage(250.0, 9.0)})
+    assert (store.job(a).peak_mem, store.job(a).cpu_time) == (250.0, 9.0)
+    # A stale attempt or another pilot's heartbeat is ignored: the job is lost to it, its usage not stored.
+    assert store.heartbeat("p1", {a: 2}, usage={a: JobUsage(999.0, 99.0)}).lost == (a,)
+    assert store.heartbeat("p2", {a: 1}, usage={a: JobUsage(999.0, 99.0)}).lost == (a,)
+    assert (store.job(a).peak_mem, store.job(a).cpu_time) == (250.0, 9.0)
+    # The next attempt starts without the usage of the one before.
+    store.fail(a, 1, "p1", RunResult(exit_code=None, peak_mem=260, cpu_time=9.5), requeue=True)
+    (again,) = store.match(offer(pilot="p2"))
+    store.start(again.id, again.attempt, "p2")
+    assert (store.job(a).peak_mem, store.job(a).cpu_time) == (None, None)
 
 
 def test_cancel_waiting_and_running(store: Store) -> None:

@@ -83,6 +83,8 @@ def make_releaser(config: PilotConfig) -> Callable[[list[str]], object]:
               help="Bytes of each payload's stdout/stderr tail kept in the log directory.")
 @click.option("--mem-tolerance", type=click.FloatRange(min=0), default=0.10, show_default=True,
               help="Fraction above its memory requirement a payload may use before it is killed.")
+@click.option("--priority-factor", type=int, default=0, show_default=True,
+              help="Integer published as $JOBSTATUS priority_factor (higher is better; its meaning is yours).")
 @click.option("--events/--no-events", default=False, show_default=True,
               help="Send Celery events and take remote-control commands (Flower).")
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
@@ -90,7 +92,7 @@ def pilot(redis_url: str, vo: str, queue: str, prefix: str, cores: int | None, m
           idle_timeout: float, stop_margin: float, wall: float | None, heartbeat: float | None, lease: float,
           workdir: Path | None,
           max_jobs: int | None, own_machine: bool, shutdown_kill: bool, kill_grace: float, output_cap: int,
-          mem_tolerance: float, events: bool, verbose: int) -> None:
+          mem_tolerance: float, priority_factor: int, events: bool, verbose: int) -> None:
     """Run a pilot: fill this node's cores with the most urgent jobs that fit, until its time is up."""
     logging.basicConfig(level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)],
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
@@ -100,7 +102,8 @@ def pilot(redis_url: str, vo: str, queue: str, prefix: str, cores: int | None, m
             workdir=workdir if workdir is not None else Path(tempfile.gettempdir()) / f"pilotfish-pilot-{os.getpid()}",
             cores=cores, mem=mem, tmp=tmp, lease=lease, heartbeat_interval=heartbeat, idle_timeout=idle_timeout,
             stop_margin=stop_margin, wall=wall, max_jobs=max_jobs, own_machine=own_machine, shutdown_kill=shutdown_kill,
-            kill_grace=kill_grace, output_cap=output_cap, mem_tolerance=mem_tolerance)
+            kill_grace=kill_grace, output_cap=output_cap, mem_tolerance=mem_tolerance,
+            priority_factor=priority_factor)
         runner = Pilot(config, observer=make_observer(events, config), releaser=make_releaser(config))
         reason = runner.run()
     except PilotfishError as exc:

@@ -74,7 +74,9 @@ class PilotConfig:
     of a payload's process group. ``jobstatus_interval`` is the shortest time between two rewrites of
     $JOBSTATUS (a burst of short payloads is published as one state; its values are whole seconds, and
     rewriting its nine files under a lock ten times a second was 5% of a busy pilot); ``command_poll``
-    the longest the loop sleeps before asking the observer for operator commands.
+    the longest the loop sleeps before asking the observer for operator commands. ``priority_factor`` is
+    published in $JOBSTATUS as is (spec 3.9: higher is better, its meaning is the pilot owner's, not
+    comparable across users).
     """
 
     queue: str
@@ -103,6 +105,7 @@ class PilotConfig:
     backoff_max: float = 2.0
     command_poll: float = 0.5
     jobstatus_interval: float = 0.5
+    priority_factor: int = 0
     identity: Identity | None = None
     releaser: Releaser | None = None
 

@@ -53,12 +53,13 @@ from pilot.agent.memory import over_limit, over_limit_reason, sample_sessions
 from pilot.agent.observer import Command, NullObserver, Observer, PilotInfo, PilotLoad
 from pilot.agent.payload import Payload, PayloadError, Report, Stop, pidfds_supported
 from pilot.mjf.features import Features
+from pilot.mjf.formulas import denormalise
 from pilot.mjf.jobstatus import JobStatusWriter, RunningPayload
 from pilot.mjf.payload import PayloadArea
 from pilot.mjf.source import FeatureReader
 from taskqueues.errors import PilotfishError, StaleReport, StoreError, StoreUnavailable
 from taskqueues.exchange import PendingExchange
-from taskqueues.records import Job, PilotOffer, RunResult
+from taskqueues.records import Job, JobUsage, PilotOffer, RunResult
 from taskqueues.store import Store
 
 log = logging.getLogger("pilot.agent")
@@ -189,7 +190,7 @@ class Pilot:
         self.guardian = Guardian()
         directory = config.jobstatus_dir or (os.environ.get("JOBSTATUS") or None)
         self.jobstatus = JobStatusWriter(directory, allocated_CPU=self.cores, pilot_start=self.started,
-                                         workdir=config.workdir)
+                                         workdir=config.workdir, priority_factor=config.priority_factor)
         ident = self.identity
         self.info = PilotInfo(
             name=self.name, queue=config.queue, vo=config.vo, cores=self.cores, mem=self.mem, tmp=self.tmp,
@@ -500,8 +501,10 @@ class Pilot:
                 self._dirty = True
         jobs = {p.id: p.job.attempt for p in self.running.values()}
         jobs.update({r.payload.id: r.payload.job.attempt for r in self.pending})
+        usage = {p.id: JobUsage(p.usage.peak_rss / 1_000_000, p.usage.cpu)
+                 for p in self.running.values() if p.usage.peak_rss}  # measured at least once
         try:
-            reply = self.store.heartbeat(self.name, jobs, self._record())
+            reply = self.store.heartbeat(self.name, jobs, self._record(), usage)
         except StoreError as exc:
             log.warning("heartbeat failed (leases not renewed): %s", exc)
         else:
@@ -541,19 +544,29 @@ class Pilot:
         for sid, sample in sample_sessions(set(live)).items():
             payload = live[sid]
             payload.usage.add(sample)
-            limit = payload.job.mem
+            limit = self._mem_limit(payload.job)
             if payload.stop is None and over_limit(sample.rss, limit, self.config.mem_tolerance):
                 reason = over_limit_reason(sample.rss, limit, self.config.mem_tolerance)
                 log.warning("job %s: %s: killing it", payload.id, reason)
                 payload.terminate(Stop(reason, "fail"), self.config.kill_grace)
 
+    def _mem_limit(self, job: Job) -> int:
+        """MB a payload may use: its ``mem`` requirement or, for a job that asked for none, the pilot's whole
+        memory (its $JOBFEATURES ``mem_limit_MB`` says so, and it is enforced the same way); 0 when the
+        pilot's memory is unknown, and nothing is enforced."""
+        return job.mem or self.mem
+
     def _payload_deadline(self, payload: Payload) -> tuple[float | None, Stop | None]:
         """When the payload must be stopped (UNIX time), and how: its own wall limit or the pilot's end."""
         wall = _wall_requirement(payload.job)
-        own = payload.start_wall + wall if wall else None
-        pilot_end = self.area.pilot_end(self.features) if self.area and self.features else None
+        assert self.features is not None
+        factor = self.features.cpufactor
+        real = None if wall is None else denormalise(wall, factor)
+        own = payload.start_wall + real if real is not None else None
+        pilot_end = self.area.pilot_end(self.features) if self.area else None
         if own is not None and (pilot_end is None or own <= pilot_end):
-            return own, Stop(f"wall time limit {wall} s exceeded", "fail")
+            at = "" if factor == 1 else f" normalised ({real:g} s at CPU factor {factor:g})"
+            return own, Stop(f"wall time limit {wall} s{at} exceeded", "fail")
         if pilot_end is not None:
             return pilot_end, Stop("the pilot reached its end (wall limit or shutdown time)", "requeue")
         return None, None
@@ -740,10 +753,10 @@ class Pilot:
                                  f"pilot {self.name} has only cpu={cpu} mem={mem} tmp={tmp} free")
             return None
         assert self.area is not None and self._selector is not None
-        wall = _wall_requirement(job)
         try:
-            sandbox = self.area.payload(f"{job.id}.{job.attempt}", cores=job.cpu, mem_MB=job.mem or None,
-                                        wall_secs=wall, disk_GB=job.tmp / 1000 if job.tmp else None)
+            sandbox = self.area.payload(f"{job.id}.{job.attempt}", cores=job.cpu, mem_MB=self._mem_limit(job) or None,
+                                        wall_norm=_wall_requirement(job),
+                                        disk_GB=job.tmp / 1000 if job.tmp else None)
         except PilotfishError as exc:
             self._give_back(job, str(exc))
             self._stop_accepting(f"cannot create payload directories: {exc}")
@@ -891,22 +904,42 @@ class Pilot:
         assert self.jobstatus is not None and self.features is not None and self.area is not None
         self._dirty = False
         self._next_publish = time.monotonic() + self.config.jobstatus_interval
-        self.jobstatus.can_postpone_last_job = self.accepting
         pilot_end = self.area.pilot_end(self.features)
         factor = self.features.cpufactor
         entries = []
         for payload in self.running.values():
             start = payload.start_wall
             wall = _wall_requirement(payload.job)
-            ends = [e for e in (pilot_end, start + wall if wall else None) if e is not None]
+            ends = [e for e in (pilot_end, start + denormalise(wall, factor) if wall else None) if e is not None]
             max_end = min(ends) if ends else start + NO_END
             ete = payload.job.ete
-            expected = start + ete / factor if ete > 0 else max_end
+            expected = start + denormalise(ete, factor) if ete > 0 else max_end
             entries.append(RunningPayload(cores=payload.job.cpu, start=start, expected_end=expected, max_end=max_end))
+        self.jobstatus.can_postpone_last_job = self._can_postpone([e.expected_end for e in entries])
         try:
             self.jobstatus.publish(entries)
         except PilotfishError as exc:
             log.warning("$JOBSTATUS not updated: %s", exc)
+
+    def _can_postpone(self, expected_ends: list[float]) -> bool:
+        """$JOBSTATUS ``can_postpone_last_job``: False once the pilot is retiring (spec: "ready to be
+        retired, and does not expect more user jobs to be fetched").
+
+        That is the case when it takes no more jobs, and while the site announces a shutdown time
+        (``shutdowntime`` or ``shutdowntime_job``) that its running payloads cannot all finish before: it is
+        draining, nothing it starts may end after that time, and the payloads it has already run into it.
+        A shutdown time far enough away for every running payload leaves it True (the pilot keeps filling
+        its cores with jobs that end before it); so does a shutdown time the site withdraws.
+        """
+        if not self.accepting:
+            return False
+        assert self.features is not None
+        shutdowns = [t for t in (self.features.machine.shutdowntime, self.features.job.shutdowntime_job)
+                     if t is not None]
+        if not shutdowns:
+            return True
+        deadline = min(shutdowns) - self.config.stop_margin
+        return all(end < deadline for end in expected_ends)
 
     # -- helpers -----------------------------------------------------------------------------------
 
@@ -920,7 +953,8 @@ class Pilot:
 
 
 def _wall_requirement(job: Job) -> int | None:
-    """The job's own wall-time requirement in seconds, if it gave one."""
+    """The job's own wall-time requirement, if it gave one: normalised seconds (reference-machine time,
+    :mod:`taskqueues.requirements`); real seconds on this node are that / cpufactor (``denormalise``)."""
     value = job.requirements.get("wall")
     try:
         seconds = int(value) if value is not None else 0

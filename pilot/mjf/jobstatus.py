@@ -17,7 +17,9 @@ for the set R of payloads running now, each with cores c, start s, expected end 
   each payload's cores idle from its end to L. With the spec's ``draining_waste = (allocated_CPU -
   used_CPU) x (F - now) + add_final_exp_waste`` this is the whole idle integral from now to L.
 * ``can_postpone_last_job`` "True" while the pilot still fetches payloads (the ends above may move
-  later), "False" once it is retiring and the ends are final. ``priority_factor``: the pilot's own number.
+  later), "False" once it is retiring and the ends are final: it takes no more jobs, or it drains towards
+  a shutdown time its running payloads cannot all finish before (``Pilot._can_postpone``).
+  ``priority_factor``: the pilot's own number.
 
 Times are integer UNIX seconds (floored), waste integrals integer CPU seconds (rounded). An expected end
 is clamped into [now, max(enforced end, now)]: a running payload does not end in the past, nor after its

@@ -6,8 +6,11 @@ holds, not what the pilot holds:
 
 * ``allocated_CPU`` its cores; ``mem_limit_MB`` and ``disk_limit_GB`` what it reserved (the pilot's own
   when it reserved none: the pilot's is the true upper bound);
-* ``wall_limit_secs`` the smaller of its own limit and the time to the pilot's end; ``cpu_limit_secs``
-  cores x that wall limit (capped by the pilot's CPU limit); the ``_lrms`` forms are real x cpufactor;
+* ``wall_limit_secs`` (real seconds) the smaller of its own limit and the time to the pilot's end. Its own
+  limit is the job's ``wall`` requirement, which is in normalised seconds: the spec's
+  ``wall_limit_secs_lrms`` exactly, and ``wall_limit_secs`` = that / cpufactor (the spec: "divide by
+  cpufactor_lrms to retrieve the real time seconds"). ``cpu_limit_secs`` cores x the real wall limit
+  (capped by the pilot's CPU limit); the ``_lrms`` forms are real x cpufactor;
 * ``jobstart_secs`` the payload's start; ``shutdowntime_job`` the pilot's end: the earliest of the pilot's
   jobstart + wall limit, ``shutdowntime_job`` and ``shutdowntime``, less the pilot's stop margin, so the
   payload is done while the pilot can still report it; ``cpufactor_lrms`` the pilot's.
@@ -41,6 +44,7 @@ from types import TracebackType
 from typing import Any
 
 from pilot.mjf.features import MACHINE_KEYS, Features, Value, format_value
+from pilot.mjf.formulas import denormalise, normalise
 from taskqueues.errors import PilotfishError
 
 
@@ -59,6 +63,12 @@ def _write_atomically(directory: Path, name: str, value: Value | None) -> None:
         handle.write(format_value(value) + "\n")
     os.chmod(tmp, 0o644)
     os.replace(tmp, target)
+
+
+def _whole(seconds: float | None) -> int | None:
+    """Whole seconds for a limit file, floored; a value a float conversion left a hair below a whole number
+    (5400 / 1.5 * 1.5) counts as that number."""
+    return None if seconds is None else math.floor(round(seconds, 6))
 
 
 def _remove_tree(path: str | os.PathLike[str]) -> None:
@@ -104,7 +114,7 @@ class PayloadSandbox:
         self.outputs = root / "outputs"
         self.cores = 1
         self.mem_MB: int | None = None
-        self.wall_secs: int | None = None
+        self.wall_norm: float | None = None
         self.disk_GB: float | None = None
         self.start = 0.0
         self.jobfeatures.mkdir(mode=0o755)
@@ -115,10 +125,11 @@ class PayloadSandbox:
         self._dir_identity = _identity(self.jobfeatures)
         self._jobfeatures_prefix = os.path.join(self.jobfeatures, "")  # plain strings: pathlib costs here
 
-    def assign(self, *, cores: int, mem_MB: int | None, wall_secs: int | None, disk_GB: float | None,
+    def assign(self, *, cores: int, mem_MB: int | None, wall_norm: float | None, disk_GB: float | None,
                start: float) -> None:
-        """Give the slot to a payload of this size that starts at ``start`` (its $JOBFEATURES follows)."""
-        self.cores, self.mem_MB, self.wall_secs, self.disk_GB, self.start = cores, mem_MB, wall_secs, disk_GB, start
+        """Give the slot to a payload of this size that starts at ``start`` (its $JOBFEATURES follows);
+        ``wall_norm`` is its own run-time limit in normalised seconds (the job's ``wall`` requirement)."""
+        self.cores, self.mem_MB, self.wall_norm, self.disk_GB, self.start = cores, mem_MB, wall_norm, disk_GB, start
         if _identity(self.jobfeatures) != self._dir_identity:  # files added, removed or renamed by a payload
             _remove_tree(self.jobfeatures)
             self.jobfeatures.mkdir(mode=0o755)
@@ -149,8 +160,10 @@ class PayloadSandbox:
         factor = features.cpufactor
         pilot_end = self.area.pilot_end(features)
         to_end = None if pilot_end is None else math.floor(pilot_end - self.start)
-        walls = [w for w in (self.wall_secs, to_end) if w is not None]
-        wall = max(0, min(walls)) if walls else None
+        # Both limits in normalised seconds: the job's own as given, the pilot's end converted.
+        walls = [w for w in (self.wall_norm, None if to_end is None else normalise(to_end, factor)) if w is not None]
+        wall_norm = max(0.0, min(walls)) if walls else None
+        wall = None if wall_norm is None else denormalise(wall_norm, factor)
         cpu = None if wall is None else self.cores * wall
         if features.job.cpu_limit_secs is not None:
             cpu = features.job.cpu_limit_secs if cpu is None else min(cpu, features.job.cpu_limit_secs)
@@ -159,10 +172,10 @@ class PayloadSandbox:
         return {
             "allocated_CPU": self.cores,
             "mem_limit_MB": mem,
-            "wall_limit_secs": wall,
-            "wall_limit_secs_lrms": None if wall is None else math.floor(wall * factor),
-            "cpu_limit_secs": cpu,
-            "cpu_limit_secs_lrms": None if cpu is None else math.floor(cpu * factor),
+            "wall_limit_secs": _whole(wall),
+            "wall_limit_secs_lrms": _whole(wall_norm),
+            "cpu_limit_secs": _whole(cpu),
+            "cpu_limit_secs_lrms": None if cpu is None else _whole(normalise(cpu, factor)),
             "jobstart_secs": math.floor(self.start),
             "disk_limit_GB": disk,
             "shutdowntime_job": None if pilot_end is None else math.floor(pilot_end),
@@ -270,10 +283,10 @@ class PayloadArea:
         for sandbox in list(self._live):
             sandbox.write_jobfeatures(features)
 
-    def payload(self, payload_id: str, *, cores: int, mem_MB: int | None = None, wall_secs: int | None = None,
+    def payload(self, payload_id: str, *, cores: int, mem_MB: int | None = None, wall_norm: float | None = None,
                 disk_GB: float | None = None, start: float | None = None) -> PayloadSandbox:
         """A slot for one payload: its $JOBFEATURES written, its $TMPDIR and work directory empty (a context
-        manager that gives the slot back)."""
+        manager that gives the slot back). ``wall_norm``: its own run-time limit, normalised seconds."""
         if cores <= 0:
             raise PayloadAreaError(f"payload {payload_id!r}: needs at least one core, got {cores}")
         when = time.time() if start is None else start
@@ -287,7 +300,7 @@ class PayloadArea:
                 except OSError:
                     _remove_tree(root)
                     raise
-            sandbox.assign(cores=cores, mem_MB=mem_MB, wall_secs=wall_secs, disk_GB=disk_GB, start=when)
+            sandbox.assign(cores=cores, mem_MB=mem_MB, wall_norm=wall_norm, disk_GB=disk_GB, start=when)
         except OSError as exc:
             if sandbox is not None:
                 self._discard(sandbox)
