@@ -26,6 +26,7 @@ from typing import Any
 
 from matcher.context import Context
 from matcher.settings import Settings
+from matcher.submission import BACKEND_OPTIONS, INSTANCE_TYPE
 from pilot.backends.base import Backend, PilotRequest, PilotState
 from pilot.backends.factory import make_backend
 from taskqueues.catalog import Queue
@@ -33,7 +34,7 @@ from taskqueues.errors import BackendError
 from taskqueues.lock import locked
 from taskqueues.shapes import Shape
 
-from .planner import Demand, Pilot, plan
+from .planner import Demand, Pilot, Plan, plan
 
 log = logging.getLogger(__name__)
 
@@ -140,29 +141,52 @@ class Director:
         return report
 
     def _queue_cycle(self, queue: Queue, claimed: set[str]) -> QueueReport:
+        """Plan and provision one queue, one group of demand per backend option string.
+
+        Jobs with a ``BackendOptions`` string (open-lmake's ``-b``) need pilots submitted with it, and a
+        pilot submitted with some options serves the jobs that asked for them only: each option string is
+        planned apart, onto the pilots submitted with the same string. ``n_max_queued`` counts per shape and
+        option string (open-lmake counts per set of asked resources); ``max_running`` counts for the whole
+        queue, the group with the most urgent job planned first.
+        """
         out = QueueReport()
         store = self.ctx.store
-        hints = {}
-        demand = []
+        extras: dict[str, tuple[str | None, str]] = {}
+        groups: dict[str, list[Demand]] = {}
         for tq, job, cpu, mem, tmp, ete, score in store.waiting_heads(queue.id):
             if job in claimed:
                 continue
-            if tq not in hints:
-                hints[tq] = json.loads(store.tq_definitions_of([tq]).get(tq, "{}")).get("InstanceType")
-            demand.append(Demand(job, cpu, mem, tmp, ete, score, hints[tq]))
-        out.demand = len(demand)
+            if tq not in extras:
+                definition = json.loads(store.tq_definitions_of([tq]).get(tq, "{}"))
+                extras[tq] = (definition.get(INSTANCE_TYPE), str(definition.get(BACKEND_OPTIONS, "")))
+            hint, options = extras[tq]
+            groups.setdefault(options, []).append(Demand(job, cpu, mem, tmp, ete, score, hint))
+        out.demand = sum(len(jobs) for jobs in groups.values())
         try:
             backend = self.backend(queue)
             existing = self._existing(queue, backend, out)
-            now = time.time()
-            shapes = [s for s in queue.shapes if self._refused.get((queue.id, s.name), 0.0) <= now] or queue.shapes
-            result = plan(demand, shapes, existing, n_max_queued=queue.n_max_queued,
-                          max_running=queue.max_running, wall_granularity=queue.wall_granularity)
         except BackendError as exc:
             out.errors.append(str(exc))
             return out
+        now = time.time()
+        shapes = [s for s in queue.shapes if self._refused.get((queue.id, s.name), 0.0) <= now] or queue.shapes
+        order = sorted(set(groups) | set(existing),
+                       key=lambda o: (not groups.get(o), min((d.start_by for d in groups.get(o, [])), default=0.0), o))
+        pilots = sum(len(p) for p in existing.values())
+        for options in order:
+            mine = existing.get(options, [])
+            room = None if queue.max_running is None else max(0, queue.max_running - (pilots - len(mine)))
+            result = plan(groups.get(options, []), shapes, mine, n_max_queued=queue.n_max_queued,
+                          max_running=room, wall_granularity=queue.wall_granularity)
+            pilots += self._provision(queue, backend, options, result, claimed, out) - len(result.cancel)
+        return out
+
+    def _provision(self, queue: Queue, backend: Backend, options: str, result: Plan, claimed: set[str],
+                   out: QueueReport) -> int:
+        """Submit a plan's new pilots (with ``options``) and cancel its idle queued ones; the pilots submitted."""
         claimed.update(result.placed)
-        out.unplaceable = dict(result.unplaceable)
+        out.unplaceable.update(result.unplaceable)
+        submitted = 0
         for planned in result.new:
             # One granularity step of headroom: a pilot asking for exactly its longest job's wall has a little
             # less than that once it runs, and would never take that job.
@@ -170,7 +194,7 @@ class Director:
             request = PilotRequest(name=f"{queue.name}-{planned.shape.name}",
                                    command=self.pilot_command(queue, planned.shape, planned.wall, self.ctx.settings),
                                    shape=planned.shape, wall=planned.wall, env=self._pilot_env(),
-                                   start_by=planned.start_by, log_dir=self.log_dir,
+                                   start_by=planned.start_by, options=options, log_dir=self.log_dir,
                                    resources=split_batch_options(queue)[1])
             try:
                 batch_id = backend.submit(request)
@@ -183,14 +207,16 @@ class Director:
             claimed.update(j.job for j in planned.jobs)
             self._record(queue, backend, batch_id, {"shape": planned.shape.name, "state": PilotState.QUEUED,
                                                     "submitted": time.time(), "start_by": planned.start_by,
-                                                    "wall": planned.wall, "jobs": len(planned.jobs)})
+                                                    "wall": planned.wall, "jobs": len(planned.jobs),
+                                                    "options": options})
             out.submitted.append(batch_id)
+            submitted += 1
         if result.cancel:
             backend.cancel(result.cancel)
             for batch_id in result.cancel:
                 self.ctx.client.hdel(self.ctx.keys.provisioned, self._key(queue, backend, batch_id))
-            out.cancelled = list(result.cancel)
-        return out
+            out.cancelled += result.cancel
+        return submitted
 
     def _pilot_env(self) -> dict[str, str]:
         s = self.ctx.settings
@@ -218,11 +244,12 @@ class Director:
                 out[name.removeprefix(prefix)] = json.loads(raw)
         return out
 
-    def _existing(self, queue: Queue, backend: Backend, out: QueueReport) -> list[Pilot]:
-        """The pilots this queue has in the batch system, with what they have free (from their heartbeats)."""
+    def _existing(self, queue: Queue, backend: Backend, out: QueueReport) -> dict[str, list[Pilot]]:
+        """The pilots this queue has in the batch system, with what they have free (from their heartbeats),
+        by the option string they were submitted with."""
         records = self.provisioned(queue, backend)
         if not records:
-            return []
+            return {}
         states = backend.states(list(records))
         # A pilot's heartbeat names its batch job as (batch, batch_id); local ids carry the kind as a prefix.
         live: dict[str, dict[str, Any]] = {}
@@ -230,7 +257,7 @@ class Director:
             if r.get("queue") == queue.id:
                 live[str(r.get("batch_id"))] = live[f"{r.get('batch')}-{r.get('batch_id')}"] = r
         shapes = {s.name: s for s in queue.shapes}
-        existing = []
+        existing: dict[str, list[Pilot]] = {}
         for batch_id, record in records.items():
             status = states.get(batch_id)
             shape = shapes.get(record.get("shape", ""))
@@ -244,12 +271,13 @@ class Director:
                 pairs = (("cores", "used_cpu"), ("mem", "used_mem"), ("tmp", "used_tmp"))
                 cpu, mem, tmp = (max(0, int(beat[t]) - int(beat[u])) for t, u in pairs)
                 left = shape.wall if beat.get("time_left") is None else float(beat["time_left"])
-                existing.append(Pilot(batch_id, shape, False, cpu, mem, tmp, left))
+                pilot = Pilot(batch_id, shape, False, cpu, mem, tmp, left)
             elif status.state is PilotState.RUNNING:
                 # Started, no heartbeat yet: it is about to take what fits its whole shape.
-                existing.append(Pilot(batch_id, shape, False, shape.cpu, shape.mem, shape.tmp, float(record["wall"])))
+                pilot = Pilot(batch_id, shape, False, shape.cpu, shape.mem, shape.tmp, float(record["wall"]))
             else:
-                existing.append(Pilot(batch_id, shape, True, shape.cpu, shape.mem, shape.tmp, float(record["wall"])))
+                pilot = Pilot(batch_id, shape, True, shape.cpu, shape.mem, shape.tmp, float(record["wall"]))
+            existing.setdefault(str(record.get("options", "")), []).append(pilot)
         return existing
 
 
