@@ -100,19 +100,47 @@ class Director:
         # so demand is planned onto the shapes that can start instead of failing every cycle.
         self._refused: dict[tuple[str, str], float] = {}
         self.refusal_pause = 300.0
+        self._shared: dict[str, Backend] = {}
+        self._configure()
 
-    def backend(self, queue: Queue) -> Backend:
+    @staticmethod
+    def _settings_key(queue: Queue, options: dict[str, object]) -> str:
+        return json.dumps([queue.batch, options], sort_keys=True, default=str)
+
+    def _configure(self) -> None:
+        """Make every queue's backend now, at configuration time: a batch system that cannot be reached is
+        converted to local and warned about here, once per backend (naming its queues), not at the first
+        cycle. Queues with the same batch system and settings share one backend: one status poll for all
+        their pilots, and one local capacity when converted. A backend with wrong settings is reported
+        here and again, as an error of its queue, at every cycle."""
+        serving: dict[str, list[Queue]] = {}
+        for queue in self.ctx.catalog.queues(self.ctx.settings.vo):
+            serving.setdefault(self._settings_key(queue, self._options(queue)), []).append(queue)
+        for queues in serving.values():
+            try:
+                self.backend(queues[0], where=", ".join(q.id for q in queues))
+            except BackendError as exc:
+                log.error("queue %s: cannot configure its %s backend: %s", queues[0].id, queues[0].batch, exc)
+
+    def _options(self, queue: Queue) -> dict[str, object]:
+        options, _ = split_batch_options(queue)
+        if self.log_dir:
+            options.setdefault("log_dir", self.log_dir)
+        return options
+
+    def backend(self, queue: Queue, *, where: str | None = None) -> Backend:
         backend = self._backends.get(queue.id)
         if backend is None:
-            options, _ = split_batch_options(queue)
-            if self.log_dir:
-                options.setdefault("log_dir", self.log_dir)
-            backend = make_backend(queue.batch, options)
+            options = self._options(queue)
+            key = self._settings_key(queue, options)
+            backend = self._shared.get(key)
+            if backend is None:
+                backend = self._shared[key] = make_backend(queue.batch, options, where=where or queue.id)
             self._backends[queue.id] = backend
         return backend
 
     def close(self) -> None:
-        for backend in self._backends.values():
+        for backend in self._shared.values():
             backend.close()
 
     def stop_all(self) -> None:
