@@ -180,7 +180,7 @@ JOB_OPTIONS = {"slurm": ("-w localhost", "ReqNodeList", "localhost"), "sge": ("-
 
 
 @pytest.mark.parametrize("rig", [pytest.param(k, id=k, marks=_marks(k)) for k in JOB_OPTIONS], indirect=True)
-def test_a_jobs_backend_options_go_with_the_pilots_planned_for_it_only(rig: Rig) -> None:
+def test_a_jobs_backend_options_and_wall_go_with_the_pilots_planned_for_it_only(rig: Rig) -> None:
     options, field, value = JOB_OPTIONS[rig.kind]
     rig.fill()  # the pilots stay queued: what the batch system holds for them can be read
     rig.submit([rig.job("plain"), rig.job("opted", options=options), rig.job("opted-too", options=options)])
@@ -197,6 +197,13 @@ def test_a_jobs_backend_options_go_with_the_pilots_planned_for_it_only(rig: Rig)
 
     assert shown(by_options[options]) == value
     assert shown(by_options[""]) != value
+    # The wall asked: the jobs' 1 s rounded up to wall_granularity (60 s), plus one step of headroom.
+    assert {int(r["wall"]) for r in records.values()} == {120}, records  # type: ignore[call-overload]
+    for batch_id in records:
+        if rig.kind == "slurm":
+            assert rig.scontrol(batch_id)["TimeLimit"] == "00:02:00"
+        else:
+            assert "h_rt=120" in rig.run("qstat", "-j", batch_id)
 
     time.sleep(0.6)  # past poll_interval
     again = rig.cycle()  # each group keeps its queued pilot: nothing new, nothing cancelled
