@@ -35,10 +35,18 @@ def sge_run(env: dict[str, str], *argv: str) -> str:
     ).stdout
 
 
+@pytest.fixture(autouse=True)
+def _outputs_stay_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batch jobs submitted without a log directory write their output to the submit directory: make it the
+    test's, never the repository (the helper below gives every backend a log directory besides)."""
+    monkeypatch.chdir(tmp_path)
+
+
 def make_sge(env: dict[str, str], **settings: object) -> SgeBackend:
     return SgeBackend(
         SgeSettings.from_options(
-            {"root": env["SGE_ROOT"], "cell": env["SGE_CELL"], "bin_dir": env["PILOTFISH_SGE_BIN"], **settings}
+            {"root": env["SGE_ROOT"], "cell": env["SGE_CELL"], "bin_dir": env["PILOTFISH_SGE_BIN"],
+             "log_dir": str(Path.cwd() / "logs"), **settings}
         )
     )
 
@@ -158,7 +166,7 @@ def test_resource_names_and_cell_cluster_settings_reach_grid_engine(sge_env: dic
 @pytest.mark.sge
 def test_finished_jobs_without_status_file_are_judged_by_qacct(sge_env: dict[str, str]) -> None:
     """No log_dir, so no status file: the accounting record (written at once by our sge.sh) decides."""
-    backend = make_sge(sge_env, poll_interval=0.2)
+    backend = make_sge(sge_env, poll_interval=0.2, log_dir=None)
     ok = backend.submit(PilotRequest("ok", ["true"], SMALL, 60))
     three = backend.submit(PilotRequest("three", ["/bin/sh", "-c", "exit 3"], SMALL, 60))
     victim = backend.submit(PilotRequest("victim", ["sleep", "300"], SMALL, 60))

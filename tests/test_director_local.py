@@ -184,6 +184,44 @@ def test_the_wall_a_pilot_asks_is_what_its_jobs_need_rounded_with_headroom_and_c
         director.close()
 
 
+TWO_SITES = """
+[sites.A.ces.host]
+[sites.A.ces.host.queues.first]
+shapes = [{ name = "c2", cpu = 2, mem = "1G", wall = "10m" }]
+[sites.B.ces.host]
+[sites.B.ces.host.queues.second]
+shapes = [{ name = "c2", cpu = 2, mem = "1G", wall = "10m" }]
+"""
+
+
+def test_the_queue_with_the_most_urgent_job_is_planned_first_and_takes_the_shared_jobs(
+    in_tmp: Path, redis_url: str
+) -> None:
+    """Catalog order is A then B. B's own job is the most urgent, so B is planned first and packs the job that
+    either queue can run beside it (in catalog order, A would have taken it)."""
+    ctx = Context(settings_for(in_tmp, redis_url, TWO_SITES))
+    director = Director(ctx, pilot_command=Placeholders(), log_dir=str(in_tmp / "logs"))
+    try:
+        ctx.submitter.submit([job("anywhere", "A")], name="shared")
+        ctx.submitter.submit([JobSpec(name="only-b", command="true", requirements={"Site": "B", "cpu": 1})],
+                             name="urgent", priority=600.0)
+        anywhere = ctx.submitter.submit([JobSpec(name="either", command="true", requirements={"cpu": 1})],
+                                        name="either")
+        assert ctx.store.pool(ctx.store.jobs(list(anywhere.ids.values()))[0].tq_id) == {"A/host/first",
+                                                                                       "B/host/second"}
+        report = director.cycle()
+        assert list(report.queues) == ["B/host/second", "A/host/first"], report.summary()
+        assert len(report.queues["B/host/second"].submitted) == 1, report.summary()
+        # A still opens a pilot for its own job; the job either queue can run went with B's urgent one.
+        assert len(report.queues["A/host/first"].submitted) == 1 and report.queues["A/host/first"].demand == 1
+        queue_b = ctx.catalog.queue("B/host/second", ctx.settings.vo)
+        [record] = director.provisioned(queue_b, director.backend(queue_b)).values()
+        assert record["jobs"] == 2, record
+    finally:
+        director.stop_all()
+        director.close()
+
+
 # --- the two ways a director cycle is started from outside ---------------------------------------------------
 
 

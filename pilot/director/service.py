@@ -1,7 +1,8 @@
 """The site director: turns the waiting demand each queue can serve into pilots, every cycle.
 
-For each queue of the catalog (most urgent demand first across queues, so a job eligible at several
-queues is provisioned once): read its demand from the task queues of its SubmitPool, ask the batch
+For each queue of the catalog, the queue with the most urgent waiting job first (a job eligible at several
+queues is provisioned once, by the first queue that plans it: so the queue whose own work is most urgent
+packs shared jobs beside it): read its demand from the task queues of its SubmitPool, ask the batch
 system about the pilots it already has there (one call per backend), plan with
 :func:`pilot.director.planner.plan` (first-fit into existing pilots, cheapest shapes for the rest, caps
 ``n_max_queued`` per shape and ``max_running`` per queue), submit the new pilots with the start-by date
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import socket
 import sys
@@ -164,11 +166,15 @@ class Director:
                 report.skipped = True
                 return report
             claimed: set[str] = set()
-            for queue in self.ctx.catalog.queues(self.ctx.settings.vo):
-                report.queues[queue.id] = self._queue_cycle(queue, claimed)
+            queues = self.ctx.catalog.queues(self.ctx.settings.vo)
+            heads = {q.id: self.ctx.store.waiting_heads(q.id) for q in queues}
+            queues.sort(key=lambda q: min((head[-1] for head in heads[q.id]), default=math.inf))  # stable
+            for queue in queues:
+                report.queues[queue.id] = self._queue_cycle(queue, heads[queue.id], claimed)
         return report
 
-    def _queue_cycle(self, queue: Queue, claimed: set[str]) -> QueueReport:
+    def _queue_cycle(self, queue: Queue, heads: list[tuple[str, str, int, int, int, float, float]],
+                     claimed: set[str]) -> QueueReport:
         """Plan and provision one queue, one group of demand per backend option string.
 
         Jobs with a ``BackendOptions`` string (open-lmake's ``-b``) need pilots submitted with it, and a
@@ -181,7 +187,7 @@ class Director:
         store = self.ctx.store
         extras: dict[str, tuple[str | None, str]] = {}
         groups: dict[str, list[Demand]] = {}
-        for tq, job, cpu, mem, tmp, ete, score in store.waiting_heads(queue.id):
+        for tq, job, cpu, mem, tmp, ete, score in heads:
             if job in claimed:
                 continue
             if tq not in extras:
