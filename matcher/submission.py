@@ -7,7 +7,8 @@ every problem before storing anything:
 2. each job's requirements parse and validate (:func:`taskqueues.requirements.parse_requirements`), every
    requirement name is offered by some queue of the catalog (RFC #7), and some queue is eligible —
    else the error says which requirement excluded which queue;
-3. an instance-type hint names a shape of an eligible queue that can hold the job;
+3. an instance-type hint names a shape of an eligible queue that can hold the job, and a
+   ``BackendOptions`` string parses for the backend of some eligible queue;
 4. run-time estimates come from what was learnt (last success of the job's key, its rule's mean),
    else the user's hint (``ete``, else ``wall``), else the default (:func:`taskqueues.ete.estimate`);
 5. pressures along the DAG give each job its score: ``ETA(request) - pressure(job) - priority``, the
@@ -29,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pilot.backends.options import check_job_options, normalize_options
 from taskqueues import dag
 from taskqueues.catalog import Catalog, Queue
 from taskqueues.errors import PilotfishError, ValidationError
@@ -41,6 +43,7 @@ from .eta import fan_in_bound, live_cores, load_seconds, request_eta
 
 DEFAULT_ETE = 60.0
 INSTANCE_TYPE = "InstanceType"
+BACKEND_OPTIONS = "BackendOptions"
 
 
 @dataclass(frozen=True)
@@ -92,20 +95,26 @@ def place(catalog: Catalog, raw: Mapping[str, object], *, job: str, vo: str) -> 
     """Validate one job's requirements against the catalog and name its task queue.
 
     An ``InstanceType`` requirement is the Seven Bridges instance-type hint: it restricts the job to the
-    queues offering that shape, which must hold the job, and is part of the task-queue identity (so
-    the director can honour it per task queue).
+    queues offering that shape, which must hold the job. A ``BackendOptions`` requirement is open-lmake's
+    ``-b``/``--backend`` string (``"-p long -q high"`` for Slurm, ``"-p -100"`` for Grid Engine): it
+    restricts the job to the queues whose backend accepts it, and the director submits the pilots planned
+    for such jobs with it. Both are part of the task-queue identity, so the director honours them per task
+    queue; the option string is normalised first, so spellings of the same options share a task queue.
     """
     values = dict(raw)
     hint = values.pop(INSTANCE_TYPE, None)
     if hint is not None and not isinstance(hint, str):
         raise ValidationError("must name one shape", job=job, field=INSTANCE_TYPE)
+    options = _options(values.pop(BACKEND_OPTIONS, None), job)
     req = parse_requirements(values, job=job)
     catalog.check_names(req, job=job, vo=vo)
-    queues = _with_shape(catalog.require_eligible(req, job=job, vo=vo), req, hint, job)
-    if hint is None:
+    queues = _with_options(_with_shape(catalog.require_eligible(req, job=job, vo=vo), req, hint, job),
+                           options, job)
+    extras = {k: v for k, v in ((INSTANCE_TYPE, hint), (BACKEND_OPTIONS, options)) if v is not None}
+    if not extras:
         return Placement(req, req.tq_id, req.canonical_json(), tuple(q.id for q in queues))
-    canonical = json.dumps({**req.canonical(), INSTANCE_TYPE: hint}, sort_keys=True, separators=(",", ":"))
-    tq_id = Requirements(values={**req.values, INSTANCE_TYPE: hint}).tq_id
+    canonical = json.dumps({**req.canonical(), **extras}, sort_keys=True, separators=(",", ":"))
+    tq_id = Requirements(values={**req.values, **extras}).tq_id
     return Placement(req, tq_id, canonical, tuple(q.id for q in queues))
 
 
@@ -124,6 +133,35 @@ def _with_shape(queues: list[Queue], req: Requirements, hint: str | None, job: s
     return holding
 
 
+def _options(raw: object, job: str) -> str | None:
+    """A job's ``BackendOptions`` normalised, None when absent or blank."""
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        raise ValidationError("must be a -b style option string", job=job, field=BACKEND_OPTIONS)
+    try:
+        return normalize_options(raw, where=BACKEND_OPTIONS) or None
+    except PilotfishError as exc:
+        raise ValidationError(str(exc), job=job, field=BACKEND_OPTIONS) from None
+
+
+def _with_options(queues: list[Queue], options: str | None, job: str) -> list[Queue]:
+    """The queues whose backend accepts the job's option string (all of them without one)."""
+    if options is None:
+        return queues
+    reasons: dict[str, str] = {}
+    for queue in queues:
+        try:
+            check_job_options(queue.batch, options, where=queue.batch)
+        except PilotfishError as exc:
+            reasons[queue.id] = str(exc)
+    accepting = [q for q in queues if q.id not in reasons]
+    if not accepting:
+        why = "; ".join(f"{q}: {r}" for q, r in sorted(reasons.items()))
+        raise ValidationError(f"no eligible queue accepts {options!r} ({why})", job=job, field=BACKEND_OPTIONS)
+    return accepting
+
+
 def pool_of_definition(catalog: Catalog, tq_def: str, *, vo: str) -> list[str]:
     """The queues eligible for a task queue, from its stored canonical form (the periodic pool refresh).
 
@@ -133,9 +171,11 @@ def pool_of_definition(catalog: Catalog, tq_def: str, *, vo: str) -> list[str]:
     """
     values = json.loads(tq_def)
     hint = values.pop(INSTANCE_TYPE, None)
+    options = values.pop(BACKEND_OPTIONS, None)
     try:
         req = parse_requirements(values, job=f"task queue {tq_def}")
-        return [q.id for q in _with_shape(catalog.eligible_queues(req, vo=vo), req, hint, "")]
+        queues = _with_options(_with_shape(catalog.eligible_queues(req, vo=vo), req, hint, ""), options, "")
+        return [q.id for q in queues]
     except PilotfishError:
         return []
 

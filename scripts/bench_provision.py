@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import random
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -135,16 +136,19 @@ def measure(name: str, demand: list[Demand]) -> Row:
 SYSTEM_ENV = {"slurm": Path("/var/tmp/pilotfish-slurm/env"), "sge": Path("/var/tmp/pilotfish-sge/env")}
 
 
-def _system_options(kind: str) -> dict[str, object] | str:
-    """Backend settings for the batch system our scripts started, or why it cannot be measured."""
+def _system_options(kind: str, log_dir: str) -> dict[str, object] | str:
+    """Backend settings for the batch system our scripts started, or why it cannot be measured.
+
+    ``log_dir`` takes the pilots' batch output, which would otherwise land in the current directory."""
     env_file = SYSTEM_ENV[kind]
     if not env_file.is_file():
         return f"not up ({env_file} missing: bash scripts/{kind}.sh up)"
     values = dict(line.split("=", 1) for line in env_file.read_text().splitlines()
                   if "=" in line and not line.startswith("#"))
     if kind == "slurm":
-        return {"config": values["SLURM_CONF"], "partition": "debug", "repo_key": "bench:"}
-    return {"root": values["SGE_ROOT"], "cell": values.get("SGE_CELL", "default"), "repo_key": "bench:"}
+        return {"config": values["SLURM_CONF"], "partition": "debug", "repo_key": "bench:", "log_dir": log_dir}
+    return {"root": values["SGE_ROOT"], "cell": values.get("SGE_CELL", "default"), "repo_key": "bench:",
+            "log_dir": log_dir}
 
 
 def backends_section(enabled: bool, n: int = 50) -> list[str]:
@@ -154,38 +158,40 @@ def backends_section(enabled: bool, n: int = 50) -> list[str]:
     if not enabled:
         return []
     from pilot.backends.base import submit_rate
-    from pilot.backends.local import LocalBackend
+    from pilot.backends.local import LocalBackend, LocalSettings
     from pilot.backends.sge import SgeBackend, SgeSettings
     from pilot.backends.slurm import SlurmBackend, SlurmSettings
     from taskqueues.errors import PilotfishError
 
     lines = ["", f"pilot submission, {n} pilots each (pilot.backends.base.submit_rate)",
              f"{'backend':<10} {'pilots/s':>10}  note"]
-    for kind in ("local", "slurm", "sge"):
-        note = ""
-        backend: LocalBackend | SlurmBackend | SgeBackend
-        if kind == "local":
-            backend = LocalBackend()
-            note = "spawns up to the host's cores, queues the rest"
-        else:
-            options = _system_options(kind)
-            if isinstance(options, str):
-                lines.append(f"{kind:<10} {'skipped':>10}  {options}")
+    # Batch output goes to a directory of its own, removed at the end, never to the current one.
+    with tempfile.TemporaryDirectory(prefix="pilotfish-bench-", ignore_cleanup_errors=True) as log_dir:
+        for kind in ("local", "slurm", "sge"):
+            note = ""
+            backend: LocalBackend | SlurmBackend | SgeBackend
+            if kind == "local":
+                backend = LocalBackend(LocalSettings(log_dir=log_dir))
+                note = "spawns up to the host's cores, queues the rest"
+            else:
+                options = _system_options(kind, log_dir)
+                if isinstance(options, str):
+                    lines.append(f"{kind:<10} {'skipped':>10}  {options}")
+                    continue
+                backend = (SlurmBackend(SlurmSettings.from_options(options)) if kind == "slurm"
+                           else SgeBackend(SgeSettings.from_options(options)))
+                note = "sbatch round trips" if kind == "slurm" else "qsub round trips"
+            try:
+                if not isinstance(backend, LocalBackend):
+                    backend.check()
+                rate = submit_rate(backend, n)
+            except PilotfishError as exc:
+                lines.append(f"{kind:<10} {'skipped':>10}  {exc}")
                 continue
-            backend = (SlurmBackend(SlurmSettings.from_options(options)) if kind == "slurm"
-                       else SgeBackend(SgeSettings.from_options(options)))
-            note = "sbatch round trips" if kind == "slurm" else "qsub round trips"
-        try:
-            if not isinstance(backend, LocalBackend):
-                backend.check()
-            rate = submit_rate(backend, n)
-        except PilotfishError as exc:
-            lines.append(f"{kind:<10} {'skipped':>10}  {exc}")
-            continue
-        finally:
-            if isinstance(backend, LocalBackend):
-                backend.shutdown(wait=10)
-        lines.append(f"{kind:<10} {rate:>10.1f}  {note}")
+            finally:
+                if isinstance(backend, LocalBackend):
+                    backend.shutdown(wait=10)
+            lines.append(f"{kind:<10} {rate:>10.1f}  {note}")
     return lines
 
 

@@ -129,11 +129,16 @@ class Rig:
 
     # -- jobs ------------------------------------------------------------------------------------------
 
-    def job(self, name: str, *, cpu: int = 1, seconds: float = 1.0) -> JobSpec:
-        """A job for this rig's queue that sleeps, then appends '<id> <attempt>' to the marker file."""
+    def job(self, name: str, *, cpu: int = 1, seconds: float = 1.0, options: str | None = None) -> JobSpec:
+        """A job for this rig's queue that sleeps, then appends '<id> <attempt>' to the marker file.
+
+        ``options``: its ``BackendOptions`` (the ``-b`` string its pilots are submitted with).
+        """
         command = f'sleep {seconds}; echo "$PILOTFISH_JOB_ID $PILOTFISH_ATTEMPT" >> {self.marker}'
-        return JobSpec(name=name, command=command, ete=seconds,
-                       requirements={"Site": SITES[self.kind], "cpu": cpu, "mem": "200M", "wall": "2m"})
+        requirements: dict[str, object] = {"Site": SITES[self.kind], "cpu": cpu, "mem": "200M", "wall": "2m"}
+        if options is not None:
+            requirements["BackendOptions"] = options
+        return JobSpec(name=name, command=command, ete=seconds, requirements=requirements)
 
     def submit(self, jobs: Sequence[JobSpec], *, priority: float = 0.0) -> Submitted:
         return self.ctx.submitter.submit(jobs, name=f"director-{self.kind}", priority=priority)
@@ -259,6 +264,11 @@ class Rig:
         text = self.run("qstat", "-j", batch_id)
         match = re.search(r"^parallel environment:\s*(\S+)\s+range:\s*(\d+)", text, re.M)
         return int(match.group(2)) if match else 1
+
+    def sge_priority(self, batch_id: str) -> int:
+        """The priority Grid Engine shows for a job (``qstat -j`` leaves the line out for priority 0)."""
+        shown = self.run("qstat", "-j", batch_id)
+        return int(next((line.split(":", 1)[1] for line in shown.splitlines() if line.startswith("priority:")), 0))
 
     def scontrol(self, batch_id: str) -> dict[str, str]:
         return dict(re.findall(r"(\w+)=(\S*)", self.run("scontrol", "show", "job", "-o", batch_id)))

@@ -237,6 +237,57 @@ def test_converted_backend_maps_sge_priority_without_exclusivity(tmp_path: Path)
         backend.close()
 
 
+def test_converted_backend_carries_the_batch_settings_and_runs_what_they_ask_alone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Slurm's configured partition/qos/options are not dropped: here they cannot be mapped, so every pilot
+    runs alone, and the one warning says so when the backend is made."""
+    empty_bin = tmp_path / "bin"
+    empty_bin.mkdir()
+    reset_conversion_warnings()
+    settings = {"bin_dir": str(empty_bin), "partition": "long", "qos": "high", "options": "-C avx2",
+                "local": {"capacity": {"cpu": 4}}}
+    with caplog.at_level(logging.WARNING, logger="pilot.backends.factory"):
+        backend = make_backend("slurm", settings, where="Site/ce/q")
+    assert isinstance(backend, LocalBackend) and backend.carried == {"partition": "long", "qos": "high",
+                                                                      "features": "avx2"}
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "Site/ce/q" in warning and "every pilot runs alone" in warning, warning
+    assert all(f"{k}={v}" in warning for k, v in backend.carried.items()), warning
+    try:
+        ids = [backend.submit(PilotRequest(f"p{i}", span_command(tmp_path, f"p{i}", 0.4), SMALL, 60))
+               for i in range(3)]
+        assert "cannot map partition=long" in backend.states(ids[:1])[ids[0]].detail
+        wait_states(backend, ids, all_final, timeout=30)
+        assert max_overlap(spans(tmp_path)) == 1, spans(tmp_path)  # 3 one-core pilots on 4 cores, one at a time
+    finally:
+        backend.close()
+
+
+def test_converted_backend_maps_what_the_host_has_and_warns_once_per_backend(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    empty_bin = tmp_path / "bin"
+    empty_bin.mkdir()
+    reset_conversion_warnings()
+    with caplog.at_level(logging.WARNING, logger="pilot.backends.factory"):
+        # Grid Engine's configured -p only orders pilots: nothing runs alone.
+        sge = make_backend("sge", {"bin_dir": str(empty_bin), "options": "-p -5"}, where="A/ce/q")
+        again = make_backend("sge", {"bin_dir": str(empty_bin), "options": "-p -5"}, where="A/ce/q")
+        other = make_backend("sge", {"bin_dir": str(empty_bin)}, where="B/ce/q")
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2 and "A/ce/q" in warnings[0] and "B/ce/q" in warnings[1], warnings
+    assert "every pilot runs alone" not in warnings[0], warnings
+    assert isinstance(sge, LocalBackend) and sge.carried == {"priority": "-5"}
+    try:
+        ids = [sge.submit(PilotRequest(f"p{i}", span_command(tmp_path, f"p{i}", 0.6), SMALL, 60)) for i in range(2)]
+        wait_states(sge, ids, all_final, timeout=30)
+        assert max_overlap(spans(tmp_path)) == 2, spans(tmp_path)
+    finally:
+        for backend in (sge, again, other):
+            backend.close()
+
+
 def test_unknown_kind_and_wrong_settings_are_errors_not_conversions() -> None:
     with pytest.raises(BackendError, match="unknown backend kind 'pbs'"):
         make_backend("pbs", {})

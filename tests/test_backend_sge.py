@@ -35,10 +35,18 @@ def sge_run(env: dict[str, str], *argv: str) -> str:
     ).stdout
 
 
+@pytest.fixture(autouse=True)
+def _outputs_stay_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batch jobs submitted without a log directory write their output to the submit directory: make it the
+    test's, never the repository (the helper below gives every backend a log directory besides)."""
+    monkeypatch.chdir(tmp_path)
+
+
 def make_sge(env: dict[str, str], **settings: object) -> SgeBackend:
     return SgeBackend(
         SgeSettings.from_options(
-            {"root": env["SGE_ROOT"], "cell": env["SGE_CELL"], "bin_dir": env["PILOTFISH_SGE_BIN"], **settings}
+            {"root": env["SGE_ROOT"], "cell": env["SGE_CELL"], "bin_dir": env["PILOTFISH_SGE_BIN"],
+             "log_dir": str(Path.cwd() / "logs"), **settings}
         )
     )
 
@@ -123,9 +131,42 @@ def test_shape_maps_to_pe_per_slot_memory_wall_and_pass_through(sge_env: dict[st
 
 
 @pytest.mark.sge
+def test_resource_names_and_cell_cluster_settings_reach_grid_engine(sge_env: dict[str, str], tmp_path: Path) -> None:
+    """cpu_resource replaces the PE (one slot, so memory is not divided), mem_resource and tmp_resource name
+    the -l complexes; root/cell/cluster are in the environment of every Grid Engine command the backend runs
+    (seen through wrappers that record it and run the real command)."""
+    wrappers = tmp_path / "bin"
+    wrappers.mkdir()
+    seen = tmp_path / "seen"
+    for name in ("qsub", "qstat", "qdel", "qacct"):
+        real = Path(sge_env["PILOTFISH_SGE_BIN"]) / name
+        wrapper = wrappers / name
+        wrapper.write_text(f"#!/bin/sh\necho {name} $SGE_ROOT $SGE_CELL $SGE_CLUSTER_NAME $SGE_CLUSTER >> {seen}\n"
+                           f'exec {real} "$@"\n')
+        wrapper.chmod(0o755)
+    backend = make_sge(sge_env, bin_dir=str(wrappers), cluster="pf-cluster", cpu_resource="m_core",
+                       mem_resource="h_data", tmp_resource="h_fsize", log_dir=str(tmp_path / "logs"),
+                       poll_interval=0.2)
+    request = PilotRequest("res", ["true"], Shape("s", cpu=2, mem=400, tmp=300), wall=600, workdir=str(tmp_path))
+    batch_id = backend.submit(request)
+    try:
+        details = qstat_j(sge_env, batch_id)
+        hard = next(line for line in details.splitlines() if line.startswith("hard resource_list:"))
+        assert "m_core=2" in hard and "h_data=400M" in hard and "h_fsize=300M" in hard, hard
+        assert "h_vmem" not in hard and "parallel environment" not in details, details
+        assert wait_states(backend, [batch_id], all_final, timeout=60)[batch_id].state is PilotState.DONE
+    finally:
+        backend.cancel([batch_id])
+    calls = seen.read_text().splitlines()
+    assert {c.split()[0] for c in calls} >= {"qsub", "qstat"}, calls
+    assert all(c.split()[1:] == [sge_env["SGE_ROOT"], sge_env["SGE_CELL"], "pf-cluster", "pf-cluster"]
+               for c in calls), calls
+
+
+@pytest.mark.sge
 def test_finished_jobs_without_status_file_are_judged_by_qacct(sge_env: dict[str, str]) -> None:
     """No log_dir, so no status file: the accounting record (written at once by our sge.sh) decides."""
-    backend = make_sge(sge_env, poll_interval=0.2)
+    backend = make_sge(sge_env, poll_interval=0.2, log_dir=None)
     ok = backend.submit(PilotRequest("ok", ["true"], SMALL, 60))
     three = backend.submit(PilotRequest("three", ["/bin/sh", "-c", "exit 3"], SMALL, 60))
     victim = backend.submit(PilotRequest("victim", ["sleep", "300"], SMALL, 60))

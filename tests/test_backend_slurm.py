@@ -46,9 +46,17 @@ def scontrol_job(env: dict[str, str], batch_id: str) -> dict[str, str]:
     return dict(re.findall(r"(\w+)=(\S*)", out))
 
 
+@pytest.fixture(autouse=True)
+def _outputs_stay_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batch jobs submitted without a log directory write their output to the submit directory: make it the
+    test's, never the repository (the helper below gives every backend a log directory besides)."""
+    monkeypatch.chdir(tmp_path)
+
+
 def make_slurm(env: dict[str, str], **settings: object) -> SlurmBackend:
     return SlurmBackend(
-        SlurmSettings.from_options({"config": env["SLURM_CONF"], "bin_dir": env["PILOTFISH_SLURM_BIN"], **settings})
+        SlurmSettings.from_options({"config": env["SLURM_CONF"], "bin_dir": env["PILOTFISH_SLURM_BIN"],
+                                    "log_dir": str(Path.cwd() / "logs"), **settings})
     )
 
 

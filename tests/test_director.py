@@ -171,9 +171,43 @@ def test_sge_priority_follows_how_far_ahead_start_by_is(rig: Rig) -> None:
     start_by = float(rig.provisioned()[batch_id]["start_by"])  # type: ignore[arg-type]
     expected = {max(-1023, min(0, -round((start_by - now) / PRIO_SECONDS))) for now in (before, after)}
     assert min(expected) <= -9, expected  # not the default 0: the priority really comes from start_by
-    shown = rig.run("qstat", "-j", batch_id)
-    prio = int(next(line.split(":", 1)[1] for line in shown.splitlines() if line.startswith("priority:")))
-    assert prio in expected, (prio, expected, shown)
+    prio = rig.sge_priority(batch_id)
+    assert prio in expected, (prio, expected)
+
+
+# A job's -b string: Slurm's -w (nodelist) shows as ReqNodeList; Grid Engine's -p beats the start-by priority.
+JOB_OPTIONS = {"slurm": ("-w localhost", "ReqNodeList", "localhost"), "sge": ("-p -7", "priority", "-7")}
+
+
+@pytest.mark.parametrize("rig", [pytest.param(k, id=k, marks=_marks(k)) for k in JOB_OPTIONS], indirect=True)
+def test_a_jobs_backend_options_and_wall_go_with_the_pilots_planned_for_it_only(rig: Rig) -> None:
+    options, field, value = JOB_OPTIONS[rig.kind]
+    rig.fill()  # the pilots stay queued: what the batch system holds for them can be read
+    rig.submit([rig.job("plain"), rig.job("opted", options=options), rig.job("opted-too", options=options)])
+    first = rig.cycle()
+    assert not first.errors, first
+    # Two one-core jobs pack onto one c2 pilot; the plain job does not join them (its pilot has no options).
+    records = rig.provisioned()
+    planned = sorted((str(r["options"]), str(r["shape"]), int(r["jobs"])) for r in records.values())  # type: ignore[call-overload]
+    assert planned == [("", "c1", 1), (options, "c2", 2)], records
+    by_options = {str(r["options"]): b for b, r in records.items()}
+
+    def shown(batch_id: str) -> str:
+        return rig.scontrol(batch_id)[field] if rig.kind == "slurm" else str(rig.sge_priority(batch_id))
+
+    assert shown(by_options[options]) == value
+    assert shown(by_options[""]) != value
+    # The wall asked: the jobs' 1 s rounded up to wall_granularity (60 s), plus one step of headroom.
+    assert {int(r["wall"]) for r in records.values()} == {120}, records  # type: ignore[call-overload]
+    for batch_id in records:
+        if rig.kind == "slurm":
+            assert rig.scontrol(batch_id)["TimeLimit"] == "00:02:00"
+        else:
+            assert "h_rt=120" in rig.run("qstat", "-j", batch_id)
+
+    time.sleep(0.6)  # past poll_interval
+    again = rig.cycle()  # each group keeps its queued pilot: nothing new, nothing cancelled
+    assert again.submitted == [] and again.cancelled == [] and not again.errors, again
 
 
 @pytest.mark.parametrize("rig", ALL, indirect=True)

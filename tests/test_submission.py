@@ -89,6 +89,58 @@ def test_instance_type_hint_makes_its_own_task_queue(submitter: Submitter, store
     assert "InstanceType" in store.tq_definitions()[hinted.tq_id]
 
 
+KINDS_CATALOG = """
+[sites.S.ces.ce]
+batch = "slurm"
+[sites.S.ces.ce.queues.q]
+shapes = [{ name = "small", cpu = 4, mem = "8G" }]
+[sites.G.ces.ce]
+batch = "sge"
+[sites.G.ces.ce.queues.q]
+shapes = [{ name = "small", cpu = 4, mem = "8G" }]
+[sites.L.ces.ce]
+[sites.L.ces.ce.queues.q]
+shapes = [{ name = "small", cpu = 4, mem = "8G" }]
+"""
+
+
+def test_backend_options_restrict_a_job_to_the_queues_whose_backend_accepts_them(store: Store) -> None:
+    submitter = Submitter(store, Catalog.loads(KINDS_CATALOG))
+    sub = submitter.submit([JobSpec("slurm", "true", {"BackendOptions": "-w  localhost --qos=high"}),
+                            JobSpec("slurm-again", "true", {"BackendOptions": "--qos=high -w localhost"}),
+                            JobSpec("same", "true", {"BackendOptions": "-w localhost --qos=high"}),
+                            JobSpec("prio", "true", {"BackendOptions": "-p -5"}),
+                            JobSpec("plain", "true")])
+    slurm, again, same, prio, plain = store.jobs([sub.ids[n] for n in ("slurm", "slurm-again", "same", "prio",
+                                                                        "plain")])
+    assert store.pool(plain.tq_id) == {"S/ce/q", "G/ce/q", "L/ce/q"}
+    assert store.pool(slurm.tq_id) == {"S/ce/q"}  # -w is no Grid Engine option; local takes none
+    assert store.pool(prio.tq_id) == {"G/ce/q"}  # -p -5: a priority for SGE; for Slurm -p lacks its partition
+    assert slurm.tq_id == same.tq_id, "blanks do not make another task queue"
+    assert again.tq_id != slurm.tq_id, "another order is another option string (later options win)"
+    assert json.loads(store.tq_definitions()[slurm.tq_id])["BackendOptions"] == "-w localhost --qos=high"
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ("--bogus 1", "unknown option '--bogus'"),
+    ("-c 4", "come from the job's requirements"),
+    ("--mem 2G -p x", "come from the job's requirements"),
+    ("-q 'open", "cannot split"),
+    (["-p", "x"], "option string"),
+])
+def test_backend_options_no_queue_can_honour_are_refused(store: Store, real_redis: redis.Redis,
+                                                         options: object, message: str) -> None:
+    submitter = Submitter(store, Catalog.loads(KINDS_CATALOG))
+    with pytest.raises(SubmissionError, match=message):
+        submitter.submit([JobSpec("a", "true", {"BackendOptions": options})])
+    assert real_redis.dbsize() == 0
+
+
+def test_backend_options_on_a_local_only_catalog_are_refused(submitter: Submitter) -> None:
+    with pytest.raises(SubmissionError, match="local backend takes no backend options"):
+        submitter.submit([JobSpec("a", "true", {"BackendOptions": "-q high"})])
+
+
 def test_pressure_puts_the_critical_path_first_across_requests(submitter: Submitter, store: Store) -> None:
     submitter.capacity = lambda: 1e6  # an idle giant: the ETA is the critical path alone
     # Request 1: a long chain (3 x 100 s); request 2: a short job submitted at the same time.

@@ -114,6 +114,17 @@ _BATCH_ONLY = frozenset(
 )
 
 
+def unmappable(resources: Mapping[str, str], capacity: Mapping[str, int]) -> list[str]:
+    """The ``key=value`` of ``resources`` a converted local backend cannot honour (its pilots run alone)."""
+    out = []
+    for key, text in resources.items():
+        if key == "priority" or (key == "tmp" and "tmp" not in capacity):
+            continue
+        if key in _BATCH_ONLY or key not in capacity or not text.isdigit() or int(text) > capacity[key]:
+            out.append(f"{key}={text}")
+    return out
+
+
 @dataclass
 class _Pilot:
     batch_id: str
@@ -142,9 +153,13 @@ class LocalBackend:
 
     kind = "local"
 
-    def __init__(self, settings: LocalSettings | None = None, *, converted_from: str | None = None) -> None:
+    def __init__(self, settings: LocalSettings | None = None, *, converted_from: str | None = None,
+                 carried: Mapping[str, str] | None = None) -> None:
+        """``converted_from``: the batch system this backend stands in for; ``carried``: what that batch
+        system's settings ask of every pilot (mapped like the pilot's own resources, before them)."""
         self.settings = settings or LocalSettings()
         self.converted_from = converted_from
+        self.carried = dict(carried or {})
         self._capacity = {**host_capacity(), **self.settings.capacity}
         self._lock = threading.RLock()
         self._pilots: dict[str, _Pilot] = {}
@@ -236,7 +251,7 @@ class LocalBackend:
         """What the pilot holds while it runs, and whether it must run alone (with the reason)."""
         where = f"pilot {request.name!r}"
         converted = self.converted_from is not None
-        wanted: dict[str, str] = {"cpu": str(request.shape.cpu), "mem": str(request.shape.mem)}
+        wanted: dict[str, str] = {**self.carried, "cpu": str(request.shape.cpu), "mem": str(request.shape.mem)}
         if request.shape.tmp:
             wanted["tmp"] = str(request.shape.tmp)
         wanted.update(request.resources)

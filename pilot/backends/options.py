@@ -150,3 +150,31 @@ def parse_options(kind: str, text: str, *, where: str | None = None) -> dict[str
     if kind == "sge":
         return parse_sge_options(text, where=label)
     raise BackendOptionError(f"{label}: no option syntax for backend kind {kind!r}")
+
+
+#: Keys a job's own option string may not set: a pilot's cpu/mem/tmp are its shape, which the planner chose
+#: and the pilot advertises; an option changing them would make the batch system grant something else.
+SHAPE_KEYS = frozenset({"cpu", "mem", "tmp"})
+
+
+def normalize_options(text: str, *, where: str = "backend options") -> str:
+    """One spelling per option string (blanks collapsed, quoting canonical), so equal strings group together."""
+    return shlex.join(_split(text, where))
+
+
+def check_job_options(kind: str, text: str, *, where: str) -> dict[str, str]:
+    """Parse a job's ``-b`` style string for a queue of backend ``kind``; refuse what that queue cannot honour.
+
+    The local backend takes none (it has no partitions, qos or priorities to choose from: such a string
+    means the job wants a batch system). Options that would change the pilot's shape are refused too.
+    """
+    if kind == "local":
+        raise BackendOptionError(f"{where}: the local backend takes no backend options, got {text!r}")
+    parsed = parse_options(kind, text, where=where)
+    shaped = sorted(SHAPE_KEYS & set(parsed))
+    if shaped:
+        raise BackendOptionError(
+            f"{where}: {', '.join(shaped)} come from the job's requirements and the pilot's shape, "
+            f"not from its backend options {text!r}"
+        )
+    return parsed

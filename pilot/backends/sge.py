@@ -78,7 +78,7 @@ class SgeSettings:
     repo_key: str = ""
     root: str | None = None  # $SGE_ROOT; None = inherit the environment's
     cell: str | None = None  # $SGE_CELL
-    cluster: str | None = None  # $SGE_CLUSTER_NAME
+    cluster: str | None = None  # $SGE_CLUSTER_NAME and $SGE_CLUSTER (see SgeBackend.__init__)
     bin_dir: str | None = None
     cpu_resource: str | None = None
     pe: str = "smp"
@@ -118,8 +118,12 @@ class SgeBackend(ScriptBackend):
     def __init__(self, settings: SgeSettings | None = None) -> None:
         settings = settings or SgeSettings()
         env = dict(os.environ)
+        # Grid Engine's commands read SGE_ROOT and SGE_CELL (and SGE_QMASTER_PORT); its cluster name is
+        # SGE_CLUSTER_NAME, which its settings.sh exports and its rc scripts read (qsub/qstat/qdel read no
+        # cluster variable: in 8.1.9 the cell picks the cluster). The seed calls it SGE_CLUSTER: site
+        # wrappers written for open-lmake read that name, so both are set.
         for var, value in (("SGE_ROOT", settings.root), ("SGE_CELL", settings.cell),
-                           ("SGE_CLUSTER_NAME", settings.cluster)):
+                           ("SGE_CLUSTER_NAME", settings.cluster), ("SGE_CLUSTER", settings.cluster)):
             if value:
                 env[var] = value
         super().__init__(settings, env)

@@ -1,7 +1,8 @@
 """The site director: turns the waiting demand each queue can serve into pilots, every cycle.
 
-For each queue of the catalog (most urgent demand first across queues, so a job eligible at several
-queues is provisioned once): read its demand from the task queues of its SubmitPool, ask the batch
+For each queue of the catalog, the queue with the most urgent waiting job first (a job eligible at several
+queues is provisioned once, by the first queue that plans it: so the queue whose own work is most urgent
+packs shared jobs beside it): read its demand from the task queues of its SubmitPool, ask the batch
 system about the pilots it already has there (one call per backend), plan with
 :func:`pilot.director.planner.plan` (first-fit into existing pilots, cheapest shapes for the rest, caps
 ``n_max_queued`` per shape and ``max_running`` per queue), submit the new pilots with the start-by date
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -24,6 +26,7 @@ from typing import Any
 
 from matcher.context import Context
 from matcher.settings import Settings
+from matcher.submission import BACKEND_OPTIONS, INSTANCE_TYPE
 from pilot.backends.base import Backend, PilotRequest, PilotState
 from pilot.backends.factory import make_backend
 from taskqueues import alive
@@ -32,7 +35,7 @@ from taskqueues.errors import BackendError
 from taskqueues.lock import locked
 from taskqueues.shapes import Shape
 
-from .planner import Demand, Pilot, plan
+from .planner import Demand, Pilot, Plan, plan
 
 log = logging.getLogger(__name__)
 
@@ -98,19 +101,47 @@ class Director:
         # so demand is planned onto the shapes that can start instead of failing every cycle.
         self._refused: dict[tuple[str, str], float] = {}
         self.refusal_pause = 300.0
+        self._shared: dict[str, Backend] = {}
+        self._configure()
 
-    def backend(self, queue: Queue) -> Backend:
+    @staticmethod
+    def _settings_key(queue: Queue, options: dict[str, object]) -> str:
+        return json.dumps([queue.batch, options], sort_keys=True, default=str)
+
+    def _configure(self) -> None:
+        """Make every queue's backend now, at configuration time: a batch system that cannot be reached is
+        converted to local and warned about here, once per backend (naming its queues), not at the first
+        cycle. Queues with the same batch system and settings share one backend: one status poll for all
+        their pilots, and one local capacity when converted. A backend with wrong settings is reported
+        here and again, as an error of its queue, at every cycle."""
+        serving: dict[str, list[Queue]] = {}
+        for queue in self.ctx.catalog.queues(self.ctx.settings.vo):
+            serving.setdefault(self._settings_key(queue, self._options(queue)), []).append(queue)
+        for queues in serving.values():
+            try:
+                self.backend(queues[0], where=", ".join(q.id for q in queues))
+            except BackendError as exc:
+                log.error("queue %s: cannot configure its %s backend: %s", queues[0].id, queues[0].batch, exc)
+
+    def _options(self, queue: Queue) -> dict[str, object]:
+        options, _ = split_batch_options(queue)
+        if self.log_dir:
+            options.setdefault("log_dir", self.log_dir)
+        return options
+
+    def backend(self, queue: Queue, *, where: str | None = None) -> Backend:
         backend = self._backends.get(queue.id)
         if backend is None:
-            options, _ = split_batch_options(queue)
-            if self.log_dir:
-                options.setdefault("log_dir", self.log_dir)
-            backend = make_backend(queue.batch, options)
+            options = self._options(queue)
+            key = self._settings_key(queue, options)
+            backend = self._shared.get(key)
+            if backend is None:
+                backend = self._shared[key] = make_backend(queue.batch, options, where=where or queue.id)
             self._backends[queue.id] = backend
         return backend
 
     def close(self) -> None:
-        for backend in self._backends.values():
+        for backend in self._shared.values():
             backend.close()
 
     def stop_all(self) -> None:
@@ -133,34 +164,61 @@ class Director:
                 report.skipped = True
                 return report
             claimed: set[str] = set()
-            for queue in self.ctx.catalog.queues(self.ctx.settings.vo):
-                report.queues[queue.id] = self._queue_cycle(queue, claimed)
+            queues = self.ctx.catalog.queues(self.ctx.settings.vo)
+            heads = {q.id: self.ctx.store.waiting_heads(q.id) for q in queues}
+            queues.sort(key=lambda q: min((head[-1] for head in heads[q.id]), default=math.inf))  # stable
+            for queue in queues:
+                report.queues[queue.id] = self._queue_cycle(queue, heads[queue.id], claimed)
         return report
 
-    def _queue_cycle(self, queue: Queue, claimed: set[str]) -> QueueReport:
+    def _queue_cycle(self, queue: Queue, heads: list[tuple[str, str, int, int, int, float, float]],
+                     claimed: set[str]) -> QueueReport:
+        """Plan and provision one queue, one group of demand per backend option string.
+
+        Jobs with a ``BackendOptions`` string (open-lmake's ``-b``) need pilots submitted with it, and a
+        pilot submitted with some options serves the jobs that asked for them only: each option string is
+        planned apart, onto the pilots submitted with the same string. ``n_max_queued`` counts per shape and
+        option string (open-lmake counts per set of asked resources); ``max_running`` counts for the whole
+        queue, the group with the most urgent job planned first.
+        """
         out = QueueReport()
         store = self.ctx.store
-        hints = {}
-        demand = []
-        for tq, job, cpu, mem, tmp, ete, score in store.waiting_heads(queue.id):
+        extras: dict[str, tuple[str | None, str]] = {}
+        groups: dict[str, list[Demand]] = {}
+        for tq, job, cpu, mem, tmp, ete, score in heads:
             if job in claimed:
                 continue
-            if tq not in hints:
-                hints[tq] = json.loads(store.tq_definitions_of([tq]).get(tq, "{}")).get("InstanceType")
-            demand.append(Demand(job, cpu, mem, tmp, ete, score, hints[tq]))
-        out.demand = len(demand)
+            if tq not in extras:
+                definition = json.loads(store.tq_definitions_of([tq]).get(tq, "{}"))
+                extras[tq] = (definition.get(INSTANCE_TYPE), str(definition.get(BACKEND_OPTIONS, "")))
+            hint, options = extras[tq]
+            groups.setdefault(options, []).append(Demand(job, cpu, mem, tmp, ete, score, hint))
+        out.demand = sum(len(jobs) for jobs in groups.values())
         try:
             backend = self.backend(queue)
             existing = self._existing(queue, backend, out)
-            now = time.time()
-            shapes = [s for s in queue.shapes if self._refused.get((queue.id, s.name), 0.0) <= now] or queue.shapes
-            result = plan(demand, shapes, existing, n_max_queued=queue.n_max_queued,
-                          max_running=queue.max_running, wall_granularity=queue.wall_granularity)
         except BackendError as exc:
             out.errors.append(str(exc))
             return out
+        now = time.time()
+        shapes = [s for s in queue.shapes if self._refused.get((queue.id, s.name), 0.0) <= now] or queue.shapes
+        order = sorted(set(groups) | set(existing),
+                       key=lambda o: (not groups.get(o), min((d.start_by for d in groups.get(o, [])), default=0.0), o))
+        pilots = sum(len(p) for p in existing.values())
+        for options in order:
+            mine = existing.get(options, [])
+            room = None if queue.max_running is None else max(0, queue.max_running - (pilots - len(mine)))
+            result = plan(groups.get(options, []), shapes, mine, n_max_queued=queue.n_max_queued,
+                          max_running=room, wall_granularity=queue.wall_granularity)
+            pilots += self._provision(queue, backend, options, result, claimed, out) - len(result.cancel)
+        return out
+
+    def _provision(self, queue: Queue, backend: Backend, options: str, result: Plan, claimed: set[str],
+                   out: QueueReport) -> int:
+        """Submit a plan's new pilots (with ``options``) and cancel its idle queued ones; the pilots submitted."""
         claimed.update(result.placed)
-        out.unplaceable = dict(result.unplaceable)
+        out.unplaceable.update(result.unplaceable)
+        submitted = 0
         for planned in result.new:
             # One granularity step of headroom: a pilot asking for exactly its longest job's wall has a little
             # less than that once it runs, and would never take that job.
@@ -168,7 +226,7 @@ class Director:
             request = PilotRequest(name=f"{queue.name}-{planned.shape.name}",
                                    command=self.pilot_command(queue, planned.shape, planned.wall, self.ctx.settings),
                                    shape=planned.shape, wall=planned.wall, env=self._pilot_env(),
-                                   start_by=planned.start_by, log_dir=self.log_dir,
+                                   start_by=planned.start_by, options=options, log_dir=self.log_dir,
                                    resources=split_batch_options(queue)[1])
             try:
                 batch_id = backend.submit(request)
@@ -181,14 +239,16 @@ class Director:
             claimed.update(j.job for j in planned.jobs)
             self._record(queue, backend, batch_id, {"shape": planned.shape.name, "state": PilotState.QUEUED,
                                                     "submitted": time.time(), "start_by": planned.start_by,
-                                                    "wall": planned.wall, "jobs": len(planned.jobs)})
+                                                    "wall": planned.wall, "jobs": len(planned.jobs),
+                                                    "options": options})
             out.submitted.append(batch_id)
+            submitted += 1
         if result.cancel:
             backend.cancel(result.cancel)
             for batch_id in result.cancel:
                 self.ctx.client.hdel(self.ctx.keys.provisioned, self._key(queue, backend, batch_id))
-            out.cancelled = list(result.cancel)
-        return out
+            out.cancelled += result.cancel
+        return submitted
 
     def _pilot_env(self) -> dict[str, str]:
         s = self.ctx.settings
@@ -216,11 +276,12 @@ class Director:
                 out[name.removeprefix(prefix)] = json.loads(raw)
         return out
 
-    def _existing(self, queue: Queue, backend: Backend, out: QueueReport) -> list[Pilot]:
-        """The pilots this queue has in the batch system, with what they have free (from their heartbeats)."""
+    def _existing(self, queue: Queue, backend: Backend, out: QueueReport) -> dict[str, list[Pilot]]:
+        """The pilots this queue has in the batch system, with what they have free (from their heartbeats),
+        by the option string they were submitted with."""
         records = self.provisioned(queue, backend)
         if not records:
-            return []
+            return {}
         states = backend.states(list(records))
         # A pilot's heartbeat names its batch job as (batch, batch_id); local ids carry the kind as a prefix.
         live: dict[str, dict[str, Any]] = {}
@@ -228,7 +289,7 @@ class Director:
             if r.get("queue") == queue.id:
                 live[str(r.get("batch_id"))] = live[f"{r.get('batch')}-{r.get('batch_id')}"] = r
         shapes = {s.name: s for s in queue.shapes}
-        existing = []
+        existing: dict[str, list[Pilot]] = {}
         for batch_id, record in records.items():
             status = states.get(batch_id)
             shape = shapes.get(record.get("shape", ""))
@@ -242,12 +303,13 @@ class Director:
                 pairs = (("cores", "used_cpu"), ("mem", "used_mem"), ("tmp", "used_tmp"))
                 cpu, mem, tmp = (max(0, int(beat[t]) - int(beat[u])) for t, u in pairs)
                 left = shape.wall if beat.get("time_left") is None else float(beat["time_left"])
-                existing.append(Pilot(batch_id, shape, False, cpu, mem, tmp, left))
+                pilot = Pilot(batch_id, shape, False, cpu, mem, tmp, left)
             elif status.state is PilotState.RUNNING:
                 # Started, no heartbeat yet: it is about to take what fits its whole shape.
-                existing.append(Pilot(batch_id, shape, False, shape.cpu, shape.mem, shape.tmp, float(record["wall"])))
+                pilot = Pilot(batch_id, shape, False, shape.cpu, shape.mem, shape.tmp, float(record["wall"]))
             else:
-                existing.append(Pilot(batch_id, shape, True, shape.cpu, shape.mem, shape.tmp, float(record["wall"])))
+                pilot = Pilot(batch_id, shape, True, shape.cpu, shape.mem, shape.tmp, float(record["wall"]))
+            existing.setdefault(str(record.get("options", "")), []).append(pilot)
         return existing
 
 
