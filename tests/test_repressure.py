@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import redis
-from storehelp import FakeClock
+from storehelp import QA, QB, TWO_SITES, FakeClock
 
 from matcher.repressure import CURSOR_FIELD, RULE_MARK, eta_moved, repressure, repressure_locked
 from matcher.submission import JobSpec, Submitted, Submitter
@@ -22,21 +22,11 @@ from taskqueues.store import Store
 
 # Work runs at site A (EL9); the "training" jobs that teach a rule its run time run at site B (EL8), so
 # the test decides exactly which jobs complete.
-CATALOG = """
-[sites.A]
-Platform = "EL9"
-[sites.A.ces.ce]
-[sites.A.ces.ce.queues.q]
-shapes = [{ name = "small", cpu = 4, mem = "8G" }]
+CATALOG = TWO_SITES + """
 [sites.A.ces.ce.queues.r]
 shapes = [{ name = "small", cpu = 4, mem = "8G" }]
-[sites.B]
-Platform = "EL8"
-[sites.B.ces.ce]
-[sites.B.ces.ce.queues.q]
-shapes = [{ name = "small", cpu = 4, mem = "8G" }]
 """
-QA, QR, QB = "A/ce/q", "A/ce/r", "B/ce/q"
+QR = "A/ce/r"
 NOW = 1_000_000.0
 
 
