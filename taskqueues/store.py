@@ -135,7 +135,8 @@ class Store:
         call = self._match_calls.get(queue)
         if call is None or refresh:
             k = self.keys
-            visible = sorted(k.tq(_text(m)) for m in self.client.zrange(k.qheads(queue), 0, -1))
+            index: Any = self.client.zrangebyscore(k.qheads(queue), "-inf", "(inf")  # not _lib.lua's SKIPLIST
+            visible = sorted(k.tq(_text(m)) for m in index)
             call = PackedCall(self._line, self._scripts["match"],
                               [k.jobs, k.qheads(queue), k.leases, k.tqempty, k.heads, k.qfloor, *visible], n_args=9)
             self._match_calls[queue] = call

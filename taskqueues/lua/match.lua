@@ -12,7 +12,10 @@
 --           'more' instead of 'ok' (the caller declares the task queues anew and asks for the rest)
 -- The hot path: this script does not use the shared prelude (no closures to build per call), and looks
 -- declared keys up by binary search in the sorted KEYS instead of building a table of them. It reads the
--- heads hash, never a task-queue zset, to decide: only the task queue it leases from is touched.
+-- heads hash, never a task-queue zset, to decide: only the task queue it leases from is touched. The index
+-- is read once per call, a page at a time, into one flat table; every write to the index, the heads, the
+-- records and the leases is made once at the end, one command each, however many jobs the call leased.
+-- Tables, closures and their upvalues cost as much as Redis commands here: few of each, and one loop.
 -- ARGV[1]  key base "<prefix>:{<vo>}:"
 -- ARGV[2]  pilot id
 -- ARGV[3]  now (unix seconds)
@@ -22,10 +25,10 @@
 -- ARGV[9]  how many jobs at most
 -- Returns  {'ok' | 'more', id1, record1, id2, record2, ...} (records as stored after the lease: without their
 --          id, with the member's tail as mt; see _lib.lua's load/save) or {'needkeys', key}
-local base, pilot, now, lease = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local base, pilot, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local cpu, mem, tmp, left = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local want = tonumber(ARGV[9])
-local qh, heads, qfloor = KEYS[2], KEYS[5], KEYS[6]
+local jobs, qh, heads, qfloor = KEYS[1], KEYS[2], KEYS[5], KEYS[6]
 local queue = string.sub(qh, #base + 4)
 local EMPTY, EMPTY_TEXT = 1e18, '1e18'
 
@@ -40,90 +43,10 @@ local function declared(key)
   return false
 end
 
-local floor_text = redis.call('HGET', qfloor, queue)
-local floor
-if floor_text then
-  local c, m, t, e = string.match(floor_text, '^([^:]+):([^:]+):([^:]+):([^:]+)$')
-  floor = {tonumber(c), tonumber(m), tonumber(t), tonumber(e)}
-end
-
--- Index entries to raise to their task queue's real head score (or to EMPTY), written once a lease is sure.
-local raise = {}
-
--- Walk the index in score order, a page at a time, reading the pages' heads in one HMGET. Index scores are
--- at or below the real ones, so once an index score passes the best fitting head's real score, nothing
--- further can beat it (ties go to the smaller task-queue id, as ZRANGE orders equal scores). A walk that
--- finds nothing has seen every non-empty task queue of the index: it sets the queue's floor from theirs.
--- An index entry below EMPTY without a heads entry (its task queue emptied through another queue, or its
--- members predate the heads hash) is mended from its zset. Plain loops and locals, no tables or closures
--- per entry: allocation and Lua's collector were a third of the server time of a match.
--- Returns the chosen task queue, its score, member, cpu, mem, tmp, floor; or nil; or false, missing key.
-local function pick()
-  if floor and (cpu < floor[1] or mem < floor[2] or tmp < floor[3] or (left >= 0 and left < floor[4])) then
-    return nil
-  end
-  local btq, bscore, bmember, bc, bm, bt, bfloor
-  local f1, f2, f3, f4 = EMPTY, EMPTY, EMPTY, EMPTY
-  local start, size = 0, 4
-  while true do
-    local page = redis.call('ZRANGE', qh, start, start + size - 1, 'WITHSCORES')
-    local n = #page / 2
-    if n == 0 then break end
-    local tqs = {}
-    for i = 1, n do tqs[i] = page[2 * i - 1] end
-    local entries = redis.call('HMGET', heads, unpack(tqs))
-    local stop = false
-    for i = 1, n do
-      local tq, sidx = tqs[i], tonumber(page[2 * i])
-      if sidx >= EMPTY or (btq and sidx > bscore) then stop = true break end
-      local entry = entries[i]
-      if not entry then
-        local key = base .. 't:' .. tq
-        if not declared(key) then return false, key end
-        local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-        if #head == 0 then
-          raise[tq] = EMPTY_TEXT
-        else
-          entry = head[2] .. ' ' .. head[1] .. ' 0:0:0:0'
-          redis.call('HSET', heads, tq, entry)
-        end
-      end
-      if entry then
-        local text, member, c, m, t, e, fl = string.match(entry,
-          '^(%S+) ([^:]+:([^:]+):([^:]+):([^:]+):(%S+)) (%S+)$')
-        local score = tonumber(text)
-        if score > sidx then raise[tq] = text end
-        c, m, t, e = tonumber(c), tonumber(m), tonumber(t), tonumber(e)
-        if c <= cpu and m <= mem and t <= tmp and (left < 0 or e <= left)
-            and (not btq or score < bscore or (score == bscore and tq < btq)) then
-          btq, bscore, bmember, bc, bm, bt, bfloor = tq, score, member, c, m, t, fl
-        end
-        if not btq then
-          local g1, g2, g3, g4 = string.match(fl, '^([^:]+):([^:]+):([^:]+):([^:]+)$')
-          g1, g2, g3, g4 = tonumber(g1), tonumber(g2), tonumber(g3), tonumber(g4)
-          if g1 < f1 then f1 = g1 end
-          if g2 < f2 then f2 = g2 end
-          if g3 < f3 then f3 = g3 end
-          if g4 < f4 then f4 = g4 end
-        end
-      end
-    end
-    if stop or n < size then break end
-    start = start + size
-    size = size * 4
-  end
-  if not btq then
-    local text = string.format('%.17g:%.17g:%.17g:%.17g', f1, f2, f3, f4)
-    if text ~= floor_text then redis.call('HSET', qfloor, queue, text) floor_text = text end
-    floor = {f1, f2, f3, f4}
-    return nil
-  end
-  return btq, bscore, bmember, bc, bm, bt, bfloor
-end
-
 -- The lease, as cjson would write it, without decoding the record: cjson writes no blanks and nested JSON
 -- is kept as text, so '"s":"waiting"', '"a":' and '"tm":' can only be the record's own fields. Plain finds
 -- and one splice (pattern scans over the whole text cost more than cjson). Any other form: decode/encode.
+local lease = ',"pl":' .. cjson.encode(pilot) .. ',"tm":' .. cjson.encode(now) .. '}'
 local function leased(raw)
   local s = string.find(raw, '"s":"waiting"', 1, true)
   if s and not string.find(raw, '"pl":', 1, true) and not string.find(raw, '"tm":', 1, true) then
@@ -132,7 +55,6 @@ local function leased(raw)
     if not a or digits then
       -- 'waiting' and 'matched' have the same length: the attempt's position stays valid
       raw = string.sub(raw, 1, s + 4) .. 'matched' .. string.sub(raw, s + 12, -2)
-      local lease = ',"pl":' .. cjson.encode(pilot) .. ',"tm":' .. cjson.encode(now) .. '}'
       if not a then return raw .. ',"a":1' .. lease end
       return string.sub(raw, 1, a + 3) .. (tonumber(digits) + 1) .. string.sub(raw, a + 4 + #digits) .. lease
     end
@@ -145,40 +67,146 @@ local function leased(raw)
   return cjson.encode(rec)
 end
 
-local out = {'ok'}
-while (#out - 1) / 2 < want do
-  local tq, score, member, c, m, t, fl = pick()
-  if not tq then
-    if tq == false then
-      if #out > 1 then out[1] = 'more' break end
-      return {'needkeys', score}
-    end
-    break
-  end
-  local key = base .. 't:' .. tq
-  if not declared(key) then
-    if #out > 1 then out[1] = 'more' break end
-    return {'needkeys', key}
-  end
-  redis.call('ZREM', key, member)
-  local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-  if #head == 0 then
-    redis.call('HDEL', heads, tq)
-    redis.call('ZADD', KEYS[4], 'NX', now, tq)
-    raise[tq] = EMPTY_TEXT
-  else
-    redis.call('HSET', heads, tq, head[2] .. ' ' .. head[1] .. ' ' .. fl)
-    raise[tq] = head[2]
-  end
-  for rtq, rscore in pairs(raise) do redis.call('ZADD', qh, rscore, rtq) end
-  raise = {}
-  local id = string.match(member, '^([^:]+):')
-  local json = leased(redis.call('HGET', KEYS[1], id))
-  redis.call('HSET', KEYS[1], id, json)
-  redis.call('ZADD', KEYS[3], now + lease, id)
-  out[#out + 1] = id
-  out[#out + 1] = json
-  cpu, mem, tmp = cpu - c, mem - m, tmp - t
+local floor_text = redis.call('HGET', qfloor, queue)
+local f1, f2, f3, f4
+if floor_text then
+  f1, f2, f3, f4 = string.match(floor_text, '^([^:]+):([^:]+):([^:]+):([^:]+)$')
+  f1, f2, f3, f4 = tonumber(f1), tonumber(f2), tonumber(f3), tonumber(f4)
 end
-for rtq, rscore in pairs(raise) do redis.call('ZADD', qh, rscore, rtq) end
+
+-- The index entries read so far, in index order, 7 slots each: entry i starts at slot x = 7 * (i - 1) and
+-- holds its task queue (x+1), its real head's score (x+2, EMPTY once the task queue has none) and heads
+-- entry (x+3), and that head's exact cpu, mem, tmp and run-time estimate (x+4..x+7), false until an entry
+-- first could beat the best so far: parsing numbers (strtod) and captures were most of a match's cost.
+-- Every entry not read yet has an index score, hence a real score, at or above `bound`; `all` once none
+-- is left. The first page has room for every job asked and one more; each next page is twice the last.
+local X = {}
+local n, size, bound, all = 0, math.max(3, want + 2), -EMPTY, false
+-- Writes, made at the end: index scores raised to their task queue's real head score (or to EMPTY) and
+-- heads entries set, as (score, task queue) and (task queue, entry) pairs; heads entries deleted; task
+-- queues that emptied, as (now, task queue); leases, as (expiry, job). A task queue named twice in one
+-- command ends with the later value, which is the later one here too.
+local zq, hs, hd, ze, ex = {}, {}, {}, {}, {}
+local expiry = string.format('%.17g', now + tonumber(ARGV[4]))
+local out = {'ok'}
+local got, missing = 0, nil
+
+while got < want do
+  if f1 and (cpu < f1 or mem < f2 or tmp < f3 or (left >= 0 and left < f4)) then break end
+  -- The entry of the most urgent head that fits what is free (ties go to the smaller task-queue id, as
+  -- ZRANGE orders equal scores), reading pages until no entry left unread can beat it.
+  local b
+  while true do
+    b = nil
+    for x = 0, 7 * (n - 1), 7 do
+      local r = X[x + 2]
+      if r < EMPTY and (not b or r <= X[b + 2]) then
+        local c = X[x + 4]
+        if not c then
+          local c1, m1, t1, e1 = string.match(X[x + 3], '^%S+ [^:]+:([^:]+):([^:]+):([^:]+):(%S+)')
+          c = tonumber(c1)
+          X[x + 4], X[x + 5], X[x + 6], X[x + 7] = c, tonumber(m1), tonumber(t1), tonumber(e1)
+        end
+        if c <= cpu and X[x + 5] <= mem and X[x + 6] <= tmp and (left < 0 or X[x + 7] <= left)
+            and (not b or r < X[b + 2] or X[x + 1] < X[b + 1]) then
+          b = x
+        end
+      end
+    end
+    if b and (all or X[b + 2] < bound) then break end
+    b = nil
+    if all then
+      -- Nothing fits, and every non-empty task queue of the index was read: the queue's floor is theirs.
+      f1, f2, f3, f4 = EMPTY, EMPTY, EMPTY, EMPTY
+      for x = 0, 7 * (n - 1), 7 do
+        if X[x + 2] < EMPTY then
+          local g1, g2, g3, g4 = string.match(X[x + 3], '^%S+ %S+ ([^:]+):([^:]+):([^:]+):([^:]+)$')
+          f1, f2, f3, f4 = math.min(f1, tonumber(g1)), math.min(f2, tonumber(g2)),
+              math.min(f3, tonumber(g3)), math.min(f4, tonumber(g4))
+        end
+      end
+      local text = string.format('%.17g:%.17g:%.17g:%.17g', f1, f2, f3, f4)
+      if text ~= floor_text then redis.call('HSET', qfloor, queue, text) floor_text = text end
+      break
+    end
+    -- The next page of the index (entries below EMPTY only), and the heads of its task queues in one
+    -- HMGET. An entry without a heads entry (its task queue emptied through another queue, or its members
+    -- predate the heads hash) is mended from its zset. Only the page's last index score is read (Redis
+    -- formats every score it replies with): an entry whose real score is past it has a stale index score,
+    -- raised so that later walks find it in its place.
+    local page = redis.call('ZRANGEBYSCORE', qh, '-inf', '(1e18', 'LIMIT', n, size)
+    local k = #page
+    if k < size then all = true end
+    if k > 0 then
+      local x0 = 7 * n
+      local last = tonumber(redis.call('ZSCORE', qh, page[k]))
+      local entries = redis.call('HMGET', heads, unpack(page))
+      for i = 1, k do
+        local x, tq, entry = x0 + 7 * (i - 1), page[i], entries[i]
+        X[x + 1], X[x + 4], X[x + 5], X[x + 6], X[x + 7] = tq, false, false, false, false
+        if not entry then
+          local key = base .. 't:' .. tq
+          if not declared(key) then missing = key break end
+          local head = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
+          if #head == 0 then
+            X[x + 2], X[x + 3] = EMPTY, false
+            zq[#zq + 1] = EMPTY_TEXT zq[#zq + 1] = tq
+          else
+            entry = head[2] .. ' ' .. head[1] .. ' 0:0:0:0'
+            hs[#hs + 1] = tq hs[#hs + 1] = entry
+          end
+        end
+        if entry then
+          local text = string.match(entry, '^%S+')
+          local r = tonumber(text)
+          X[x + 2], X[x + 3] = r, entry
+          if r > last then zq[#zq + 1] = text zq[#zq + 1] = tq end
+        end
+      end
+      if missing then break end
+      n = n + k
+      bound = last
+      size = size * 2
+    end
+  end
+  if not b then break end
+  -- Lease the head of entry b: take it out of its task queue, whose next head replaces it in entry b.
+  local tq = X[b + 1]
+  local key = base .. 't:' .. tq
+  if not declared(key) then missing = key break end
+  cpu, mem, tmp = cpu - X[b + 4], mem - X[b + 5], tmp - X[b + 6]
+  local member, fl = string.match(X[b + 3], '^%S+ (%S+) (%S+)$')
+  redis.call('ZREM', key, member)
+  local head = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
+  if #head == 0 then
+    X[b + 2] = EMPTY
+    zq[#zq + 1] = EMPTY_TEXT zq[#zq + 1] = tq
+    hd[#hd + 1] = tq
+    ze[#ze + 1] = ARGV[3] ze[#ze + 1] = tq
+  else
+    local entry = head[2] .. ' ' .. head[1] .. ' ' .. fl
+    X[b + 2], X[b + 3], X[b + 4] = tonumber(head[2]), entry, false
+    zq[#zq + 1] = head[2] zq[#zq + 1] = tq
+    hs[#hs + 1] = tq hs[#hs + 1] = entry
+  end
+  local id = string.match(member, '^([^:]+):')
+  out[#out + 1] = id
+  out[#out + 1] = leased(redis.call('HGET', jobs, id))
+  ex[#ex + 1] = expiry ex[#ex + 1] = id
+  got = got + 1
+end
+
+if missing then
+  -- Nothing written yet when nothing was leased: the caller declares the key and calls again.
+  if got == 0 then return {'needkeys', missing} end
+  out[1] = 'more'
+end
+if #hs > 0 then redis.call('HSET', heads, unpack(hs)) end
+if #hd > 0 then redis.call('HDEL', heads, unpack(hd)) end
+if #zq > 0 then redis.call('ZADD', qh, unpack(zq)) end
+if #ze > 0 then redis.call('ZADD', KEYS[4], 'NX', unpack(ze)) end
+if got > 0 then
+  redis.call('HSET', jobs, unpack(out, 2))
+  redis.call('ZADD', KEYS[3], unpack(ex))
+end
 return out

@@ -29,7 +29,7 @@ local entry = redis.call('HGET', base .. 'heads', tq)
 local floor = entry and parse_floor(string.match(entry, ' (%S+)$')) or (#head > 0 and {0, 0, 0, 0}) or nil
 for q, _ in pairs(new) do
   if not oldset[q] then
-    redis.call('ZADD', base .. 'qh:' .. q, score, tq)
+    redis.call('ZADD', base .. 'qh:' .. q, score, tq, 'inf', SKIPLIST)
     redis.call('SADD', poolkey, q)
     if floor then lower_qfloor(base, q, floor) end
     added = added + 1
