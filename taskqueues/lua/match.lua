@@ -25,7 +25,7 @@
 -- ARGV[9]  how many jobs at most
 -- Returns  {'ok' | 'more', id1, record1, id2, record2, ...} (records as stored after the lease: without their
 --          id, with the member's tail as mt; see _lib.lua's load/save) or {'needkeys', key}
-local base, pilot, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local base, pilot = ARGV[1], ARGV[2]
 local cpu, mem, tmp, left = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local want = tonumber(ARGV[9])
 local jobs, qh, heads, qfloor = KEYS[1], KEYS[2], KEYS[5], KEYS[6]
@@ -46,7 +46,9 @@ end
 -- The lease, as cjson would write it, without decoding the record: cjson writes no blanks and nested JSON
 -- is kept as text, so '"s":"waiting"', '"a":' and '"tm":' can only be the record's own fields. Plain finds
 -- and one splice (pattern scans over the whole text cost more than cjson). Any other form: decode/encode.
-local lease = ',"pl":' .. cjson.encode(pilot) .. ',"tm":' .. cjson.encode(now) .. '}'
+-- What a lease adds to a record, its time and expiry: made at the first lease (a call that leases nothing,
+-- as for a pilot that nothing fits, is answered at the cost of little more than a trivial script).
+local now, lease, expiry
 local function leased(raw)
   local s = string.find(raw, '"s":"waiting"', 1, true)
   if s and not string.find(raw, '"pl":', 1, true) and not string.find(raw, '"tm":', 1, true) then
@@ -79,15 +81,15 @@ end
 -- entry (x+3), and that head's exact cpu, mem, tmp and run-time estimate (x+4..x+7), false until an entry
 -- first could beat the best so far: parsing numbers (strtod) and captures were most of a match's cost.
 -- Every entry not read yet has an index score, hence a real score, at or above `bound`; `all` once none
--- is left. The first page has room for every job asked and one more; each next page is twice the last.
+-- is left. A page has room for every job still wanted and two more, twice as much each time a page in a
+-- row brings nothing that can be taken yet (every entry read costs a reply, a string and a strtod).
 local X = {}
-local n, size, bound, all = 0, math.max(3, want + 2), -EMPTY, false
+local n, bound, all = 0, -EMPTY, false
 -- Writes, made at the end: index scores raised to their task queue's real head score (or to EMPTY) and
 -- heads entries set, as (score, task queue) and (task queue, entry) pairs; heads entries deleted; task
 -- queues that emptied, as (now, task queue); leases, as (expiry, job). A task queue named twice in one
 -- command ends with the later value, which is the later one here too.
 local zq, hs, hd, ze, ex = {}, {}, {}, {}, {}
-local expiry = string.format('%.17g', now + tonumber(ARGV[4]))
 local out = {'ok'}
 local got, missing = 0, nil
 
@@ -96,6 +98,7 @@ while got < want do
   -- The entry of the most urgent head that fits what is free (ties go to the smaller task-queue id, as
   -- ZRANGE orders equal scores), reading pages until no entry left unread can beat it.
   local b
+  local size = want - got + 2
   while true do
     b = nil
     for x = 0, 7 * (n - 1), 7 do
@@ -131,15 +134,16 @@ while got < want do
     end
     -- The next page of the index (entries below EMPTY only), and the heads of its task queues in one
     -- HMGET. An entry without a heads entry (its task queue emptied through another queue, or its members
-    -- predate the heads hash) is mended from its zset. Only the page's last index score is read (Redis
-    -- formats every score it replies with): an entry whose real score is past it has a stale index score,
-    -- raised so that later walks find it in its place.
+    -- predate the heads hash) is mended from its zset. Of a full page only the last index score is read
+    -- (Redis formats every score it replies with): it bounds the entries not read yet, and an entry whose
+    -- real score is past it has a stale index score, raised so that later walks find it in its place. A
+    -- page that is not full ends the index: no bound is needed, and every walk reads all of it anyway.
     local page = redis.call('ZRANGEBYSCORE', qh, '-inf', '(1e18', 'LIMIT', n, size)
     local k = #page
     if k < size then all = true end
     if k > 0 then
       local x0 = 7 * n
-      local last = tonumber(redis.call('ZSCORE', qh, page[k]))
+      local last = all and EMPTY or tonumber(redis.call('ZSCORE', qh, page[k]))
       local entries = redis.call('HMGET', heads, unpack(page))
       for i = 1, k do
         local x, tq, entry = x0 + 7 * (i - 1), page[i], entries[i]
@@ -188,6 +192,11 @@ while got < want do
     X[b + 2], X[b + 3], X[b + 4] = tonumber(head[2]), entry, false
     zq[#zq + 1] = head[2] zq[#zq + 1] = tq
     hs[#hs + 1] = tq hs[#hs + 1] = entry
+  end
+  if not now then
+    now = tonumber(ARGV[3])
+    lease = ',"pl":' .. cjson.encode(pilot) .. ',"tm":' .. cjson.encode(now) .. '}'
+    expiry = string.format('%.17g', now + tonumber(ARGV[4]))
   end
   local id = string.match(member, '^([^:]+):')
   out[#out + 1] = id
