@@ -64,15 +64,20 @@ def fill(store: Store, n: int, n_tqs: int, start: int, batch: int = 1000) -> flo
     return n / (time.perf_counter() - t0)
 
 
-def match_worker(url: str, n: int, seed: int, fill: bool, out: mp.Queue) -> None:  # type: ignore[type-arg]
-    """``n`` match calls of pilots with 1, 2, 4 or 8 free cores; with ``fill``, each call asks for as many
-    jobs as it has free cores, as a pilot does (pilot.agent.loop), else for one."""
-    store = Store.from_url(url, lease_seconds=3600)
+def pilot_asks(seed: int, fill: bool) -> list[tuple[PilotOffer, int]]:
+    """64 pilots with 1, 2, 4 or 8 free cores and what each asks for: with ``fill``, as many jobs as it has
+    free cores, as a pilot does (pilot.agent.loop), else one."""
     rng = random.Random(seed)
     offers = [PilotOffer(f"p{seed}", queue_name(rng.randrange(N_QUEUES)), cpu, cpu * 2000, 0, rng.choice([700, 4000]))
               for cpu in (rng.choice([1, 2, 4, 8]) for _ in range(64))]
-    asks = [(offer, offer.cpu if fill else 1) for offer in offers]
-    store.match(offers[0])  # warm: script loaded, eligible task queues cached
+    return [(offer, offer.cpu if fill else 1) for offer in offers]
+
+
+def match_worker(url: str, n: int, seed: int, fill: bool, out: mp.Queue) -> None:  # type: ignore[type-arg]
+    """``n`` match calls of the pilots of :func:`pilot_asks`."""
+    store = Store.from_url(url, lease_seconds=3600)
+    asks = pilot_asks(seed, fill)
+    store.match(asks[0][0])  # warm: script loaded, eligible task queues cached
     got = 0
     t0 = time.perf_counter()
     for i in range(n):

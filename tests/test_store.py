@@ -88,6 +88,32 @@ def test_stale_index_after_a_match_through_another_queue(store: Store) -> None:
     assert [j.id for j in store.match(offer(queue=Q1))] == [a2]
 
 
+def test_a_stale_index_entry_is_raised_by_a_walk_that_reads_past_it(store: Store) -> None:
+    """A one-job call reads a page of 3 entries: "a" (stale at 1), t0 (10) and t1 (11). a's real head (50) is
+    past the page's last index score, so its entry is raised there, and t0 is leased."""
+    ids = store.submit([job("a", queues=(Q1, Q2), score=1), job("a", queues=(Q1, Q2), score=50)]
+                       + [job(f"t{i}", score=10 + i) for i in range(5)])
+    assert [j.id for j in store.match(offer(queue=Q2))] == [ids[0]]
+    index = store.keys.qheads(Q1)
+    assert store.client.zscore(index, "a") == 1
+    assert [j.id for j in store.match(offer())] == [ids[2]]
+    assert store.client.zscore(index, "a") == 50
+    check_heads(store, {"a": (Q1, Q2), **{f"t{i}": (Q1,) for i in range(5)}})
+
+
+def test_a_heads_index_is_kept_a_skiplist_that_no_reader_sees(store: Store) -> None:
+    """Every index holds a sentinel member longer than 64 bytes at +inf, so Redis never keeps it as a
+    listpack (whose every ZADD parses each score): walks and readers stop below EMPTY, before it."""
+    (jid,) = store.submit([job("a", score=1)])
+    index = store.keys.qheads(Q1)
+    assert store.client.zcard(index) == 2 and store.client.zrange(index, -1, -1, withscores=True)[0][1] == float("inf")
+    if not type(store.client).__module__.startswith("fakeredis"):
+        assert store.client.object("encoding", index) in (b"skiplist", "skiplist")
+    assert [row[0] for row in store.waiting_heads(Q1)] == ["a"]
+    assert [j.id for j in store.match(offer(), max_jobs=5)] == [jid]
+    assert store.match(offer()) == []
+
+
 def test_fill_in_one_call_repeats_on_what_is_left(store: Store) -> None:
     ids = store.submit([job("four", cpu=4, score=1), job("one", cpu=1, score=2), job("one", cpu=1, score=3),
                         job("two", cpu=2, score=4)])

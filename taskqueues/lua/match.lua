@@ -43,12 +43,12 @@ local function declared(key)
   return false
 end
 
+-- What a lease adds to a record, its time and expiry: made at the first lease (a call that leases nothing,
+-- as for a pilot that nothing fits, costs little more than a trivial script).
+local now, lease, expiry
 -- The lease, as cjson would write it, without decoding the record: cjson writes no blanks and nested JSON
 -- is kept as text, so '"s":"waiting"', '"a":' and '"tm":' can only be the record's own fields. Plain finds
 -- and one splice (pattern scans over the whole text cost more than cjson). Any other form: decode/encode.
--- What a lease adds to a record, its time and expiry: made at the first lease (a call that leases nothing,
--- as for a pilot that nothing fits, is answered at the cost of little more than a trivial script).
-local now, lease, expiry
 local function leased(raw)
   local s = string.find(raw, '"s":"waiting"', 1, true)
   if s and not string.find(raw, '"pl":', 1, true) and not string.find(raw, '"tm":', 1, true) then
@@ -91,6 +91,7 @@ local n, bound, all = 0, -EMPTY, false
 -- command ends with the later value, which is the later one here too.
 local zq, hs, hd, ze, ex = {}, {}, {}, {}, {}
 local out = {'ok'}
+local ids = {}  -- the jobs leased, whose records are read, leased and written back at the end
 local got, missing = 0, nil
 
 while got < want do
@@ -199,10 +200,9 @@ while got < want do
     expiry = string.format('%.17g', now + tonumber(ARGV[4]))
   end
   local id = string.match(member, '^([^:]+):')
-  out[#out + 1] = id
-  out[#out + 1] = leased(redis.call('HGET', jobs, id))
-  ex[#ex + 1] = expiry ex[#ex + 1] = id
   got = got + 1
+  ids[got] = id
+  ex[#ex + 1] = expiry ex[#ex + 1] = id
 end
 
 if missing then
@@ -215,6 +215,11 @@ if #hd > 0 then redis.call('HDEL', heads, unpack(hd)) end
 if #zq > 0 then redis.call('ZADD', qh, unpack(zq)) end
 if #ze > 0 then redis.call('ZADD', KEYS[4], 'NX', unpack(ze)) end
 if got > 0 then
+  local raws = redis.call('HMGET', jobs, unpack(ids))
+  for i = 1, got do
+    out[2 * i] = ids[i]
+    out[2 * i + 1] = leased(raws[i])
+  end
   redis.call('HSET', jobs, unpack(out, 2))
   redis.call('ZADD', KEYS[3], unpack(ex))
 end
