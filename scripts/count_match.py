@@ -81,16 +81,17 @@ def row(server: Counted, n_tqs: int, kind: str, calls: int) -> tuple[float, floa
     store = Store(client, lease_seconds=3600)
     asks = pilot_asks(1, kind == "fill")
     trivial = PackedCall(HotLine.of(client), client.register_script("return 1"), [], n_args=0)
-    for i in range(400):
-        store.match(*asks[i % len(asks)])
-        trivial(())
-    server.dump()
-    got = 0
-    for i in range(calls):
+
+    def call(i: int) -> int:
         if kind == "trivial":
             trivial(())
-        else:
-            got += len(store.match(*asks[i % len(asks)]))
+            return 0
+        return len(store.match(*asks[i % len(asks)]))
+
+    for i in range(400):
+        call(i)
+    server.dump()
+    got = sum(call(i) for i in range(calls))
     return server.dump() / calls, got / calls
 
 
