@@ -64,13 +64,28 @@ def fill(store: Store, n: int, n_tqs: int, start: int, batch: int = 1000) -> flo
     return n / (time.perf_counter() - t0)
 
 
+def queues_for(cpu: int) -> list[int]:
+    """The queues where a pilot with ``cpu`` free cores (and 2000 MB each) fits some job: :func:`make_jobs`
+    sends task queue t to queue ``t % N_QUEUES`` with shape ``SHAPES[t % len(SHAPES)]``."""
+    period = N_QUEUES * len(SHAPES)
+    return sorted({t % N_QUEUES for t in range(period)
+                   if SHAPES[t % len(SHAPES)][0] <= cpu and SHAPES[t % len(SHAPES)][1] <= cpu * 2000})
+
+
 def pilot_asks(seed: int, fill: bool) -> list[tuple[PilotOffer, int]]:
     """64 pilots with 1, 2, 4 or 8 free cores and what each asks for: with ``fill``, as many jobs as it has
-    free cores, as a pilot does (pilot.agent.loop), else one."""
+    free cores, as a pilot does (pilot.agent.loop), else one. Each pilot is at a queue where jobs of some
+    shape fit its cores, as a director places pilots (pilot.director sizes them for the waiting work): a
+    1-core pilot at a queue whose every job needs 8 cores would ask in vain forever. Whether a head fits
+    the pilot's time left (700 s or 4000 s, against jobs of 60, 600 or 3600 s) is left to chance."""
     rng = random.Random(seed)
-    offers = [PilotOffer(f"p{seed}", queue_name(rng.randrange(N_QUEUES)), cpu, cpu * 2000, 0, rng.choice([700, 4000]))
-              for cpu in (rng.choice([1, 2, 4, 8]) for _ in range(64))]
-    return [(offer, offer.cpu if fill else 1) for offer in offers]
+    asks = []
+    for _ in range(64):
+        cpu = rng.choice([1, 2, 4, 8])
+        offer = PilotOffer(f"p{seed}", queue_name(rng.choice(queues_for(cpu))), cpu, cpu * 2000, 0,
+                           rng.choice([700, 4000]))
+        asks.append((offer, cpu if fill else 1))
+    return asks
 
 
 def match_worker(url: str, n: int, seed: int, fill: bool, out: mp.Queue) -> None:  # type: ignore[type-arg]
