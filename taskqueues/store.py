@@ -142,7 +142,8 @@ class Store:
             self._match_calls[queue] = call
         return call
 
-    def _match_args(self, offer: PilotOffer, max_jobs: int) -> list[Any]:
+    def match_args(self, offer: PilotOffer, max_jobs: int) -> list[Any]:
+        """The ARGV of a match call for this pilot (match.lua's header)."""
         left = -1.0 if offer.time_left is None else max(0.0, offer.time_left)
         return [self._base, offer.pilot, self.clock(), self.lease_seconds, offer.cpu, offer.mem, offer.tmp,
                 left, max_jobs]
@@ -165,7 +166,7 @@ class Store:
         jobs: list[Job] = []
         for _ in range(_MAX_KEY_ROUNDS):
             try:
-                reply = self._match_call(offer.queue, refresh)(self._match_args(offer, max_jobs - len(jobs)))
+                reply = self._match_call(offer.queue, refresh)(self.match_args(offer, max_jobs - len(jobs)))
             except redis.ConnectionError as exc:
                 raise StoreUnavailable(f"Redis unreachable: {exc}") from None
             got, stale = self.matched(reply)
@@ -201,7 +202,7 @@ class Store:
                                  self._complete_args(job, attempt, pilot, result, now))
                      for job, attempt, result in completions]
         if offer is not None:
-            commands.append(self._match_call(offer.queue).pack(self._match_args(offer, max_jobs)))
+            commands.append(self._match_call(offer.queue).pack(self.match_args(offer, max_jobs)))
         return PendingExchange(self, conn, pilot, starts, completions, offer, max_jobs, commands)
 
     def reload_scripts(self) -> None:

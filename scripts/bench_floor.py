@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""How far the match is from the floor: the rate of the bare lease no match script can beat, next to the
+match and the trivial-EVALSHA ceiling, on the same server in one run.
+
+One task queue of 1-core jobs; pilots with 1, 2, 4 or 8 free cores and no time limit at its queue, so every
+call leases what it asks for (one job, or one per free core). ``floor`` is scripts/floor_lease.lua: the
+commands any atomic lease of those jobs needs (take them, set the next head, mark the records, add the
+leases), without a walk, an eligibility or a fit check, called and read back exactly as Store.match is.
+``match`` is Store.match on the same jobs. Rates are jobs leased per second, in alternating slices as in
+bench_match.py; "%" is against the ceiling measured alongside.
+Usage: python scripts/bench_floor.py [--calls 8000] [--waiting 100000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_match import SLICES, Stock, cell, evalsha_worker, parallel, queue_name
+
+from taskqueues.packed import HotLine, PackedCall
+from taskqueues.records import PilotOffer
+from taskqueues.redis_server import RedisServer
+from taskqueues.store import Store
+
+TQ = f"{0:016x}"  # bench_match's task queue 0: 1-core jobs at queue 0
+
+
+def asks(seed: int, fill: bool) -> list[tuple[PilotOffer, int]]:
+    """64 pilots at task queue 0's queue, with 1, 2, 4 or 8 free cores and no time limit; with ``fill`` each
+    asks for one job per free core, else for one."""
+    rng = random.Random(seed)
+    cores = [rng.choice([1, 2, 4, 8]) for _ in range(64)]
+    return [(PilotOffer(f"p{seed}", queue_name(0), c, c * 2000, 0, None), c if fill else 1) for c in cores]
+
+
+def worker(url: str, n: int, seed: int, kind: str, out: mp.Queue) -> None:  # type: ignore[type-arg]
+    """``n`` calls of ``kind`` ("floor one", "match fill"...) by the pilots of :func:`asks`."""
+    how, ask = kind.split()
+    store = Store.from_url(url, lease_seconds=3600)
+    pilots = asks(seed, ask == "fill")
+    k = store.keys
+    floor = PackedCall(HotLine.of(store.client), store.client.register_script(
+        (Path(__file__).parent / "floor_lease.lua").read_text()),
+        [k.tq(TQ), k.heads, k.qheads(queue_name(0)), k.jobs, k.leases], n_args=10)
+
+    def call(offer: PilotOffer, want: int) -> int:
+        if how == "match":
+            return len(store.match(offer, want))
+        return len(Store.matched(floor([*store.match_args(offer, want), TQ]))[0])
+
+    call(*pilots[0])
+    got = 0
+    t0 = time.perf_counter()
+    for i in range(n):
+        got += call(*pilots[i % len(pilots)])
+    out.put((time.perf_counter() - t0, got))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=8000, help="calls per measurement")
+    parser.add_argument("--waiting", type=int, default=100_000, help="jobs waiting at the start of each slice")
+    args = parser.parse_args()
+    kinds = ("floor one", "match one", "floor fill", "match fill")
+    with tempfile.TemporaryDirectory() as tmp:
+        server = RedisServer(Path(tmp)).start()
+        try:
+            client = redis.Redis.from_url(server.url)
+            print(f"redis-server {client.info('server')['redis_version']}; jobs leased per second, "
+                  "% of the trivial EVALSHA (ceil) measured alongside")
+            print(f"{'clients':>7} {'ceil':>7} | " + " | ".join(f"{k:>12}" for k in kinds))
+            stock = Stock(Store(client, lease_seconds=3600), 1)
+            for procs in (1, 8):
+                done = dict.fromkeys(("ceil", *kinds), 0)
+                spent = dict.fromkeys(("ceil", *kinds), 0.0)
+                for _ in range(SLICES):
+                    for kind in ("ceil", *kinds):
+                        stock.top_up(args.waiting)
+                        if kind == "ceil":
+                            d, s = parallel(evalsha_worker, server.url, args.calls // SLICES, procs, lambda i: ())
+                        else:
+                            d, s = parallel(worker, server.url, args.calls // SLICES, procs,
+                                            lambda i, kind=kind: (100 + i, kind))
+                            stock.matched += d
+                        done[kind] += d
+                        spent[kind] += s
+                ceil = done["ceil"] / spent["ceil"]
+                print(f"{procs:>7} {ceil:>7,.0f} | " + " | ".join(cell(done[k] / spent[k], ceil) for k in kinds),
+                      flush=True)
+        finally:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()
