@@ -26,14 +26,14 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_match import SLICES, Stock, cell, evalsha_worker, parallel, queue_name
+from bench_match import SLICES, Stock, cell, evalsha_worker, parallel, queue_name, tq_id
 
 from taskqueues.packed import HotLine, PackedCall
 from taskqueues.records import PilotOffer
 from taskqueues.redis_server import RedisServer
 from taskqueues.store import Store
 
-TQ = f"{0:016x}"  # bench_match's task queue 0: 1-core jobs at queue 0
+TQ = tq_id(0)  # bench_match's task queue 0: 1-core jobs at queue 0
 
 
 def asks(seed: int, fill: bool) -> list[tuple[PilotOffer, int]]:
@@ -92,7 +92,6 @@ def main() -> None:
                         else:
                             d, s = parallel(worker, server.url, args.calls // SLICES, procs,
                                             lambda i, kind=kind: (100 + i, kind))
-                            stock.matched += d
                         done[kind] += d
                         spent[kind] += s
                 ceil = done["ceil"] / spent["ceil"]

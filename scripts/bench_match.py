@@ -11,7 +11,8 @@ free cores ("fill"), which is how a pilot asks (pilot.agent.loop). Pilots have 1
 2000 MB per core, and 700 s or 4000 s left. The ceiling is measured once at the start and again
 alongside each match measurement, in alternating slices with the same number of calls and clients: on a
 machine shared with other work the load moves within a run, and each row's "%" compares its match rate
-with the ceiling measured next to it. Each slice starts with the row's number of jobs waiting.
+with the ceiling measured next to it. Each slice starts with the row's number of jobs waiting, and makes
+at most a tenth as many calls.
 Usage: python scripts/bench_match.py [--sizes 10000,100000,1000000] [--tqs 10,100,1000] [--matches 4000]
 """
 
@@ -24,6 +25,7 @@ import random
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import redis
@@ -44,24 +46,29 @@ def queue_name(i: int) -> str:
     return f"site{i}/ce/q"
 
 
-def make_jobs(n: int, n_tqs: int, rng: random.Random, start: int) -> list[NewJob]:
+def tq_id(t: int) -> str:
+    return f"{t:016x}"
+
+
+def make_jobs(tqs: Sequence[int], rng: random.Random, start: int) -> list[NewJob]:
+    """One job for each entry of ``tqs`` (task-queue numbers), numbered from ``start``."""
     jobs = []
-    for i in range(start, start + n):
-        tq = i % n_tqs
+    for tq in tqs:
         cpu, mem = SHAPES[tq % len(SHAPES)]
-        jobs.append(NewJob(command=COMMAND, tq_id=f"{tq:016x}", tq_def=json.dumps({"cpu": cpu, "tq": tq}),
+        jobs.append(NewJob(command=COMMAND, tq_id=tq_id(tq), tq_def=json.dumps({"cpu": cpu, "tq": tq}),
                            queues=(queue_name(tq % N_QUEUES),), cpu=cpu, mem=mem, ete=rng.choice([60, 600, 3600]),
                            score=1.7e9 + rng.random() * 1e5,
                            requirements=json.dumps({"cpu": cpu, "mem": mem}, separators=(",", ":"))))
     return jobs
 
 
-def fill(store: Store, n: int, n_tqs: int, start: int, batch: int = 1000) -> float:
+def fill(store: Store, tqs: Sequence[int], start: int, batch: int = 1000) -> float:
+    """Submit one job per entry of ``tqs``, ``batch`` per call; the submit rate (jobs/s)."""
     rng = random.Random(start)
     t0 = time.perf_counter()
-    for off in range(0, n, batch):
-        store.submit(make_jobs(min(batch, n - off), n_tqs, rng, start + off))
-    return n / (time.perf_counter() - t0)
+    for off in range(0, len(tqs), batch):
+        store.submit(make_jobs(tqs[off:off + batch], rng, start + off))
+    return len(tqs) / (time.perf_counter() - t0)
 
 
 def queues_for(cpu: int) -> list[int]:
@@ -129,6 +136,13 @@ def parallel(target, url: str, n_total: int, procs: int, extra) -> tuple[int, fl
 SLICES = 4
 
 
+def slice_count(n_total: int, size: int) -> int:
+    """Slices of one measurement: at least ``SLICES``, and enough that no slice makes more calls than a
+    tenth of the jobs waiting. Pilots favour the queues whose jobs fit most of them: a longer slice would
+    drain those before its end, and its last calls would find nothing to lease."""
+    return max(SLICES, -(-n_total * 10 // size))
+
+
 def stored(client: redis.Redis) -> int:
     """Bytes of Redis memory holding data: used_memory without the clients' buffers."""
     info = client.info("memory")
@@ -145,20 +159,26 @@ def cell(matched: float, ceiling: float) -> str:
 
 
 class Stock:
-    """The waiting jobs of one run: topped up to the row's size before every slice of matches."""
+    """The waiting jobs of one run: every task queue topped up to its share of the row's size before every
+    slice of matches (pilots favour the queues whose jobs fit most of them, and drain those first)."""
 
     def __init__(self, store: Store, n_tqs: int) -> None:
         self.store, self.n_tqs = store, n_tqs
-        self.submitted = self.matched = 0
+        self.submitted = 0
         self.least = 1.0  # the smallest fraction of the row's size left waiting at the end of a slice
 
     def top_up(self, size: int) -> float:
-        """Submit what brings the waiting jobs back to ``size``; the submit rate (jobs/s)."""
-        need = size - (self.submitted - self.matched)
-        if need <= 0:
+        """Submit what brings each task queue back to ``size / n_tqs`` waiting jobs, one per task queue in
+        turn as at first; the submit rate (jobs/s)."""
+        pipe = self.store.client.pipeline(transaction=False)
+        for t in range(self.n_tqs):
+            pipe.zcard(self.store.keys.tq(tq_id(t)))
+        short = [size // self.n_tqs - int(n) for n in pipe.execute()]
+        tqs = [t for turn in range(max(short)) for t in range(self.n_tqs) if short[t] > turn]
+        if not tqs:
             return 0.0
-        submit_rate = fill(self.store, need, self.n_tqs, self.submitted)
-        self.submitted += need
+        submit_rate = fill(self.store, tqs, self.submitted)
+        self.submitted += len(tqs)
         return submit_rate
 
 
@@ -167,21 +187,21 @@ def side_by_side(url: str, stock: Stock, size: int, n_total: int, procs: int,  #
     """Jobs matched per second by one-job calls and by filling calls, and the trivial-EVALSHA rate, in
     alternating slices, each slice starting with ``size`` jobs waiting.
 
-    On a machine shared with other work the load moves within a run; alternating ``SLICES`` slices of
-    ``n_total / SLICES`` calls each lets every rate see the same load. ``seeds(i)`` is worker i's seed.
+    On a machine shared with other work the load moves within a run; alternating slices
+    (:func:`slice_count`) lets every rate see the same load. ``seeds(i)`` is worker i's seed.
     """
     done = {"one": 0, "fill": 0, "ceil": 0}
     spent = {"one": 0.0, "fill": 0.0, "ceil": 0.0}
     kinds = (("ceil", evalsha_worker, lambda i: ()), ("one", match_worker, lambda i: (seeds(i), False)),
              ("fill", match_worker, lambda i: (seeds(i), True)))
-    for _ in range(SLICES):
+    slices = slice_count(n_total, size)
+    for _ in range(slices):
         for kind, target, extra in kinds:
             stock.top_up(size)
-            d, seconds = parallel(target, url, n_total // SLICES, procs, extra)
+            d, seconds = parallel(target, url, n_total // slices, procs, extra)
             done[kind] += d
             spent[kind] += seconds
             if kind != "ceil":
-                stock.matched += d
                 stock.least = min(stock.least, 1 - d / size)
     return done["one"] / spent["one"], done["fill"] / spent["fill"], done["ceil"] / spent["ceil"]
 
