@@ -6,8 +6,8 @@ One task queue of 1-core jobs; pilots with 1, 2, 4 or 8 free cores and no time l
 call leases what it asks for (one job, or one per free core). ``floor`` is scripts/floor_lease.lua: the
 commands any atomic lease of those jobs needs (take them, set the next head, mark the records, add the
 leases), without a walk, an eligibility or a fit check, called and read back exactly as Store.match is.
-``match`` is Store.match on the same jobs. Rates are jobs leased per second, in alternating slices as in
-bench_match.py; "%" is against the ceiling measured alongside.
+``match`` is Store.match on the same jobs. Rates are jobs leased per second, in alternating slices
+(bench_match.alternate); "%" is against the ceiling measured alongside.
 Usage: python scripts/bench_floor.py [--calls 8000] [--waiting 100000]
 """
 
@@ -18,7 +18,6 @@ import multiprocessing as mp
 import random
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import redis
@@ -26,7 +25,7 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_match import SLICES, Stock, cell, evalsha_worker, parallel, queue_name, tq_id
+from bench_match import Run, Stock, alternate, cell, evalsha_worker, queue_name, timed, tq_id
 
 from taskqueues.packed import HotLine, PackedCall
 from taskqueues.records import PilotOffer
@@ -54,17 +53,18 @@ def worker(url: str, n: int, seed: int, kind: str, out: mp.Queue) -> None:  # ty
         (Path(__file__).parent / "floor_lease.lua").read_text()),
         [k.tq(TQ), k.heads, k.qheads(queue_name(0)), k.jobs, k.leases], n_args=10)
 
-    def call(offer: PilotOffer, want: int) -> int:
+    def call(i: int) -> int:
+        offer, want = pilots[i % len(pilots)]
         if how == "match":
             return len(store.match(offer, want))
         return len(Store.matched(floor([*store.match_args(offer, want), TQ]))[0])
 
-    call(*pilots[0])
-    got = 0
-    t0 = time.perf_counter()
-    for i in range(n):
-        got += call(*pilots[i % len(pilots)])
-    out.put((time.perf_counter() - t0, got))
+    timed(call, n, out)
+
+
+def run(kind: str) -> Run:
+    """The workers of ``kind``: worker i's pilots are seeded 100 + i."""
+    return worker, lambda i: (100 + i, kind)
 
 
 def main() -> None:
@@ -81,22 +81,11 @@ def main() -> None:
                   "% of the trivial EVALSHA (ceil) measured alongside")
             print(f"{'clients':>7} {'ceil':>7} | " + " | ".join(f"{k:>12}" for k in kinds))
             stock = Stock(Store(client, lease_seconds=3600), 1)
+            runs: dict[str, Run] = {"ceil": (evalsha_worker, lambda i: ()), **{kind: run(kind) for kind in kinds}}
             for procs in (1, 8):
-                done = dict.fromkeys(("ceil", *kinds), 0)
-                spent = dict.fromkeys(("ceil", *kinds), 0.0)
-                for _ in range(SLICES):
-                    for kind in ("ceil", *kinds):
-                        stock.top_up(args.waiting)
-                        if kind == "ceil":
-                            d, s = parallel(evalsha_worker, server.url, args.calls // SLICES, procs, lambda i: ())
-                        else:
-                            d, s = parallel(worker, server.url, args.calls // SLICES, procs,
-                                            lambda i, kind=kind: (100 + i, kind))
-                        done[kind] += d
-                        spent[kind] += s
-                ceil = done["ceil"] / spent["ceil"]
-                print(f"{procs:>7} {ceil:>7,.0f} | " + " | ".join(cell(done[k] / spent[k], ceil) for k in kinds),
-                      flush=True)
+                rates = alternate(server.url, stock, args.waiting, args.calls, procs, runs)
+                print(f"{procs:>7} {rates['ceil']:>7,.0f} | "
+                      + " | ".join(cell(rates[k], rates["ceil"]) for k in kinds), flush=True)
         finally:
             server.stop()
 

@@ -25,8 +25,9 @@ import random
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -95,28 +96,31 @@ def pilot_asks(seed: int, fill: bool) -> list[tuple[PilotOffer, int]]:
     return asks
 
 
-def match_worker(url: str, n: int, seed: int, fill: bool, out: mp.Queue) -> None:  # type: ignore[type-arg]
-    """``n`` match calls of the pilots of :func:`pilot_asks`."""
-    store = Store.from_url(url, lease_seconds=3600)
-    asks = pilot_asks(seed, fill)
-    store.match(asks[0][0])  # warm: script loaded, eligible task queues cached
+def timed(call: Callable[[int], int], n: int, out: mp.Queue) -> None:  # type: ignore[type-arg]
+    """Put (seconds, total) of calls 1..n of ``call`` (each returns what it counts) on ``out``, after call 0
+    (scripts loaded, connection made, eligible task queues cached)."""
+    call(0)
     got = 0
     t0 = time.perf_counter()
-    for i in range(n):
-        got += len(store.match(*asks[i % len(asks)]))
+    for i in range(1, n + 1):
+        got += call(i)
     out.put((time.perf_counter() - t0, got))
+
+
+def match_worker(url: str, n: int, seed: int, fill: bool, out: mp.Queue) -> None:  # type: ignore[type-arg]
+    """``n`` match calls of the pilots of :func:`pilot_asks`; counts the jobs leased."""
+    store = Store.from_url(url, lease_seconds=3600)
+    asks = pilot_asks(seed, fill)
+    timed(lambda i: len(store.match(*asks[i % len(asks)])), n, out)
 
 
 def evalsha_worker(url: str, n: int, out: mp.Queue) -> None:  # type: ignore[type-arg]
     """A trivial script called the way the store calls match (pre-packed, on a kept connection), so the
-    ceiling measures the server and the round trip, not a difference of client paths."""
+    ceiling measures the server and the round trip, not a difference of client paths. Counts calls (the
+    script returns 1)."""
     client = redis.Redis.from_url(url)
     trivial = PackedCall(HotLine.of(client), client.register_script("return 1"), [], n_args=0)
-    trivial(())
-    t0 = time.perf_counter()
-    for _ in range(n):
-        trivial(())
-    out.put((time.perf_counter() - t0, n))
+    timed(lambda i: int(trivial(())), n, out)
 
 
 def parallel(target, url: str, n_total: int, procs: int, extra) -> tuple[int, float]:  # type: ignore[no-untyped-def]
@@ -182,28 +186,42 @@ class Stock:
         return submit_rate
 
 
-def side_by_side(url: str, stock: Stock, size: int, n_total: int, procs: int,  # type: ignore[no-untyped-def]
-                 seeds) -> tuple[float, float, float]:
-    """Jobs matched per second by one-job calls and by filling calls, and the trivial-EVALSHA rate, in
+Worker = Callable[..., None]  # (url, calls, *extra, out queue), as :func:`parallel` starts it
+Run = tuple[Worker, Callable[[int], tuple[Any, ...]]]  # a worker, and worker i's extra arguments
+
+
+def alternate(url: str, stock: Stock, size: int, n_total: int, procs: int,
+              kinds: dict[str, Run]) -> dict[str, float]:
+    """The rate of each kind of run, ``n_total`` calls each, in
     alternating slices, each slice starting with ``size`` jobs waiting.
 
     On a machine shared with other work the load moves within a run; alternating slices
-    (:func:`slice_count`) lets every rate see the same load. ``seeds(i)`` is worker i's seed.
+    (:func:`slice_count`) lets every rate see the same load. Every kind but "ceil" counts jobs leased.
     """
-    done = {"one": 0, "fill": 0, "ceil": 0}
-    spent = {"one": 0.0, "fill": 0.0, "ceil": 0.0}
-    kinds = (("ceil", evalsha_worker, lambda i: ()), ("one", match_worker, lambda i: (seeds(i), False)),
-             ("fill", match_worker, lambda i: (seeds(i), True)))
+    done = dict.fromkeys(kinds, 0)
+    spent = dict.fromkeys(kinds, 0.0)
     slices = slice_count(n_total, size)
     for _ in range(slices):
-        for kind, target, extra in kinds:
+        for kind, (target, extra) in kinds.items():
             stock.top_up(size)
             d, seconds = parallel(target, url, n_total // slices, procs, extra)
             done[kind] += d
             spent[kind] += seconds
             if kind != "ceil":
                 stock.least = min(stock.least, 1 - d / size)
-    return done["one"] / spent["one"], done["fill"] / spent["fill"], done["ceil"] / spent["ceil"]
+    return {kind: done[kind] / spent[kind] for kind in kinds}
+
+
+def side_by_side(url: str, stock: Stock, size: int, n_total: int, procs: int,
+                 seeds: Callable[[int], int]) -> tuple[float, float, float]:
+    """Jobs matched per second by one-job calls and by filling calls, and the trivial-EVALSHA rate
+    (:func:`alternate`). ``seeds(i)`` is worker i's seed."""
+    rates = alternate(url, stock, size, n_total, procs, {
+        "ceil": (evalsha_worker, lambda i: ()),
+        "one": (match_worker, lambda i: (seeds(i), False)),
+        "fill": (match_worker, lambda i: (seeds(i), True)),
+    })
+    return rates["one"], rates["fill"], rates["ceil"]
 
 
 def main() -> None:
