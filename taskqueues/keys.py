@@ -14,7 +14,7 @@ rewrite. ``tests/test_keys.py`` checks it for every key builder.
 | ``P:{vo}:pool:<tq>`` | set | SubmitPool: catalog queues eligible for a task queue |
 | ``P:{vo}:poolstamp`` | zset | task-queue id → time its SubmitPool was last computed |
 | ``P:{vo}:qh:<queue>`` | zset | heads index of a catalog queue: task-queue id → head score (never above the real one) |
-| ``P:{vo}:heads`` | hash | task-queue id → ``"<score> <member> <floor>"``: its head, exactly, and a floor |
+| ``P:{vo}:heads`` | hash | task-queue id → ``"<score> <member> <floor>"``: its head and a floor (+ a sentinel field) |
 | ``P:{vo}:qfloor`` | hash | catalog queue → floor ``cpu:mem:tmp:ete`` of every job in the task queues its index lists |
 | ``P:{vo}:leases`` | zset | job id → lease expiry (unix seconds) |
 | ``P:{vo}:delayed`` | zset | job id → time a requeued job may be matched again (back-off) |

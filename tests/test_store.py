@@ -101,17 +101,21 @@ def test_a_stale_index_entry_is_raised_by_a_walk_that_reads_past_it(store: Store
     check_heads(store, {"a": (Q1, Q2), **{f"t{i}": (Q1,) for i in range(5)}})
 
 
-def test_a_heads_index_is_kept_a_skiplist_that_no_reader_sees(store: Store) -> None:
+def test_a_heads_index_and_the_heads_hash_are_kept_out_of_listpacks(store: Store) -> None:
     """Every index holds a sentinel member longer than 64 bytes at +inf, so Redis never keeps it as a
-    listpack (whose every ZADD parses each score): walks and readers stop below EMPTY, before it."""
+    listpack (whose every ZADD parses each score): walks and readers stop below EMPTY, before it. The heads
+    hash holds the same sentinel as a field (a listpack hash is scanned whole by every HMGET)."""
     (jid,) = store.submit([job("a", score=1)])
-    index = store.keys.qheads(Q1)
+    index, heads = store.keys.qheads(Q1), store.keys.heads
     assert store.client.zcard(index) == 2 and store.client.zrange(index, -1, -1, withscores=True)[0][1] == float("inf")
+    assert store.client.hlen(heads) == 2
     if not type(store.client).__module__.startswith("fakeredis"):
         assert store.client.object("encoding", index) in (b"skiplist", "skiplist")
+        assert store.client.object("encoding", heads) in (b"hashtable", "hashtable")
     assert [row[0] for row in store.waiting_heads(Q1)] == ["a"]
     assert [j.id for j in store.match(offer(), max_jobs=5)] == [jid]
     assert store.match(offer()) == []
+    assert store.client.hkeys(heads) == [b"~" * 65]  # the emptied task queue's entry went, the sentinel stays
 
 
 def test_fill_in_one_call_repeats_on_what_is_left(store: Store) -> None:
