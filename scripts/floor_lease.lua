@@ -6,7 +6,7 @@
 -- KEYS[4]  jobs hash               KEYS[5]  leases zset
 -- ARGV: match.lua's (ARGV[2] pilot, ARGV[3] now, ARGV[4] lease seconds, ARGV[9] how many jobs); ARGV[10] the
 -- task-queue id
--- Returns {'ok', id1, record1, ...} as match.lua does
+-- Returns {id1, record1, ...} as match.lua does
 local tq = ARGV[10]
 local popped = redis.call('ZPOPMIN', KEYS[1], ARGV[9])
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
@@ -14,7 +14,7 @@ if #head > 0 then
   redis.call('HSET', KEYS[2], tq, head[2] .. ' ' .. head[1] .. ' 0:0:0:0')
   redis.call('ZADD', KEYS[3], head[2], tq)
 end
-if #popped == 0 then return {'ok'} end
+if #popped == 0 then return {} end
 local expiry = string.format('%.17g', tonumber(ARGV[3]) + tonumber(ARGV[4]))
 local lease = ',"pl":' .. cjson.encode(ARGV[2]) .. ',"tm":' .. ARGV[3] .. '}'
 local ids, ex = {}, {}
@@ -24,11 +24,11 @@ for i = 1, #popped, 2 do
   ex[#ex + 1] = expiry ex[#ex + 1] = id
 end
 local raws = redis.call('HMGET', KEYS[4], unpack(ids))
-local out = {'ok'}
+local out = {}
 for i = 1, #ids do
-  out[2 * i] = ids[i]
-  out[2 * i + 1] = string.gsub(string.sub(raws[i], 1, -2), '"s":"waiting"', '"s":"matched"', 1) .. lease
+  out[2 * i - 1] = ids[i]
+  out[2 * i] = string.gsub(string.sub(raws[i], 1, -2), '"s":"waiting"', '"s":"matched"', 1) .. lease
 end
-redis.call('HSET', KEYS[4], unpack(out, 2))
+redis.call('HSET', KEYS[4], unpack(out))
 redis.call('ZADD', KEYS[5], unpack(ex))
 return out

@@ -11,8 +11,8 @@ The pilot does not have to wait: it keeps its exchanges on one connection of its
 them in the order they were sent), watches the socket with its selector and calls :meth:`receive` when
 :meth:`ready` says the replies are there. A completion that releases dependents into task queues it did
 not declare is redone alone when its reply is read, after the match of the same exchange (which so did
-not see those dependents); so is a match whose task queues changed, and any script Redis had lost (a
-restart or a flush): scripts that ask for keys write nothing before asking.
+not see those dependents); so is any script Redis had lost (a restart or a flush): scripts that ask for
+keys write nothing before asking.
 """
 
 from __future__ import annotations
@@ -107,11 +107,6 @@ class PendingExchange:
             else:
                 released += [_text(x) for x in reply[1:]]
         matched: list[Job] = []
-        if self.offer is not None:
-            if replies[-1] is None:
-                matched = store.match(self.offer, self.max_jobs)
-            else:
-                matched, stale = store.matched(replies[-1])
-                if stale:
-                    matched += store.match(self.offer.less(matched), self.max_jobs - len(matched), refresh=True)
+        if self.offer is not None:  # a match Redis had lost is redone alone
+            matched = store.match(self.offer, self.max_jobs) if replies[-1] is None else store.matched(replies[-1])
         return Exchange(refused, released, matched)

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -278,11 +277,6 @@ class PilotOffer:
     mem: int
     tmp: int = 0
     time_left: float | None = None
-
-    def less(self, jobs: Sequence[Job]) -> PilotOffer:
-        """What is still free once ``jobs`` hold their resources."""
-        return replace(self, cpu=self.cpu - sum(j.cpu for j in jobs), mem=self.mem - sum(j.mem for j in jobs),
-                       tmp=self.tmp - sum(j.tmp for j in jobs))
 
 
 @dataclass(frozen=True)

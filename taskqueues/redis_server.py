@@ -50,11 +50,13 @@ class RedisServer:
     """A ``redis-server`` on loopback whose data lives in ``directory``.
 
     With ``persistent`` the server keeps an append-only file there, so a restart finds its data.
+    ``options`` are more ``redis-server`` arguments (``("--cluster-enabled", "yes")``).
     """
 
     directory: Path
     port: int = 0
     persistent: bool = False
+    options: tuple[str, ...] = ()
 
     @property
     def url(self) -> str:
@@ -81,6 +83,7 @@ class RedisServer:
         ]
         if self.persistent:
             args += ["--appendfsync", "everysec"]
+        args += self.options
         done = subprocess.run(args, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise StoreUnavailable(f"redis-server failed to start: {done.stderr.strip() or done.stdout.strip()}")

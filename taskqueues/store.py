@@ -4,7 +4,9 @@ The store knows nothing of requirement semantics or of the catalog: callers hand
 queue and SubmitPool are already computed (``matcher.submission`` does that), and pilots hand it what
 they have free. Scripts whose keys depend on data (a job's task queue, the heads indexes of its queues)
 answer ``needkeys`` before writing anything when the caller did not declare one; :meth:`Store.call_script`
-adds them and calls again, so every key a script touches is declared in KEYS.
+adds them and calls again, so every key a script touches is declared in KEYS. The one exception is the hot
+path, ``match.lua``: it builds the keys of the task queues it leases from out of the key base, whose hash tag
+puts them in the slot of its declared keys (see its header).
 """
 
 from __future__ import annotations
@@ -130,15 +132,13 @@ class Store:
 
     # -- the hot path -----------------------------------------------------------------------------
 
-    def _match_call(self, queue: str, refresh: bool = False) -> PackedCall:
-        """The packed match call of a queue, declaring the task queues its heads index lists (sorted)."""
+    def _match_call(self, queue: str) -> PackedCall:
+        """The packed match call of a queue."""
         call = self._match_calls.get(queue)
-        if call is None or refresh:
+        if call is None:
             k = self.keys
-            index: Any = self.client.zrangebyscore(k.qheads(queue), "-inf", "(inf")  # not _lib.lua's SKIPLIST
-            visible = sorted(k.tq(_text(m)) for m in index)
             call = PackedCall(self._line, self._scripts["match"],
-                              [k.jobs, k.qheads(queue), k.leases, k.tqempty, k.heads, k.qfloor, *visible], n_args=9)
+                              [k.jobs, k.qheads(queue), k.leases, k.tqempty, k.heads, k.qfloor], n_args=9)
             self._match_calls[queue] = call
         return call
 
@@ -149,35 +149,20 @@ class Store:
                 left, max_jobs]
 
     @staticmethod
-    def matched(reply: list[Any]) -> tuple[list[Job], bool]:
-        """The jobs a match reply leased, and whether it stopped at a task queue it was not given (the
-        caller declares its queue's task queues anew and asks for the rest)."""
-        status = _text(reply[0])
-        jobs = [Job.from_record(reply[i], _text(reply[i - 1])) for i in range(2, len(reply), 2)]
-        return ([], True) if status == "needkeys" else (jobs, status == "more")
+    def matched(reply: list[Any]) -> list[Job]:
+        """The jobs a match reply leased."""
+        return [Job.from_record(reply[i], _text(reply[i - 1])) for i in range(1, len(reply), 2)]
 
-    def match(self, offer: PilotOffer, max_jobs: int = 1, *, refresh: bool = False) -> list[Job]:
+    def match(self, offer: PilotOffer, max_jobs: int = 1) -> list[Job]:
         """Lease to the pilot the most urgent task-queue heads that fit, most urgent first.
 
         With ``max_jobs`` > 1 the choice repeats on what is left free (filling a multi-core pilot in
-        one call). An empty list means nothing fits now. ``refresh`` re-reads which task queues the
-        queue's index lists before the first call (the caller saw them change).
+        one call). An empty list means nothing fits now.
         """
-        jobs: list[Job] = []
-        for _ in range(_MAX_KEY_ROUNDS):
-            try:
-                reply = self._match_call(offer.queue, refresh)(self.match_args(offer, max_jobs - len(jobs)))
-            except redis.ConnectionError as exc:
-                raise StoreUnavailable(f"Redis unreachable: {exc}") from None
-            got, stale = self.matched(reply)
-            jobs += got
-            if not stale:
-                return jobs
-            refresh = True
-            offer = offer.less(got)
-        if jobs:
-            return jobs
-        raise StoreError(f"match for queue {offer.queue}: its task queues kept changing")
+        try:
+            return self.matched(self._match_call(offer.queue)(self.match_args(offer, max_jobs)))
+        except redis.ConnectionError as exc:
+            raise StoreUnavailable(f"Redis unreachable: {exc}") from None
 
     def exchange(self, pilot: str, *, starts: Sequence[tuple[str, int, float]] = (),
                  completions: Sequence[tuple[str, int, RunResult]] = (), offer: PilotOffer | None = None,
@@ -297,7 +282,6 @@ class Store:
         extra = self.pool_keys([tq_id]) + [self.keys.qheads(q) for q in queues] + self.floors
         reply = self.call_script("refresh_pool", [self.keys.poolstamp], [self._base, tq_id, self.clock(), *queues],
                                  extra)
-        self._match_calls.clear()
         return int(reply[1]), int(reply[2])
 
     def clean(self, grace: float, batch: int = 200) -> list[str]:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import random
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,7 +17,8 @@ from storehelp import FakeClock, job
 from matcher.repressure import repressure
 from taskqueues import scripts
 from taskqueues.keys import Keys
-from taskqueues.records import PilotOffer, RunResult
+from taskqueues.records import JobState, PilotOffer, RunResult
+from taskqueues.redis_server import RedisServer
 from taskqueues.store import Store
 
 
@@ -67,3 +73,58 @@ def test_every_script_call_declares_keys_of_one_slot(real_redis: redis.Redis) ->
     slot = key_slot(b"{lhcb}")
     for name, keys in calls:
         assert {key_slot(k.encode() if isinstance(k, str) else k) for k in keys} == {slot}, name
+
+
+def cluster_port() -> int:
+    """A free port whose cluster bus port (10000 above it, as Redis 6 fixes it) is free too."""
+    rng = random.Random()
+    while True:
+        port = rng.randrange(20000, 30000)
+        try:
+            for p in (port, port + 10000):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        return port
+
+
+@pytest.fixture
+def split_cluster(tmp_path: Path) -> Iterator[tuple[redis.Redis, redis.Redis]]:
+    """Two real redis-servers in cluster mode: the first serves only the slot of ``{lhcb}``, the second
+    every other slot."""
+    nodes = [RedisServer(tmp_path / name, cluster_port(), options=(
+        "--cluster-enabled", "yes", "--cluster-config-file", str(tmp_path / name / "nodes.conf")))
+        for name in ("a", "b")]
+    try:
+        for node in nodes:
+            node.start()
+        a, b = (redis.Redis(port=node.port) for node in nodes)
+        slot = key_slot(b"{lhcb}")
+        a.execute_command("CLUSTER", "ADDSLOTS", slot)
+        b.execute_command("CLUSTER", "ADDSLOTS", *(s for s in range(16384) if s != slot))
+        a.execute_command("CLUSTER", "MEET", "127.0.0.1", nodes[1].port)
+        deadline = time.monotonic() + 20
+        while not all(b"cluster_state:ok" in c.execute_command("CLUSTER", "INFO") for c in (a, b)):
+            assert time.monotonic() < deadline, "the two-node cluster never came up"
+            time.sleep(0.05)
+        yield a, b
+    finally:
+        for node in nodes:
+            node.stop()
+
+
+def test_a_community_runs_on_the_cluster_node_of_its_slot(split_cluster: tuple[redis.Redis, redis.Redis]) -> None:
+    """match.lua builds the keys of the task queues it leases from instead of declaring them (see its header):
+    a Redis Cluster node serves them because they carry the community's hash tag. A key outside the slot
+    would be refused, as the last check shows."""
+    a, _ = split_cluster
+    clock = FakeClock()
+    store = Store(a, Keys(vo="lhcb"), lease_seconds=10, clock=clock)
+    ids = store.submit([job("t1", score=2), job("t2", score=1), job("t3", queues=("x/y/z",))])
+    got = store.match(PilotOffer("p", "site/ce/q1", 4, 4000), max_jobs=4)
+    assert [j.id for j in got] == [ids[1], ids[0]]
+    assert store.complete(got[0].id, got[0].attempt, "p", RunResult(wall=5)) == []
+    assert store.job(got[0].id).state is JobState.DONE
+    with pytest.raises(redis.ResponseError, match=r"non local key|same slot"):
+        a.eval("return redis.call('GET', '{atlas}x')", 1, Keys(vo="lhcb").jobs)

@@ -1,7 +1,8 @@
--- _lib: helpers prepended to every script at load time (not a script of its own).
--- Every key a script touches is declared in KEYS. Keys that depend on data (a task queue, its SubmitPool,
--- the heads index of each eligible queue) are declared by the caller; when a script finds one it was not
--- given, it returns {'needkeys', key...} before writing anything and the caller retries with them.
+-- _lib: helpers prepended to every script at load time (not a script of its own; match.lua does not use it).
+-- Every key a script touches is declared in KEYS (match.lua's task queues aside: see its header). Keys
+-- that depend on data (a task queue, its SubmitPool, the heads index of each eligible queue) are declared
+-- by the caller; when a script finds one it was not given, it returns {'needkeys', key...} before writing
+-- anything and the caller retries with them.
 local EMPTY = 1e18
 -- Every heads index holds this member, scored +inf (after every task queue, even an empty one), from the
 -- moment it is created. Longer than the 64 bytes up to which Redis keeps a small sorted set as a listpack

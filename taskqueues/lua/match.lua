@@ -6,12 +6,14 @@
 -- KEYS[4]  tqempty zset
 -- KEYS[5]  heads hash (task-queue id -> "<score> <member> <floor>": its exact head; see _lib.lua)
 -- KEYS[6]  qfloor hash (queue -> "cpu:mem:tmp:ete" at or below every job its index can reach)
--- KEYS[7..] the task-queue zsets the caller believes its queue can see, SORTED; the chosen task queue's key
---           (or, for an index entry without a heads entry, that entry's key) when not declared is returned
---           as {'needkeys', key} before anything is written; after a lease, the call ends there and answers
---           'more' instead of 'ok' (the caller declares the task queues anew and asks for the rest)
--- The hot path: this script does not use the shared prelude (no closures to build per call), and looks
--- declared keys up by binary search in the sorted KEYS instead of building a table of them. It reads the
+-- The task-queue zsets it touches (the one it leases from; one whose index entry has no heads entry) are
+-- not declared: it builds their keys from the key base, which carries the community's hash tag, so they hash
+-- to the slot of every declared key, and Redis (standalone, or a Cluster node serving that slot) serves them
+-- (tests/test_keys.py runs a community on a real two-node Cluster).
+-- Declaring every task queue the queue can see (argument parsing and building KEYS), for the one or two a
+-- call touches, was a fifth of a filling call's instructions and a third of a one-job call's when a queue
+-- sees 100 task queues (scripts/count_match.py, rows 1000:fill and 1000:one).
+-- The hot path: this script does not use the shared prelude (no closures to build per call). It reads the
 -- heads hash, never a task-queue zset, to decide: only the task queue it leases from is touched. The index
 -- is read once per call, a page at a time, into one flat table; every write to the index, the heads, the
 -- records and the leases is made once at the end, one command each, however many jobs the call leased.
@@ -23,25 +25,14 @@
 -- ARGV[5]  free cores      ARGV[6] free memory (MB)      ARGV[7] free scratch (MB)
 -- ARGV[8]  seconds left (negative = unbounded)
 -- ARGV[9]  how many jobs at most
--- Returns  {'ok' | 'more', id1, record1, id2, record2, ...} (records as stored after the lease: without their
---          id, with the member's tail as mt; see _lib.lua's load/save) or {'needkeys', key}
+-- Returns  {id1, record1, id2, record2, ...} (records as stored after the lease: without their id, with the
+--          member's tail as mt; see _lib.lua's load/save)
 local base, pilot = ARGV[1], ARGV[2]
 local cpu, mem, tmp, left = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local want = tonumber(ARGV[9])
 local jobs, qh, heads, qfloor = KEYS[1], KEYS[2], KEYS[5], KEYS[6]
 local queue = string.sub(qh, #base + 4)
 local EMPTY, EMPTY_TEXT = 1e18, '1e18'
-
-local function declared(key)
-  local lo, hi = 7, #KEYS
-  while lo <= hi do
-    local mid = math.floor((lo + hi) / 2)
-    local k = KEYS[mid]
-    if k == key then return true end
-    if k < key then lo = mid + 1 else hi = mid - 1 end
-  end
-  return false
-end
 
 -- What a lease adds to a record, its time and expiry: made at the first lease (a call that leases nothing,
 -- as for a pilot that nothing fits, costs little more than a trivial script).
@@ -90,9 +81,9 @@ local n, bound, all = 0, -EMPTY, false
 -- queues that emptied, as (now, task queue); leases, as (expiry, job). A task queue named twice in one
 -- command ends with the later value, which is the later one here too.
 local zq, hs, hd, ze, ex = {}, {}, {}, {}, {}
-local out = {'ok'}
+local out = {}
 local ids = {}  -- the jobs leased, whose records are read, leased and written back at the end
-local got, missing = 0, nil
+local got = 0
 
 while got < want do
   if f1 and (cpu < f1 or mem < f2 or tmp < f3 or (left >= 0 and left < f4)) then break end
@@ -150,9 +141,7 @@ while got < want do
         local x, tq, entry = x0 + 7 * (i - 1), page[i], entries[i]
         X[x + 1], X[x + 4], X[x + 5], X[x + 6], X[x + 7] = tq, false, false, false, false
         if not entry then
-          local key = base .. 't:' .. tq
-          if not declared(key) then missing = key break end
-          local head = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
+          local head = redis.call('ZRANGE', base .. 't:' .. tq, '0', '0', 'WITHSCORES')
           if #head == 0 then
             X[x + 2], X[x + 3] = EMPTY, false
             zq[#zq + 1] = EMPTY_TEXT zq[#zq + 1] = tq
@@ -168,7 +157,6 @@ while got < want do
           if r > last then zq[#zq + 1] = text zq[#zq + 1] = tq end
         end
       end
-      if missing then break end
       n = n + k
       bound = last
       size = size * 2
@@ -178,7 +166,6 @@ while got < want do
   -- Lease the head of entry b: take it out of its task queue, whose next head replaces it in entry b.
   local tq = X[b + 1]
   local key = base .. 't:' .. tq
-  if not declared(key) then missing = key break end
   cpu, mem, tmp = cpu - X[b + 4], mem - X[b + 5], tmp - X[b + 6]
   local member, fl = string.match(X[b + 3], '^%S+ (%S+) (%S+)$')
   redis.call('ZREM', key, member)
@@ -205,11 +192,6 @@ while got < want do
   ex[#ex + 1] = expiry ex[#ex + 1] = id
 end
 
-if missing then
-  -- Nothing written yet when nothing was leased: the caller declares the key and calls again.
-  if got == 0 then return {'needkeys', missing} end
-  out[1] = 'more'
-end
 if #hs > 0 then redis.call('HSET', heads, unpack(hs)) end
 if #hd > 0 then redis.call('HDEL', heads, unpack(hd)) end
 if #zq > 0 then redis.call('ZADD', qh, unpack(zq)) end
@@ -217,10 +199,10 @@ if #ze > 0 then redis.call('ZADD', KEYS[4], 'NX', unpack(ze)) end
 if got > 0 then
   local raws = redis.call('HMGET', jobs, unpack(ids))
   for i = 1, got do
-    out[2 * i] = ids[i]
-    out[2 * i + 1] = leased(raws[i])
+    out[2 * i - 1] = ids[i]
+    out[2 * i] = leased(raws[i])
   end
-  redis.call('HSET', jobs, unpack(out, 2))
+  redis.call('HSET', jobs, unpack(out))
   redis.call('ZADD', KEYS[3], unpack(ex))
 end
 return out
