@@ -163,6 +163,8 @@ class Store:
             return self.matched(self._match_call(offer.queue)(self.match_args(offer, max_jobs)))
         except redis.ConnectionError as exc:
             raise StoreUnavailable(f"Redis unreachable: {exc}") from None
+        except redis.ResponseError as exc:
+            raise StoreError(f"script match failed: {exc}") from None
 
     def exchange(self, pilot: str, *, starts: Sequence[tuple[str, int, float]] = (),
                  completions: Sequence[tuple[str, int, RunResult]] = (), offer: PilotOffer | None = None,

@@ -10,7 +10,7 @@ import pytest
 import redis
 from storehelp import FakeClock, check_heads, job, text
 
-from taskqueues.errors import NotFound, StaleReport
+from taskqueues.errors import NotFound, StaleReport, StoreError
 from taskqueues.records import (
     Job,
     JobState,
@@ -118,6 +118,15 @@ def test_a_heads_index_and_the_heads_hash_are_kept_out_of_listpacks(store: Store
     assert store.client.hkeys(heads) == [b"~" * 65]  # the emptied task queue's entry went, the sentinel stays
 
 
+def test_a_match_that_redis_refuses_is_a_store_error(store: Store) -> None:
+    (jid,) = store.submit([job()])
+    store.client.set(store.keys.qfloor, "not a hash")
+    with pytest.raises(StoreError, match=r"script match failed: .*WRONGTYPE"):
+        store.match(offer())
+    store.client.delete(store.keys.qfloor)
+    assert [j.id for j in store.match(offer())] == [jid]  # nothing was leased by the refused call
+
+
 def test_fill_in_one_call_repeats_on_what_is_left(store: Store) -> None:
     ids = store.submit([job("four", cpu=4, score=1), job("one", cpu=1, score=2), job("one", cpu=1, score=3),
                         job("two", cpu=2, score=4)])
@@ -126,11 +135,11 @@ def test_fill_in_one_call_repeats_on_what_is_left(store: Store) -> None:
 
 
 @pytest.mark.parametrize("through", ["match", "exchange"])
-def test_a_fill_goes_on_past_a_task_queue_the_caller_has_not_seen_yet(store: Store, through: str) -> None:
-    """The caller's list of the queue's task queues was read before "new" existed: the fill must not stop
-    after the first job but declare it and take the rest (found by the oracle test)."""
+def test_a_fill_goes_on_into_a_task_queue_made_after_the_first_match(store: Store, through: str) -> None:
+    """The store's match call for Q1 was built before "new" existed: the fill must not stop after the first
+    job but take the rest (the oracle test found such a fill once, when match declared its task queues)."""
     (old,) = store.submit([job("old", score=1)])
-    assert store.match(offer(cpu=0)) == []  # the caller now knows Q1's index: "old" only
+    assert store.match(offer(cpu=0)) == []  # the store now holds its match call for Q1
     (new,) = store.submit([job("new", score=2)])
     if through == "match":
         got = store.match(offer(cpu=2), max_jobs=2)
