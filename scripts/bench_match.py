@@ -114,12 +114,15 @@ def match_worker(url: str, n: int, seed: int, fill: bool, out: mp.Queue) -> None
     timed(lambda i: len(store.match(*asks[i % len(asks)])), n, out)
 
 
+def trivial_call(client: redis.Redis) -> PackedCall:
+    """The ceiling's script, ``return 1``, called the way the store calls match (pre-packed, on a kept
+    connection), so the ceiling measures the server and the round trip, not a difference of client paths."""
+    return PackedCall(HotLine.of(client), client.register_script("return 1"), [], n_args=0)
+
+
 def evalsha_worker(url: str, n: int, out: mp.Queue) -> None:  # type: ignore[type-arg]
-    """A trivial script called the way the store calls match (pre-packed, on a kept connection), so the
-    ceiling measures the server and the round trip, not a difference of client paths. Counts calls (the
-    script returns 1)."""
-    client = redis.Redis.from_url(url)
-    trivial = PackedCall(HotLine.of(client), client.register_script("return 1"), [], n_args=0)
+    """``n`` calls of :func:`trivial_call`; counts calls (the script returns 1)."""
+    trivial = trivial_call(redis.Redis.from_url(url))
     timed(lambda i: int(trivial(())), n, out)
 
 
@@ -192,8 +195,8 @@ Run = tuple[Worker, Callable[[int], tuple[Any, ...]]]  # a worker, and worker i'
 
 def alternate(url: str, stock: Stock, size: int, n_total: int, procs: int,
               kinds: dict[str, Run]) -> dict[str, float]:
-    """The rate of each kind of run, ``n_total`` calls each, in
-    alternating slices, each slice starting with ``size`` jobs waiting.
+    """The rate of each kind of run, ``n_total`` calls each, in alternating slices, each slice starting with
+    ``size`` jobs waiting.
 
     On a machine shared with other work the load moves within a run; alternating slices
     (:func:`slice_count`) lets every rate see the same load. Every kind but "ceil" counts jobs leased.

@@ -29,9 +29,8 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_match import Stock, pilot_asks
+from bench_match import Stock, pilot_asks, trivial_call
 
-from taskqueues.packed import HotLine, PackedCall
 from taskqueues.redis_server import find_redis_server, free_port
 from taskqueues.store import Store
 
@@ -80,7 +79,7 @@ def row(server: Counted, n_tqs: int, kind: str, calls: int) -> tuple[float, floa
     Stock(Store(client, lease_seconds=3600), n_tqs).top_up(20_000)
     store = Store(client, lease_seconds=3600)
     asks = pilot_asks(1, kind == "fill")
-    trivial = PackedCall(HotLine.of(client), client.register_script("return 1"), [], n_args=0)
+    trivial = trivial_call(client)
 
     def call(i: int) -> int:
         if kind == "trivial":
