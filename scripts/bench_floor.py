@@ -8,6 +8,11 @@ commands any atomic lease of those jobs needs (take them, set the next head, mar
 leases), without a walk, an eligibility or a fit check, called and read back exactly as Store.match is.
 ``match`` is Store.match on the same jobs. Rates are jobs leased per second, in alternating slices
 (bench_match.alternate); "%" is against the ceiling measured alongside.
+
+A second table splits the CPU spent per job leased (per call for the ceiling) between the client processes
+(their process time) and redis-server (its used_cpu_user + used_cpu_sys), over the same slices. With 8
+clients on a machine's few cores the rate is what the cores can give: a kind whose client processes alone
+spend more per job than 2.5 times what the ceiling spends in all per call cannot reach 40% of it.
 Usage: python scripts/bench_floor.py [--calls 8000] [--waiting 100000]
 """
 
@@ -25,7 +30,7 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_match import Run, Stock, alternate, cell, evalsha_worker, queue_name, timed, tq_id
+from bench_match import Run, Stock, Tally, alternate, cell, evalsha_worker, queue_name, timed, tq_id
 
 from taskqueues.packed import HotLine, PackedCall
 from taskqueues.records import PilotOffer
@@ -62,6 +67,11 @@ def worker(url: str, n: int, seed: int, kind: str, out: mp.Queue) -> None:  # ty
     timed(call, n, out)
 
 
+def cpu_split(tally: Tally) -> str:
+    """Microseconds of CPU per job leased (per call for the ceiling): client processes / redis-server."""
+    return f"{1e6 * tally.client_cpu / tally.done:>5.1f} / {1e6 * tally.server_cpu / tally.done:>5.1f}"
+
+
 def run(kind: str) -> Run:
     """The workers of ``kind``: worker i's pilots are seeded 100 + i."""
     return worker, lambda i: (100 + i, kind)
@@ -82,10 +92,16 @@ def main() -> None:
             print(f"{'clients':>7} {'ceil':>7} | " + " | ".join(f"{k:>12}" for k in kinds))
             stock = Stock(Store(client, lease_seconds=3600), 1)
             runs: dict[str, Run] = {"ceil": (evalsha_worker, lambda i: ()), **{kind: run(kind) for kind in kinds}}
+            cpu = []
             for procs in (1, 8):
-                rates = alternate(server.url, stock, args.waiting, args.calls, procs, runs)
-                print(f"{procs:>7} {rates['ceil']:>7,.0f} | "
-                      + " | ".join(cell(rates[k], rates["ceil"]) for k in kinds), flush=True)
+                tallies = alternate(server.url, stock, args.waiting, args.calls, procs, runs)
+                ceiling = tallies["ceil"].rate
+                print(f"{procs:>7} {ceiling:>7,.0f} | "
+                      + " | ".join(cell(tallies[k].rate, ceiling) for k in kinds), flush=True)
+                cpu.append(f"{procs:>7} " + " | ".join(map(cpu_split, tallies.values())))
+            print("\nCPU per job leased (per call for ceil), us: client processes / redis-server")
+            print(f"{'clients':>7} " + " | ".join(f"{k:>13}" for k in ("ceil", *kinds)))
+            print("\n".join(cpu))
         finally:
             server.stop()
 

@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -97,14 +98,14 @@ def pilot_asks(seed: int, fill: bool) -> list[tuple[PilotOffer, int]]:
 
 
 def timed(call: Callable[[int], int], n: int, out: mp.Queue) -> None:  # type: ignore[type-arg]
-    """Put (seconds, total) of calls 1..n of ``call`` (each returns what it counts) on ``out``, after call 0
-    (scripts loaded, connection made, eligible task queues cached)."""
+    """Put (seconds, total, CPU seconds of this process) of calls 1..n of ``call`` (each returns what it
+    counts) on ``out``, after call 0 (scripts loaded, connection made, eligible task queues cached)."""
     call(0)
     got = 0
-    t0 = time.perf_counter()
+    cpu, t0 = time.process_time(), time.perf_counter()
     for i in range(1, n + 1):
         got += call(i)
-    out.put((time.perf_counter() - t0, got))
+    out.put((time.perf_counter() - t0, got, time.process_time() - cpu))
 
 
 def match_worker(url: str, n: int, seed: int, fill: bool, out: mp.Queue) -> None:  # type: ignore[type-arg]
@@ -126,8 +127,8 @@ def evalsha_worker(url: str, n: int, out: mp.Queue) -> None:  # type: ignore[typ
     timed(lambda i: int(trivial(())), n, out)
 
 
-def parallel(target, url: str, n_total: int, procs: int, extra) -> tuple[int, float]:  # type: ignore[no-untyped-def]
-    """Run ``procs`` workers at once; (what they did in all, the slowest worker's own loop time)."""
+def parallel(target, url: str, n_total: int, procs: int, extra) -> Tally:  # type: ignore[no-untyped-def]
+    """Run ``procs`` workers at once; what they did in all, over the slowest worker's own loop time."""
     ctx = mp.get_context("fork")
     out: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
     workers = [ctx.Process(target=target, args=(url, n_total // procs, *extra(i), out)) for i in range(procs)]
@@ -137,7 +138,7 @@ def parallel(target, url: str, n_total: int, procs: int, extra) -> tuple[int, fl
     for w in workers:
         w.join()
     # Over the slowest worker's own loop (process start-up excluded), as every worker ran at once.
-    return sum(r[1] for r in results), max(max(r[0] for r in results), 1e-9)
+    return Tally(sum(r[1] for r in results), max(max(r[0] for r in results), 1e-9), sum(r[2] for r in results))
 
 
 SLICES = 4
@@ -156,8 +157,31 @@ def stored(client: redis.Redis) -> int:
     return int(info["used_memory"]) - int(info.get("mem_clients_normal", 0)) - int(info.get("mem_clients_slaves", 0))
 
 
-def rate(done: int, seconds: float) -> float:
-    return done / seconds
+def server_cpu(client: redis.Redis) -> float:
+    """Seconds of CPU redis-server has used."""
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+@dataclass
+class Tally:
+    """What some calls did (jobs leased, or calls for the ceiling), over how many seconds, and the CPU
+    seconds their clients and the server spent on them."""
+
+    done: int = 0
+    seconds: float = 0.0
+    client_cpu: float = 0.0
+    server_cpu: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        return self.done / self.seconds
+
+    def add(self, other: Tally) -> None:
+        self.done += other.done
+        self.seconds += other.seconds
+        self.client_cpu += other.client_cpu
+        self.server_cpu += other.server_cpu
 
 
 def cell(matched: float, ceiling: float) -> str:
@@ -194,25 +218,25 @@ Run = tuple[Worker, Callable[[int], tuple[Any, ...]]]  # a worker, and worker i'
 
 
 def alternate(url: str, stock: Stock, size: int, n_total: int, procs: int,
-              kinds: dict[str, Run]) -> dict[str, float]:
-    """The rate of each kind of run, ``n_total`` calls each, in alternating slices, each slice starting with
-    ``size`` jobs waiting.
+              kinds: dict[str, Run]) -> dict[str, Tally]:
+    """What each kind of run did, ``n_total`` calls each, in alternating slices, each slice starting with
+    ``size`` jobs waiting, with the server's CPU over each slice.
 
     On a machine shared with other work the load moves within a run; alternating slices
     (:func:`slice_count`) lets every rate see the same load. Every kind but "ceil" counts jobs leased.
     """
-    done = dict.fromkeys(kinds, 0)
-    spent = dict.fromkeys(kinds, 0.0)
+    tallies = {kind: Tally() for kind in kinds}
     slices = slice_count(n_total, size)
     for _ in range(slices):
         for kind, (target, extra) in kinds.items():
             stock.top_up(size)
-            d, seconds = parallel(target, url, n_total // slices, procs, extra)
-            done[kind] += d
-            spent[kind] += seconds
+            served = server_cpu(stock.store.client)
+            did = parallel(target, url, n_total // slices, procs, extra)
+            did.server_cpu = server_cpu(stock.store.client) - served
+            tallies[kind].add(did)
             if kind != "ceil":
-                stock.least = min(stock.least, 1 - d / size)
-    return {kind: done[kind] / spent[kind] for kind in kinds}
+                stock.least = min(stock.least, 1 - did.done / size)
+    return tallies
 
 
 def side_by_side(url: str, stock: Stock, size: int, n_total: int, procs: int,
@@ -224,7 +248,7 @@ def side_by_side(url: str, stock: Stock, size: int, n_total: int, procs: int,
         "one": (match_worker, lambda i: (seeds(i), False)),
         "fill": (match_worker, lambda i: (seeds(i), True)),
     })
-    return rates["one"], rates["fill"], rates["ceil"]
+    return rates["one"].rate, rates["fill"].rate, rates["ceil"].rate
 
 
 def main() -> None:
@@ -241,8 +265,8 @@ def main() -> None:
         try:
             client = redis.Redis.from_url(server.url)
             version = client.info("server")["redis_version"]
-            ceiling1 = rate(*parallel(evalsha_worker, server.url, 20000, 1, lambda i: ()))
-            ceiling8 = rate(*parallel(evalsha_worker, server.url, 40000, 8, lambda i: ()))
+            ceiling1 = parallel(evalsha_worker, server.url, 20000, 1, lambda i: ()).rate
+            ceiling8 = parallel(evalsha_worker, server.url, 40000, 8, lambda i: ()).rate
             print(f"redis-server {version}; trivial EVALSHA ceiling: {ceiling1:,.0f}/s (1 client), "
                   f"{ceiling8:,.0f}/s (8 clients)")
             print("jobs matched per second by one-job calls (one) and by calls asking for as many jobs as the "
