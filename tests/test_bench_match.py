@@ -1,0 +1,58 @@
+"""Smoke test of scripts/bench_match.py and scripts/bench_floor.py: their measuring loop on a tiny workload,
+real worker processes, real redis-server; so the benchmarks cannot rot between runs. The rates are not
+checked (this machine may be busy with other tests); what is checked is that the tallies count exactly
+what the workers did, and that both scripts print their tables.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import redis
+
+from taskqueues.store import Store
+
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+sys.path.insert(0, str(SCRIPTS))
+
+import bench_floor  # noqa: E402
+import bench_match  # noqa: E402
+
+
+def test_alternate_tallies_the_jobs_the_workers_leased(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    store = Store(client, lease_seconds=3600)
+    stock = bench_match.Stock(store, 1)
+    runs: dict[str, bench_match.Run] = {"ceil": (bench_match.evalsha_worker, lambda i: ()),
+                                        "match one": bench_floor.run("match one")}
+    tallies = bench_match.alternate(redis_url, stock, 400, 40, 2, runs)
+    slices = bench_match.slice_count(40, 400)
+    # bench_floor's pilots always find a job: each call leases one, and so does each worker's first
+    # (untimed) call of each slice.
+    assert tallies["ceil"].done == tallies["match one"].done == 40
+    assert client.zcard(store.keys.leases) == 40 + 2 * slices
+    for tally in tallies.values():
+        assert tally.seconds > 0 and tally.client_cpu > 0 and tally.server_cpu > 0
+
+
+def run_script(*args: str) -> str:
+    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_bench_match_prints_its_table() -> None:
+    out = run_script(str(SCRIPTS / "bench_match.py"), "--sizes", "1000,2000", "--tqs", "10", "--matches", "40")
+    rows = [line.split() for line in out.splitlines() if line.lstrip().startswith("10 ") and "|" in line]
+    assert [row[1] for row in rows] == ["1,000", "2,000"]
+    assert "match rate at 2,000 waiting / at 1,000" in out
+
+
+def test_bench_floor_prints_its_rates_and_cpu_tables() -> None:
+    out = run_script(str(SCRIPTS / "bench_floor.py"), "--calls", "80", "--waiting", "2000").splitlines()
+    cpu_at = next(i for i, line in enumerate(out) if line.startswith("CPU per job leased"))
+    for table in (out[:cpu_at], out[cpu_at:]):
+        clients = [line.split()[0] for line in table if line.split() and line.split()[0].isdigit()]
+        assert clients == ["1", "8"]
