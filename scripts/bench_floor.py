@@ -11,8 +11,8 @@ leases), without a walk, an eligibility or a fit check, called and read back exa
 
 A second table splits the CPU spent per job leased (per call for the ceiling) between the client processes
 (their process time) and redis-server (its used_cpu_user + used_cpu_sys), over the same slices. With 8
-clients on a machine's few cores the rate is what the cores can give: a kind whose client processes alone
-spend more per job than 2.5 times what the ceiling spends in all per call cannot reach 40% of it.
+clients on a machine's few cores the rate is what the cores can give: a kind reaches 40% of the ceiling
+only if its clients and the server together spend at most 2.5 times per job what the ceiling spends per call.
 Usage: python scripts/bench_floor.py [--calls 8000] [--waiting 100000]
 """
 

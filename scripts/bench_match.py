@@ -243,12 +243,12 @@ def side_by_side(url: str, stock: Stock, size: int, n_total: int, procs: int,
                  seeds: Callable[[int], int]) -> tuple[float, float, float]:
     """Jobs matched per second by one-job calls and by filling calls, and the trivial-EVALSHA rate
     (:func:`alternate`). ``seeds(i)`` is worker i's seed."""
-    rates = alternate(url, stock, size, n_total, procs, {
+    tallies = alternate(url, stock, size, n_total, procs, {
         "ceil": (evalsha_worker, lambda i: ()),
         "one": (match_worker, lambda i: (seeds(i), False)),
         "fill": (match_worker, lambda i: (seeds(i), True)),
     })
-    return rates["one"].rate, rates["fill"].rate, rates["ceil"].rate
+    return tallies["one"].rate, tallies["fill"].rate, tallies["ceil"].rate
 
 
 def main() -> None:
