@@ -1,7 +1,9 @@
 """The ``pilotfish`` command: one click group, each command defined beside the code it drives.
 
-Errors that Pilotfish raises on purpose (:class:`taskqueues.errors.PilotfishError`) print as one line
-and exit with status 1; ``--verbose`` shows the traceback instead.
+The error boundary: errors that Pilotfish raises on purpose (:class:`taskqueues.errors.PilotfishError`)
+print as one line and exit with status 1; so does a Redis error that reached here without going through
+the store's guard (:mod:`taskqueues.guard`), named with the server's URL (never its password) and the
+command. ``--verbose`` shows the traceback instead.
 """
 
 from __future__ import annotations
@@ -11,9 +13,13 @@ import sys
 from typing import Any
 
 import click
+import redis
 
 from taskqueues import __version__
 from taskqueues.errors import PilotfishError
+from taskqueues.guard import from_exception, shown_url
+
+from .settings import Settings
 
 
 class _Group(click.Group):
@@ -22,11 +28,22 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except PilotfishError as exc:
+        except (PilotfishError, redis.RedisError) as exc:
             if ctx.obj and ctx.obj.get("verbose"):
                 raise
-            click.echo(f"pilotfish: error: {exc}", err=True)
+            error = exc if isinstance(exc, PilotfishError) else from_exception(
+                exc, _where(), f"running pilotfish {ctx.invoked_subcommand}")
+            click.echo(f"pilotfish: error: {error}", err=True)
             sys.exit(1)
+
+
+def _where() -> str:
+    """The configured Redis as messages show it (the embedded server when none is configured)."""
+    try:
+        url = Settings.load().redis_url
+    except PilotfishError:
+        url = ""
+    return shown_url(url) if url else "the embedded server"
 
 
 @click.group(cls=_Group)

@@ -28,6 +28,12 @@ ENV_PREFIX = "PILOTFISH_"
 @dataclass(frozen=True)
 class Settings:
     redis_url: str = ""
+    # What pilots connect with (their community's ACL user); empty: made by the embedded server, or
+    # redis_url (with a warning) for an external Redis.
+    pilot_redis_url: str = ""
+    # The embedded server's append-only file: fsync "everysec" (a machine crash loses up to ~1 s of
+    # acknowledged writes, a process kill nothing) or "always" (nothing, slower writes).
+    redis_appendfsync: str = "everysec"
     vo: str = "default"
     prefix: str = "pf"
     catalog: str = ""
@@ -48,6 +54,9 @@ class Settings:
     pilot_idle_timeout: float = 60.0
     pilot_stop_margin: float = 60.0
     pilot_events: bool = True
+    # A provisioned pilot no backend answers for (its director died with the only knowledge of it) and that
+    # has not beaten for this long is retired from the director's records.
+    pilot_retire_after: float = 180.0
     # Flower
     flower_port: int = 5555
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
@@ -75,7 +84,32 @@ class Settings:
             if name in env:
                 values[key] = cls._convert(key, env[name], name)
                 sources[key] = f"${name}"
-        return cls(**values, sources=sources)
+        settings = cls(**values, sources=sources)
+        settings.check()
+        return settings
+
+    def check(self) -> None:
+        """Refuse values no component could use, naming the setting and where it came from."""
+        from taskqueues.keys import Keys
+
+        def where(name: str) -> str:
+            source = self.sources.get(name, "default")
+            return source if source.startswith("$") else f"{name} ({source})"
+
+        for name in ("prefix", "vo"):
+            try:
+                Keys(**{name: getattr(self, name)})
+            except ConfigError as exc:
+                raise ConfigError(f"{where(name)}: {exc}") from None
+        for name in ("lease_seconds", "reap_interval", "pool_refresh_interval", "clean_interval",
+                     "director_interval", "repressure_interval", "pilot_idle_timeout", "default_ete"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{where(name)}: {name} must be positive, got {getattr(self, name)!r}")
+        if self.redis_appendfsync not in ("always", "everysec", "no"):
+            raise ConfigError(f"{where('redis_appendfsync')}: must be always, everysec or no, "
+                              f"got {self.redis_appendfsync!r}")
+        if not 0 < self.flower_port < 65536:
+            raise ConfigError(f"{where('flower_port')}: not a TCP port: {self.flower_port}")
 
     @classmethod
     def _convert(cls, key: str, value: object, where: str) -> Any:

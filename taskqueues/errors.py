@@ -42,6 +42,10 @@ class StoreUnavailable(StoreError):
     """Redis could not be reached."""
 
 
+class StoreAccessDenied(StoreError):
+    """Redis refused our credentials or this user's right to an operation (ACL)."""
+
+
 class NotFound(StoreError):
     """A job, request or pilot id is unknown."""
 

@@ -24,12 +24,15 @@ import redis
 from redis.connection import Connection
 from redis.exceptions import NoScriptError
 
-from .errors import StaleReport, StoreError, StoreUnavailable
+from .errors import StaleReport, StoreError
+from .guard import converted
 from .records import Exchange, Job, PilotOffer, RunResult
 from .records import text as _text
 
 if TYPE_CHECKING:
     from .store import Store
+
+_OPERATION = "exchanging a pilot's reports and match"
 
 
 class PendingExchange:
@@ -51,7 +54,7 @@ class PendingExchange:
                 conn.send_packed_command([b"".join(commands)])  # type: ignore[no-untyped-call]
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 conn.disconnect()  # type: ignore[no-untyped-call]
-                raise StoreUnavailable(f"Redis unreachable: {exc}") from None
+                raise converted(exc, store.where, _OPERATION) from None
 
     def fileno(self) -> int:
         """The socket the replies arrive on (for a selector)."""
@@ -75,7 +78,7 @@ class PendingExchange:
                     replies.append(exc)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             self.conn.disconnect()  # type: ignore[no-untyped-call]
-            raise StoreUnavailable(f"Redis unreachable: {exc}") from None
+            raise converted(exc, self.store.where, _OPERATION) from None
         errors = [r for r in replies if isinstance(r, Exception)]
         if errors:
             raise StoreError(f"a script of a pilot's exchange failed: {errors[0]}")

@@ -40,6 +40,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .errors import ConfigError
+
 DEFAULT_PREFIX = "pf"
 DEFAULT_VO = "default"
 
@@ -54,7 +56,7 @@ class Keys:
     def __post_init__(self) -> None:
         for label, value in (("prefix", self.prefix), ("vo", self.vo)):
             if not value or any(c in value for c in "{}: \t\n"):
-                raise ValueError(f"{label} {value!r} must be non-empty, without braces, colons or blanks")
+                raise ConfigError(f"{label} {value!r} must be non-empty, without braces, colons or blanks")
 
     @property
     def base(self) -> str:

@@ -20,7 +20,8 @@ import redis
 from redis.commands.core import Script
 
 from . import scripts
-from .errors import StoreError, StoreUnavailable
+from .errors import StoreError
+from .guard import client_url, guard
 from .keys import Keys
 
 __all__ = ["Lock", "LockError", "locked"]
@@ -50,10 +51,8 @@ class Lock:
 
     def acquire(self) -> bool:
         """Take the lock if it is free; False (at once, no waiting) if someone holds it."""
-        try:
+        with guard(client_url(self.client), f"taking lock {self.key}"):
             self.held = bool(self.client.set(self.key, self.token, nx=True, px=self.ttl_ms))
-        except redis.ConnectionError as exc:
-            raise StoreUnavailable(f"Redis unreachable taking lock {self.key}: {exc}") from None
         return self.held
 
     def renew(self, ttl: float | None = None) -> bool:
@@ -72,10 +71,8 @@ class Lock:
         return bool(self._call(self._unlock, [self.token]))
 
     def _call(self, script: Script, args: list[str | int]) -> object:
-        try:
+        with guard(client_url(self.client), f"using lock {self.key}"):
             return script(keys=[self.key], args=args)
-        except redis.ConnectionError as exc:
-            raise StoreUnavailable(f"Redis unreachable using lock {self.key}: {exc}") from None
 
 
 @contextmanager

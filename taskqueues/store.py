@@ -21,9 +21,10 @@ from redis.commands.core import Script
 from redis.connection import Connection
 
 from . import scripts
-from .errors import NotFound, StaleReport, StoreError, StoreUnavailable
+from .errors import NotFound, StaleReport, StoreError
 from .ete import RuleStats
 from .exchange import PendingExchange
+from .guard import client_url, converted, guard, guarded
 from .keys import Keys
 from .packed import HotLine, PackedCall, pack_script
 from .records import Exchange, HeartbeatReply, Job, JobState, JobUsage, NewJob, PilotOffer, RunResult
@@ -47,6 +48,8 @@ class Store:
         clock: Clock = time.time,
     ) -> None:
         self.client = client
+        #: Where the store lives, as errors name it (no password).
+        self.where = client_url(client)
         self.keys = keys or Keys()
         self.lease_seconds = lease_seconds
         self.backoff = backoff
@@ -73,18 +76,15 @@ class Store:
         """
         declared = list(dict.fromkeys([*extra, self.keys.heads, self.keys.qfloor]))
         for _ in range(_MAX_KEY_ROUNDS):
-            try:
+            with guard(self.where, f"running script {name}"):
                 reply = self._scripts[name](keys=[*keys, *declared], args=list(args))
-            except redis.ConnectionError as exc:
-                raise StoreUnavailable(f"Redis unreachable: {exc}") from None
-            except redis.ResponseError as exc:
-                raise StoreError(f"script {name} failed: {exc}") from None
             if reply and _text(reply[0]) == "needkeys":
                 declared.extend(_text(k) for k in reply[1:])
                 continue
             return list(reply)
         raise StoreError(f"script {name} kept asking for undeclared keys")
 
+    @guarded("reading SubmitPools")
     def pool_keys(self, tq_ids: Iterable[str]) -> list[str]:
         """Task queue, pool and heads-index keys for these task queues, as stored now (one round trip)."""
         tqs = list(dict.fromkeys(tq_ids))
@@ -105,6 +105,7 @@ class Store:
 
     # -- submission -------------------------------------------------------------------------------
 
+    @guarded("submitting jobs")
     def submit(self, jobs: Sequence[NewJob], request: tuple[str, Mapping[str, Any]] | None = None) -> list[str]:
         """Store ``jobs`` (and the record of the request they form) in one atomic step; returns their ids.
 
@@ -161,10 +162,8 @@ class Store:
         """
         try:
             return self.matched(self._match_call(offer.queue)(self.match_args(offer, max_jobs)))
-        except redis.ConnectionError as exc:
-            raise StoreUnavailable(f"Redis unreachable: {exc}") from None
-        except redis.ResponseError as exc:
-            raise StoreError(f"script match failed: {exc}") from None
+        except redis.RedisError as exc:  # the hot path: the guard's conversion without its context manager
+            raise converted(exc, self.where, "running script match") from None
 
     def exchange(self, pilot: str, *, starts: Sequence[tuple[str, int, float]] = (),
                  completions: Sequence[tuple[str, int, RunResult]] = (), offer: PilotOffer | None = None,
@@ -192,11 +191,13 @@ class Store:
             commands.append(self._match_call(offer.queue).pack(self.match_args(offer, max_jobs)))
         return PendingExchange(self, conn, pilot, starts, completions, offer, max_jobs, commands)
 
+    @guarded("loading the store's scripts")
     def reload_scripts(self) -> None:
         """Load every script again (Redis restarted or flushed them)."""
         for script in self._scripts.values():
             self.client.script_load(script.script)
 
+    @guarded("renewing a pilot's leases")
     def heartbeat(self, pilot: str, jobs: Mapping[str, int], record: Mapping[str, Any] | None = None,
                   usage: Mapping[str, JobUsage] | None = None) -> HeartbeatReply:
         """Renew the leases of the pilot's jobs (id -> attempt) and store what each has used so far
@@ -212,6 +213,7 @@ class Store:
         pairs = [_text(x) for x in kills]
         return HeartbeatReply(dict(zip(pairs[::2], pairs[1::2], strict=True)), tuple(_text(x) for x in lost))
 
+    @guarded("reporting a payload's start")
     def start(self, job: str, attempt: int, pilot: str, at: float | None = None) -> None:
         """The payload of a leased job started (``at``, default now): running, lease renewed."""
         now = self.clock()
@@ -219,6 +221,7 @@ class Store:
                                  [job, attempt, pilot, now, self.lease_seconds, now if at is None else at])
         self._stale(reply)
 
+    @guarded("reporting a success")
     def complete(self, job: str, attempt: int, pilot: str, result: RunResult | None = None) -> list[str]:
         """Record a success; returns the dependents it released (into their task queue or to evaluate)."""
         reply = self.call_script("complete", self._complete_keys(),
@@ -234,6 +237,7 @@ class Store:
     def _complete_args(self, job: str, attempt: int, pilot: str, result: RunResult | None, now: float) -> list[Any]:
         return [self._base, job, attempt, pilot, now, json.dumps((result or RunResult()).fields())]
 
+    @guarded("reporting a failure")
     def fail(self, job: str, attempt: int, pilot: str, result: RunResult, *, requeue: bool = False) -> JobState:
         """Record a failure; with ``requeue`` the job goes back to its task queue at once (preemption)."""
         k = self.keys
@@ -248,6 +252,7 @@ class Store:
 
     # -- periodic work ----------------------------------------------------------------------------
 
+    @guarded("requeueing expired leases")
     def requeue_expired(self, batch: int = 500) -> tuple[int, int, int]:
         """Requeue jobs whose lease expired (back-off, retry limit) and restore those whose back-off is over.
 
@@ -266,6 +271,7 @@ class Store:
         raws = self.client.hmget(self.keys.jobs, [_text(i) for i in ids])
         return [json.loads(raw)["t"] for raw in raws if raw]
 
+    @guarded("cancelling a job")
     def cancel(self, job: str, reason: str = "cancelled by user", *, kill: bool = False) -> str:
         """Cancel (or, with ``kill``, kill) a job. Returns what happened: ended, requested, final, unknown."""
         k = self.keys
@@ -279,6 +285,7 @@ class Store:
     def kill(self, job: str, reason: str = "killed by operator") -> str:
         return self.cancel(job, reason, kill=True)
 
+    @guarded("refreshing a SubmitPool")
     def refresh_pool(self, tq_id: str, queues: Sequence[str]) -> tuple[int, int]:
         """Replace the SubmitPool of one task queue; returns (queues added, queues removed)."""
         extra = self.pool_keys([tq_id]) + [self.keys.qheads(q) for q in queues] + self.floors
@@ -286,6 +293,7 @@ class Store:
                                  extra)
         return int(reply[1]), int(reply[2])
 
+    @guarded("cleaning empty task queues")
     def clean(self, grace: float, batch: int = 200) -> list[str]:
         """Forget task queues empty for longer than ``grace`` seconds, with their pools; returns their ids."""
         k = self.keys
@@ -295,6 +303,7 @@ class Store:
                            self.pool_keys(cands) + self.floors)
         return [_text(x) for x in reply[1:]]
 
+    @guarded("releasing a job")
     def release(self, job: str, spec: Mapping[str, Any]) -> JobState | None:
         """Move a releasing job into its task queue (``spec`` as release.lua documents) or fail it."""
         k = self.keys
@@ -307,6 +316,7 @@ class Store:
 
     # -- reading ----------------------------------------------------------------------------------
 
+    @guarded("reading learnt run times")
     def ete_stats(self, keys: Iterable[str], rules: Iterable[str]) -> tuple[dict[str, float], dict[str, RuleStats]]:
         """Learnt run times: last success per job key, running statistics per rule (one round trip)."""
         key_list, rule_list = sorted(set(keys)), sorted(set(rules))
@@ -322,10 +332,12 @@ class Store:
                 by_rule[rule] = RuleStats(int(n), float(mean))
         return by_key, by_rule
 
+    @guarded("reading the outstanding work")
     def outstanding_work(self) -> float:
         """Core-seconds of work still to do (unfinished jobs with a known shape), kept by the scripts."""
         return float(self.client.get(self.keys.work) or 0)
 
+    @guarded("reading a request")
     def request(self, request: str) -> dict[str, Any]:
         raw = self.client.hget(self.keys.requests, request)
         if raw is None:
@@ -333,42 +345,51 @@ class Store:
         record: dict[str, Any] = json.loads(raw)
         return record
 
+    @guarded("reading the requests")
     def requests(self) -> dict[str, dict[str, Any]]:
         return {_text(k): json.loads(v) for k, v in self.client.hgetall(self.keys.requests).items()}
 
+    @guarded("reading a request's jobs")
     def request_jobs(self, request: str) -> list[Job]:
         """Every job of a request (their ids are consecutive: one submission stores them all)."""
         rec = self.request(request)
         first, last = int(rec["first"]), int(rec["last"])
         return self.jobs([str(i) for i in range(first, last + 1)])
 
+    @guarded("reading a job")
     def job(self, job: str) -> Job:
         raw = self.client.hget(self.keys.jobs, job)
         if raw is None:
             raise NotFound(f"no job {job!r}")
         return Job.from_record(raw, job)
 
+    @guarded("reading jobs")
     def jobs(self, ids: Sequence[str]) -> list[Job]:
         if not ids:
             return []
         raws = self.client.hmget(self.keys.jobs, list(ids))
         return [Job.from_record(raw, job) for job, raw in zip(ids, raws, strict=True) if raw]
 
+    @guarded("reading a task queue")
     def task_queue(self, tq_id: str) -> list[tuple[str, float]]:
         """Members (job ids) of one task queue with their scores, most urgent first."""
         entries: Any = self.client.zrange(self.keys.tq(tq_id), 0, -1, withscores=True)
         return [(_text(member).split(":", 1)[0], float(score)) for member, score in entries]
 
+    @guarded("reading a SubmitPool")
     def pool(self, tq_id: str) -> set[str]:
         return {_text(q) for q in self.client.smembers(self.keys.pool(tq_id))}
 
+    @guarded("reading task-queue definitions")
     def tq_definitions_of(self, tq_ids: Sequence[str]) -> dict[str, str]:
         values = self.client.hmget(self.keys.tqdefs, list(tq_ids)) if tq_ids else []
         return {tq: _text(v) for tq, v in zip(tq_ids, values, strict=True) if v is not None}
 
+    @guarded("reading task-queue definitions")
     def tq_definitions(self) -> dict[str, str]:
         return {_text(a): _text(b) for a, b in self.client.hgetall(self.keys.tqdefs).items()}
 
+    @guarded("reading a queue's demand")
     def waiting_heads(self, queue: str, per_tq: int = 200) -> list[tuple[str, str, int, int, int, float, float]]:
         """Demand a queue can serve: up to ``per_tq`` most urgent waiting jobs of each of its task queues.
 
@@ -387,6 +408,7 @@ class Store:
                 out.append((tq, job, int(cpu), int(mem), int(tmp), float(ete), float(score)))
         return out
 
+    @guarded("reading the pilots")
     def pilot_records(self, max_age: float | None = None) -> dict[str, dict[str, Any]]:
         """Records the live pilots sent with their heartbeats (seen within ``max_age`` seconds)."""
         names = None
@@ -398,5 +420,6 @@ class Store:
                 out[_text(name)] = json.loads(raw)
         return out
 
+    @guarded("reading the releasing jobs")
     def releasing(self, limit: int = 500) -> list[str]:
         return [_text(x) for x in self.client.zrange(self.keys.releasing, 0, limit - 1)]

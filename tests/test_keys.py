@@ -16,6 +16,7 @@ from storehelp import FakeClock, job
 
 from matcher.repressure import repressure
 from taskqueues import scripts
+from taskqueues.errors import ConfigError
 from taskqueues.keys import Keys
 from taskqueues.records import JobState, PilotOffer, RunResult
 from taskqueues.redis_server import RedisServer
@@ -34,7 +35,7 @@ def test_every_key_builder_carries_the_hash_tag() -> None:
 
 @pytest.mark.parametrize("bad", ["", "a{b", "a:b", "a b"])
 def test_bad_names_are_refused(bad: str) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError):
         Keys(vo=bad)
 
 
