@@ -144,10 +144,20 @@ def health(component: str | None, check_redis: bool, max_age: float) -> None:
 @click.argument("workflow", type=click.Path(exists=True, dir_okay=False))
 @click.option("--timeout", type=float, default=None, help="Give up after this many seconds.")
 def run(workflow: str, timeout: float | None) -> None:
-    """Run WORKFLOW to completion on this machine: Redis (embedded unless configured), director, pilots."""
+    """Run WORKFLOW to completion on this machine: Redis (embedded unless configured), director, pilots.
+
+    An embedded server this run had to start is stopped when it ends (one that ``pilotfish up`` or an
+    earlier command started keeps running)."""
+    from . import embedded
     from .run import run_workflow
 
-    summary = run_workflow(Context(Settings.load()), workflow, timeout=timeout)
+    settings = Settings.load()
+    started_here = not settings.redis_url and embedded.running(settings.state_dir) is None
+    try:
+        summary = run_workflow(Context(settings, start_redis=True), workflow, timeout=timeout)
+    finally:
+        if started_here:
+            embedded.stop(settings.state_dir)
     for line in summary.lines():
         click.echo(line)
     if not summary.ok:
@@ -159,7 +169,7 @@ def up() -> None:
     """Start a persistent local deployment: Redis, Celery worker and beat, director, Flower."""
     from .deploy import up as start
 
-    ctx = Context(Settings.load())
+    ctx = Context(Settings.load(), start_redis=True)
     for name, state in start(ctx).items():
         click.echo(f"{name}: {state}")
     click.echo(f"Redis: {ctx.redis_url}")

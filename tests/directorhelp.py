@@ -108,7 +108,8 @@ def catalog_text() -> str:
 class Rig:
     """Director, store and batch system of one kind, for one test."""
 
-    def __init__(self, kind: str, redis_url: str, tmp: Path, *, pilot_env: dict[str, str] | None = None) -> None:
+    def __init__(self, kind: str, redis_url: str, tmp: Path, *, pilot_env: dict[str, str] | None = None,
+                 pilot_redis_url: str | None = None) -> None:
         self.kind = kind
         self.system = system_env(kind) if kind != "local" else {}
         self.cmd_env = {**os.environ, "PATH": "/usr/bin:/bin:" + os.environ.get("PATH", ""), **self.system}
@@ -118,7 +119,8 @@ class Rig:
         catalog = tmp / "catalog.toml"
         catalog.write_text(catalog_text())
         # Short leases (heartbeat every second), no back-off, pilots leave after 2 s without work.
-        settings = Settings().with_(redis_url=redis_url, catalog=str(catalog), state_dir=str(tmp / "state"),
+        settings = Settings().with_(redis_url=redis_url, pilot_redis_url=pilot_redis_url or redis_url,
+                                    catalog=str(catalog), state_dir=str(tmp / "state"),
                                     lease_seconds=3.0, backoff_seconds=0.0, pilot_idle_timeout=2.0,
                                     pilot_events=False)
         self.ctx = Context(settings)

@@ -66,7 +66,8 @@ def settings_for(tmp_path: Path, redis_url: str, catalog: str) -> Settings:
     empty = tmp_path / "empty-bin"
     empty.mkdir(exist_ok=True)
     path.write_text(catalog.replace("@EMPTY@", str(empty)))
-    return Settings().with_(redis_url=redis_url, catalog=str(path), state_dir=str(tmp_path / "state"),
+    return Settings().with_(redis_url=redis_url, pilot_redis_url=redis_url, catalog=str(path),
+                            state_dir=str(tmp_path / "state"),
                             lease_seconds=3.0, backoff_seconds=0.0, pilot_idle_timeout=2.0, pilot_events=False)
 
 

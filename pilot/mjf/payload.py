@@ -45,6 +45,7 @@ from typing import Any
 
 from pilot.mjf.features import MACHINE_KEYS, Features, Value, format_value
 from pilot.mjf.formulas import denormalise, normalise
+from taskqueues.access import scrubbed
 from taskqueues.errors import PilotfishError
 
 
@@ -251,7 +252,9 @@ class PayloadArea:
         self.workdir = Path(workdir).absolute()  # payloads get these paths and run elsewhere
         self.stop_margin = stop_margin
         self.features = features
-        self.environ = dict(os.environ)  # the pilot's environment, read once: the base of every payload's
+        # The pilot's environment, read once, without the credentials it holds (taskqueues.access): the base
+        # of every payload's; a payload never sees the store's URL or any other secret.
+        self.environ = scrubbed(os.environ)
         self._live: list[PayloadSandbox] = []
         self._free: list[PayloadSandbox] = []
         try:
