@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from taskqueues.errors import BackendError
 from taskqueues.shapes import Shape
@@ -114,6 +114,18 @@ class Backend(Protocol):
 
     def capacity(self) -> dict[str, int]:
         """What the backend can hold at once (local); empty when the batch system decides (Slurm, SGE)."""
+        ...
+
+    def identify(self, batch_id: str) -> dict[str, Any]:
+        """What a later director process needs to find this pilot again (kept in its provisioned record):
+        the local backend's pid, process start time and host; nothing for a batch system, which answers
+        for any id."""
+        ...
+
+    def adopt(self, batch_id: str, facts: Mapping[str, Any]) -> PilotStatus:
+        """Take over a pilot another process of this backend submitted (an earlier director: killed,
+        restarted), from what :meth:`identify` recorded then; answer what is known of it now. UNKNOWN means
+        this backend cannot tell (yet): the director then judges by the pilot's heartbeats."""
         ...
 
     def close(self) -> None:

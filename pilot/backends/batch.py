@@ -15,7 +15,16 @@ from typing import Any, ClassVar, TypeVar
 
 from taskqueues.errors import BackendError, BackendUnavailable
 
-from .base import BackendCommandError, PilotRequest, PilotStatus, StatusCache, find_binary, pilot_script, run_command
+from .base import (
+    BackendCommandError,
+    PilotRequest,
+    PilotState,
+    PilotStatus,
+    StatusCache,
+    find_binary,
+    pilot_script,
+    run_command,
+)
 
 SettingsT = TypeVar("SettingsT")
 
@@ -113,6 +122,18 @@ class ScriptBackend(ABC):
 
     def states(self, ids: Sequence[str]) -> dict[str, PilotStatus]:
         return self._cache.states(ids)
+
+    def identify(self, batch_id: str) -> dict[str, Any]:
+        status_dir = self._status_dirs.get(batch_id)
+        return {"status_dir": status_dir} if status_dir else {}
+
+    def adopt(self, batch_id: str, facts: Mapping[str, Any]) -> PilotStatus:
+        """The batch system answers for any job id: poll it like our own from now on (and find the exit
+        status its batch script leaves where the earlier director told it to)."""
+        if facts.get("status_dir"):
+            self._status_dirs[batch_id] = str(facts["status_dir"])
+        self._cache.submitted(batch_id)
+        return PilotStatus(PilotState.QUEUED, "adopted from an earlier director; not polled yet")
 
     @property
     def polls(self) -> int:

@@ -14,7 +14,14 @@ empty host, and while one waits nothing less urgent starts, so the host drains f
 Each pilot runs in its own session (process group) with stdout/stderr in ``<log_dir>/<name>-<id>.out/.err``.
 Cancel sends SIGTERM to the group, then SIGKILL after ``grace`` seconds. A pilot past its ``wall`` is
 killed the same way and reported LOST ("wall time exceeded"). When the pilot's main process ends, what is
-left of its group is killed, as a batch system would. States live in this process only.
+left of its group is killed, as a batch system would.
+
+States live in this process, but pilots outlive it (each in its own session): :meth:`LocalBackend.identify`
+gives what the director records (host, pid and process start time of the pilot; those of the director
+process that holds it while it is queued), and a later director's backend :meth:`LocalBackend.adopt` takes a
+pilot over from that: it watches the process while it lives (its resources count against the capacity,
+its wall is enforced, it can be cancelled) and answers DONE when it has gone; a pilot that was still queued in a
+director process that is gone never started: CANCELLED.
 """
 
 from __future__ import annotations
@@ -26,15 +33,20 @@ import logging
 import math
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
+import psutil
+
+from taskqueues.access import scrubbed
 from taskqueues.errors import BackendError
+from taskqueues.shapes import Shape
 
 from .base import PilotRequest, PilotState, PilotStatus
 from .options import parse_options
@@ -134,6 +146,7 @@ class _Pilot:
     exclusive: bool
     why_exclusive: str
     process: subprocess.Popen[bytes] | None = None
+    adopted: psutil.Process | None = None  # a pilot an earlier director process started
     started: float | None = None
     term_sent: float | None = None
     cancelled: bool = False
@@ -146,6 +159,35 @@ class _Pilot:
     @property
     def priority(self) -> tuple[float, int]:
         return (self.request.start_by if self.request.start_by is not None else math.inf, self.seq)
+
+    @property
+    def pid(self) -> int | None:
+        if self.process is not None:
+            return self.process.pid
+        return self.adopted.pid if self.adopted is not None else None
+
+    @property
+    def live(self) -> bool:
+        """Started (here or by an earlier director) and not ended yet."""
+        return self.pid is not None and not self.status.state.final
+
+
+def _create_time(pid: int) -> float | None:
+    try:
+        return float(psutil.Process(pid).create_time())
+    except psutil.Error:
+        return None
+
+
+def _same_process(pid: object, ctime: object) -> psutil.Process | None:
+    """The live process ``pid`` if it is the one that started at ``ctime`` (pids are reused)."""
+    try:
+        process = psutil.Process(int(str(pid)))
+        if abs(process.create_time() - float(str(ctime))) > 1.0 or process.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return process
+    except (psutil.Error, ValueError):
+        return None
 
 
 class LocalBackend:
@@ -177,9 +219,7 @@ class LocalBackend:
         """The process id of a running pilot (also its process-group id), or None."""
         with self._lock:
             pilot = self._pilots.get(batch_id)
-            if pilot is None or pilot.process is None or pilot.status.state.final:
-                return None
-            return pilot.process.pid
+            return pilot.pid if pilot is not None and pilot.live else None
 
     def in_use(self) -> dict[str, int]:
         """What running pilots hold now, per resource."""
@@ -215,7 +255,7 @@ class LocalBackend:
                 if pilot is None or pilot.status.state.final or pilot.cancelled:
                     continue
                 pilot.cancelled = True
-                if pilot.process is None:
+                if pilot.pid is None:
                     pilot.status = PilotStatus(PilotState.CANCELLED, "cancelled while queued")
                 else:
                     self._terminate(pilot)
@@ -244,6 +284,47 @@ class LocalBackend:
         """Reap ended pilots, enforce grace and wall limits, start waiting pilots that fit."""
         with self._lock:
             self._tick()
+
+    def identify(self, batch_id: str) -> dict[str, Any]:
+        """Host, this process (which holds the pilot while it is queued) and, once started, the pilot's pid
+        and start time; with what it holds and its wall, so a later director can count and limit it."""
+        me = os.getpid()
+        facts: dict[str, Any] = {"host": socket.gethostname(), "owner": me, "owner_ctime": _create_time(me)}
+        with self._lock:
+            pilot = self._pilots.get(batch_id)
+            if pilot is None:
+                return facts
+            facts.update(needs=dict(pilot.needs), wall=pilot.request.wall)
+            pid = pilot.pid
+            if pid is not None:
+                facts.update(pid=pid, ctime=_create_time(pid))
+        return facts
+
+    def adopt(self, batch_id: str, facts: Mapping[str, Any]) -> PilotStatus:
+        """Watch a pilot that an earlier director process started on this host (see the module doc)."""
+        if facts.get("host") != socket.gethostname():
+            return PilotStatus(PilotState.UNKNOWN, f"started on host {facts.get('host')!r}, not visible from here")
+        with self._lock:
+            if batch_id in self._pilots:
+                return self._pilots[batch_id].status
+            if "pid" not in facts:
+                if facts.get("owner") and _same_process(facts.get("owner"), facts.get("owner_ctime")):
+                    return PilotStatus(PilotState.UNKNOWN, f"queued in director process {facts['owner']}")
+                return PilotStatus(PilotState.CANCELLED, "was queued in a director process that is gone: never "
+                                   "started")
+            process = _same_process(facts.get("pid"), facts.get("ctime"))
+            if process is None:
+                return PilotStatus(PilotState.DONE, "ended while no director watched it")
+            needs = {str(k): int(v) for k, v in dict(facts.get("needs") or {}).items()}
+            wall = int(facts.get("wall") or 1)
+            request = PilotRequest(name=f"adopted-{batch_id}", command=["(adopted)"], wall=max(1, wall),
+                                   shape=Shape("adopted", cpu=max(1, needs.get("cpu", 1)), mem=needs.get("mem", 0)))
+            pilot = _Pilot(batch_id, next(self._seq), request, needs, False, "", adopted=process)
+            pilot.started = time.monotonic() - max(0.0, time.time() - process.create_time())
+            pilot.status = PilotStatus(PilotState.RUNNING, f"pid {process.pid} (adopted)", None, "localhost")
+            self._pilots[batch_id] = pilot
+        self._ensure_thread()
+        return pilot.status
 
     # --- internals ---------------------------------------------------------------------------------------
 
@@ -299,13 +380,13 @@ class LocalBackend:
     def _used(self) -> dict[str, int]:
         used = dict.fromkeys(self._capacity, 0)
         for pilot in self._pilots.values():
-            if pilot.process is not None and not pilot.status.state.final:
+            if pilot.live:
                 for key, amount in pilot.needs.items():
-                    used[key] += amount
+                    used[key] = used.get(key, 0) + amount
         return used
 
     def _running(self) -> list[_Pilot]:
-        return [p for p in self._pilots.values() if p.process is not None and not p.status.state.final]
+        return [p for p in self._pilots.values() if p.live]
 
     def _tick(self) -> None:
         now = time.monotonic()
@@ -314,7 +395,11 @@ class LocalBackend:
         self._schedule()
 
     def _check(self, pilot: _Pilot, now: float) -> None:
-        assert pilot.process is not None and pilot.started is not None
+        assert pilot.started is not None
+        if pilot.adopted is not None:
+            self._check_adopted(pilot, now)
+            return
+        assert pilot.process is not None
         code = pilot.process.poll()
         if code is None:
             if pilot.term_sent is not None and now - pilot.term_sent >= self.settings.grace:
@@ -343,6 +428,30 @@ class LocalBackend:
         else:
             pilot.status = PilotStatus(PilotState.FAILED, f"exit {code}", code, "localhost")
 
+    def _check_adopted(self, pilot: _Pilot, now: float) -> None:
+        """An adopted pilot is not our child: no exit status, only whether its process still lives."""
+        assert pilot.adopted is not None and pilot.started is not None
+        try:
+            alive = pilot.adopted.is_running() and pilot.adopted.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            alive = False
+        if alive:
+            if pilot.term_sent is not None and now - pilot.term_sent >= self.settings.grace:
+                self._signal(pilot, signal.SIGKILL)
+            elif pilot.term_sent is None and now - pilot.started > pilot.request.wall:
+                pilot.wall_exceeded = True
+                self._terminate(pilot)
+            return
+        self._signal(pilot, signal.SIGKILL)  # what is left of its group
+        if pilot.cancelled:
+            pilot.status = PilotStatus(PilotState.CANCELLED, "cancelled (adopted)", None, "localhost")
+        elif pilot.wall_exceeded:
+            pilot.status = PilotStatus(PilotState.LOST, f"wall time exceeded ({pilot.request.wall} s)", None,
+                                       "localhost")
+        else:
+            pilot.status = PilotStatus(PilotState.DONE, "ended (adopted from an earlier director: exit status "
+                                       "not known here)", None, "localhost")
+
     def _fits(self, pilot: _Pilot, used: Mapping[str, int]) -> bool:
         return all(used[key] + amount <= self._capacity[key] for key, amount in pilot.needs.items())
 
@@ -356,7 +465,7 @@ class LocalBackend:
         while self._waiting:
             entry = heapq.heappop(self._waiting)
             pilot = self._pilots[entry[1]]
-            if pilot.cancelled or pilot.process is not None:
+            if pilot.cancelled or pilot.pid is not None:
                 continue
             if alone:
                 kept.append(entry)
@@ -381,7 +490,8 @@ class LocalBackend:
 
     def _start(self, pilot: _Pilot) -> None:
         request = pilot.request
-        env = {**os.environ, **request.env, "PILOTFISH_BATCH_ID": pilot.batch_id}
+        # The director's own credentials stay here: a pilot gets the ones its request carries.
+        env = {**scrubbed(os.environ), **request.env, "PILOTFISH_BATCH_ID": pilot.batch_id}
         for key, amount in pilot.needs.items():
             env[f"PILOTFISH_RES_{key.upper()}"] = str(amount)
         log_dir = request.log_dir or self.settings.log_dir
@@ -427,10 +537,11 @@ class LocalBackend:
 
     @staticmethod
     def _signal(pilot: _Pilot, sig: signal.Signals) -> None:
-        if pilot.process is None:
+        pid = pilot.pid
+        if pid is None:
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pilot.process.pid, sig)
+            os.killpg(pid, sig)
 
     def _ensure_thread(self) -> None:
         if not self.settings.background or self._thread is not None or self._stop.is_set():

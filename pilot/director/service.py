@@ -27,12 +27,12 @@ from typing import Any
 from matcher.context import Context
 from matcher.settings import Settings
 from matcher.submission import BACKEND_OPTIONS, INSTANCE_TYPE
-from pilot.backends.base import Backend, PilotRequest, PilotState
+from pilot.backends.base import Backend, PilotRequest, PilotState, PilotStatus
 from pilot.backends.factory import make_backend
 from taskqueues import alive
 from taskqueues.catalog import Queue
 from taskqueues.errors import BackendError
-from taskqueues.lock import locked
+from taskqueues.lock import Lock
 from taskqueues.shapes import Shape
 
 from .planner import Demand, Pilot, Plan, plan
@@ -102,6 +102,7 @@ class Director:
         self._refused: dict[tuple[str, str], float] = {}
         self.refusal_pause = 300.0
         self._shared: dict[str, Backend] = {}
+        self._lock: Lock | None = None  # the director lock, while a cycle holds it
         self._configure()
 
     @staticmethod
@@ -114,6 +115,7 @@ class Director:
         cycle. Queues with the same batch system and settings share one backend: one status poll for all
         their pilots, and one local capacity when converted. A backend with wrong settings is reported
         here and again, as an error of its queue, at every cycle."""
+        self.ctx.pilot_redis_url  # noqa: B018 - the pilots' credentials are made (or warned about) now
         serving: dict[str, list[Queue]] = {}
         for queue in self.ctx.catalog.queues(self.ctx.settings.vo):
             serving.setdefault(self._settings_key(queue, self._options(queue)), []).append(queue)
@@ -157,19 +159,42 @@ class Director:
     # -- one cycle ---------------------------------------------------------------------------------
 
     def cycle(self) -> CycleReport:
+        """One cycle over every queue, under the director lock (two directors never provision for the same
+        demand). The lock lives a few director intervals, so a killed director holds it that long at most;
+        it is renewed before each queue, and a director that lost it (paused past its time to live while
+        another took over) stops before submitting anything more."""
         report = CycleReport()
         alive.record(self.ctx.client, self.ctx.keys, "director")  # pilotfish health --component director
-        with locked(self.ctx.client, self.ctx.keys, "director", ttl=120) as mine:
-            if not mine:
-                report.skipped = True
-                return report
+        lock = Lock(self.ctx.client, self.ctx.keys.lock("director"), self.lock_ttl)
+        if not lock.acquire():
+            report.skipped = True
+            return report
+        self._lock = lock
+        try:
             claimed: set[str] = set()
             queues = self.ctx.catalog.queues(self.ctx.settings.vo)
             heads = {q.id: self.ctx.store.waiting_heads(q.id) for q in queues}
             queues.sort(key=lambda q: min((head[-1] for head in heads[q.id]), default=math.inf))  # stable
             for queue in queues:
+                if not self._still_mine():
+                    break
                 report.queues[queue.id] = self._queue_cycle(queue, heads[queue.id], claimed)
+        finally:
+            self._lock = None
+            lock.release()
         return report
+
+    @property
+    def lock_ttl(self) -> float:
+        """How long a killed director can keep others from provisioning: a few director intervals."""
+        return max(10.0, 3 * self.ctx.settings.director_interval)
+
+    def _still_mine(self) -> bool:
+        """Renew the director lock before acting on a plan; False (and one log line) if it was lost."""
+        if self._lock is None or self._lock.renew():
+            return True
+        log.warning("director lock lost during a cycle (paused for over %.0f s?): cycle stopped", self.lock_ttl)
+        return False
 
     def _queue_cycle(self, queue: Queue, heads: list[tuple[str, str, int, int, int, float, float]],
                      claimed: set[str]) -> QueueReport:
@@ -220,6 +245,8 @@ class Director:
         out.unplaceable.update(result.unplaceable)
         submitted = 0
         for planned in result.new:
+            if not self._still_mine():
+                break
             # One granularity step of headroom: a pilot asking for exactly its longest job's wall has a little
             # less than that once it runs, and would never take that job.
             planned.wall = min(planned.shape.wall, planned.wall + queue.wall_granularity)
@@ -240,7 +267,7 @@ class Director:
             self._record(queue, backend, batch_id, {"shape": planned.shape.name, "state": PilotState.QUEUED,
                                                     "submitted": time.time(), "start_by": planned.start_by,
                                                     "wall": planned.wall, "jobs": len(planned.jobs),
-                                                    "options": options})
+                                                    "options": options, **backend.identify(batch_id)})
             out.submitted.append(batch_id)
             submitted += 1
         if result.cancel:
@@ -252,7 +279,8 @@ class Director:
 
     def _pilot_env(self) -> dict[str, str]:
         s = self.ctx.settings
-        env = {"PILOTFISH_REDIS_URL": self.ctx.redis_url, "PILOTFISH_VO": s.vo, "PILOTFISH_PREFIX": s.prefix,
+        # The pilots' own credentials (taskqueues.access), never the control plane's.
+        env = {"PILOTFISH_REDIS_URL": self.ctx.pilot_redis_url, "PILOTFISH_VO": s.vo, "PILOTFISH_PREFIX": s.prefix,
                "PILOTFISH_LEASE_SECONDS": str(s.lease_seconds),
                "PILOTFISH_PILOT_IDLE_TIMEOUT": str(s.pilot_idle_timeout)}
         if s.catalog:
@@ -283,21 +311,38 @@ class Director:
         if not records:
             return {}
         states = backend.states(list(records))
+        for batch_id, answer in list(states.items()):
+            if answer.state is PilotState.UNKNOWN:  # not submitted by this process: an earlier director's
+                states[batch_id] = backend.adopt(batch_id, records[batch_id])
         # A pilot's heartbeat names its batch job as (batch, batch_id); local ids carry the kind as a prefix.
+        retire_after = self.ctx.settings.pilot_retire_after
         live: dict[str, dict[str, Any]] = {}
-        for r in self.ctx.store.pilot_records(3 * self.ctx.settings.lease_seconds).values():
+        for r in self.ctx.store.pilot_records(max(retire_after, 3 * self.ctx.settings.lease_seconds)).values():
             if r.get("queue") == queue.id:
                 live[str(r.get("batch_id"))] = live[f"{r.get('batch')}-{r.get('batch_id')}"] = r
         shapes = {s.name: s for s in queue.shapes}
         existing: dict[str, list[Pilot]] = {}
+        now = time.time()
         for batch_id, record in records.items():
-            status = states.get(batch_id)
+            status: PilotStatus | None = states.get(batch_id)
             shape = shapes.get(record.get("shape", ""))
+            beat = live.get(batch_id)
+            if status is not None and status.state is PilotState.UNKNOWN and beat is None \
+                    and now - float(record.get("submitted", 0)) > retire_after:
+                # No backend answers for it and it has not beaten for a while: a pilot whose director died
+                # with the only knowledge of it. Its jobs come back through lease expiry as usual.
+                log.warning("queue %s: pilot %s retired: no batch system answers for it (%s) and no heartbeat "
+                            "for %.0f s", queue.id, batch_id, status.detail, retire_after)
+                status = PilotStatus(PilotState.LOST, f"retired: {status.detail}; no heartbeat for "
+                                     f"{retire_after:.0f} s")
             if status is None or shape is None or status.state.final:
                 out.ended[batch_id] = f"{status.state} {status.detail}".strip() if status else "unknown"
                 self.ctx.client.hdel(self.ctx.keys.provisioned, self._key(queue, backend, batch_id))
                 continue
-            beat = live.get(batch_id)
+            if status.state is PilotState.RUNNING and "pid" not in record and backend.kind == "local":
+                facts = backend.identify(batch_id)  # it started: what a later director needs to adopt it
+                if "pid" in facts:
+                    self._record(queue, backend, batch_id, {**record, **facts})
             if status.state is PilotState.RUNNING and beat is not None:
                 # What it has free, from its last heartbeat.
                 pairs = (("cores", "used_cpu"), ("mem", "used_mem"), ("tmp", "used_tmp"))

@@ -1,0 +1,193 @@
+"""Single faults, one test each: what a kill -9 of one component does, on real processes and a real Redis.
+
+The director-restart wedge first (issue 21): a director and its pilot killed, a new director started as a
+supervisor would, and the site must go on: the new director takes over (adopts) the pilots the dead one
+left, counts them while they live, forgets them once they are gone, and retires what nobody can answer
+for. Jobs the killed pilot held come back through lease expiry.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from matcher.context import Context
+from matcher.settings import Settings
+from matcher.submission import JobSpec
+from pilot.director.service import Director
+from taskqueues.records import JobState
+
+ROOT = Path(__file__).resolve().parent.parent
+QUEUE = "L/host/q"
+CATALOG = """
+[sites.L.ces.host]
+[sites.L.ces.host.batch_options]
+grace = 1
+[sites.L.ces.host.queues.q]
+n_max_queued = 1
+max_running = 1
+wall_granularity = 60
+shapes = [{ name = "c1", cpu = 1, mem = "300M", wall = "10m", cost = 1.0 }]
+"""
+
+
+class Site:
+    """A local site: the test's Redis, a catalog of one queue of at most one pilot, directors as processes."""
+
+    def __init__(self, tmp: Path, redis_url: str, **settings: object) -> None:
+        self.tmp = tmp
+        (tmp / "catalog.toml").write_text(CATALOG)
+        values: dict[str, object] = {"redis_url": redis_url, "pilot_redis_url": redis_url,
+                                     "catalog": str(tmp / "catalog.toml"), "state_dir": str(tmp / "state"),
+                                     "lease_seconds": 3.0, "backoff_seconds": 0.0, "pilot_idle_timeout": 2.0,
+                                     "pilot_events": False, "director_interval": 0.5, **settings}
+        self.settings = Settings().with_(**values)
+        self.ctx = Context(self.settings)
+        self.env = {**os.environ, **{f"PILOTFISH_{k.upper()}": str(v) for k, v in values.items()}}
+        self.directors: list[subprocess.Popen[bytes]] = []
+
+    def submit(self, n: int, seconds: float) -> list[str]:
+        jobs = [JobSpec(name=f"j{i}", command=f"sleep {seconds}", ete=seconds,
+                        requirements={"Site": "L", "cpu": 1, "mem": "100M", "wall": "5m"}) for i in range(n)]
+        return list(self.ctx.submitter.submit(jobs, name="faults").ids.values())
+
+    def start_director(self) -> subprocess.Popen[bytes]:
+        log = open(self.tmp / f"director-{len(self.directors)}.log", "wb")  # noqa: SIM115 - the process holds it
+        process = subprocess.Popen([sys.executable, "-m", "matcher.cli", "director", "--log-dir",
+                                    str(self.tmp / "logs")], cwd=self.tmp, env=self.env, stdout=log,
+                                   stderr=subprocess.STDOUT)
+        self.directors.append(process)
+        return process
+
+    def pilot_pids(self) -> list[int]:
+        """Pids of the pilots alive now (from their own heartbeat records)."""
+        pids = [int(r["pid"]) for r in self.ctx.store.pilot_records(30).values() if not r.get("stopped")]
+        return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+    def provisioned(self) -> dict[str, dict[str, object]]:
+        raw = self.ctx.client.hgetall(self.ctx.keys.provisioned)
+        return {k.decode(): json.loads(v) for k, v in raw.items()}
+
+    def states(self, ids: list[str]) -> list[JobState]:
+        return [j.state for j in self.ctx.store.jobs(ids)]
+
+    def wait(self, what: str, done: Callable[[], bool], timeout: float, tick: Callable[[], object] = lambda: None
+             ) -> None:
+        deadline = time.monotonic() + timeout
+        while not done():
+            if time.monotonic() > deadline:
+                logs = "\n".join(p.read_text()[-1500:] for p in sorted(self.tmp.glob("director-*.log")))
+                pytest.fail(f"{what}: not within {timeout:g} s; provisioned {self.provisioned()}\n{logs}")
+            tick()
+            time.sleep(0.2)
+
+    def reap(self) -> None:
+        self.ctx.store.requeue_expired()
+
+    def close(self) -> None:
+        for process in self.directors:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+        for pid in self.pilot_pids():
+            os.killpg(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def site(tmp_path: Path, redis_url: str) -> Iterator[Site]:
+    made = Site(tmp_path, redis_url)
+    yield made
+    made.close()
+
+
+def test_a_director_killed_with_its_pilot_does_not_wedge_the_site(site: Site) -> None:
+    """The issue's reproduction: before, the new director's local backend answered UNKNOWN ('not submitted
+    here') for the dead pilot's record forever, which held the queue's only place (max_running 1) and
+    absorbed the demand: nothing ran again."""
+    ids = site.submit(6, 1.0)
+    first = site.start_director()
+    site.wait("a first pilot runs", lambda: bool(site.pilot_pids()), 30)
+    [pilot] = site.pilot_pids()
+    first.kill()
+    os.killpg(pilot, signal.SIGKILL)  # its guardian then kills the payload it ran
+    first.wait()
+    site.start_director()
+    site.wait("every job done", lambda: all(s is JobState.DONE for s in site.states(ids)), 90, site.reap)
+
+
+def test_a_new_director_counts_the_pilot_a_dead_one_left_and_forgets_it_when_it_ends(site: Site) -> None:
+    ids = site.submit(4, 1.0)
+    first = site.start_director()
+    site.wait("a first pilot runs", lambda: bool(site.pilot_pids()), 30)
+    [orphan] = site.pilot_pids()
+    first.kill()
+    first.wait()
+    site.start_director()
+    most = 0
+
+    def sample() -> None:
+        nonlocal most
+        most = max(most, len(site.pilot_pids()))
+        site.reap()
+
+    site.wait("the orphan's work done", lambda: all(s is JobState.DONE for s in site.states(ids)), 60, sample)
+    site.wait("the orphan idled out", lambda: not psutil.pid_exists(orphan)
+              or psutil.Process(orphan).status() == psutil.STATUS_ZOMBIE, 30, sample)
+    assert most == 1, "the adopted pilot counted against max_running = 1: no second pilot beside it"
+    more = site.submit(2, 0.2)  # new demand after the orphan is gone: the queue's place is free again
+    site.wait("new work done", lambda: all(s is JobState.DONE for s in site.states(more)), 60, sample)
+
+
+def test_a_pilot_nobody_answers_for_is_retired_after_its_silence(tmp_path: Path, redis_url: str,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """A record no backend can answer for (started on another host) and with no heartbeat is retired, with
+    one log line, once it has been silent for pilot_retire_after; until then it counts."""
+    site = Site(tmp_path, redis_url, pilot_retire_after=2.0)
+    director = Director(site.ctx, log_dir=str(tmp_path / "logs"))
+    try:
+        key = f"{QUEUE}|local|local-999-1"
+        record = {"shape": "c1", "state": "QUEUED", "submitted": time.time(), "wall": 600, "jobs": 1, "options": "",
+                  "queue": QUEUE, "kind": "local", "batch_id": "local-999-1", "host": "elsewhere.example.org",
+                  "pid": 4242, "ctime": 1.0}
+        site.ctx.client.hset(site.ctx.keys.provisioned, key, json.dumps(record))
+        site.submit(1, 0.1)
+        report = director.cycle().queues[QUEUE]
+        assert report.submitted == [] and key.split("|")[2] not in report.ended, "it still counts (max_running 1)"
+        time.sleep(2.1)
+        with caplog.at_level("WARNING", logger="pilot.director.service"):
+            report = director.cycle().queues[QUEUE]
+        assert "local-999-1" in report.ended and "retired" in report.ended["local-999-1"]
+        assert [r.getMessage() for r in caplog.records if "retired" in r.getMessage()], "one log line says so"
+        assert len(report.submitted) == 1, "its place went to the waiting demand"
+    finally:
+        director.stop_all()
+        director.close()
+
+
+def test_a_killed_director_holds_the_director_lock_only_a_few_intervals(site: Site) -> None:
+    """A director killed mid-cycle leaves its lock behind; another provisions once it expires (3 director
+    intervals, at least 10 s), not after the two minutes it used to be."""
+    director = Director(site.ctx, log_dir=str(site.tmp / "logs"))
+    try:
+        site.ctx.client.set(site.ctx.keys.lock("director"), "a dead director's token", px=int(director.lock_ttl * 1000))
+        ids = site.submit(1, 0.1)
+        assert director.cycle().skipped
+        assert director.lock_ttl == 10.0
+        site.wait("provisioned once the dead director's lock expired",
+                  lambda: not director.cycle().skipped, director.lock_ttl + 2)
+        site.wait("the job ran", lambda: site.states(ids) == [JobState.DONE], 30, director.cycle)
+    finally:
+        director.stop_all()
+        director.close()
