@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
 
@@ -91,9 +92,17 @@ def kill(jobs: tuple[str, ...], reason: str) -> None:
 @click.option("--loglevel", default="INFO", show_default=True)
 def matcher(beat: bool, beat_only: bool, concurrency: int, loglevel: str) -> None:
     """Run the control plane: a Celery worker (with beat unless --no-beat), or beat alone."""
+    from taskqueues.outage import OutageLogFilter
+
+    from . import beat as beat_module
+    from . import celery_app
     from .celery_app import configure
 
     app = configure(Context(Settings.load()))
+    # Celery logs every retry of a broker it cannot reach, with tracebacks: one outage, two lines instead.
+    quiet = OutageLogFilter(beat_module.OUTAGE if beat_only else celery_app.OUTAGE)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(quiet)
     if beat_only:
         app.start(["beat", f"--loglevel={loglevel}"])
         return
@@ -166,20 +175,21 @@ def run(workflow: str, timeout: float | None) -> None:
 
 @click.command()
 def up() -> None:
-    """Start a persistent local deployment: Redis, Celery worker and beat, director, Flower."""
+    """Start every part of the local deployment that is not running: Redis, Celery worker, beat, director,
+    Flower (what a supervisor runs after any of them died)."""
     from .deploy import up as start
 
     ctx = Context(Settings.load(), start_redis=True)
-    for name, state in start(ctx).items():
+    for name, state in start(ctx):
         click.echo(f"{name}: {state}")
-    click.echo(f"Redis: {ctx.redis_url}")
+    click.echo(f"Redis: {ctx.where}")
     click.echo(f"Flower: http://127.0.0.1:{ctx.settings.flower_port}")
 
 
 @click.command()
 def down() -> None:
-    """Stop the local deployment (the embedded Redis keeps its data for the next `up`)."""
+    """Stop the local deployment and every process it started (the embedded Redis keeps its data)."""
     from .deploy import down as stop
 
-    for name, state in stop(Context(Settings.load())).items():
-        click.echo(f"{name}: {state}")
+    for name, state in stop(Context(Settings.load())):
+        click.echo(f"{name}: {state}", nl=True)

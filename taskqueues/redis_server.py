@@ -144,5 +144,14 @@ class RedisServer:
                 os.kill(pid, 0)
             except ProcessLookupError:
                 return
+            if not self.pidfile.exists() and not self._listening():
+                return  # shut down ("ready to exit"): its threads may take a second more to go, harmlessly
             time.sleep(0.02)
         os.kill(pid, 9)
+
+    def _listening(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                return True
+        except OSError:
+            return False
