@@ -11,12 +11,22 @@ import logging
 import time
 from typing import Any
 
-import redis
 from celery.beat import PersistentScheduler
 
 from taskqueues import alive
+from taskqueues.errors import StoreUnavailable
+from taskqueues.outage import Outage
 
 log = logging.getLogger(__name__)
+
+#: Beat's view of the store and broker: one line when an outage starts, one when it ends.
+def _drop_connections() -> None:
+    from .celery_app import context
+
+    context().store.drop_connections()
+
+
+OUTAGE = Outage(logging.getLogger("pilotfish.beat"), "beat", on_start=_drop_connections)
 
 #: Seconds between two of beat's liveness writes (and the longest beat sleeps between ticks).
 ALIVE_EVERY = 5.0
@@ -36,7 +46,9 @@ class Scheduler(PersistentScheduler):  # type: ignore[misc]
             ctx = context()
             try:
                 alive.record(ctx.client, ctx.keys, "beat")
-                self._next_alive = now + ALIVE_EVERY
-            except redis.RedisError as exc:  # beat keeps scheduling; its probe will tell
-                log.warning("beat cannot record that it is alive: %s", exc)
+            except StoreUnavailable as exc:  # beat keeps scheduling; its probe will tell
+                OUTAGE.failed(exc)
+            else:
+                OUTAGE.ok()
+            self._next_alive = now + ALIVE_EVERY
         return min(interval, ALIVE_EVERY)

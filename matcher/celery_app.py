@@ -8,12 +8,16 @@ the match path is one Lua call on Redis; Celery carries periodic and administrat
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from celery import Celery
 from celery.signals import heartbeat_sent
 
 from taskqueues import alive as liveness
+from taskqueues.errors import StoreUnavailable
+from taskqueues.outage import Outage
 
 from . import periodic
 from .context import Context
@@ -27,6 +31,10 @@ app.conf.update(
     task_ignore_result=True,
     worker_hijack_root_logger=False,
     broker_connection_retry_on_startup=True,
+    # A broker outage is ridden out however long it lasts (the default gives up after 100 retries).
+    broker_connection_max_retries=None,
+    # The periodic tasks are idempotent: one cut by a lost connection is simply run again at its next beat.
+    worker_cancel_long_running_tasks_on_connection_loss=True,
     worker_send_task_events=True,
     task_send_sent_event=True,
     timezone="UTC",
@@ -34,7 +42,13 @@ app.conf.update(
     beat_scheduler="matcher.beat:Scheduler",
 )
 
+T = TypeVar("T")
+
 _context: Context | None = None
+
+#: This worker's view of the store: one line when an outage starts and one when it ends (taskqueues.outage);
+#: periodic tasks that meet one return without a traceback, the next beat brings them again.
+OUTAGE = Outage(logging.getLogger("pilotfish.worker"), "worker", on_start=lambda: context().store.drop_connections())
 
 
 def context() -> Context:
@@ -72,28 +86,46 @@ def _worker_alive(**_: Any) -> None:
     worker (the way beat's ``alive`` task was) kept every replica's probe green while one worked.
     """
     ctx = context()
-    liveness.record(ctx.client, ctx.keys, "worker")
+    try:
+        liveness.record(ctx.client, ctx.keys, "worker")
+    except StoreUnavailable as exc:
+        OUTAGE.failed(exc)
+    else:
+        OUTAGE.ok()
+
+
+def _periodic(work: Callable[[Context], T], empty: T) -> T:
+    """Run one periodic task's work; a store outage is the worker's outage, not a task failure."""
+    try:
+        done = work(context())
+    except StoreUnavailable as exc:
+        OUTAGE.failed(exc)
+        return empty
+    OUTAGE.ok()
+    return done
 
 
 @app.task(name="pilotfish.reap")  # type: ignore[untyped-decorator,misc,unused-ignore]
 def reap() -> dict[str, int]:
-    report = periodic.reap(context())
+    report = _periodic(periodic.reap, None)
+    if report is None:
+        return {}
     return {"requeued": report.requeued, "failed": report.failed, "restored": report.restored}
 
 
 @app.task(name="pilotfish.refresh_pools")  # type: ignore[untyped-decorator,misc,unused-ignore]
 def refresh_pools() -> int:
-    return periodic.refresh_pools(context())
+    return _periodic(periodic.refresh_pools, 0)
 
 
 @app.task(name="pilotfish.clean")  # type: ignore[untyped-decorator,misc,unused-ignore]
 def clean() -> list[str]:
-    return periodic.clean(context())
+    return _periodic(periodic.clean, [])
 
 
 @app.task(name="pilotfish.release_sweep")  # type: ignore[untyped-decorator,misc,unused-ignore]
 def release_sweep() -> int:
-    return periodic.release_sweep(context())
+    return _periodic(periodic.release_sweep, 0)
 
 
 _director: Any = None
@@ -113,7 +145,7 @@ def director() -> dict[str, Any]:
         return {"skipped": "beat_director is false: the director runs as its own process"}
     if _director is None:
         _director = Director(context())
-    summary: dict[str, Any] = _director.cycle().summary()
+    summary: dict[str, Any] = _periodic(lambda _: _director.cycle().summary(), {"skipped": "store unreachable"})
     return summary
 
 
@@ -121,7 +153,7 @@ def director() -> dict[str, Any]:
 def repressure() -> dict[str, Any]:
     from .repressure import repressure_locked
 
-    report = repressure_locked(context().store)
+    report = _periodic(lambda ctx: repressure_locked(ctx.store), None)
     return {"skipped": report is None, "rewritten": 0 if report is None else report.pressures_rewritten}
 
 

@@ -18,6 +18,7 @@ import time
 
 import redis
 
+from .guard import client_url, guard
 from .keys import Keys
 
 #: Seconds an entry nobody refreshes is kept (far above any probe's max age).
@@ -33,10 +34,11 @@ def record(client: redis.Redis, keys: Keys, component: str, now: float | None = 
     """This process's beat: ``<component>@<this host>`` is alive now (one round trip)."""
     now = time.time() if now is None else now
     key = keys.alive(component)
-    pipe = client.pipeline(transaction=False)
-    pipe.zadd(key, {member(component): now})
-    pipe.zremrangebyscore(key, "-inf", now - KEEP)
-    pipe.execute()
+    with guard(client_url(client), f"recording that {component} is alive"):
+        pipe = client.pipeline(transaction=False)
+        pipe.zadd(key, {member(component): now})
+        pipe.zremrangebyscore(key, "-inf", now - KEEP)
+        pipe.execute()
 
 
 def last_seen(client: redis.Redis, key: str, name: str) -> float | None:

@@ -62,8 +62,12 @@ class PendingExchange:
         return -1 if sock is None else sock.fileno()
 
     def ready(self) -> bool:
-        """Whether a reply can be read without waiting (it may already sit in the connection's buffer)."""
-        return self._count == 0 or bool(self.conn.can_read(timeout=0))
+        """Whether a reply can be read without waiting (it may already sit in the connection's buffer); a
+        connection that broke is ready too: :meth:`receive` then says the store is unreachable."""
+        try:
+            return self._count == 0 or bool(self.conn.can_read(timeout=0))
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            return True
 
     def receive(self) -> Exchange:
         """Read every reply (waiting for them if needed) and settle what must be redone alone."""

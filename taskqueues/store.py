@@ -192,6 +192,12 @@ class Store:
         return PendingExchange(self, conn, pilot, starts, completions, offer, max_jobs, commands)
 
     @guarded("loading the store's scripts")
+    def drop_connections(self) -> None:
+        """Close every connection of the client's pool (those checked out too: they reconnect when next
+        used). For the start of an outage: connections to a server that went away each fail once after it
+        came back."""
+        self.client.connection_pool.disconnect()
+
     def reload_scripts(self) -> None:
         """Load every script again (Redis restarted or flushed them)."""
         for script in self._scripts.values():
@@ -256,14 +262,21 @@ class Store:
     def requeue_expired(self, batch: int = 500) -> tuple[int, int, int]:
         """Requeue jobs whose lease expired (back-off, retry limit) and restore those whose back-off is over.
 
-        Returns (requeued, failed beyond the retry limit, restored into their task queue).
+        Returns (requeued, failed beyond the retry limit, restored into their task queue). A job requeued
+        without back-off (its first lease expiry) is restored by a second call at once.
         """
         k = self.keys
-        due = self.client.zrangebyscore(k.delayed, "-inf", self.clock(), start=0, num=batch)
-        extra = [k.work, *self.floors, *self.pool_keys(self._tq_of(due))]
-        reply = self.call_script("reap", [k.jobs, k.leases, k.delayed, k.kills, k.tqempty, k.releasing],
-                           [self._base, self.clock(), self.backoff, batch], extra)
-        return int(reply[1]), int(reply[2]), int(reply[3])
+        total = [0, 0, 0]
+        for _ in range(2):
+            due = self.client.zrangebyscore(k.delayed, "-inf", self.clock(), start=0, num=batch)
+            extra = [k.work, *self.floors, *self.pool_keys(self._tq_of(due))]
+            reply = self.call_script("reap", [k.jobs, k.leases, k.delayed, k.kills, k.tqempty, k.releasing],
+                                     [self._base, self.clock(), self.backoff, batch], extra)
+            counts = int(reply[1]), int(reply[2]), int(reply[3])
+            total = [a + b for a, b in zip(total, counts, strict=True)]
+            if not counts[0]:
+                break
+        return total[0], total[1], total[2]
 
     def _tq_of(self, ids: Sequence[Any]) -> list[str]:
         if not ids:

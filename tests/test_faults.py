@@ -19,12 +19,15 @@ from pathlib import Path
 
 import psutil
 import pytest
+import storehelp
 
 from matcher.context import Context
 from matcher.settings import Settings
 from matcher.submission import JobSpec
 from pilot.director.service import Director
 from taskqueues.records import JobState
+from taskqueues.redis_server import RedisServer
+from taskqueues.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 QUEUE = "L/host/q"
@@ -191,3 +194,38 @@ def test_a_killed_director_holds_the_director_lock_only_a_few_intervals(site: Si
     finally:
         director.stop_all()
         director.close()
+
+
+def test_a_pilot_keeps_its_payload_through_a_redis_outage_shorter_than_its_lease(tmp_path: Path) -> None:
+    """Redis killed -9 while a payload runs and started again 2 s later (its append-only file keeps the data):
+    the payload runs on, its end is reported when the store answers, the job is done at its first attempt;
+    the pilot's log says one line when the outage starts and one when it ends."""
+    server = RedisServer(tmp_path / "redis", persistent=True).start()
+    store = Store.from_url(server.url, lease_seconds=10)
+    (job_id,) = store.submit([storehelp.job(command="sleep 4", queues=("s/c/q",))])
+    log = tmp_path / "pilot.log"
+    env = {**os.environ, "PILOTFISH_REDIS_URL": server.url}
+    with open(log, "wb") as out:
+        pilot = subprocess.Popen([sys.executable, "-m", "matcher.cli", "pilot", "--queue", "s/c/q", "--lease", "10",
+                                  "--idle-timeout", "3", "--no-events", "--cores", "1", "--mem", "1000",
+                                  "--workdir", str(tmp_path / "work")], env=env, stdout=out, stderr=out)
+    try:
+        deadline = time.monotonic() + 30
+        while store.job(job_id).state is not JobState.RUNNING:
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        pid = server.pid()
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        time.sleep(2)
+        server.start()
+        assert pilot.wait(60) == 0, log.read_text()
+        job = store.job(job_id)
+        assert (job.state, job.attempt) == (JobState.DONE, 1), log.read_text()
+        text = log.read_text()
+        assert text.count("the store is unreachable") == 1 and text.count("the store answers again") == 1, text
+        assert "Traceback" not in text, text
+    finally:
+        if pilot.poll() is None:
+            pilot.kill()
+        server.stop()

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
+import redis
 from redis.connection import Connection
 
 from pilot.agent.config import PilotConfig, Releaser
@@ -59,6 +60,7 @@ from pilot.mjf.payload import PayloadArea
 from pilot.mjf.source import FeatureReader
 from taskqueues.errors import PilotfishError, StaleReport, StoreError, StoreUnavailable
 from taskqueues.exchange import PendingExchange
+from taskqueues.outage import Outage
 from taskqueues.records import Job, JobUsage, PilotOffer, RunResult
 from taskqueues.store import Store
 
@@ -114,6 +116,10 @@ class Pilot:
         self.store = store if store is not None else Store.from_url(
             config.redis_url, vo=config.vo, prefix=config.prefix, lease_seconds=config.lease)
         self.observer: Observer = observer if observer is not None else NullObserver()
+        # A store outage shorter than the lease is ridden out: payloads keep running, reports wait, matches
+        # back off; two log lines (taskqueues.outage), not one per attempt.
+        self.outage = Outage(log, f"pilot {self.name}", first=config.backoff_min, cap=max(config.backoff_max, 5.0),
+                             on_start=self.store.drop_connections)
         self.releaser = releaser if releaser is not None else config.releaser
         self.started = time.time()
         # --wall (what the director asked the batch system for) is the least trusted source of the wall
@@ -131,6 +137,7 @@ class Pilot:
         self._channel: Connection | None = None  # the pilot's own connection for exchanges (ordered)
         self._channel_fd = -1
         self.pending: list[_PendingReport] = []
+        self._next_retry = 0.0  # reports waiting for the store are retried from then on
         self.accepting = True
         self.stop_reason = ""
         self.preempted = False
@@ -141,6 +148,7 @@ class Pilot:
         self._backoff = config.backoff_min
         self._next_match = 0.0
         self._pubsub: Any = None
+        self._pubsub_sock: Any = None  # the wake subscription's socket, as registered in the selector
         self._next_heartbeat = 0.0
         self._next_sample = 0.0
         self._next_publish = 0.0
@@ -251,9 +259,13 @@ class Pilot:
             while pubsub.get_message(timeout=0.5) is not None:
                 pass
             assert pubsub.connection is not None
-            self._selector.register(pubsub.connection._sock, selectors.EVENT_READ, ("work", None))
+            self._pubsub_sock = pubsub.connection._sock
+            self._selector.register(self._pubsub_sock, selectors.EVENT_READ, ("work", None))
         except Exception as exc:
-            log.warning("pilot %s: no wake subscription (%s): polling only", self.name, exc)
+            if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+                self.outage.failed(exc)
+            else:
+                log.warning("pilot %s: no wake subscription (%s): polling only", self.name, exc)
             return
         self._pubsub = pubsub
 
@@ -263,7 +275,10 @@ class Pilot:
             while self._pubsub.get_message(timeout=0) is not None:
                 pass
         except Exception as exc:
-            log.warning("pilot %s: wake subscription lost (%s)", self.name, exc)
+            if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+                self.outage.failed(exc)
+            else:
+                log.warning("pilot %s: wake subscription lost (%s)", self.name, exc)
             self._drop_pubsub()
         self._next_match = 0.0
         self._backoff = self.config.backoff_min
@@ -272,8 +287,10 @@ class Pilot:
         if self._pubsub is None:
             return
         with contextlib.suppress(Exception):
-            if self._selector is not None and self._pubsub.connection is not None:
-                self._selector.unregister(self._pubsub.connection._sock)
+            # The socket registered, not the connection's current one: a broken connection has dropped it
+            if self._selector is not None and self._pubsub_sock is not None:
+                self._selector.unregister(self._pubsub_sock)
+        self._pubsub_sock = None
         with contextlib.suppress(Exception):
             self._pubsub.close()
         self._pubsub = None
@@ -349,7 +366,7 @@ class Pilot:
         self._enforce_deadlines()
         self._collect_ended()
         self._fill()
-        if self.pending:
+        if self.pending and time.monotonic() >= self._next_retry:
             self._retry_reports()
         if self._dirty and time.monotonic() >= self._next_publish:
             self._refill_first()
@@ -414,7 +431,7 @@ class Pilot:
         if self.accepting and self._free()[0] > 0:
             deadlines.append(self._next_match)
         if self.pending:
-            deadlines.append(now + 1.0)
+            deadlines.append(max(self._next_retry, now + 0.05))
         if self.unstarted:
             deadlines.append(self._start_report_due())
         if self._dirty:
@@ -505,9 +522,12 @@ class Pilot:
                  for p in self.running.values() if p.usage.peak_rss}  # measured at least once
         try:
             reply = self.store.heartbeat(self.name, jobs, self._record(), usage)
+        except StoreUnavailable as exc:
+            self.outage.failed(exc)
         except StoreError as exc:
             log.warning("heartbeat failed (leases not renewed): %s", exc)
         else:
+            self.outage.ok()
             for job, reason in reply.kills.items():
                 payload = self.running.get(job)
                 if payload is not None:
@@ -702,7 +722,6 @@ class Pilot:
             reply = sent.exchange.receive()
         except StoreUnavailable as exc:
             self._unreachable(exc, sent.starts, sent.succeeded)
-            self._backoff_match(sent.want > 0)
             return
         except StoreError as exc:
             log.error("reports and match failed: %s", exc)
@@ -710,6 +729,7 @@ class Pilot:
                 self._ended_note(payload, result, "unreported")
             self._backoff_match(sent.want > 0)
             return
+        self.outage.ok()
         for payload in sent.starts:
             why = reply.refused.get(payload.id)
             if why is not None and not payload.ended:
@@ -740,7 +760,8 @@ class Pilot:
             self._backoff = min(self._backoff * 2, self.config.backoff_max)
 
     def _unreachable(self, exc: StoreError, starts: list[Payload], succeeded: list[tuple[Payload, RunResult]]) -> None:
-        log.warning("cannot reach the store (%s): reports will be retried", exc)
+        """The store did not answer an exchange: its reports wait, the next match waits the outage's back-off."""
+        self._next_match = time.monotonic() + self.outage.failed(exc)
         self.unstarted = starts + self.unstarted  # the heartbeat keeps their leases meanwhile
         give_up = time.monotonic() + self.config.lease
         self.pending += [_PendingReport(p, result, give_up) for p, result in succeeded]
@@ -857,13 +878,15 @@ class Pilot:
             log.warning("job %s: report refused, the job was taken from this pilot: %s", job.id, exc)
             state = "stale"
         except StoreUnavailable as exc:
-            log.warning("job %s: cannot report now (%s); will retry", job.id, exc)
+            self._next_retry = time.monotonic() + self.outage.failed(exc)
             if not any(r.payload is payload for r in self.pending):
                 self.pending.append(_PendingReport(payload, result, time.monotonic() + self.config.lease))
             return False
         except StoreError as exc:
             log.error("job %s: report failed: %s", job.id, exc)
             state = "unreported"
+        else:
+            self.outage.ok()
         self._ended_note(payload, result, state)
         return True
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import threading
 
 import click
 
@@ -27,10 +28,10 @@ def director(once: bool, interval: float | None, log_dir: str | None, stop_pilot
         report = service.cycle()
         click.echo(json.dumps(report.summary(), indent=2))
         return
-    stopping = []
-    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     try:
-        run_forever(service, interval or ctx.settings.director_interval, stop=lambda: bool(stopping))
+        run_forever(service, interval or ctx.settings.director_interval, stop=stopping)
     except KeyboardInterrupt:
         pass
     finally:

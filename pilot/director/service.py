@@ -19,6 +19,7 @@ import json
 import logging
 import math
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,8 +32,10 @@ from pilot.backends.base import Backend, PilotRequest, PilotState, PilotStatus
 from pilot.backends.factory import make_backend
 from taskqueues import alive
 from taskqueues.catalog import Queue
-from taskqueues.errors import BackendError
+from taskqueues.errors import BackendError, PilotfishError, StoreUnavailable
+from taskqueues.guard import guard
 from taskqueues.lock import Lock
+from taskqueues.outage import Outage
 from taskqueues.shapes import Shape
 
 from .planner import Demand, Pilot, Plan, plan
@@ -163,6 +166,10 @@ class Director:
         demand). The lock lives a few director intervals, so a killed director holds it that long at most;
         it is renewed before each queue, and a director that lost it (paused past its time to live while
         another took over) stops before submitting anything more."""
+        with guard(self.ctx.where, "running a director cycle"):  # what does not go through the store
+            return self._cycle()
+
+    def _cycle(self) -> CycleReport:
         report = CycleReport()
         alive.record(self.ctx.client, self.ctx.keys, "director")  # pilotfish health --component director
         lock = Lock(self.ctx.client, self.ctx.keys.lock("director"), self.lock_ttl)
@@ -369,17 +376,26 @@ def cycle(ctx: Context, director: Director | None = None) -> CycleReport:
             director.close()
 
 
-def run_forever(director: Director, interval: float, stop: Callable[[], bool] = lambda: False,
-                sleep: Callable[[float], None] = time.sleep) -> None:
-    while not stop():
+def run_forever(director: Director, interval: float, stop: threading.Event | None = None) -> None:
+    """Cycle every ``interval`` seconds until ``stop`` is set (at once: a signal handler sets it).
+
+    A store outage is two log lines (:class:`taskqueues.outage.Outage`) and retries with capped back-off
+    meanwhile; any other error of a cycle is logged and the next cycle comes as usual."""
+    stop = stop or threading.Event()
+    outage = Outage(log, "director", cap=max(interval, 5.0), on_start=director.ctx.store.drop_connections)
+    while not stop.is_set():
+        delay = interval
         try:
             report = director.cycle()
+            outage.ok()
             for queue, qr in report.queues.items():
                 if qr.submitted or qr.cancelled or qr.errors:
                     log.info("queue %s: demand %d, submitted %d, cancelled %d, errors %s", queue, qr.demand,
                              len(qr.submitted), len(qr.cancelled), qr.errors)
+        except StoreUnavailable as exc:
+            delay = outage.failed(exc)
+        except PilotfishError as exc:
+            log.error("director cycle failed: %s", exc)
         except Exception:
             log.exception("director cycle failed")
-        sleep(interval)
-
-
+        stop.wait(delay)

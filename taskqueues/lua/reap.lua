@@ -8,7 +8,9 @@
 -- KEYS[6]  releasing zset
 -- KEYS[7..] task queues, pools and heads indexes of the delayed jobs that are due
 --           the work counter, the heads and qfloor hashes
--- ARGV[1]  key base   ARGV[2] now   ARGV[3] back-off base (seconds; doubles at each retry)   ARGV[4] batch size
+-- ARGV[1]  key base   ARGV[2] now   ARGV[4] batch size
+-- ARGV[3]  back-off base (seconds): a job's first lease expiry requeues it at once (its pilot died: another
+--          may take it now), the second waits the base, then twice as long at each retry
 -- Returns  {'ok', requeued, failed, restored} or {'needkeys', key...}
 local base, now, backoff, batch = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 declare_from(7)
@@ -44,7 +46,9 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0
       rec.s = 'waiting'
       rec.why = 'lease expired on pilot ' .. lastpilot
       save(KEYS[1], rec)
-      redis.call('ZADD', KEYS[3], now + backoff * 2 ^ (rec.rt - 1), id)
+      local delay = 0
+      if rec.rt > 1 then delay = backoff * 2 ^ (rec.rt - 2) end
+      redis.call('ZADD', KEYS[3], now + delay, id)
       requeued = requeued + 1
     end
   end
