@@ -298,6 +298,35 @@ def test_payloads_die_with_a_sigkilled_pilot(store: Store, redis_url: str, tmp_p
     assert set(states(store, ids)) <= {JobState.MATCHED, JobState.RUNNING}
 
 
+def test_a_killed_guardian_is_replaced_and_the_payloads_still_die_with_their_pilot(store: Store, redis_url: str,
+                                                                                    tmp_path: Path) -> None:
+    """kill -9 of the guardian alone: at its next heartbeat the pilot starts a new one watching the same
+    payloads, so a later SIGKILL of the pilot still takes its payloads with it."""
+    pids = tmp_path / "pids"
+    (jid,) = store.submit([job(command=f"echo $$ >> {pids}; sleep 30")])
+    env = pilot_env(tmp_path, cores=1)
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "30", "--heartbeat", "0.5", env=env) as proc:
+        wait_for(lambda: pids.exists() and pids.read_text().strip() != "", 10, "the payload started")
+
+        def guardians() -> list[psutil.Process]:
+            found = []
+            for child in psutil.Process(proc.pid).children():
+                with contextlib.suppress(psutil.Error):  # a zombie (the killed one, not reaped yet)
+                    if "pilot.agent.guardian" in " ".join(child.cmdline()):
+                        found.append(child)
+            return found
+
+        [old] = guardians()
+        old.kill()
+        wait_for(lambda: [g.pid for g in guardians()] not in ([], [old.pid]), 10, "a new guardian")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    payload = int(pids.read_text().split()[0])
+    wait_for(lambda: not psutil.pid_exists(payload) or psutil.Process(payload).status() == psutil.STATUS_ZOMBIE,
+             5, "the payload of the dead pilot killed by the new guardian")
+    assert store.job(jid).state is JobState.RUNNING  # its lease expires; the reaper requeues it
+
+
 def test_outputs_sandbox_and_jobstatus(store: Store, redis_url: str, tmp_path: Path) -> None:
     seen = tmp_path / "seen"
     command = (f'echo "$TMPDIR $PWD $(cat $JOBFEATURES/allocated_CPU) $PILOTFISH_CPU $OMP_NUM_THREADS '

@@ -46,9 +46,17 @@ class GuardianError(PilotfishError):
 
 
 class Guardian:
-    """The pilot's end of the guardian: start it, then tell it about each payload group."""
+    """The pilot's end of the guardian: start it, then tell it about each payload group.
+
+    It remembers the groups it was told about, so that a guardian killed on its own is replaced by
+    :meth:`revive` with one that watches the same payloads.
+    """
 
     def __init__(self) -> None:
+        self._live: set[int] = set()
+        self._start()
+
+    def _start(self) -> None:
         read, self._write = os.pipe2(os.O_CLOEXEC)
         with contextlib.suppress(OSError):  # a larger pipe where the system allows it (1 MB by default)
             fcntl.fcntl(self._write, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
@@ -64,10 +72,23 @@ class Guardian:
             os.close(read)
 
     def started(self, pgid: int) -> None:
+        self._live.add(pgid)
         self._send(f"+{pgid}\n")
 
     def reaped(self, pgid: int) -> None:
+        self._live.discard(pgid)
         self._send(f"-{pgid}\n")
+
+    def revive(self) -> bool:
+        """If the guardian process died (killed on its own), start a new one watching every payload group
+        still live; True when it had to."""
+        if self._write < 0 or self.process.poll() is None:
+            return False
+        os.close(self._write)
+        self._start()
+        for pgid in sorted(self._live):
+            self._send(f"+{pgid}\n")
+        return True
 
     def _send(self, line: str) -> None:
         # A few bytes: far below PIPE_BUF, so a write is atomic; it blocks only if the guardian fell a whole

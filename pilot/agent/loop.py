@@ -516,6 +516,9 @@ class Pilot:
                 self.area.update(features)
                 log.info("MJF changed: time left %s (was %s)", _seconds(self._time_left()), _seconds(before))
                 self._dirty = True
+        if self.guardian is not None and self.guardian.revive():
+            log.warning("pilot %s: its payload guardian had died: a new one watches its %d payload(s)", self.name,
+                        len(self.running))
         jobs = {p.id: p.job.attempt for p in self.running.values()}
         jobs.update({r.payload.id: r.payload.job.attempt for r in self.pending})
         usage = {p.id: JobUsage(p.usage.peak_rss / 1_000_000, p.usage.cpu)
