@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import psutil
 import redis
 
 from taskqueues import access
@@ -125,13 +126,12 @@ def ensure(state_dir: str | Path, appendfsync: str = "everysec") -> RedisServer:
 
 
 def _alive(pid: int) -> bool:
+    """Whether ``pid`` is a live server process (not a zombie a kill -9 left, not a reused pid)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        process = psutil.Process(pid)
+        return process.status() != psutil.STATUS_ZOMBIE and "-server" in process.name()
+    except psutil.Error:
         return False
-    except PermissionError:
-        return True
-    return True
 
 
 def pilot_url(state_dir: str | Path, client: redis.Redis, base_url: str, *, prefix: str, vo: str) -> str:

@@ -30,7 +30,8 @@ rewrite. ``tests/test_keys.py`` checks it for every key builder.
 | ``P:{vo}:lock:<name>`` | string | a periodic task's lock (token, with an expiry) |
 | ``P:{vo}:alive:<component>`` | zset | ``<component>@<host>`` → last beat, written by that process itself |
 | ``P:{vo}:cursor`` | hash | periodic tasks' progress: ``repressure`` (how far re-pressure read the done log),
-``repressure:rule:<rule>`` (the rule mean it last propagated) |
+``repressure:rule:<rule>`` (the rule mean it last propagated), ``reap:run`` (the server run the reaper last
+saw) and ``reap:grace`` (no lease requeued before this time: a restart's grace) |
 | ``P:{vo}:pilots`` | hash | pilot id → pilot record (JSON) |
 | ``P:{vo}:provisioned`` | hash | director's pilots: ``queue|kind|batch id`` → record (JSON) |
 | ``P:{vo}:pilotseen`` | zset | pilot id → last heartbeat |

@@ -49,12 +49,14 @@ class Outage:
         self._delay = min(self.cap, self._delay * 2)
         return delay
 
-    def ok(self) -> None:
-        """A call went through: ends an outage (one line), resets the back-off."""
-        if self.since is not None:
-            self.log.warning("%s: the store answers again after %.1f s", self.who, self.clock() - self.since)
-            self.since = None
+    def ok(self) -> bool:
+        """A call went through: ends an outage (one line), resets the back-off; True if it ended one."""
         self._delay = self.first
+        if self.since is None:
+            return False
+        self.log.warning("%s: the store answers again after %.1f s", self.who, self.clock() - self.since)
+        self.since = None
+        return True
 
 
 def is_outage(error: BaseException | None) -> bool:

@@ -31,6 +31,8 @@ from .records import Exchange, HeartbeatReply, Job, JobState, JobUsage, NewJob, 
 from .records import text as _text
 
 _MAX_KEY_ROUNDS = 16
+#: Fields of the cursor hash: the server run the reaper last saw, and until when leases are not requeued.
+_RUN_ID, _GRACE = "reap:run", "reap:grace"
 
 Clock = Callable[[], float]
 
@@ -268,15 +270,39 @@ class Store:
         k = self.keys
         total = [0, 0, 0]
         for _ in range(2):
-            due = self.client.zrangebyscore(k.delayed, "-inf", self.clock(), start=0, num=batch)
+            now = self.clock()
+            cutoff = self._lease_cutoff(now)
+            due = self.client.zrangebyscore(k.delayed, "-inf", now, start=0, num=batch)
             extra = [k.work, *self.floors, *self.pool_keys(self._tq_of(due))]
             reply = self.call_script("reap", [k.jobs, k.leases, k.delayed, k.kills, k.tqempty, k.releasing],
-                                     [self._base, self.clock(), self.backoff, batch], extra)
+                                     [self._base, now, self.backoff, batch, cutoff], extra)
             counts = int(reply[1]), int(reply[2]), int(reply[3])
             total = [a + b for a, b in zip(total, counts, strict=True)]
             if not counts[0]:
                 break
         return total[0], total[1], total[2]
+
+    def _lease_cutoff(self, now: float) -> float | str:
+        """Leases that expired before this are requeued: ``now``, or none ("-inf") for half a lease after the
+        server restarted (or failed over). A restart is an outage for every pilot: leases that look expired
+        then are not evidence of a dead pilot, and a live pilot renews them as soon as the store answers it
+        again (its retries come at least every quarter lease). The server's ``run_id``, which changes at
+        every start, is kept in the store: a different one starts the grace; a dead pilot's jobs wait that
+        much more."""
+        try:
+            run_id = self.client.info("server").get("run_id")
+        except redis.ResponseError:  # a server without INFO (fakeredis): no restart to tell
+            return now
+        if not run_id:
+            return now
+        k = self.keys
+        seen, grace = self.client.hmget(k.cursor, [_RUN_ID, _GRACE])
+        if seen is None or _text(seen) != str(run_id):
+            if seen is not None:
+                grace = str(now + self.lease_seconds / 2).encode()
+                self.client.hset(k.cursor, _GRACE, grace)
+            self.client.hset(k.cursor, _RUN_ID, str(run_id))
+        return "-inf" if grace is not None and now < float(grace) else now
 
     def _tq_of(self, ids: Sequence[Any]) -> list[str]:
         if not ids:

@@ -25,7 +25,7 @@ from matcher.context import Context
 from matcher.settings import Settings
 from matcher.submission import JobSpec
 from pilot.director.service import Director
-from taskqueues.records import JobState
+from taskqueues.records import JobState, PilotOffer
 from taskqueues.redis_server import RedisServer
 from taskqueues.store import Store
 
@@ -228,4 +228,28 @@ def test_a_pilot_keeps_its_payload_through_a_redis_outage_shorter_than_its_lease
     finally:
         if pilot.poll() is None:
             pilot.kill()
+        server.stop()
+
+
+def test_no_lease_is_requeued_within_a_lease_of_a_server_restart(tmp_path: Path) -> None:
+    """A restart is an outage for every pilot: leases that expired meanwhile are not a dead pilot's, and live
+    pilots renew them once they are back; so the reaper requeues none for half a lease after it saw the
+    restart."""
+    server = RedisServer(tmp_path / "redis", persistent=True).start()
+    clock = storehelp.FakeClock()
+    store = Store.from_url(server.url, lease_seconds=30, clock=clock)
+    try:
+        (job_id,) = store.submit([storehelp.job(queues=("s/c/q",))])
+        assert store.match(PilotOffer("p1", "s/c/q", 1, 1000, 0, None))
+        assert store.requeue_expired() == (0, 0, 0)  # the reaper has seen this server run
+        server.stop()
+        server.start()  # the same port and data (append-only file)
+        clock.now += 31  # expired, by the clock
+        assert store.requeue_expired() == (0, 0, 0)
+        assert store.job(job_id).state is JobState.MATCHED
+        clock.now += 14
+        assert store.requeue_expired() == (0, 0, 0)
+        clock.now += 2  # half a lease since the reaper saw the restart
+        assert store.requeue_expired() == (1, 0, 1)
+    finally:
         server.stop()

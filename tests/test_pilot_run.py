@@ -242,13 +242,16 @@ def test_sigterm_gives_every_payload_back_at_once(store: Store, redis_url: str, 
 def test_a_payload_killed_from_outside_is_given_back(store: Store, redis_url: str, tmp_path: Path) -> None:
     # A batch system's scancel/qdel signals every process of the job: the payload may die before the pilot
     # hears of it. That is not the job's failure.
-    (signalled, crashed) = store.submit([job(command="kill -TERM $$"), job(command="exit 3")])
-    env = pilot_env(tmp_path, cores=2)
-    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--max-jobs", "2", env=env) as proc:
+    # Nor is a kill -9 by an operator or the OOM killer (its retry limit ends a job every attempt of which dies).
+    (signalled, killed, crashed) = store.submit([job(command="kill -TERM $$"), job(command="kill -KILL $$"),
+                                                 job(command="exit 3")])
+    env = pilot_env(tmp_path, cores=3)
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--max-jobs", "3", env=env) as proc:
         log = finish(proc, tmp_path, 15)
-    given_back, failed = store.jobs([signalled, crashed])
-    assert given_back.state == JobState.WAITING and given_back.retries == 1, log
-    assert "killed from outside the pilot" in (given_back.reason or "")
+    given_back, given_back_too, failed = store.jobs([signalled, killed, crashed])
+    for job_back in (given_back, given_back_too):
+        assert job_back.state == JobState.WAITING and job_back.retries == 1, log
+        assert "killed from outside the pilot" in (job_back.reason or "")
     assert failed.state == JobState.FAILED and failed.reason and failed.reason.startswith("exit code 3")
 
 

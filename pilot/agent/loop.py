@@ -118,7 +118,10 @@ class Pilot:
         self.observer: Observer = observer if observer is not None else NullObserver()
         # A store outage shorter than the lease is ridden out: payloads keep running, reports wait, matches
         # back off; two log lines (taskqueues.outage), not one per attempt.
-        self.outage = Outage(log, f"pilot {self.name}", first=config.backoff_min, cap=max(config.backoff_max, 5.0),
+        # Retries come often enough to renew every lease well within the grace the reaper gives leases after a
+        # server restart (one lease: Store.requeue_expired).
+        self.outage = Outage(log, f"pilot {self.name}", first=config.backoff_min,
+                             cap=max(config.backoff_min, min(5.0, config.lease / 4)),
                              on_start=self.store.drop_connections)
         self.releaser = releaser if releaser is not None else config.releaser
         self.started = time.time()
@@ -732,7 +735,8 @@ class Pilot:
                 self._ended_note(payload, result, "unreported")
             self._backoff_match(sent.want > 0)
             return
-        self.outage.ok()
+        if self.outage.ok():
+            self._next_heartbeat = 0.0  # renew every lease now: the reaper's grace after a restart is short
         for payload in sent.starts:
             why = reply.refused.get(payload.id)
             if why is not None and not payload.ended:
@@ -788,7 +792,7 @@ class Pilot:
         payload = Payload(job, sandbox, log_dir=self.config.logs, output_cap=self.config.output_cap,
                           guardian=self.guardian)
         try:
-            payload.spawn(sandbox.env())
+            payload.spawn({**sandbox.env(), "PILOTFISH_PILOT": self.name})
         except (PayloadError, OSError) as exc:
             sandbox.cleanup()
             self._give_back(job, str(exc))
@@ -889,7 +893,8 @@ class Pilot:
             log.error("job %s: report failed: %s", job.id, exc)
             state = "unreported"
         else:
-            self.outage.ok()
+            if self.outage.ok():
+                self._next_heartbeat = 0.0
         self._ended_note(payload, result, state)
         return True
 

@@ -5,9 +5,10 @@ a single payload's process:
 
 * Start: ``sh -c`` with the job's command, ``start_new_session`` (so the whole tree can be signalled and
   measured as one session), the cwd a fresh work directory inside the payload's sandbox, the sandbox's
-  environment (own $JOBFEATURES, $TMPDIR, ...) plus ``PILOTFISH_JOB_ID``, ``PILOTFISH_ATTEMPT`` and
-  ``PILOTFISH_OUTPUTS``. stdout and stderr are pipes the loop reads, keeping only the last
-  ``output_cap`` bytes of each, so a payload that prints gigabytes cannot fill the pilot's disk.
+  environment (own $JOBFEATURES, $TMPDIR, ``PILOTFISH_PILOT`` the pilot's name, ...) plus
+  ``PILOTFISH_JOB_ID``, ``PILOTFISH_ATTEMPT`` and ``PILOTFISH_OUTPUTS``. stdout and stderr are pipes the
+  loop reads, keeping only the last ``output_cap`` bytes of each, so a payload that prints gigabytes cannot
+  fill the pilot's disk.
 * End: noticed through a pidfd (Linux >= 5.3: readable the moment the process exits), or, without
   pidfds, on SIGCHLD. The shell is left a zombie while what remains of its session is killed, so its
   pid (the session and group id) cannot be reused by an unrelated process while we signal it; then it is
@@ -347,11 +348,13 @@ class Payload:
 
     @property
     def killed_from_outside(self) -> bool:
-        """Ended by SIGTERM/SIGINT/SIGHUP that the pilot did not send: a batch system signalling every
-        process of the job (scancel, qdel, preemption) often reaches the payload before the pilot."""
+        """Ended by SIGTERM/SIGINT/SIGHUP/SIGKILL that the pilot did not send: a batch system signalling every
+        process of the job (scancel, qdel, preemption) often reaches the payload before the pilot, and a
+        kill -9 by an operator or the node's OOM killer is no verdict on the job either. It is given back
+        (requeued); its retry limit still ends a job that every attempt gets killed."""
         if self.stop is not None or self.status is None:
             return False
-        outside = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
+        outside = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGKILL}
         if os.WIFSIGNALED(self.status):
             return os.WTERMSIG(self.status) in outside
         return os.WIFEXITED(self.status) and os.WEXITSTATUS(self.status) - 128 in outside

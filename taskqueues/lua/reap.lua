@@ -9,6 +9,8 @@
 -- KEYS[7..] task queues, pools and heads indexes of the delayed jobs that are due
 --           the work counter, the heads and qfloor hashes
 -- ARGV[1]  key base   ARGV[2] now   ARGV[4] batch size
+-- ARGV[5]  leases that expired before this time are requeued (optional, default now; "-inf" for none: the
+--          grace after a server restart, while live pilots renew what the outage let expire)
 -- ARGV[3]  back-off base (seconds): a job's first lease expiry requeues it at once (its pilot died: another
 --          may take it now), the second waits the base, then twice as long at each retry
 -- Returns  {'ok', requeued, failed, restored} or {'needkeys', key...}
@@ -26,7 +28,8 @@ local missing = needkeys()
 if missing then return missing end
 
 local requeued, failed, restored = 0, 0, 0
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, batch)) do
+local cutoff = ARGV[5] or ARGV[2]
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', cutoff, 'LIMIT', 0, batch)) do
   redis.call('ZREM', KEYS[2], id)
   local rec = load(KEYS[1], id)
   if rec and (rec.s == 'matched' or rec.s == 'running') then
