@@ -72,7 +72,7 @@ def request(client: redis.Redis, keys: Keys, pilot: str, mode: str, reason: str,
     with client.pipeline(transaction=True) as pipe:
         while True:
             try:
-                pipe.watch(keys.stops)
+                pipe.watch(keys.stops)  # type: ignore[no-untyped-call]
                 held = StopRequest.parse(pipe.hget(keys.stops, pilot))
                 if held is not None and MODES.index(held.mode) >= MODES.index(mode):
                     pipe.unwatch()
@@ -91,7 +91,7 @@ def withdraw_release(client: redis.Redis, keys: Keys, pilot: str) -> bool:
     with client.pipeline(transaction=True) as pipe:
         while True:
             try:
-                pipe.watch(keys.stops)
+                pipe.watch(keys.stops)  # type: ignore[no-untyped-call]
                 held = StopRequest.parse(pipe.hget(keys.stops, pilot))
                 if held is None or held.mode != "release":
                     pipe.unwatch()
