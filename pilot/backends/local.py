@@ -125,6 +125,11 @@ def unmappable(resources: Mapping[str, str], capacity: Mapping[str, int]) -> lis
     return out
 
 
+#: Batch ids are numbered per process, not per backend: a director holds several local backends (one per
+#: converted batch system), and a pilot's name, which its leases carry, comes from its batch id.
+_SEQUENCE = itertools.count(1)
+
+
 @dataclass
 class _Pilot:
     batch_id: str
@@ -164,7 +169,6 @@ class LocalBackend:
         self._lock = threading.RLock()
         self._pilots: dict[str, _Pilot] = {}
         self._waiting: list[tuple[tuple[float, int], str]] = []
-        self._seq = itertools.count(1)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -189,7 +193,7 @@ class LocalBackend:
     def submit(self, request: PilotRequest) -> str:
         needs, exclusive, why = self._needs(request)
         with self._lock:
-            seq = next(self._seq)
+            seq = next(_SEQUENCE)
             batch_id = f"local-{os.getpid()}-{seq}"
             pilot = _Pilot(batch_id, seq, request, needs, exclusive, why)
             self._pilots[batch_id] = pilot
