@@ -6,8 +6,11 @@ the catalog's reason; then every live pilot (a heartbeat within 3 leases, and no
 only counted) and what stopped it: its queue is not eligible, it is draining, a resource is short, or more
 urgent heads of its queue fit first. What a pilot has free is what its last heartbeat says: its size
 (``cores``, ``mem``, ``tmp``) less what its payloads hold (``used_cpu``, ``used_mem``, ``used_tmp``), and
-its ``time_left``. A field that a heartbeat did not send is "unknown", never a guess, and a pilot whose
-room is unknown is never said to be able to run the job. The verdict names the first thing to act on.
+its ``time_left``. A heartbeat may be older than the pilot's last match, so what its payloads hold is
+also counted from the leased jobs themselves (each names its pilot) while there are at most
+:data:`LEASE_SCAN` of them, and the larger of the two counts. A field that a heartbeat did not send is
+"unknown", never a guess, and a pilot whose room is unknown is never said to be able to run the job. The
+verdict names the first thing to act on.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from taskqueues.store import Store
 __all__ = ["LIVE_LEASES", "Explanation", "PilotFit", "explain", "render_explanation"]
 
 LIVE_LEASES = 3
+#: Up to this many leased jobs, explain counts what each pilot holds from the jobs rather than its heartbeat.
+LEASE_SCAN = 20_000
 _FREE = (("cpu", "free_cpu", "cores"), ("mem", "free_mem", "MB memory"), ("tmp", "free_tmp", "MB scratch"))
 #: A pilot record's size and use of each consumable (what ``pilot.agent.loop.Pilot._record`` writes).
 _HELD = {"free_cpu": ("cores", "used_cpu"), "free_mem": ("mem", "used_mem"), "free_tmp": ("tmp", "used_tmp")}
@@ -102,8 +107,24 @@ def _number(rec: dict[str, Any], name: str) -> float | None:
     return float(value)
 
 
+def _held_now(store: Store) -> dict[str, dict[str, int]] | None:
+    """What each pilot's matched and running jobs hold now (used_cpu, used_mem, used_tmp), from the leased
+    jobs' own records; None when there are more than :data:`LEASE_SCAN` of them (heartbeats are used)."""
+    if int(store.client.zcard(store.keys.leases)) > LEASE_SCAN:
+        return None
+    ids = [_text(i) for i in store.client.zrange(store.keys.leases, 0, -1)]
+    held: dict[str, dict[str, int]] = {}
+    for job in store.jobs(ids):
+        if job.pilot and job.state in (JobState.MATCHED, JobState.RUNNING):
+            use = held.setdefault(job.pilot, {"used_cpu": 0, "used_mem": 0, "used_tmp": 0})
+            use["used_cpu"] += job.cpu
+            use["used_mem"] += job.mem
+            use["used_tmp"] += job.tmp
+    return held
+
+
 def _free(rec: dict[str, Any], key: str) -> float | None:
-    """What a pilot has free of one consumable from its last heartbeat: its size less what is used."""
+    """What a pilot has free of one consumable: its size less what is used."""
     total, used = (_number(rec, name) for name in _HELD[key])
     if total is not None:
         return max(0.0, total - (used or 0.0))
@@ -190,12 +211,15 @@ def explain(store: Store, catalog: Catalog, job_id: str, *, now: float | None = 
     records = client.hmget(k.pilots, live) if live else []
     fits: list[PilotFit] = []
     stopped = 0
+    held = _held_now(store)
     for pilot, raw in zip(live, records, strict=True):
         try:
             prec = json.loads(raw) if raw else {}
         except ValueError:
             prec = {}
         prec = prec if isinstance(prec, dict) else {}
+        if held is not None and pilot in held:  # what it holds now, where its heartbeat may say less
+            prec = {**prec, **{k: max(v, int(_number(prec, k) or 0)) for k, v in held[pilot].items()}}
         if prec.get("stopped"):
             stopped += 1  # its last heartbeat was its goodbye
             continue
