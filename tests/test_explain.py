@@ -183,3 +183,14 @@ def test_render_and_command(submitter: Submitter, real_redis: redis.Redis, redis
     result = CliRunner().invoke(explain_command, [sub.ids["j"], "--json"], env=env)
     doc = json.loads(result.output)
     assert doc["pilots"][0]["reasons"] == ["free cpu 1 < 2 cores needed"] and doc["position"] == 0
+
+
+def test_what_a_pilot_matched_since_its_heartbeat_counts(submitter: Submitter, store: Store,
+                                                          catalog: Catalog) -> None:
+    """A heartbeat may be older than the pilot's last match: the leased jobs say what it holds now."""
+    sub = submitter.submit([el9("first", cpu=4, ete=100), el9("next", cpu=1, ete=100)])
+    pilot(store, "p")  # all 4 cores free, as of this heartbeat
+    (taken,) = store.match(PilotOffer("p", QA, 4, 8000))
+    assert taken.id == sub.ids["first"]
+    e = explain(store, catalog, sub.ids["next"])
+    assert e.pilots[0].reasons == ["free cpu 0 < 1 cores needed"] and "can run it now" not in e.verdict
