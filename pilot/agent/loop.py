@@ -250,9 +250,16 @@ class Pilot:
         assert self._selector is not None
         try:
             pubsub = self.store.client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
-            pubsub.subscribe(self.store.keys.wake, self.store.keys.pilot_channel(self.name))
+            pubsub.subscribe(self.store.keys.wake)
             while pubsub.get_message(timeout=0.5) is not None:
                 pass
+            try:  # apart: a server whose ACL refuses this channel must not cost the wake channel
+                pubsub.subscribe(self.store.keys.pilot_channel(self.name))
+                while pubsub.get_message(timeout=0.5) is not None:
+                    pass
+            except Exception as exc:
+                log.warning("pilot %s: no channel of its own (%s): kills and stops wait for its heartbeat",
+                            self.name, exc)
             assert pubsub.connection is not None
             self._selector.register(pubsub.connection._sock, selectors.EVENT_READ, ("work", None))
         except Exception as exc:
