@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import redis
 from storehelp import job
-from test_pilot_support import finish, pilot_env, running_pilot, wait_for
+from test_pilot_support import finish, pilot_env, pilot_log, running_pilot, wait_for
 
 from pilot.agent.config import identity_from_environment
 from taskqueues import stops
@@ -112,3 +112,15 @@ def test_an_operator_request_is_never_replaced_by_a_release(any_redis: redis.Red
     assert set(stops.pending(any_redis, keys)) == {"p1"}
     with pytest.raises(ValidationError, match="stop mode must be one of release, drain, shutdown"):
         stops.request(any_redis, keys, "p1", "pause", "?")
+
+
+def test_a_draining_pilot_can_still_be_shut_down(store: Store, redis_url: str, tmp_path: Path) -> None:
+    [long] = store.submit([job(command="sleep 300")])
+    name, env = named_env(tmp_path, "drain-then-shutdown")
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "3000", *SLOW, env=env) as proc:
+        wait_for(lambda: store.job(long).state == JobState.RUNNING, WINDOW, "the job to run")
+        stops.request(store.client, store.keys, name, "drain", "drained by operator")
+        wait_for(lambda: "takes no more jobs" in pilot_log(tmp_path), WINDOW, "the pilot to say it drains")
+        stops.request(store.client, store.keys, name, "shutdown", "shut down by operator")
+        log = finish(proc, tmp_path, WINDOW)
+    assert store.job(long).state == JobState.WAITING, log

@@ -509,7 +509,7 @@ class Pilot:
             log.warning("pilot %s: cannot read its stop request: %s", self.name, exc)
             return
         self._release_asked = False
-        if asked is None or not self.accepting:
+        if asked is None or (not self.accepting and asked.mode != "shutdown"):  # a drain may turn into a shutdown
             return
         if asked.mode == "release" and not self._idle():
             self._release_asked = True  # looked at again when the pilot next finds nothing to do
