@@ -1,4 +1,4 @@
-"""Operator commands of the control plane: config, submit, cancel, kill, matcher, health."""
+"""Operator commands of the control plane: config, submit, cancel, kill, drain, matcher, health."""
 
 from __future__ import annotations
 
@@ -6,14 +6,15 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 
 import click
 
-from taskqueues import alive
+from taskqueues import alive, stops
 from taskqueues.errors import NotFound, PilotfishError
 
 from .context import Context
-from .control import cancel_request
+from .control import stop_job, stop_target
 from .settings import Settings
 from .submission import submit_workflow
 from .workflow import load_workflow
@@ -64,25 +65,53 @@ def submit(workflow: str, remote: bool, timeout: float, as_json: bool) -> None:
 @click.argument("targets", nargs=-1, required=True)
 @click.option("--reason", default="cancelled by operator", show_default=True)
 def cancel(targets: tuple[str, ...], reason: str) -> None:
-    """Cancel requests (by request id) or single jobs (by job id)."""
+    """Cancel requests (by request id) or single jobs (by job id): waiting jobs end now, running ones are
+    stopped by their pilot at once."""
     store = Context(Settings.load()).store
-    for target in targets:
-        try:
-            counts = cancel_request(store, target, reason)
-            click.echo(f"request {target}: {counts['ended']} jobs cancelled, {counts['requested']} running jobs "
-                       "asked to stop")
-        except NotFound:
-            click.echo(f"job {target}: {store.cancel(target, reason)}")
+    _each(targets, lambda target: stop_target(store, target, reason))
 
 
 @click.command()
 @click.argument("jobs", nargs=-1, required=True)
 @click.option("--reason", default="killed by operator", show_default=True)
 def kill(jobs: tuple[str, ...], reason: str) -> None:
-    """Kill running jobs (their pilot terminates the payload at its next heartbeat)."""
+    """Kill running jobs: their pilot, told on its own channel, terminates the payload at once."""
     store = Context(Settings.load()).store
-    for job in jobs:
-        click.echo(f"job {job}: {store.kill(job, reason)}")
+    _each(jobs, lambda job: stop_job(store, job, reason, kill=True))
+
+
+@click.command()
+@click.argument("pilots", nargs=-1, required=True)
+@click.option("--shutdown", is_flag=True,
+              help="Give the running payloads back to their task queue now instead of letting them finish.")
+@click.option("--reason", default=None, help="Why (shown in the pilot's log and record).")
+def drain(pilots: tuple[str, ...], shutdown: bool, reason: str | None) -> None:
+    """Drain PILOTS (names as in Flower): they take no new work, let their payloads finish, then exit."""
+    ctx = Context(Settings.load())
+    live = ctx.store.pilot_records(3 * ctx.settings.lease_seconds)
+    mode = "shutdown" if shutdown else "drain"
+
+    def one(name: str) -> str:
+        if name not in live or live[name].get("stopped"):
+            raise NotFound(f"no live pilot {name!r} (pilots seen within {3 * ctx.settings.lease_seconds:g} s: "
+                           f"{', '.join(sorted(n for n, r in live.items() if not r.get('stopped'))) or 'none'})")
+        stops.request(ctx.client, ctx.keys, name, mode, reason or f"{mode} requested by operator")
+        return f"pilot {name}: {'shutting down' if shutdown else 'draining'}"
+
+    _each(pilots, one)
+
+
+def _each(targets: tuple[str, ...], act: Callable[[str], str]) -> None:
+    """Act on every target; errors are one line each on stderr, and the status is non-zero if any failed."""
+    failed = False
+    for target in targets:
+        try:
+            click.echo(act(target))
+        except PilotfishError as exc:
+            click.echo(f"pilotfish: error: {exc}", err=True)
+            failed = True
+    if failed:
+        sys.exit(1)
 
 
 @click.command()

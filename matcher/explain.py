@@ -2,10 +2,15 @@
 
 In order: the job's state (only a waiting job can be matched); its place in its task queue (a pilot
 only ever takes the head); the queues it is eligible for (the stored SubmitPool) and, for the others,
-the catalog's reason; then every live pilot (a heartbeat within 3 leases) and what stopped it: its queue
-is not eligible, it is draining, a resource (free cores, memory, scratch, time left) is short, or more
-urgent heads of its queue fit first. A pilot record field that a heartbeat did not send is "unknown",
-never a guess. The verdict names the first thing to act on.
+the catalog's reason; then every live pilot (a heartbeat within 3 leases, and not stopped: the others are
+only counted) and what stopped it: its queue is not eligible, it is draining, a resource is short, or more
+urgent heads of its queue fit first. What a pilot has free is what its last heartbeat says: its size
+(``cores``, ``mem``, ``tmp``) less what its payloads hold (``used_cpu``, ``used_mem``, ``used_tmp``), and
+its ``time_left``. A heartbeat may be older than the pilot's last match, so what its payloads hold is
+also counted from the leased jobs themselves (each names its pilot) while there are at most
+:data:`LEASE_SCAN` of them, and the larger of the two counts. A field that a heartbeat did not send is
+"unknown", never a guess, and a pilot whose room is unknown is never said to be able to run the job. The
+verdict names the first thing to act on.
 """
 
 from __future__ import annotations
@@ -26,7 +31,11 @@ from taskqueues.store import Store
 __all__ = ["LIVE_LEASES", "Explanation", "PilotFit", "explain", "render_explanation"]
 
 LIVE_LEASES = 3
+#: Up to this many leased jobs, explain counts what each pilot holds from the jobs rather than its heartbeat.
+LEASE_SCAN = 20_000
 _FREE = (("cpu", "free_cpu", "cores"), ("mem", "free_mem", "MB memory"), ("tmp", "free_tmp", "MB scratch"))
+#: A pilot record's size and use of each consumable (what ``pilot.agent.loop.Pilot._record`` writes).
+_HELD = {"free_cpu": ("cores", "used_cpu"), "free_mem": ("mem", "used_mem"), "free_tmp": ("tmp", "used_tmp")}
 
 
 @dataclass(frozen=True)
@@ -63,6 +72,10 @@ class Explanation:
     ineligible: dict[str, str]
     pilots: list[PilotFit] = field(default_factory=list)
     verdict: str = ""
+    skipped: int = 0
+    """Pilots in the pilots hash not listed: no heartbeat within the liveness window, or stopped."""
+    window: float = 0.0
+    """The liveness window, seconds (3 leases)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -94,6 +107,30 @@ def _number(rec: dict[str, Any], name: str) -> float | None:
     return float(value)
 
 
+def _held_now(store: Store) -> dict[str, dict[str, int]] | None:
+    """What each pilot's matched and running jobs hold now (used_cpu, used_mem, used_tmp), from the leased
+    jobs' own records; None when there are more than :data:`LEASE_SCAN` of them (heartbeats are used)."""
+    if int(store.client.zcard(store.keys.leases)) > LEASE_SCAN:
+        return None
+    ids = [_text(i) for i in store.client.zrange(store.keys.leases, 0, -1)]
+    held: dict[str, dict[str, int]] = {}
+    for job in store.jobs(ids):
+        if job.pilot and job.state in (JobState.MATCHED, JobState.RUNNING):
+            use = held.setdefault(job.pilot, {"used_cpu": 0, "used_mem": 0, "used_tmp": 0})
+            use["used_cpu"] += job.cpu
+            use["used_mem"] += job.mem
+            use["used_tmp"] += job.tmp
+    return held
+
+
+def _free(rec: dict[str, Any], key: str) -> float | None:
+    """What a pilot has free of one consumable: its size less what is used."""
+    total, used = (_number(rec, name) for name in _HELD[key])
+    if total is not None:
+        return max(0.0, total - (used or 0.0))
+    return _number(rec, key)
+
+
 def _fit(job: Job, ete: float, rec: dict[str, Any]) -> tuple[list[str], list[str]]:
     """(what is short, what is unknown) for this job on a pilot with record ``rec``."""
     short, unknown = [], []
@@ -101,7 +138,7 @@ def _fit(job: Job, ete: float, rec: dict[str, Any]) -> tuple[list[str], list[str
         short.append("it is draining (takes no new work)")
     for attr, key, unit in _FREE:
         need = getattr(job, attr)
-        have = _number(rec, key)
+        have = _free(rec, key)
         if have is None:
             if need:
                 unknown.append(f"{key.replace('_', ' ')} unknown")
@@ -131,7 +168,7 @@ def _heads_ahead(store: Store, queue: str, job: Job, score: float, rec: dict[str
         if not head or float(head[0][1]) >= score:
             continue  # the index may lag below the real head: the real one decides
         _, cpu, mem, tmp, ete = _text(head[0][0]).split(":")
-        free = [_number(rec, key) for _, key, _ in _FREE]
+        free = [_free(rec, key) for _, key, _ in _FREE]
         left = _number(rec, "time_left")
         wants = [float(cpu), float(mem), float(tmp)]
         if all(f is None or w <= f for f, w in zip(free, wants, strict=True)) and (left is None or float(ete) <= left):
@@ -168,16 +205,24 @@ def explain(store: Store, catalog: Catalog, job_id: str, *, now: float | None = 
     if not eligible:
         return _with(base, verdict="no queue is eligible for its task queue: check the catalog reasons")
 
-    seen: Any = client.zrangebyscore(k.pilotseen, now - LIVE_LEASES * store.lease_seconds, "+inf")
+    window = LIVE_LEASES * store.lease_seconds
+    seen: Any = client.zrangebyscore(k.pilotseen, now - window, "+inf")
     live = sorted(_text(p) for p in seen)
     records = client.hmget(k.pilots, live) if live else []
     fits: list[PilotFit] = []
+    stopped = 0
+    held = _held_now(store)
     for pilot, raw in zip(live, records, strict=True):
         try:
             prec = json.loads(raw) if raw else {}
         except ValueError:
             prec = {}
         prec = prec if isinstance(prec, dict) else {}
+        if held is not None and pilot in held:  # what it holds now, where its heartbeat may say less
+            prec = {**prec, **{k: max(v, int(_number(prec, k) or 0)) for k, v in held[pilot].items()}}
+        if prec.get("stopped"):
+            stopped += 1  # its last heartbeat was its goodbye
+            continue
         queue = prec.get("queue")
         if not isinstance(queue, str) or not queue:
             fits.append(PilotFit(pilot, "unknown", False, False, ["its queue is unknown (no queue in its record)"]))
@@ -187,17 +232,18 @@ def explain(store: Store, catalog: Catalog, job_id: str, *, now: float | None = 
             fits.append(PilotFit(pilot, queue, False, False, [f"its queue {queue} is not eligible: {why}"]))
             continue
         short, unknown = _fit(job, ete, prec)
-        if short:
+        if short or unknown:
             fits.append(PilotFit(pilot, queue, True, False, short + unknown))
             continue
         ahead = _heads_ahead(store, queue, job, job.score, prec)
-        reasons = list(unknown)
+        reasons: list[str] = []
         if ahead:
             reasons.insert(0, f"{ahead} more urgent heads fit first")
         if rank:
             reasons.insert(0, f"waiting behind {rank} jobs of its task queue")
         fits.append(PilotFit(pilot, queue, True, True, reasons, ahead))
-    return _with(base, pilots=fits, verdict=_verdict(fits, int(rank)))
+    skipped = int(client.hlen(k.pilots)) - len(live) + stopped
+    return _with(base, pilots=fits, verdict=_verdict(fits, int(rank)), skipped=max(0, skipped), window=window)
 
 
 def _with(base: Explanation, **changes: Any) -> Explanation:
@@ -251,5 +297,7 @@ def render_explanation(e: Explanation, now: float | None = None) -> list[str]:
             lines.append(f"  not eligible {queue}: {why}")
     for f in e.pilots:
         lines.append(f"  pilot {f.pilot} ({f.queue}): " + ("; ".join(f.reasons) if f.reasons else "could take it now"))
+    if e.skipped:
+        lines.append(f"  ({e.skipped} pilots not listed: stopped, or no heartbeat within {e.window:g} s)")
     lines.append(f"verdict: {e.verdict}")
     return lines

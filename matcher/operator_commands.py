@@ -20,7 +20,15 @@ from taskqueues.store import Store
 from .context import Context
 from .explain import explain as explain_job
 from .explain import render_explanation
-from .status import find_request, render_requests, render_task_queues, request_status, requests_status, task_queues
+from .status import (
+    EXAMPLES,
+    find_request,
+    render_requests,
+    render_task_queues,
+    request_status,
+    requests_status,
+    task_queues,
+)
 
 __all__ = ["WATCH_SECONDS", "explain", "status"]
 
@@ -31,7 +39,7 @@ def _snapshot(store: Store, request: str | None) -> tuple[dict[str, Any], list[s
     """(JSON document, human lines, every job shown is final) for one refresh."""
     now = time.time()
     if request is not None:
-        one = request_status(store, request)
+        one = request_status(store, request, examples=EXAMPLES)
         return one.to_json(), render_requests([one], now), one.final
     everything = requests_status(store)
     queues = task_queues(store)

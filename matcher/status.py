@@ -10,7 +10,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from taskqueues.errors import NotFound
@@ -36,6 +36,8 @@ class RequestStatus:
     """Seconds still needed along the critical path: the largest pressure among unfinished jobs."""
     jobs: int
     states: dict[str, int]
+    examples: dict[str, list[dict[str, str]]] = field(default_factory=dict)
+    """Per state, the first few jobs (``id``, ``name``) in id order: filled for one request's view only."""
 
     @property
     def final(self) -> bool:
@@ -60,8 +62,17 @@ class TaskQueueStatus:
         return asdict(self)
 
 
-def _status(request: str, rec: dict[str, Any], jobs: Sequence[Job]) -> RequestStatus:
+#: Jobs named per state by ``status REQUEST`` (``pilotfish jobs`` is for the full listing).
+EXAMPLES = 5
+
+
+def _status(request: str, rec: dict[str, Any], jobs: Sequence[Job], examples: int = 0) -> RequestStatus:
     states = Counter(j.state.value for j in jobs)
+    named: dict[str, list[dict[str, str]]] = {}
+    for j in sorted(jobs, key=lambda j: int(j.id) if j.id.isdigit() else 0) if examples else ():
+        listed = named.setdefault(j.state.value, [])
+        if len(listed) < examples:
+            listed.append({"id": j.id, "name": j.name})
     unfinished = [j.pressure for j in jobs if not j.state.final]
     return RequestStatus(
         id=request,
@@ -72,12 +83,13 @@ def _status(request: str, rec: dict[str, Any], jobs: Sequence[Job]) -> RequestSt
         critical_path=max(unfinished, default=0.0),
         jobs=len(jobs),
         states={s: states[s] for s in STATE_ORDER if states[s]},
+        examples={s: named[s] for s in STATE_ORDER if s in named},
     )
 
 
-def request_status(store: Store, request: str) -> RequestStatus:
-    """The status of one request (by id); NotFound if there is none."""
-    return _status(request, store.request(request), store.request_jobs(request))
+def request_status(store: Store, request: str, examples: int = 0) -> RequestStatus:
+    """The status of one request (by id), naming up to ``examples`` jobs per state; NotFound if there is none."""
+    return _status(request, store.request(request), store.request_jobs(request), examples)
 
 
 def requests_status(store: Store) -> list[RequestStatus]:
@@ -147,6 +159,10 @@ def render_requests(statuses: Sequence[RequestStatus], now: float) -> list[str]:
         states = ", ".join(f"{n} {state}" for state, n in s.states.items()) or "no job"
         lines.append(f"request {s.id} {s.name!r} priority {s.priority:g}: {s.jobs} jobs ({states})")
         lines.append(f"  submitted {_when(s.submitted, now)}")
+        for state, listed in s.examples.items():
+            more = s.states.get(state, 0) - len(listed)
+            jobs = ", ".join(f"{j['id']} {j['name']}" if j["name"] else j["id"] for j in listed)
+            lines.append(f"  {state}: {jobs}" + (f" (+{more} more)" if more > 0 else ""))
         if s.final:
             lines.append("  finished")
         else:

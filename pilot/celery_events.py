@@ -362,6 +362,9 @@ class CeleryObserver:
     def shutdown(self, reason: str) -> None:
         self._commands.put(Command("shutdown", reason=reason or "shutdown requested from Celery/Flower"))
 
+    def drain(self, reason: str) -> None:
+        self._commands.put(Command("drain", reason=reason or "drain requested from Celery/Flower"))
+
     def send_heartbeat(self) -> None:
         if self._sender is not None:
             self._sender.heartbeat_now()

@@ -45,6 +45,7 @@ class ControlTarget(Protocol):
 
     def revoke(self, task_ids: list[str], terminate: bool, signal: str) -> Reply: ...
     def shutdown(self, reason: str) -> None: ...
+    def drain(self, reason: str) -> None: ...
     def send_heartbeat(self) -> None: ...
     def active(self) -> list[dict[str, Any]]: ...
     def query_task(self, task_ids: list[str]) -> dict[str, Any]: ...
@@ -87,6 +88,12 @@ def build_handlers(target: ControlTarget, clock: Callable[[], int]) -> _Handlers
     Formats follow celery/worker/control.py: ``ping`` -> ``{"ok": "pong"}``; ``revoke``/``terminate`` ->
     ``{"ok": ...}``; inspect commands return bare values (lists or dicts). ``shutdown`` is a cast in
     Celery (the worker raises ``WorkerShutdown``); we queue a command for the pilot and answer if asked.
+
+    Shutdown is Celery's warm shutdown for a pilot: it takes no new work and gives its running payloads back
+    to their task queue at once (a pilot's payloads may run for days: waiting for them is a drain). A drain
+    is asked for as Celery asks a worker to stop taking work from a queue: ``cancel_consumer`` of the
+    pilot's queue (Flower: ``POST /api/worker/queue/cancel-consumer/<pilot>?queue=<queue>``), or the
+    pilot's own ``drain`` command (``app.control.broadcast("drain", destination=[pilot])``).
     """
 
     def revoke(_state: Any, task_id: Any = None, terminate: bool = False, signal: str | None = None,
@@ -98,7 +105,18 @@ def build_handlers(target: ControlTarget, clock: Callable[[], int]) -> _Handlers
 
     def shutdown(_state: Any, msg: str = "Got shutdown from remote", **_kw: Any) -> Reply:
         target.shutdown(msg)
-        return ok("shutting down: running payloads are handled as the pilot is configured to")
+        return ok("shutting down: running payloads go back to their task queue")
+
+    def drain(_state: Any, reason: str = "drain requested from Celery/Flower", **_kw: Any) -> Reply:
+        target.drain(reason)
+        return ok("draining: no new work; running payloads finish, then the pilot stops")
+
+    def cancel_consumer(_state: Any, queue: str | None = None, **_kw: Any) -> Reply:
+        served = [q["name"] for q in target.active_queues()]
+        if queue not in served:
+            return nok(f"this pilot serves only queue {', '.join(served) or '?'}, not {queue!r}")
+        target.drain(f"stopped consuming from {queue} (Celery/Flower cancel_consumer)")
+        return ok(f"no longer consuming from {queue}: draining, running payloads finish")
 
     def heartbeat(_state: Any, **_kw: Any) -> None:
         target.send_heartbeat()
@@ -113,6 +131,7 @@ def build_handlers(target: ControlTarget, clock: Callable[[], int]) -> _Handlers
         revoke=revoke,
         terminate=terminate,
         shutdown=shutdown,
+        drain=drain,
         heartbeat=heartbeat,
         hello=hello,
         clock=lambda _state, **_kw: {"clock": clock()},
@@ -133,7 +152,7 @@ def build_handlers(target: ControlTarget, clock: Callable[[], int]) -> _Handlers
         pool_shrink=_unsupported("pool_shrink"),
         autoscale=_unsupported("autoscale"),
         add_consumer=_unsupported("add_consumer"),
-        cancel_consumer=_unsupported("cancel_consumer"),
+        cancel_consumer=cancel_consumer,
         rate_limit=_unsupported("rate_limit"),
         time_limit=_unsupported("time_limit"),
     )

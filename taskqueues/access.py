@@ -5,7 +5,7 @@ The control plane (Celery worker and beat, directors, operators' commands, Flowe
 
 * touch its own community's keys (``~<prefix>:{<vo>}:*``) with the commands the pilot's scripts and reads
   use (:data:`PILOT_COMMANDS`): no ``FLUSHALL``, ``CONFIG``, ``KEYS``, ``SCAN``, ``DEL``, ``ACL``...;
-* listen on its community's wake channel;
+* listen on its community's wake channel and the pilots' own channels (kill and stop requests);
 * speak Celery's event and remote-control protocols on the broker (Flower sees pilots as workers): publish
   on ``celeryev``, listen on the broadcast ``celery.pidbox``, and answer into the reply queues.
 
@@ -60,7 +60,7 @@ def pilot_rules(prefix: str, vo: str, db: int = 0) -> list[str]:
     commands never apply to the store's keys; on Redis 6.2 they are plain rules (see :func:`apply`).
     """
     base = f"{prefix}:{{{vo}}}:"
-    return ["resetkeys", f"~{base}*", "resetchannels", f"&{base}wake", f"&/{db}.celeryev/*",
+    return ["resetkeys", f"~{base}*", "resetchannels", f"&{base}wake", f"&{base}ctl:*", f"&/{db}.celeryev/*",
             f"&/{db}.celery.pidbox", "-@all", *(f"+{c}" for c in PILOT_COMMANDS)]
 
 

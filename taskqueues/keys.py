@@ -27,6 +27,8 @@ rewrite. ``tests/test_keys.py`` checks it for every key builder.
 | ``P:{vo}:byrule:<rule>`` | set | unfinished jobs of a rule (re-pressure finds them when the rule's mean moves) |
 | ``P:{vo}:work`` | string | outstanding core-seconds of unfinished jobs (the load in a request's ETA) |
 | ``P:{vo}:wake`` | channel | published when work enters a task queue: idle pilots wait on it |
+| ``P:{vo}:ctl:<pilot>`` | channel | a kill or stop request for this pilot was stored: it heartbeats at once |
+| ``P:{vo}:stops`` | hash | pilot id → stop request (JSON: ``mode`` release / drain / shutdown, ``reason``, ``at``) |
 | ``P:{vo}:lock:<name>`` | string | a periodic task's lock (token, with an expiry) |
 | ``P:{vo}:alive:<component>`` | zset | ``<component>@<host>`` → last beat, written by that process itself |
 | ``P:{vo}:cursor`` | hash | periodic tasks' progress: ``repressure`` (how far re-pressure read the done log),
@@ -154,6 +156,13 @@ class Keys:
     @property
     def wake(self) -> str:
         return f"{self.base}:wake"
+
+    def pilot_channel(self, pilot: str) -> str:
+        return f"{self.base}:ctl:{pilot}"
+
+    @property
+    def stops(self) -> str:
+        return f"{self.base}:stops"
 
     def lock(self, name: str) -> str:
         return f"{self.base}:lock:{name}"

@@ -109,7 +109,7 @@ class Rig:
     """Director, store and batch system of one kind, for one test."""
 
     def __init__(self, kind: str, redis_url: str, tmp: Path, *, pilot_env: dict[str, str] | None = None,
-                 pilot_redis_url: str | None = None) -> None:
+                 pilot_redis_url: str | None = None, idle_timeout: float = 2.0) -> None:
         self.kind = kind
         self.system = system_env(kind) if kind != "local" else {}
         self.cmd_env = {**os.environ, "PATH": "/usr/bin:/bin:" + os.environ.get("PATH", ""), **self.system}
@@ -118,10 +118,10 @@ class Rig:
         self.marker.touch()
         catalog = tmp / "catalog.toml"
         catalog.write_text(catalog_text())
-        # Short leases (heartbeat every second), no back-off, pilots leave after 2 s without work.
+        # Short leases (heartbeat every second), no back-off, pilots leave after 2 s without work (by default).
         settings = Settings().with_(redis_url=redis_url, pilot_redis_url=pilot_redis_url or redis_url,
                                     catalog=str(catalog), state_dir=str(tmp / "state"),
-                                    lease_seconds=3.0, backoff_seconds=0.0, pilot_idle_timeout=2.0,
+                                    lease_seconds=3.0, backoff_seconds=0.0, pilot_idle_timeout=idle_timeout,
                                     pilot_events=False)
         self.ctx = Context(settings)
         self.director = Director(self.ctx, log_dir=str(tmp / "logs"), env=pilot_env)

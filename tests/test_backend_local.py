@@ -129,6 +129,18 @@ def test_plain_local_refuses_what_it_cannot_hold() -> None:
         backend.submit(PilotRequest("x", ["true"], SMALL, 60, options="--bogus 1"))
 
 
+def test_batch_ids_are_unique_across_the_local_backends_of_one_process() -> None:
+    """A director holds one local backend per converted batch system; pilot names (which leases carry)
+    come from the batch ids, so two backends must never hand out the same one (issue 20)."""
+    first, second = LocalBackend(LocalSettings(background=False)), LocalBackend(LocalSettings(background=False))
+    try:
+        ids = [backend.submit(PilotRequest("p", ["true"], SMALL, 60)) for backend in (first, second, first)]
+        assert len(set(ids)) == 3, ids
+    finally:
+        for backend in (first, second):
+            backend.shutdown(wait=5)
+
+
 def test_wall_time_is_enforced_as_lost(tmp_path: Path) -> None:
     backend = LocalBackend(LocalSettings(grace=0.5))
     try:

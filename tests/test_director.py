@@ -65,10 +65,11 @@ def test_demand_becomes_pilots_of_the_cheapest_shapes_that_run_every_job_once(ri
     assert set(first.submitted) <= set(ended)
     assert set(ended) | rig.cancelled() == set(rig.submitted()), (ended, rig.cancelled(), rig.submitted())
     assert all(why.startswith("DONE") for why in ended.values()), ended
-    # They left by idle timeout: the reason each pilot gave in its last heartbeat.
+    # They left by idle timeout, or released by the director while the other pilot waited for their room
+    # (a 2-core host holds c1 or c2, not both): the reason each pilot gave in its last heartbeat.
     records = [r for r in rig.ctx.store.pilot_records().values() if r["queue"] == rig.queue.id]
     assert len(records) == len(ended), records
-    assert all(str(r.get("stopped", "")).startswith("idle") for r in records), records
+    assert all(str(r.get("stopped", "")).startswith(("idle", "released by the director")) for r in records), records
 
 
 @pytest.mark.parametrize("rig", ALL, indirect=True)

@@ -22,7 +22,8 @@ from taskqueues.store import Store
 
 CATALOG = TWO_SITES
 NOW = 1_000_000.0
-FULL = {"queue": QA, "cpu": 4, "mem": 8000, "tmp": 1000, "free_cpu": 4, "free_mem": 8000, "free_tmp": 1000,
+# A pilot's record as its heartbeat writes it (pilot.agent.loop.Pilot._record): its size and what is used.
+FULL = {"queue": QA, "cores": 4, "mem": 8000, "tmp": 1000, "used_cpu": 0, "used_mem": 0, "used_tmp": 0,
         "time_left": 3600, "running": [], "draining": False}
 
 
@@ -72,7 +73,7 @@ def test_a_job_no_pilot_can_run(submitter: Submitter, store: Store, catalog: Cat
 
 def test_a_job_blocked_by_resources(submitter: Submitter, store: Store, catalog: Catalog) -> None:
     sub = submitter.submit([el9("big", ete=7200, cpu=2, mem="4G")])
-    pilot(store, "p1", free_cpu=1, free_mem=6000)
+    pilot(store, "p1", used_cpu=3, used_mem=2000)
     pilot(store, "p2", time_left=600)
     pilot(store, "p3", draining=True)
     e = explain(store, catalog, sub.ids["big"])
@@ -87,8 +88,10 @@ def test_a_job_blocked_by_resources(submitter: Submitter, store: Store, catalog:
 def test_unknown_pilot_fields_are_said_unknown(submitter: Submitter, store: Store, catalog: Catalog) -> None:
     sub = submitter.submit([el9("j", mem="1G")])
     store.heartbeat("sparse", {}, {"queue": QA})
-    (fit,) = explain(store, catalog, sub.ids["j"]).pilots
-    assert fit.fits and fit.reasons == ["free cpu unknown", "free mem unknown", "time left unknown"]
+    e = explain(store, catalog, sub.ids["j"])
+    (fit,) = e.pilots
+    assert not fit.fits and fit.reasons == ["free cpu unknown", "free mem unknown", "time left unknown"]
+    assert "can run it now" not in e.verdict, "a pilot whose room is unknown is never named as able"
     store.heartbeat("anon", {}, {"cpu": 4})
     by = {f.pilot: f for f in explain(store, catalog, sub.ids["j"]).pilots}
     assert by["anon"].reasons == ["its queue is unknown (no queue in its record)"]
@@ -99,7 +102,27 @@ def test_only_live_pilots_count(submitter: Submitter, store: Store, catalog: Cat
     pilot(store, "old")
     clock.now += 3 * 60 + 1  # three leases without a heartbeat
     pilot(store, "new", queue=QB)
-    assert [f.pilot for f in explain(store, catalog, sub.ids["j"]).pilots] == ["new"]
+    pilot(store, "gone", stopped="idle: nothing matched for 60.0 s", draining=True)  # its goodbye heartbeat
+    e = explain(store, catalog, sub.ids["j"])
+    assert [f.pilot for f in e.pilots] == ["new"] and e.skipped == 2 and e.window == 180
+    assert "  (2 pilots not listed: stopped, or no heartbeat within 180 s)" in render_explanation(e, NOW)
+
+
+def test_fit_is_judged_on_what_the_heartbeat_says_is_free(submitter: Submitter, store: Store,
+                                                          catalog: Catalog) -> None:
+    """Issue 20: a 4-core job was said to run now on a 1-core, 2 GB pilot, whose free room showed as
+    unknown because the record holds its size and use, not its free room."""
+    sub = submitter.submit([el9("wide", cpu=4, mem="7G"), el9("one", cpu=1, mem="1G")])
+    pilot(store, "small", cores=1, mem=2000, tmp=10000)
+    pilot(store, "busy", cores=8, mem=20000, tmp=10000, used_cpu=6, used_mem=4000)
+    wide = explain(store, catalog, sub.ids["wide"])
+    by = {f.pilot: f for f in wide.pilots}
+    assert by["small"].reasons == ["free cpu 1 < 4 cores needed", "free mem 2000 < 7000 MB memory needed"]
+    assert by["busy"].reasons == ["free cpu 2 < 4 cores needed"]
+    assert not any(f.fits for f in wide.pilots) and "can run it now" not in wide.verdict
+    assert "unknown" not in " ".join(render_explanation(wide, NOW))
+    one = explain(store, catalog, sub.ids["one"])
+    assert {f.pilot for f in one.pilots if f.fits} == {"small", "busy"}
 
 
 def test_behind_jobs_of_its_task_queue_and_behind_other_heads(submitter: Submitter, store: Store,
@@ -120,7 +143,7 @@ def test_behind_jobs_of_its_task_queue_and_behind_other_heads(submitter: Submitt
     assert e.pilots[0].reasons == ["1 more urgent heads fit first"]
     assert e.verdict.startswith("1 more urgent heads fit first")
     # That head does not fit a pilot with little memory: for that pilot, mine is next.
-    pilot(store, "small", free_mem=500)
+    pilot(store, "small", used_mem=7500)
     e = explain(store, catalog, mine.ids["mine"])
     assert {f.pilot: f.ahead for f in e.pilots} == {"p": 1, "small": 0}
     assert e.verdict == "pilot small can run it now: it should be matched at its next request"
@@ -147,7 +170,7 @@ def test_render_and_command(submitter: Submitter, real_redis: redis.Redis, redis
     # The command reads the real clock: a store on it publishes the heartbeat.
     live = Store(real_redis, lease_seconds=60)
     sub = Submitter(live, Catalog.loads(CATALOG)).submit([el9("j", cpu=2)])
-    live.heartbeat("p1", {}, {**FULL, "free_cpu": 1})
+    live.heartbeat("p1", {}, {**FULL, "used_cpu": 3})
     lines = render_explanation(explain(live, Catalog.loads(CATALOG), sub.ids["j"]), time.time())
     assert lines[-1].startswith("verdict: no live pilot in an eligible queue has room")
     assert any(line == "  pilot p1 (A/ce/q): free cpu 1 < 2 cores needed" for line in lines)
@@ -160,3 +183,14 @@ def test_render_and_command(submitter: Submitter, real_redis: redis.Redis, redis
     result = CliRunner().invoke(explain_command, [sub.ids["j"], "--json"], env=env)
     doc = json.loads(result.output)
     assert doc["pilots"][0]["reasons"] == ["free cpu 1 < 2 cores needed"] and doc["position"] == 0
+
+
+def test_what_a_pilot_matched_since_its_heartbeat_counts(submitter: Submitter, store: Store,
+                                                          catalog: Catalog) -> None:
+    """A heartbeat may be older than the pilot's last match: the leased jobs say what it holds now."""
+    sub = submitter.submit([el9("first", cpu=4, ete=100), el9("next", cpu=1, ete=100)])
+    pilot(store, "p")  # all 4 cores free, as of this heartbeat
+    (taken,) = store.match(PilotOffer("p", QA, 4, 8000))
+    assert taken.id == sub.ids["first"]
+    e = explain(store, catalog, sub.ids["next"])
+    assert e.pilots[0].reasons == ["free cpu 0 < 1 cores needed"] and "can run it now" not in e.verdict

@@ -1,12 +1,11 @@
 """Flower watching and steering REAL pilots (issue 6): two ``pilotfish pilot --events`` processes run real
 payloads submitted with the Submitter, and everything is observed and done through Flower's HTTP API.
 
-What the pilots are told to do with an operator's shutdown matters for what the test asserts: they run
-with ``--shutdown-kill``, so a shutdown from Flower terminates the running payloads (SIGTERM, then SIGKILL
-after ``--kill-grace``), gives their jobs back to their task queue (a retry, shown as Celery's RETRY) and
-exits; the requeued job then runs again on the surviving pilot. Without ``--shutdown-kill`` the pilot
-would drain instead (take nothing new, let its payloads finish), which cannot end within a heartbeat
-while a ``sleep 30`` runs.
+A shutdown from Flower is Celery's warm shutdown for a pilot: it terminates the running payloads (SIGTERM,
+then SIGKILL after ``--kill-grace``), gives their jobs back to their task queue (a retry, shown as Celery's
+RETRY) and exits within a heartbeat; the requeued job then runs again on the surviving pilot. A drain is
+its own action, Celery's cancel-consumer of the pilot's queue: the survivor lets its payload finish, takes
+nothing new, and exits.
 
 The long payloads ask for both cores of a 2-core pilot, so each pilot runs exactly one of them: which
 pilot holds which job is then known from the store, not guessed.
@@ -97,7 +96,7 @@ def start_pilot(redis_url: str, tmp_path: Path, batch_id: str) -> PilotProcess:
         proc = subprocess.Popen(
             [sys.executable, "-m", "matcher.cli", "pilot", "--queue", QUEUE, "--redis-url", redis_url, "--events",
              "--cores", str(CORES), "--idle-timeout", str(IDLE_TIMEOUT), "--lease", str(LEASE),
-             "--heartbeat", str(HEARTBEAT), "--shutdown-kill", "--kill-grace", str(KILL_GRACE),
+             "--heartbeat", str(HEARTBEAT), "--kill-grace", str(KILL_GRACE),
              "--workdir", str(home / "work"), "-v"],
             cwd=home, env=env, stdout=subprocess.DEVNULL, stderr=err)
     return PilotProcess(name, proc, log_path)
@@ -249,12 +248,26 @@ def test_flower_shows_and_steers_real_pilots_running_real_payloads(flower: Flowe
         assert flower_task(flower, again_tid, "REVOKED")["worker"] == holder.name
         assert wait_until(lambda: store.job(evicted).state.final, HEARTBEAT, what="the requeued job's end")
 
-        # Idle now, the survivor stops by itself and says so: Flower counts a worker-offline for each pilot.
+        # Drain the survivor from Flower, as Celery stops a worker consuming from a queue: its payload
+        # finishes, it takes nothing new, and it exits well before its idle timeout.
+        drained = submitter.submit([JobSpec("drained", "sleep 2", {"cpu": 2}, ete=2)], name="drained").ids["drained"]
+        wait_until(lambda: store.job(drained).state == JobState.RUNNING, 15, what="the job to drain to run")
+        drain_path = (f"/api/worker/queue/cancel-consumer/{urllib.parse.quote(holder.name)}"
+                      f"?queue={urllib.parse.quote(QUEUE)}")
+        status, body = flower.post(drain_path)
+        assert status == 200 and "draining" in body["message"], body
+        wait_until(lambda: holder.proc.poll() is not None or store.pilot_records()[holder.name]["draining"],
+                   2 * HEARTBEAT + 1, what=f"{holder.name} to say it drains")
+        left = submitter.submit([JobSpec("left", "true", {"cpu": 1}, ete=1)], name="left").ids["left"]
         try:
-            holder.proc.wait(IDLE_TIMEOUT + 10)
+            holder.proc.wait(IDLE_TIMEOUT)
         except subprocess.TimeoutExpired:
-            pytest.fail(f"{holder.name} did not stop on its idle timeout:\n{context()}")
-        assert holder.proc.returncode == 0 and f"pilot {holder.name} stopped: idle" in holder.log(), context()
+            pytest.fail(f"{holder.name} did not stop once drained:\n{context()}")
+        assert holder.proc.returncode == 0, context()
+        assert f"pilot {holder.name} stopped: stopped consuming from {QUEUE}" in holder.log(), context()
+        assert store.job(drained).state == JobState.DONE
+        assert flower_task(flower, task_uuid(VO, drained, 1), "SUCCESS")["worker"] == holder.name
+        assert store.job(left).state == JobState.WAITING, "a drained pilot took new work"
 
         def offline_counted() -> dict[str, Any] | None:
             counted = {w["hostname"]: w for w in flower.get("/workers?json=1")["data"]}

@@ -15,10 +15,10 @@ from pilot.mjf.jobstatus import JobStatusWriter, RunningPayload
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_mjf(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+def run_mjf(env: dict[str, str], *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", "from pilot.mjf.command import mjf; mjf()", *args],
                           env={"PATH": os.environ["PATH"], **env}, cwd=REPO, capture_output=True,
-                          text=True, check=True, timeout=60)
+                          text=True, check=check, timeout=60)
 
 
 def site(tmp_path: Path, now: int) -> dict[str, str]:
@@ -74,8 +74,15 @@ def test_table_report_without_jobstatus(tmp_path: Path) -> None:
     assert f"MACHINEFEATURES  {env['MACHINEFEATURES']}" in out
     assert "hs06" in out and f"machinefeatures:{env['MACHINEFEATURES']}" in out
     assert "time left:" in out and "normalised (cpufactor 2, stop margin 0 s)" in out
-    assert "JOBSTATUS" not in out
     assert "warnings:" in out and "jobslots: malformed value" in out
+    # No $JOBSTATUS: the waste formulas all the same, with what is known (issue 20).
+    lines = out.splitlines()
+    assert "JOBSTATUS        (not set)" in lines
+    at = lines.index("  waste formulas (nothing published: unknown values shown as ?):")
+    assert lines[at + 3].split() == ["draining_waste", "(allocated_CPU", "-", "used_CPU)", "*", "(first_exp_job_end",
+                                     "-", "now)", "+", "add_final_exp_waste"]
+    assert lines[at + 4].strip().startswith("with allocated_CPU=8, used_CPU=?, first_exp_job_end=?")
+    assert lines[at + 5].split()[0] == "kill_waste"
 
 
 def test_table_report_with_unpublished_jobstatus(tmp_path: Path) -> None:
@@ -84,4 +91,16 @@ def test_table_report_with_unpublished_jobstatus(tmp_path: Path) -> None:
     out = run_mjf({"JOBSTATUS": str(status_dir)}, "--workdir", str(tmp_path)).stdout
     assert "MACHINEFEATURES  (not set)" in out
     assert f"JOBSTATUS        {status_dir}" in out and "nothing published yet" in out
-    assert "unbounded real" in out
+    assert "unbounded real" in out and "error" not in out and "waste formulas" in out
+
+
+def test_an_error_is_a_non_zero_exit(tmp_path: Path) -> None:
+    """Issue 20: ``pilotfish mjf`` printed its errors and exited 0."""
+    missing = tmp_path / "no-such-dir"
+    done = run_mjf({"JOBSTATUS": str(missing)}, "--workdir", str(tmp_path), check=False)
+    assert done.returncode == 1 and f"  error: {missing} is not a directory" in done.stdout.splitlines()
+    status_dir = tmp_path / "status"
+    status_dir.mkdir()
+    (status_dir / "used_CPU").write_text("many")
+    done = run_mjf({"JOBSTATUS": str(status_dir)}, "--workdir", str(tmp_path), "--json", check=False)
+    assert done.returncode == 1 and json.loads(done.stdout)["jobstatus"]["error"]

@@ -94,29 +94,30 @@ def test_observer_sees_every_event_in_order(redis_url: str, tmp_path: Path) -> N
     assert recorder.polls >= 3, "commands() is polled every turn"
 
 
-def test_operator_kill_and_shutdown(redis_url: str, tmp_path: Path) -> None:
+def test_operator_kill_and_drain(redis_url: str, tmp_path: Path) -> None:
     store = Store.from_url(redis_url)
     victim, survivor, later = store.submit([job(command="sleep 60", score=0), job(command="sleep 1", score=1),
                                             job(command="true", score=2)])
     recorder = Recorder()
-    recorder.scripted = [(victim, Command("kill", victim)), (survivor, Command("shutdown"))]
+    recorder.scripted = [(victim, Command("kill", victim)), (survivor, Command("drain"))]
     started = time.monotonic()
     pilot = make_pilot(tmp_path, store, recorder, idle_timeout=30, kill_grace=1)
-    assert pilot.run() == "shutdown requested by operator"
+    assert pilot.run() == "drain requested by operator"
     assert time.monotonic() - started < 10
     assert store.job(victim).state == JobState.FAILED
     assert store.job(victim).reason == "killed by operator"
-    assert store.job(survivor).state == JobState.DONE, "shutdown lets running payloads finish"
-    assert store.job(later).state == JobState.WAITING, "shutdown stops taking jobs"
+    assert store.job(survivor).state == JobState.DONE, "a drain lets running payloads finish"
+    assert store.job(later).state == JobState.WAITING, "a drain stops taking jobs"
 
 
-def test_shutdown_kill_requeues_running_payloads(redis_url: str, tmp_path: Path) -> None:
+def test_shutdown_gives_running_payloads_back(redis_url: str, tmp_path: Path) -> None:
+    """Celery's warm shutdown for a pilot: no new work, and what runs goes back to its task queue now."""
     store = Store.from_url(redis_url)
     [slow] = store.submit([job(command="sleep 60")])
     recorder = Recorder()
     recorder.scripted = [(slow, Command("shutdown"))]
-    pilot = make_pilot(tmp_path, store, recorder, idle_timeout=30, shutdown_kill=True)
-    pilot.run()
+    pilot = make_pilot(tmp_path, store, recorder, idle_timeout=30, kill_grace=1)
+    assert pilot.run() == "shutdown requested by operator"
     record = store.job(slow)
     assert record.state == JobState.WAITING and record.reason == "pilot shut down by operator"
 

@@ -127,3 +127,20 @@ def test_status_watch_follows_the_request_until_it_ends(submitter: Submitter, st
     assert out.count("-- ") >= 2 and out.rstrip().endswith("finished")
     assert f"request {request} 'demo' priority 5: 3 jobs (3 done)" in out
     assert all(store.job(i).state is JobState.DONE for i in ids.values())
+
+
+def test_status_of_one_request_names_its_first_jobs_per_state(submitter: Submitter, env: dict[str, str]) -> None:
+    """Issue 20: the tour's next commands (``explain 12``, ``kill 12``) need job ids, which status never showed."""
+    sub = submitter.submit([JobSpec(f"w{i}", "true", {"Platform": "EL9"}, ete=10) for i in range(7)]
+                           + [JobSpec("late", "true", {"Platform": "EL9"}, deps=("w0",), ete=10)], name="many")
+    ids = sub.ids
+    result = CliRunner().invoke(status, ["many"], env=env)
+    assert result.exit_code == 0, result.output
+    waiting = ", ".join(f"{ids[f'w{i}']} w{i}" for i in range(5))
+    assert f"  waiting: {waiting} (+2 more)" in result.output.splitlines()
+    assert f"  blocked: {ids['late']} late" in result.output.splitlines()
+    doc = json.loads(CliRunner().invoke(status, ["many", "--json"], env=env).output)
+    assert doc["examples"]["blocked"] == [{"id": ids["late"], "name": "late"}]
+    assert [j["name"] for j in doc["examples"]["waiting"]] == [f"w{i}" for i in range(5)]
+    everything = CliRunner().invoke(status, [], env=env).output
+    assert "  waiting: " not in everything, "the view of every request stays one block per request"

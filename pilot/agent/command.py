@@ -76,7 +76,6 @@ def make_releaser(config: PilotConfig) -> Callable[[list[str]], object]:
               help="Seconds this pilot may run (its batch job's wall limit) when MJF and the batch system say nothing.")
 @click.option("--max-jobs", type=click.IntRange(min=1), default=None, help="Stop after starting this many jobs.")
 @click.option("--own-machine", is_flag=True, help="Run MJF shutdown_command when the pilot ends (VMs).")
-@click.option("--shutdown-kill", is_flag=True, help="On an operator's shutdown, terminate running payloads.")
 @click.option("--kill-grace", type=click.FloatRange(min=0), default=5.0, show_default=True,
               help="Seconds between SIGTERM and SIGKILL of a payload.")
 @click.option("--output-cap", type=click.IntRange(min=0), default=64 * 1024, show_default=True,
@@ -91,7 +90,7 @@ def make_releaser(config: PilotConfig) -> Callable[[list[str]], object]:
 def pilot(redis_url: str, vo: str, queue: str, prefix: str, cores: int | None, mem: int | None, tmp: int | None,
           idle_timeout: float, stop_margin: float, wall: float | None, heartbeat: float | None, lease: float,
           workdir: Path | None,
-          max_jobs: int | None, own_machine: bool, shutdown_kill: bool, kill_grace: float, output_cap: int,
+          max_jobs: int | None, own_machine: bool, kill_grace: float, output_cap: int,
           mem_tolerance: float, priority_factor: int, events: bool, verbose: int) -> None:
     """Run a pilot: fill this node's cores with the most urgent jobs that fit, until its time is up."""
     logging.basicConfig(level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)],
@@ -101,7 +100,7 @@ def pilot(redis_url: str, vo: str, queue: str, prefix: str, cores: int | None, m
             queue=queue, redis_url=redis_url, vo=vo, prefix=prefix,
             workdir=workdir if workdir is not None else Path(tempfile.gettempdir()) / f"pilotfish-pilot-{os.getpid()}",
             cores=cores, mem=mem, tmp=tmp, lease=lease, heartbeat_interval=heartbeat, idle_timeout=idle_timeout,
-            stop_margin=stop_margin, wall=wall, max_jobs=max_jobs, own_machine=own_machine, shutdown_kill=shutdown_kill,
+            stop_margin=stop_margin, wall=wall, max_jobs=max_jobs, own_machine=own_machine,
             kill_grace=kill_grace, output_cap=output_cap, mem_tolerance=mem_tolerance,
             priority_factor=priority_factor)
         runner = Pilot(config, observer=make_observer(events, config), releaser=make_releaser(config))

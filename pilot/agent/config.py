@@ -96,7 +96,6 @@ class PilotConfig:
     wall: float | None = None
     max_jobs: int | None = None
     own_machine: bool = False
-    shutdown_kill: bool = False
     output_cap: int = 64 * 1024
     mem_tolerance: float = 0.10
     mem_sample_interval: float = 0.25

@@ -58,6 +58,7 @@ from pilot.mjf.formulas import denormalise
 from pilot.mjf.jobstatus import JobStatusWriter, RunningPayload
 from pilot.mjf.payload import PayloadArea
 from pilot.mjf.source import FeatureReader
+from taskqueues import stops
 from taskqueues.errors import PilotfishError, StaleReport, StoreError, StoreUnavailable
 from taskqueues.exchange import PendingExchange
 from taskqueues.outage import Outage
@@ -152,6 +153,7 @@ class Pilot:
         self._next_match = 0.0
         self._pubsub: Any = None
         self._pubsub_sock: Any = None  # the wake subscription's socket, as registered in the selector
+        self._release_asked = False  # the director asked for a release while the pilot was busy
         self._next_heartbeat = 0.0
         self._next_sample = 0.0
         self._next_publish = 0.0
@@ -253,14 +255,22 @@ class Pilot:
 
     def _listen_for_work(self) -> None:
         """Subscribe to the store's wake channel: work entering a task queue wakes an idle pilot at once
-        instead of at its next back-off poll. Polling stays the fallback (a lost subscription is renewed
-        at the next heartbeat)."""
+        instead of at its next back-off poll; and to the pilot's own channel, on which a kill or stop
+        request for it is announced (:mod:`taskqueues.stops`): it heartbeats at once. Polling and the
+        heartbeat stay the fallback (a lost subscription is renewed at the next heartbeat)."""
         assert self._selector is not None
         try:
             pubsub = self.store.client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
             pubsub.subscribe(self.store.keys.wake)
             while pubsub.get_message(timeout=0.5) is not None:
                 pass
+            try:  # apart: a server whose ACL refuses this channel must not cost the wake channel
+                pubsub.subscribe(self.store.keys.pilot_channel(self.name))
+                while pubsub.get_message(timeout=0.5) is not None:
+                    pass
+            except Exception as exc:
+                log.warning("pilot %s: no channel of its own (%s): kills and stops wait for its heartbeat",
+                            self.name, exc)
             assert pubsub.connection is not None
             self._pubsub_sock = pubsub.connection._sock
             self._selector.register(self._pubsub_sock, selectors.EVENT_READ, ("work", None))
@@ -274,9 +284,11 @@ class Pilot:
 
     def _work_arrived(self) -> None:
         assert self._pubsub is not None
+        own = self.store.keys.pilot_channel(self.name).encode()
         try:
-            while self._pubsub.get_message(timeout=0) is not None:
-                pass
+            while (message := self._pubsub.get_message(timeout=0)) is not None:
+                if message.get("channel") == own:
+                    self._next_heartbeat = 0.0  # a kill or stop request: read it now
         except Exception as exc:
             if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
                 self.outage.failed(exc)
@@ -338,6 +350,8 @@ class Pilot:
         log.info("pilot %s stops: %s (%d payloads processed)", self.name, reason, self.processed)
         with contextlib.suppress(StoreError):
             self.store.heartbeat(self.name, {}, {**self._record(), "stopped": reason})
+        with contextlib.suppress(Exception):  # a request it acted on, or one that came too late
+            stops.forget(self.store.client, self.store.keys, self.name)
         assert self.info is not None
         self._notify("pilot_stopped", self.info, reason)
         self._shutdown_machine()
@@ -368,6 +382,8 @@ class Pilot:
             self._sample()
         self._enforce_deadlines()
         self._collect_ended()
+        if self._release_asked and self._idle():
+            self._obey_stop_request()
         self._fill()
         if self.pending and time.monotonic() >= self._next_retry:
             self._retry_reports()
@@ -485,14 +501,46 @@ class Pilot:
                 log.info("operator kills job %s", command.job)
                 payload.terminate(Stop(command.reason or "killed by operator", "fail"), self.config.kill_grace)
             elif command.kind == "shutdown":
-                log.info("operator shuts pilot %s down%s", self.name,
-                         " killing its payloads" if self.config.shutdown_kill else "")
-                self._stop_accepting(command.reason or "shutdown requested by operator")
-                if self.config.shutdown_kill:
-                    for payload in self.running.values():
-                        payload.terminate(Stop("pilot shut down by operator", "requeue"), self.config.kill_grace)
+                self._shut_down(command.reason or "shutdown requested by operator")
+            elif command.kind == "drain":
+                log.info("operator drains pilot %s", self.name)
+                self._stop_accepting(command.reason or "drain requested by operator")
             else:
                 log.warning("unknown operator command %r ignored", command.kind)
+
+    def _shut_down(self, reason: str) -> None:
+        """Celery's warm shutdown, for a pilot: take no new work, give every running payload back to its
+        task queue now (SIGTERM, SIGKILL after the kill grace), then exit."""
+        log.info("operator shuts pilot %s down: giving its %d running payloads back", self.name, len(self.running))
+        self._stop_accepting(reason)
+        for payload in self.running.values():
+            if payload.stop is None:
+                payload.terminate(Stop("pilot shut down by operator", "requeue"), self.config.kill_grace)
+
+    def _idle(self) -> bool:
+        """Nothing running, ending, unreported or on the way from a match."""
+        return not (self.running or self.ended or self.inflight or self.unstarted or self.succeeded)
+
+    def _obey_stop_request(self) -> None:
+        """Act on this pilot's stop request in the store, if any (:mod:`taskqueues.stops`)."""
+        try:
+            asked = stops.read(self.store.client, self.store.keys, self.name)
+        except Exception as exc:  # redis raises several classes; the next heartbeat asks again
+            log.warning("pilot %s: cannot read its stop request: %s", self.name, exc)
+            return
+        self._release_asked = False
+        if asked is None or (not self.accepting and asked.mode != "shutdown"):  # a drain may turn into a shutdown
+            return
+        if asked.mode == "release" and not self._idle():
+            self._release_asked = True  # looked at again when the pilot next finds nothing to do
+            return
+        log.info("pilot %s: %s requested: %s", self.name, asked.mode, asked.reason)
+        if asked.mode == "shutdown":
+            self._shut_down(asked.reason or "shutdown requested by operator")
+        else:
+            self._stop_accepting(asked.reason or f"{asked.mode} requested")
+        with contextlib.suppress(Exception):
+            stops.forget(self.store.client, self.store.keys, self.name)
 
     def _stop_accepting(self, reason: str) -> None:
         if self.accepting:
@@ -534,6 +582,7 @@ class Pilot:
             log.warning("heartbeat failed (leases not renewed): %s", exc)
         else:
             self.outage.ok()
+            self._obey_stop_request()
             for job, reason in reply.kills.items():
                 payload = self.running.get(job)
                 if payload is not None:

@@ -45,9 +45,10 @@ class PilotLoad:
 
 @dataclass(frozen=True)
 class Command:
-    """An operator's request: ``kill`` a payload (by job id) or ``shutdown`` the pilot."""
+    """An operator's request: ``kill`` a payload (by job id), ``shutdown`` the pilot (its running payloads
+    go back to their task queue) or ``drain`` it (take nothing new, let the running payloads finish)."""
 
-    kind: Literal["kill", "shutdown"]
+    kind: Literal["kill", "shutdown", "drain"]
     job: str = ""
     reason: str = ""
 

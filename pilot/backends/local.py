@@ -137,6 +137,11 @@ def unmappable(resources: Mapping[str, str], capacity: Mapping[str, int]) -> lis
     return out
 
 
+#: Batch ids are numbered per process, not per backend: a director holds several local backends (one per
+#: converted batch system), and a pilot's name, which its leases carry, comes from its batch id.
+_SEQUENCE = itertools.count(1)
+
+
 @dataclass
 class _Pilot:
     batch_id: str
@@ -206,7 +211,6 @@ class LocalBackend:
         self._lock = threading.RLock()
         self._pilots: dict[str, _Pilot] = {}
         self._waiting: list[tuple[tuple[float, int], str]] = []
-        self._seq = itertools.count(1)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -229,7 +233,7 @@ class LocalBackend:
     def submit(self, request: PilotRequest) -> str:
         needs, exclusive, why = self._needs(request)
         with self._lock:
-            seq = next(self._seq)
+            seq = next(_SEQUENCE)
             batch_id = f"local-{os.getpid()}-{seq}"
             pilot = _Pilot(batch_id, seq, request, needs, exclusive, why)
             self._pilots[batch_id] = pilot
@@ -319,7 +323,7 @@ class LocalBackend:
             wall = int(facts.get("wall") or 1)
             request = PilotRequest(name=f"adopted-{batch_id}", command=["(adopted)"], wall=max(1, wall),
                                    shape=Shape("adopted", cpu=max(1, needs.get("cpu", 1)), mem=needs.get("mem", 0)))
-            pilot = _Pilot(batch_id, next(self._seq), request, needs, False, "", adopted=process)
+            pilot = _Pilot(batch_id, next(_SEQUENCE), request, needs, False, "", adopted=process)
             pilot.started = time.monotonic() - max(0.0, time.time() - process.create_time())
             pilot.status = PilotStatus(PilotState.RUNNING, f"pid {process.pid} (adopted)", None, "localhost")
             self._pilots[batch_id] = pilot

@@ -171,6 +171,9 @@ class SlurmBackend(ScriptBackend):
         """Raise :class:`BackendUnavailable` unless the commands exist and slurmctld answers."""
         for name in ("sbatch", "squeue", "scancel", "scontrol"):
             self._bin(name)
+        if self.settings.config and not os.path.isfile(self.settings.config):
+            # Without its slurm.conf scontrol looks for a controller by DNS and hangs for its whole timeout.
+            raise BackendUnavailable(f"slurm backend: configuration file {self.settings.config} does not exist")
         try:
             run_command([self._bin("scontrol"), "ping"], env=self._env, timeout=15)
         except BackendCommandError as exc:

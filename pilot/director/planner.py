@@ -633,6 +633,12 @@ def _planned(bin_: _Bin, granularity: int) -> PlannedPilot:
     return PlannedPilot(bin_.shape, jobs, pilot_wall(jobs, bin_.shape, granularity), bin_.start_by())
 
 
+def can_serve(pilot: Pilot, demand: Iterable[Demand]) -> bool:
+    """True when some job of ``demand`` fits what ``pilot`` has free now (resources, time left, hint)."""
+    room = _Bin.of(pilot)
+    return any(room.fits(job) for job in demand)
+
+
 def plan_seed(demand: Sequence[Demand], shapes: Sequence[Shape], *, wall_granularity: int = 60) -> list[PlannedPilot]:
     """The Seven Bridges algorithm as written, on an empty fleet, for comparison with :func:`plan`.
 

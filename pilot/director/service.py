@@ -6,7 +6,9 @@ packs shared jobs beside it): read its demand from the task queues of its Submit
 system about the pilots it already has there (one call per backend), plan with
 :func:`pilot.director.planner.plan` (first-fit into existing pilots, cheapest shapes for the rest, caps
 ``n_max_queued`` per shape and ``max_running`` per queue), submit the new pilots with the start-by date
-of their most urgent job as priority, and cancel queued pilots whose demand has gone.
+of their most urgent job as priority, and cancel queued pilots whose demand has gone. Running pilots that
+no waiting job fits are asked to release themselves while another of our pilots waits for room in the
+same backend (:mod:`pilot.director.release`).
 
 What the director submitted is recorded in Redis (``provisioned``), so any director process (a beat
 task, ``pilotfish director``) sees the same pilots. A local backend keeps its processes in the process
@@ -38,7 +40,8 @@ from taskqueues.lock import Lock
 from taskqueues.outage import Outage
 from taskqueues.shapes import Shape
 
-from .planner import Demand, Pilot, Plan, plan
+from .planner import Demand, Pilot, Plan, can_serve, plan
+from .release import Room, release_idle
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +80,11 @@ class QueueReport:
     ended: dict[str, str] = field(default_factory=dict)
     unplaceable: dict[str, str] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    released: list[str] = field(default_factory=list)
+    # What the release step needs: running pilots (batch id -> pilot name, from their heartbeats) and how
+    # this cycle left them (see pilot.director.release.Room).
+    names: dict[str, str] = field(default_factory=dict)
+    room: Room = field(default_factory=Room)
 
 
 @dataclass
@@ -86,7 +94,8 @@ class CycleReport:
 
     def summary(self) -> dict[str, Any]:
         return {"skipped": self.skipped, "queues": {q: {"demand": r.demand, "submitted": len(r.submitted),
-                                                         "cancelled": len(r.cancelled), "errors": r.errors}
+                                                         "cancelled": len(r.cancelled), "released": len(r.released),
+                                                         "errors": r.errors}
                                                      for q, r in self.queues.items()}}
 
 
@@ -186,6 +195,8 @@ class Director:
                 if not self._still_mine():
                     break
                 report.queues[queue.id] = self._queue_cycle(queue, heads[queue.id], claimed)
+            if self._still_mine():
+                self._release(report)
         finally:
             self._lock = None
             lock.release()
@@ -202,6 +213,23 @@ class Director:
             return True
         log.warning("director lock lost during a cycle (paused for over %.0f s?): cycle stopped", self.lock_ttl)
         return False
+
+    def _release(self, report: CycleReport) -> None:
+        """Merge the queues' rooms per backend and ask idle pilots to release themselves (see release.py)."""
+        rooms: dict[int, Room] = {}
+        for queue_id, qr in report.queues.items():
+            backend = self._backends.get(queue_id)
+            if backend is None:
+                continue
+            room = rooms.setdefault(id(backend), Room())
+            room.idle.update(qr.room.idle)
+            room.serving |= qr.room.serving
+            room.waiting += qr.room.waiting
+        live = {name for name, r in self.ctx.store.pilot_records(3 * self.ctx.settings.lease_seconds).items()
+                if not r.get("stopped")}
+        asked = set(release_idle(self.ctx.client, self.ctx.keys, rooms.values(), live))
+        for qr in report.queues.values():
+            qr.released = sorted(asked & set(qr.room.idle))
 
     def _queue_cycle(self, queue: Queue, heads: list[tuple[str, str, int, int, int, float, float]],
                      claimed: set[str]) -> QueueReport:
@@ -242,7 +270,17 @@ class Director:
             room = None if queue.max_running is None else max(0, queue.max_running - (pilots - len(mine)))
             result = plan(groups.get(options, []), shapes, mine, n_max_queued=queue.n_max_queued,
                           max_running=room, wall_granularity=queue.wall_granularity)
-            pilots += self._provision(queue, backend, options, result, claimed, out) - len(result.cancel)
+            submitted = self._provision(queue, backend, options, result, claimed, out)
+            pilots += submitted - len(result.cancel)
+            out.room.waiting += submitted + sum(1 for p in mine if p.queued and p.id not in result.cancel)
+            for pilot in mine:
+                name = out.names.get(pilot.id)
+                if name is None:
+                    continue
+                if can_serve(pilot, groups.get(options, [])):
+                    out.room.serving.add(name)
+                else:
+                    out.room.idle[name] = queue.id
         return out
 
     def _provision(self, queue: Queue, backend: Backend, options: str, result: Plan, claimed: set[str],
@@ -350,6 +388,10 @@ class Director:
                 facts = backend.identify(batch_id)  # it started: what a later director needs to adopt it
                 if "pid" in facts:
                     self._record(queue, backend, batch_id, {**record, **facts})
+            beat = live.get(batch_id)
+            if status.state is PilotState.RUNNING and beat is not None and not beat.get("stopped") \
+                    and not beat.get("draining") and beat.get("name"):
+                out.names[batch_id] = str(beat["name"])
             if status.state is PilotState.RUNNING and beat is not None:
                 # What it has free, from its last heartbeat.
                 pairs = (("cores", "used_cpu"), ("mem", "used_mem"), ("tmp", "used_tmp"))
@@ -389,9 +431,9 @@ def run_forever(director: Director, interval: float, stop: threading.Event | Non
             report = director.cycle()
             outage.ok()
             for queue, qr in report.queues.items():
-                if qr.submitted or qr.cancelled or qr.errors:
-                    log.info("queue %s: demand %d, submitted %d, cancelled %d, errors %s", queue, qr.demand,
-                             len(qr.submitted), len(qr.cancelled), qr.errors)
+                if qr.submitted or qr.cancelled or qr.released or qr.errors:
+                    log.info("queue %s: demand %d, submitted %d, cancelled %d, released %d, errors %s", queue,
+                             qr.demand, len(qr.submitted), len(qr.cancelled), len(qr.released), qr.errors)
         except StoreUnavailable as exc:
             delay = outage.failed(exc)
         except PilotfishError as exc:

@@ -1,6 +1,7 @@
 -- cancel: stop a job. A waiting, blocked or releasing job ends at once (its dependents become dep-failed);
--- a matched or running one gets a kill request that its pilot's next heartbeat returns; the pilot's
--- report then ends it (as cancelled for "cancel", failed for "kill").
+-- a matched or running one gets a kill request that its pilot's next heartbeat returns, and the pilot's
+-- own channel (base .. 'ctl:' .. pilot, keys.pilot_channel) is published so that it heartbeats at once; the
+-- pilot's report then ends it (as cancelled for "cancel", failed for "kill").
 -- KEYS[1]  jobs hash
 -- KEYS[2]  kills hash
 -- KEYS[3]  delayed zset
@@ -17,6 +18,7 @@ if not rec then return {'unknown'} end
 if rec.s == 'matched' or rec.s == 'running' then
   redis.call('HSET', KEYS[2], id, reason)
   if mode == 'cancel' then rec.cx = 1 save(KEYS[1], rec) end
+  if rec.pl then redis.call('PUBLISH', base .. 'ctl:' .. rec.pl, 'kill') end
   return {'requested', rec.s}
 end
 if rec.s == 'waiting' or rec.s == 'blocked' or rec.s == 'releasing' then
