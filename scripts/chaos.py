@@ -16,6 +16,7 @@ job has ended (or ``--timeout``), it prints one table:
 * **ran to its end twice while the first run's pilot lived**: a violation; a second full run after the
   first run's pilot was killed before it could report (or after the first run itself was killed between
   its last line and its exit) is at-least-once by nature and counted apart;
+* **logs with a traceback**: a crash, or an error that escaped a component's own handling;
 * **started more than once**; and the **recovery** after each kind of kill: from the kill to the next job
   start, median and max.
 
@@ -198,7 +199,7 @@ def held_by(deployment: Deployment, ids: list[str], pilot: str) -> dict[str, int
 
 def watch_requeues(deployment: Deployment, kills: list[Kill]) -> None:
     """Note when each job a killed pilot held came back to the store's queue (a later attempt, or done)."""
-    pending = [(k, job) for k in kills for job in k.held if job not in k.requeued]
+    pending = [(k, job) for k in kills for job in list(k.held) if job not in k.requeued]
     if not pending:
         return
     try:
@@ -207,8 +208,12 @@ def watch_requeues(deployment: Deployment, kills: list[Kill]) -> None:
         return
     for kill, job in pending:
         seen = now.get(job)
-        if seen is not None and (seen.attempt > kill.held[job] or seen.state.final):
+        if seen is None:
+            continue
+        if seen.attempt > kill.held[job]:
             kill.requeued[job] = time.time()
+        elif seen.state is JobState.DONE:
+            del kill.held[job]  # its pilot reported it just before its death
 
 
 def chaos(deployment: Deployment, ids: list[str], args: argparse.Namespace, rng: random.Random) -> list[Kill]:
@@ -287,6 +292,14 @@ class Figures:
     requeue: tuple[float, float, float, int] | None
     seconds: float
     unfinished: list[str] = field(default_factory=list)  # what the store says of each job not done
+    crashed: list[str] = field(default_factory=list)  # logs of the deployment's processes with a traceback
+
+
+def tracebacks(logs: Path) -> list[str]:
+    """The logs (worker, beat, director, Flower, every pilot) that hold a traceback: a crash, or an error
+    that escaped the component's own handling. A killed process leaves none."""
+    return sorted(str(p.relative_to(logs)) for p in logs.rglob("*") if p.is_file()
+                  and "Traceback (most recent call last)" in p.read_text(errors="replace"))
 
 
 def analyse(deployment: Deployment, ids: list[str], kills: list[Kill], log: Path, seconds: float) -> Figures:
@@ -339,6 +352,7 @@ def analyse(deployment: Deployment, ids: list[str], kills: list[Kill], log: Path
         started_twice=sum(1 for run in runs.values() if len(run.starts) > 1),
         recovery={kind: (statistics.median(v), max(v)) for kind, v in recovery.items()},
         requeue=(statistics.median(held), max(held), max(over), compound) if held else None, seconds=seconds,
+        crashed=tracebacks(deployment.state / "logs"),
         unfinished=[f"job {job.id} {job.state.value} attempt {job.attempt} pilot {job.pilot} ({job.reason}); "
                     f"runs {runs[job.id]}" for job in jobs.values() if job.state is not JobState.DONE])
 
@@ -350,7 +364,8 @@ def table(figures: Figures, bound: float, requeue_bound: float) -> tuple[list[st
     checks = [("lost (never completed)", figures.lost, 0),
               ("recorded done twice", figures.done_twice, 0),
               ("done without a completed run", figures.false_done, 0),
-              ("ran to its end twice while the first run's pilot lived", len(figures.second_runs_living), 0)]
+              ("ran to its end twice while the first run's pilot lived", len(figures.second_runs_living), 0),
+              ("logs with a traceback (a crash or an unhandled error)", len(figures.crashed), 0)]
     rows = [f"jobs {figures.jobs}, {sum(figures.kills.values())} kills in {figures.seconds:.0f} s: "
             + ", ".join(f"{kind} {n}" for kind, n in figures.kills.items())]
     ok = True
@@ -425,6 +440,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"chaos: not completed: {line}", file=sys.stderr)
     for line in figures.second_runs_living:
         print(f"chaos: ran twice while its first pilot lived: {line}", file=sys.stderr)
+    for name in figures.crashed:
+        print(f"chaos: traceback in {name}", file=sys.stderr)
     print(f"python scripts/chaos.py --jobs {args.jobs} --kills {args.kills} --seed {seed} "
           f"(lease {args.lease:g} s, reap every {args.reap_interval:g} s, director every {args.director_interval:g} s, "
           f"{args.pilots} pilots, payloads of {args.payload_seconds:g} s)")

@@ -64,14 +64,19 @@ class PendingExchange:
     def ready(self) -> bool:
         """Whether a reply can be read without waiting (it may already sit in the connection's buffer); a
         connection that broke is ready too: :meth:`receive` then says the store is unreachable."""
+        if self._count == 0 or self.conn._sock is None:  # closed: can_read would connect anew and wait forever
+            return True
         try:
-            return self._count == 0 or bool(self.conn.can_read(timeout=0))
+            return bool(self.conn.can_read(timeout=0))
         except (redis.ConnectionError, redis.TimeoutError, OSError):
             return True
 
     def receive(self) -> Exchange:
         """Read every reply (waiting for them if needed) and settle what must be redone alone."""
         replies: list[Any] = []
+        if self._count and self.conn._sock is None:  # closed meanwhile (an outage dropped every connection)
+            raise converted(redis.ConnectionError("connection closed before the replies were read"),
+                            self.store.where, _OPERATION)
         try:
             for _ in range(self._count):
                 try:

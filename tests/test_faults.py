@@ -25,6 +25,7 @@ from matcher.context import Context
 from matcher.settings import Settings
 from matcher.submission import JobSpec
 from pilot.director.service import Director
+from taskqueues.errors import StoreUnavailable
 from taskqueues.records import JobState, PilotOffer
 from taskqueues.redis_server import RedisServer
 from taskqueues.store import Store
@@ -253,3 +254,21 @@ def test_no_lease_is_requeued_within_a_lease_of_a_server_restart(tmp_path: Path)
         assert store.requeue_expired() == (1, 0, 1)
     finally:
         server.stop()
+
+
+def test_an_exchange_whose_connection_an_outage_closed_says_the_store_is_unreachable(redis_url: str) -> None:
+    """Found by the chaos run: an outage drops every pooled connection (Store.drop_connections), the pilot's
+    own exchange connection included; reading the replies of an exchange in flight on it then raised an
+    AttributeError from redis-py's parser, which killed the pilot."""
+    store = Store.from_url(redis_url)
+    (job_id,) = store.submit([storehelp.job(queues=("s/c/q",))])
+    conn = store.client.connection_pool.get_connection()
+    try:
+        pending = store.send_exchange("p1", conn, offer=PilotOffer("p1", "s/c/q", 1, 1000, 0, None))
+        store.drop_connections()
+        assert pending.ready(), "a closed connection is ready: its reader must learn it is closed"
+        with pytest.raises(StoreUnavailable, match="connection closed"):
+            pending.receive()
+    finally:
+        store.client.connection_pool.release(conn)
+    assert store.job(job_id).state in (JobState.WAITING, JobState.MATCHED)
