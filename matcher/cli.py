@@ -54,8 +54,18 @@ def main(ctx: click.Context, verbose: bool) -> None:
     """Pilotfish: a pilot-model workload manager (task queues in Redis, pilots that pull work)."""
     ctx.ensure_object(dict)
     ctx.obj["verbose"] = verbose
+    # Long-running parts log to files, with times; a command a person runs says what it must in one line.
+    daemon = ctx.invoked_subcommand in DAEMONS or verbose
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s" if daemon
+                        else "pilotfish: %(levelname)s: %(message)s")
+    if not daemon:
+        for level in (logging.WARNING, logging.ERROR):
+            logging.addLevelName(level, logging.getLevelName(level).lower())
+
+
+#: Commands that run for long (started by `up`, a batch system or Kubernetes): their logs carry times.
+DAEMONS = frozenset({"matcher", "director", "pilot"})
 
 
 def _register() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from functools import cached_property
+from urllib.parse import urlsplit
 
 import redis
 
@@ -54,8 +55,9 @@ class Context:
             return embedded.pilot_url(s.state_dir, self.client, self.redis_url, prefix=s.prefix, vo=s.vo)
         if s.pilot_redis_url:
             return s.pilot_redis_url
-        log.warning("pilots connect with the control plane's credentials: set pilot_redis_url to a URL of a "
-                    "user with the pilots' rights (README, 'Least privilege')")
+        if urlsplit(self.redis_url).password:  # an open server has no credentials to keep from pilots
+            log.warning("pilots connect with the control plane's credentials: set pilot_redis_url to a URL of "
+                        "a user with the pilots' rights (README, 'Least privilege')")
         return self.redis_url
 
     @cached_property

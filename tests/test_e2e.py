@@ -105,6 +105,24 @@ def test_kill_9_of_a_pilot_loses_nothing_and_runs_each_job_once(env: dict[str, s
     assert int(store.zcard(Keys().donelog)) == 8
 
 
+def test_unreachable_batch_systems_are_one_warning_line_naming_their_queues(env: dict[str, str],
+                                                                           tmp_path: Path) -> None:
+    """The example catalog with Slurm's and Grid Engine's paths pointing nowhere: one line for the run, in the
+    command's format (no time stamp, no logger name), naming every queue that now runs on this host."""
+    catalog = (ROOT / "examples" / "catalog.toml").read_text()
+    catalog = catalog.replace("/var/tmp/pilotfish-slurm/slurm.conf", str(tmp_path / "nowhere" / "slurm.conf"))
+    catalog = catalog.replace("/var/lib/gridengine", str(tmp_path / "nowhere" / "gridengine"))
+    (tmp_path / "catalog.toml").write_text(catalog)
+    done = cli(["run", "examples/small-dag.toml"], {**env, "PILOTFISH_CATALOG": str(tmp_path / "catalog.toml")},
+               timeout=300)
+    warnings = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(warnings) == 1, done.stderr
+    [line] = warnings
+    assert line.startswith("pilotfish: warning: batch system not reachable"), line
+    assert "slurm for LCG.CERN.ch/ce503.cern.ch/long, LCG.CERN.ch/ce503.cern.ch/short" in line, line
+    assert "sge for LCG.RAL.uk/" in line, line
+
+
 def test_explain_says_why_a_job_cannot_run(env: dict[str, str], tmp_path: Path) -> None:
     workflow = tmp_path / "w.toml"
     workflow.write_text('name = "stuck"\n[[jobs]]\nname = "big"\ncommand = "true"\nrequirements = { cpu = 1 }\n')

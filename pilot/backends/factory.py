@@ -1,8 +1,8 @@
 """Make a backend from configuration, converting to local when a batch system cannot be reached.
 
 The seed's "backend conversion to local": when Slurm's or Grid Engine's commands are missing or their
-daemon does not answer, a warning is logged once per unreachable backend (``where``: the director names
-the queues it serves) when the backend is made, which the director does at configuration time, and a
+daemon does not answer, one warning line names every unreachable backend and the queues it serves (the
+director collects them at configuration time and announces them together, once per run), and a
 :class:`LocalBackend` takes the pilots. It maps cpu/mem/tmp and the local resources it knows, from the
 pilot and from the batch system's own settings (Slurm's ``partition``, ``qos`` and ``options`` string,
 Grid Engine's ``options``), which it carries; a pilot asking for anything it cannot map (partition, qos,
@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from taskqueues.errors import BackendError, BackendUnavailable
 
@@ -42,19 +43,34 @@ def reset_conversion_warnings() -> None:
         _warned.clear()
 
 
-def _warn_once(kind: str, where: str | None, reason: str, alone: Sequence[str]) -> None:
-    label = f"{kind} backend" + (f" of {where}" if where else "")
+@dataclass(frozen=True)
+class Conversion:
+    """A batch system that could not be reached and the local backend that stands in for it."""
+
+    kind: str
+    where: str | None
+    reason: str
+    alone: tuple[str, ...]
+
+    def text(self) -> str:
+        consequence = (f"every pilot runs alone, as {', '.join(self.alone)} cannot be mapped here" if self.alone
+                       else "pilots whose resources cannot be mapped here run alone")
+        return f"{self.kind}" + (f" for {self.where}" if self.where else "") + f" ({self.reason}; {consequence})"
+
+
+def announce(conversions: Sequence[Conversion]) -> None:
+    """One warning line for every conversion not announced yet in this process (the director's: once per
+    run, naming every queue that now runs on this host)."""
     with _warned_lock:
-        if label in _warned:
-            return
-        _warned.add(label)
-    consequence = (
-        f"every pilot runs alone, as {', '.join(alone)} cannot be mapped here"
-        if alone
-        else "pilots whose resources cannot be mapped here run alone"
-    )
-    log.warning("%s unavailable (%s): its pilots run on this host with the local backend; %s",
-                label, reason, consequence)
+        fresh = [c for c in conversions if c.text() not in _warned]
+        _warned.update(c.text() for c in fresh)
+    merged: dict[tuple[str, str, tuple[str, ...]], list[str]] = {}  # the same system and reason: one entry
+    for c in fresh:
+        merged.setdefault((c.kind, c.reason, c.alone), []).extend([c.where] if c.where else [])
+    if merged:
+        log.warning("batch system not reachable, its queues run on this host with the local backend: %s",
+                    "; ".join(Conversion(kind, ", ".join(where) or None, reason, alone).text()
+                              for (kind, reason, alone), where in merged.items()))
 
 
 def carried_resources(settings: SlurmSettings | SgeSettings) -> dict[str, str]:
@@ -66,12 +82,14 @@ def carried_resources(settings: SlurmSettings | SgeSettings) -> dict[str, str]:
     return carried
 
 
-def make_backend(kind: str, options: Mapping[str, object] | None = None, *, where: str | None = None) -> Backend:
+def make_backend(kind: str, options: Mapping[str, object] | None = None, *, where: str | None = None,
+                 conversions: list[Conversion] | None = None) -> Backend:
     """The backend of ``kind`` configured by ``options``, or a converted local one (see the module text).
 
     ``where`` names what the backend serves in the conversion warning (the director: its queues); a
-    backend is warned about once per process. Raises :class:`BackendError` for an unknown kind or wrong
-    settings: a typo must not silently turn into a conversion.
+    conversion is warned about once per process, at once, or, when ``conversions`` is given, appended there
+    for the caller to :func:`announce` with others in one line. Raises :class:`BackendError` for an unknown
+    kind or wrong settings: a typo must not silently turn into a conversion.
     """
     given = dict(options or {})
     local_options = given.pop("local", {})
@@ -93,6 +111,10 @@ def make_backend(kind: str, options: Mapping[str, object] | None = None, *, wher
         settings = LocalSettings.from_options({**inherited, **local_options})
         carried = carried_resources(backend.settings)
         converted = LocalBackend(settings, converted_from=kind, carried=carried)
-        _warn_once(kind, where, str(exc), unmappable(carried, converted.capacity()))
+        conversion = Conversion(kind, where, str(exc), tuple(unmappable(carried, converted.capacity())))
+        if conversions is None:
+            announce([conversion])
+        else:
+            conversions.append(conversion)
         return converted
     return backend

@@ -31,7 +31,7 @@ from matcher.context import Context
 from matcher.settings import Settings
 from matcher.submission import BACKEND_OPTIONS, INSTANCE_TYPE
 from pilot.backends.base import Backend, PilotRequest, PilotState, PilotStatus
-from pilot.backends.factory import make_backend
+from pilot.backends.factory import Conversion, announce, make_backend
 from taskqueues import alive
 from taskqueues.catalog import Queue
 from taskqueues.errors import BackendError, PilotfishError, StoreUnavailable
@@ -123,7 +123,7 @@ class Director:
 
     def _configure(self) -> None:
         """Make every queue's backend now, at configuration time: a batch system that cannot be reached is
-        converted to local and warned about here, once per backend (naming its queues), not at the first
+        converted to local and warned about here, in one line naming every queue converted, not at the first
         cycle. Queues with the same batch system and settings share one backend: one status poll for all
         their pilots, and one local capacity when converted. A backend with wrong settings is reported
         here and again, as an error of its queue, at every cycle."""
@@ -131,11 +131,13 @@ class Director:
         serving: dict[str, list[Queue]] = {}
         for queue in self.ctx.catalog.queues(self.ctx.settings.vo):
             serving.setdefault(self._settings_key(queue, self._options(queue)), []).append(queue)
+        conversions: list[Conversion] = []
         for queues in serving.values():
             try:
-                self.backend(queues[0], where=", ".join(q.id for q in queues))
+                self.backend(queues[0], where=", ".join(q.id for q in queues), conversions=conversions)
             except BackendError as exc:
                 log.error("queue %s: cannot configure its %s backend: %s", queues[0].id, queues[0].batch, exc)
+        announce(conversions)
 
     def _options(self, queue: Queue) -> dict[str, object]:
         options, _ = split_batch_options(queue)
@@ -143,14 +145,16 @@ class Director:
             options.setdefault("log_dir", self.log_dir)
         return options
 
-    def backend(self, queue: Queue, *, where: str | None = None) -> Backend:
+    def backend(self, queue: Queue, *, where: str | None = None,
+                conversions: list[Conversion] | None = None) -> Backend:
         backend = self._backends.get(queue.id)
         if backend is None:
             options = self._options(queue)
             key = self._settings_key(queue, options)
             backend = self._shared.get(key)
             if backend is None:
-                backend = self._shared[key] = make_backend(queue.batch, options, where=where or queue.id)
+                backend = self._shared[key] = make_backend(queue.batch, options, where=where or queue.id,
+                                                           conversions=conversions)
             self._backends[queue.id] = backend
         return backend
 
