@@ -75,7 +75,7 @@ from functools import lru_cache
 from string import Formatter
 from typing import Literal, TypeAlias
 
-from taskqueues.errors import ValidationError
+from taskqueues.errors import ValidationError, shown
 
 __all__ = [
     "MAX_DEPTH",
@@ -679,7 +679,7 @@ class _Evaluator:
                 return self.check(parse_quantity(value, self.kind), node)
             except ExprError as exc:
                 raise self.error(
-                    f"{what} {name!r} is not a number ({value!r}: {exc.reason})", node, name
+                    f"{what} {name!r} is not a number ({shown(value)}: {exc.reason})", node, name
                 ) from None
         raise self.error(f"{what} {name!r} is not a number (it is a {type(value).__name__})", node, name)
 
@@ -881,7 +881,7 @@ def _template_fields(template: str) -> tuple[_Field, ...]:
         spec_match = _FORMAT_SPEC_RE.fullmatch(spec)
         if spec_match is None:
             raise ExprError(
-                f"placeholder {{{name}}}: bad format spec {spec!r}", expression=template, name=name
+                f"placeholder {{{name}}}: bad format spec {shown(spec)}", expression=template, name=name
             )
         for part in ("width", "precision"):
             digits = spec_match.group(part)

@@ -311,8 +311,9 @@ def _expression(leaves: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
     ), max_leaves=12)
 
 
-EXTREMES = st.sampled_from(["0", "1", "9", "64", "-64", "65", "-19", "0.5", "1e-30", "1e30", "1e18", "999999999999999999",
-                            "4G", "1Pi", "2w", "big", "tiny", "neg", "text", "big9", "deps.j.out"])
+EXTREMES = st.sampled_from(["0", "1", "9", "64", "-64", "65", "-19", "0.5", "1e-30", "1e30", "1e18",
+                            "999999999999999999", "4G", "1Pi", "2w", "big", "tiny", "neg", "text", "big9",
+                            "deps.j.out"])
 
 
 @settings(max_examples=400)
