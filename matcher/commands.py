@@ -34,7 +34,7 @@ def config(as_json: bool) -> None:
 
 
 @click.command()
-@click.argument("workflow", type=click.Path(exists=True, dir_okay=False))
+@click.argument("workflow")  # a missing or unreadable file is the loader's one-line error
 @click.option("--remote", is_flag=True, help="Submit through the Celery broker (needs a running matcher).")
 @click.option("--timeout", default=30.0, show_default=True, help="With --remote: seconds to wait for the answer.")
 @click.option("--json", "as_json", is_flag=True)
@@ -179,7 +179,7 @@ def health(component: str | None, check_redis: bool, max_age: float) -> None:
 
 
 @click.command()
-@click.argument("workflow", type=click.Path(exists=True, dir_okay=False))
+@click.argument("workflow")  # a missing or unreadable file is the loader's one-line error
 @click.option("--timeout", type=float, default=None, help="Give up after this many seconds.")
 def run(workflow: str, timeout: float | None) -> None:
     """Run WORKFLOW to completion on this machine: Redis (embedded unless configured), director, pilots.

@@ -23,6 +23,7 @@ from taskqueues.errors import PilotfishError
 from taskqueues.records import Job, JobState, member_tail, stored_requirements
 from taskqueues.store import Store
 
+from .limits import MAX_COMMAND_BYTES, check_text
 from .submission import place
 from .workflow import JobTemplate, evaluate_deferred, render_command
 
@@ -44,7 +45,8 @@ def release_spec(store: Store, catalog: Catalog, job: Job, vo: str) -> dict[str,
                                    params=saved.get("params", {}))
             outputs = _outputs_by_name(store, job)
             requirements = evaluate_deferred(template, outputs)
-            command = render_command(template, outputs)
+            command = check_text(render_command(template, outputs), job=job.name or job.id, field="command",
+                                 limit=MAX_COMMAND_BYTES)  # the outputs filled in must leave a runnable command
         placement = place(catalog, requirements, job=job.name or job.id, vo=vo)
     except PilotfishError as exc:
         return {"error": str(exc)}

@@ -1,8 +1,11 @@
 """Submission: the validation chain that turns user jobs into stored jobs in their task queues.
 
 For a request (a set of jobs with dependencies, from Python or a workflow file), in order, collecting
-every problem before storing anything:
+every problem before storing anything (a refused request writes nothing: the store is called once, last):
 
+0. the request's name and priority, and each job's name, command, key, rule, estimate and retries, are
+   text the store and a shell can carry, within the limits of :mod:`matcher.limits` (a program's job names
+   need only be one short printable line; a workflow file's are stricter);
 1. the dependency graph is a DAG of known, unique names (:func:`taskqueues.dag.check_dag`);
 2. each job's requirements parse and validate (:func:`taskqueues.requirements.parse_requirements`), every
    requirement name is offered by some queue of the catalog (RFC #7), and some queue is eligible —
@@ -18,7 +21,9 @@ every problem before storing anything:
 
 A job whose template failed to evaluate is stored as failed with the reason, and the jobs depending on
 it as dep-failed; the rest of the request runs. Requirements that read dependency outputs are kept
-with the job and evaluated when it is released (:mod:`matcher.release`).
+with the job and evaluated when it is released (:mod:`matcher.release`). Both kinds are still checked at
+submission as far as they are known: their requirement names, their plain values, and that some queue
+is eligible for what is known.
 """
 
 from __future__ import annotations
@@ -33,13 +38,26 @@ from typing import Any
 from pilot.backends.options import check_job_options, normalize_options
 from taskqueues import dag
 from taskqueues.catalog import Catalog, Queue
-from taskqueues.errors import PilotfishError, ValidationError
+from taskqueues.errors import PilotfishError, ProblemList, RequirementError, ValidationError, located, shown
 from taskqueues.ete import estimate
 from taskqueues.records import JobState, NewJob
-from taskqueues.requirements import Requirements, parse_requirements
+from taskqueues.requirements import CONSUMABLES, Requirements, check_name, check_value, parse_requirements
 from taskqueues.store import Store
 
 from .eta import fan_in_bound, live_cores, load_seconds, request_eta
+from .limits import (
+    MAX_COMMAND_BYTES,
+    MAX_ETE,
+    MAX_KEY,
+    MAX_NAME,
+    MAX_PRIORITY,
+    MAX_REQUEST_TEXT,
+    MAX_RETRIES,
+    RULE_NAME_RE,
+    RULE_NAME_RULE,
+    check_number,
+    check_text,
+)
 
 DEFAULT_ETE = 60.0
 INSTANCE_TYPE = "InstanceType"
@@ -83,12 +101,12 @@ class Placement:
     queues: tuple[str, ...]
 
 
-class SubmissionError(ValidationError):
-    """A request was refused; ``problems`` lists every reason, each naming its job."""
+class SubmissionError(ProblemList):
+    """A request was refused: one line, ``<source>: <problem>; ...`` (the source is the workflow file, or
+    "request refused"); ``problems`` lists every reason, each naming its job and field."""
 
-    def __init__(self, problems: Sequence[str]) -> None:
-        super().__init__("request refused: " + "; ".join(problems))
-        self.problems = list(problems)
+    def __init__(self, problems: Sequence[str], source: str = "") -> None:
+        super().__init__(source or "request refused", problems)
 
 
 def place(catalog: Catalog, raw: Mapping[str, object], *, job: str, vo: str) -> Placement:
@@ -101,10 +119,15 @@ def place(catalog: Catalog, raw: Mapping[str, object], *, job: str, vo: str) -> 
     for such jobs with it. Both are part of the task-queue identity, so the director honours them per task
     queue; the option string is normalised first, so spellings of the same options share a task queue.
     """
+    if not isinstance(raw, Mapping):
+        raise ValidationError(f"must be a table of names to values, not {type(raw).__name__}", job=job,
+                              field="requirements")
     values = dict(raw)
     hint = values.pop(INSTANCE_TYPE, None)
-    if hint is not None and not isinstance(hint, str):
-        raise ValidationError("must name one shape", job=job, field=INSTANCE_TYPE)
+    if hint is not None:
+        if not isinstance(hint, str):
+            raise ValidationError(f"must name one shape, not {shown(hint)}", job=job, field=INSTANCE_TYPE)
+        check_value(INSTANCE_TYPE, hint, job=job)
     options = _options(values.pop(BACKEND_OPTIONS, None), job)
     req = parse_requirements(values, job=job)
     catalog.check_names(req, job=job, vo=vo)
@@ -138,11 +161,15 @@ def _options(raw: object, job: str) -> str | None:
     if raw is None:
         return None
     if not isinstance(raw, str):
-        raise ValidationError("must be a -b style option string", job=job, field=BACKEND_OPTIONS)
+        raise ValidationError(f"must be a -b style option string, not {shown(raw)}", job=job, field=BACKEND_OPTIONS)
+    check_value(BACKEND_OPTIONS, raw, job=job)
     try:
-        return normalize_options(raw, where=BACKEND_OPTIONS) or None
+        options = normalize_options(raw, where=BACKEND_OPTIONS) or None
     except PilotfishError as exc:
         raise ValidationError(str(exc), job=job, field=BACKEND_OPTIONS) from None
+    if options is not None:
+        check_value(BACKEND_OPTIONS, options, job=job)  # quoting may have made it longer
+    return options
 
 
 def _with_options(queues: list[Queue], options: str | None, job: str) -> list[Queue]:
@@ -193,26 +220,45 @@ class Submitter:
         self.clock = clock
         self.capacity = capacity or (lambda: live_cores(store))
 
-    def submit(self, jobs: Sequence[JobSpec], *, name: str = "", priority: float = 0.0) -> Submitted:
-        """Validate every job, then store the whole request in one atomic step (or nothing)."""
+    def submit(self, jobs: Sequence[JobSpec], *, name: str = "", priority: float = 0.0,
+               source: str = "") -> Submitted:
+        """Validate every job, then store the whole request in one atomic step (or nothing).
+
+        Every check runs before the first write (the store's one ``submit`` call), so a refused request
+        leaves Redis untouched; the refusal lists every problem, after ``source`` (the workflow file).
+        """
         if not jobs:
-            raise SubmissionError(["the request has no job"])
-        problems: list[str] = []
+            raise SubmissionError([located("the request has no job", field="jobs")], source)
+        problems = _request_problems(name, priority) + [p for spec in jobs for p in _spec_problems(spec)]
+        if problems:
+            raise SubmissionError(problems, source)
         try:
             order = dag.check_dag([j.name for j in jobs], {j.name: j.deps for j in jobs})
-        except ValidationError as exc:
-            raise SubmissionError([str(exc)]) from None
+        except dag.DagError as exc:
+            raise SubmissionError(exc.problems, source) from None
         by_name = {j.name: j for j in jobs}
         placements: dict[str, Placement] = {}
+        deferred_text: dict[str, str] = {}
+        text = 0
         for spec in jobs:
-            if spec.error or spec.deferred:
-                continue
             try:
-                placements[spec.name] = place(self.catalog, spec.requirements, job=spec.name, vo=self.vo)
+                if spec.error or spec.deferred:
+                    self._check_static(spec)
+                    kept = json.dumps(dict(spec.deferred_spec), sort_keys=True) if spec.deferred else ""
+                    deferred_text[spec.name] = kept
+                    text += len(kept)
+                else:
+                    placed = place(self.catalog, spec.requirements, job=spec.name, vo=self.vo)
+                    placements[spec.name] = placed
+                    text += len(placed.tq_def)
             except PilotfishError as exc:
                 problems.append(str(exc))
+            text += len(spec.command) + len(spec.key) + len(spec.name) + len(spec.rule)
+        if text > MAX_REQUEST_TEXT:
+            problems.append(located(f"the jobs hold {text} characters of text (commands, names, keys, requirements), "
+                                    f"over the limit of {MAX_REQUEST_TEXT}: split the request", field="jobs"))
         if problems:
-            raise SubmissionError(problems)
+            raise SubmissionError(problems, source)
 
         ete = self._estimates(jobs, placements)
         deps = {j.name: j.deps for j in jobs}
@@ -252,7 +298,7 @@ class Submitter:
                 dependents=tuple(index[d] for d in dependents[job_name]),
                 deps=tuple(index[d] for d in spec.deps),
                 pending=len(set(spec.deps)) if state is None else 0,
-                deferred=json.dumps(dict(spec.deferred_spec), sort_keys=True) if spec.deferred else "",
+                deferred=deferred_text.get(job_name, ""),
                 pressure=pressure[job_name],
                 state=state,
                 reason=reason,
@@ -262,6 +308,22 @@ class Submitter:
                   "cp": round(critical, 3), "n": len(jobs)}
         ids = self.store.submit(new_jobs, request=(request_id, record))
         return Submitted(request_id, dict(zip(order, ids, strict=True)), eta, critical)
+
+    def _check_static(self, spec: JobSpec) -> None:
+        """The requirements of a job stored without a placement (deferred, or failed at load) as far as known now.
+
+        Its requirement names must exist and its plain values be valid, and some queue must be eligible with
+        the unknown values left out (leaving a requirement out never makes a queue ineligible): what can be
+        told at submission is told then, not when the job is released.
+        """
+        later = set(spec.deferred_spec.get("deferred", spec.deferred))
+        place(self.catalog, {k: v for k, v in spec.requirements.items() if k not in later}, job=spec.name, vo=self.vo)
+        offered = self.catalog.offered_names(self.vo)
+        for requirement in sorted(later):
+            check_name(requirement, job=spec.name)
+            if requirement not in CONSUMABLES and requirement not in offered:
+                raise RequirementError(f"no queue of {self.catalog.source} offers {requirement!r} to VO {self.vo!r}",
+                                       job=spec.name, field=requirement)
 
     def _estimates(self, jobs: Sequence[JobSpec], placements: Mapping[str, Placement]) -> dict[str, float]:
         last, rules = self.store.ete_stats([j.key for j in jobs if j.key], [j.rule for j in jobs if j.rule])
@@ -289,6 +351,68 @@ class Submitter:
         return doomed
 
 
+def _problems(*checks: Callable[[], object]) -> list[str]:
+    """The message of each check that raised a ValidationError."""
+    problems = []
+    for check in checks:
+        try:
+            check()
+        except ValidationError as exc:
+            problems.append(str(exc))
+    return problems
+
+
+def _request_problems(name: object, priority: object) -> list[str]:
+    """What is wrong with a request's own fields (its name and priority: :mod:`matcher.limits`)."""
+    return _problems(
+        lambda: check_text(name, job=None, field="name", limit=MAX_NAME, line=True) if name != "" else name,
+        lambda: check_number(priority, job=None, field="priority", low=-MAX_PRIORITY, high=MAX_PRIORITY,
+                             what="a number of seconds"))
+
+
+def _spec_problems(spec: JobSpec) -> list[str]:
+    """What is wrong with one job's own fields, before its requirements (see :mod:`matcher.limits`)."""
+    try:
+        job = _check_job_name(spec.name)
+    except ValidationError as exc:
+        return [located(exc.problem, job=spec.name if isinstance(spec.name, str) else None, field="name")]
+    return _problems(
+        lambda: check_text(spec.command, job=job, field="command", limit=MAX_COMMAND_BYTES),
+        lambda: check_text(spec.key, job=job, field="key", limit=MAX_KEY, line=True) if spec.key else "",
+        lambda: _check_rule(spec.rule, job) if spec.rule else "",
+        lambda: spec.ete if spec.ete is None else check_number(spec.ete, job=job, field="ete", low=0, high=MAX_ETE,
+                                                               what="a number of seconds"),
+        lambda: _check_retries(spec.max_retries, job),
+        lambda: _check_deps(spec.deps, job))
+
+
+def _check_job_name(name: object) -> str:
+    """A job name from a program: one short printable line. (A workflow file's names are stricter,
+    :data:`matcher.limits.JOB_NAME_RE`, as they must fit ``deps.<job>.<value>``.)"""
+    if not isinstance(name, str) or not name:
+        raise ValidationError(f"a job name must be a non-empty string, not {shown(name)}", field="name")
+    return check_text(name, job=None, field="name", limit=MAX_NAME, line=True)
+
+
+def _check_rule(rule: object, job: str) -> str:
+    if not isinstance(rule, str) or not RULE_NAME_RE.fullmatch(rule):
+        raise ValidationError(f"{RULE_NAME_RULE}, not {shown(rule)}", job=job, field="rule")
+    return rule
+
+
+def _check_retries(retries: object, job: str) -> int:
+    if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= MAX_RETRIES:
+        raise ValidationError(f"must be a whole number within 0..{MAX_RETRIES}, not {shown(retries)}", job=job,
+                              field="max_retries")
+    return retries
+
+
+def _check_deps(deps: object, job: str) -> object:
+    if not isinstance(deps, tuple | list) or not all(isinstance(dep, str) for dep in deps):
+        raise ValidationError(f"must be a list of job names, not {shown(deps)}", job=job, field="deps")
+    return deps
+
+
 def specs_from_workflow(workflow: Any) -> list[JobSpec]:
     """The jobs of a :class:`matcher.workflow.Workflow` as submission specs."""
     specs = []
@@ -314,4 +438,5 @@ def specs_from_workflow(workflow: Any) -> list[JobSpec]:
 
 def submit_workflow(submitter: Submitter, workflow: Any) -> Submitted:
     """Submit a loaded workflow as one request, with its priority."""
-    return submitter.submit(specs_from_workflow(workflow), name=workflow.name, priority=workflow.priority)
+    return submitter.submit(specs_from_workflow(workflow), name=workflow.name, priority=workflow.priority,
+                            source=workflow.source)

@@ -65,17 +65,20 @@ Outputs of a payload
     skipped; a repeated key keeps its last value. Example: ``echo "out_mb=42" >> "$PILOTFISH_OUTPUTS"``.
     In a command template, a shell ``${VAR}`` must be written ``${{VAR}}``; plain ``$VAR`` needs nothing.
 
-Validation collects every problem of the file, each naming its job (duplicate names, unknown rules or
-dependencies, cycles, missing parameters, bad expressions, unknown keys, an empty request...), and
-raises one :class:`WorkflowError` listing them all, so a user fixes a file in one pass.
+Validation collects every problem of the file, each naming its job and field (duplicate names, unknown
+rules or dependencies, cycles, missing parameters, bad expressions, unknown keys, an empty request...), and
+raises one :class:`WorkflowError` listing them all on one line after the file's name, so a user fixes a
+file in one pass: ``bad.toml: job 'x', field 'mem': ...; job 'y', field 'deps': ...``. What a file expands
+to is bounded while it expands (:mod:`matcher.limits`: jobs, text, dependency edges, pattern matching),
+so a small file cannot build a huge request in memory before it is refused.
 """
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
 import itertools
 import json
-import math
 import re
 import tomllib
 from collections.abc import Iterator, Mapping, Sequence
@@ -84,7 +87,7 @@ from pathlib import Path
 from typing import Any
 
 from taskqueues.dag import DagError, check_dag
-from taskqueues.errors import ValidationError
+from taskqueues.errors import ProblemList, ValidationError, located, shown
 from taskqueues.expr import (
     ExprError,
     Kind,
@@ -96,6 +99,23 @@ from taskqueues.expr import (
     render,
     template_dep_refs,
     template_names,
+)
+from taskqueues.requirements import MAX_NAMES
+
+from .limits import (
+    JOB_NAME_RE,
+    JOB_NAME_RULE,
+    MAX_EDGES,
+    MAX_ETE,
+    MAX_JOBS,
+    MAX_NAME,
+    MAX_PATTERN_WORK,
+    MAX_PRIORITY,
+    MAX_REQUEST_TEXT,
+    RULE_NAME_RE,
+    RULE_NAME_RULE,
+    check_number,
+    check_text,
 )
 
 __all__ = [
@@ -115,11 +135,9 @@ __all__ = [
 ]
 
 OUTPUTS_ENV = "PILOTFISH_OUTPUTS"
-MAX_JOBS = 100_000
 MAX_FILE_BYTES = 16 * 1024 * 1024
 MAX_OUTPUTS = 100
 MAX_OUTPUT_VALUE = 4096
-_MAX_LISTED = 50
 
 _TOP_KEYS = frozenset({"name", "description", "priority", "params", "rules", "jobs"})
 _RULE_KEYS = frozenset({"command", "requirements", "ete"})
@@ -127,7 +145,6 @@ _JOB_KEYS = frozenset({"name", "rule", "command", "params", "requirements", "dep
 _RESERVED_PARAMS = frozenset({"job", "deps"})
 _NUMERIC = frozenset({"cpu", "mem", "tmp", "wall", "gpu", "ete"})
 _DURATIONS = frozenset({"wall", "ete"})
-_JOB_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,199}")
 _IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RANGE_RE = re.compile(r"\s*range\s*\((.*)\)\s*", re.DOTALL)
 # One quantity as taskqueues.units reads it: "4G", "10 GB", "1h30m", "1d 12h", "1:30:00", "2-00:00:00".
@@ -141,17 +158,9 @@ _PATTERN_CHARS = frozenset("*?[")
 Scalar = str | int | float | bool
 
 
-class WorkflowError(ValidationError):
-    """A workflow is wrong; ``problems`` lists every problem found, each naming its job."""
-
-    def __init__(self, source: str, problems: Sequence[str]) -> None:
-        shown = list(problems[:_MAX_LISTED])
-        if len(problems) > _MAX_LISTED:
-            shown.append(f"... and {len(problems) - _MAX_LISTED} more")
-        count = f"{len(problems)} problem" + ("s" if len(problems) != 1 else "")
-        super().__init__(f"invalid workflow {source} ({count}):\n  " + "\n  ".join(shown))
-        self.source = source
-        self.problems = list(problems)
+class WorkflowError(ProblemList):
+    """A workflow is wrong: one line, ``<file>: <problem>; <problem>...``, each problem naming its job
+    and field; ``problems`` lists them all."""
 
 
 def is_numeric(requirement: str) -> bool:
@@ -241,7 +250,7 @@ class Workflow:
 
 
 def load_workflow(path: str | Path) -> Workflow:
-    """Read and validate a ``.toml`` or ``.json`` workflow file."""
+    """Read and validate a ``.toml`` or ``.json`` workflow file; every refusal names the file first."""
     path = Path(path)
     source = str(path)
     try:
@@ -254,22 +263,29 @@ def load_workflow(path: str | Path) -> Workflow:
     except UnicodeDecodeError as exc:
         raise WorkflowError(source, [f"not UTF-8 text: {exc.reason} at byte {exc.start}"]) from None
     suffix = path.suffix.lower()
-    data: object
-    if suffix == ".toml":
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise WorkflowError(source, [f"TOML syntax: {exc}"]) from None
-    elif suffix == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise WorkflowError(source, [f"JSON syntax: {exc.msg} at line {exc.lineno}, column {exc.colno}"]) from None
-    else:
-        raise WorkflowError(source, [f"unknown file type {suffix!r}: use .toml or .json"])
+    if suffix not in (".toml", ".json"):
+        raise WorkflowError(source, [f"unknown file type {shown(suffix)}: use .toml or .json"])
+    data = _decode(text, suffix, source)
     if not isinstance(data, dict):
         raise WorkflowError(source, [f"the top level must be a table, not {type(data).__name__}"])
     return parse_workflow(data, source)
+
+
+def _decode(text: str, suffix: str, source: str) -> object:
+    """The document a TOML or JSON text holds; its syntax errors, and the values no Python object can
+    hold (an integer of more than 4300 digits, arrays nested past the recursion limit), as WorkflowError."""
+    syntax = "TOML" if suffix == ".toml" else "JSON"
+    try:
+        return tomllib.loads(text) if suffix == ".toml" else json.loads(text)
+    except json.JSONDecodeError as exc:
+        problem = f"JSON syntax: {exc.msg} at line {exc.lineno}, column {exc.colno}"
+    except tomllib.TOMLDecodeError as exc:
+        problem = f"TOML syntax: {exc}"
+    except RecursionError:
+        problem = f"{syntax} syntax: arrays or tables nested too deeply to read"
+    except ValueError as exc:  # int() of a number over Python's limit of 4300 digits
+        problem = f"{syntax} syntax: a number is too long to read ({str(exc).split(';')[0]})"
+    raise WorkflowError(source, [problem])
 
 
 @dataclass
@@ -277,7 +293,7 @@ class _Raw:
     """A job after foreach expansion, before its deps are resolved and its templates compiled."""
 
     name: str
-    entry: str  # how problems name the entry it came from, when the name itself failed
+    entry: str  # how problems name the job ("job 'x'")
     spec: Mapping[str, Any]
     env: dict[str, object]
     dep_patterns: list[str]
@@ -285,11 +301,32 @@ class _Raw:
 
 
 class _Collector:
+    """The problems found so far, each located (``job 'x', field 'mem': ...``), and the text spent.
+
+    ``spend`` counts the text the request's jobs hold as the file expands (see
+    :data:`matcher.limits.MAX_REQUEST_TEXT`); once over, it records one problem and says to stop.
+    """
+
     def __init__(self) -> None:
         self.problems: list[str] = []
+        self.text = 0
+        self.full = False
 
-    def add(self, where: str, message: str) -> None:
-        self.problems.append(f"{where}: {message}" if where else message)
+    def add(self, message: str, *, owner: str = "", field: object = None) -> None:
+        self.problems.append(located(message, owner=owner, field=field))
+
+    def spend(self, size: int, owner: str) -> bool:
+        """Count ``size`` characters of stored text; False (and one problem) once the request is over its limit."""
+        self.text += size
+        if self.text > MAX_REQUEST_TEXT and not self.full:
+            self.full = True
+            self.add(f"the request's jobs hold over {MAX_REQUEST_TEXT // 2**20} MiB of text (commands, names, "
+                     "keys, parameters) by this job: split it into smaller requests", owner=owner)
+        return not self.full
+
+
+def _job_owner(name: object) -> str:
+    return f"job {shown(name, MAX_NAME)}"
 
 
 def parse_workflow(data: Mapping[str, Any], source: str = "<workflow>") -> Workflow:
@@ -297,26 +334,32 @@ def parse_workflow(data: Mapping[str, Any], source: str = "<workflow>") -> Workf
     out = _Collector()
     if not isinstance(data, Mapping):
         raise WorkflowError(source, [f"the top level must be a table, not {type(data).__name__}"])
-    for key in sorted(set(data) - _TOP_KEYS):
-        out.add("", f"unknown top-level key {key!r} (known: {', '.join(sorted(_TOP_KEYS))})")
-    name = data.get("name")
-    if not isinstance(name, str) or not name.strip():
-        out.add("", "'name' must be a non-empty string")
+    for key in sorted(set(data) - _TOP_KEYS, key=str):
+        out.add(f"unknown top-level field (known: {', '.join(sorted(_TOP_KEYS))})", field=key)
+    try:
+        name = check_text(data.get("name"), job=None, field="name", limit=MAX_NAME, line=True)
+        if not name.strip():
+            raise ValidationError("must not be blank", field="name")
+    except ValidationError as exc:
+        out.problems.append(str(exc))
         name = ""
     description = data.get("description", "")
     if not isinstance(description, str):
-        out.add("", "'description' must be a string")
+        out.add(f"must be a string, not {type(description).__name__}", field="description")
         description = ""
     priority = data.get("priority", 0)
-    if isinstance(priority, bool) or not isinstance(priority, int | float) or not math.isfinite(priority):
-        out.add("", f"'priority' must be a number of seconds, not {priority!r}")
+    try:
+        check_number(priority, job=None, field="priority", low=-MAX_PRIORITY, high=MAX_PRIORITY,
+                     what="a number of seconds")
+    except ValidationError as exc:
+        out.problems.append(str(exc))
         priority = 0
-    params = _parse_params(data.get("params", {}), "params", out)
+    params = _parse_params(data.get("params", {}), out, "", "params")
     rules = _parse_rules(data.get("rules", {}), out)
     raw_jobs = _expand_jobs(data.get("jobs"), params, rules, out)
     jobs = _compile_jobs(raw_jobs, rules, out)
     order: list[str] = []
-    if jobs:
+    if jobs and not out.full:
         # Checked even when other problems were found, so cycles and unknown deps are listed with them.
         try:
             order = check_dag([job.name for job in jobs], {job.name: job.deps for job in jobs})
@@ -336,21 +379,20 @@ def parse_workflow(data: Mapping[str, Any], source: str = "<workflow>") -> Workf
     )
 
 
-def _parse_params(value: object, where: str, out: _Collector) -> dict[str, object]:
+def _parse_params(value: object, out: _Collector, owner: str, field: str) -> dict[str, object]:
     if not isinstance(value, Mapping):
-        out.add(where, f"must be a table of name = value, not {type(value).__name__}")
+        out.add(f"must be a table of name = value, not {type(value).__name__}", owner=owner, field=field)
         return {}
     params: dict[str, object] = {}
     for name, item in value.items():
         if not isinstance(name, str) or not _IDENT_RE.fullmatch(name):
-            out.add(where, f"parameter name {name!r} must be an identifier (letters, digits, _)")
+            out.add(f"parameter name {shown(name)} must be an identifier (letters, digits, _)", owner=owner,
+                    field=field)
         elif name in _RESERVED_PARAMS:
-            out.add(where, f"parameter name {name!r} is reserved")
+            out.add(f"parameter name {name!r} is reserved", owner=owner, field=field)
         elif not isinstance(item, str | int | float | bool):
-            out.add(
-                where,
-                f"parameter {name!r} must be a string, a number or a boolean, not {type(item).__name__}",
-            )
+            out.add(f"parameter {shown(name)} must be a string, a number or a boolean, not {type(item).__name__}",
+                    owner=owner, field=field)
         else:
             params[name] = item
     return params
@@ -358,23 +400,26 @@ def _parse_params(value: object, where: str, out: _Collector) -> dict[str, objec
 
 def _parse_rules(value: object, out: _Collector) -> dict[str, Rule]:
     if not isinstance(value, Mapping):
-        out.add("rules", f"must be a table of rules, not {type(value).__name__}")
+        out.add(f"must be a table of rules, not {type(value).__name__}", field="rules")
         return {}
     rules: dict[str, Rule] = {}
     for name, spec in value.items():
-        where = f"rule {name!r}"
-        if not isinstance(spec, Mapping):
-            out.add(where, f"must be a table, not {type(spec).__name__}")
+        where = f"rule {shown(name, MAX_NAME)}"
+        if not isinstance(name, str) or not RULE_NAME_RE.fullmatch(name):
+            out.add(RULE_NAME_RULE, owner=where)
             continue
-        for key in sorted(set(spec) - _RULE_KEYS):
-            out.add(where, f"unknown key {key!r} (known: {', '.join(sorted(_RULE_KEYS))})")
+        if not isinstance(spec, Mapping):
+            out.add(f"must be a table, not {type(spec).__name__}", owner=where)
+            continue
+        for key in sorted(set(spec) - _RULE_KEYS, key=str):
+            out.add(f"unknown field (known: {', '.join(sorted(_RULE_KEYS))})", owner=where, field=key)
         command = spec.get("command")
         if command is not None and not isinstance(command, str):
-            out.add(where, "'command' must be a string")
+            out.add(f"must be a string, not {type(command).__name__}", owner=where, field="command")
             command = None
         requirements = spec.get("requirements", {})
         if not isinstance(requirements, Mapping):
-            out.add(where, "'requirements' must be a table")
+            out.add(f"must be a table, not {type(requirements).__name__}", owner=where, field="requirements")
             requirements = {}
         rules[name] = Rule(name, command, dict(requirements), spec.get("ete"))
     return rules
@@ -385,55 +430,57 @@ def _parse_rules(value: object, out: _Collector) -> dict[str, Rule]:
 
 def _expand_jobs(value: object, params: dict[str, object], rules: Mapping[str, Rule], out: _Collector) -> list[_Raw]:
     if value is None or (isinstance(value, list) and not value):
-        out.add("", "the request has no jobs: add at least one [[jobs]] entry")
+        out.add("the request has no jobs: add at least one [[jobs]] entry", field="jobs")
         return []
     if not isinstance(value, list):
-        out.add("jobs", f"must be an array of tables, not {type(value).__name__}")
+        out.add(f"must be an array of tables, not {type(value).__name__}", field="jobs")
         return []
     raws: list[_Raw] = []
     for number, spec in enumerate(value, start=1):
         entry = f"jobs entry #{number}"
         if not isinstance(spec, Mapping):
-            out.add(entry, f"must be a table, not {type(spec).__name__}")
+            out.add(f"must be a table, not {type(spec).__name__}", owner=entry)
             continue
         label = spec.get("name")
-        where = f"job {label!r}" if isinstance(label, str) else entry
-        for key in sorted(set(spec) - _JOB_KEYS):
-            out.add(where, f"unknown key {key!r} (known: {', '.join(sorted(_JOB_KEYS))})")
+        where = _job_owner(label) if isinstance(label, str) else entry
+        for key in sorted(set(spec) - _JOB_KEYS, key=str):
+            out.add(f"unknown field (known: {', '.join(sorted(_JOB_KEYS))})", owner=where, field=key)
         if not isinstance(label, str):
-            out.add(entry, "'name' must be a string")
+            out.add(f"must be a string, not {type(label).__name__}", owner=entry, field="name")
             continue
         rule = spec.get("rule")
-        if rule is not None and rule not in rules:
+        if rule is not None and (not isinstance(rule, str) or rule not in rules):
             known = ", ".join(sorted(rules)) or "none defined"
-            out.add(where, f"unknown rule {rule!r} (rules: {known})")
+            out.add(f"unknown rule {shown(rule)} (rules: {shown(known, 200)[1:-1]})", owner=where, field="rule")
         job_params = spec.get("params", {})
         if not isinstance(job_params, Mapping):
-            out.add(where, "'params' must be a table")
+            out.add(f"must be a table, not {type(job_params).__name__}", owner=where, field="params")
             job_params = {}
         deps = spec.get("deps", [])
         if isinstance(deps, str):
             deps = [deps]
         if not isinstance(deps, list) or not all(isinstance(dep, str) for dep in deps):
-            out.add(where, "'deps' must be a list of job names")
+            out.add("must be a list of job names", owner=where, field="deps")
             deps = []
         key = spec.get("key")
         if key is not None and not isinstance(key, str):
-            out.add(where, "'key' must be a string")
+            out.add(f"must be a string, not {type(key).__name__}", owner=where, field="key")
             key = None
         bindings = _foreach(spec.get("foreach"), params, where, out)
         if bindings is None:
             continue
         if "foreach" in spec and not (_template_names_safe(label) & set(bindings[0])):
-            out.add(where, "a foreach entry must use a foreach variable in its name, e.g. 'project_{i}'")
+            out.add("the job's name must use a foreach variable, e.g. 'project_{i}'", owner=where, field="foreach")
             continue
         if len(raws) + len(bindings) > MAX_JOBS:
-            out.add(where, f"the request would have more than {MAX_JOBS} jobs")
+            out.add(f"the request would have more than {MAX_JOBS} jobs", owner=where, field="foreach")
             return raws
         for binding in bindings:
             raw = _expand_one(label, where, spec, params, binding, job_params, deps, key, out)
             if raw is not None:
                 raws.append(raw)
+            if out.full:
+                return raws
     return raws
 
 
@@ -452,27 +499,31 @@ def _foreach(
         return [{}]
     if isinstance(value, list):
         if not value or not all(isinstance(row, Mapping) for row in value):
-            out.add(where, "a foreach array must be a non-empty list of tables")
+            out.add("a foreach array must be a non-empty list of tables", owner=where, field="foreach")
+            return None
+        if len(value) > MAX_JOBS:
+            out.add(f"foreach gives {len(value)} jobs, over the limit of {MAX_JOBS}", owner=where, field="foreach")
             return None
         rows: list[dict[str, object]] = []
         for row in value:
-            checked = _parse_params(row, f"{where}, foreach", out)
+            checked = _parse_params(row, out, where, "foreach")
             if len(checked) != len(row):
                 return None
             rows.append(checked)
         if any(set(row) != set(rows[0]) for row in rows):
-            out.add(where, "every table of a foreach array must bind the same variables")
+            out.add("every table of a foreach array must bind the same variables", owner=where, field="foreach")
             return None
         return rows
     if not isinstance(value, Mapping) or not value:
-        out.add(where, "'foreach' must be a non-empty table of lists or an array of tables")
+        out.add("must be a non-empty table of lists or an array of tables", owner=where, field="foreach")
         return None
     axes: list[tuple[str, list[object]]] = []
     for name, values in value.items():
         if not isinstance(name, str) or not _IDENT_RE.fullmatch(name) or name in _RESERVED_PARAMS:
-            out.add(where, f"foreach variable {name!r} must be an identifier and not 'job' or 'deps'")
+            out.add(f"variable {shown(name)} must be an identifier and not 'job' or 'deps'", owner=where,
+                    field="foreach")
             return None
-        axis = _axis(values, params, f"{where}, foreach {name!r}", out)
+        axis = _axis(values, params, name, where, out)
         if axis is None:
             return None
         axes.append((name, axis))
@@ -480,42 +531,49 @@ def _foreach(
     for _, axis in axes:
         total *= len(axis)
     if total > MAX_JOBS:
-        out.add(where, f"foreach gives {total} jobs, over the limit of {MAX_JOBS}")
+        out.add(f"foreach gives {total} jobs, over the limit of {MAX_JOBS}", owner=where, field="foreach")
         return None
     keys = [name for name, _ in axes]
     return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(axis for _, axis in axes))]
 
 
-def _axis(values: object, params: Mapping[str, object], where: str, out: _Collector) -> list[object] | None:
+def _axis(values: object, params: Mapping[str, object], name: str, where: str,
+          out: _Collector) -> list[object] | None:
+    def problem(message: str) -> None:
+        out.add(f"variable {name!r}: {message}", owner=where, field="foreach")
+
     if isinstance(values, list):
         if not values or not all(isinstance(v, str | int | float | bool) for v in values):
-            out.add(where, "must be a non-empty list of strings or numbers")
+            problem("must be a non-empty list of strings or numbers")
+            return None
+        if len(values) > MAX_JOBS:
+            problem(f"has {len(values)} values, over the limit of {MAX_JOBS}")
             return None
         return list(values)
     match = _RANGE_RE.fullmatch(values) if isinstance(values, str) else None
     if match is None:
-        out.add(where, f"must be a list or 'range(start, stop[, step])', not {values!r}")
+        problem(f"must be a list or 'range(start, stop[, step])', not {shown(values)}")
         return None
     bounds: list[int] = []
     for text in _split_args(match.group(1)):
         try:
             number = evaluate(text, params)
         except ExprError as exc:
-            out.add(where, str(exc))
+            problem(str(exc))
             return None
         if not isinstance(number, int):
-            out.add(where, f"range() bounds must be whole numbers, {text.strip()!r} is {number!r}")
+            problem(f"range() bounds must be whole numbers, {shown(text.strip())} is {number!r}")
             return None
         bounds.append(number)
     if not 1 <= len(bounds) <= 3 or (len(bounds) == 3 and bounds[2] == 0):
-        out.add(where, "range() takes 1 to 3 whole numbers and a non-zero step")
+        problem("range() takes 1 to 3 whole numbers and a non-zero step")
         return None
     span = range(*bounds)
     if len(span) > MAX_JOBS:
-        out.add(where, f"range gives {len(span)} values, over the limit of {MAX_JOBS}")
+        problem(f"range gives {len(span)} values, over the limit of {MAX_JOBS}")
         return None
     if not span:
-        out.add(where, f"range({match.group(1).strip()}) is empty")
+        problem(f"range({shown(match.group(1).strip())[1:-1]}) is empty")
         return None
     return list(span)
 
@@ -548,47 +606,90 @@ def _expand_one(
     try:
         name = render(label, scope)
     except ExprError as exc:
-        out.add(where, f"name: {exc}")
+        out.add(str(exc), owner=where, field="name")
         return None
-    if not _JOB_NAME_RE.fullmatch(name):
-        out.add(f"job {name!r}", "a job name is 1 to 200 letters, digits, '_' or '-', not starting with '-'")
+    if not JOB_NAME_RE.fullmatch(name):
+        out.add(JOB_NAME_RULE, owner=_job_owner(name), field="name")
         return None
-    where = f"job {name!r}"
+    where = _job_owner(name)
     scope["job"] = name
     env: dict[str, object] = dict(scope)
-    for param, value in _parse_params(job_params, f"{where}, params", out).items():
+    spent = len(name)
+    for param, value in _parse_params(job_params, out, where, "params").items():
         if isinstance(value, str):
             try:
                 value = render(value, scope)
             except ExprError as exc:
-                out.add(where, f"param {param!r}: {exc}")
+                out.add(f"parameter {param!r}: {exc}", owner=where, field="params")
                 continue
+            spent += len(value)
         env[param] = value
     patterns: list[str] = []
     for dep in deps:
         try:
             patterns.append(render(dep, scope))
         except ExprError as exc:
-            out.add(where, f"deps: {exc}")
+            out.add(str(exc), owner=where, field="deps")
     rendered_key: str | None = None
     if key is not None:
         try:
             rendered_key = render(key, env)
         except ExprError as exc:
-            out.add(where, f"key: {exc}")
+            out.add(str(exc), owner=where, field="key")
+    if not out.spend(spent + sum(map(len, patterns)) + len(rendered_key or ""), where):
+        return None
     return _Raw(name, where, spec, env, patterns, rendered_key)
 
 
 # -------------------------------------------------------------------------------------- compiling
 
 
-def _resolve_deps(raw: _Raw, all_names: Sequence[str], out: _Collector) -> tuple[str, ...]:
+class _Patterns:
+    """``deps`` patterns resolved against the job names, within a budget of names tried.
+
+    A pattern's literal head (``"part_3_"`` of ``"part_3_*"``) selects its candidates by bisection in the
+    sorted names, so per-job patterns of a fan-in cost what they match; a pattern that starts with a
+    wildcard tries every name. Each distinct pattern is resolved once. Matches keep the order of the file.
+    """
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.position = {name: index for index, name in enumerate(names)}
+        self.sorted = sorted(self.position)
+        self.found: dict[str, list[str]] = {}
+        self.work = 0
+
+    def match(self, pattern: str) -> list[str] | None:
+        """The names matching ``pattern``; None once :data:`MAX_PATTERN_WORK` names have been tried."""
+        if pattern not in self.found:
+            head = pattern[: min((pattern.index(c) for c in _PATTERN_CHARS if c in pattern), default=len(pattern))]
+            matches = re.compile(fnmatch.translate(pattern)).match
+            found = []
+            for index in range(bisect.bisect_left(self.sorted, head), len(self.sorted)):
+                name = self.sorted[index]
+                if not name.startswith(head):
+                    break
+                self.work += 1
+                if self.work > MAX_PATTERN_WORK:
+                    return None
+                if matches(name):
+                    found.append(name)
+            self.found[pattern] = sorted(found, key=self.position.__getitem__)
+        return self.found[pattern]
+
+
+def _resolve_deps(raw: _Raw, patterns: _Patterns, out: _Collector) -> tuple[str, ...] | None:
+    """The job's dependencies with patterns expanded; None when the patterns cost too much to resolve."""
     resolved: dict[str, None] = {}
     for pattern in raw.dep_patterns:
         if _PATTERN_CHARS & set(pattern):
-            matched = [name for name in all_names if name != raw.name and fnmatch.fnmatchcase(name, pattern)]
+            matched = patterns.match(pattern)
+            if matched is None:
+                out.add(f"matching the deps patterns of the request tries over {MAX_PATTERN_WORK} job names: "
+                        "name the dependencies, or use fewer distinct patterns", owner=raw.entry, field="deps")
+                return None
+            matched = [name for name in matched if name != raw.name]
             if not matched:
-                out.add(raw.entry, f"dependency pattern {pattern!r} matches no job")
+                out.add(f"pattern {shown(pattern)} matches no job", owner=raw.entry, field="deps")
             resolved.update(dict.fromkeys(matched))
         else:
             resolved[pattern] = None  # unknown names are reported by the graph check, with the others
@@ -596,8 +697,21 @@ def _resolve_deps(raw: _Raw, all_names: Sequence[str], out: _Collector) -> tuple
 
 
 def _compile_jobs(raws: Sequence[_Raw], rules: Mapping[str, Rule], out: _Collector) -> list[JobTemplate]:
-    all_names = [raw.name for raw in raws]
-    return [_compile(raw, _resolve_deps(raw, all_names, out), rules, out) for raw in raws]
+    patterns = _Patterns([raw.name for raw in raws])
+    jobs: list[JobTemplate] = []
+    edges = 0
+    for raw in raws:
+        deps = _resolve_deps(raw, patterns, out)
+        if deps is None:
+            break
+        edges += len(deps)
+        if edges > MAX_EDGES:
+            out.add(f"the request has over {MAX_EDGES} dependency edges by this job", owner=raw.entry, field="deps")
+            break
+        jobs.append(_compile(raw, deps, rules, out))
+        if out.full:
+            break
+    return jobs
 
 
 def _check_names(
@@ -611,6 +725,20 @@ def _check_names(
     return problems
 
 
+def _text_size(value: object) -> int:
+    """About how many characters ``value`` takes in a stored record."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, list):
+        return sum(map(_text_size, value)) + 2
+    return 8
+
+
+def _env_text(env: Mapping[str, object]) -> int:
+    """About how much text ``env`` adds to a stored job (its deferred requirements keep it whole)."""
+    return sum(len(name) + _text_size(value) for name, value in env.items())
+
+
 def _compile(raw: _Raw, deps: tuple[str, ...], rules: Mapping[str, Rule], out: _Collector) -> JobTemplate:
     spec, env, where = raw.spec, raw.env, raw.entry
     rule = rules.get(spec["rule"]) if isinstance(spec.get("rule"), str) else None
@@ -620,31 +748,36 @@ def _compile(raw: _Raw, deps: tuple[str, ...], rules: Mapping[str, Rule], out: _
     command = spec.get("command", rule.command if rule else None)
     command_deferred = False
     if not isinstance(command, str) or not command.strip():
-        out.add(where, "no command: give 'command' or a 'rule' that has one")
+        out.add("no command: give 'command' or a 'rule' that has one", owner=where, field="command")
         command = ""
     else:
         try:
             refs = template_dep_refs(command)
             command_problems = _check_names(template_names(command), refs, env, deps)
             for problem in command_problems:
-                out.add(where, f"command: {problem}")
+                out.add(problem, owner=where, field="command")
             needs |= refs
             command_deferred = bool(refs)
             if not command_deferred and not command_problems:
                 command = render(command, env)
         except ExprError as exc:
-            out.add(where, f"command: {exc}")
+            out.add(str(exc), owner=where, field="command")
 
     requirements: dict[str, object] = {}
     deferred: dict[str, str] = {}
     own = spec.get("requirements", {})
     if not isinstance(own, Mapping):
-        out.add(where, "'requirements' must be a table")
+        out.add(f"must be a table, not {type(own).__name__}", owner=where, field="requirements")
         own = {}
     merged = {**(rule.requirements if rule else {}), **own}
+    if len(merged) > MAX_NAMES:
+        out.add(f"at most {MAX_NAMES} requirement names are allowed, got {len(merged)}", owner=where,
+                field="requirements")
+        merged = {}
     for name, value in merged.items():
         if not isinstance(name, str) or not name:
-            out.add(where, f"requirement name {name!r} must be a non-empty string")
+            out.add(f"a requirement name must be a non-empty string, not {shown(name)}", owner=where,
+                    field="requirements")
             continue
         outcome = _requirement(name, value, env, deps, where, out)
         if isinstance(outcome, _Deferred):
@@ -656,6 +789,10 @@ def _compile(raw: _Raw, deps: tuple[str, ...], rules: Mapping[str, Rule], out: _
             requirements[name] = outcome
 
     ete_hint = _ete_hint(spec.get("ete", rule.ete if rule else None), requirements, env, where, out, errors)
+    stored = len(command) + sum(map(_text_size, requirements.values()))
+    if deferred or command_deferred:
+        stored += _env_text(env) + sum(map(len, deferred.values()))
+    out.spend(stored, where)
     return JobTemplate(
         name=raw.name,
         command=command,
@@ -694,11 +831,11 @@ def _requirement(
         try:
             used, refs = names(value), dep_refs(value)
         except ExprError as exc:
-            out.add(where, f"requirement {name!r}: {exc}")
+            out.add(str(exc), owner=where, field=name)
             return value
         problems = _check_names(used, refs, env, deps)
         for problem in problems:
-            out.add(where, f"requirement {name!r}: {problem} in {value!r}")
+            out.add(f"{problem} in {shown(value)}", owner=where, field=name)
         if problems:
             return value
         if refs:
@@ -718,18 +855,15 @@ def _render_free(name: str, value: str, env: Mapping[str, object], where: str, o
     try:
         used = template_names(value)
         if any(item.startswith("deps.") for item in used):
-            out.add(
-                where,
-                f"requirement {name!r}: only commands and numeric requirements may read dependency outputs",
-            )
+            out.add("only commands and numeric requirements may read dependency outputs", owner=where, field=name)
             return value
         missing = sorted(item for item in used if item not in env)
         if missing:
-            out.add(where, f"requirement {name!r}: missing param {missing[0]!r} in {value!r}")
+            out.add(f"missing param {missing[0]!r} in {shown(value)}", owner=where, field=name)
             return value
         return render(value, env)
     except ExprError as exc:
-        out.add(where, f"requirement {name!r}: {exc}")
+        out.add(str(exc), owner=where, field=name)
         return value
 
 
@@ -741,36 +875,40 @@ def _ete_hint(
     out: _Collector,
     errors: list[str],
 ) -> float | None:
-    """The job's ETE hint in seconds: its ``ete``, else its ``wall`` requirement when that is readable."""
+    """The job's ETE hint in seconds (within :data:`matcher.limits.MAX_ETE`): its ``ete``, else its
+    ``wall`` requirement when that is readable."""
     if value is None:
         wall = requirements.get("wall")
+        seconds: float | None = None
         if isinstance(wall, int | float) and not isinstance(wall, bool):
-            return float(wall)
-        if isinstance(wall, str):
+            seconds = float(wall)
+        elif isinstance(wall, str):
             try:
-                return float(parse_quantity(wall, "duration"))
+                seconds = float(parse_quantity(wall, "duration"))
             except ExprError:
                 return None  # a clock form like "1:30:00": the requirement check reads it, no hint
-        return None
+        # The wall requirement itself is checked at submission; an unusable one gives no hint.
+        return seconds if seconds is not None and 0 <= seconds <= MAX_ETE else None
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        out.add(where, f"'ete' must be seconds or a duration expression, not {value!r}")
+        out.add(f"must be seconds or a duration expression, not {shown(value)}", owner=where, field="ete")
         return None
     if isinstance(value, int | float):
-        if not 0 <= value < float("inf"):
-            out.add(where, f"'ete' must be a finite number of seconds >= 0, not {value!r}")
+        try:
+            return check_number(value, job=None, field="ete", low=0, high=MAX_ETE, what="a number of seconds")
+        except ValidationError as exc:
+            out.add(exc.problem, owner=where, field="ete")
             return None
-        return float(value)
     try:
         parse(value)
         refs = dep_refs(value)
     except ExprError as exc:
-        out.add(where, f"ete: {exc}")
+        out.add(str(exc), owner=where, field="ete")
         return None
     problems = _check_names(names(value), set(), env, ())
     if refs:
         problems.append("an ETE hint is needed at submission, it cannot read dependency outputs")
     for problem in problems:
-        out.add(where, f"ete: {problem}")
+        out.add(problem, owner=where, field="ete")
     if problems:
         return None
     try:
@@ -778,8 +916,8 @@ def _ete_hint(
     except ExprError as exc:
         errors.append(f"ete: {exc}")
         return None
-    if hint < 0:
-        errors.append(f"ete: {value!r} gives {hint}, a negative duration")
+    if not 0 <= hint <= MAX_ETE:
+        errors.append(f"ete: {shown(value)} gives {hint} s, outside 0..{MAX_ETE:g}")
         return None
     return float(hint)
 

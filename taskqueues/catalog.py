@@ -730,12 +730,17 @@ class Catalog:
         return {queue.id: queue.reason(req) for queue in self.queues(vo)}
 
     def require_eligible(self, req: Requirements, *, job: str, vo: str = DEFAULT_VO) -> list[Queue]:
-        """The eligible queues; NoEligibleQueue naming, per queue, what excluded it, when there is none."""
+        """The eligible queues; NoEligibleQueue naming, per queue, what excluded it, when there is none.
+
+        The error's field is the first requirement that alone stands in the way (without it some queue
+        could run the job), when there is one: ``job 'x', field 'cpu': no queue ... can run it``.
+        """
         eligible = self.eligible_queues(req, vo)
         if eligible:
             return eligible
         reasons = [f"{queue_id}: {why}" for queue_id, why in self.explain(req, vo).items()]
         shown = reasons[:20] + ([f"... and {len(reasons) - 20} more"] if len(reasons) > 20 else [])
+        culprit = next((name for name in sorted(req.values) if self.eligible_queues(req.without(name), vo)), None)
         raise NoEligibleQueue(
-            f"no queue of {self.source} can run it for VO {vo!r} -- " + " | ".join(shown), job=job
+            f"no queue of {self.source} can run it for VO {vo!r} -- " + " | ".join(shown), job=job, field=culprit
         )

@@ -34,7 +34,7 @@ import heapq
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 
-from taskqueues.errors import ValidationError
+from taskqueues.errors import ProblemList, ValidationError, located, shown
 
 __all__ = [
     "DAMPING",
@@ -49,18 +49,14 @@ __all__ = [
 ]
 
 DAMPING = 0.10
-_MAX_LISTED = 20
+_CYCLE_SHOWN = 10
 
 
-class DagError(ValidationError):
-    """The graph is not a DAG of known, unique jobs. ``problems`` lists every one, each naming its jobs."""
+class DagError(ProblemList):
+    """The graph is not a DAG of known, unique jobs. ``problems`` lists every one, each naming its job and field."""
 
     def __init__(self, problems: Sequence[str]) -> None:
-        shown = list(problems[:_MAX_LISTED])
-        if len(problems) > _MAX_LISTED:
-            shown.append(f"... and {len(problems) - _MAX_LISTED} more")
-        super().__init__("bad dependency graph: " + "; ".join(shown))
-        self.problems = list(problems)
+        super().__init__("bad dependency graph", problems)
 
 
 def check_dag(nodes: Iterable[str], deps: Mapping[str, Iterable[str]]) -> list[str]:
@@ -74,18 +70,18 @@ def check_dag(nodes: Iterable[str], deps: Mapping[str, Iterable[str]]) -> list[s
     problems: list[str] = []
     for node in nodes:
         if node in seen:
-            problems.append(f"duplicate job name {node!r}")
+            problems.append(located("more than one job has this name", job=node, field="name"))
         else:
             seen.add(node)
             order_in.append(node)
     edges: dict[str, list[str]] = {node: [] for node in order_in}
     for job, job_deps in deps.items():
         if job not in seen:
-            problems.append(f"dependencies given for unknown job {job!r}")
+            problems.append(located("dependencies given for a job that is not in the graph", job=job, field="deps"))
             continue
         for dep in dict.fromkeys(job_deps):  # a dependency listed twice is one edge
             if dep not in seen:
-                problems.append(f"job {job!r} depends on unknown job {dep!r}")
+                problems.append(located(f"depends on unknown job {shown(dep)}", job=job, field="deps"))
             else:
                 edges[job].append(dep)
     order = _kahn(order_in, edges)
@@ -124,10 +120,12 @@ def _cycles(stuck: Sequence[str], edges: Mapping[str, Sequence[str]]) -> list[st
         inside = set(component)
         if len(component) == 1 and start not in edges[start]:
             continue  # blocked behind a cycle, not on one
-        path = _path_back(start, edges, inside)
-        problems.append("cycle: " + " -> ".join([*path, start]))
+        path = [*_path_back(start, edges, inside), start]
+        if len(path) > _CYCLE_SHOWN:
+            path = [*path[: _CYCLE_SHOWN - 1], f"... ({len(path) - _CYCLE_SHOWN} more)", start]
+        problems.append(located("cycle: " + " -> ".join(path), job=start, field="deps"))
     if not problems and members:  # pragma: no cover - Kahn leaves nodes only when a cycle exists
-        problems.append("cycle among: " + ", ".join(sorted(members)))
+        problems.append("cycle among: " + ", ".join(sorted(members)[:_CYCLE_SHOWN]))
     return problems
 
 

@@ -56,7 +56,8 @@ Templates
     A placeholder is a bare name or the dependency form ``{deps.<job>.<value>}``; ``{a.b}``, ``{a[0]}``,
     ``{}`` and ``{0}`` are refused. A format spec is allowed (``{i:03d}``) with width and precision up to
     :data:`MAX_FORMAT_WIDTH`; the conversions are ``!s``, ``!r`` and ``!q`` (``shlex.quote``, for values
-    placed in a shell command).
+    placed in a shell command). A template renders to at most :data:`MAX_RENDERED` characters (1 MiB, more
+    than any value a job may hold), so a short template over a long parameter cannot fill the memory.
 
 Every error is an :class:`ExprError`, a :class:`~taskqueues.errors.ValidationError` that carries the
 expression, the column (0-based) and the offending name when there is one.
@@ -74,7 +75,7 @@ from functools import lru_cache
 from string import Formatter
 from typing import Literal, TypeAlias
 
-from taskqueues.errors import ValidationError
+from taskqueues.errors import ValidationError, shown
 
 __all__ = [
     "MAX_DEPTH",
@@ -82,6 +83,7 @@ __all__ = [
     "MAX_FORMAT_WIDTH",
     "MAX_LENGTH",
     "MAX_MAGNITUDE",
+    "MAX_RENDERED",
     "MAX_TREE_DEPTH",
     "BinOp",
     "BoolOp",
@@ -116,6 +118,7 @@ MAX_TREE_DEPTH = 120
 MAX_MAGNITUDE = 10**18
 MAX_EXPONENT = 64
 MAX_FORMAT_WIDTH = 100
+MAX_RENDERED = 1024 * 1024
 
 _SIZE_UNITS: dict[str, Fraction] = {}
 for _prefix, _bytes in (("", 1), ("k", 10**3), ("m", 10**6), ("g", 10**9), ("t", 10**12), ("p", 10**15)):
@@ -676,7 +679,7 @@ class _Evaluator:
                 return self.check(parse_quantity(value, self.kind), node)
             except ExprError as exc:
                 raise self.error(
-                    f"{what} {name!r} is not a number ({value!r}: {exc.reason})", node, name
+                    f"{what} {name!r} is not a number ({shown(value)}: {exc.reason})", node, name
                 ) from None
         raise self.error(f"{what} {name!r} is not a number (it is a {type(value).__name__})", node, name)
 
@@ -751,8 +754,9 @@ class _Evaluator:
         if base < 0 and not float(exponent).is_integer():
             raise self.error("a negative number to a fractional power is not a real number", node)
         # Refuse before computing: 10**64 on an integer is cheap, but it must not be the first step of a
-        # chain; the magnitude test is the same one every other operation passes.
-        if base not in (0, 1, -1) and exponent > 0 and exponent * math.log10(abs(base)) > 18.5:
+        # chain, and a float overflows with an exception ((1e-18)**-64), not an infinity; the magnitude
+        # test is the same one every other operation passes.
+        if base not in (0, 1, -1) and exponent * math.log10(abs(base)) > 18.5:
             raise self.error(f"value out of range (limit ±{MAX_MAGNITUDE:.0e})", node)
         result = base**exponent
         if isinstance(result, complex):  # pragma: no cover - excluded above, kept as a guard
@@ -877,7 +881,7 @@ def _template_fields(template: str) -> tuple[_Field, ...]:
         spec_match = _FORMAT_SPEC_RE.fullmatch(spec)
         if spec_match is None:
             raise ExprError(
-                f"placeholder {{{name}}}: bad format spec {spec!r}", expression=template, name=name
+                f"placeholder {{{name}}}: bad format spec {shown(spec)}", expression=template, name=name
             )
         for part in ("width", "precision"):
             digits = spec_match.group(part)
@@ -919,8 +923,12 @@ def render(
     template cannot reach an attribute, an item or any object behind a value.
     """
     out: list[str] = []
+    size = 0
     for field in _template_fields(template):
         out.append(field.literal)
+        size += len(field.literal)
+        if size > MAX_RENDERED:
+            raise ExprError(f"renders to more than {MAX_RENDERED} characters", expression=template)
         if field.name is None:
             continue
         value: object
@@ -952,8 +960,11 @@ def render(
             value = _CONVERSIONS[field.conversion](value)
         try:
             out.append(format(value, field.spec))
-        except ValueError as exc:
+        except (ValueError, OverflowError) as exc:  # OverflowError: "{n:c}" of a number past U+10FFFF
             raise ExprError(
                 f"placeholder {{{field.name}}}: {exc}", expression=template, name=field.name
             ) from None
+        size += len(out[-1])
+    if size > MAX_RENDERED:
+        raise ExprError(f"renders to more than {MAX_RENDERED} characters", expression=template)
     return "".join(out)

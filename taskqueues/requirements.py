@@ -48,7 +48,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from taskqueues.errors import RequirementError
+from taskqueues.errors import RequirementError, shown
 from taskqueues.units import parse_duration_s, parse_size_mb
 
 __all__ = [
@@ -136,20 +136,20 @@ def _check_text(text: str, name: str, job: str | None) -> str:
             f"a string value must be at most {MAX_STRING} characters, got {len(text)}", job=job, field=name
         )
     if not text.isprintable():
-        raise RequirementError(f"the value {text!r} contains control characters", job=job, field=name)
+        raise RequirementError(f"the value {shown(text)} contains control characters", job=job, field=name)
     return text
 
 
 def _check_number(value: int | float, name: str, job: str | None) -> int | float:
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise RequirementError(f"the value must be a finite number, got {value!r}", job=job, field=name)
+            raise RequirementError(f"the value must be a finite number, got {shown(value)}", job=job, field=name)
         if value.is_integer() and abs(value) <= MAX_NUMBER:
             value = int(value)  # 4000.0 and 4000 are one requirement, and must hash alike
     if value < 0:
-        raise RequirementError(f"the value must not be negative, got {value!r}", job=job, field=name)
+        raise RequirementError(f"the value must not be negative, got {shown(value)}", job=job, field=name)
     if value > MAX_NUMBER:
-        raise RequirementError(f"the value {value!r} is over the limit of 2**53", job=job, field=name)
+        raise RequirementError(f"the value {shown(value)} is over the limit of 2**53", job=job, field=name)
     return value
 
 
@@ -161,7 +161,7 @@ def check_value(name: str, value: object, *, job: str | None = None) -> Value:
     """
     if isinstance(value, bool):
         raise RequirementError(
-            f"a boolean ({value!r}) is not a requirement value; use a string such as 'yes'",
+            f"a boolean ({shown(value)}) is not a requirement value; use a string such as 'yes'",
             job=job,
             field=name,
         )
@@ -170,11 +170,11 @@ def check_value(name: str, value: object, *, job: str | None = None) -> Value:
     comparison = _is_comparison(name)
     if comparison and not _is_number(value):
         raise RequirementError(
-            f"{name} is compared with >= or <= and needs a number, got {value!r}", job=job, field=name
+            f"{name} is compared with >= or <= and needs a number, got {shown(value)}", job=job, field=name
         )
     if name == BANNED_SITE and not isinstance(value, str | list | tuple):
         raise RequirementError(
-            f"BannedSite needs a site name or a list of them, got {value!r}", job=job, field=name
+            f"BannedSite needs a site name or a list of them, got {shown(value)}", job=job, field=name
         )
     if isinstance(value, int | float):
         return _check_number(value, name, job)
@@ -189,7 +189,7 @@ def check_value(name: str, value: object, *, job: str | None = None) -> Value:
             )
         for item in value:
             if not isinstance(item, str):
-                raise RequirementError(f"list values must be strings, got {item!r}", job=job, field=name)
+                raise RequirementError(f"list values must be strings, got {shown(item)}", job=job, field=name)
             _check_text(item, name, job)
         return tuple(sorted(set(value)))
     raise RequirementError(
@@ -202,19 +202,22 @@ def check_value(name: str, value: object, *, job: str | None = None) -> Value:
 def _consumable(name: str, value: object, job: str | None) -> int:
     if name == "cpu":
         if isinstance(value, bool) or not isinstance(value, int | float | str):
-            raise RequirementError(f"cpu must be a whole number of cores, got {value!r}", job=job, field=name)
+            raise RequirementError(f"cpu must be a whole number of cores, got {shown(value)}", job=job, field=name)
         if isinstance(value, str):
             if not value.strip().isdigit():
                 raise RequirementError(
-                    f"cpu must be a whole number of cores, got {value!r}", job=job, field=name
+                    f"cpu must be a whole number of cores, got {shown(value)}", job=job, field=name
                 )
+            if len(value.strip()) > len(str(MAX_CPU)):  # and int() refuses text of over 4300 digits
+                raise RequirementError(f"cpu must be between 1 and {MAX_CPU} cores, got {shown(value)}", job=job,
+                                       field=name)
             value = int(value.strip())
         if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
-            raise RequirementError(f"cpu must be a whole number of cores, got {value!r}", job=job, field=name)
+            raise RequirementError(f"cpu must be a whole number of cores, got {shown(value)}", job=job, field=name)
         cores = int(value)
         if not 1 <= cores <= MAX_CPU:
             raise RequirementError(
-                f"cpu must be between 1 and {MAX_CPU} cores, got {value!r}", job=job, field=name
+                f"cpu must be between 1 and {MAX_CPU} cores, got {shown(value)}", job=job, field=name
             )
         return cores
     if name == "wall":
@@ -285,6 +288,10 @@ class Requirements:
     def wall(self) -> int | None:
         """Normalised run time in seconds, None when the job did not say."""
         return self._amount("wall", 0) if "wall" in self.values else None
+
+    def without(self, name: str) -> Requirements:
+        """The same requirements with ``name`` left out (its default, for a consumable)."""
+        return Requirements({key: value for key, value in self.values.items() if key != name})
 
     def free_form(self) -> dict[str, Value]:
         """The non-consumable names with their exact values: what :func:`mismatch` checks."""

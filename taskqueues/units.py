@@ -42,7 +42,7 @@ import math
 import re
 from fractions import Fraction
 
-from taskqueues.errors import RequirementError
+from taskqueues.errors import RequirementError, shown
 
 __all__ = ["parse_duration_s", "parse_size_mb"]
 
@@ -97,12 +97,12 @@ def _check_length(text: str, field: str, job: str | None) -> None:
 def _plain_number(value: object, field: str, job: str | None, what: str) -> Fraction | None:
     """The value as an exact fraction when it is a Python number, None when it is something else."""
     if isinstance(value, bool):
-        raise _fail(f"{what} must be a number or a string, not a boolean ({value!r})", field, job)
+        raise _fail(f"{what} must be a number or a string, not a boolean ({shown(value)})", field, job)
     if isinstance(value, int):
         return Fraction(value)
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise _fail(f"{what} must be finite, got {value!r}", field, job)
+            raise _fail(f"{what} must be finite, got {shown(value)}", field, job)
         return Fraction(value)
     return None
 
@@ -111,9 +111,9 @@ def _check_range(
     result: int, value: object, field: str, job: str | None, maximum: int | None, unit: str
 ) -> int:
     if result < 0:
-        raise _fail(f"must not be negative, got {value!r}", field, job)
+        raise _fail(f"must not be negative, got {shown(value)}", field, job)
     if maximum is not None and result > maximum:
-        raise _fail(f"{value!r} is {result} {unit}, over the limit of {maximum} {unit}", field, job)
+        raise _fail(f"{shown(value)} is {shown(result)} {unit}, over the limit of {maximum} {unit}", field, job)
     return result
 
 
@@ -130,17 +130,17 @@ def parse_size_mb(value: object, *, field: str, job: str | None = None, maximum:
             )
         _check_length(value, field, job)
         if value.lstrip().startswith("-"):
-            raise _fail(f"must not be negative, got {value!r}", field, job)
+            raise _fail(f"must not be negative, got {shown(value)}", field, job)
         match = _SIZE_RE.match(value)
         if match is None:
             raise _fail(
-                f"cannot read {value!r} as a size; write e.g. '512M', '4G', '1.5T' or '4Gi'", field, job
+                f"cannot read {shown(value)} as a size; write e.g. '512M', '4G', '1.5T' or '4Gi'", field, job
             )
         digits, unit = match.groups()
         factor = _SIZE_UNITS.get(unit.lower() or "m")
         if factor is None:
             known = "B, K, M, G, T, P (decimal, optional B) or Ki, Mi, Gi, Ti, Pi (binary)"
-            raise _fail(f"unknown size unit {unit!r} in {value!r}; use {known}", field, job)
+            raise _fail(f"unknown size unit {unit!r} in {shown(value)}; use {known}", field, job)
         number = Fraction(digits) * factor / _MB
     return _check_range(math.ceil(number), value, field, job, maximum, "MB")
 
@@ -165,13 +165,13 @@ def parse_duration_s(value: object, *, field: str, job: str | None = None, maxim
 def _parse_duration_text(text: str, field: str, job: str | None) -> Fraction:
     _check_length(text, field, job)
     if text.lstrip().startswith("-"):
-        raise _fail(f"must not be negative, got {text!r}", field, job)
+        raise _fail(f"must not be negative, got {shown(text)}", field, job)
     clock = _CLOCK_RE.match(text)
     if clock is not None:
         days, hours, minutes, seconds = (int(part) if part else 0 for part in clock.groups())
         return Fraction(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
     if ":" in text:
-        raise _fail(f"cannot read {text!r} as a clock duration; write 'H:MM:SS' or 'D-HH:MM:SS'", field, job)
+        raise _fail(f"cannot read {shown(text)} as a clock duration; write 'H:MM:SS' or 'D-HH:MM:SS'", field, job)
     hint = "write e.g. '90s', '30m', '2h', '1d', '1h30m', '1:30:00' or a number of seconds"
     stripped = text.strip()
     if not stripped:
@@ -180,16 +180,16 @@ def _parse_duration_text(text: str, field: str, job: str | None) -> Fraction:
     while position < len(stripped):
         part = _PART_RE.match(stripped, position)
         if part is None:
-            raise _fail(f"cannot read {text!r} as a duration; {hint}", field, job)
+            raise _fail(f"cannot read {shown(text)} as a duration; {hint}", field, job)
         digits, unit = part.groups()
         if not unit and (position != 0 or part.end() != len(stripped)):
             # "1h30" could mean 30 s or 30 min: refuse rather than guess.
             raise _fail(
-                f"cannot read {text!r} as a duration: a number without a unit must stand alone", field, job
+                f"cannot read {shown(text)} as a duration: a number without a unit must stand alone", field, job
             )
         factor = _SECONDS.get(unit.lower() or "s")
         if factor is None:
-            raise _fail(f"unknown duration unit {unit!r} in {text!r}; use s, m, h, d or w", field, job)
+            raise _fail(f"unknown duration unit {unit!r} in {shown(text)}; use s, m, h, d or w", field, job)
         total += Fraction(digits) * factor
         position = part.end()
     return total

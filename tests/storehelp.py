@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import redis
+
 from taskqueues.records import NewJob
 from taskqueues.store import Store
 
@@ -39,6 +41,11 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
+
+
+def snapshot(client: redis.Redis) -> dict[bytes, tuple[bytes | None, int]]:
+    """Every key with its DUMP and its time to live: equal snapshots mean a byte-identical keyspace."""
+    return {key: (client.dump(key), client.pttl(key)) for key in sorted(client.keys("*"))}
 
 
 def text(value: object) -> str:

@@ -649,9 +649,9 @@ def test_explain_and_require_eligible_name_each_queue() -> None:
     with pytest.raises(NoEligibleQueue) as caught:
         catalog.require_eligible(req, job="job-3")
     message = str(caught.value)
-    assert caught.value.job == "job-3"
+    assert (caught.value.job, caught.value.field) == ("job-3", "Country")  # without it, S/C/R could run it
     assert message.startswith(
-        "job 'job-3': no queue of grid.toml can run it for VO 'default' -- S/C/Q: consumables"
+        "job 'job-3', field 'Country': no queue of grid.toml can run it for VO 'default' -- S/C/Q: consumables"
     )
     assert "| S/C/R: Country: wants 'de', queue has 'ch'" in message
     ok = parse_requirements({"Country": "de"})

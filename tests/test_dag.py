@@ -58,8 +58,9 @@ def test_cycle_lists_its_path() -> None:
     error = dag_error(["a", "b", "c", "d"], {"a": ["c"], "b": ["a"], "c": ["b"], "d": ["c"]})
     assert len(error.problems) == 1
     (problem,) = error.problems
-    assert problem.startswith("cycle: ")
-    path = problem.removeprefix("cycle: ").split(" -> ")
+    job, path_text = problem.split(", field 'deps': cycle: ")
+    path = path_text.split(" -> ")
+    assert job == f"job {path[0]!r}"
     assert path[0] == path[-1]
     assert set(path) == {"a", "b", "c"}  # d is blocked behind the cycle, not on it
     deps = {"a": ["c"], "b": ["a"], "c": ["b"]}
@@ -69,19 +70,20 @@ def test_cycle_lists_its_path() -> None:
 
 def test_self_dependency_and_two_separate_cycles_all_reported() -> None:
     error = dag_error(["a", "b", "c", "x"], {"a": ["a"], "b": ["c"], "c": ["b"]})
-    assert "cycle: a -> a" in error.problems
-    assert any(problem in error.problems for problem in ("cycle: b -> c -> b", "cycle: c -> b -> c"))
+    assert "job 'a', field 'deps': cycle: a -> a" in error.problems
+    assert any(problem in error.problems for problem in ("job 'b', field 'deps': cycle: b -> c -> b",
+                                                         "job 'c', field 'deps': cycle: c -> b -> c"))
     assert len(error.problems) == 2
 
 
 def test_unknown_and_duplicate_jobs_all_reported_with_names() -> None:
     error = dag_error(["a", "b", "a"], {"b": ["a", "ghost"], "phantom": ["a"]})
     assert error.problems == [
-        "duplicate job name 'a'",
-        "job 'b' depends on unknown job 'ghost'",
-        "dependencies given for unknown job 'phantom'",
+        "job 'a', field 'name': more than one job has this name",
+        "job 'b', field 'deps': depends on unknown job 'ghost'",
+        "job 'phantom', field 'deps': dependencies given for a job that is not in the graph",
     ]
-    assert "ghost" in str(error)
+    assert str(error) == "bad dependency graph: " + "; ".join(error.problems)
     assert isinstance(error, ValidationError)
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from taskqueues.errors import ValidationError
 from taskqueues.expr import (
     MAX_LENGTH,
+    MAX_MAGNITUDE,
+    MAX_RENDERED,
     ExprError,
     dep_refs,
     evaluate,
@@ -289,6 +291,43 @@ def test_every_failure_is_an_expr_error_not_a_crash() -> None:
             evaluate(text)
 
 
+@pytest.mark.parametrize("text", ["(1e-18) ** -64", "tiny ** -64", "(1e-10) ** -40", "0.5 ** -64", "tiny ** -2"])
+def test_negative_powers_of_small_numbers_are_refused_before_they_overflow(text: str) -> None:
+    # (1e-18) ** -64 is 1e1152: Python raises OverflowError for a float that large instead of giving inf.
+    assert "out of range" in err(text, {"tiny": 1e-18}).reason
+
+
+def _expression(leaves: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+    """Expressions of the language's grammar over ``leaves``: every operator, call and conditional."""
+    binary = st.sampled_from(["+", "-", "*", "/", "//", "%", "**", "<", "==", "!=", " and ", " or "])
+    powers = st.tuples(leaves, leaves).map(lambda t: f"{t[0]} ** {t[1]}")  # the costly operator, often
+    return st.recursive(leaves | powers, lambda inner: st.one_of(
+        st.tuples(inner, binary, inner).map(lambda t: f"{t[0]}{t[1]}{t[2]}"),
+        st.tuples(st.sampled_from(["-", "+", "not "]), inner).map("".join),
+        inner.map(lambda e: f"({e})"),
+        st.tuples(st.sampled_from(["min", "max", "ceil", "floor", "round", "abs"]),
+                  st.lists(inner, min_size=1, max_size=3)).map(lambda t: f"{t[0]}({', '.join(t[1])})"),
+        st.tuples(inner, inner, inner).map(lambda t: f"{t[0]} if {t[1]} else {t[2]}"),
+    ), max_leaves=12)
+
+
+EXTREMES = st.sampled_from(["0", "1", "9", "64", "-64", "65", "-19", "0.5", "1e-30", "1e30", "1e18",
+                            "999999999999999999", "4G", "1Pi", "2w", "big", "tiny", "neg", "text", "big9",
+                            "deps.j.out"])
+
+
+@settings(max_examples=400)
+@given(_expression(EXTREMES), st.sampled_from(["size", "duration"]))
+def test_grammar_fuzz_gives_a_bounded_number_or_an_expr_error(text: str, kind: str) -> None:
+    params = {"big": 10**18, "tiny": 1e-18, "neg": -1, "text": "a.fits", "big9": "9e18"}
+    try:
+        result = evaluate(text, params, {"j": {"out": "1e-30"}}, kind=kind)  # type: ignore[arg-type]
+    except ExprError:
+        return
+    assert isinstance(result, int | float) and not isinstance(result, bool)
+    assert abs(result) <= MAX_MAGNITUDE
+
+
 @given(st.text(alphabet="0123456789.+-*/%() ifelsandortmaxcegGMhd,<>=!x", max_size=60))
 def test_fuzz_only_expr_errors(text: str) -> None:
     try:
@@ -361,6 +400,20 @@ def test_render_refusals(template: str, fragment: str) -> None:
     with pytest.raises(ExprError) as info:
         render(template, {"a": "x", "lst": [1]})
     assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize(("value", "fragment"), [(10**18, "not in range"), (-1, "not in range"), (1.5, "Unknown")])
+def test_render_format_tricks_are_expr_errors(value: object, fragment: str) -> None:
+    # "{n:c}" of a number past U+10FFFF raised OverflowError, which no caller expected.
+    with pytest.raises(ExprError, match=fragment):
+        render("echo {n:c}", {"n": value})
+
+
+def test_render_is_bounded_whatever_the_parameters() -> None:
+    big = "x" * (MAX_RENDERED // 3)
+    assert len(render("{b}{b}", {"b": big})) == 2 * len(big)
+    with pytest.raises(ExprError, match=f"more than {MAX_RENDERED} characters"):
+        render("{b}" * 1000, {"b": big})
 
 
 def test_located_error_names_job_and_field() -> None:

@@ -258,6 +258,8 @@ def test_parsing_is_idempotent() -> None:
         ({"cpu": "two"}, "cpu", "whole number"),
         ({"cpu": True}, "cpu", "whole number"),
         ({"cpu": float("nan")}, "cpu", "whole number"),
+        ({"cpu": "9" * 5000}, "cpu", "between 1 and 4096"),  # int() of it raised ValueError
+        ({"Level": 10**5000}, "Level", "<an integer of more than 4300 digits> is over the limit"),  # so did repr()
         ({"mem": "4Q"}, "mem", "unknown size unit"),
         ({"mem": -1}, "mem", "negative"),
         ({"mem": "65T"}, "mem", "over the limit"),

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import redis
-from storehelp import FakeClock
+from storehelp import FakeClock, snapshot
 
 from matcher.release import release, sweep
 from matcher.submission import JobSpec, SubmissionError, Submitter, specs_from_workflow, submit_workflow
@@ -78,6 +79,68 @@ def test_bad_requests_store_nothing(submitter: Submitter, real_redis: redis.Redi
                                     message: str) -> None:
     with pytest.raises(SubmissionError, match=message):
         submitter.submit([JobSpec("ok", "true"), *jobs] if jobs else [])
+    assert real_redis.dbsize() == 0
+
+
+def test_a_refusal_writes_nothing_even_for_values_the_store_would_choke_on(submitter: Submitter,
+                                                                          real_redis: redis.Redis) -> None:
+    # Two chained estimates of 1e308 s made an infinite pressure: the store's script then failed after it
+    # had written the task queue's definition, its pool and the id counter. Now refused before any write.
+    submitter.submit([JobSpec("earlier", "true")])
+    before = snapshot(real_redis)
+    with pytest.raises(SubmissionError) as info:
+        submitter.submit([JobSpec("a", "true", ete=1e308), JobSpec("b", "true", ete=1e308, deps=("a",))])
+    assert str(info.value).startswith("request refused: job 'a', field 'ete': must be a number of seconds within 0..")
+    assert snapshot(real_redis) == before
+
+
+@pytest.mark.parametrize(("spec", "field", "fragment"), [
+    (JobSpec("a", "echo \x00"), "command", "holds a NUL character"),
+    (JobSpec("a", "echo \ud800"), "command", "holds a lone surrogate"),
+    (JobSpec("a", "echo " + "x" * 70_000), "command", "over the limit of 65536"),
+    (JobSpec("a", "echo " + "é" * 40_000), "command", "80005 bytes long, over the limit of 65536"),
+    (JobSpec("a", "true", key="in\ud800put"), "key", "holds a lone surrogate"),
+    (JobSpec("a", "true", key="two\nlines"), "key", "control character '\\n'"),
+    (JobSpec("a", "true", rule="a rule"), "rule", "a rule name is 1 to 200"),
+    (JobSpec("a", "true", max_retries=-1), "max_retries", "within 0..100"),
+    (JobSpec("a", "true", ete=float("nan")), "ete", "must be a number of seconds within"),
+    (JobSpec("a", "true", deps="b"), "deps", "must be a list of job names"),  # type: ignore[arg-type]
+    (JobSpec("a\tb", "true"), "name", "holds the control character '\\t'"),
+    (JobSpec("", "true"), "name", "a job name must be a non-empty string"),
+])
+def test_what_the_store_or_a_shell_cannot_carry_is_refused(submitter: Submitter, real_redis: redis.Redis,
+                                                          spec: JobSpec, field: str, fragment: str) -> None:
+    with pytest.raises(SubmissionError) as info:
+        submitter.submit([JobSpec("ok", "true"), spec])
+    assert f"{f'job {spec.name!r}, ' if spec.name else ''}field {field!r}: " in str(info.value)
+    assert fragment in str(info.value)
+    assert real_redis.dbsize() == 0
+
+
+@pytest.mark.parametrize(("name", "priority", "fragment"), [
+    ("two\nlines", 0.0, "field 'name': holds the control character"),
+    ("ok", float("inf"), "field 'priority': must be a number of seconds within -1e+09..1e+09, not inf"),
+])
+def test_request_name_and_priority_are_checked(submitter: Submitter, real_redis: redis.Redis, name: str,
+                                              priority: float, fragment: str) -> None:
+    with pytest.raises(SubmissionError, match=re.escape(fragment)):
+        submitter.submit([JobSpec("a", "true")], name=name, priority=priority)
+    assert real_redis.dbsize() == 0
+
+
+@pytest.mark.parametrize(("requirements", "field"), [
+    ({"mem": "deps.a.out", "Platform": "EL7"}, "Platform"),  # known now, and no queue has it
+    ({"MaxWidget": "deps.a.out"}, "MaxWidget"),  # deferred, but no queue offers the name
+    ({"mem": "1 / 0", "Nope": "x"}, "Nope"),  # the job fails at load; its other names are still checked
+])
+def test_deferred_and_failed_jobs_are_checked_as_far_as_known(submitter: Submitter, real_redis: redis.Redis,
+                                                             requirements: dict[str, object], field: str) -> None:
+    workflow = parse_workflow({"name": "w", "jobs": [{"name": "a", "command": "true"},
+                                                     {"name": "b", "command": "true", "deps": ["a"],
+                                                      "requirements": requirements}]}, "w.toml")
+    with pytest.raises(SubmissionError) as info:
+        submit_workflow(submitter, workflow)
+    assert str(info.value).startswith(f"w.toml: job 'b', field {field!r}: ")
     assert real_redis.dbsize() == 0
 
 
@@ -234,6 +297,18 @@ def test_deferred_evaluation_failure_fails_the_job(submitter: Submitter, store: 
     store.complete(first.id, first.attempt, "p", RunResult(outputs={}))
     assert sweep(store, submitter.catalog) == {sub.ids["use"]: JobState.FAILED}
     assert "mb" in (store.job(sub.ids["use"]).reason or "")
+
+
+def test_a_released_command_that_no_shell_can_run_fails_the_job(submitter: Submitter, store: Store) -> None:
+    # A dependency's output is filled into the command at release: a NUL there was stored, and the pilot
+    # then failed to start the payload. The job fails at release instead, saying why.
+    workflow = parse_workflow({"name": "w", "jobs": [
+        {"name": "a", "command": "true"}, {"name": "b", "command": "echo {deps.a.word}", "deps": ["a"]}]})
+    sub = submit_workflow(submitter, workflow)
+    (first,) = store.match(PilotOffer("p", QA, 4, 8000))
+    store.complete(first.id, first.attempt, "p", RunResult(outputs={"word": "a\x00b"}))
+    assert sweep(store, submitter.catalog) == {sub.ids["b"]: JobState.FAILED}
+    assert store.job(sub.ids["b"]).reason == "job 'b', field 'command': holds a NUL character at character 6"
 
 
 def test_run_times_are_learnt_from_successes_only(submitter: Submitter, store: Store) -> None:

@@ -63,12 +63,14 @@ def wf(**data: Any) -> Workflow:
 
 
 def problems(**data: Any) -> list[str]:
+    """The problems of a refused workflow, checking its one-line message lists them after the file's name."""
     with pytest.raises(WorkflowError) as info:
         parse_workflow({"name": "t", **data}, "test.toml")
     assert isinstance(info.value, ValidationError)
-    assert "invalid workflow test.toml" in str(info.value)
-    for problem in info.value.problems:
-        assert problem in str(info.value)
+    message = str(info.value)
+    assert message.startswith("test.toml: ") and len(message.splitlines()) == 1
+    for problem in info.value.problems[: WorkflowError.LISTED]:
+        assert problem in message
     return info.value.problems
 
 
@@ -312,20 +314,20 @@ def test_all_problems_are_collected_each_naming_its_job() -> None:
         ],
     )
     expected = [
-        "job 'd': unknown rule 'nope' (rules: r)",
-        "job 'd': no command: give 'command' or a 'rule' that has one",
-        "job 'e': command: missing param 'missing'",
-        "job 'f': requirement 'mem': expected ')', found the end in '2 * (n' at column 6",
-        "job 'g': requirement 'mem': reads deps.a.mb but 'a' is not one of its deps in '2 * deps.a.mb'",
-        "job 'h': requirement 'Site': only commands and numeric requirements may read dependency outputs",
-        "duplicate job name 'x'",
-        "job 'b' depends on unknown job 'ghost'",
+        "job 'd', field 'rule': unknown rule 'nope' (rules: r)",
+        "job 'd', field 'command': no command: give 'command' or a 'rule' that has one",
+        "job 'e', field 'command': missing param 'missing'",
+        "job 'f', field 'mem': expected ')', found the end in '2 * (n' at column 6",
+        "job 'g', field 'mem': reads deps.a.mb but 'a' is not one of its deps in '2 * deps.a.mb'",
+        "job 'h', field 'Site': only commands and numeric requirements may read dependency outputs",
+        "job 'x', field 'name': more than one job has this name",
+        "job 'b', field 'deps': depends on unknown job 'ghost'",
     ]
     for problem in expected:
         assert problem in found
-    cycles = [p for p in found if p.startswith("cycle: ")]
+    cycles = [p for p in found if ", field 'deps': cycle: " in p]
     assert len(cycles) == 1
-    assert set(cycles[0].removeprefix("cycle: ").split(" -> ")) == {"a", "b", "c"}
+    assert set(cycles[0].split(": cycle: ")[1].split(" -> ")) == {"a", "b", "c"}
     assert len(found) == len(expected) + 1
 
 
@@ -334,34 +336,34 @@ def test_all_problems_are_collected_each_naming_its_job() -> None:
     [
         ({"jobs": []}, "the request has no jobs"),
         ({}, "the request has no jobs"),
-        ({"jobs": {"a": 1}}, "jobs: must be an array of tables"),
-        ({"jobs": ["x"]}, "jobs entry #1: must be a table"),
-        ({"jobs": [{"command": "x"}]}, "jobs entry #1: 'name' must be a string"),
-        ({"name": "", "jobs": [job("a")]}, "'name' must be a non-empty string"),
-        ({"priority": "soon", "jobs": [job("a")]}, "'priority' must be a number of seconds"),
-        ({"priority": float("nan"), "jobs": [job("a")]}, "'priority' must be a number of seconds"),
-        ({"colour": 1, "jobs": [job("a")]}, "unknown top-level key 'colour'"),
-        ({"jobs": [job("a", dep=["b"])]}, "job 'a': unknown key 'dep'"),
-        ({"rules": {"r": {"cmd": "x"}}, "jobs": [job("a")]}, "rule 'r': unknown key 'cmd'"),
+        ({"jobs": {"a": 1}}, "field 'jobs': must be an array of tables"),
+        ({"jobs": ["x"]}, "jobs entry #1: must be a table, not str"),
+        ({"jobs": [{"command": "x"}]}, "jobs entry #1, field 'name': must be a string"),
+        ({"name": "", "jobs": [job("a")]}, "field 'name': must not be blank"),
+        ({"priority": "soon", "jobs": [job("a")]}, "field 'priority': must be a number of seconds"),
+        ({"priority": float("nan"), "jobs": [job("a")]}, "field 'priority': must be a number of seconds"),
+        ({"colour": 1, "jobs": [job("a")]}, "field 'colour': unknown top-level field"),
+        ({"jobs": [job("a", dep=["b"])]}, "job 'a', field 'dep': unknown field"),
+        ({"rules": {"r": {"cmd": "x"}}, "jobs": [job("a")]}, "rule 'r', field 'cmd': unknown field"),
         ({"rules": {"r": "x"}, "jobs": [job("a")]}, "rule 'r': must be a table"),
-        ({"rules": {"r": {"command": 3}}, "jobs": [job("a")]}, "rule 'r': 'command' must be a string"),
-        ({"params": {"job": 1}, "jobs": [job("a")]}, "parameter name 'job' is reserved"),
+        ({"rules": {"r": {"command": 3}}, "jobs": [job("a")]}, "rule 'r', field 'command': must be a string"),
+        ({"params": {"job": 1}, "jobs": [job("a")]}, "field 'params': parameter name 'job' is reserved"),
         ({"params": {"a-b": 1}, "jobs": [job("a")]}, "parameter name 'a-b' must be an identifier"),
         ({"params": {"x": [1]}, "jobs": [job("a")]}, "parameter 'x' must be a string, a number or a boolean"),
-        ({"params": [1], "jobs": [job("a")]}, "params: must be a table"),
-        ({"jobs": [job("a b")]}, "job 'a b': a job name is 1 to 200 letters"),
-        ({"jobs": [job("a.b")]}, "job 'a.b': a job name is 1 to 200 letters"),
-        ({"jobs": [job("a", deps="b*")]}, "job 'a': dependency pattern 'b*' matches no job"),
-        ({"jobs": [job("a", deps=[1])]}, "job 'a': 'deps' must be a list of job names"),
-        ({"jobs": [job("a", key=3)]}, "job 'a': 'key' must be a string"),
-        ({"jobs": [job("a", params=[1])]}, "job 'a': 'params' must be a table"),
-        ({"jobs": [job("a", requirements=[1])]}, "job 'a': 'requirements' must be a table"),
-        ({"jobs": [job("a", "")]}, "job 'a': no command"),
-        ({"jobs": [job("a", "x {a.b}")]}, "job 'a': command: placeholder {a.b}: attribute and index access"),
-        ({"jobs": [job("a", "x {deps.z.v}")]}, "reads deps.z.v but 'z' is not one of its deps"),
-        ({"jobs": [job("{x}")]}, "job '{x}': name: unknown placeholder {x}"),
-        ({"jobs": [job("a", foreach={"i": [1, 2]})]}, "must use a foreach variable in its name"),
-        ({"jobs": [job("a{i}", foreach={"i": []})]}, "foreach 'i': must be a non-empty list"),
+        ({"params": [1], "jobs": [job("a")]}, "field 'params': must be a table"),
+        ({"jobs": [job("a b")]}, "job 'a b', field 'name': a job name is 1 to 200 letters"),
+        ({"jobs": [job("a.b")]}, "job 'a.b', field 'name': a job name is 1 to 200 letters"),
+        ({"jobs": [job("a", deps="b*")]}, "job 'a', field 'deps': pattern 'b*' matches no job"),
+        ({"jobs": [job("a", deps=[1])]}, "job 'a', field 'deps': must be a list of job names"),
+        ({"jobs": [job("a", key=3)]}, "job 'a', field 'key': must be a string"),
+        ({"jobs": [job("a", params=[1])]}, "job 'a', field 'params': must be a table"),
+        ({"jobs": [job("a", requirements=[1])]}, "job 'a', field 'requirements': must be a table"),
+        ({"jobs": [job("a", "")]}, "job 'a', field 'command': no command"),
+        ({"jobs": [job("a", "x {a.b}")]}, "job 'a', field 'command': placeholder {a.b}: attribute and index access"),
+        ({"jobs": [job("a", "x {deps.z.v}")]}, "field 'command': reads deps.z.v but 'z' is not one of its deps"),
+        ({"jobs": [job("{x}")]}, "job '{x}', field 'name': unknown placeholder {x}"),
+        ({"jobs": [job("a", foreach={"i": [1, 2]})]}, "job 'a', field 'foreach': the job's name must use a foreach"),
+        ({"jobs": [job("a{i}", foreach={"i": []})]}, "field 'foreach': variable 'i': must be a non-empty list"),
         ({"jobs": [job("a{i}", foreach={"i": "range(0, 0)"})]}, "range(0, 0) is empty"),
         ({"jobs": [job("a{i}", foreach={"i": "range(0, 1.5)"})]}, "range() bounds must be whole numbers"),
         ({"jobs": [job("a{i}", foreach={"i": "range(0, 5, 0)"})]}, "non-zero step"),
@@ -373,15 +375,15 @@ def test_all_problems_are_collected_each_naming_its_job() -> None:
         ({"jobs": [job("a{i}", foreach=[{"i": 1}, {"j": 2}])]}, "must bind the same variables"),
         ({"jobs": [job("a{i}", foreach=[])]}, "a foreach array must be a non-empty list of tables"),
         ({"jobs": [job("a{i}", foreach={})]}, "non-empty table of lists or an array of tables"),
-        ({"jobs": [job("a", ete=-1)]}, "job 'a': 'ete' must be a finite number of seconds"),
-        ({"jobs": [job("a", ete=[1])]}, "job 'a': 'ete' must be seconds or a duration expression"),
-        ({"jobs": [job("a", ete="x +")]}, "job 'a': ete: expected a number"),
-        ({"jobs": [job("a", ete="later")]}, "job 'a': ete: missing param 'later'"),
+        ({"jobs": [job("a", ete=-1)]}, "job 'a', field 'ete': must be a number of seconds within 0..3.1536e+07"),
+        ({"jobs": [job("a", ete=[1])]}, "job 'a', field 'ete': must be seconds or a duration expression"),
+        ({"jobs": [job("a", ete="x +")]}, "job 'a', field 'ete': expected a number"),
+        ({"jobs": [job("a", ete="later")]}, "job 'a', field 'ete': missing param 'later'"),
         ({"jobs": [job("a"), job("b", deps=["a"], ete="deps.a.t")]}, "cannot read dependency outputs"),
-        ({"jobs": [job("a", requirements={"mem": "__import__('os')"})]}, "string literals are not allowed"),
+        ({"jobs": [job("a", requirements={"mem": "__import__('os')"})]}, "field 'mem': string literals are not"),
         ({"jobs": [job("a", requirements={"mem": "x.y"})]}, "attribute and index access are not allowed"),
-        ({"jobs": [job("a", requirements={"Site": "{nope}"})]}, "requirement 'Site': missing param 'nope'"),
-        ({"jobs": [job("a", requirements={"Site": "{"})]}, "requirement 'Site': bad braces"),
+        ({"jobs": [job("a", requirements={"Site": "{nope}"})]}, "job 'a', field 'Site': missing param 'nope'"),
+        ({"jobs": [job("a", requirements={"Site": "{"})]}, "job 'a', field 'Site': bad braces"),
     ],
 )
 def test_bad_input(data: dict[str, Any], fragment: str) -> None:
@@ -414,11 +416,70 @@ def test_load_errors_name_the_file(tmp_path: Path) -> None:
         load_workflow(binary)
 
 
+@pytest.mark.parametrize(("name", "text", "fragment"), [
+    ("long.json", '{"name": "w", "jobs": [], "priority": 1' + "0" * 5000 + "}", "JSON syntax: a number is too long"),
+    ("deep.json", '{"name": "w", "jobs": ' + "[" * 99_999 + "]" * 99_999 + "}", "JSON syntax: arrays or tables"),
+    ("deep.toml", 'name = "w"\njobs = ' + "[" * 99_999 + "]" * 99_999 + "\n", "TOML syntax: arrays or tables"),
+], ids=["long-int", "deep-json", "deep-toml"])
+def test_values_no_python_object_can_hold_are_refused_by_the_loader(tmp_path: Path, name: str, text: str,
+                                                                    fragment: str) -> None:
+    # An integer of 5000 digits (over Python's limit for int() of text) raised ValueError, and arrays
+    # nested past the recursion limit RecursionError, out of load_workflow.
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(WorkflowError) as info:
+        load_workflow(path)
+    assert str(info.value).startswith(f"{path}: {fragment}")
+
+
+def test_a_small_file_that_expands_past_the_text_limit_is_refused_while_it_expands() -> None:
+    # 2000 jobs of a 61 KB command are 122 MB of text: the expansion stops at the job that crosses 64 MiB.
+    found = problems(params={"big": "x" * 61_000}, jobs=[job("p_{i}", "echo {big}", foreach={"i": "range(2000)"})])
+    assert len(found) == 1
+    last = int(found[0].split("'")[1].removeprefix("p_"))
+    assert 1000 < last < 1200
+    assert "MiB of text (commands, names, keys, parameters) by this job: split it" in found[0]
+
+
+def test_patterns_are_resolved_by_their_literal_head_and_bounded() -> None:
+    fan = wf(jobs=[job("part_{i}_{j}", foreach={"i": "range(50)", "j": "range(20)"}),
+                   job("merge_{i}", deps=["part_{i}_*"], foreach={"i": "range(50)"})])
+    assert fan.job("merge_7").deps == tuple(f"part_7_{j}" for j in range(20))
+    # A pattern that starts with a wildcard tries every name: 2000 distinct ones over 4000 jobs is too much.
+    found = problems(jobs=[job("a_{i}", foreach={"i": "range(2000)"}), job("b_{i}", deps=["*a_{i}"],
+                                                                          foreach={"i": "range(2000)"})])
+    assert any("field 'deps': matching the deps patterns of the request tries over 1000000 job names" in problem
+               for problem in found), found[:3]
+
+
+def test_dependency_edges_are_limited() -> None:
+    found = problems(jobs=[job("s_{i}", foreach={"i": "range(1000)"}),
+                           job("m_{i}", deps=["s_*"], foreach={"i": "range(1100)"})])
+    assert found == ["job 'm_1000', field 'deps': the request has over 1000000 dependency edges by this job"]
+
+
+@pytest.mark.parametrize(("data", "fragment"), [
+    ({"name": "two\nlines", "jobs": [job("a")]}, "field 'name': holds the control character '\\n'"),
+    ({"name": "n" * 201, "jobs": [job("a")]}, "field 'name': is 201 characters long, over the limit of 200"),
+    ({"priority": 1e10, "jobs": [job("a")]}, "field 'priority': must be a number of seconds within -1e+09..1e+09"),
+    ({"rules": {"a rule": {"command": "x"}}, "jobs": [job("a")]}, "rule 'a rule': a rule name is 1 to 200"),
+    ({"jobs": [job("a", ete="2 * 365d")]}, None),
+    ({"jobs": [job("a", ete=2 * 365 * 86400)]}, "job 'a', field 'ete': must be a number of seconds within 0.."),
+    ({"jobs": [job("a", requirements={f"N{i}": 1 for i in range(65)})]},
+     "job 'a', field 'requirements': at most 64 requirement names are allowed, got 65"),
+])
+def test_request_fields_are_within_their_limits(data: dict[str, Any], fragment: str | None) -> None:
+    if fragment is None:  # an expression out of range fails that job alone, as any evaluation failure
+        assert wf(**data).jobs[0].error == "ete: '2 * 365d' gives 63072000 s, outside 0..3.1536e+07"
+        return
+    assert any(fragment in problem for problem in problems(**data))
+
+
 def test_long_problem_lists_are_cut_in_the_message_but_kept_whole() -> None:
     with pytest.raises(WorkflowError) as info:
         wf(jobs=[job(f"j{i}", f"x {{m{i}}}") for i in range(80)])
     assert len(info.value.problems) == 80
-    assert "... and 30 more" in str(info.value)
+    assert "... and 70 more" in str(info.value)
 
 
 # ---------------------------------------------------------------------------------------- outputs
