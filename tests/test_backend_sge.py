@@ -196,6 +196,19 @@ def test_memory_and_scratch_are_recorded_as_the_shape_s_mb(sge_env: dict[str, st
         counted.cancel(ids[1:])
 
 
+@pytest.mark.sge
+def test_repo_key_defaults_to_the_repository_base_name(sge_env: dict[str, str], tmp_path: Path) -> None:
+    """The seed: the base name of the repo (the directory the director runs in) followed by ':', which
+    Grid Engine names spell ';'."""
+    backend = make_sge(sge_env)
+    stuck = Shape("stuck", cpu=int(sge_env["PILOTFISH_SGE_SLOTS"]) + 1, mem=900)
+    batch_id = backend.submit(PilotRequest("named", ["true"], stuck, 60))
+    try:
+        assert f"job_name:                   {tmp_path.name};named" in qstat_j(sge_env, batch_id)
+    finally:
+        backend.cancel([batch_id])
+
+
 def test_memory_units_without_qconf(tmp_path: Path) -> None:
     """Without `qconf -sc` the backend knows Grid Engine's own memory complexes and takes any other name as
     counting MB, as the seed's mem_r does."""

@@ -1,7 +1,9 @@
 """The Grid Engine backend: ``qsub`` to submit, one ``qstat -xml`` per poll, ``qdel`` to cancel.
 
 Submission sends a batch script on stdin (:func:`pilot.backends.base.pilot_script`, run by ``-S /bin/sh``)
-with ``-terse -N <repo_key><name>``, the priority ``-p``, the wall time as ``-l h_rt`` and the shape:
+with ``-terse -N <repo_key><name>`` (``repo_key`` defaults, as the seed says, to the base name of the repository
+followed by ``:``, which Grid Engine names turn into ``;``: see :func:`pilot.backends.batch.default_repo_key`),
+the priority ``-p``, the wall time as ``-l h_rt`` and the shape:
 
 * cpu: ``-l <cpu_resource>=N`` when ``cpu_resource`` is set, else ``-pe <pe> N`` when N > 1;
 * mem: ``-l <mem_resource>=<MB>`` (default ``h_vmem``). Grid Engine counts consumables per slot, so with
@@ -89,7 +91,7 @@ def sge_job_name(name: str) -> str:
 class SgeSettings:
     """Configuration of the Grid Engine backend (the seed's keys plus where to find Grid Engine)."""
 
-    repo_key: str = ""
+    repo_key: str | None = None  # None: default_repo_key()
     root: str | None = None  # $SGE_ROOT; None = inherit the environment's
     cell: str | None = None  # $SGE_CELL
     cluster: str | None = None  # $SGE_CLUSTER_NAME and $SGE_CLUSTER (see SgeBackend.__init__)
@@ -179,7 +181,7 @@ class SgeBackend(ScriptBackend):
         tmp = int(resources.pop("tmp", request.shape.tmp))
         hard = shlex.split(resources.pop("hard", ""))
         soft = shlex.split(resources.pop("soft", ""))
-        name = sge_job_name(f"{settings.repo_key}{request.name}")
+        name = sge_job_name(f"{self.repo_key}{request.name}")
         args = [
             self._bin("qsub"),
             "-terse",
