@@ -84,6 +84,12 @@ def wait_for(what: str, done: Callable[[], bool], timeout: float, tick: Callable
         time.sleep(0.3)
 
 
+def wait_pilots_stopped(ctx: Context) -> None:
+    """Until every pilot has written its last heartbeat record (it idles out after 2 s): a pilot the test
+    started outlives the test otherwise, and that record lands in the next test's Redis."""
+    wait_for("the pilots stopped", lambda: all(r.get("stopped") for r in ctx.store.pilot_records().values()), 60)
+
+
 @pytest.fixture
 def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)  # pilots start in the director's directory: keep it out of the repository
@@ -246,6 +252,7 @@ def test_pilotfish_director_once_provisions_and_its_pilot_runs_the_job(ctx: Cont
     wait_for("the job done", lambda: ctx.store.jobs([job_id])[0].state is JobState.DONE, 60)
     assert list((in_tmp / "logs").glob("pfl-q-c1-local-*.out")), "the pilot's log is in --log-dir"
     assert {p.name for p in in_tmp.iterdir()} <= {"catalog.toml", "empty-bin", "logs", "state"}, "written to the cwd"
+    wait_pilots_stopped(ctx)
 
 
 @pytest.fixture
@@ -282,3 +289,4 @@ def test_the_celery_director_task_provisions_and_its_pilot_runs_the_job(
     assert done.pilot and done.pilot.startswith("local-"), done
     records = list(ctx.store.pilot_records().values())
     assert [r["queue"] for r in records] == ["L/host/q"], records
+    wait_pilots_stopped(ctx)

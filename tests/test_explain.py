@@ -17,11 +17,18 @@ from matcher.operator_commands import explain as explain_command
 from matcher.submission import JobSpec, Submitter
 from taskqueues.catalog import Catalog
 from taskqueues.errors import NotFound
+from taskqueues.keys import Keys
 from taskqueues.records import JobUsage, PilotOffer, RunResult
 from taskqueues.store import Store
 
 CATALOG = TWO_SITES
 NOW = 1_000_000.0
+# The community of these tests, which no other test or pilot uses. The clock below is frozen in 1970, so a
+# heartbeat written with the real clock counts as live for every test here; pilots that other tests start or
+# cancel outlive them by a few seconds and their last heartbeats land in the next tests' freshly flushed
+# Redis, in the default community (that made this file fail now and then in full runs). Keys of a community
+# of our own see none of them.
+VO = "explain-tests"
 FULL = {"queue": QA, "cpu": 4, "mem": 8000, "tmp": 1000, "free_cpu": 4, "free_mem": 8000, "free_tmp": 1000,
         "time_left": 3600, "running": [], "draining": False}
 
@@ -31,9 +38,15 @@ def clock() -> FakeClock:
     return FakeClock(NOW)
 
 
+@pytest.fixture(autouse=True)
+def leftover_pilot(real_redis: redis.Redis) -> None:
+    """A pilot of an earlier test still beating into this server, in the default community, on the real clock."""
+    Store(real_redis).heartbeat("leftover@elsewhere", {}, {**FULL, "queue": "local/localhost/local"})
+
+
 @pytest.fixture
 def store(real_redis: redis.Redis, clock: FakeClock) -> Store:
-    return Store(real_redis, lease_seconds=60, clock=clock)
+    return Store(real_redis, Keys(vo=VO), lease_seconds=60, clock=clock)
 
 
 @pytest.fixture
@@ -43,7 +56,7 @@ def catalog() -> Catalog:
 
 @pytest.fixture
 def submitter(store: Store, catalog: Catalog) -> Submitter:
-    return Submitter(store, catalog, clock=store.clock, capacity=lambda: 1e6)  # no load: ETA = critical path
+    return Submitter(store, catalog, vo=VO, clock=store.clock, capacity=lambda: 1e6)  # no load: ETA = critical path
 
 
 def el9(name: str, ete: float = 100, **reqs: Any) -> JobSpec:
@@ -145,15 +158,15 @@ def test_jobs_that_are_not_waiting(submitter: Submitter, store: Store, catalog: 
 
 def test_render_and_command(submitter: Submitter, real_redis: redis.Redis, redis_url: str, tmp_path: Path) -> None:
     # The command reads the real clock: a store on it publishes the heartbeat.
-    live = Store(real_redis, lease_seconds=60)
-    sub = Submitter(live, Catalog.loads(CATALOG)).submit([el9("j", cpu=2)])
+    live = Store(real_redis, Keys(vo=VO), lease_seconds=60)
+    sub = Submitter(live, Catalog.loads(CATALOG), vo=VO).submit([el9("j", cpu=2)])
     live.heartbeat("p1", {}, {**FULL, "free_cpu": 1})
     lines = render_explanation(explain(live, Catalog.loads(CATALOG), sub.ids["j"]), time.time())
     assert lines[-1].startswith("verdict: no live pilot in an eligible queue has room")
     assert any(line == "  pilot p1 (A/ce/q): free cpu 1 < 2 cores needed" for line in lines)
     catalog = tmp_path / "catalog.toml"
     catalog.write_text(CATALOG)
-    env = {"PILOTFISH_REDIS_URL": redis_url, "PILOTFISH_CATALOG": str(catalog)}
+    env = {"PILOTFISH_REDIS_URL": redis_url, "PILOTFISH_CATALOG": str(catalog), "PILOTFISH_VO": VO}
     result = CliRunner().invoke(explain_command, [sub.ids["j"]], env=env)
     assert result.exit_code == 0, result.output
     assert f"not eligible {QB}: " in result.output and "verdict: no live pilot" in result.output
