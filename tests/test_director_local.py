@@ -70,9 +70,9 @@ def settings_for(tmp_path: Path, redis_url: str, catalog: str) -> Settings:
                             lease_seconds=3.0, backoff_seconds=0.0, pilot_idle_timeout=2.0, pilot_events=False)
 
 
-def job(name: str, site: str, *, ete: float = 1.0, seconds: float = 0.5) -> JobSpec:
+def job(name: str, site: str, *, ete: float = 1.0, seconds: float = 0.5, wall: str | None = "10m") -> JobSpec:
     return JobSpec(name=name, command=f"sleep {seconds}", ete=ete,
-                   requirements={"Site": site, "cpu": 1, "mem": "100M", "wall": "10m"})
+                   requirements={"Site": site, "cpu": 1, "mem": "100M", **({"wall": wall} if wall else {})})
 
 
 def wait_for(what: str, done: Callable[[], bool], timeout: float, tick: Callable[[], object] = lambda: None) -> None:
@@ -172,15 +172,17 @@ def test_max_running_caps_a_queues_pilots_across_cycles(ctx: Context, in_tmp: Pa
         director.close()
 
 
-@pytest.mark.parametrize(("ete", "wall"), [(150.0, 240), (30.0, 120), (590.0, 600)])
+@pytest.mark.parametrize(("ete", "needs", "wall"), [(100.0, None, 240), (20.0, None, 120), (390.0, None, 600),
+                                                   (30.0, "5m", 360), (590.0, "2m", 180)])
 def test_the_wall_a_pilot_asks_is_what_its_jobs_need_rounded_with_headroom_and_capped(
-    ctx: Context, in_tmp: Path, ete: float, wall: int
+    ctx: Context, in_tmp: Path, ete: float, needs: str | None, wall: int
 ) -> None:
-    """ete rounded up to wall_granularity (60 s), one more step of headroom, at most the shape's 10 minutes."""
+    """What the job needs (its wall, else its estimate x 1.5) rounded up to wall_granularity (60 s), one more
+    step of headroom, at most the shape's 10 minutes. Issue 19: a job of wall 5m got a pilot of 120 s."""
     placeholders = Placeholders()
     director = Director(ctx, pilot_command=placeholders, log_dir=str(in_tmp / "logs"))
     try:
-        ctx.submitter.submit([job("long", "L", ete=ete)], name="walls")
+        ctx.submitter.submit([job("long", "L", ete=ete, wall=needs)], name="walls")
         [batch_id] = [b for q in director.cycle().queues.values() for b in q.submitted]
         assert placeholders.walls == [("L/host/q", wall)] or placeholders.walls == [("L/host/long", wall)]
         queue = ctx.catalog.queue(placeholders.walls[0][0], ctx.settings.vo)

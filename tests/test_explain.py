@@ -90,11 +90,21 @@ def test_a_job_blocked_by_resources(submitter: Submitter, store: Store, catalog:
     pilot(store, "p3", draining=True)
     e = explain(store, catalog, sub.ids["big"])
     by = {f.pilot: f for f in e.pilots}
-    assert by["p1"].reasons == ["free cpu 1 < 2 cores needed", "time left 3600 s < estimated run time 7200 s"]
-    assert by["p2"].reasons == ["time left 600 s < estimated run time 7200 s"]
+    # No wall: it needs its estimate with the safety margin (1.5 x 7200 s) left.
+    margin = "10800 s needed (estimated run time 7200 s, with margin)"
+    assert by["p1"].reasons == ["free cpu 1 < 2 cores needed", f"time left 3600 s < {margin}"]
+    assert by["p2"].reasons == [f"time left 600 s < {margin}"]
     assert by["p3"].reasons[0] == "it is draining (takes no new work)"
     assert not any(f.fits for f in e.pilots)
     assert e.verdict.startswith("no live pilot in an eligible queue has room for it (3 seen); e.g. p1: free cpu 1")
+
+
+def test_a_job_with_a_wall_needs_its_wall_left_whatever_its_estimate(submitter: Submitter, store: Store,
+                                                                      catalog: Catalog) -> None:
+    sub = submitter.submit([el9("long", ete=5, wall="600s"), el9("short", ete=100, wall="30s", cpu=2)])
+    pilot(store, "p", time_left=60)
+    assert explain(store, catalog, sub.ids["long"]).pilots[0].reasons == ["time left 60 s < wall 600 s"]
+    assert explain(store, catalog, sub.ids["short"]).pilots[0].fits
 
 
 def test_unknown_pilot_fields_are_said_unknown(submitter: Submitter, store: Store, catalog: Catalog) -> None:

@@ -398,6 +398,21 @@ def test_wall_limit_of_a_job(store: Store, redis_url: str, tmp_path: Path) -> No
     assert record.reason == "wall time limit 1 s exceeded"
 
 
+def test_a_pilot_takes_the_jobs_whose_wall_fits_its_time_left_not_their_estimate(store: Store, redis_url: str,
+                                                                                 tmp_path: Path) -> None:
+    """Issue 19: a pilot with --wall 60 took a job of wall 600 s estimated at 5 s, to give it 59 s in
+    $JOBFEATURES, and refused one of wall 30 s estimated at 100 s. Now the wall decides; a payload's
+    wall_limit_secs stays the smaller of its wall and the pilot's end."""
+    seen = tmp_path / "seen"
+    record = f'cat $JOBFEATURES/wall_limit_secs >> {seen}'
+    long_wall, short_wall = store.submit([job(wall=600, ete=5, score=1, command=record),
+                                          job("tqB", wall=30, ete=100, score=2, command=record)])
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--wall", "60") as proc:
+        log = finish(proc, tmp_path, 30)
+    assert states(store, [long_wall, short_wall]) == [JobState.WAITING, JobState.DONE], log
+    assert seen.read_text().split() == ["30"]
+
+
 def test_wall_requirement_is_normalised_seconds(store: Store, redis_url: str, tmp_path: Path) -> None:
     # On a node twice as fast as the reference, 4 normalised seconds are 2 real ones: the payload's
     # $JOBFEATURES, the pilot's $JOBSTATUS and the kill all say so.

@@ -185,14 +185,14 @@ class Director:
         store = self.ctx.store
         extras: dict[str, tuple[str | None, str]] = {}
         groups: dict[str, list[Demand]] = {}
-        for tq, job, cpu, mem, tmp, ete, score in heads:
+        for tq, job, cpu, mem, tmp, need, score in heads:
             if job in claimed:
                 continue
             if tq not in extras:
                 definition = json.loads(store.tq_definitions_of([tq]).get(tq, "{}"))
                 extras[tq] = (definition.get(INSTANCE_TYPE), str(definition.get(BACKEND_OPTIONS, "")))
             hint, options = extras[tq]
-            groups.setdefault(options, []).append(Demand(job, cpu, mem, tmp, ete, score, hint))
+            groups.setdefault(options, []).append(Demand(job, cpu, mem, tmp, need, score, hint))
         out.demand = sum(len(jobs) for jobs in groups.values())
         try:
             backend = self.backend(queue)
