@@ -70,7 +70,7 @@ def settings_for(tmp_path: Path, redis_url: str, catalog: str) -> Settings:
                             lease_seconds=3.0, backoff_seconds=0.0, pilot_idle_timeout=2.0, pilot_events=False)
 
 
-def job(name: str, site: str, *, ete: float = 1.0, seconds: float = 0.5, wall: str | None = "10m") -> JobSpec:
+def job(name: str, site: str, *, ete: float = 1.0, seconds: float = 0.5, wall: str | None = "5m") -> JobSpec:
     return JobSpec(name=name, command=f"sleep {seconds}", ete=ete,
                    requirements={"Site": site, "cpu": 1, "mem": "100M", **({"wall": wall} if wall else {})})
 
@@ -172,13 +172,13 @@ def test_max_running_caps_a_queues_pilots_across_cycles(ctx: Context, in_tmp: Pa
         director.close()
 
 
-@pytest.mark.parametrize(("ete", "needs", "wall"), [(100.0, None, 240), (20.0, None, 120), (390.0, None, 600),
+@pytest.mark.parametrize(("ete", "needs", "wall"), [(100.0, None, 240), (20.0, None, 120), (350.0, None, 600),
                                                    (30.0, "5m", 360), (590.0, "2m", 180)])
 def test_the_wall_a_pilot_asks_is_what_its_jobs_need_rounded_with_headroom_and_capped(
     ctx: Context, in_tmp: Path, ete: float, needs: str | None, wall: int
 ) -> None:
     """What the job needs (its wall, else its estimate x 1.5) rounded up to wall_granularity (60 s), one more
-    step of headroom, at most the shape's 10 minutes. Issue 19: a job of wall 5m got a pilot of 120 s."""
+    step of headroom, within the shape's 10 minutes. Issue 19: a job of wall 5m got a pilot of 120 s."""
     placeholders = Placeholders()
     director = Director(ctx, pilot_command=placeholders, log_dir=str(in_tmp / "logs"))
     try:
@@ -187,6 +187,24 @@ def test_the_wall_a_pilot_asks_is_what_its_jobs_need_rounded_with_headroom_and_c
         assert placeholders.walls == [("L/host/q", wall)] or placeholders.walls == [("L/host/long", wall)]
         queue = ctx.catalog.queue(placeholders.walls[0][0], ctx.settings.vo)
         assert director.provisioned(queue, director.backend(queue))[batch_id]["wall"] == wall
+    finally:
+        director.stop_all()
+        director.close()
+
+
+def test_a_job_needing_a_shapes_whole_wall_is_unplaceable_not_given_pilots_that_cannot_take_it(
+    ctx: Context, in_tmp: Path
+) -> None:
+    """A pilot's time left is below its wall once it runs: a job of wall 10m never fits a 10-minute pilot.
+    The director says so (one step of headroom is kept) instead of starting pilots that idle out."""
+    placeholders = Placeholders()
+    director = Director(ctx, pilot_command=placeholders, log_dir=str(in_tmp / "logs"))
+    try:
+        [job_id] = ctx.submitter.submit([job("whole", "L", wall="10m")], name="whole").ids.values()
+        reports = director.cycle().queues.values()
+        assert [b for r in reports for b in r.submitted] == [] and placeholders.walls == []
+        why = next(r.unplaceable[job_id] for r in reports if job_id in r.unplaceable)
+        assert "wall 600 > 540" in why and "kept for a new pilot's start" in why, why
     finally:
         director.stop_all()
         director.close()

@@ -209,7 +209,7 @@ class Director:
             mine = existing.get(options, [])
             room = None if queue.max_running is None else max(0, queue.max_running - (pilots - len(mine)))
             result = plan(groups.get(options, []), shapes, mine, n_max_queued=queue.n_max_queued,
-                          max_running=room, wall_granularity=queue.wall_granularity)
+                          max_running=room, wall_granularity=queue.wall_granularity, headroom=queue.wall_granularity)
             pilots += self._provision(queue, backend, options, result, claimed, out) - len(result.cancel)
         return out
 
