@@ -71,7 +71,7 @@ class Context:
     @cached_property
     def store(self) -> Store:
         return Store(self.client, self.keys, lease_seconds=self.settings.lease_seconds,
-                     backoff=self.settings.backoff_seconds)
+                     backoff=self.settings.backoff_seconds, ete_safety_factor=self.settings.ete_safety_factor)
 
     @cached_property
     def catalog(self) -> Catalog:

@@ -16,14 +16,13 @@ verdict names the first thing to act on.
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from taskqueues.catalog import Catalog
 from taskqueues.errors import PilotfishError
-from taskqueues.records import Job, JobState
+from taskqueues.records import Job, JobState, time_needed
 from taskqueues.records import text as _text
 from taskqueues.requirements import Requirements
 from taskqueues.store import Store
@@ -131,7 +130,7 @@ def _free(rec: dict[str, Any], key: str) -> float | None:
     return _number(rec, key)
 
 
-def _fit(job: Job, ete: float, rec: dict[str, Any]) -> tuple[list[str], list[str]]:
+def _fit(job: Job, seconds: float, rec: dict[str, Any]) -> tuple[list[str], list[str]]:
     """(what is short, what is unknown) for this job on a pilot with record ``rec``."""
     short, unknown = [], []
     if rec.get("draining"):
@@ -148,8 +147,9 @@ def _fit(job: Job, ete: float, rec: dict[str, Any]) -> tuple[list[str], list[str
     if left is None:
         if "time_left" not in rec:
             unknown.append("time left unknown")
-    elif ete > left:
-        short.append(f"time left {left:g} s < estimated run time {ete:g} s")
+    elif seconds > left:
+        short.append(f"time left {left:g} s < wall {seconds:g} s" if "wall" in job.requirements else
+                     f"time left {left:g} s < {seconds:g} s needed (estimated run time {job.ete:g} s, with margin)")
     return short, unknown
 
 
@@ -167,11 +167,11 @@ def _heads_ahead(store: Store, queue: str, job: Job, score: float, rec: dict[str
     for head in pipe.execute():
         if not head or float(head[0][1]) >= score:
             continue  # the index may lag below the real head: the real one decides
-        _, cpu, mem, tmp, ete = _text(head[0][0]).split(":")
+        _, cpu, mem, tmp, need = _text(head[0][0]).split(":")
         free = [_free(rec, key) for _, key, _ in _FREE]
         left = _number(rec, "time_left")
         wants = [float(cpu), float(mem), float(tmp)]
-        if all(f is None or w <= f for f, w in zip(free, wants, strict=True)) and (left is None or float(ete) <= left):
+        if all(f is None or w <= f for f, w in zip(free, wants, strict=True)) and (left is None or float(need) <= left):
             count += 1
     return count
 
@@ -182,7 +182,8 @@ def explain(store: Store, catalog: Catalog, job_id: str, *, now: float | None = 
     job = store.job(job_id)
     rec = _raw(store, job_id)
     member = job_id + str(rec["mt"]) if rec.get("mt") else ""  # the task-queue member (records keep its tail)
-    ete = float(member.rsplit(":", 1)[1]) if member.count(":") == 4 else float(math.ceil(job.ete))
+    need = float(member.rsplit(":", 1)[1]) if member.count(":") == 4 else \
+        float(time_needed(job.requirements.get("wall"), job.ete, store.ete_safety_factor))
     client, k = store.client, store.keys
     pipe = client.pipeline(transaction=False)
     pipe.zrank(k.tq(job.tq_id), member)
@@ -231,7 +232,7 @@ def explain(store: Store, catalog: Catalog, job_id: str, *, now: float | None = 
             why = base.ineligible.get(queue, "it is not in the catalog")
             fits.append(PilotFit(pilot, queue, False, False, [f"its queue {queue} is not eligible: {why}"]))
             continue
-        short, unknown = _fit(job, ete, prec)
+        short, unknown = _fit(job, need, prec)
         if short or unknown:
             fits.append(PilotFit(pilot, queue, True, False, short + unknown))
             continue

@@ -20,7 +20,7 @@ from typing import Any
 
 from taskqueues.catalog import Catalog
 from taskqueues.errors import PilotfishError
-from taskqueues.records import Job, JobState, member_tail, stored_requirements
+from taskqueues.records import Job, JobState, member_tail, stored_requirements, time_needed
 from taskqueues.store import Store
 
 from .limits import MAX_COMMAND_BYTES, check_text
@@ -52,7 +52,8 @@ def release_spec(store: Store, catalog: Catalog, job: Job, vo: str) -> dict[str,
         return {"error": str(exc)}
     req = placement.requirements
     spec: dict[str, Any] = {"t": placement.tq_id, "def": placement.tq_def, "queues": list(placement.queues),
-                            "m_tail": member_tail(req.cpu, req.mem, req.tmp, job.ete),
+                            "m_tail": member_tail(req.cpu, req.mem, req.tmp,
+                                                  time_needed(req.wall, job.ete, store.ete_safety_factor)),
                             **stored_requirements(json.dumps(dict(req.values), sort_keys=True, separators=(",", ":")),
                                                   req.cpu, req.mem), "e": job.ete}
     if command is not None:

@@ -36,7 +36,6 @@ work; a concurrent run without the lock would write the same values.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,7 +43,7 @@ from typing import Any
 from taskqueues import dag
 from taskqueues.ete import RuleStats, estimate
 from taskqueues.lock import locked
-from taskqueues.records import Job
+from taskqueues.records import Job, read_requirements, time_needed
 from taskqueues.records import text as _text
 from taskqueues.store import Store
 
@@ -260,7 +259,8 @@ def repressure(store: Store, *, damping: float = dag.DAMPING, now: float | None 
         if rec is not None:
             _check_eta(records, request, rec, view, frontier.get(request, []), now, cores, report)
 
-    updates = [_update(records.cache[job], view, request_recs.get(request), report.etas.get(request), job)
+    updates = [_update(records.cache[job], view, request_recs.get(request), report.etas.get(request), job,
+                       store.ete_safety_factor)
                for request, view in views.items() for job in sorted(view.written, key=int)
                if _unfinished(records.cache.get(job))]
     progress = {CURSOR_FIELD: repr(report.cursor_to)} if report.cursor_to is not None else {}
@@ -384,8 +384,12 @@ def _shape_need(records: _Records, view: _Request, live: Sequence[str], now: flo
     return fan_in_bound(live, deps, ete, pressure, work, cores)
 
 
-def _update(rec: Record | None, view: _Request, request: Record | None, new_eta: float | None, job: str) -> Record:
-    """The rescore.lua entry of one job: its new pressure, estimate, member estimate and score."""
+def _update(rec: Record | None, view: _Request, request: Record | None, new_eta: float | None, job: str,
+            ete_safety_factor: float) -> Record:
+    """The rescore.lua entry of one job: its new pressure, estimate, member time and score.
+
+    The member's time is :func:`taskqueues.records.time_needed`: a job's ``wall`` stays; without one, the
+    new estimate times the safety factor."""
     assert rec is not None
     pressure, ete = view.pressure[job], view.ete[job]
     if request is not None:
@@ -393,7 +397,8 @@ def _update(rec: Record | None, view: _Request, request: Record | None, new_eta:
         score = eta - pressure - float(request.get("priority", 0.0))
     else:  # a job stored without a request record: keep the date its old score implied
         score = float(rec.get("sc", 0.0)) + view.pressure.stored(job) - pressure
-    return {"id": job, "pr": round(pressure, 3), "e": round(ete, 3), "me": math.ceil(ete), "sc": repr(float(score))}
+    need = time_needed(read_requirements(rec).get("wall"), ete, ete_safety_factor)
+    return {"id": job, "pr": round(pressure, 3), "e": round(ete, 3), "me": need, "sc": repr(float(score))}
 
 
 def _write(store: Store, records: _Records, updates: Sequence[Record], report: Report,

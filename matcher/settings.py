@@ -5,6 +5,10 @@ can be overridden by the environment variable ``PILOTFISH_<FIELD>`` (``PILOTFISH
 ``PILOTFISH_CATALOG``, ``PILOTFISH_LEASE_SECONDS``...). :attr:`Settings.sources` says where each value
 came from; ``pilotfish config`` prints both.
 
+``ete_safety_factor``: a job that gives no ``wall`` is matched, and its pilots sized, on its run-time
+estimate times this factor (at least 1): it must find that much time left in a pilot, which kills it at its
+end. A job's ``wall`` is what it needs; the estimate alone only makes urgency (pressure, ETA).
+
 ``redis_url`` empty means the embedded default: a private redis-server whose data lives in
 ``state_dir`` (see :mod:`matcher.embedded`). ``catalog`` empty means the local default catalog: one
 queue on this host.
@@ -21,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from taskqueues.errors import ConfigError
+from taskqueues.records import DEFAULT_ETE_SAFETY_FACTOR
 
 ENV_PREFIX = "PILOTFISH_"
 
@@ -42,6 +47,7 @@ class Settings:
     backoff_seconds: float = 10.0
     max_retries: int = 3
     default_ete: float = 60.0
+    ete_safety_factor: float = DEFAULT_ETE_SAFETY_FACTOR
     # periodic work (seconds)
     reap_interval: float = 5.0
     pool_refresh_interval: float = 900.0

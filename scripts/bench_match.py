@@ -8,7 +8,7 @@ query buffers, which a 1000-job submit grows for a while); and, on the same serv
 EVALSHA (the ceiling). The match rate counts jobs matched, not calls (a call that finds nothing counts for
 nothing), two ways: calls asking for one job ("one"), and calls asking for as many jobs as the pilot has
 free cores ("fill"), which is how a pilot asks (pilot.agent.loop). Pilots have 1, 2, 4 or 8 free cores,
-2000 MB per core, and 700 s or 4000 s left. The ceiling is measured once at the start and again
+2000 MB per core, and 1000 s or 6000 s left. The ceiling is measured once at the start and again
 alongside each match measurement, in alternating slices with the same number of calls and clients: on a
 machine shared with other work the load moves within a run, and each row's "%" compares its match rate
 with the ceiling measured next to it. Each slice starts with the row's number of jobs waiting, and makes
@@ -86,13 +86,15 @@ def pilot_asks(seed: int, fill: bool) -> list[tuple[PilotOffer, int]]:
     free cores, as a pilot does (pilot.agent.loop), else one. Each pilot is at a queue where jobs of some
     shape fit its cores, as a director places pilots (pilot.director sizes them for the waiting work): a
     1-core pilot at a queue whose every job needs 8 cores would ask in vain forever. Whether a head fits
-    the pilot's time left (700 s or 4000 s, against jobs of 60, 600 or 3600 s) is left to chance."""
+    the pilot's time left (1000 s or 6000 s, against jobs estimated at 60, 600 or 3600 s without a wall, so
+    needing 1.5 times that left: 90, 900 or 5400 s; the same fits as 700 s or 4000 s against the
+    estimates alone) is left to chance."""
     rng = random.Random(seed)
     asks = []
     for _ in range(64):
         cpu = rng.choice([1, 2, 4, 8])
         offer = PilotOffer(f"p{seed}", queue_name(rng.choice(queues_for(cpu))), cpu, cpu * 2000, 0,
-                           rng.choice([700, 4000]))
+                           rng.choice([1000, 6000]))
         asks.append((offer, cpu if fill else 1))
     return asks
 

@@ -8,14 +8,14 @@ rewrite. ``tests/test_keys.py`` checks it for every key builder.
 |---|---|---|
 | ``P:{vo}:jobs`` | hash | job id → job record (JSON) |
 | ``P:{vo}:seq`` | string | counter for job ids |
-| ``P:{vo}:t:<tq>`` | zset | one task queue: member ``id:cpu:mem:tmp:ete``, score = urgency (lower first) |
+| ``P:{vo}:t:<tq>`` | zset | one task queue: member ``id:cpu:mem:tmp:need`` (``records.time_needed``), score = urgency |
 | ``P:{vo}:tqdefs`` | hash | task-queue id → canonical requirements (JSON) |
 | ``P:{vo}:tqempty`` | zset | task-queue id → time it became empty (cleaned after a grace period) |
 | ``P:{vo}:pool:<tq>`` | set | SubmitPool: catalog queues eligible for a task queue |
 | ``P:{vo}:poolstamp`` | zset | task-queue id → time its SubmitPool was last computed |
 | ``P:{vo}:qh:<queue>`` | zset | heads index of a catalog queue: task-queue id → head score (never above the real one) |
 | ``P:{vo}:heads`` | hash | task-queue id → ``"<score> <member> <floor>"``: its head and a floor (+ a sentinel field) |
-| ``P:{vo}:qfloor`` | hash | catalog queue → floor ``cpu:mem:tmp:ete`` of every job in the task queues its index lists |
+| ``P:{vo}:qfloor`` | hash | catalog queue → floor ``cpu:mem:tmp:need`` of every job of the task queues it indexes |
 | ``P:{vo}:leases`` | zset | job id → lease expiry (unix seconds) |
 | ``P:{vo}:delayed`` | zset | job id → time a requeued job may be matched again (back-off) |
 | ``P:{vo}:kills`` | hash | job id → reason of a pending kill request |

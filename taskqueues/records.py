@@ -2,7 +2,8 @@
 
 A job record is a JSON object in the ``jobs`` hash under its id, with short field names (memory per
 waiting job is a target): ``s`` state, ``a`` attempt, ``t`` task queue, ``mt`` the tail of its member in
-that queue (``:cpu:mem:tmp:ete``; the scripts see the whole member as ``m``), ``sc`` score (text, kept
+that queue (``:cpu:mem:tmp:need``, ``need`` being :func:`time_needed`; the scripts see the whole member as
+``m``), ``sc`` score (text, kept
 to the millisecond: a start-by date needs no more), ``c`` command, ``r`` exact requirements (JSON text;
 ``cpu`` and ``mem`` left out when the member tail holds them, ``rn`` naming those the job did not give:
 see :func:`stored_requirements`), ``q`` request, ``n`` name, ``e`` estimated run time, ``ts``
@@ -26,7 +27,10 @@ from typing import Any
 #: Retry limit a record does not store (``_lib.lua`` has the same value as MAX_RETRIES).
 DEFAULT_MAX_RETRIES = 3
 
-#: Consumables that a record's member tail (":cpu:mem:tmp:ete") already holds, with their letters in ``rn``.
+#: What a job without ``wall`` must fit in a pilot's time left: this many times its run-time estimate.
+DEFAULT_ETE_SAFETY_FACTOR = 1.5
+
+#: Consumables that a record's member tail (":cpu:mem:tmp:need") already holds, with their letters in ``rn``.
 _IN_TAIL = (("cpu", "c"), ("mem", "m"))
 
 
@@ -82,15 +86,21 @@ class NewJob:
     state: JobState | None = None
     reason: str = ""
 
-    def record(self, now: float) -> dict[str, Any]:
-        """The stored record; ``dl``/``dpl`` (indexes) become ``dn``/``dp`` (ids) inside submit.lua."""
+    def record(self, now: float, ete_safety_factor: float = DEFAULT_ETE_SAFETY_FACTOR) -> dict[str, Any]:
+        """The stored record; ``dl``/``dpl`` (indexes) become ``dn``/``dp`` (ids) inside submit.lua.
+
+        Its member's time is :func:`time_needed`: the ``wall`` of its requirements, else its estimate times
+        ``ete_safety_factor``.
+        """
+        values = json.loads(self.requirements) if self.requirements else {}
+        wall = values.get("wall") if isinstance(values, dict) else None
         rec: dict[str, Any] = {
             "s": self.state or (JobState.BLOCKED if self.pending else JobState.WAITING),
             "t": self.tq_id,
-            "m_tail": member_tail(self.cpu, self.mem, self.tmp, self.ete),
+            "m_tail": member_tail(self.cpu, self.mem, self.tmp, time_needed(wall, self.ete, ete_safety_factor)),
             "sc": repr(round(float(self.score), 3)),
             "c": self.command,
-            **stored_requirements(self.requirements, self.cpu, self.mem),
+            **stored_requirements(self.requirements, self.cpu, self.mem, values),
             "e": self.ete,
             "ts": round(now, 1),
         }
@@ -116,19 +126,33 @@ class NewJob:
         return rec
 
 
-def member_tail(cpu: int, mem: int, tmp: int, ete: float) -> str:
-    """The part of a task-queue member after the job id: what match needs to decide whether it fits."""
-    return f":{int(cpu)}:{int(mem)}:{int(tmp)}:{math.ceil(ete)}"
+def time_needed(wall: object, ete: float, ete_safety_factor: float) -> int:
+    """Seconds (normalised, as a pilot's time left) a pilot must have left to take a job: its ``wall``
+    requirement when it gave one, else its run-time estimate times ``ete_safety_factor``, rounded up.
+
+    The fourth field of a task-queue member: what match compares with the pilot's time left and what the
+    director sizes pilots' walls from. The estimate itself only makes urgency (pressure, ETA).
+    """
+    if isinstance(wall, int) and not isinstance(wall, bool) and wall > 0:
+        return wall
+    return math.ceil(round(ete * ete_safety_factor, 6))
 
 
-def stored_requirements(requirements: str, cpu: int, mem: int) -> dict[str, str]:
+def member_tail(cpu: int, mem: int, tmp: int, need: int) -> str:
+    """The part of a task-queue member after the job id: what match needs to decide whether it fits (``need``
+    from :func:`time_needed`)."""
+    return f":{int(cpu)}:{int(mem)}:{int(tmp)}:{int(need)}"
+
+
+def stored_requirements(requirements: str, cpu: int, mem: int, parsed: object = None) -> dict[str, str]:
     """The record fields ``r``/``rn`` for exact requirements (JSON text) whose member tail holds ``cpu``, ``mem``.
 
     The tail already stores both exact values, so ``r`` leaves out a ``cpu`` or ``mem`` equal to them (and
     is left out when nothing else remains); ``rn`` names, by letter, those the job did not give at all, so
     :func:`read_requirements` tells "left out" from "absent". Every waiting record is that much smaller.
+    ``parsed``: the requirements already decoded (this function may change it), else None.
     """
-    values = json.loads(requirements) if requirements else {}
+    values: Any = parsed if parsed is not None else (json.loads(requirements) if requirements else {})
     if not isinstance(values, dict):
         return {"r": requirements}
     absent = ""

@@ -21,13 +21,23 @@ from redis.commands.core import Script
 from redis.connection import Connection
 
 from . import scripts
-from .errors import NotFound, StaleReport, StoreError
+from .errors import ConfigError, NotFound, StaleReport, StoreError
 from .ete import RuleStats
 from .exchange import PendingExchange
 from .guard import client_url, converted, guard, guarded
 from .keys import Keys
 from .packed import HotLine, PackedCall, pack_script
-from .records import Exchange, HeartbeatReply, Job, JobState, JobUsage, NewJob, PilotOffer, RunResult
+from .records import (
+    DEFAULT_ETE_SAFETY_FACTOR,
+    Exchange,
+    HeartbeatReply,
+    Job,
+    JobState,
+    JobUsage,
+    NewJob,
+    PilotOffer,
+    RunResult,
+)
 from .records import text as _text
 
 _MAX_KEY_ROUNDS = 16
@@ -48,7 +58,12 @@ class Store:
         lease_seconds: float = 60.0,
         backoff: float = 10.0,
         clock: Clock = time.time,
+        ete_safety_factor: float = DEFAULT_ETE_SAFETY_FACTOR,
     ) -> None:
+        """``ete_safety_factor``: a job without ``wall`` must find this many times its run-time estimate left
+        in a pilot (:func:`taskqueues.records.time_needed`; every writer of a task-queue member uses this one)."""
+        if not ete_safety_factor >= 1:
+            raise ConfigError(f"ete_safety_factor must be at least 1, got {ete_safety_factor!r}")
         self.client = client
         #: Where the store lives, as errors name it (no password).
         self.where = client_url(client)
@@ -56,6 +71,7 @@ class Store:
         self.lease_seconds = lease_seconds
         self.backoff = backoff
         self.clock = clock
+        self.ete_safety_factor = ete_safety_factor
         self._scripts: dict[str, Script] = scripts.register(client)
         self._base = self.keys.base + ":"
         self._match_calls: dict[str, PackedCall] = {}
@@ -123,7 +139,7 @@ class Store:
             if not job.queues and job.state is None and not job.deferred:
                 raise StoreError(f"job {job.name or i}: task queue {job.tq_id} has no eligible queue")
         tqs = {j.tq_id: {"def": j.tq_def, "queues": list(j.queues)} for j in jobs if j.queues}
-        body: dict[str, Any] = {"tqs": tqs, "jobs": [j.record(now) for j in jobs]}
+        body: dict[str, Any] = {"tqs": tqs, "jobs": [j.record(now, self.ete_safety_factor) for j in jobs]}
         if request is not None:
             body["request"] = {"id": request[0], "rec": dict(request[1])}
         k = self.keys
@@ -432,7 +448,8 @@ class Store:
     def waiting_heads(self, queue: str, per_tq: int = 200) -> list[tuple[str, str, int, int, int, float, float]]:
         """Demand a queue can serve: up to ``per_tq`` most urgent waiting jobs of each of its task queues.
 
-        Tuples (task queue, job id, cpu, mem, tmp, ete, score) — read from the task-queue members, so no
+        Tuples (task queue, job id, cpu, mem, tmp, need, score), need being the seconds a pilot must have
+        left for the job (:func:`taskqueues.records.time_needed`) — read from the task-queue members, so no
         job record is loaded.
         """
         index: Any = self.client.zrange(self.keys.qheads(queue), 0, -1, withscores=True)
@@ -443,8 +460,8 @@ class Store:
         out = []
         for tq, members in zip(tqs, pipe.execute(), strict=True):
             for member, score in members:
-                job, cpu, mem, tmp, ete = _text(member).split(":")
-                out.append((tq, job, int(cpu), int(mem), int(tmp), float(ete), float(score)))
+                job, cpu, mem, tmp, need = _text(member).split(":")
+                out.append((tq, job, int(cpu), int(mem), int(tmp), float(need), float(score)))
         return out
 
     @guarded("reading the pilots")

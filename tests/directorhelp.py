@@ -286,6 +286,13 @@ class Rig:
                     subprocess.run(["scancel", *self.blockers], env=self.cmd_env, check=False, capture_output=True)
                 else:
                     subprocess.run(["qdel", *self.blockers], env=self.cmd_env, check=False, capture_output=True)
+            # A cancelled pilot writes its last heartbeat on its way out: wait until the batch system says
+            # every pilot has ended, or that heartbeat lands in the next test's Redis (seen: a Slurm pilot
+            # of one test in the next test's pilot records).
+            deadline = time.monotonic() + 30
+            while (self.submitted() and time.monotonic() < deadline
+                   and not all(s.state.final for s in self.states(self.submitted()).values())):
+                time.sleep(0.3)
         finally:
             backend = self.director.backend(self.queue)
             if isinstance(backend, LocalBackend):

@@ -11,8 +11,10 @@ from taskqueues.store import Store
 
 
 def job(tq: str = "tqA", *, cpu: int = 1, mem: int = 100, tmp: int = 0, ete: float = 0, score: float = 0,
-        queues: tuple[str, ...] = ("site/ce/q1",), command: str = "true", **kw: object) -> NewJob:
-    reqs = json.dumps({"cpu": cpu, "mem": mem, "tmp": tmp}, separators=(",", ":"))
+        queues: tuple[str, ...] = ("site/ce/q1",), command: str = "true", wall: int | None = None,
+        **kw: object) -> NewJob:
+    exact: dict[str, int] = {"cpu": cpu, "mem": mem, "tmp": tmp, **({"wall": wall} if wall else {})}
+    reqs = json.dumps(exact, separators=(",", ":"))
     return NewJob(command=command, tq_id=tq, tq_def=json.dumps({"class": tq}), queues=queues, cpu=cpu, mem=mem,
                   tmp=tmp, ete=ete, score=score, requirements=reqs, **kw)  # type: ignore[arg-type]
 

@@ -61,6 +61,15 @@ def qstat_j(env: dict[str, str], batch_id: str) -> str:
     return sge_run(env, "qstat", "-j", batch_id)
 
 
+def recorded_requests(env: dict[str, str], batch_id: str) -> dict[str, float]:
+    """The value Grid Engine recorded for each hard ``-l`` request of a job (``qstat -j -xml``: CE_doubleval,
+    what it schedules and enforces with, in bytes for a MEMORY complex)."""
+    root = ET.fromstring(sge_run(env, "qstat", "-j", batch_id, "-xml"))
+    hard = root.find(".//JB_hard_resource_list")
+    assert hard is not None, f"job {batch_id} has no hard resource list"
+    return {r.findtext("CE_name", ""): float(r.findtext("CE_doubleval", "nan")) for r in hard}
+
+
 @pytest.mark.sge
 class TestSgeContract(BackendContract):
     @pytest.fixture
@@ -122,7 +131,7 @@ def test_shape_maps_to_pe_per_slot_memory_wall_and_pass_through(sge_env: dict[st
         assert "job_name:                   repo;a|b&c" in details
         assert f"parallel environment:  smp range: {stuck_cpu}" in details
         hard = next(line for line in details.splitlines() if line.startswith("hard resource_list:"))
-        assert "h_vmem=100M" in hard and "h_rt=3600" in hard and "arch=lx-amd64" in hard
+        assert "h_vmem=100m" in hard and "h_rt=3600" in hard and "arch=lx-amd64" in hard
         soft = next(line for line in details.splitlines() if line.startswith("soft resource_list:"))
         assert "hostname=localhost" in soft
         assert str(tmp_path) in details
@@ -152,7 +161,7 @@ def test_resource_names_and_cell_cluster_settings_reach_grid_engine(sge_env: dic
     try:
         details = qstat_j(sge_env, batch_id)
         hard = next(line for line in details.splitlines() if line.startswith("hard resource_list:"))
-        assert "m_core=2" in hard and "h_data=400M" in hard and "h_fsize=300M" in hard, hard
+        assert "m_core=2" in hard and "h_data=400m" in hard and "h_fsize=300m" in hard, hard
         assert "h_vmem" not in hard and "parallel environment" not in details, details
         assert wait_states(backend, [batch_id], all_final, timeout=60)[batch_id].state is PilotState.DONE
     finally:
@@ -161,6 +170,53 @@ def test_resource_names_and_cell_cluster_settings_reach_grid_engine(sge_env: dic
     assert {c.split()[0] for c in calls} >= {"qsub", "qstat"}, calls
     assert all(c.split()[1:] == [sge_env["SGE_ROOT"], sge_env["SGE_CELL"], "pf-cluster", "pf-cluster"]
                for c in calls), calls
+
+
+@pytest.mark.sge
+def test_memory_and_scratch_are_recorded_as_the_shape_s_mb(sge_env: dict[str, str], tmp_path: Path) -> None:
+    """Shapes count MB of 10^6 bytes (1 G = 1000 M). A MEMORY complex (h_vmem, h_fsize) must record that many
+    bytes, not MiB; a complex counting MB (the seed's mem_r/tmp_r; here the INT complexes m_thread and
+    m_socket stand for them, since the shared Grid Engine must not be reconfigured) gets the plain number the
+    seed writes (`-l mem_r=10`). Both pilots can never start (more slots or threads than the host has)."""
+    slots = int(sge_env["PILOTFISH_SGE_SLOTS"])
+    shape = Shape("s", cpu=slots + 1, mem=(slots + 1) * 1000, tmp=300)
+    memory = make_sge(sge_env, tmp_resource="h_fsize")
+    counted = make_sge(sge_env, cpu_resource="m_core", mem_resource="m_thread", tmp_resource="m_socket")
+    ids = [memory.submit(PilotRequest("bytes", ["true"], shape, 60, workdir=str(tmp_path))),
+           counted.submit(PilotRequest("mb", ["true"], Shape("s", cpu=1, mem=4000, tmp=300), 60,
+                                       workdir=str(tmp_path)))]
+    try:
+        in_bytes, in_mb = (recorded_requests(sge_env, batch_id) for batch_id in ids)
+        assert in_bytes["h_vmem"] == 1000 * 10**6  # per slot: (slots + 1) x 1000 MB over slots + 1 slots
+        assert in_bytes["h_fsize"] == 300 * 10**6
+        assert (in_mb["m_thread"], in_mb["m_socket"]) == (4000, 300)
+        assert "m_thread=4000" in qstat_j(sge_env, ids[1])
+    finally:
+        memory.cancel(ids[:1])
+        counted.cancel(ids[1:])
+
+
+@pytest.mark.sge
+def test_repo_key_defaults_to_the_repository_base_name(sge_env: dict[str, str], tmp_path: Path) -> None:
+    """The seed: the base name of the repo (the directory the director runs in) followed by ':', which
+    Grid Engine names spell ';'."""
+    backend = make_sge(sge_env)
+    stuck = Shape("stuck", cpu=int(sge_env["PILOTFISH_SGE_SLOTS"]) + 1, mem=900)
+    batch_id = backend.submit(PilotRequest("named", ["true"], stuck, 60))
+    try:
+        assert f"job_name:                   {tmp_path.name};named" in qstat_j(sge_env, batch_id)
+    finally:
+        backend.cancel([batch_id])
+
+
+def test_memory_units_without_qconf(tmp_path: Path) -> None:
+    """Without `qconf -sc` the backend knows Grid Engine's own memory complexes and takes any other name as
+    counting MB, as the seed's mem_r does."""
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    backend = SgeBackend(SgeSettings(bin_dir=str(empty)))
+    assert backend.megabytes("h_vmem", 100) == "100m" and backend.megabytes("h_fsize", 7) == "7m"
+    assert backend.megabytes("mem_r", 10) == "10" and backend.megabytes("tmp_r", 100) == "100"
 
 
 @pytest.mark.sge

@@ -198,13 +198,14 @@ def test_a_jobs_backend_options_and_wall_go_with_the_pilots_planned_for_it_only(
 
     assert shown(by_options[options]) == value
     assert shown(by_options[""]) != value
-    # The wall asked: the jobs' 1 s rounded up to wall_granularity (60 s), plus one step of headroom.
-    assert {int(r["wall"]) for r in records.values()} == {120}, records  # type: ignore[call-overload]
+    # The wall asked: what the jobs need, their wall of 2 minutes (not their 1 s estimate), rounded up to
+    # wall_granularity (60 s), plus one step of headroom.
+    assert {int(r["wall"]) for r in records.values()} == {180}, records  # type: ignore[call-overload]
     for batch_id in records:
         if rig.kind == "slurm":
-            assert rig.scontrol(batch_id)["TimeLimit"] == "00:02:00"
+            assert rig.scontrol(batch_id)["TimeLimit"] == "00:03:00"
         else:
-            assert "h_rt=120" in rig.run("qstat", "-j", batch_id)
+            assert "h_rt=180" in rig.run("qstat", "-j", batch_id)
 
     time.sleep(0.6)  # past poll_interval
     again = rig.cycle()  # each group keeps its queued pilot: nothing new, nothing cancelled

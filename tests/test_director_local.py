@@ -71,9 +71,9 @@ def settings_for(tmp_path: Path, redis_url: str, catalog: str) -> Settings:
                             lease_seconds=3.0, backoff_seconds=0.0, pilot_idle_timeout=2.0, pilot_events=False)
 
 
-def job(name: str, site: str, *, ete: float = 1.0, seconds: float = 0.5) -> JobSpec:
+def job(name: str, site: str, *, ete: float = 1.0, seconds: float = 0.5, wall: str | None = "5m") -> JobSpec:
     return JobSpec(name=name, command=f"sleep {seconds}", ete=ete,
-                   requirements={"Site": site, "cpu": 1, "mem": "100M", "wall": "10m"})
+                   requirements={"Site": site, "cpu": 1, "mem": "100M", **({"wall": wall} if wall else {})})
 
 
 def wait_for(what: str, done: Callable[[], bool], timeout: float, tick: Callable[[], object] = lambda: None) -> None:
@@ -83,6 +83,12 @@ def wait_for(what: str, done: Callable[[], bool], timeout: float, tick: Callable
             pytest.fail(f"{what} not reached within {timeout:g} s")
         tick()
         time.sleep(0.3)
+
+
+def wait_pilots_stopped(ctx: Context) -> None:
+    """Until every pilot has written its last heartbeat record (it idles out after 2 s): a pilot the test
+    started outlives the test otherwise, and that record lands in the next test's Redis."""
+    wait_for("the pilots stopped", lambda: all(r.get("stopped") for r in ctx.store.pilot_records().values()), 60)
 
 
 @pytest.fixture
@@ -167,19 +173,39 @@ def test_max_running_caps_a_queues_pilots_across_cycles(ctx: Context, in_tmp: Pa
         director.close()
 
 
-@pytest.mark.parametrize(("ete", "wall"), [(150.0, 240), (30.0, 120), (590.0, 600)])
+@pytest.mark.parametrize(("ete", "needs", "wall"), [(100.0, None, 240), (20.0, None, 120), (350.0, None, 600),
+                                                   (30.0, "5m", 360), (590.0, "2m", 180)])
 def test_the_wall_a_pilot_asks_is_what_its_jobs_need_rounded_with_headroom_and_capped(
-    ctx: Context, in_tmp: Path, ete: float, wall: int
+    ctx: Context, in_tmp: Path, ete: float, needs: str | None, wall: int
 ) -> None:
-    """ete rounded up to wall_granularity (60 s), one more step of headroom, at most the shape's 10 minutes."""
+    """What the job needs (its wall, else its estimate x 1.5) rounded up to wall_granularity (60 s), one more
+    step of headroom, within the shape's 10 minutes. Issue 19: a job of wall 5m got a pilot of 120 s."""
     placeholders = Placeholders()
     director = Director(ctx, pilot_command=placeholders, log_dir=str(in_tmp / "logs"))
     try:
-        ctx.submitter.submit([job("long", "L", ete=ete)], name="walls")
+        ctx.submitter.submit([job("long", "L", ete=ete, wall=needs)], name="walls")
         [batch_id] = [b for q in director.cycle().queues.values() for b in q.submitted]
         assert placeholders.walls == [("L/host/q", wall)] or placeholders.walls == [("L/host/long", wall)]
         queue = ctx.catalog.queue(placeholders.walls[0][0], ctx.settings.vo)
         assert director.provisioned(queue, director.backend(queue))[batch_id]["wall"] == wall
+    finally:
+        director.stop_all()
+        director.close()
+
+
+def test_a_job_needing_a_shapes_whole_wall_is_unplaceable_not_given_pilots_that_cannot_take_it(
+    ctx: Context, in_tmp: Path
+) -> None:
+    """A pilot's time left is below its wall once it runs: a job of wall 10m never fits a 10-minute pilot.
+    The director says so (one step of headroom is kept) instead of starting pilots that idle out."""
+    placeholders = Placeholders()
+    director = Director(ctx, pilot_command=placeholders, log_dir=str(in_tmp / "logs"))
+    try:
+        [job_id] = ctx.submitter.submit([job("whole", "L", wall="10m")], name="whole").ids.values()
+        reports = director.cycle().queues.values()
+        assert [b for r in reports for b in r.submitted] == [] and placeholders.walls == []
+        why = next(r.unplaceable[job_id] for r in reports if job_id in r.unplaceable)
+        assert "wall 600 > 540" in why and "kept for a new pilot's start" in why, why
     finally:
         director.stop_all()
         director.close()
@@ -247,6 +273,7 @@ def test_pilotfish_director_once_provisions_and_its_pilot_runs_the_job(ctx: Cont
     wait_for("the job done", lambda: ctx.store.jobs([job_id])[0].state is JobState.DONE, 60)
     assert list((in_tmp / "logs").glob("pfl-q-c1-local-*.out")), "the pilot's log is in --log-dir"
     assert {p.name for p in in_tmp.iterdir()} <= {"catalog.toml", "empty-bin", "logs", "state"}, "written to the cwd"
+    wait_pilots_stopped(ctx)
 
 
 @pytest.fixture
@@ -283,3 +310,4 @@ def test_the_celery_director_task_provisions_and_its_pilot_runs_the_job(
     assert done.pilot and done.pilot.startswith("local-"), done
     records = list(ctx.store.pilot_records().values())
     assert [r["queue"] for r in records] == ["L/host/q"], records
+    wait_pilots_stopped(ctx)

@@ -17,11 +17,18 @@ from matcher.operator_commands import explain as explain_command
 from matcher.submission import JobSpec, Submitter
 from taskqueues.catalog import Catalog
 from taskqueues.errors import NotFound
+from taskqueues.keys import Keys
 from taskqueues.records import JobUsage, PilotOffer, RunResult
 from taskqueues.store import Store
 
 CATALOG = TWO_SITES
 NOW = 1_000_000.0
+# The community of these tests, which no other test or pilot uses. The clock below is frozen in 1970, so a
+# heartbeat written with the real clock counts as live for every test here; pilots that other tests start or
+# cancel outlive them by a few seconds and their last heartbeats land in the next tests' freshly flushed
+# Redis, in the default community (that made this file fail now and then in full runs). Keys of a community
+# of our own see none of them.
+VO = "explain-tests"
 # A pilot's record as its heartbeat writes it (pilot.agent.loop.Pilot._record): its size and what is used.
 FULL = {"queue": QA, "cores": 4, "mem": 8000, "tmp": 1000, "used_cpu": 0, "used_mem": 0, "used_tmp": 0,
         "time_left": 3600, "running": [], "draining": False}
@@ -32,9 +39,15 @@ def clock() -> FakeClock:
     return FakeClock(NOW)
 
 
+@pytest.fixture(autouse=True)
+def leftover_pilot(real_redis: redis.Redis) -> None:
+    """A pilot of an earlier test still beating into this server, in the default community, on the real clock."""
+    Store(real_redis).heartbeat("leftover@elsewhere", {}, {**FULL, "queue": "local/localhost/local"})
+
+
 @pytest.fixture
 def store(real_redis: redis.Redis, clock: FakeClock) -> Store:
-    return Store(real_redis, lease_seconds=60, clock=clock)
+    return Store(real_redis, Keys(vo=VO), lease_seconds=60, clock=clock)
 
 
 @pytest.fixture
@@ -44,7 +57,7 @@ def catalog() -> Catalog:
 
 @pytest.fixture
 def submitter(store: Store, catalog: Catalog) -> Submitter:
-    return Submitter(store, catalog, clock=store.clock, capacity=lambda: 1e6)  # no load: ETA = critical path
+    return Submitter(store, catalog, vo=VO, clock=store.clock, capacity=lambda: 1e6)  # no load: ETA = critical path
 
 
 def el9(name: str, ete: float = 100, **reqs: Any) -> JobSpec:
@@ -78,11 +91,21 @@ def test_a_job_blocked_by_resources(submitter: Submitter, store: Store, catalog:
     pilot(store, "p3", draining=True)
     e = explain(store, catalog, sub.ids["big"])
     by = {f.pilot: f for f in e.pilots}
-    assert by["p1"].reasons == ["free cpu 1 < 2 cores needed", "time left 3600 s < estimated run time 7200 s"]
-    assert by["p2"].reasons == ["time left 600 s < estimated run time 7200 s"]
+    # No wall: it needs its estimate with the safety margin (1.5 x 7200 s) left.
+    margin = "10800 s needed (estimated run time 7200 s, with margin)"
+    assert by["p1"].reasons == ["free cpu 1 < 2 cores needed", f"time left 3600 s < {margin}"]
+    assert by["p2"].reasons == [f"time left 600 s < {margin}"]
     assert by["p3"].reasons[0] == "it is draining (takes no new work)"
     assert not any(f.fits for f in e.pilots)
     assert e.verdict.startswith("no live pilot in an eligible queue has room for it (3 seen); e.g. p1: free cpu 1")
+
+
+def test_a_job_with_a_wall_needs_its_wall_left_whatever_its_estimate(submitter: Submitter, store: Store,
+                                                                      catalog: Catalog) -> None:
+    sub = submitter.submit([el9("long", ete=5, wall="600s"), el9("short", ete=100, wall="30s", cpu=2)])
+    pilot(store, "p", time_left=60)
+    assert explain(store, catalog, sub.ids["long"]).pilots[0].reasons == ["time left 60 s < wall 600 s"]
+    assert explain(store, catalog, sub.ids["short"]).pilots[0].fits
 
 
 def test_unknown_pilot_fields_are_said_unknown(submitter: Submitter, store: Store, catalog: Catalog) -> None:
@@ -168,15 +191,15 @@ def test_jobs_that_are_not_waiting(submitter: Submitter, store: Store, catalog: 
 
 def test_render_and_command(submitter: Submitter, real_redis: redis.Redis, redis_url: str, tmp_path: Path) -> None:
     # The command reads the real clock: a store on it publishes the heartbeat.
-    live = Store(real_redis, lease_seconds=60)
-    sub = Submitter(live, Catalog.loads(CATALOG)).submit([el9("j", cpu=2)])
+    live = Store(real_redis, Keys(vo=VO), lease_seconds=60)
+    sub = Submitter(live, Catalog.loads(CATALOG), vo=VO).submit([el9("j", cpu=2)])
     live.heartbeat("p1", {}, {**FULL, "used_cpu": 3})
     lines = render_explanation(explain(live, Catalog.loads(CATALOG), sub.ids["j"]), time.time())
     assert lines[-1].startswith("verdict: no live pilot in an eligible queue has room")
     assert any(line == "  pilot p1 (A/ce/q): free cpu 1 < 2 cores needed" for line in lines)
     catalog = tmp_path / "catalog.toml"
     catalog.write_text(CATALOG)
-    env = {"PILOTFISH_REDIS_URL": redis_url, "PILOTFISH_CATALOG": str(catalog)}
+    env = {"PILOTFISH_REDIS_URL": redis_url, "PILOTFISH_CATALOG": str(catalog), "PILOTFISH_VO": VO}
     result = CliRunner().invoke(explain_command, [sub.ids["j"]], env=env)
     assert result.exit_code == 0, result.output
     assert f"not eligible {QB}: " in result.output and "verdict: no live pilot" in result.output

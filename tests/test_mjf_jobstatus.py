@@ -7,9 +7,11 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from storehelp import FakeClock
 
 from pilot.mjf import formulas
 from pilot.mjf.jobstatus import (
@@ -103,6 +105,57 @@ def test_files_are_the_spec_strings_and_used_cpu_keeps_its_inode(tmp_path: Path)
     assert (tmp_path / "used_CPU").stat().st_ino == inode
     assert (tmp_path / "can_postpone_last_job").read_text() == "False\n"
     assert oct((tmp_path / "last_job_start").stat().st_mode & 0o777) == "0o644"
+
+
+def test_a_withdrawn_drain_holds_the_other_values_for_a_while(tmp_path: Path) -> None:
+    """Spec 3.8: once can_postpone_last_job reverts from False to True, the other values are not updated for a
+    significant time (revert_hold): the site may have planned on the ends published while draining."""
+    clock = FakeClock(1000.0)
+    writer = JobStatusWriter(tmp_path, allocated_CPU=8, pilot_start=1000, revert_hold=300, clock=clock)
+    clock.now = 1100
+    writer.publish([A])
+    # A shutdown at 1500 is announced: A's ends are cut to it, and the pilot drains.
+    drained = RunningPayload(cores=2, start=1100, expected_end=1500, max_end=1500)
+    clock.now = 1200
+    writer.can_postpone_last_job = False
+    final = writer.publish([drained])
+    assert (final.first_exp_job_end, final.last_max_job_end, final.can_postpone_last_job) == (1500, 1500, False)
+    # Withdrawn at 1300: True again, and in that same write nothing else moves; nor when B starts later.
+    writer.can_postpone_last_job = True
+    clock.now = 1300
+    assert writer.publish([A]) == replace(final, can_postpone_last_job=True)
+    assert writer.hold_until == 1600
+    clock.now = 1599
+    assert writer.publish([A, B]) == replace(final, can_postpone_last_job=True)
+    assert read_jobstatus(tmp_path) == replace(final, can_postpone_last_job=True)
+    # The hold is over: the values are the real ones again.
+    clock.now = 1600
+    fresh = writer.publish([A, B])
+    assert fresh == compute_status([A, B], allocated_CPU=8, last_job_start=1300, now=1600)
+    assert (fresh.first_exp_job_end, fresh.last_max_job_end, writer.hold_until) == (1800, 3100, None)
+
+
+def test_false_again_ends_the_hold_and_a_zero_hold_holds_nothing(tmp_path: Path) -> None:
+    clock = FakeClock(1200.0)
+    writer = JobStatusWriter(tmp_path / "a", allocated_CPU=8, pilot_start=1000, revert_hold=300, clock=clock)
+    writer.can_postpone_last_job = False
+    writer.publish([A])
+    writer.can_postpone_last_job = True
+    clock.now = 1300
+    writer.publish([A, B])
+    assert writer.hold_until == 1600
+    writer.can_postpone_last_job = False  # drains again during the hold: the real values, at once
+    clock.now = 1400
+    assert writer.publish([A, B]) == compute_status([A, B], allocated_CPU=8, last_job_start=1300, now=1400,
+                                                    can_postpone_last_job=False)
+    assert writer.hold_until is None
+    unheld = JobStatusWriter(tmp_path / "b", allocated_CPU=8, pilot_start=1000, revert_hold=0, clock=clock)
+    unheld.can_postpone_last_job = False
+    unheld.publish([A])
+    unheld.can_postpone_last_job = True
+    assert unheld.publish([A, B]) == compute_status([A, B], allocated_CPU=8, last_job_start=1300, now=1400)
+    with pytest.raises(JobStatusError, match="revert_hold must be >= 0"):
+        JobStatusWriter(tmp_path / "c", allocated_CPU=1, pilot_start=0, revert_hold=-1)
 
 
 def test_writer_creates_its_own_directory(tmp_path: Path) -> None:

@@ -218,6 +218,39 @@ def test_can_postpone_last_job_announces_a_drain_while_running(store: Store, red
     assert store.job(jid).state == JobState.DONE, log
 
 
+def test_after_a_withdrawn_drain_jobstatus_holds_its_values_then_publishes_them_fresh(
+    store: Store, redis_url: str, tmp_path: Path
+) -> None:
+    """The pilot drives the hold (spec 3.8): the write that reverts can_postpone_last_job to True keeps the ends
+    published while draining, and once --jobstatus-hold has passed the pilot publishes the real values by
+    itself, with no payload starting or ending meanwhile."""
+    store.submit([job(command="sleep 30", ete=20)])
+    env = pilot_env(tmp_path, cores=1)
+    mf = Path(env["MACHINEFEATURES"])
+
+    def status(postpone: bool) -> object:
+        now = read_jobstatus(env["JOBSTATUS"])
+        return now is not None and now.used_CPU == 1 and now.can_postpone_last_job is postpone and now
+
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--heartbeat", "0.3", "--jobstatus-hold", "6",
+                       env=env) as proc:
+        before = wait_for(lambda: status(True), 10, "the payload running")
+        shutdown = int(time.time() + 12)  # its payload (20 s expected) cannot end before: the pilot drains
+        write_features(mf, shutdowntime=shutdown)
+        drained = wait_for(lambda: status(False), 5, "can_postpone_last_job False")
+        assert drained.last_max_job_end == shutdown and drained.last_max_job_end < before.last_max_job_end
+        write_features(mf, shutdowntime=None)  # withdrawn
+        reverted = wait_for(lambda: status(True), 5, "can_postpone_last_job True again")
+        assert (reverted.first_exp_job_end, reverted.last_max_job_end) == \
+            (drained.first_exp_job_end, drained.last_max_job_end)
+        fresh = wait_for(lambda: (s := status(True)) and s.last_max_job_end != drained.last_max_job_end and s,
+                         20, "the values published fresh after the hold")
+        assert fresh.first_exp_job_end == before.first_exp_job_end
+        assert fresh.last_max_job_end == before.last_max_job_end
+        proc.send_signal(signal.SIGTERM)
+        finish(proc, tmp_path, 30)
+
+
 def test_sigterm_gives_every_payload_back_at_once(store: Store, redis_url: str, tmp_path: Path) -> None:
     ids = store.submit([job(command="sleep 60") for _ in range(2)])
     env = pilot_env(tmp_path, cores=2)
@@ -394,6 +427,21 @@ def test_wall_limit_of_a_job(store: Store, redis_url: str, tmp_path: Path) -> No
     record = store.job(slow)
     assert record.state == JobState.FAILED
     assert record.reason == "wall time limit 1 s exceeded"
+
+
+def test_a_pilot_takes_the_jobs_whose_wall_fits_its_time_left_not_their_estimate(store: Store, redis_url: str,
+                                                                                 tmp_path: Path) -> None:
+    """Issue 19: a pilot with --wall 60 took a job of wall 600 s estimated at 5 s, to give it 59 s in
+    $JOBFEATURES, and refused one of wall 30 s estimated at 100 s. Now the wall decides; a payload's
+    wall_limit_secs stays the smaller of its wall and the pilot's end."""
+    seen = tmp_path / "seen"
+    record = f'cat $JOBFEATURES/wall_limit_secs >> {seen}'
+    long_wall, short_wall = store.submit([job(wall=600, ete=5, score=1, command=record),
+                                          job("tqB", wall=30, ete=100, score=2, command=record)])
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--wall", "60") as proc:
+        log = finish(proc, tmp_path, 30)
+    assert states(store, [long_wall, short_wall]) == [JobState.WAITING, JobState.DONE], log
+    assert seen.read_text().split() == ["30"]
 
 
 def test_wall_requirement_is_normalised_seconds(store: Store, redis_url: str, tmp_path: Path) -> None:

@@ -449,3 +449,17 @@ def test_bound_is_exact_when_jobs_divide_shapes_and_counts_holding_classes() -> 
     assert lower_bound([], CATALOG).cost == 0.0
     with pytest.raises(ConfigError, match="costs must be >= 0"):
         solve_covering_lp([Fraction(-1)], [[Fraction(1)]], [Fraction(1)])
+
+
+def test_headroom_keeps_jobs_off_new_pilots_whose_whole_wall_they_need() -> None:
+    """A pilot's time left is below its wall once it runs: with a headroom, a new pilot of a shape takes only
+    jobs that leave it that much, keeps its real shape, and asks at most that shape's wall."""
+    hour = Shape("hour", cpu=2, mem=4 * GB, wall=3600, cost=1.0)
+    whole, most = Demand("whole", 1, GB, wall=3600), Demand("most", 1, GB, wall=3000)
+    result = plan([whole, most], [hour], [], wall_granularity=600, headroom=600)
+    assert "wall 3600 > 3000" in result.unplaceable["whole"] and "new pilot's start" in result.unplaceable["whole"]
+    [pilot] = result.new
+    assert (pilot.shape, [j.job for j in pilot.jobs], pilot.wall) == (hour, ["most"], 3000)
+    assert plan([whole], [hour], [], wall_granularity=600).new[0].jobs == [whole]  # no headroom: planned
+    with pytest.raises(ConfigError, match="headroom must be >= 0"):
+        plan([most], [hour], [], headroom=-1)

@@ -46,8 +46,9 @@ def submitter(store: Store, clock: FakeClock) -> Submitter:
 
 
 def spec(name: str, ete: float, *, rule: str = "", mem: int = 100, deps: tuple[str, ...] = (),
-         **kw: Any) -> JobSpec:
-    return JobSpec(name, "true", {"Platform": "EL9", "mem": mem}, deps=deps, rule=rule, ete=ete, **kw)
+         wall: str | None = None, **kw: Any) -> JobSpec:
+    reqs: dict[str, object] = {"Platform": "EL9", "mem": mem, **({"wall": wall} if wall else {})}
+    return JobSpec(name, "true", reqs, deps=deps, rule=rule, ete=ete, **kw)
 
 
 def learn(submitter: Submitter, store: Store, rule: str, *walls: float) -> None:
@@ -108,11 +109,24 @@ def test_a_chain_that_grows_becomes_more_urgent_and_match_follows(submitter: Sub
     assert a2.score == NOW + 1000  # blocked jobs carry their new score into their task queue later
     entries: Any = store.client.zrange(store.keys.tq(a1.tq_id), 0, -1, withscores=True)
     member = {m.decode(): s for m, s in entries}
-    assert member == {f"{a1.id}:1:100:0:1000": NOW}  # the estimate is part of the member
+    assert member == {f"{a1.id}:1:100:0:1500": NOW}  # no wall: its estimate, with the 1.5 margin, is in the member
     heads_are_exact(store)
     # A pilot now takes the chain's head first, then B's job, then x (whose head score rose).
     order = [j.id for j in match_all(store, QA)]
     assert order == [a.ids["a1"], b.ids["b"], a.ids["x"]]
+
+
+def test_a_job_with_a_wall_keeps_needing_its_wall_when_its_estimate_moves(submitter: Submitter,
+                                                                          store: Store) -> None:
+    """Re-pressure moves a job's estimate, its urgency; what it needs from a pilot stays its wall."""
+    sub = submitter.submit([spec("w", 10, rule="sim", wall="5m"), spec("n", 10, rule="sim", mem=200)])
+    learn(submitter, store, "sim", 1000)
+    repressure(store)
+    w, n = store.jobs([sub.ids["w"], sub.ids["n"]])
+    assert (w.ete, n.ete) == (1000, 1000)
+    members = {m.decode() for tq in (w.tq_id, n.tq_id) for m in store.client.zrange(store.keys.tq(tq), 0, -1)}
+    assert members == {f"{w.id}:1:100:0:300", f"{n.id}:1:200:0:1500"}
+    assert [j.id for j in store.match(PilotOffer("p", QA, 4, 8000, 0, 400), max_jobs=2)] == [w.id]
 
 
 def test_a_raised_head_never_hides_behind_a_stale_index_entry(submitter: Submitter, store: Store) -> None:

@@ -10,7 +10,8 @@ import pytest
 import redis
 from storehelp import FakeClock, check_heads, job, text
 
-from taskqueues.errors import NotFound, StaleReport, StoreError
+from taskqueues.errors import ConfigError, NotFound, StaleReport, StoreError
+from taskqueues.keys import Keys
 from taskqueues.records import (
     Job,
     JobState,
@@ -71,6 +72,29 @@ def test_time_left_excludes_jobs_whose_estimate_is_longer(store: Store) -> None:
     assert [j.id for j in store.match(offer(left=600))] == [short]
     assert store.match(offer(left=600)) == []
     assert [j.id for j in store.match(offer(left=None))] == [long]
+
+
+def test_a_job_with_a_wall_fits_on_its_wall_whatever_its_estimate(store: Store) -> None:
+    """Issue 19: a pilot with 60 s left took a job of wall 600 s (estimated 5 s) and refused one of wall
+    30 s (estimated 100 s). The wall is what the job needs; the estimate only makes its urgency."""
+    long_wall, short_wall = store.submit([job("W", wall=600, ete=5, score=1), job("V", wall=30, ete=100, score=2)])
+    assert [j.id for j in store.match(offer(left=60))] == [short_wall]
+    assert store.match(offer(left=599)) == []
+    assert [j.id for j in store.match(offer(left=600))] == [long_wall]
+
+
+def test_without_a_wall_the_estimate_with_its_safety_factor_must_fit(any_redis: redis.Redis, clock: FakeClock,
+                                                                     store: Store) -> None:
+    assert store.ete_safety_factor == 1.5  # the default: 100 s estimated needs 150 s left
+    (jid,) = store.submit([job("E", ete=100)])
+    assert store.match(offer(left=149)) == []
+    assert [j.id for j in store.match(offer(left=150))] == [jid]
+    doubled = Store(any_redis, Keys(vo="doubled"), clock=clock, ete_safety_factor=2)
+    (other,) = doubled.submit([job("E", ete=100)])
+    assert doubled.match(offer(left=199)) == []
+    assert [j.id for j in doubled.match(offer(left=200))] == [other]
+    with pytest.raises(ConfigError, match=r"ete_safety_factor must be at least 1, got 0\.5"):
+        Store(any_redis, ete_safety_factor=0.5)
 
 
 def test_eligibility_comes_from_the_pool(store: Store) -> None:
@@ -401,7 +425,8 @@ def test_heads_follow_every_operation(store: Store, clock: FakeClock) -> None:
 def test_a_pilot_below_the_queue_floor_gets_nothing_until_smaller_work_arrives(store: Store) -> None:
     store.submit([job("big", cpu=4, mem=4000, ete=600), job("big", cpu=8, mem=8000, ete=60)])
     assert store.match(offer(cpu=2)) == []  # a full walk: the queue's floor is now cpu 4
-    assert text(store.client.hget(store.keys.qfloor, Q1)).split(":") == ["4", "4000", "0", "60"]
+    # The floor's time is the least any job there needs: 60 s estimated, with the 1.5 safety factor.
+    assert text(store.client.hget(store.keys.qfloor, Q1)).split(":") == ["4", "4000", "0", "90"]
     assert store.match(offer(cpu=2)) == []  # answered by the floor
     (small,) = store.submit([job("small", cpu=1, mem=100, ete=6000)])
     assert store.match(offer(cpu=2, left=700)) == []  # the floor fell, but the job is too long for this pilot

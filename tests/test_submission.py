@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 import redis
 from storehelp import FakeClock, snapshot
 
+from matcher.context import Context
 from matcher.release import release, sweep
+from matcher.settings import Settings
 from matcher.submission import JobSpec, SubmissionError, Submitter, specs_from_workflow, submit_workflow
 from matcher.workflow import parse_workflow
 from taskqueues.catalog import Catalog
@@ -286,6 +289,30 @@ def test_deferred_requirements_use_dependency_outputs(submitter: Submitter, stor
     assert release(store, submitter.catalog, released) == {sub.ids["use"]: JobState.WAITING}
     (use,) = store.match(PilotOffer("p", QA, 4, 8000))
     assert use.mem == 600 and use.command == "echo 300"
+
+
+def test_a_released_job_needs_its_evaluated_wall_from_a_pilot(submitter: Submitter, store: Store) -> None:
+    workflow = parse_workflow({"name": "w", "jobs": [
+        {"name": "size", "command": "true"},
+        {"name": "use", "command": "true", "deps": ["size"], "ete": 5,
+         "requirements": {"wall": "2 * deps.size.secs"}}]})
+    sub = submit_workflow(submitter, workflow)
+    (first,) = store.match(PilotOffer("p", QA, 4, 8000))
+    released = store.complete(first.id, first.attempt, "p", RunResult(outputs={"secs": 300}))
+    assert release(store, submitter.catalog, released) == {sub.ids["use"]: JobState.WAITING}
+    assert store.match(PilotOffer("p", QA, 4, 8000, 0, 599)) == []  # 5 s estimated, but its wall is 600 s
+    (use,) = store.match(PilotOffer("p", QA, 4, 8000, 0, 600))
+    assert (use.id, use.requirements["wall"], use.ete) == (sub.ids["use"], 600, 5)
+
+
+def test_the_safety_factor_setting_reaches_what_a_pilot_is_matched_on(redis_url: str, tmp_path: Path) -> None:
+    assert Settings.load(env={"PILOTFISH_ETE_SAFETY_FACTOR": "3"}).ete_safety_factor == 3
+    catalog = tmp_path / "catalog.toml"
+    catalog.write_text(CATALOG)
+    ctx = Context(Settings(redis_url=redis_url, catalog=str(catalog), ete_safety_factor=2.0))
+    sub = ctx.submitter.submit([JobSpec("j", "true", {"Platform": "EL9"}, ete=100)])
+    assert ctx.store.match(PilotOffer("p", QA, 4, 8000, 0, 199)) == []
+    assert [j.id for j in ctx.store.match(PilotOffer("p", QA, 4, 8000, 0, 200))] == [sub.ids["j"]]
 
 
 def test_deferred_evaluation_failure_fails_the_job(submitter: Submitter, store: Store) -> None:

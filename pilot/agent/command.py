@@ -19,6 +19,7 @@ import click
 from pilot.agent.config import PilotConfig
 from pilot.agent.loop import Pilot
 from pilot.agent.observer import NullObserver, Observer
+from pilot.mjf.jobstatus import DEFAULT_REVERT_HOLD
 from taskqueues.errors import PilotfishError
 
 
@@ -84,6 +85,9 @@ def make_releaser(config: PilotConfig) -> Callable[[list[str]], object]:
               help="Fraction above its memory requirement a payload may use before it is killed.")
 @click.option("--priority-factor", type=int, default=0, show_default=True,
               help="Integer published as $JOBSTATUS priority_factor (higher is better; its meaning is yours).")
+@click.option("--jobstatus-hold", type=click.FloatRange(min=0), default=DEFAULT_REVERT_HOLD, show_default=True,
+              help="Seconds the other $JOBSTATUS values stay as published after can_postpone_last_job reverts "
+                   "to True (a withdrawn drain); 0: no hold.")
 @click.option("--events/--no-events", default=False, show_default=True,
               help="Send Celery events and take remote-control commands (Flower).")
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
@@ -91,7 +95,7 @@ def pilot(redis_url: str, vo: str, queue: str, prefix: str, cores: int | None, m
           idle_timeout: float, stop_margin: float, wall: float | None, heartbeat: float | None, lease: float,
           workdir: Path | None,
           max_jobs: int | None, own_machine: bool, kill_grace: float, output_cap: int,
-          mem_tolerance: float, priority_factor: int, events: bool, verbose: int) -> None:
+          mem_tolerance: float, priority_factor: int, jobstatus_hold: float, events: bool, verbose: int) -> None:
     """Run a pilot: fill this node's cores with the most urgent jobs that fit, until its time is up."""
     logging.basicConfig(level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)],
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
@@ -102,7 +106,7 @@ def pilot(redis_url: str, vo: str, queue: str, prefix: str, cores: int | None, m
             cores=cores, mem=mem, tmp=tmp, lease=lease, heartbeat_interval=heartbeat, idle_timeout=idle_timeout,
             stop_margin=stop_margin, wall=wall, max_jobs=max_jobs, own_machine=own_machine,
             kill_grace=kill_grace, output_cap=output_cap, mem_tolerance=mem_tolerance,
-            priority_factor=priority_factor)
+            priority_factor=priority_factor, jobstatus_revert_hold=jobstatus_hold)
         runner = Pilot(config, observer=make_observer(events, config), releaser=make_releaser(config))
         reason = runner.run()
     except PilotfishError as exc:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pilot.mjf.jobstatus import DEFAULT_REVERT_HOLD
 from taskqueues.errors import ConfigError
 
 #: Called with the ids ``Store.complete`` released (dependents whose deferred requirements need evaluating).
@@ -76,7 +77,8 @@ class PilotConfig:
     rewriting its nine files under a lock ten times a second was 5% of a busy pilot); ``command_poll``
     the longest the loop sleeps before asking the observer for operator commands. ``priority_factor`` is
     published in $JOBSTATUS as is (spec 3.9: higher is better, its meaning is the pilot owner's, not
-    comparable across users).
+    comparable across users). ``jobstatus_revert_hold`` is how long the other $JOBSTATUS values stay as
+    published after ``can_postpone_last_job`` reverts to True (spec 3.8; :mod:`pilot.mjf.jobstatus`).
     """
 
     queue: str
@@ -104,6 +106,7 @@ class PilotConfig:
     backoff_max: float = 2.0
     command_poll: float = 0.5
     jobstatus_interval: float = 0.5
+    jobstatus_revert_hold: float = DEFAULT_REVERT_HOLD
     priority_factor: int = 0
     identity: Identity | None = None
     releaser: Releaser | None = None
@@ -120,7 +123,7 @@ class PilotConfig:
         for name in ("lease", "idle_timeout", "mem_sample_interval", "backoff_min", "backoff_max", "command_poll"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("stop_margin", "kill_grace", "mem_tolerance", "jobstatus_interval"):
+        for name in ("stop_margin", "kill_grace", "mem_tolerance", "jobstatus_interval", "jobstatus_revert_hold"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.heartbeat_interval is not None and not 0 < self.heartbeat_interval < self.lease:

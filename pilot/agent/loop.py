@@ -203,7 +203,8 @@ class Pilot:
         self.guardian = Guardian()
         directory = config.jobstatus_dir or (os.environ.get("JOBSTATUS") or None)
         self.jobstatus = JobStatusWriter(directory, allocated_CPU=self.cores, pilot_start=self.started,
-                                         workdir=config.workdir, priority_factor=config.priority_factor)
+                                         workdir=config.workdir, priority_factor=config.priority_factor,
+                                         revert_hold=config.jobstatus_revert_hold)
         ident = self.identity
         self.info = PilotInfo(
             name=self.name, queue=config.queue, vo=config.vo, cores=self.cores, mem=self.mem, tmp=self.tmp,
@@ -387,6 +388,8 @@ class Pilot:
         self._fill()
         if self.pending and time.monotonic() >= self._next_retry:
             self._retry_reports()
+        if self._hold_ended():
+            self._dirty = True  # the values held after a withdrawn drain are published fresh
         if self._dirty and time.monotonic() >= self._next_publish:
             self._refill_first()
             self._publish()
@@ -455,6 +458,9 @@ class Pilot:
             deadlines.append(self._start_report_due())
         if self._dirty:
             deadlines.append(self._next_publish)
+        hold = self.jobstatus.hold_until if self.jobstatus is not None else None
+        if hold is not None:
+            deadlines.append(now + hold - time.time())
         return max(0.0, min(deadlines) - now)
 
     def _exit_reason(self) -> str | None:
@@ -1000,6 +1006,11 @@ class Pilot:
             self.jobstatus.publish(entries)
         except PilotfishError as exc:
             log.warning("$JOBSTATUS not updated: %s", exc)
+
+    def _hold_ended(self) -> bool:
+        """True once the hold of $JOBSTATUS after a withdrawn drain is over (its values are then stale)."""
+        hold = self.jobstatus.hold_until if self.jobstatus is not None else None
+        return hold is not None and time.time() >= hold
 
     def _can_postpone(self, expected_ends: list[float]) -> bool:
         """$JOBSTATUS ``can_postpone_last_job``: False once the pilot is retiring (spec: "ready to be

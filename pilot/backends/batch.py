@@ -29,6 +29,12 @@ from .base import (
 SettingsT = TypeVar("SettingsT")
 
 
+def default_repo_key() -> str:
+    """The seed's default ``repo_key``: "the base name of the repo followed by ``:``". open-lmake's repository
+    is the directory ``lmake`` runs in; Pilotfish's is the one the director (or ``pilotfish run``) runs in."""
+    return f"{Path.cwd().name}:"
+
+
 def settings_from_options(cls: type[SettingsT], options: Mapping[str, object], kind: str) -> SettingsT:
     """A backend's settings dataclass from a catalog ``batch_options`` mapping: unknown keys are an
     error (a typo must not silently become a default), values are converted to the field's type."""
@@ -39,7 +45,7 @@ def settings_from_options(cls: type[SettingsT], options: Mapping[str, object], k
                            f"known: {', '.join(sorted(fields))}")
     values: dict[str, object] = {}
     for key, value in options.items():
-        type_name = fields[key].type
+        type_name = fields[key].type.removesuffix(" | None")
         try:
             if value is None:
                 values[key] = None
@@ -66,6 +72,8 @@ class ScriptBackend(ABC):
 
     def __init__(self, settings: Any, env: dict[str, str]) -> None:
         self.settings = settings
+        self.repo_key: str = default_repo_key() if settings.repo_key is None else settings.repo_key
+        """What job names start with: the ``repo_key`` setting, else :func:`default_repo_key`."""
         self._env = env
         self._cache = StatusCache(self._poll, settings.poll_interval)
         self._cancelled: set[str] = set()

@@ -107,7 +107,9 @@ def make_backend(kind: str, options: Mapping[str, object] | None = None, *, wher
     try:
         backend.check()
     except BackendUnavailable as exc:
-        inherited = {key: given[key] for key in ("repo_key", "log_dir") if given.get(key)}
+        inherited: dict[str, object] = {"repo_key": backend.repo_key}
+        if given.get("log_dir"):
+            inherited["log_dir"] = given["log_dir"]
         settings = LocalSettings.from_options({**inherited, **local_options})
         carried = carried_resources(backend.settings)
         converted = LocalBackend(settings, converted_from=kind, carried=carried)

@@ -1,14 +1,24 @@
 """The Grid Engine backend: ``qsub`` to submit, one ``qstat -xml`` per poll, ``qdel`` to cancel.
 
 Submission sends a batch script on stdin (:func:`pilot.backends.base.pilot_script`, run by ``-S /bin/sh``)
-with ``-terse -N <repo_key><name>``, the priority ``-p``, the wall time as ``-l h_rt`` and the shape:
+with ``-terse -N <repo_key><name>`` (``repo_key`` defaults, as the seed says, to the base name of the repository
+followed by ``:``, which Grid Engine names turn into ``;``: see :func:`pilot.backends.batch.default_repo_key`),
+the priority ``-p``, the wall time as ``-l h_rt`` and the shape:
 
 * cpu: ``-l <cpu_resource>=N`` when ``cpu_resource`` is set, else ``-pe <pe> N`` when N > 1;
-* mem: ``-l <mem_resource>=<MB>M`` (default ``h_vmem``). Grid Engine counts consumables per slot, so with
+* mem: ``-l <mem_resource>=<MB>`` (default ``h_vmem``). Grid Engine counts consumables per slot, so with
   ``mem_per_slot`` (default) the value is ``ceil(mem / slots)``; note ``h_vmem`` is enforced as ``ulimit -v``;
-* tmp: ``-l <tmp_resource>=<MB>M`` only when ``tmp_resource`` is set (tmp is not managed by default);
+* tmp: ``-l <tmp_resource>=<MB>`` only when ``tmp_resource`` is set (tmp is not managed by default);
 * ``request.resources``: ``hard``/``soft`` are option strings put after ``-hard``/``-soft``; ``cpu``/``mem``/
   ``tmp`` override the shape; any other K=V becomes ``-l K=V``.
+
+Units: shapes count MB of 10^6 bytes. The seed writes a plain MB number (``-l mem_r=10`` for 10 MB): a
+resource the site declared to count MB (a complex of type INT or DOUBLE, as the seed's ``mem_r``/``tmp_r``)
+gets exactly that. A complex of type MEMORY (``h_vmem``, ``h_data``, ``h_fsize``...) counts bytes, where a
+plain number is bytes and an upper-case ``M`` a MiB (``sge_types(1)``: 10M would be 4.9% more than 10 MB), so
+it gets the 1000-based suffix, ``<MB>m``, which Grid Engine records as MB x 10^6 bytes. The type of each
+complex comes from ``qconf -sc`` (read once); when that cannot be read, Grid Engine's own memory complexes
+are taken as MEMORY and every other name as counting MB.
 
 Priority: ``-p`` from ``request.options`` wins; else, with ``start_by``, ``-round((start_by - now) /
 prio_seconds)`` clamped into ``[-1023, max_prio]`` — a pilot for work due now gets ``max_prio`` (0 by
@@ -61,6 +71,12 @@ from .options import parse_sge_options
 log = logging.getLogger(__name__)
 
 PRIO_MIN, PRIO_MAX = -1023, 1024
+#: The complexes Grid Engine itself defines with type MEMORY (assumed when ``qconf -sc`` cannot be read).
+_MEMORY_COMPLEXES = frozenset({
+    "h_core", "h_data", "h_fsize", "h_rss", "h_stack", "h_vmem", "s_core", "s_data", "s_fsize", "s_rss", "s_stack",
+    "s_vmem", "mem_free", "mem_total", "mem_used", "swap_free", "swap_rate", "swap_rsvd", "swap_total", "swap_used",
+    "virtual_free", "virtual_total", "virtual_used",
+})
 _NAME_MAP = str.maketrans(
     {":": ";", "/": "|", "@": "&", "\\": "|", "*": "+", "?": "!", "\n": "_", "\t": "_", "\r": "_", " ": "_"}
 )
@@ -75,7 +91,7 @@ def sge_job_name(name: str) -> str:
 class SgeSettings:
     """Configuration of the Grid Engine backend (the seed's keys plus where to find Grid Engine)."""
 
-    repo_key: str = ""
+    repo_key: str | None = None  # None: default_repo_key()
     root: str | None = None  # $SGE_ROOT; None = inherit the environment's
     cell: str | None = None  # $SGE_CELL
     cluster: str | None = None  # $SGE_CLUSTER_NAME and $SGE_CLUSTER (see SgeBackend.__init__)
@@ -129,6 +145,7 @@ class SgeBackend(ScriptBackend):
         super().__init__(settings, env)
         self._vanished_at: dict[str, float] = {}
         self._qacct_works: bool | None = None
+        self._complex_types: dict[str, str] | None = None
 
     # --- availability ------------------------------------------------------------------------------------
 
@@ -164,7 +181,7 @@ class SgeBackend(ScriptBackend):
         tmp = int(resources.pop("tmp", request.shape.tmp))
         hard = shlex.split(resources.pop("hard", ""))
         soft = shlex.split(resources.pop("soft", ""))
-        name = sge_job_name(f"{settings.repo_key}{request.name}")
+        name = sge_job_name(f"{self.repo_key}{request.name}")
         args = [
             self._bin("qsub"),
             "-terse",
@@ -192,9 +209,9 @@ class SgeBackend(ScriptBackend):
             slots = cpu
         if settings.mem_resource and mem > 0:
             per = math.ceil(mem / slots) if settings.mem_per_slot else mem
-            limits.append(f"{settings.mem_resource}={per}M")
+            limits.append(f"{settings.mem_resource}={self.megabytes(settings.mem_resource, per)}")
         if settings.tmp_resource and tmp > 0:
-            limits.append(f"{settings.tmp_resource}={tmp}M")
+            limits.append(f"{settings.tmp_resource}={self.megabytes(settings.tmp_resource, tmp)}")
         if settings.wall_resource:
             limits.append(f"{settings.wall_resource}={request.wall}")
         limits += [f"{key}={value}" for key, value in resources.items()]
@@ -206,6 +223,31 @@ class SgeBackend(ScriptBackend):
         if soft:
             args += ["-soft", *soft]
         return args
+
+    def megabytes(self, resource: str, mb: int) -> str:
+        """``mb`` (MB of 10^6 bytes) as the value of ``-l <resource>=``: a plain number, as the seed writes it,
+        unless the complex is of type MEMORY, which counts bytes: then ``<mb>m`` (see the module text)."""
+        return f"{mb}m" if self.complex_types().get(resource) == "MEMORY" else str(mb)
+
+    def complex_types(self) -> dict[str, str]:
+        """Complex name (and shortcut) -> its type, from ``qconf -sc`` once; Grid Engine's own memory
+        complexes when it cannot be read."""
+        if self._complex_types is None:
+            qconf = find_binary("qconf", self.settings.bin_dir)
+            done = None if qconf is None else run_command(
+                [qconf, "-sc"], env=self._env, check=False, timeout=self.settings.command_timeout)
+            types: dict[str, str] = {}
+            for line in done.stdout.splitlines() if done is not None and done.returncode == 0 else ():
+                fields = line.split()
+                if len(fields) >= 3 and not fields[0].startswith("#"):
+                    types[fields[0]] = types[fields[1]] = fields[2].upper()
+            if not types:
+                why = "not found" if done is None else (done.stderr.strip() or f"exit {done.returncode}")
+                log.info("sge backend: qconf -sc unusable (%s); Grid Engine's own memory complexes are taken as "
+                         "MEMORY, other resources as counting MB", why)
+                types = dict.fromkeys(_MEMORY_COMPLEXES, "MEMORY")
+            self._complex_types = types
+        return self._complex_types
 
     def _batch_id(self, answer: str) -> str:
         return answer.split(".")[0]

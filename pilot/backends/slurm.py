@@ -7,8 +7,15 @@ pass-through resources. Resources are merged, later winning: the configured ``pa
 
 Resource keys (the seed's names, with the long-option spellings accepted as aliases): ``partition`` (-p),
 ``qos`` (-q), ``gres``, ``features``/``constraint`` (-C), ``licenses``/``licence`` (-L),
-``reservation``/``reserv``, ``nodes``/``nodelist`` (-w), ``excludes``/``exclude`` (-x). Any other key K=V
-goes as license ``K:V`` when Slurm declares license K (``scontrol show licenses``), else as gres ``K:V``.
+``reservation``/``reserv``, ``nodes``/``nodelist`` (-w), ``excludes``/``exclude`` (-x). As the seed's table
+says, each may carry the index of a heterogeneous job's component (``gres0``, ``partition1``) and no index
+means index 0: ``gres0`` is ``gres``. A pilot is one job, component 0, so an index above 0 is refused with
+the reason (its resources would be allocated to a component no pilot runs in), and so is one key given twice
+(``gres`` and ``gres0``). Any other key K=V goes as license ``K:V`` when Slurm declares license K
+(``scontrol show licenses``), else as gres ``K:V``.
+
+``repo_key`` (the job-name prefix) defaults, as the seed says, to the base name of the repository followed
+by ``:`` (:func:`pilot.backends.batch.default_repo_key`); ``repo_key = ""`` gives bare names.
 
 States: one ``squeue -t all -j <ids>`` answers for every job slurmctld still holds, finished ones included
 (with the raw wait status, so no ``scontrol show job`` per job is needed). A job it no longer holds
@@ -22,11 +29,19 @@ pilots for more urgent work get a lower nice and so a higher priority, comparabl
 clamped into ``[min_nice, 2147483645]``: Slurm refuses ``|nice| > 2^31 - 3``, and only operators may
 give a negative nice, so ``min_nice`` defaults to 0 (a ``start_by`` before ``time_origin`` gets nice 0).
 ``time_origin`` is ``YYYY-MM-DD HH:MM[:SS]`` with an optional ``+HH:MM``/``-HH:MM``; without it, local time.
+Where each comes from, first found: the backend setting; else (with ``use_nice``), as the seed describes,
+the ``PriorityParams`` entry of the Slurm configuration file (``config``, else ``$SLURM_CONF``, else
+``/etc/slurm/slurm.conf``), a ``,``-separated list of ``param=value`` (Slurm itself spells the key
+``PriorityParameters``; both are read, case-insensitively, and a value holding blanks is quoted, as slurm.conf
+requires: ``PriorityParameters="time_origin=2024-01-01 00:00 +00:00,nice_factor=0.5"``; other parameters
+there are the priority plugin's and are ignored; ``Include`` files are not followed); else the seed's
+defaults, 2023-01-01 00:00 and 1.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -84,6 +99,12 @@ _RUNNING = {
 }
 _LOST = {"NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "TIMEOUT", "OUT_OF_MEMORY", "REVOKED"}
 
+DEFAULT_TIME_ORIGIN = "2023-01-01 00:00"
+DEFAULT_NICE_FACTOR = 1.0
+DEFAULT_CONFIG = "/etc/slurm/slurm.conf"
+_PRIORITY_PARAMS = re.compile(r'^\s*PriorityParam(?:eter)?s\s*=\s*(?:"([^"]*)"|(\S+))', re.IGNORECASE)
+_INDEXED = re.compile(r"^([a-z]+?)(\d+)$")
+
 _ORIGIN = re.compile(r"^(\d{4}-\d{2}-\d{2}) (\d{2}:\d{2}(?::\d{2})?)\s*(?:([+-])(\d{2}):(\d{2}))?$")
 
 
@@ -104,6 +125,27 @@ def parse_time_origin(text: str) -> float:
     return moment.timestamp()
 
 
+def priority_params(path: str | os.PathLike[str]) -> dict[str, str]:
+    """The ``param=value`` pairs of a slurm.conf's ``PriorityParams`` (``PriorityParameters``) entry, keys
+    lower-cased; {} when the file has none or cannot be read (the last entry wins, as in Slurm)."""
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError as exc:
+        log.debug("slurm backend: %s not read for PriorityParams: %s", path, exc.strerror or exc)
+        return {}
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        match = _PRIORITY_PARAMS.match(line)
+        if match:
+            value = match.group(1) if match.group(1) is not None else match.group(2).split("#", 1)[0]
+            found = {}
+            for item in value.split(","):
+                key, sep, param = item.partition("=")
+                if sep:
+                    found[key.strip().lower()] = param.strip()
+    return found
+
+
 def slurm_time(seconds: int) -> str:
     """Seconds as Slurm's ``D-HH:MM:SS`` time limit (Slurm rounds up to whole minutes)."""
     days, rest = divmod(max(int(seconds), 1), 86400)
@@ -119,14 +161,29 @@ def decode_wait_status(raw: int) -> tuple[int | None, int | None]:
     return (raw >> 8) & 0xFF, None
 
 
+def resource_name(key: str, where: str) -> str:
+    """A resource key as the seed's table reads it: aliases resolved, a heterogeneous-job index of 0 dropped
+    (``gres0`` is ``gres``); an index above 0 is refused (a pilot is one job). Other keys stay as given."""
+    match = _INDEXED.match(key)
+    if match is None:
+        return _ALIASES.get(key, key)
+    name = _ALIASES.get(match.group(1), match.group(1))
+    if name not in _FLAGS:
+        return key  # a license or gres whose name ends in digits
+    if int(match.group(2)) != 0:
+        raise BackendError(f"{where}: resource {key!r} is for component {int(match.group(2))} of a heterogeneous "
+                           f"job; a pilot is one job, so only {name!r} (or {name + '0'!r}) can be given")
+    return name
+
+
 @dataclass(frozen=True)
 class SlurmSettings:
     """Configuration of the Slurm backend (the seed's keys plus where to find Slurm)."""
 
-    repo_key: str = ""
+    repo_key: str | None = None  # None: default_repo_key()
     use_nice: bool = False
-    time_origin: str = "2023-01-01 00:00"
-    nice_factor: float = 1.0
+    time_origin: str | None = None  # None: PriorityParams of the configuration file, else DEFAULT_TIME_ORIGIN
+    nice_factor: float | None = None  # None: PriorityParams of the configuration file, else DEFAULT_NICE_FACTOR
     min_nice: int = 0
     config: str | None = None  # SLURM_CONF for every command
     bin_dir: str | None = None  # where sbatch/squeue/scancel are; None = $PATH
@@ -141,7 +198,8 @@ class SlurmSettings:
     @classmethod
     def from_options(cls, options: Mapping[str, object]) -> SlurmSettings:
         settings = settings_from_options(cls, options, "slurm")
-        parse_time_origin(settings.time_origin)
+        if settings.time_origin is not None:
+            parse_time_origin(settings.time_origin)
         parse_slurm_options(settings.options, where="slurm backend setting 'options'")
         return settings
 
@@ -161,9 +219,34 @@ class SlurmBackend(ScriptBackend):
         if settings.config:
             env["SLURM_CONF"] = settings.config
         super().__init__(settings, env)
-        self._origin = parse_time_origin(settings.time_origin)
+        self.time_origin, self.nice_factor = self._nice_parameters(env)
+        self._origin = parse_time_origin(self.time_origin)
         self._licenses: set[str] | None = None
         self._sacct_works: bool | None = None
+
+    def _nice_parameters(self, env: Mapping[str, str]) -> tuple[str, float]:
+        """``time_origin`` and ``nice_factor``: the settings, else PriorityParams (read only with ``use_nice``,
+        the one thing they are for), else the seed's defaults."""
+        origin, factor = self.settings.time_origin, self.settings.nice_factor
+        if self.settings.use_nice and (origin is None or factor is None):
+            path = self.settings.config or env.get("SLURM_CONF") or DEFAULT_CONFIG
+            params = priority_params(path)
+            if origin is None and "time_origin" in params:
+                origin = params["time_origin"]
+                try:
+                    parse_time_origin(origin)
+                except BackendError as exc:
+                    raise BackendError(f"{path}: PriorityParams: {exc}") from None
+            if factor is None and "nice_factor" in params:
+                try:
+                    factor = float(params["nice_factor"])
+                    if not math.isfinite(factor):
+                        raise ValueError(factor)
+                except ValueError:
+                    raise BackendError(f"{path}: PriorityParams: nice_factor must be a number, "
+                                       f"got {params['nice_factor']!r}") from None
+        return (DEFAULT_TIME_ORIGIN if origin is None else origin,
+                DEFAULT_NICE_FACTOR if factor is None else factor)
 
     # --- availability ------------------------------------------------------------------------------------
 
@@ -181,7 +264,7 @@ class SlurmBackend(ScriptBackend):
 
     def nice_for(self, start_by: float) -> int:
         """The ``--nice`` value for a pilot whose most urgent job should start by ``start_by``."""
-        nice = round((start_by - self._origin) * self.settings.nice_factor)
+        nice = round((start_by - self._origin) * self.nice_factor)
         return max(self.settings.min_nice, min(NICE_MAX, nice))
 
     def submit_args(self, request: PilotRequest) -> list[str]:
@@ -196,11 +279,16 @@ class SlurmBackend(ScriptBackend):
         wanted.update({"cpu": str(request.shape.cpu), "mem": str(request.shape.mem)})
         if request.shape.tmp:
             wanted["tmp"] = str(request.shape.tmp)
+        given: dict[str, str] = {}
         for key, value in request.resources.items():
-            wanted[_ALIASES.get(key, key)] = str(value)
+            name = resource_name(key, where)
+            if name in given:
+                raise BackendError(f"{where}: resources {given[name]!r} and {key!r} both name {name!r}")
+            given[name] = key
+            wanted[name] = str(value)
         if request.options:
             wanted.update(parse_slurm_options(request.options, where=f"{where} options"))
-        name = f"{self.settings.repo_key}{request.name}"
+        name = f"{self.repo_key}{request.name}"
         args = [
             self._bin("sbatch"),
             "--parsable",

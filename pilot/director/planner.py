@@ -43,7 +43,7 @@ import math
 from bisect import insort
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from taskqueues.errors import ConfigError, ValidationError
 from taskqueues.shapes import Shape
@@ -663,12 +663,31 @@ def plan(
     n_max_queued: int | None = 10,
     max_running: int | None = None,
     wall_granularity: int = 60,
+    headroom: int = 0,
 ) -> Plan:
     """Plan one queue's pilots for this cycle (see the module docstring for the algorithm and caps).
 
     ``n_max_queued`` and ``max_running`` may be None for "no cap". Every job of ``demand`` ends in
     exactly one of ``placed``, a new pilot's ``jobs``, ``unplaceable`` or ``deferred``.
+
+    ``headroom``: seconds of a new pilot's wall kept for its start. A pilot's time left is less than its wall
+    as soon as it runs, so a job whose wall is the shape's whole wall would be planned onto pilots that can
+    never take it; with a headroom, a new pilot of a shape takes only jobs that leave it that much (the
+    director keeps one ``wall_granularity`` step, the step it adds to the wall a pilot asks for).
     """
+    if headroom < 0:
+        raise ConfigError(f"headroom must be >= 0 seconds, got {headroom}")
+    if headroom > 0:
+        real = {s.name: s for s in shapes}
+        usable = [replace(s, wall=max(0, s.wall - headroom)) for s in shapes]
+        result = plan(demand, usable, existing, n_max_queued=n_max_queued, max_running=max_running,
+                      wall_granularity=wall_granularity)
+        for opened in result.new:
+            opened.shape = real[opened.shape.name]
+        for name, why in result.unplaceable.items():
+            if "wall" in why:
+                result.unplaceable[name] = f"{why} (shape walls less {headroom} s kept for a new pilot's start)"
+        return result
     _check_inputs(demand, shapes, existing)
     if wall_granularity <= 0:
         raise ConfigError(f"wall_granularity must be > 0 seconds, got {wall_granularity}")

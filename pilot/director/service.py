@@ -249,14 +249,14 @@ class Director:
         store = self.ctx.store
         extras: dict[str, tuple[str | None, str]] = {}
         groups: dict[str, list[Demand]] = {}
-        for tq, job, cpu, mem, tmp, ete, score in heads:
+        for tq, job, cpu, mem, tmp, need, score in heads:
             if job in claimed:
                 continue
             if tq not in extras:
                 definition = json.loads(store.tq_definitions_of([tq]).get(tq, "{}"))
                 extras[tq] = (definition.get(INSTANCE_TYPE), str(definition.get(BACKEND_OPTIONS, "")))
             hint, options = extras[tq]
-            groups.setdefault(options, []).append(Demand(job, cpu, mem, tmp, ete, score, hint))
+            groups.setdefault(options, []).append(Demand(job, cpu, mem, tmp, need, score, hint))
         out.demand = sum(len(jobs) for jobs in groups.values())
         try:
             backend = self.backend(queue)
@@ -273,7 +273,8 @@ class Director:
             mine = existing.get(options, [])
             room = None if queue.max_running is None else max(0, queue.max_running - (pilots - len(mine)))
             result = plan(groups.get(options, []), shapes, mine, n_max_queued=queue.n_max_queued,
-                          max_running=room, wall_granularity=queue.wall_granularity)
+                          max_running=room, wall_granularity=queue.wall_granularity,
+                          headroom=queue.wall_granularity)
             submitted = self._provision(queue, backend, options, result, claimed, out)
             pilots += submitted - len(result.cancel)
             out.room.waiting += submitted + sum(1 for p in mine if p.queued and p.id not in result.cancel)

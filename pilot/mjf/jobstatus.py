@@ -21,6 +21,15 @@ for the set R of payloads running now, each with cores c, start s, expected end 
   a shutdown time its running payloads cannot all finish before (``Pilot._can_postpone``).
   ``priority_factor``: the pilot's own number.
 
+The hold after a withdrawn drain (spec 3.8: "If the job decides to revert from "False" to "True", it should
+not update any of the other values for a significant amount of time"). While ``can_postpone_last_job`` is
+"False" the site may take the published ends as final and plan on them: drain the node at
+``last_max_job_end``, start another job at ``first_exp_job_end``. When the pilot reverts to "True" (the
+shutdown it was draining for is withdrawn, and it fetches jobs again) those ends would otherwise move in the
+same write, under a decision the site took from them. So :class:`JobStatusWriter` keeps every other value as
+it last published it for ``revert_hold`` seconds after the revert (configurable; 0 turns the hold off), then
+publishes them fresh. "False" again during the hold ends it at once (the values are the real, final ones).
+
 Times are integer UNIX seconds (floored), waste integrals integer CPU seconds (rounded). An expected end
 is clamped into [now, max(enforced end, now)]: a running payload does not end in the past, nor after its
 enforced limit.
@@ -43,14 +52,16 @@ import math
 import os
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from taskqueues.errors import PilotfishError
 
 LOCK_FILE = "used_CPU"
+#: Seconds the other values stay as published after ``can_postpone_last_job`` reverts to "True".
+DEFAULT_REVERT_HOLD = 600.0
 
 JOBSTATUS_KEYS = (
     "used_CPU",
@@ -239,7 +250,10 @@ class JobStatusWriter:
     """Keeps a $JOBSTATUS directory current: call :meth:`publish` at every payload start and end.
 
     The directory is the one given (created if needed) or a fresh one under ``workdir``. The writer
-    remembers the latest payload start it has seen, since ``last_job_start`` outlives the payload.
+    remembers the latest payload start it has seen, since ``last_job_start`` outlives the payload, and
+    what it published last, which it keeps for ``revert_hold`` seconds after ``can_postpone_last_job``
+    reverts to True (see the module text); ``hold_until`` is then when the hold ends (``clock`` time),
+    and the caller publishes again at that time. ``clock`` gives the time when ``publish`` is not told.
     """
 
     def __init__(
@@ -252,6 +266,8 @@ class JobStatusWriter:
         priority_factor: int = 0,
         can_postpone_last_job: bool = True,
         lock_timeout: float | None = 30.0,
+        revert_hold: float = DEFAULT_REVERT_HOLD,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         if directory is None:
             directory = tempfile.mkdtemp(prefix="jobstatus-", dir=workdir)
@@ -267,11 +283,18 @@ class JobStatusWriter:
         self.priority_factor = priority_factor
         self.can_postpone_last_job = can_postpone_last_job
         self.lock_timeout = lock_timeout
+        if revert_hold < 0:
+            raise JobStatusError(f"$JOBSTATUS: revert_hold must be >= 0 seconds, got {revert_hold}")
+        self.revert_hold = revert_hold
+        self.clock = clock
+        self.hold_until: float | None = None
+        self.published: JobStatus | None = None
 
     def publish(self, running: Iterable[RunningPayload], now: float | None = None) -> JobStatus:
-        """Recompute every value for the payloads running now and rewrite the directory."""
+        """Recompute every value for the payloads running now and rewrite the directory (during the hold
+        after a revert to True, with every other value as published before)."""
         payloads = list(running)
-        now = time.time() if now is None else now
+        now = self.clock() if now is None else now
         self.last_job_start = max([self.last_job_start, *(p.start for p in payloads)])
         status = compute_status(
             payloads,
@@ -281,5 +304,15 @@ class JobStatusWriter:
             can_postpone_last_job=self.can_postpone_last_job,
             priority_factor=self.priority_factor,
         )
+        before = self.published
+        if not status.can_postpone_last_job:
+            self.hold_until = None
+        elif before is not None and not before.can_postpone_last_job and self.revert_hold > 0:
+            self.hold_until = now + self.revert_hold
+        if self.hold_until is not None and now >= self.hold_until:
+            self.hold_until = None
+        if self.hold_until is not None and before is not None:
+            status = replace(before, can_postpone_last_job=True)
         write_jobstatus(self.directory, status, timeout=self.lock_timeout)
+        self.published = status
         return status

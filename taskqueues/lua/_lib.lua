@@ -50,7 +50,7 @@ local function add_work(base, amount)
 end
 -- Heads (match.lua reads them instead of every task-queue zset). The `heads` hash maps each non-empty
 -- task queue to "<score> <member> <floor>": its head exactly (score as ZRANGE prints it) and a floor
--- "cpu:mem:tmp:ete" at or below every member it has held since it was last empty. The `qfloor` hash maps
+-- "cpu:mem:tmp:need" at or below every member it has held since it was last empty. The `qfloor` hash maps
 -- a catalog queue to a floor of every member of the task queues its heads index lists, so a pilot that
 -- nothing there can fit is answered without a walk; a queue without an entry has no floor yet.
 -- Every script that adds or removes task-queue members calls touched() for each change, then sync_heads()
@@ -131,7 +131,7 @@ local function enqueue(base, tqempty, releasing, rec, queues, now)
   touched(rec.t, rec.m, queues)
 end
 -- Records are stored without their id (the hash field), with only the tail of their task-queue member
--- (":cpu:mem:tmp:ete"), and without the attempt while it is 0 nor the retry limit while it is the
+-- (":cpu:mem:tmp:need"), and without the attempt while it is 0 nor the retry limit while it is the
 -- default (taskqueues.records.DEFAULT_MAX_RETRIES): memory per waiting job is a target. load/save put
 -- them back and take them out, so scripts always see rec.id, rec.m, rec.a and rec.mr.
 local MAX_RETRIES = 3

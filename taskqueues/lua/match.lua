@@ -5,7 +5,7 @@
 -- KEYS[3]  leases zset (job id -> expiry)
 -- KEYS[4]  tqempty zset
 -- KEYS[5]  heads hash (task-queue id -> "<score> <member> <floor>": its exact head; see _lib.lua)
--- KEYS[6]  qfloor hash (queue -> "cpu:mem:tmp:ete" at or below every job its index can reach)
+-- KEYS[6]  qfloor hash (queue -> "cpu:mem:tmp:need" at or below every job its index can reach)
 -- The task-queue zsets it touches (the one it leases from; one whose index entry has no heads entry) are
 -- not declared: it builds their keys from the key base, which carries the community's hash tag, so they hash
 -- to the slot of every declared key, and Redis (standalone, or a Cluster node serving that slot) serves them
@@ -23,7 +23,8 @@
 -- ARGV[3]  now (unix seconds)
 -- ARGV[4]  lease length (seconds)
 -- ARGV[5]  free cores      ARGV[6] free memory (MB)      ARGV[7] free scratch (MB)
--- ARGV[8]  seconds left (negative = unbounded)
+-- ARGV[8]  seconds left (negative = unbounded), compared with each member's need: the seconds the job must
+--          find left, its wall or its estimate with a safety factor (taskqueues.records.time_needed)
 -- ARGV[9]  how many jobs at most
 -- Returns  {id1, record1, id2, record2, ...} (records as stored after the lease: without their id, with the
 --          member's tail as mt; see _lib.lua's load/save)
@@ -69,7 +70,7 @@ end
 
 -- The index entries read so far, in index order, 7 slots each: entry i starts at slot x = 7 * (i - 1) and
 -- holds its task queue (x+1), its real head's score (x+2, EMPTY once the task queue has none) and heads
--- entry (x+3), and that head's exact cpu, mem, tmp and run-time estimate (x+4..x+7), false until an entry
+-- entry (x+3), and that head's exact cpu, mem, tmp and need (x+4..x+7), false until an entry
 -- first could beat the best so far: parsing numbers (strtod) and captures were most of a match's cost.
 -- Every entry not read yet has an index score, hence a real score, at or above `bound`; `all` once none
 -- is left. A page has room for every job still wanted and two more, twice as much each time a page in a

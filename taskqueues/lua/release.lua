@@ -8,7 +8,7 @@
 -- KEYS[6..] the work counter, the heads and qfloor hashes, the task queue, its pool and the heads
 --           indexes of its queues
 -- ARGV[1]  key base   ARGV[2] job id   ARGV[3] now
--- ARGV[4]  JSON {"t": tq, "def": canonical, "queues": [...], "m_tail": ":cpu:mem:tmp:ete",
+-- ARGV[4]  JSON {"t": tq, "def": canonical, "queues": [...], "m_tail": ":cpu:mem:tmp:need",
 --          "r"/"rn": requirements as records.stored_requirements gives them (each optional),
 --          "e": ete, "sc": score (optional), "c": command (optional)} or {"error": reason}
 -- Returns  {'ok', state} | {'final', state} | {'needkeys', key...}

@@ -1,6 +1,7 @@
 -- rescore: write back what re-pressure computed (learnt run times moved): each job's new pressure, run-time
--- estimate and score; a job waiting in its task queue moves there (the estimate is part of its member:
--- ZREM the old member, ZADD the new one). Then requests' re-stored ETAs and the task's progress marks.
+-- estimate and score; a job waiting in its task queue moves there (the score, and the need its estimate
+-- makes when it has no wall, are its member's: ZREM the old member, ZADD the new one). Then requests'
+-- re-stored ETAs and the task's progress marks.
 -- Heads index: the walk in match.lua tolerates an index entry BELOW its task queue's real head (it raises
 -- it and walks again) but never one ABOVE it (the task queue would be skipped while it holds the most
 -- urgent job). A re-score may lower a head (ZADD LT would do) or raise it (an LT entry would then stay
@@ -12,7 +13,7 @@
 -- KEYS[3]  cursor hash     (periodic tasks' progress)
 -- KEYS[4..] the work counter, the heads and qfloor hashes; task queues, SubmitPools and heads indexes of the waiting jobs re-scored here
 -- ARGV[1]  key base "<prefix>:{<vo>}:"
--- ARGV[2]  JSON {"jobs": [{"id": str, "pr": pressure, "e": ete, "me": ceil(ete) for the member,
+-- ARGV[2]  JSON {"jobs": [{"id": str, "pr": pressure, "e": ete, "me": the member's need,
 --                          "sc": score as text}],
 --                "requests": {id: eta}, "progress": {field: value} (kept only if greater than stored),
 --                "marks": {field: value} (set as given)}

@@ -13,7 +13,7 @@
 -- ARGV[2]  now (unix seconds)
 -- ARGV[3]  JSON {"tqs": {tq: {"def": str, "queues": [queue...]}}, "jobs": [record...],
 --                "request": {"id": str, "rec": {...}} (optional)}; a record carries t (task queue),
---          m_tail (":cpu:mem:tmp:ete"), sc (score, a string), s (waiting | blocked | failed | dep-failed),
+--          m_tail (":cpu:mem:tmp:need"), sc (score, a string), s (waiting | blocked | failed | dep-failed),
 --          dl / dpl (indexes into "jobs" of its dependents / dependencies, resolved to ids as dn / dp)
 -- Returns  {'ok', id...} in the order of the jobs, or {'needkeys', key...}
 local base, now = ARGV[1], ARGV[2]
