@@ -66,7 +66,7 @@ def _register() -> None:
     from . import commands, operator_commands
 
     for command in (commands.run, commands.up, commands.down, commands.config, commands.submit, commands.cancel,
-                    commands.kill, commands.matcher, commands.health, operator_commands.status,
+                    commands.kill, commands.matcher, commands.health, commands.acl, operator_commands.status,
                     operator_commands.explain, director, pilot, mjf):
         main.add_command(command)
 

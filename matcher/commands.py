@@ -1,4 +1,4 @@
-"""Operator commands of the control plane: config, submit, cancel, kill, matcher, health."""
+"""Operator commands of the control plane: config, submit, cancel, kill, matcher, health, acl."""
 
 from __future__ import annotations
 
@@ -6,11 +6,13 @@ import json
 import logging
 import sys
 import time
+from urllib.parse import urlsplit
 
 import click
 
-from taskqueues import alive
-from taskqueues.errors import NotFound, PilotfishError
+from taskqueues import access, alive
+from taskqueues.errors import ConfigError, NotFound, PilotfishError
+from taskqueues.keys import Keys
 
 from .context import Context
 from .control import cancel_request
@@ -147,6 +149,53 @@ def health(component: str | None, check_redis: bool, max_age: float) -> None:
                    f"beat within it, which do not count for this one", err=True)
         sys.exit(1)
     click.echo(f"{component}: ok ({name}, last beat {now - seen:.0f} s ago)")
+
+
+def acl_commands(prefix: str, vo: str, db: int, control_password: str, pilot_password: str) -> list[str]:
+    """``ACL SETUSER`` commands (redis-cli syntax) making Pilotfish's two users, as :mod:`taskqueues.access` has them.
+
+    The pilots' broker commands go into an ACL selector, as :func:`taskqueues.access.apply` puts them on a
+    Redis >= 7 / Valkey >= 7.2 server. A glob character in ``prefix`` or ``vo`` would widen the pilots' key
+    pattern to other communities' keys, so it is refused.
+    """
+    Keys(prefix=prefix, vo=vo)
+    for label, value in (("prefix", prefix), ("vo", vo)):
+        if any(c in value for c in "*?[]\\"):
+            raise ConfigError(f"{label} {value!r}: a glob character would let the pilots' ACL key pattern match "
+                              "other communities' keys")
+    keys = " ".join(f"~{k}" for k in access.BROKER_KEYS)
+    commands = " ".join(f"+{c}" for c in access.PILOT_BROKER_COMMANDS)
+    control = ["ACL", "SETUSER", access.CONTROL_USER, "reset", "on", f">{control_password}", *access.control_rules()]
+    pilot = ["ACL", "SETUSER", access.pilot_user(vo), "reset", "on", f">{pilot_password}",
+             *access.pilot_rules(prefix, vo, db), f'"({keys} {commands})"']
+    return [" ".join(control), " ".join(pilot)]
+
+
+@click.command()
+@click.option("--vo", help="The community (default: the vo setting).")
+@click.option("--prefix", help="The key prefix (default: the prefix setting).")
+@click.option("--db", type=click.IntRange(min=0), help="The database (default: redis_url's, else 0).")
+def acl(vo: str | None, prefix: str | None, db: int | None) -> None:
+    """Print the ACL SETUSER commands of Pilotfish's two users, for a Redis (>= 7) or Valkey you run yourself.
+
+    pf-control is the control plane's user (everything); pf-pilot-VO may run only the pilots' commands on VO's
+    keys and channels and Celery's broker keys (taskqueues/access.py). Both get a new random password. Feed
+    the commands to redis-cli as an administrator (``pilotfish acl > users.txt; redis-cli ... < users.txt``),
+    then give the control plane redis_url with pf-control's password and the pilots pilot_redis_url with
+    pf-pilot-VO's (the chart's externalRedis.url and externalRedis.pilot.url).
+    """
+    settings = Settings.load()
+    vo, prefix = vo or settings.vo, prefix or settings.prefix
+    if db is None:
+        path = urlsplit(settings.redis_url).path.strip("/")
+        db = int(path) if path.isdigit() else 0
+    control, pilot = access.new_password(), access.new_password()
+    for line in acl_commands(prefix, vo, db, control, pilot):
+        click.echo(line)
+    click.echo("pilotfish: both users get new passwords; their URLs (put in your host and port):", err=True)
+    for who, user, password in (("control plane", access.CONTROL_USER, control),
+                                ("pilots", access.pilot_user(vo), pilot)):
+        click.echo(f"  {who + ':':<14} redis://{user}:{password}@HOST:PORT/{db}", err=True)
 
 
 @click.command()
