@@ -155,8 +155,9 @@ def acl_commands(prefix: str, vo: str, db: int, control_password: str, pilot_pas
     """``ACL SETUSER`` commands (redis-cli syntax) making Pilotfish's two users, as :mod:`taskqueues.access` has them.
 
     The pilots' broker commands go into an ACL selector, as :func:`taskqueues.access.apply` puts them on a
-    Redis >= 7 / Valkey >= 7.2 server. A glob character in ``prefix`` or ``vo`` would widen the pilots' key
-    pattern to other communities' keys, so it is refused.
+    Redis >= 7 / Valkey server (the pilots' rules need 7.2: Redis 7.0 and 7.1 refuse ``+client|setinfo``).
+    A glob character in ``prefix`` or ``vo`` would widen the pilots' key pattern to other communities'
+    keys, so it is refused.
     """
     Keys(prefix=prefix, vo=vo)
     for label, value in (("prefix", prefix), ("vo", vo)):
@@ -176,7 +177,7 @@ def acl_commands(prefix: str, vo: str, db: int, control_password: str, pilot_pas
 @click.option("--prefix", help="The key prefix (default: the prefix setting).")
 @click.option("--db", type=click.IntRange(min=0), help="The database (default: redis_url's, else 0).")
 def acl(vo: str | None, prefix: str | None, db: int | None) -> None:
-    """Print the ACL SETUSER commands of Pilotfish's two users, for a Redis (>= 7) or Valkey you run yourself.
+    """Print the ACL SETUSER commands of Pilotfish's two users, for a Redis or Valkey (>= 7.2) you run yourself.
 
     pf-control is the control plane's user (everything); pf-pilot-VO may run only the pilots' commands on VO's
     keys and channels and Celery's broker keys (taskqueues/access.py). Both get a new random password. Feed
