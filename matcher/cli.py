@@ -76,7 +76,8 @@ def _register() -> None:
     from . import commands, operator_commands
 
     for command in (commands.run, commands.up, commands.down, commands.config, commands.submit, commands.cancel,
-                    commands.kill, commands.drain, commands.matcher, commands.health, operator_commands.status,
+                    commands.kill, commands.drain, commands.matcher, commands.health, commands.acl,
+                    operator_commands.status,
                     operator_commands.explain, director, pilot, mjf):
         main.add_command(command)
 

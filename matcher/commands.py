@@ -1,4 +1,4 @@
-"""Operator commands of the control plane: config, submit, cancel, kill, drain, matcher, health."""
+"""Operator commands of the control plane: config, submit, cancel, kill, drain, matcher, health, acl."""
 
 from __future__ import annotations
 
@@ -7,11 +7,13 @@ import logging
 import sys
 import time
 from collections.abc import Callable
+from urllib.parse import urlsplit
 
 import click
 
-from taskqueues import alive, stops
+from taskqueues import access, alive, stops
 from taskqueues.errors import NotFound, PilotfishError
+from taskqueues.keys import Keys
 
 from .context import Context
 from .control import stop_job, stop_target
@@ -176,6 +178,44 @@ def health(component: str | None, check_redis: bool, max_age: float) -> None:
                    f"beat within it, which do not count for this one", err=True)
         sys.exit(1)
     click.echo(f"{component}: ok ({name}, last beat {now - seen:.0f} s ago)")
+
+
+def acl_commands(prefix: str, vo: str, db: int, control_password: str, pilot_password: str) -> list[str]:
+    """``ACL SETUSER`` commands (redis-cli syntax) making Pilotfish's two users, as :mod:`taskqueues.access` has them
+    (Redis >= 7.2 or Valkey). ``Keys`` refuses a glob character in ``prefix`` or ``vo``, which would widen the
+    pilots' key pattern to other communities' keys."""
+    Keys(prefix=prefix, vo=vo)
+    control = ["ACL", "SETUSER", access.CONTROL_USER, "reset", "on", f">{control_password}", *access.control_rules()]
+    pilot = ["ACL", "SETUSER", access.pilot_user(vo), "reset", "on", f">{pilot_password}",
+             *access.pilot_rules(prefix, vo, db), f'"{access.broker_selector()}"']
+    return [" ".join(control), " ".join(pilot)]
+
+
+@click.command()
+@click.option("--vo", help="The community (default: the vo setting).")
+@click.option("--prefix", help="The key prefix (default: the prefix setting).")
+@click.option("--db", type=click.IntRange(min=0), help="The database (default: redis_url's, else 0).")
+def acl(vo: str | None, prefix: str | None, db: int | None) -> None:
+    """Print the ACL SETUSER commands of Pilotfish's two users, for a Redis or Valkey (>= 7.2) you run yourself.
+
+    pf-control is the control plane's user (everything); pf-pilot-VO may run only the pilots' commands on VO's
+    keys and channels and Celery's broker keys (taskqueues/access.py). Both get a new random password. Feed
+    the commands to redis-cli as an administrator (``pilotfish acl > users.txt; redis-cli ... < users.txt``),
+    then give the control plane redis_url with pf-control's password and the pilots pilot_redis_url with
+    pf-pilot-VO's (the chart's externalRedis.url and externalRedis.pilot.url).
+    """
+    settings = Settings.load()
+    vo, prefix = vo or settings.vo, prefix or settings.prefix
+    if db is None:
+        path = urlsplit(settings.redis_url).path.strip("/")
+        db = int(path) if path.isdigit() else 0
+    control, pilot = access.new_password(), access.new_password()
+    for line in acl_commands(prefix, vo, db, control, pilot):
+        click.echo(line)
+    click.echo("pilotfish: both users get new passwords; their URLs (put in your host and port):", err=True)
+    for who, user, password in (("control plane", access.CONTROL_USER, control),
+                                ("pilots", access.pilot_user(vo), pilot)):
+        click.echo(f"  {who + ':':<14} redis://{user}:{password}@HOST:PORT/{db}", err=True)
 
 
 @click.command()

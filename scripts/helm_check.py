@@ -14,6 +14,7 @@ this module and checks each piece separately. Exit status: 0 when every check pa
 from __future__ import annotations
 
 import base64
+import re
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -65,6 +66,29 @@ VARIANTS: dict[str, Values] = {
         "director": {"enabled": False},
         "serviceAccount": {"create": False},
     },
+    "external-redis-pilot-url": {
+        "redis": {"enabled": False},
+        "externalRedis": {"url": "rediss://pf-control:s3cret@redis.example.org:6380/2",
+                          "pilot": {"url": "rediss://pf-pilot-default:p1lot@redis.example.org:6380/2"}},
+        "pilots": {"enabled": True},
+        "director": {"enabled": True},
+    },
+    "external-redis-pilot-secret": {
+        "redis": {"enabled": False},
+        "externalRedis": {"existingSecret": "site-redis", "existingSecretKey": "url",
+                          "pilot": {"existingSecret": "site-redis-pilot", "existingSecretKey": "url"}},
+        "pilots": {"enabled": True, "kind": "Job"},
+    },
+    "redis-image-own-secrets": {
+        "vo": "lhcb",
+        "prefix": "site1",
+        "redis": {"image": {"repository": "docker.io/library/redis", "tag": "7.4-alpine"},
+                  "auth": {"existingSecret": "pf-redis-auth", "pilot": {"existingSecret": "pf-redis-pilot-auth",
+                                                                         "existingSecretKey": "pw"}},
+                  "database": 3, "appendfsync": "always"},
+        "pilots": {"enabled": True},
+        "director": {"enabled": True},
+    },
 }
 
 
@@ -98,6 +122,25 @@ BAD_VALUES: tuple[BadValues, ...] = (
     BadValues("state dir on /tmp", {"stateDir": "/tmp"}, "/stateDir"),
     BadValues("both Redis kinds at once", {"externalRedis": {"url": "redis://other:6379/0"}},
               "externalRedis is set while redis.enabled is true"),
+    BadValues("an external pilots' URL with the bundled store",
+              {"externalRedis": {"pilot": {"url": "redis://other:6379/0"}}},
+              "externalRedis is set while redis.enabled is true"),
+    BadValues("pilot password not URL-safe", {"redis": {"auth": {"pilot": {"password": "p@ss"}}}},
+              "/redis/auth/pilot/password"),
+    BadValues("pilots' password in the control plane's Secret",
+              {"redis": {"auth": {"existingSecret": "auth", "pilot": {"existingSecret": "auth"}}}},
+              "the pilots' password needs a Secret of its own"),
+    BadValues("pilots' URL not redis://",
+              {"redis": {"enabled": False},
+               "externalRedis": {"url": "redis://r:6379/0", "pilot": {"url": "http://r:6379/0"}}},
+              "/externalRedis/pilot/url"),
+    BadValues("pilots' URL in the control plane's Secret",
+              {"redis": {"enabled": False},
+               "externalRedis": {"existingSecret": "urls", "pilot": {"existingSecret": "urls"}}},
+              "the pilots' URL needs a Secret of its own"),
+    BadValues("key prefix with a colon", {"prefix": "a:b"}, "/prefix"),
+    BadValues("appendfsync outside always/everysec/no", {"redis": {"appendfsync": "sometimes"}},
+              "/redis/appendfsync"),
 )
 
 
@@ -185,7 +228,7 @@ def policy_problems(objects: list[Manifest]) -> list[str]:
         if spec is None:
             continue
         problems += _pod_problems(name, obj, spec)
-    return problems
+    return problems + pilot_credential_problems(objects)
 
 
 def _pod_problems(name: str, obj: Manifest, spec: Mapping[str, Any]) -> list[str]:
@@ -227,7 +270,7 @@ def _pod_problems(name: str, obj: Manifest, spec: Mapping[str, Any]) -> list[str
             claims = {t["metadata"]["name"] for t in obj["spec"].get("volumeClaimTemplates", [])}
             if mount["name"] not in mounts_by_volume | claims:
                 problems.append(f"{where}: mounts {mount['name']}, which is no volume of the pod")
-        problems += _env_problems(where, container)
+        problems += _env_problems(where, container) + _script_problems(where, container)
     return problems
 
 
@@ -238,30 +281,115 @@ def _selector_matches(obj: Manifest) -> bool:
 
 
 def _env_problems(where: str, container: Mapping[str, Any]) -> list[str]:
-    """Pilotfish containers get the CLI's environment; the Redis URL only ever comes from a Secret."""
+    """Pilotfish containers get the CLI's environment; a Redis password only ever comes from a Secret."""
     env = container.get("env", [])
     names = [e["name"] for e in env]
     if "PILOTFISH_REDIS_URL" not in names and container["name"] != "redis":
         return [f"{where}: no PILOTFISH_REDIS_URL"]
     problems = []
     if container["name"] != "redis":
-        for required in ("PILOTFISH_CATALOG", "PILOTFISH_VO"):
+        for required in ("PILOTFISH_CATALOG", "PILOTFISH_VO", "PILOTFISH_PREFIX"):
             if required not in names:
                 problems.append(f"{where}: no {required}")
-    for index, variable in enumerate(env):
+    from_secrets: set[str] = set()
+    for variable in env:
         value = variable.get("value", "")
-        if variable["name"] == "PILOTFISH_REDIS_URL" and "value" in variable:
-            # Only the password-free template of the URL may be inline; the password is a $(VAR) defined
-            # earlier in the list (the kubelet expands only variables defined before).
-            if "$(PILOTFISH_REDIS_PASSWORD)" not in value:
-                problems.append(f"{where}: PILOTFISH_REDIS_URL is inline without the password variable")
-            elif "PILOTFISH_REDIS_PASSWORD" not in names[:index]:
-                problems.append(
-                    f"{where}: PILOTFISH_REDIS_PASSWORD must be defined before PILOTFISH_REDIS_URL"
-                )
-        if "secretKeyRef" not in variable.get("valueFrom", {}) and "password" in variable["name"].lower():
+        credentials = _URL_CREDENTIALS.match(value)
+        if credentials and credentials.group(1):
+            # Only the password-free template of a URL may be inline: its password is a $(VAR) from a Secret,
+            # defined earlier in the list (the kubelet expands only variables defined before).
+            reference = re.fullmatch(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", credentials.group(1))
+            if reference is None:
+                problems.append(f"{where}: {variable['name']} is an inline URL whose password is not a $(VAR)")
+            elif reference.group(1) not in from_secrets:
+                problems.append(f"{where}: {variable['name']} uses $({reference.group(1)}), which is no Secret "
+                                "variable defined before it")
+        if "secretKeyRef" in variable.get("valueFrom", {}):
+            from_secrets.add(variable["name"])
+        elif "password" in variable["name"].lower():
             problems.append(f"{where}: {variable['name']} must come from a Secret")
     return problems
+
+
+#: The password of a URL's user information (``scheme://user:PASSWORD@host``), when it has one.
+_URL_CREDENTIALS = re.compile(r"[a-z][a-z0-9+.-]*://[^/@:]*(?::([^/@]*))?@")
+
+
+def _secret_refs(spec: Mapping[str, Any], names: set[str] | None = None) -> set[str]:
+    """The Secrets a pod spec's containers read through env (only the variables ``names``, if given),
+    envFrom or volumes."""
+    refs = set()
+    for container in [*spec.get("initContainers", []), *spec["containers"]]:
+        for variable in container.get("env", []):
+            ref = variable.get("valueFrom", {}).get("secretKeyRef")
+            if ref and (names is None or variable["name"] in names):
+                refs.add(ref["name"])
+        if names is None:
+            refs |= {e["secretRef"]["name"] for e in container.get("envFrom", []) if "secretRef" in e}
+    if names is None:
+        for volume in spec.get("volumes", []):
+            if "secret" in volume:
+                refs.add(volume["secret"]["secretName"])
+            for source in volume.get("projected", {}).get("sources", []):
+                if "secret" in source:
+                    refs.add(source["secret"]["name"])
+    return refs
+
+
+def pilot_credential_problems(objects: list[Manifest]) -> list[str]:
+    """Pilot pods that can read the control plane's Redis credentials: a Secret that a control-plane
+    process reads its PILOTFISH_REDIS_URL (or its password) from, or the store reads pf-control's password
+    from, referenced in any way by a pilot pod."""
+    control_variables = {"PILOTFISH_REDIS_URL", "PILOTFISH_REDIS_PASSWORD", "CONTROL_PASSWORD"}
+    control: set[str] = set()
+    pilots = []
+    for obj in objects:
+        spec = pod_spec(obj)
+        if spec is None:
+            continue
+        if obj["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/component") == "pilot":
+            pilots.append(obj)
+        else:
+            control |= _secret_refs(spec, control_variables)
+    problems = []
+    for obj in pilots:
+        leaked = _secret_refs(pod_spec(obj) or {}, None) & control
+        if leaked:
+            problems.append(f"{obj['kind']}/{obj['metadata']['name']}: a pilot pod reads the control plane's "
+                            f"Secret(s) {sorted(leaked)}")
+    return problems
+
+
+def kubelet_expand(text: str, env: Mapping[str, str]) -> str:
+    """``text`` after the kubelet's expansion of a container's command, args and env values: ``$$`` is a
+    literal ``$``, ``$(NAME)`` of a variable defined before is its value, anything else stays as written."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        if text[i] != "$" or i + 1 == len(text):
+            out.append(text[i])
+            i += 1
+        elif text[i + 1] == "$":
+            out.append("$")
+            i += 2
+        elif text[i + 1] == "(" and (end := text.find(")", i + 2)) != -1:
+            name = text[i + 2:end]
+            out.append(env[name] if name in env else text[i:end + 1])
+            i = end + 1
+        else:
+            out.append(text[i:i + 2])
+            i += 2
+    return "".join(out)
+
+
+def _script_problems(where: str, container: Mapping[str, Any]) -> list[str]:
+    """A shell script in a container's command must reach the shell as written (no $$, no $(VAR) of a
+    variable of the container, which the kubelet would replace)."""
+    command = [*container.get("command", []), *container.get("args", [])]
+    names = {e["name"]: "" for e in container.get("env", [])}
+    if command[:2] != ["sh", "-c"] or len(command) < 3 or kubelet_expand(command[2], names) == command[2]:
+        return []
+    return [f"{where}: the kubelet would rewrite its shell script ($$ or $(VAR) in it)"]
 
 
 def secret_leaks(objects: list[Manifest], secret: str) -> list[str]:

@@ -56,8 +56,8 @@ def pilot_user(vo: str) -> str:
 def pilot_rules(prefix: str, vo: str, db: int = 0) -> list[str]:
     """ACL rules (``ACL SETUSER`` arguments, after ``reset``) of ``vo``'s pilot user.
 
-    The broker's keys are granted through a selector (Redis 7+) where the server has them, so the broker
-    commands never apply to the store's keys; on Redis 6.2 they are plain rules (see :func:`apply`).
+    The broker's keys are granted through a selector (:func:`apply`), so the broker commands never apply to
+    the store's keys.
     """
     base = f"{prefix}:{{{vo}}}:"
     return ["resetkeys", f"~{base}*", "resetchannels", f"&{base}wake", f"&{base}ctl:*", f"&/{db}.celeryev/*",
@@ -70,6 +70,13 @@ def pilot_rules(prefix: str, vo: str, db: int = 0) -> list[str]:
 BROKER_KEYS = ("_kombu.binding*", "*.celery.pidbox*")
 
 
+def broker_selector() -> str:
+    """The ACL selector of what Celery's event and remote-control protocols need: those commands, on the
+    broker's keys only."""
+    keys = " ".join(f"~{k}" for k in BROKER_KEYS)
+    return f"({keys} {' '.join(f'+{c}' for c in PILOT_BROKER_COMMANDS)})"
+
+
 def control_rules() -> list[str]:
     return ["resetkeys", "~*", "resetchannels", "&*", "+@all"]
 
@@ -79,27 +86,29 @@ def new_password() -> str:
     return secrets.token_urlsafe(24)
 
 
-def _selectors(client: redis.Redis) -> bool:
-    """Whether the server has ACL selectors (Redis 7 / Valkey 7.2 and later)."""
+def server_version(client: redis.Redis) -> tuple[int, int]:
+    """(major, minor) of the server (Valkey reports the Redis version it is compatible with, 7.2)."""
     info = client.info("server")
-    version = str(info.get("valkey_version") or info.get("redis_version") or "0")
-    return int(version.split(".")[0]) >= 7
+    text = str(info.get("redis_version") or info.get("valkey_version") or "0.0")
+    major, _, rest = text.partition(".")
+    return int(major), int(rest.partition(".")[0] or 0)
+
+
+#: Selectors came with Redis 7.0; ``client|setinfo`` (which redis-py sends on connect) with 7.2.
+MIN_VERSION = (7, 2)
 
 
 def apply(client: redis.Redis, user: str, password: str, rules: Sequence[str], *, broker: bool = False) -> None:
     """Create or reset ``user`` with ``password`` and ``rules`` (``ACL SETUSER``), in one command.
 
-    ``broker`` adds what Celery's event and remote-control protocols need: on Redis 7+ as a selector
-    (those commands only on those keys), on Redis 6.2 as plain rules.
+    ``broker`` adds what Celery's event and remote-control protocols need, as a selector: those commands on
+    those keys only. Needs Redis >= 7.2 or Valkey (:data:`MIN_VERSION`).
     """
-    extra: list[str] = []
-    if broker:
-        keys = " ".join(f"~{k}" for k in BROKER_KEYS)
-        commands = " ".join(f"+{c}" for c in PILOT_BROKER_COMMANDS)
-        if _selectors(client):
-            extra = [f"({keys} {commands})"]
-        else:
-            extra = [*(f"~{k}" for k in BROKER_KEYS), *(f"+{c}" for c in PILOT_BROKER_COMMANDS)]
+    version = server_version(client)
+    if version < MIN_VERSION:
+        raise ConfigError(f"Redis {version[0]}.{version[1]} cannot hold Pilotfish's ACL users: Redis >= 7.2 or "
+                          "Valkey is needed (ACL selectors)")
+    extra = [broker_selector()] if broker else []
     client.execute_command("ACL", "SETUSER", user, "reset", "on", f">{password}", *rules, *extra)  # type: ignore[no-untyped-call]
 
 

@@ -58,8 +58,10 @@ class Keys:
 
     def __post_init__(self) -> None:
         for label, value in (("prefix", self.prefix), ("vo", self.vo)):
-            if not value or any(c in value for c in "{}: \t\n"):
-                raise ConfigError(f"{label} {value!r} must be non-empty, without braces, colons or blanks")
+            # Glob characters would widen the pilots' ACL key pattern ~<prefix>:{<vo>}:* beyond one community.
+            if not value or any(c in value for c in "{}: \t\n*?[]\\"):
+                raise ConfigError(f"{label} {value!r} must be non-empty, without braces, colons, blanks or glob "
+                                  "characters (* ? [ ] \\)")
 
     @property
     def base(self) -> str:

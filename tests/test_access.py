@@ -112,9 +112,11 @@ def test_run_stops_the_embedded_server_it_started_and_only_that_one(state: Path)
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_payloads_never_see_the_store_credentials(kind: str, redis_url: str, real_redis: redis.Redis,
-                                                   tmp_path: Path) -> None:
+                                                   tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """On every backend's pilot command: the pilot connects as its ACL user; its payloads get neither
-    that URL nor any other secret of the pilot's environment."""
+    that URL nor any other secret of the pilot's environment; and the pilot gets none of the director's
+    (Slurm exports the submitting environment to the job)."""
+    monkeypatch.setenv("DIRECTOR_DB_PASSWORD", "director-only")
     password = "pw-" + secrets.token_hex(8)
     user = access.pilot_user("default")
     access.apply(real_redis, user, password, access.pilot_rules("pf", "default"), broker=True)
@@ -123,13 +125,16 @@ def test_payloads_never_see_the_store_credentials(kind: str, redis_url: str, rea
     try:
         rig = Rig(kind, redis_url, tmp_path, pilot_redis_url=access.with_credentials(redis_url, user, password),
                   pilot_env={"SITE_API_TOKEN": "tok-" + password, "BENIGN": "kept"})
-        dump = tmp_path / "payload-env"
-        sub = rig.submit([dataclasses.replace(rig.job("dump", seconds=0.1), command=f"env > {dump}")])
+        dump, pilot_dump = tmp_path / "payload-env", tmp_path / "pilot-env"
+        command = f"env > {dump}; tr '\\0' '\\n' < /proc/$PPID/environ > {pilot_dump}"
+        sub = rig.submit([dataclasses.replace(rig.job("dump", seconds=0.1), command=command)])
         rig.drive(lambda: all(j.state.final for j in rig.jobs(list(sub.ids.values()))), 120, "the payload's end")
         assert [j.state.value for j in rig.jobs(list(sub.ids.values()))] == ["done"]
         seen = dump.read_text()
         assert "BENIGN=kept" in seen
         assert "PILOTFISH_REDIS_URL" not in seen and password not in seen and "SITE_API_TOKEN" not in seen
+        pilot_seen = pilot_dump.read_text()  # the pilot's own: its URL, none of the director's credentials
+        assert "PILOTFISH_REDIS_URL=" in pilot_seen and "DIRECTOR_DB_PASSWORD" not in pilot_seen, pilot_seen
         # Denials of a command, key or channel (an 'auth' entry is a pilot of an earlier test, whose user went).
         denied = [e for e in acl_log(real_redis) if e.get(b"reason") != b"auth"]
         assert denied == [], f"the pilot user lacked a right the pilot needs: {denied}"

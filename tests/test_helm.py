@@ -9,14 +9,19 @@ tests check its structure and build the package wheel from exactly the files the
 from __future__ import annotations
 
 import base64
+import dataclasses
 import fnmatch
 import importlib
 import importlib.util
 import json
 import os
+import re
 import shlex
+import shutil
+import stat
 import subprocess
 import sys
+import time
 import tomllib
 import zipfile
 from collections.abc import Iterator
@@ -25,6 +30,8 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+import redis
+import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "helm" / "pilotfish"
@@ -241,40 +248,185 @@ def test_flower_ingress_and_notes_tell_how_to_reach_it(hc: ModuleType) -> None:
     assert "no pilot will start" in plain
 
 
-# --- Redis: bundled or external, and where its password may appear ------------------------------------
+# --- the store: bundled (Valkey, two ACL users) or external, and where its passwords may appear --------
+
+STORE_VALUES: dict[str, Any] = {
+    "vo": "lhcb", "prefix": "site1",
+    "redis": {"database": 3, "auth": {"password": "Control-pw-1", "pilot": {"password": "Pilot-pw-2"}}},
+    "pilots": {"enabled": True}, "director": {"enabled": True},
+}
 
 
-def test_bundled_redis_is_an_append_only_statefulset_on_a_claim(hc: ModuleType) -> None:
+def broker_selector() -> str:
+    """The selector taskqueues.access.apply(..., broker=True) adds on Redis >= 7 / Valkey."""
+    from taskqueues import access
+
+    keys = " ".join(f"~{k}" for k in access.BROKER_KEYS)
+    commands = " ".join(f"+{c}" for c in access.PILOT_BROKER_COMMANDS)
+    return f"({keys} {commands})"
+
+
+def resolved_env(c: dict[str, Any], objects: list[dict[str, Any]],
+                 fields: dict[str, str] | None = None) -> dict[str, str]:
+    """A container's environment as the kubelet builds it: Secrets from the rendering, downward-API fields
+    from ``fields``, $(VAR) expanded from the variables defined before."""
+    from helm_check import kubelet_expand
+
+    env: dict[str, str] = {}
+    for variable in c.get("env", []):
+        source = variable.get("valueFrom", {})
+        if "secretKeyRef" in source:
+            ref = source["secretKeyRef"]
+            env[variable["name"]] = secret_value(objects, ref["name"], ref["key"])
+        elif "fieldRef" in source:
+            env[variable["name"]] = (fields or {})[source["fieldRef"]["fieldPath"]]
+        else:
+            env[variable["name"]] = kubelet_expand(variable["value"], env)
+    return env
+
+
+def test_the_store_is_valkey_by_default_append_only_on_a_claim(hc: ModuleType) -> None:
     objects = hc.objects_of({"redis": {"appendfsync": "always", "persistence": {"size": "20Gi",
                                                                                "storageClass": "fast"}}})
     redis = named(objects, "StatefulSet", "-redis")
     c = container(redis)
+    repository, tag = c["image"].rsplit(":", 1)
+    assert repository == "docker.io/valkey/valkey"
+    assert re.fullmatch(r"(8|9)\.\d+\.\d+-alpine", tag), "a pinned Valkey 8.x/9.x patch release"
+    assert c["command"][:2] == ["sh", "-c"] and "command -v valkey-server || command -v redis-server" in c["command"][2]
     args = c["args"]
     assert args[args.index("--appendonly") + 1] == "yes"
     assert args[args.index("--appendfsync") + 1] == "always"
     assert args[args.index("--dir") + 1] == "/data"
-    assert args[args.index("--requirepass") + 1] == "$(REDIS_PASSWORD)"
-    assert "secretKeyRef" in env_of(c)["REDIS_PASSWORD"]["valueFrom"]
+    assert "--requirepass" not in args, "no default user: two ACL users"
+    assert "secretKeyRef" in env_of(c)["CONTROL_PASSWORD"]["valueFrom"]
+    assert "secretKeyRef" in env_of(c)["PILOT_PASSWORD"]["valueFrom"]
     claim = redis["spec"]["volumeClaimTemplates"][0]
     assert claim["spec"]["resources"]["requests"]["storage"] == "20Gi"
     assert claim["spec"]["storageClassName"] == "fast"
     assert {"name": claim["metadata"]["name"], "mountPath": "/data"} in c["volumeMounts"]
-    assert "redis-cli" in " ".join(c["readinessProbe"]["exec"]["command"])
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        command = " ".join(c[probe]["exec"]["command"])
+        assert "command -v valkey-cli || command -v redis-cli" in command
+        assert 'REDISCLI_AUTH="$CONTROL_PASSWORD"' in command and " -a " not in command
     assert redis["spec"]["serviceName"] == named(objects, "Service", "-redis-headless")["metadata"]["name"]
     url = env_of(container(named(objects, "Deployment", "-matcher")))["PILOTFISH_REDIS_URL"]["value"]
-    assert url == "redis://:$(PILOTFISH_REDIS_PASSWORD)@pf-pilotfish-redis:6379/0"
+    assert url == "redis://pf-control:$(PILOTFISH_REDIS_PASSWORD)@pf-pilotfish-redis:6379/0"
 
 
-def test_external_redis_renders_no_redis_object_and_reads_the_url_from_a_secret(hc: ModuleType) -> None:
-    url = "rediss://:ext-secret@redis.example.org:6380/3"
-    objects = hc.objects_of({"redis": {"enabled": False}, "externalRedis": {"url": url}})
+@pytest.mark.parametrize("vo, prefix, db", [("default", "pf", 0), ("lhcb", "site1", 3), ("cms.t2_x-y", "p-1.x", 15)])
+def test_the_stores_users_have_the_rules_of_taskqueues_access(hc: ModuleType, vo: str, prefix: str, db: int) -> None:
+    """The rules the chart renders are, word for word, those taskqueues.access gives the two users."""
+    from taskqueues import access
+
+    objects = hc.objects_of({"vo": vo, "prefix": prefix, "redis": {"database": db}})
+    env = env_of(container(named(objects, "StatefulSet", "-redis")))
+    assert env["CONTROL_USER"]["value"] == access.CONTROL_USER
+    assert env["CONTROL_RULES"]["value"] == " ".join(access.control_rules())
+    assert env["PILOT_USER"]["value"] == access.pilot_user(vo)
+    assert env["PILOT_RULES"]["value"] == " ".join(access.pilot_rules(prefix, vo, db)) + " " + broker_selector()
+
+
+def test_the_stores_start_script_reaches_the_shell_as_written(hc: ModuleType) -> None:
+    """The kubelet expands $(VAR) and $$ in a container's command: the script must contain neither."""
+    for values in ({}, STORE_VALUES):
+        c = container(named(hc.objects_of(values), "StatefulSet", "-redis"))
+        names = {e["name"]: "X" for e in c["env"]}
+        assert [hc.kubelet_expand(part, names) for part in c["command"] + c["args"]] == c["command"] + c["args"]
+    assert hc.kubelet_expand("a $(B) $$(C) $(D", {"B": "b"}) == "a b $(C) $(D", "the kubelet's rules"
+
+
+def test_pilot_pods_cannot_read_the_control_planes_credentials(hc: ModuleType) -> None:
+    """A pilot pod (Deployment or Job) gets only the pilots' user: no control-plane variable, no Secret that
+    holds the control password or URL, nothing mounted from one; the director gets both URLs."""
+    control_password, pilot_password = "Control-marker-4a1b", "Pilot-marker-8d2c"
+    cases = [
+        {"redis": {"auth": {"password": control_password, "pilot": {"password": pilot_password}}}},
+        {"redis": {"auth": {"existingSecret": "ctl", "pilot": {"existingSecret": "plt"}}}},
+        {"redis": {"enabled": False}, "externalRedis": {
+            "url": f"redis://pf-control:{control_password}@r:6379/0",
+            "pilot": {"url": f"redis://pf-pilot-default:{pilot_password}@r:6379/0"}}},
+        {"redis": {"enabled": False}, "externalRedis": {"existingSecret": "ctl-url",
+                                                         "pilot": {"existingSecret": "plt-url"}}},
+    ]
+    for values in cases:
+        for kind in ("Deployment", "Job"):
+            pods = {"pilots": {"enabled": True, "kind": kind}, "director": {"enabled": True}}
+            objects = hc.objects_of({**values, **pods})
+            assert hc.pilot_credential_problems(objects) == []
+            pilot = named(objects, kind, "-pilot" if kind == "Deployment" else "-pilot-r1")
+            env = env_of(container(pilot))
+            assert not {"PILOTFISH_REDIS_PASSWORD", "PILOTFISH_PILOT_REDIS_URL"} & set(env)
+            pod = pilot["spec"]["template"]["spec"]
+            assert not [v for v in pod["volumes"] if "secret" in v or "projected" in v]
+            assert not [c for c in pod["containers"] if c.get("envFrom")]
+            text = yaml.safe_dump(pilot)
+            assert control_password not in text and "pf-control" not in text and "ctl" not in text
+            director = env_of(container(named(objects, "Deployment", "-director")))
+            assert {"PILOTFISH_REDIS_URL", "PILOTFISH_PILOT_REDIS_URL"} <= set(director)
+    # The check itself finds a pilot pod reading the control plane's Secret.
+    objects = hc.objects_of({"pilots": {"enabled": True}})
+    pilot = container(named(objects, "Deployment", "-pilot"))
+    pilot["env"][0]["valueFrom"]["secretKeyRef"]["name"] = "pf-pilotfish-redis"
+    assert hc.pilot_credential_problems(objects)
+
+
+def test_the_rendered_urls_name_each_processs_own_user(hc: ModuleType) -> None:
+    """Resolved as the kubelet would: the control plane is pf-control, a pilot pod pf-pilot-<vo>, and the
+    director hands the pilots it starts the pilots' URL (Settings.pilot_redis_url)."""
+    from matcher.context import Context
+    from matcher.settings import Settings
+
+    objects = hc.objects_of(STORE_VALUES)
+    fields = {"metadata.name": "pf-pilotfish-pilot-abc", "spec.nodeName": "node-1"}
+    control = "redis://pf-control:Control-pw-1@pf-pilotfish-redis:6379/3"
+    pilots = "redis://pf-pilot-lhcb:Pilot-pw-2@pf-pilotfish-redis:6379/3"
+    for suffix in ("-matcher", "-beat", "-flower", "-director"):
+        env = resolved_env(container(named(objects, "Deployment", suffix)), objects)
+        assert env["PILOTFISH_REDIS_URL"] == control, suffix
+    pilot = resolved_env(container(named(objects, "Deployment", "-pilot")), objects, fields)
+    assert pilot["PILOTFISH_REDIS_URL"] == pilots
+    assert (pilot["PILOTFISH_VO"], pilot["PILOTFISH_PREFIX"]) == ("lhcb", "site1")
+    director = resolved_env(container(named(objects, "Deployment", "-director")), objects)
+    assert director["PILOTFISH_PILOT_REDIS_URL"] == pilots
+    settings = Settings.load(path="/dev/null", env=director)
+    assert Context(settings).pilot_redis_url == pilots
+
+
+def test_an_external_redis_without_pilot_url_gives_pilots_the_control_url_and_says_so(hc: ModuleType) -> None:
+    values = {"redis": {"enabled": False}, "externalRedis": {"url": "redis://pf-control:c@r:6379/0"},
+              "pilots": {"enabled": True}, "director": {"enabled": True}}
+    rendered = hc.render(values)
+    objects = [m["object"] for m in hc.manifests(rendered)]
+    ref = env_of(container(named(objects, "Deployment", "-pilot")))["PILOTFISH_REDIS_URL"]["valueFrom"]
+    assert ref["secretKeyRef"] == {"name": "pf-pilotfish-external-redis", "key": "redis-url"}
+    assert hc.pilot_credential_problems(objects), "the check sees it"
+    assert "PILOTFISH_PILOT_REDIS_URL" not in env_of(container(named(objects, "Deployment", "-director")))
+    notes = rendered["pilotfish/templates/NOTES.txt"]
+    assert "PILOTS HOLD THE CONTROL PLANE'S REDIS CREDENTIALS" in notes
+    assert "pilotfish acl --vo default --prefix pf" in notes
+    values["externalRedis"]["pilot"] = {"url": "redis://pf-pilot-default:p@r:6379/0"}
+    rendered = hc.render(values)
+    assert "PILOTS HOLD" not in rendered["pilotfish/templates/NOTES.txt"]
+    assert "PILOTS HOLD" not in hc.render({})["pilotfish/templates/NOTES.txt"]
+
+
+def test_external_redis_renders_no_store_and_reads_the_urls_from_secrets(hc: ModuleType) -> None:
+    url = "rediss://pf-control:ext-secret@redis.example.org:6380/3"
+    pilot_url = "rediss://pf-pilot-default:ext-p1lot-secret@redis.example.org:6380/3"
+    objects = hc.objects_of({"redis": {"enabled": False}, "externalRedis": {"url": url, "pilot": {"url": pilot_url}},
+                             "director": {"enabled": True}})
     assert not by_kind(objects, "StatefulSet")
     assert not [o for o in by_kind(objects, "Service") if "redis" in o["metadata"]["name"]]
     assert secret_value(objects, "-external-redis", "redis-url") == url
+    assert secret_value(objects, "-external-redis-pilot", "redis-url") == pilot_url
     for deployment in by_kind(objects, "Deployment"):
         ref = env_of(container(deployment))["PILOTFISH_REDIS_URL"]["valueFrom"]["secretKeyRef"]
         assert ref == {"name": "pf-pilotfish-external-redis", "key": "redis-url"}
-    assert hc.secret_leaks(objects, "ext-secret") == []
+    director = env_of(container(named(objects, "Deployment", "-director")))
+    assert director["PILOTFISH_PILOT_REDIS_URL"]["valueFrom"]["secretKeyRef"] == {
+        "name": "pf-pilotfish-external-redis-pilot", "key": "redis-url"}
+    assert hc.secret_leaks(objects, "ext-secret") == [] and hc.secret_leaks(objects, "ext-p1lot-secret") == []
 
     objects = hc.objects_of({"redis": {"enabled": False},
                              "externalRedis": {"existingSecret": "site-redis", "existingSecretKey": "url"}})
@@ -289,32 +441,42 @@ def test_without_any_redis_helm_refuses_and_says_what_to_set(hc: ModuleType) -> 
     # The schema cannot see a template's logic; the template's own check names the values to set.
     with pytest.raises(hc.helm.HelmError, match=r"externalRedis is set while redis\.enabled is true"):
         hc.render({"externalRedis": {"existingSecret": "x"}})
+    with pytest.raises(hc.helm.HelmError, match="needs a Secret of its own"):
+        hc.render({"redis": {"auth": {"existingSecret": "x", "pilot": {"existingSecret": "x"}}}})
 
 
 def test_passwords_appear_only_in_secrets(hc: ModuleType) -> None:
-    redis_password, flower_password = "Redis-marker-7e1f", "Flower-marker-9c2d"
-    objects = hc.objects_of({"redis": {"auth": {"password": redis_password}},
-                             "flower": {"auth": {"password": flower_password}},
+    control, pilot, flower = "Redis-marker-7e1f", "Pilot-marker-3b5a", "Flower-marker-9c2d"
+    objects = hc.objects_of({"redis": {"auth": {"password": control, "pilot": {"password": pilot}}},
+                             "flower": {"auth": {"password": flower}},
                              "pilots": {"enabled": True}, "director": {"enabled": True}})
-    assert secret_value(objects, "-redis", "redis-password") == redis_password
-    assert hc.secret_leaks(objects, redis_password) == []
-    assert hc.secret_leaks(objects, flower_password) == []
+    assert secret_value(objects, "-redis", "redis-password") == control
+    assert secret_value(objects, "-redis-pilot", "redis-password") == pilot
+    for password in (control, pilot, flower):
+        assert hc.secret_leaks(objects, password) == []
 
 
 def test_existing_secrets_are_used_and_none_is_created(hc: ModuleType) -> None:
-    objects = hc.objects_of({"redis": {"auth": {"existingSecret": "r-auth", "existingSecretKey": "pw"}},
-                             "flower": {"auth": {"existingSecret": "f-auth"}}})
+    objects = hc.objects_of({"redis": {"auth": {"existingSecret": "r-auth", "existingSecretKey": "pw",
+                                                "pilot": {"existingSecret": "p-auth", "existingSecretKey": "ppw"}}},
+                             "flower": {"auth": {"existingSecret": "f-auth"}}, "pilots": {"enabled": True}})
     assert by_kind(objects, "Secret") == []
-    ref = env_of(container(named(objects, "StatefulSet", "-redis")))["REDIS_PASSWORD"]["valueFrom"]
-    assert ref["secretKeyRef"] == {"name": "r-auth", "key": "pw"}
+    store = env_of(container(named(objects, "StatefulSet", "-redis")))
+    assert store["CONTROL_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "r-auth", "key": "pw"}
+    assert store["PILOT_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "p-auth", "key": "ppw"}
+    pilot = env_of(container(named(objects, "Deployment", "-pilot")))
+    assert pilot["PILOTFISH_PILOT_REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "p-auth", "key": "ppw"}
     flower_env = env_of(container(named(objects, "Deployment", "-flower")))
     assert flower_env["FLOWER_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "f-auth", "key": "password"}
 
 
 def test_generated_passwords_are_random_and_do_not_roll_the_pods(hc: ModuleType) -> None:
-    first, second = hc.objects_of({}), hc.objects_of({})
-    passwords = {secret_value(o, "-redis", "redis-password") for o in (first, second)}
-    assert len(passwords) == 2 and all(len(p) == 32 and p.isalnum() for p in passwords)
+    """Offline there is no cluster to look the kept passwords up in, so each rendering generates new ones;
+    with a cluster, pilotfish.storedOrRandom reuses the Secret's (not verifiable here)."""
+    first, second = hc.objects_of({"pilots": {"enabled": True}}), hc.objects_of({"pilots": {"enabled": True}})
+    passwords = {secret_value(o, suffix, "redis-password") for o in (first, second)
+                 for suffix in ("-redis", "-redis-pilot")}
+    assert len(passwords) == 4 and all(len(p) == 32 and p.isalnum() for p in passwords)
     assert len(secret_value(first, "-flower", "password")) == 24
 
     def checksums(objects: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
@@ -324,10 +486,10 @@ def test_generated_passwords_are_random_and_do_not_roll_the_pods(hc: ModuleType)
     assert checksums(first) == checksums(second)
 
 
-def test_pods_roll_when_the_catalog_or_the_credentials_change(hc: ModuleType) -> None:
-    def annotations(values: dict[str, Any]) -> dict[str, str]:
-        matcher = named(hc.objects_of(values), "Deployment", "-matcher")
-        result: dict[str, str] = matcher["spec"]["template"]["metadata"]["annotations"]
+def test_pods_roll_when_the_catalog_or_the_credentials_they_read_change(hc: ModuleType) -> None:
+    def annotations(values: dict[str, Any], suffix: str = "-matcher") -> dict[str, str]:
+        objects = hc.objects_of({**values, "pilots": {"enabled": True}})
+        result: dict[str, str] = named(objects, "Deployment", suffix)["spec"]["template"]["metadata"]["annotations"]
         return result
 
     base = annotations({})
@@ -340,6 +502,175 @@ def test_pods_roll_when_the_catalog_or_the_credentials_change(hc: ModuleType) ->
     assert changed["checksum/redis-auth"] == base["checksum/redis-auth"]
     new_password = annotations({"redis": {"auth": {"password": "another-one"}}})
     assert new_password["checksum/redis-auth"] != base["checksum/redis-auth"]
+    # A pilot drains its payloads when its pod is replaced: only the pilots' own credentials roll it.
+    pilot = annotations({}, "-pilot")
+    assert annotations({"redis": {"auth": {"password": "another-one"}}}, "-pilot") == pilot
+    assert annotations({"redis": {"auth": {"pilot": {"password": "another-one"}}}}, "-pilot") != pilot
+
+
+# --- the rendered store, started on this machine as its container would be ------------------------------
+
+
+@dataclasses.dataclass
+class RenderedStore:
+    """The chart's store process (its start script, arguments and environment) on a local port."""
+
+    objects: list[dict[str, Any]]
+    env: dict[str, str]
+    port: int
+    directory: Path
+
+    def client(self, url: str) -> redis.Redis:
+        return redis.Redis.from_url(url.replace("pf-pilotfish-redis:6379", f"127.0.0.1:{self.port}"))
+
+    def url_of(self, suffix: str, variable: str = "PILOTFISH_REDIS_URL", kind: str = "Deployment") -> str:
+        fields = {"metadata.name": "pf-pilotfish-pilot-abc", "spec.nodeName": "node-1"}
+        env = resolved_env(container(named(self.objects, kind, suffix)), self.objects, fields)
+        return env[variable].replace("pf-pilotfish-redis:6379", f"127.0.0.1:{self.port}")
+
+
+def server_release(binary: str) -> tuple[int, int]:
+    """(major, minor) of a valkey-server or redis-server binary."""
+    version = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True).stdout
+    match = re.search(r" v=(\d+)\.(\d+)\.", version)
+    return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+
+
+def start_store(hc: ModuleType, directory: Path, server: str, name: str, values: dict[str, Any]
+                ) -> tuple[subprocess.Popen[str], RenderedStore]:
+    """Run the rendered store's command with ``server`` on PATH as ``name`` (its data under ``directory``)."""
+    from taskqueues.redis_server import free_port
+
+    objects = hc.objects_of(values)
+    c = container(named(objects, "StatefulSet", "-redis"))
+    bin_dir = directory / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / name).symlink_to(server)
+    (directory / "data").mkdir()
+    env = {**resolved_env(c, objects), "TMPDIR": str(directory), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    port = free_port()
+    args = list(c["args"])
+    args[args.index("--port") + 1] = str(port)
+    args[args.index("--dir") + 1] = str(directory / "data")
+    process = subprocess.Popen([*c["command"], *args, "--bind", "127.0.0.1"], env=env, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return process, RenderedStore(objects, env, port, directory)
+
+
+@pytest.fixture
+def store(hc: ModuleType, tmp_path: Path) -> Iterator[RenderedStore]:
+    from taskqueues.redis_server import find_redis_server
+
+    server = find_redis_server()
+    if server_release(server) < (7, 2):
+        pytest.skip(f"{server} is older than Redis / Valkey 7.2")
+    process, rendered = start_store(hc, tmp_path, server, "valkey-server", STORE_VALUES)
+    control = rendered.client(rendered.url_of("-matcher"))
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            control.ping()
+            break
+        except redis.ConnectionError:
+            assert process.poll() is None, process.communicate()[0]
+            assert time.monotonic() < deadline, "the rendered store did not answer"
+            time.sleep(0.05)
+    yield rendered
+    process.terminate()
+    process.wait(timeout=30)
+
+
+def test_the_rendered_store_has_exactly_the_users_taskqueues_access_makes(store: RenderedStore) -> None:
+    """The server reads the chart's users file as the same users access.apply creates (compared as the
+    server describes them), with the default user off and no password in the file."""
+    from taskqueues import access
+
+    control = store.client(store.url_of("-matcher"))
+    for user, password, rules, broker in (
+            (access.CONTROL_USER, "Control-pw-1", access.control_rules(), False),
+            (access.pilot_user("lhcb"), "Pilot-pw-2", access.pilot_rules("site1", "lhcb", 3), True)):
+        access.apply(control, "made-by-access", password, rules, broker=broker)
+        described = {line.split(" ", 2)[1]: line.split(" ", 2)[2] for line in
+                     (raw.decode() for raw in control.execute_command("ACL", "LIST"))}
+        assert described[user] == described["made-by-access"]
+    assert described["default"].startswith("off ")
+    with pytest.raises(redis.AuthenticationError):
+        redis.Redis(port=store.port).ping()
+    users = store.directory / "users.acl"
+    assert stat.S_IMODE(users.stat().st_mode) == 0o600
+    assert "Control-pw-1" not in users.read_text() and "Pilot-pw-2" not in users.read_text()
+
+
+def test_the_stores_probes_authenticate_without_the_password_on_the_command_line(store: RenderedStore) -> None:
+    c = container(named(store.objects, "StatefulSet", "-redis"))
+    if shutil.which("valkey-cli", path=store.env["PATH"]) is None and shutil.which("redis-cli") is None:
+        pytest.skip("no valkey-cli or redis-cli here")
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        command = [part.replace("-p 6379", f"-p {store.port}") for part in c[probe]["exec"]["command"]]
+        assert "Control-pw-1" not in " ".join(command)
+        assert subprocess.run(command, env=store.env, timeout=30).returncode == 0, probe
+        wrong = {**store.env, "CONTROL_PASSWORD": "wrong"}
+        assert subprocess.run(command, env=wrong, timeout=30, capture_output=True).returncode != 0, probe
+
+
+def test_pilots_connect_as_their_own_user_and_pilotfish_health_works_with_it(store: RenderedStore) -> None:
+    """With the pilot pod's environment as rendered: `pilotfish health --redis` and `--component pilot`
+    (PING, ZSCORE and ZCOUNT on pilotseen) pass as pf-pilot-lhcb, which is refused everything else."""
+    control = store.client(store.url_of("-matcher"))
+    pilot_url = store.url_of("-pilot")
+    assert pilot_url == store.url_of("-director", "PILOTFISH_PILOT_REDIS_URL")
+    fields = {"metadata.name": "pf-pilotfish-pilot-abc", "spec.nodeName": "node-1"}
+    env = {**os.environ, **resolved_env(container(named(store.objects, "Deployment", "-pilot")), store.objects, fields),
+           "PILOTFISH_REDIS_URL": pilot_url, "PILOTFISH_STATE_DIR": str(store.directory / "state")}
+    env.pop("PILOTFISH_CONFIG", None)
+
+    def health(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "matcher.cli", "health", *args], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=60)
+
+    assert health("--redis").returncode == 0
+    never = health("--component", "pilot")
+    assert never.returncode == 1 and "never beat" in never.stderr, never.stderr
+    control.zadd("site1:{lhcb}:pilotseen", {"k8s-pf-pilotfish-pilot-abc@node-1": time.time()})
+    done = health("--component", "pilot")
+    assert done.returncode == 0, done.stderr
+    pilot = redis.Redis.from_url(pilot_url)
+    control.hset("site1:{atlas}:jobs", "1", "theirs")
+    for command in (("FLUSHALL",), ("CONFIG", "GET", "*"), ("KEYS", "*"), ("HGET", "site1:{atlas}:jobs", "1"),
+                    ("HGET", "pf:{lhcb}:jobs", "1"), ("ACL", "LIST")):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            pilot.execute_command(*command)
+    assert control.hget("site1:{atlas}:jobs", "1") == b"theirs"
+
+
+def test_the_store_runs_redis_server_when_the_image_has_no_valkey_and_refuses_one_older_than_7_2(
+        hc: ModuleType, tmp_path: Path) -> None:
+    from taskqueues.redis_server import find_redis_server
+
+    server = find_redis_server()
+    if server_release(server) < (7, 2):
+        pytest.skip(f"{server} is older than Redis / Valkey 7.2")
+    process, rendered = start_store(hc, tmp_path / "new", server, "redis-server", STORE_VALUES)
+    try:
+        control = rendered.client(rendered.url_of("-matcher"))
+        deadline = time.monotonic() + 30
+        while process.poll() is None and time.monotonic() < deadline:
+            try:
+                assert control.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        assert process.poll() is None, process.communicate()[0]
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    old = [path for path in (shutil.which("redis-server"),) if path and server_release(path) < (7, 2)]
+    if not old:
+        pytest.skip("no server older than 7.2 here to be refused")
+    process, _ = start_store(hc, tmp_path / "old", old[0], "redis-server", STORE_VALUES)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 1
+    assert "the store needs Redis >= 7.2 or Valkey >= 7.2" in output
 
 
 def test_catalog_is_a_configmap_mounted_where_pilotfish_catalog_points(hc: ModuleType) -> None:

@@ -33,7 +33,7 @@ def test_every_key_builder_carries_the_hash_tag() -> None:
     assert key_slot(Keys(vo="atlas").jobs.encode()) != key_slot(b"{lhcb}")
 
 
-@pytest.mark.parametrize("bad", ["", "a{b", "a:b", "a b"])
+@pytest.mark.parametrize("bad", ["", "a{b", "a:b", "a b", "*", "a?", "a[bc]", "a\\\\b"])
 def test_bad_names_are_refused(bad: str) -> None:
     with pytest.raises(ConfigError):
         Keys(vo=bad)

@@ -54,6 +54,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from taskqueues.access import scrubbed
 from taskqueues.errors import BackendError, BackendUnavailable
 
 from .base import (
@@ -133,7 +134,7 @@ class SgeBackend(ScriptBackend):
 
     def __init__(self, settings: SgeSettings | None = None) -> None:
         settings = settings or SgeSettings()
-        env = dict(os.environ)
+        env = scrubbed(os.environ)  # what the pilots inherit (Slurm's --export=ALL): never our credentials
         # Grid Engine's commands read SGE_ROOT and SGE_CELL (and SGE_QMASTER_PORT); its cluster name is
         # SGE_CLUSTER_NAME, which its settings.sh exports and its rc scripts read (qsub/qstat/qdel read no
         # cluster variable: in 8.1.9 the cell picks the cluster). The seed calls it SGE_CLUSTER: site

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from taskqueues.access import scrubbed
 from taskqueues.errors import BackendError, BackendUnavailable
 
 from .base import (
@@ -215,7 +216,7 @@ class SlurmBackend(ScriptBackend):
 
     def __init__(self, settings: SlurmSettings | None = None) -> None:
         settings = settings or SlurmSettings()
-        env = dict(os.environ)
+        env = scrubbed(os.environ)  # what the pilots inherit (Slurm's --export=ALL): never our credentials
         if settings.config:
             env["SLURM_CONF"] = settings.config
         super().__init__(settings, env)

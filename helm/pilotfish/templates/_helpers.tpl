@@ -79,7 +79,7 @@ generates a fresh value each time. Call with (dict "ctx" $ "name" SECRET "key" K
 {{- end }}
 {{- end }}
 
-{{/* Name and key of the Secret holding the bundled Redis's password. */}}
+{{/* Name and key of the Secret holding pf-control's password (the bundled store). */}}
 {{- define "pilotfish.redis.secretName" -}}
 {{- default (printf "%s-redis" (include "pilotfish.fullname" .)) .Values.redis.auth.existingSecret }}
 {{- end }}
@@ -88,7 +88,16 @@ generates a fresh value each time. Call with (dict "ctx" $ "name" SECRET "key" K
 {{- if .Values.redis.auth.existingSecret }}{{ .Values.redis.auth.existingSecretKey }}{{ else }}redis-password{{ end }}
 {{- end }}
 
-{{/* Name and key of the Secret holding the external Redis URL. */}}
+{{/* Name and key of the Secret holding pf-pilot-<vo>'s password (the bundled store). */}}
+{{- define "pilotfish.redis.pilotSecretName" -}}
+{{- default (printf "%s-redis-pilot" (include "pilotfish.fullname" .)) .Values.redis.auth.pilot.existingSecret }}
+{{- end }}
+
+{{- define "pilotfish.redis.pilotSecretKey" -}}
+{{- if .Values.redis.auth.pilot.existingSecret }}{{ .Values.redis.auth.pilot.existingSecretKey }}{{ else }}redis-password{{ end }}
+{{- end }}
+
+{{/* Name and key of the Secret holding the external Redis URL of the control plane. */}}
 {{- define "pilotfish.externalRedis.secretName" -}}
 {{- default (printf "%s-external-redis" (include "pilotfish.fullname" .)) .Values.externalRedis.existingSecret }}
 {{- end }}
@@ -97,68 +106,126 @@ generates a fresh value each time. Call with (dict "ctx" $ "name" SECRET "key" K
 {{- if .Values.externalRedis.existingSecret }}{{ .Values.externalRedis.existingSecretKey }}{{ else }}redis-url{{ end }}
 {{- end }}
 
+{{/* Name and key of the Secret holding the external Redis URL of the pilots. */}}
+{{- define "pilotfish.externalRedis.pilotSecretName" -}}
+{{- default (printf "%s-external-redis-pilot" (include "pilotfish.fullname" .)) .Values.externalRedis.pilot.existingSecret }}
+{{- end }}
+
+{{- define "pilotfish.externalRedis.pilotSecretKey" -}}
+{{- if .Values.externalRedis.pilot.existingSecret }}{{ .Values.externalRedis.pilot.existingSecretKey }}{{ else }}redis-url{{ end }}
+{{- end }}
+
+{{/*
+"true" when the pilots have credentials of their own: always with the bundled store (its pf-pilot-<vo> user),
+with an external Redis only when externalRedis.pilot is set. Otherwise pilots get the control plane's URL.
+*/}}
+{{- define "pilotfish.pilotsHaveOwnUser" -}}
+{{- if or .Values.redis.enabled .Values.externalRedis.pilot.url .Values.externalRedis.pilot.existingSecret }}true{{ end }}
+{{- end }}
+
 {{/* Name of the Secret holding Flower's basic-auth credentials. */}}
 {{- define "pilotfish.flower.secretName" -}}
 {{- default (printf "%s-flower" (include "pilotfish.fullname" .)) .Values.flower.auth.existingSecret }}
 {{- end }}
 
 {{/*
-Refuse a configuration that would start components with no Redis to talk to, naming the values to set.
+Refuse a configuration that would start components with no Redis to talk to, or that would hand a pilot pod
+a Secret holding the control plane's credentials, naming the values to set.
 */}}
 {{- define "pilotfish.checkRedis" -}}
-{{- if and (not .Values.redis.enabled) (not .Values.externalRedis.url) (not .Values.externalRedis.existingSecret) }}
+{{- $ext := .Values.externalRedis }}
+{{- if and (not .Values.redis.enabled) (not $ext.url) (not $ext.existingSecret) }}
 {{- fail "redis.enabled is false: set externalRedis.url, or externalRedis.existingSecret (with externalRedis.existingSecretKey), to the Redis the components should use" }}
 {{- end }}
-{{- if and .Values.redis.enabled (or .Values.externalRedis.url .Values.externalRedis.existingSecret) }}
+{{- if and .Values.redis.enabled (or $ext.url $ext.existingSecret $ext.pilot.url $ext.pilot.existingSecret) }}
 {{- fail "externalRedis is set while redis.enabled is true: set redis.enabled=false to use the external Redis, or clear externalRedis" }}
+{{- end }}
+{{- if and .Values.redis.auth.existingSecret (eq .Values.redis.auth.existingSecret .Values.redis.auth.pilot.existingSecret) }}
+{{- fail "redis.auth.pilot.existingSecret names the Secret of pf-control's password (redis.auth.existingSecret): the pilots' password needs a Secret of its own, so that pilot pods never reference the control plane's" }}
+{{- end }}
+{{- if and $ext.existingSecret (eq $ext.existingSecret $ext.pilot.existingSecret) }}
+{{- fail "externalRedis.pilot.existingSecret names the Secret of the control plane's URL (externalRedis.existingSecret): the pilots' URL needs a Secret of its own, so that pilot pods never reference the control plane's" }}
 {{- end }}
 {{- end }}
 
 {{/*
-PILOTFISH_REDIS_URL, read from a Secret and never written into a ConfigMap or the pod spec. For the
-bundled Redis the password comes from its Secret and is expanded into the URL by the kubelet ($(VAR)
-expansion only sees variables defined earlier in the list, hence the order).
+The Redis URLs of a process, read from Secrets and never written into a ConfigMap or the pod spec. Call with
+(dict "ctx" $ "role" ROLE):
+  control   the control plane (matcher workers, beat, Flower): PILOTFISH_REDIS_URL as pf-control;
+  director  the same, plus PILOTFISH_PILOT_REDIS_URL, the pilots' URL it hands to the pilots it starts;
+  pilot     a pilot pod: PILOTFISH_REDIS_URL as the pilots' user, and nothing of the control plane's.
+For the bundled store the password comes from its Secret and is expanded into the URL by the kubelet ($(VAR)
+expansion only sees variables defined earlier in the list, hence the order). An external Redis without
+externalRedis.pilot gives pilots the control plane's URL (NOTES.txt says so).
 */}}
 {{- define "pilotfish.redisEnv" -}}
-{{- include "pilotfish.checkRedis" . }}
-{{- if .Values.redis.enabled }}
+{{- $ := .ctx }}
+{{- include "pilotfish.checkRedis" $ }}
+{{- $control := ne .role "pilot" }}
+{{- $pilotName := ternary "PILOTFISH_REDIS_URL" "PILOTFISH_PILOT_REDIS_URL" (eq .role "pilot") }}
+{{- if $.Values.redis.enabled }}
+{{- $where := printf "%s-redis:%d/%d" (include "pilotfish.fullname" $) (int $.Values.redis.service.port) (int $.Values.redis.database) }}
+{{- if $control }}
 - name: PILOTFISH_REDIS_PASSWORD
   valueFrom:
     secretKeyRef:
-      name: {{ include "pilotfish.redis.secretName" . }}
-      key: {{ include "pilotfish.redis.secretKey" . }}
+      name: {{ include "pilotfish.redis.secretName" $ }}
+      key: {{ include "pilotfish.redis.secretKey" $ }}
 - name: PILOTFISH_REDIS_URL
-  value: {{ printf "redis://:$(PILOTFISH_REDIS_PASSWORD)@%s-redis:%d/%d" (include "pilotfish.fullname" .) (int .Values.redis.service.port) (int .Values.redis.database) | quote }}
+  value: {{ printf "redis://%s:$(PILOTFISH_REDIS_PASSWORD)@%s" (include "pilotfish.redis.controlUser" $) $where | quote }}
+{{- end }}
+{{- if ne .role "control" }}
+- name: PILOTFISH_PILOT_REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "pilotfish.redis.pilotSecretName" $ }}
+      key: {{ include "pilotfish.redis.pilotSecretKey" $ }}
+- name: {{ $pilotName }}
+  value: {{ printf "redis://%s:$(PILOTFISH_PILOT_REDIS_PASSWORD)@%s" (include "pilotfish.redis.pilotUser" $) $where | quote }}
+{{- end }}
 {{- else }}
+{{- $own := include "pilotfish.pilotsHaveOwnUser" $ }}
+{{- if or $control (not $own) }}
 - name: PILOTFISH_REDIS_URL
   valueFrom:
     secretKeyRef:
-      name: {{ include "pilotfish.externalRedis.secretName" . }}
-      key: {{ include "pilotfish.externalRedis.secretKey" . }}
+      name: {{ include "pilotfish.externalRedis.secretName" $ }}
+      key: {{ include "pilotfish.externalRedis.secretKey" $ }}
+{{- end }}
+{{- if and $own (ne .role "control") }}
+- name: {{ $pilotName }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "pilotfish.externalRedis.pilotSecretName" $ }}
+      key: {{ include "pilotfish.externalRedis.pilotSecretKey" $ }}
+{{- end }}
 {{- end }}
 {{- end }}
 
 {{/*
-The environment every Pilotfish process gets: the contract with the CLI. PILOTFISH_BEAT_DIRECTOR is false
-because the director is its own Deployment (director.enabled): left at its default (true), beat would
-schedule `pilotfish.director` and a matcher worker would run a second director, whose local pilots would
-start inside the worker's pod.
+The environment every Pilotfish process gets: the contract with the CLI. Call with (dict "ctx" $ "role" ROLE),
+ROLE as in pilotfish.redisEnv. PILOTFISH_BEAT_DIRECTOR is false because the director is its own Deployment
+(director.enabled): left at its default (true), beat would schedule `pilotfish.director` and a matcher worker
+would run a second director, whose local pilots would start inside the worker's pod.
 */}}
 {{- define "pilotfish.env" -}}
+{{- $ := .ctx -}}
 {{ include "pilotfish.redisEnv" . | trim }}
 - name: PILOTFISH_CATALOG
   value: /etc/pilotfish/catalog.toml
 - name: PILOTFISH_BEAT_DIRECTOR
   value: "false"
 - name: PILOTFISH_VO
-  value: {{ .Values.vo | quote }}
+  value: {{ $.Values.vo | quote }}
+- name: PILOTFISH_PREFIX
+  value: {{ $.Values.prefix | quote }}
 - name: PILOTFISH_STATE_DIR
-  value: {{ .Values.stateDir | quote }}
+  value: {{ $.Values.stateDir | quote }}
 - name: TMPDIR
   value: /tmp
 - name: HOME
   value: /tmp
-{{- with .Values.extraEnv }}
+{{- with $.Values.extraEnv }}
 {{ toYaml . }}
 {{- end }}
 {{- end }}
@@ -166,11 +233,18 @@ start inside the worker's pod.
 {{/*
 Pod annotations that change whenever an input the processes read only at start changes (the catalog, the
 Redis credentials), so that `helm upgrade` rolls the pods. The credentials are hashed from the values,
-not from the rendered Secret, because a generated password must not roll the pods on every upgrade.
+not from the rendered Secret, because a generated password must not roll the pods on every upgrade. A pilot
+pod hashes only what it reads (the pilots' credentials), so a new control-plane password does not drain the
+pilots. Call with (dict "ctx" $ "role" ROLE), ROLE as in pilotfish.redisEnv.
 */}}
 {{- define "pilotfish.checksums" -}}
-checksum/catalog: {{ .Values.catalog | sha256sum }}
-checksum/redis-auth: {{ list .Values.redis.enabled .Values.redis.auth .Values.externalRedis | toJson | sha256sum }}
+{{- $ := .ctx }}
+{{- $auth := list $.Values.redis.enabled $.Values.redis.auth $.Values.externalRedis }}
+{{- if and (eq .role "pilot") (include "pilotfish.pilotsHaveOwnUser" $) }}
+{{- $auth = list $.Values.redis.enabled $.Values.redis.auth.pilot $.Values.externalRedis.pilot }}
+{{- end }}
+checksum/catalog: {{ $.Values.catalog | sha256sum }}
+checksum/redis-auth: {{ $auth | toJson | sha256sum }}
 {{- end }}
 
 {{/* Pod-level security settings, shared by every pod of the chart. */}}
@@ -269,16 +343,17 @@ readinessProbe:
 
 {{/*
 The pod template of a Pilotfish process. Call with (dict "ctx" $ "component" LABEL "health" HEALTH
-"args" LIST "resources" MAP "stateSize" QUANTITY "extra" MAP "env" LIST), "health" being the component
-whose own heartbeat the probes check (`pilotfish health --component HEALTH`), "extra" optional pod-spec
-fields, "env" optional extra environment variables.
+"args" LIST "resources" MAP "stateSize" QUANTITY "role" ROLE "extra" MAP "env" LIST), "health" being the
+component whose own heartbeat the probes check (`pilotfish health --component HEALTH`), "role" which Redis
+credentials it gets (pilotfish.redisEnv; default control), "extra" optional pod-spec fields, "env" optional
+extra environment variables.
 */}}
 {{- define "pilotfish.processPod" -}}
 metadata:
   labels:
     {{- include "pilotfish.labels" (dict "ctx" .ctx "component" .component) | nindent 4 }}
   annotations:
-    {{- include "pilotfish.checksums" .ctx | nindent 4 }}
+    {{- include "pilotfish.checksums" (dict "ctx" .ctx "role" (default "control" .role)) | nindent 4 }}
     {{- with .ctx.Values.podAnnotations }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -295,7 +370,7 @@ spec:
         {{- toYaml .args | nindent 8 }}
       workingDir: {{ .ctx.Values.stateDir }}
       env:
-        {{- include "pilotfish.env" .ctx | nindent 8 }}
+        {{- include "pilotfish.env" (dict "ctx" .ctx "role" (default "control" .role)) | nindent 8 }}
         {{- with .env }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
