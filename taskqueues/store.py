@@ -12,6 +12,7 @@ puts them in the slot of its declared keys (see its header).
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -26,10 +27,25 @@ from .ete import RuleStats
 from .exchange import PendingExchange
 from .keys import Keys
 from .packed import HotLine, PackedCall, pack_script
-from .records import Exchange, HeartbeatReply, Job, JobState, JobUsage, NewJob, PilotOffer, RunResult
+from .records import (
+    Exchange,
+    HeartbeatReply,
+    Job,
+    JobState,
+    JobUsage,
+    Largest,
+    NewJob,
+    Parked,
+    PilotOffer,
+    RunResult,
+)
 from .records import text as _text
 
 _MAX_KEY_ROUNDS = 16
+#: Field of the cursor hash: when the last job reported by :meth:`Store.newly_parked` was parked.
+PARKED_CURSOR = "parked"
+
+log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 
@@ -54,9 +70,10 @@ class Store:
         self._scripts: dict[str, Script] = scripts.register(client)
         self._base = self.keys.base + ":"
         self._match_calls: dict[str, PackedCall] = {}
-        # The heads and floor hashes, which every script that moves task-queue members keeps exact: declared
-        # up front (a script that found them undeclared would answer needkeys: one more round trip).
-        self.floors = [self.keys.heads, self.keys.qfloor]
+        # The heads, floor, emptied and largest-values hashes, which every script that moves task-queue members
+        # keeps exact: declared up front (a script that found them undeclared would answer needkeys: one more
+        # round trip).
+        self.floors = [self.keys.heads, self.keys.qfloor, self.keys.tqempty, self.keys.tqmax]
         self._line = HotLine.of(client)
 
     @classmethod
@@ -138,7 +155,8 @@ class Store:
         if call is None:
             k = self.keys
             call = PackedCall(self._line, self._scripts["match"],
-                              [k.jobs, k.qheads(queue), k.leases, k.tqempty, k.heads, k.qfloor], n_args=9)
+                              [k.jobs, k.qheads(queue), k.leases, k.tqempty, k.heads, k.qfloor, k.parked],
+                              n_args=9)
             self._match_calls[queue] = call
         return call
 
@@ -150,8 +168,19 @@ class Store:
 
     @staticmethod
     def matched(reply: list[Any]) -> list[Job]:
-        """The jobs a match reply leased."""
-        return [Job.from_record(reply[i], _text(reply[i - 1])) for i in range(1, len(reply), 2)]
+        """The jobs a match reply leased.
+
+        A record that Python cannot read (match.lua checks its form, not every field's value) is left out:
+        its lease expires unrenewed and the reaper parks it, while the pilot runs the others.
+        """
+        jobs = []
+        for i in range(1, len(reply), 2):
+            try:
+                jobs.append(Job.from_record(reply[i], _text(reply[i - 1])))
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning("job %s leased with a record that cannot be read (%s): left to the reaper",
+                            _text(reply[i - 1]), exc)
+        return jobs
 
     def match(self, offer: PilotOffer, max_jobs: int = 1) -> list[Job]:
         """Lease to the pilot the most urgent task-queue heads that fit, most urgent first.
@@ -255,7 +284,7 @@ class Store:
         """
         k = self.keys
         due = self.client.zrangebyscore(k.delayed, "-inf", self.clock(), start=0, num=batch)
-        extra = [k.work, *self.floors, *self.pool_keys(self._tq_of(due))]
+        extra = [k.work, k.parked, *self.floors, *self.pool_keys(self._tq_of(due))]
         reply = self.call_script("reap", [k.jobs, k.leases, k.delayed, k.kills, k.tqempty, k.releasing],
                            [self._base, self.clock(), self.backoff, batch], extra)
         return int(reply[1]), int(reply[2]), int(reply[3])
@@ -264,14 +293,22 @@ class Store:
         if not ids:
             return []
         raws = self.client.hmget(self.keys.jobs, [_text(i) for i in ids])
-        return [json.loads(raw)["t"] for raw in raws if raw]
+        out = []
+        for raw in raws:
+            try:
+                tq = json.loads(raw)["t"] if raw else None
+            except (ValueError, KeyError, TypeError):
+                tq = None  # unreadable: reap.lua parks it
+            if isinstance(tq, str) and tq:
+                out.append(tq)
+        return out
 
     def cancel(self, job: str, reason: str = "cancelled by user", *, kill: bool = False) -> str:
         """Cancel (or, with ``kill``, kill) a job. Returns what happened: ended, requested, final, unknown."""
         k = self.keys
         reply = self.call_script("cancel", [k.jobs, k.kills, k.delayed, k.releasing],
                                  [self._base, job, "kill" if kill else "cancel", reason, self.clock()],
-                                 [k.work, *self.floors])
+                                 [k.work, k.parked, *self.floors])
         if _text(reply[0]) == "unknown":
             raise NotFound(f"no job {job!r}")
         return _text(reply[0])
@@ -281,7 +318,7 @@ class Store:
 
     def refresh_pool(self, tq_id: str, queues: Sequence[str]) -> tuple[int, int]:
         """Replace the SubmitPool of one task queue; returns (queues added, queues removed)."""
-        extra = self.pool_keys([tq_id]) + [self.keys.qheads(q) for q in queues] + self.floors
+        extra = self.pool_keys([tq_id]) + [self.keys.qheads(q) for q in queues] + self.floors + [self.keys.tqdefs]
         reply = self.call_script("refresh_pool", [self.keys.poolstamp], [self._base, tq_id, self.clock(), *queues],
                                  extra)
         return int(reply[1]), int(reply[2])
@@ -400,3 +437,36 @@ class Store:
 
     def releasing(self, limit: int = 500) -> list[str]:
         return [_text(x) for x in self.client.zrange(self.keys.releasing, 0, limit - 1)]
+
+    def tq_largest(self, tq_ids: Sequence[str]) -> dict[str, Largest]:
+        """The largest exact cpu, mem, tmp and wall of the jobs that entered each task queue since it was
+        last empty, as the scripts keep them (task queues no job entered yet are left out)."""
+        values = self.client.hmget(self.keys.tqmax, list(tq_ids)) if tq_ids else []
+        out: dict[str, Largest] = {}
+        for tq, raw in zip(tq_ids, values, strict=True):
+            if raw is not None:
+                cpu, mem, tmp, wall = (int(float(x)) for x in _text(raw).split(":"))
+                out[tq] = Largest(cpu, mem, tmp, wall)
+        return out
+
+    def parked(self, ids: Sequence[str] | None = None) -> dict[str, Parked]:
+        """Jobs taken out of their task queue because their member or record could not be read (all of
+        them, or those of ``ids``)."""
+        if ids is None:
+            raw = {_text(k): v for k, v in self.client.hgetall(self.keys.parked).items()}
+        else:
+            raw = {i: v for i, v in zip(ids, self.client.hmget(self.keys.parked, list(ids)) if ids else [],
+                                        strict=True) if v is not None}
+        return {job: Parked.from_entry(job, value) for job, value in raw.items()}
+
+    def parked_count(self) -> int:
+        return int(self.client.hlen(self.keys.parked))
+
+    def newly_parked(self) -> list[Parked]:
+        """Jobs parked since the last call (in any process): the cursor hash's ``parked`` field holds the
+        time of the last one returned. Two concurrent callers may both return the same ones."""
+        seen = float(self.client.hget(self.keys.cursor, PARKED_CURSOR) or 0)
+        fresh = sorted((p for p in self.parked().values() if p.at > seen), key=lambda p: (p.at, p.job))
+        if fresh:
+            self.client.hset(self.keys.cursor, PARKED_CURSOR, repr(fresh[-1].at))
+        return fresh

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from taskqueues.invariants import check, heads_violations
 from taskqueues.records import NewJob
 from taskqueues.store import Store
 
@@ -48,26 +49,9 @@ def text(value: object) -> str:
 def check_heads(store: Store, pools: dict[str, tuple[str, ...]]) -> None:
     """heads holds each non-empty task queue's real head and a floor under all its members; every queue
     floor is under all members of the task queues of its pool; index scores are never above real heads."""
-    client, k = store.client, store.keys
-    members: dict[str, list[tuple[int, ...]]] = {}
-    for tq in pools:
-        zset = client.zrange(k.tq(tq), 0, -1, withscores=True)
-        entry = client.hget(k.heads, tq)
-        members[tq] = [tuple(int(x) for x in text(m).split(":")[1:]) for m, _ in zset]
-        if not zset:
-            assert entry is None, tq
-            continue
-        assert entry is not None, tq
-        score, member, floor = text(entry).split(" ")
-        assert (text(zset[0][0]), float(score)) == (member, zset[0][1]), tq
-        low = [float(x) for x in floor.split(":")]
-        assert all(all(lo <= v for lo, v in zip(low, values, strict=True)) for values in members[tq]), tq
-        for queue in pools[tq]:
-            index = client.zscore(k.qheads(queue), tq)
-            assert index is not None and index <= zset[0][1], (tq, queue)
-    for queue in {q for qs in pools.values() for q in qs}:
-        floor = client.hget(k.qfloor, queue)
-        if floor is not None:
-            low = [float(x) for x in text(floor).split(":")]
-            reach = [v for tq, qs in pools.items() if queue in qs for v in members[tq]]
-            assert all(all(lo <= v for lo, v in zip(low, values, strict=True)) for values in reach), queue
+    assert heads_violations(store.client, store.keys, pools) == []
+
+
+def check_store(store: Store) -> None:
+    """The whole store of the community is consistent (taskqueues.invariants)."""
+    assert [str(v) for v in check(store.client, store.keys)] == []

@@ -7,26 +7,35 @@
 -- KEYS[5]  tqempty zset
 -- KEYS[6]  releasing zset
 -- KEYS[7..] task queues, pools and heads indexes of the delayed jobs that are due
---           the work counter, the heads and qfloor hashes
+--           the work counter, the heads, qfloor, tqempty and tqmax hashes, the parked hash
 -- ARGV[1]  key base   ARGV[2] now   ARGV[3] back-off base (seconds; doubles at each retry)   ARGV[4] batch size
 -- Returns  {'ok', requeued, failed, restored} or {'needkeys', key...}
-local base, now, backoff, batch = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-declare_from(7)
+-- A leased or delayed job whose record cannot be read is parked (see _lib.lua's park).
+SCRIPT = 'reap'
+local base = check_base({'jobs', 'leases', 'delayed', 'kills', 'tqempty', 'releasing'})
+check_count(4, true)
+local now = argv_number(2, 'now', 0, MAX_TIME)
+local backoff = argv_number(3, 'back-off', 0, 1e7)
+local batch = argv_number(4, 'batch size', 1, MAX_BATCH, true)
+if PROBLEM then return refused() end
+declare_keys()
 need(base .. 'work')
+need(base .. 'parked')
 need_heads(base)
-local due = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, batch)
+local due = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', string.format('%.17g', now), 'LIMIT', 0, batch)
 local pools = {}
 for _, id in ipairs(due) do
   local rec = load(KEYS[1], id)
-  if rec then pools[id] = pool_of(base, rec.t) end
+  if rec and rec.t then pools[id] = pool_of(base, rec.t) end
 end
 local missing = needkeys()
 if missing then return missing end
 
 local requeued, failed, restored = 0, 0, 0
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, batch)) do
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', string.format('%.17g', now), 'LIMIT', 0, batch)) do
   redis.call('ZREM', KEYS[2], id)
-  local rec = load(KEYS[1], id)
+  local rec, unreadable = load(KEYS[1], id)
+  if unreadable then park(base, id, 'its record cannot be read (its lease expired)', nil, nil, now) end
   if rec and (rec.s == 'matched' or rec.s == 'running') then
     local kill = redis.call('HGET', KEYS[4], id)
     redis.call('HDEL', KEYS[4], id)
@@ -44,20 +53,22 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0
       rec.s = 'waiting'
       rec.why = 'lease expired on pilot ' .. lastpilot
       save(KEYS[1], rec)
-      redis.call('ZADD', KEYS[3], now + backoff * 2 ^ (rec.rt - 1), id)
+      redis.call('ZADD', KEYS[3], now + math.min(backoff * 2 ^ (rec.rt - 1), MAX_TIME), id)
       requeued = requeued + 1
     end
   end
 end
 for _, id in ipairs(due) do
   redis.call('ZREM', KEYS[3], id)
-  local rec = load(KEYS[1], id)
-  if rec and rec.s == 'waiting' then
+  local rec, unreadable = load(KEYS[1], id)
+  if unreadable or (rec and rec.s == 'waiting' and not enqueueable(rec)) then
+    park(base, id, 'its record cannot be read (its back-off ended)', nil, nil, now)
+  elseif rec and rec.s == 'waiting' then
     enqueue(base, KEYS[5], KEYS[6], rec, pools[id], now)
     save(KEYS[1], rec)
     restored = restored + 1
   end
 end
-sync_heads(base)
+sync_heads(base, now)
 wake(base)
 return {'ok', requeued, failed, restored}
