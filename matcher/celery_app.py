@@ -78,7 +78,8 @@ def _worker_alive(**_: Any) -> None:
 @app.task(name="pilotfish.reap")  # type: ignore[untyped-decorator,misc,unused-ignore]
 def reap() -> dict[str, int]:
     report = periodic.reap(context())
-    return {"requeued": report.requeued, "failed": report.failed, "restored": report.restored}
+    return {"requeued": report.requeued, "failed": report.failed, "restored": report.restored,
+            "parked": report.parked}
 
 
 @app.task(name="pilotfish.refresh_pools")  # type: ignore[untyped-decorator,misc,unused-ignore]
