@@ -261,7 +261,10 @@ def _task_queues(snap: _Snapshot, out: list[Violation]) -> None:
 
 
 def _work(snap: _Snapshot, out: list[Violation]) -> None:
-    """The outstanding-work counter is the sum of cpu x ceil(ete) over unfinished jobs with a member."""
+    """The outstanding-work counter is the sum of cpu x ceil(ete) over unfinished jobs with a member (not
+    checked while a record cannot be read: its share is unknown)."""
+    if snap.unreadable:
+        return
     total = 0
     for rec in snap.records.values():
         tail = rec.get("mt")
