@@ -76,6 +76,8 @@ class Lock:
             return script(keys=[self.key], args=args)
         except redis.ConnectionError as exc:
             raise StoreUnavailable(f"Redis unreachable using lock {self.key}: {exc}") from None
+        except redis.ResponseError as exc:
+            raise LockError(f"lock {self.key}: {exc}") from None
 
 
 @contextmanager

@@ -222,3 +222,13 @@ def test_a_store_call_with_a_bad_offer_is_a_store_error_naming_the_argument(any_
         store.match(PilotOffer(PILOT, "site/ce/q1", math.nan, 100))  # type: ignore[arg-type]
     with pytest.raises(StoreError, match=r"^script complete failed: complete: ARGV\[6\] \(result\)\.w: "):
         store.complete("1", 1, PILOT, RunResult(wall=math.inf))
+
+
+def test_a_dependency_named_twice_is_one_edge_but_a_dependent_twice_is_refused(any_redis: redis.Redis) -> None:
+    """A user may list a dependency twice (one edge, as taskqueues.dag reads it); a dependent listed twice would
+    release its job after one of two completions, so it is refused."""
+    store = Store(any_redis)
+    a, b = store.submit([job("a", dependents=(1,)), job("b", pending=1, deps=(0, 0))])
+    assert store.job(b).deps == (a, a) and store.job(b).pending == 1
+    with pytest.raises(StoreError, match=r"jobs\[0\]\.dl: names job 1 twice"):
+        store.submit([job("a", dependents=(1, 1)), job("b", pending=1)])

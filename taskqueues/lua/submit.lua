@@ -67,7 +67,7 @@ if check_fields('ARGV[3] (payload)', payload, {tqs = 'any', jobs = 'array', requ
           local after = field == 'dl'
           check_number(where .. '.' .. field .. '[' .. (j - 1) .. ']', d, after and i or 0,
             after and #jobs - 1 or i - 2, true)
-          if seen[d] then problem(where .. '.' .. field, 'names job ' .. tostring(d) .. ' twice') end
+          if after and seen[d] then problem(where .. '.dl', 'names job ' .. tostring(d) .. ' twice') end
           seen[d] = true
           if after and PROBLEM == nil then
             listed[d + 1] = (listed[d + 1] or 0) + 1
@@ -96,11 +96,11 @@ if check_fields('ARGV[3] (payload)', payload, {tqs = 'any', jobs = 'array', requ
       if rec.nd ~= nil then problem(where .. '.nd', 'only a blocked job counts unfinished dependencies') end
       if rec.s == 'waiting' and n > 0 then problem(where .. '.s', 'a job listed as a dependent cannot wait yet') end
     end
-    if rec.dpl then
-      local want = listers[i] or {}
-      local count = 0
+    if rec.dpl then -- a dependency may be named twice (one edge), as the user wrote it
+      local want, named, count = listers[i] or {}, {}, 0
       for _, d in ipairs(rec.dpl) do
-        count = count + 1
+        if not named[d] then count = count + 1 end
+        named[d] = true
         if not want[d] then problem(where .. '.dpl', 'names job ' .. d .. ', which does not list it in its dl') end
       end
       if count ~= n then problem(where .. '.dpl', 'misses some of the jobs that list it in their dl') end
