@@ -25,7 +25,7 @@ from typing import Any
 import redis
 
 from .keys import Keys
-from .records import JobState
+from .records import Job, JobState
 from .records import text as _text
 
 __all__ = ["Violation", "check", "heads_violations"]
@@ -56,6 +56,7 @@ class _Snapshot:
 
     records: dict[str, dict[str, Any]] = field(default_factory=dict)
     unreadable: dict[str, str] = field(default_factory=dict)
+    misread: dict[str, str] = field(default_factory=dict)
     tqs: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
     indexes: dict[str, dict[str, float]] = field(default_factory=dict)
     pools: dict[str, set[str]] = field(default_factory=dict)
@@ -71,6 +72,8 @@ class _Snapshot:
     kills: set[str] = field(default_factory=set)
     parked: set[str] = field(default_factory=set)
     work: str | None = None
+    pilots: dict[str, str] = field(default_factory=dict)
+    requests: dict[str, str] = field(default_factory=dict)
 
 
 def _glob(text: str) -> str:
@@ -102,6 +105,10 @@ def _read(client: redis.Redis, keys: Keys) -> _Snapshot:
             rec = None
         if isinstance(rec, dict) and rec.get("s") in {s.value for s in JobState}:
             snap.records[job] = rec
+            try:
+                Job.from_record(raw, job)
+            except (ValueError, KeyError, TypeError) as exc:
+                snap.misread[job] = f"{exc}: {raw[:80]}"
         else:
             snap.unreadable[job] = raw[:80]
     for key, tq in _under(client, keys.tq_prefix):
@@ -124,6 +131,8 @@ def _read(client: redis.Redis, keys: Keys) -> _Snapshot:
     snap.parked = set(_hash(client, keys.parked))
     work = client.get(keys.work)
     snap.work = None if work is None else _text(work)
+    snap.pilots = _hash(client, keys.pilots)
+    snap.requests = _hash(client, keys.requests)
     return snap
 
 
@@ -137,6 +146,7 @@ def check(client: redis.Redis, keys: Keys) -> list[Violation]:
     every = set(snap.tqs) | snap.defs | set(snap.heads)
     out += heads_violations(client, keys, {tq: snap.pools.get(tq, set()) for tq in every})
     _work(snap, out)
+    _records_read_by_the_control_plane(snap, out)
     return sorted(set(out))
 
 
@@ -180,6 +190,8 @@ def _jobs(snap: _Snapshot, members: Mapping[str, str], out: list[Violation]) -> 
     for job, raw in snap.unreadable.items():
         if job not in snap.parked:
             out.append(Violation("unreadable-record", job, raw))
+    for job, why in snap.misread.items():
+        out.append(Violation("record-misread", job, f"the control plane cannot read it ({why})"))
     listers: dict[str, list[str]] = defaultdict(list)
     for job, rec in snap.records.items():
         for d in rec.get("dn") or []:
@@ -275,6 +287,37 @@ def _work(snap: _Snapshot, out: list[Violation]) -> None:
         total += cpu * math.ceil(float(rec.get("e") or 0))
     if int(snap.work or 0) != total:
         out.append(Violation("work-counter", "work", f"{snap.work!r} stored, {total} outstanding"))
+
+
+#: Fields of a pilot's record (heartbeat.lua) and of a request's (submit.lua) that the control plane reads as
+#: numbers (matcher.eta, matcher.run, matcher.status): None where null is allowed too.
+_PILOT_NUMBERS = {"cores": False, "mem": False, "tmp": False, "used_cpu": False, "used_mem": False,
+                  "used_tmp": False, "started": False, "pid": False, "processed": False, "time_left": True,
+                  "free_cpu": True, "free_mem": True, "free_tmp": True}
+_REQUEST_NUMBERS = {"priority": False, "ts": False, "eta": False, "cp": False, "n": False, "first": False,
+                    "last": False}
+
+
+def _records_read_by_the_control_plane(snap: _Snapshot, out: list[Violation]) -> None:
+    """Pilot and request records are JSON objects whose numeric fields hold numbers (a text there would fail
+    every reader of the pilots or the requests, not only the one it concerns)."""
+    for kind, records, numbers in (("pilot-record", snap.pilots, _PILOT_NUMBERS),
+                                   ("request-record", snap.requests, _REQUEST_NUMBERS)):
+        for name, raw in records.items():
+            try:
+                rec = json.loads(raw)
+            except ValueError:
+                rec = None
+            if not isinstance(rec, dict):
+                out.append(Violation(kind, name, f"not a JSON object: {raw[:80]!r}"))
+                continue
+            for key, nullable in numbers.items():
+                value = rec.get(key, 0)
+                number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+                if key == "first" or key == "last":
+                    number = (isinstance(value, str) and value.isdigit()) or value == 0
+                if not number and not (nullable and value is None):
+                    out.append(Violation(kind, name, f"{key} is {value!r}"))
 
 
 def heads_violations(client: redis.Redis, keys: Keys, pools: Mapping[str, Iterable[str]]) -> list[Violation]:
