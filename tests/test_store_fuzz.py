@@ -203,7 +203,7 @@ def mutated_call(rnd: random.Random, name: str, call: Call, keys: Keys) -> tuple
 
 
 #: Examples per script: more where a payload has many fields to get wrong (about 25 s in all).
-EXAMPLES = {"submit": 700, "rescore": 400, "release": 400, "complete": 300, "fail": 300, "heartbeat": 300}
+EXAMPLES = {"submit": 700, "rescore": 700, "release": 400, "complete": 300, "fail": 300, "heartbeat": 300}
 
 
 @pytest.mark.parametrize("name", scripts.names())
