@@ -54,9 +54,11 @@ def reap(ctx: Context, batch: int = 500) -> ReapReport:
 def exact_definition(tq_def: str, largest: Largest | None) -> str:
     """A task queue's canonical definition with its bucketed consumables replaced by the largest exact values
     of the jobs it holds (the definition itself when no job entered it since it was last empty)."""
+    values = json.loads(tq_def)
+    if not isinstance(values, dict):
+        raise ValueError(f"not a JSON object: {tq_def!r}")
     if largest is None:
         return tq_def
-    values = json.loads(tq_def)
     values.update(cpu=largest.cpu, mem=largest.mem, tmp=largest.tmp)
     if "wall" in values and largest.wall:
         values["wall"] = largest.wall
@@ -76,8 +78,12 @@ def refresh_pools(ctx: Context) -> int:
     definitions = ctx.store.tq_definitions()
     largest = ctx.store.tq_largest(sorted(definitions))
     for tq_id, definition in definitions.items():
-        queues = pool_of_definition(ctx.catalog, exact_definition(definition, largest.get(tq_id)),
-                                    vo=ctx.settings.vo)
+        try:
+            exact = exact_definition(definition, largest.get(tq_id))
+        except ValueError:
+            log.warning("task queue %s: its definition cannot be read (%r): pool left as it is", tq_id, definition)
+            continue
+        queues = pool_of_definition(ctx.catalog, exact, vo=ctx.settings.vo)
         added, removed = ctx.store.refresh_pool(tq_id, queues)
         if added or removed:
             log.info("task queue %s: pool %+d/-%d queues", tq_id, added, removed)

@@ -386,10 +386,19 @@ class Store:
         return Job.from_record(raw, job)
 
     def jobs(self, ids: Sequence[str]) -> list[Job]:
+        """The jobs of ``ids`` that exist; one whose record cannot be read is left out with a warning (it is
+        parked, or will be: see :meth:`parked`), so one damaged record does not fail every view of its request."""
         if not ids:
             return []
         raws = self.client.hmget(self.keys.jobs, list(ids))
-        return [Job.from_record(raw, job) for job, raw in zip(ids, raws, strict=True) if raw]
+        out = []
+        for job, raw in zip(ids, raws, strict=True):
+            if raw:
+                try:
+                    out.append(Job.from_record(raw, job))
+                except (ValueError, KeyError, TypeError) as exc:
+                    log.warning("job %s: its record cannot be read (%s): left out", job, exc)
+        return out
 
     def task_queue(self, tq_id: str) -> list[tuple[str, float]]:
         """Members (job ids) of one task queue with their scores, most urgent first."""
@@ -420,8 +429,11 @@ class Store:
         out = []
         for tq, members in zip(tqs, pipe.execute(), strict=True):
             for member, score in members:
-                job, cpu, mem, tmp, ete = _text(member).split(":")
-                out.append((tq, job, int(cpu), int(mem), int(tmp), float(ete), float(score)))
+                try:
+                    job, cpu, mem, tmp, ete = _text(member).split(":")
+                    out.append((tq, job, int(cpu), int(mem), int(tmp), float(ete), float(score)))
+                except ValueError:
+                    continue  # a member that cannot be read: the next match that meets it parks it
         return out
 
     def pilot_records(self, max_age: float | None = None) -> dict[str, dict[str, Any]]:

@@ -14,7 +14,10 @@ from matcher import periodic
 from matcher.context import Context
 from matcher.explain import explain, render_explanation
 from matcher.operator_commands import _snapshot
+from matcher.repressure import repressure
 from matcher.settings import Settings
+from matcher.status import requests_status
+from matcher.submission import JobSpec, Submitter
 from taskqueues.catalog import Catalog
 from taskqueues.records import JobState, PilotOffer
 from taskqueues.store import Store
@@ -146,3 +149,26 @@ def test_cancel_clears_a_parked_job(store: Store) -> None:
     assert store.cancel(bad) == "ended"
     assert store.parked() == {}
     assert text(store.client.hget(store.keys.jobs, bad)).count('"cancelled"') == 1
+
+
+def test_the_other_views_survive_what_cannot_be_read(store: Store, tmp_path: Path,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """Status, the director's demand, re-pressure and the pool refresh go on past a damaged record, member or
+    definition (each used to fail on it, for every request, queue or task queue)."""
+    catalog = Catalog.loads(TWO_SITES)
+    ctx = Context(Settings(state_dir=str(tmp_path)))
+    ctx.__dict__.update(store=store, catalog=catalog)
+    ids = Submitter(store, catalog, clock=store.clock, capacity=lambda: 1e6).submit(
+        [JobSpec("a", "true", {"Platform": "EL9"}), JobSpec("b", "true", {"Platform": "EL9"}, deps=("a",))]).ids
+    store.client.hset(store.keys.jobs, ids["b"], "{garbage")
+    tq = store.job(ids["a"]).tq_id
+    store.client.zadd(store.keys.tq(tq), {"junk": 1e9})
+    store.client.hset(store.keys.tqdefs, "broken", "{not json")
+    (status,) = requests_status(store)
+    assert status.states == {"waiting": 1}
+    assert [row[1] for row in store.waiting_heads(QA)] == [ids["a"]]
+    repressure(store)
+    with caplog.at_level(logging.WARNING, logger="matcher.periodic"):
+        periodic.refresh_pools(ctx)
+    assert any("task queue broken: its definition cannot be read" in r.getMessage() for r in caplog.records)
+    assert store.pool(tq) == {QA}
