@@ -232,3 +232,12 @@ def test_a_dependency_named_twice_is_one_edge_but_a_dependent_twice_is_refused(a
     assert store.job(b).deps == (a, a) and store.job(b).pending == 1
     with pytest.raises(StoreError, match=r"jobs\[0\]\.dl: names job 1 twice"):
         store.submit([job("a", dependents=(1, 1)), job("b", pending=1)])
+
+
+def test_a_releasing_job_cancelled_leaves_the_releasing_set(world: tuple[Store, Population, dict[str, Call]]) -> None:
+    """Found by the fuzz: the cancelled job stayed in the releasing set, and every sweep read it again."""
+    store, pop, _ = world
+    assert store.cancel(pop.releasing) == "ended"
+    assert store.job(pop.releasing).state is JobState.CANCELLED
+    assert store.releasing() == []
+    check_store(store)

@@ -412,6 +412,7 @@ end
 -- dep-failed with the reason. Only blocked or releasing dependents can exist below an unfinished job.
 local function finish(jobs, releasing, rec, state, reason, now)
   add_work(string.match(jobs, '^(.*)jobs$'), -work_of(rec))
+  if rec.s == 'releasing' then redis.call('ZREM', releasing, rec.id) end -- else it is swept for ever
   rec.s = state
   rec.why = reason
   rec.te = now
