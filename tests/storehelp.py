@@ -92,6 +92,7 @@ class Population:
     blocked: str   # D, task queue "c", waiting for X
     releasing: str  # E, deferred, released by the completion of Y
     done: str      # Y
+    delayed: str   # Z, task queue "z": its lease expired, back in its task queue after a back-off
 
 
 PILOT = "p1"
@@ -100,18 +101,27 @@ OFFER = PilotOffer(PILOT, QUEUE, 8, 10_000, 10_000)
 
 
 def populate(store: Store) -> Population:
-    """Jobs in every state (see :class:`Population`), task queues emptied by them marked, a lock held."""
-    a1, a2, x, d, y, e = store.submit([
+    """Jobs in every state (see :class:`Population`), task queues emptied by them marked, a kill request
+    pending for the running job, a lock held. The store's clock must be a :class:`FakeClock` (it moves 31 s)."""
+    clock = store.clock
+    assert isinstance(clock, FakeClock)
+    a1, a2, x, d, y, e, z = store.submit([
         job("a", score=1, rule="r", key="k1", ete=60), job("a", score=5, ete=60),
         job("b", score=2, dependents=(3,)), job("c", pending=1),
-        job("d", score=3, dependents=(5,)), job("e", pending=1, deferred='{"deferred": {}}')])
-    for want in (a1, x, y):
+        job("d", score=3, dependents=(5,)), job("e", pending=1, deferred='{"deferred": {}}'),
+        job("z", score=4, cpu=2)])
+    for want in (a1, x, y, z):
         (m,) = store.match(OFFER)
         assert m.id == want, (m.id, want)
     store.start(x, 1, PILOT)
     assert store.complete(y, 1, PILOT, RunResult(wall=5)) == [e]
+    clock.now += 20
+    store.heartbeat(PILOT, {a1: 1, x: 1})  # z's pilot never reports: its lease expires first
+    clock.now += 11
+    assert store.requeue_expired() == (1, 0, 0)
+    assert store.kill(x, "by the operator") == "requested"
     store.client.set(store.keys.lock("beat"), "token-1", px=600_000)
-    return Population(waiting=a2, matched=a1, running=x, blocked=d, releasing=e, done=y)
+    return Population(waiting=a2, matched=a1, running=x, blocked=d, releasing=e, done=y, delayed=z)
 
 
 Call = tuple[list[str], list[Any]]

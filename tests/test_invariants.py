@@ -53,6 +53,8 @@ DAMAGE: list[tuple[str, Damage]] = [
     ("misplaced", lambda s, p: s.client.zadd(s.keys.delayed, {p.running: 1})),
     ("kill-of-unleased", lambda s, p: s.client.hset(s.keys.kills, p.waiting, "why")),
     ("releasing-misplaced", lambda s, p: s.client.zrem(s.keys.releasing, p.releasing)),
+    ("waiting-misplaced", lambda s, p: s.client.zrem(s.keys.delayed, p.delayed)),
+    ("kill-of-unleased", lambda s, p: s.client.hset(s.keys.kills, p.delayed, "why")),
     ("largest-below-member", lambda s, p: s.client.hset(s.keys.tqmax, "a", "0:0:0:0")),
     ("queue-without-definition", lambda s, p: s.client.hdel(s.keys.tqdefs, "a")),
     ("queue-without-pool", lambda s, p: s.client.zrem(s.keys.poolstamp, "a")),
