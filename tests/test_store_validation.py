@@ -241,3 +241,13 @@ def test_a_releasing_job_cancelled_leaves_the_releasing_set(world: tuple[Store, 
     assert store.job(pop.releasing).state is JobState.CANCELLED
     assert store.releasing() == []
     check_store(store)
+
+
+def test_a_member_need_of_minus_zero_is_written_as_zero(world: tuple[Store, Population, dict[str, Call]]) -> None:
+    """Found by the fuzz: rescore wrote "-0" into a member, which nothing reads back as a member."""
+    store, pop, calls = world
+    keys, args = calls["rescore"]
+    store._scripts["rescore"](keys=keys, args=edit_json(args, 1, lambda b: b["jobs"][0].update(me=-0.0)))
+    assert store.task_queue("a") == [(pop.waiting, 1.5)]
+    assert store.client.zrange(store.keys.tq("a"), 0, -1) == [f"{pop.waiting}:1:100:0:0".encode()]
+    check_store(store)

@@ -66,7 +66,7 @@ for i, j in ipairs(payload.jobs) do
     rec.pr, rec.e, rec.sc = j.pr, j.e, j.sc
     local newm = rec.m
     local head = rec.m and string.match(rec.m, '^(.*):[^:]*$')
-    if head then newm = head .. ':' .. j.me end
+    if head then newm = head .. ':' .. string.format('%d', j.me) end -- a whole number (-0 too, as 0)
     if rec.s == 'waiting' then
       local key = base .. 't:' .. rec.t
       if redis.call('ZSCORE', key, rec.m) then
