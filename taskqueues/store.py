@@ -456,9 +456,11 @@ class Store:
         values = self.client.hmget(self.keys.tqmax, list(tq_ids)) if tq_ids else []
         out: dict[str, Largest] = {}
         for tq, raw in zip(tq_ids, values, strict=True):
-            if raw is not None:
+            try:
                 cpu, mem, tmp, wall = (int(float(x)) for x in _text(raw).split(":"))
-                out[tq] = Largest(cpu, mem, tmp, wall)
+            except (ValueError, OverflowError):
+                continue  # none, or damaged: the refresh judges that task queue on its definition
+            out[tq] = Largest(cpu, mem, tmp, wall)
         return out
 
     def parked(self, ids: Sequence[str] | None = None) -> dict[str, Parked]:
@@ -470,9 +472,6 @@ class Store:
             raw = {i: v for i, v in zip(ids, self.client.hmget(self.keys.parked, list(ids)) if ids else [],
                                         strict=True) if v is not None}
         return {job: Parked.from_entry(job, value) for job, value in raw.items()}
-
-    def parked_count(self) -> int:
-        return int(self.client.hlen(self.keys.parked))
 
     def newly_parked(self) -> list[Parked]:
         """Jobs parked since the last call (in any process): the cursor hash's ``parked`` field holds the
