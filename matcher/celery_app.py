@@ -110,7 +110,8 @@ def reap() -> dict[str, int]:
     report = _periodic(periodic.reap, None)
     if report is None:
         return {}
-    return {"requeued": report.requeued, "failed": report.failed, "restored": report.restored}
+    return {"requeued": report.requeued, "failed": report.failed, "restored": report.restored,
+            "parked": report.parked}
 
 
 @app.task(name="pilotfish.refresh_pools")  # type: ignore[untyped-decorator,misc,unused-ignore]

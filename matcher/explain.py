@@ -1,6 +1,8 @@
 """Why is this job still waiting? One call that looks where a person would look, and says it in a line.
 
-In order: the job's state (only a waiting job can be matched); its place in its task queue (a pilot
+In order: whether a script parked the job (its task-queue member or its record could not be read: it
+waits for an operator, outside every task queue); the job's state (only a waiting job can be matched); its
+place in its task queue (a pilot
 only ever takes the head); the queues it is eligible for (the stored SubmitPool) and, for the others,
 the catalog's reason; then every live pilot (a heartbeat within 3 leases, and not stopped: the others are
 only counted) and what stopped it: its queue is not eligible, it is draining, a resource is short, or more
@@ -22,7 +24,7 @@ from typing import Any
 
 from taskqueues.catalog import Catalog
 from taskqueues.errors import PilotfishError
-from taskqueues.records import Job, JobState, time_needed
+from taskqueues.records import Job, JobState, Parked, time_needed
 from taskqueues.records import text as _text
 from taskqueues.requirements import Requirements
 from taskqueues.store import Store
@@ -75,6 +77,8 @@ class Explanation:
     """Pilots in the pilots hash not listed: no heartbeat within the liveness window, or stopped."""
     window: float = 0.0
     """The liveness window, seconds (3 leases)."""
+    parked: str | None = None
+    """Why a script parked the job (its member or record could not be read), None when it is not parked."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -179,7 +183,17 @@ def _heads_ahead(store: Store, queue: str, job: Job, score: float, rec: dict[str
 def explain(store: Store, catalog: Catalog, job_id: str, *, now: float | None = None) -> Explanation:
     """Why job ``job_id`` is (or is not) waiting; NotFound if there is no such job."""
     now = store.clock() if now is None else now
-    job = store.job(job_id)
+    parked = store.parked([job_id]).get(job_id)
+    try:
+        job = store.job(job_id)
+    except PilotfishError:
+        if parked is None:
+            raise
+        return _unreadable(job_id, parked)
+    except (ValueError, KeyError, TypeError) as exc:
+        if parked is None:
+            raise PilotfishError(f"job {job_id}: its record cannot be read ({exc})") from None
+        return _unreadable(job_id, parked)
     rec = _raw(store, job_id)
     member = job_id + str(rec["mt"]) if rec.get("mt") else ""  # the task-queue member (records keep its tail)
     need = float(member.rsplit(":", 1)[1]) if member.count(":") == 4 else \
@@ -194,8 +208,12 @@ def explain(store: Store, catalog: Catalog, job_id: str, *, now: float | None = 
     base = Explanation(job=job.id, name=job.name, state=job.state.value, request=job.request, reason=job.reason,
                        task_queue=job.tq_id, score=job.score, ete=job.ete, cpu=job.cpu, mem=job.mem, tmp=job.tmp,
                        position=rank, queue_length=int(length), eligible=eligible,
-                       ineligible=_ineligible(store, catalog, job, set(eligible)) if job.tq_id else {})
+                       ineligible=_ineligible(store, catalog, job, set(eligible)) if job.tq_id else {},
+                       parked=_parked(parked))
 
+    if job.state is JobState.WAITING and rank is None and delayed is None and parked is not None:
+        return _with(base, verdict=f"parked: {parked.reason}; it waits outside its task queue for an operator "
+                                   f"(repair its record, or cancel it)")
     if job.state is not JobState.WAITING:
         return _with(base, verdict=_not_waiting(store, job))
     if rank is None:
@@ -247,6 +265,23 @@ def explain(store: Store, catalog: Catalog, job_id: str, *, now: float | None = 
     return _with(base, pilots=fits, verdict=_verdict(fits, int(rank)), skipped=max(0, skipped), window=window)
 
 
+def _parked(parked: Parked | None) -> str | None:
+    if parked is None:
+        return None
+    where = f" from task queue {parked.task_queue}" if parked.task_queue else ""
+    member = f" (member {parked.member!r})" if parked.member else ""
+    return f"{parked.reason}; taken out{where}{member}"
+
+
+def _unreadable(job_id: str, parked: Parked) -> Explanation:
+    """A parked job whose record cannot be read: only the parked entry is known."""
+    return Explanation(job=job_id, name="", state="unreadable", request="", reason=None, task_queue=parked.task_queue,
+                       score=0.0, ete=0.0, cpu=0, mem=0, tmp=0, position=None, queue_length=0, eligible=[],
+                       ineligible={}, parked=_parked(parked),
+                       verdict=f"parked: {parked.reason}; its record cannot be read: an operator must repair "
+                               f"or delete it")
+
+
 def _with(base: Explanation, **changes: Any) -> Explanation:
     return Explanation(**{**asdict(base), "pilots": base.pilots, **changes})
 
@@ -287,9 +322,11 @@ def render_explanation(e: Explanation, now: float | None = None) -> list[str]:
     """Human lines for :class:`Explanation`."""
     now = time.time() if now is None else now
     lines = [f"job {e.job}{f' {e.name!r}' if e.name else ''} of request {e.request or '-'}: {e.state}"
-             + (f" ({e.reason})" if e.reason else ""),
-             f"  needs cpu {e.cpu}, mem {e.mem} MB, tmp {e.tmp} MB, estimated {e.ete:g} s; "
-             f"score {e.score:.0f} (should start {'now' if e.score <= now else f'in {e.score - now:.0f} s'})"]
+             + (f" ({e.reason})" if e.reason else "")]
+    if e.parked:
+        lines.append(f"  parked: {e.parked}")
+    lines.append(f"  needs cpu {e.cpu}, mem {e.mem} MB, tmp {e.tmp} MB, estimated {e.ete:g} s; "
+                 f"score {e.score:.0f} (should start {'now' if e.score <= now else f'in {e.score - now:.0f} s'})")
     if e.task_queue:
         where = "not in it" if e.position is None else f"position {e.position} of {e.queue_length}"
         lines.append(f"  task queue {e.task_queue}: {where}")

@@ -23,6 +23,7 @@ from .explain import render_explanation
 from .status import (
     EXAMPLES,
     find_request,
+    render_parked,
     render_requests,
     render_task_queues,
     request_status,
@@ -43,8 +44,13 @@ def _snapshot(store: Store, request: str | None) -> tuple[dict[str, Any], list[s
         return one.to_json(), render_requests([one], now), one.final
     everything = requests_status(store)
     queues = task_queues(store)
-    doc = {"requests": [s.to_json() for s in everything], "task_queues": [q.to_json() for q in queues]}
+    parked = list(store.parked().values())
+    doc: dict[str, Any] = {"requests": [s.to_json() for s in everything], "task_queues": [q.to_json() for q in queues]}
+    if parked:
+        doc["parked"] = len(parked)
     lines = [*render_requests(everything, now), "", *render_task_queues(queues, now)]
+    if parked:
+        lines += ["", *render_parked(parked)]
     return doc, lines, all(s.final for s in everything)
 
 

@@ -80,6 +80,18 @@ class Report:
     records_read: int = 0
 
 
+def _readable(raw: bytes | str | None) -> Record | None:
+    """A stored record, or None when there is none or it cannot be read (a damaged record is left alone: the
+    scripts park it)."""
+    if not raw:
+        return None
+    try:
+        rec = json.loads(raw)
+    except ValueError:
+        return None
+    return rec if isinstance(rec, dict) and isinstance(rec.get("s"), str) else None
+
+
 class _Records:
     """Job records fetched on demand and cached for one run (None for an id with no record)."""
 
@@ -96,7 +108,7 @@ class _Records:
             raws = self.client.hmget(self.key, chunk)
             self.read += len(chunk)
             for job, raw in zip(chunk, raws, strict=True):
-                self.cache[job] = json.loads(raw) if raw else None
+                self.cache[job] = _readable(raw)
 
     def get(self, job: str) -> Record | None:
         if job not in self.cache:

@@ -14,11 +14,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from taskqueues.errors import NotFound
-from taskqueues.records import Job, JobState
+from taskqueues.records import Job, JobState, Parked
 from taskqueues.store import Store
 
-__all__ = ["RequestStatus", "TaskQueueStatus", "find_request", "render_requests", "render_task_queues",
-           "request_status", "requests_status", "task_queues"]
+__all__ = ["RequestStatus", "TaskQueueStatus", "find_request", "render_parked", "render_requests",
+           "render_task_queues", "request_status", "requests_status", "task_queues"]
 
 STATE_ORDER = [s.value for s in JobState]
 
@@ -180,4 +180,17 @@ def render_task_queues(queues: Sequence[TaskQueueStatus], now: float) -> list[st
         lines.append(f"task queue {q.id}: {q.waiting} waiting, {head}")
         lines.append(f"  requirements {reqs}")
         lines.append(f"  eligible queues: {', '.join(q.queues) or 'none'}")
+    return lines
+
+
+def render_parked(parked: Sequence[Parked], shown: int = 10) -> list[str]:
+    """Human lines for the parked jobs (none when there are none): how many, and the first few."""
+    if not parked:
+        return []
+    lines = [f"{len(parked)} jobs parked (a task-queue member or record could not be read; they wait for an "
+             f"operator, outside every task queue): see pilotfish explain <job>"]
+    for p in sorted(parked, key=lambda p: (p.at, p.job))[:shown]:
+        lines.append(f"  job {p.job}: {p.reason}" + (f" (task queue {p.task_queue})" if p.task_queue else ""))
+    if len(parked) > shown:
+        lines.append(f"  ... and {len(parked) - shown} more")
     return lines

@@ -190,11 +190,12 @@ def _with_options(queues: list[Queue], options: str | None, job: str) -> list[Qu
 
 
 def pool_of_definition(catalog: Catalog, tq_def: str, *, vo: str) -> list[str]:
-    """The queues eligible for a task queue, from its stored canonical form (the periodic pool refresh).
+    """The queues eligible for a task queue, from a canonical form (the periodic pool refresh).
 
-    The canonical form holds bucketed consumables, so this is the conservative answer for every job of
-    the task queue; a class no queue can run any more gets an empty pool (its jobs wait, and
-    ``pilotfish explain`` says why).
+    The stored canonical form holds bucketed consumables; the refresh gives it the largest exact values of
+    the jobs the task queue holds instead (:func:`matcher.periodic.exact_definition`), so that no queue
+    that holds every one of them is dropped. A class no queue can run any more gets an empty pool (its
+    jobs wait, and ``pilotfish explain`` says why).
     """
     values = json.loads(tq_def)
     hint = values.pop(INSTANCE_TYPE, None)

@@ -49,6 +49,9 @@ def client_url(client: redis.Redis) -> str:
     return f"{scheme}://{user}{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{kw.get('db', 0)}"
 
 
+#: How a store script refuses a call it finds malformed: "<script>: ARGV[3] (back-off): wants ..." (_lib.lua).
+_REFUSAL = re.compile(r"^(\w+): ((?:ARGV|KEYS)\b.*)$", re.S)
+
 _CONNECTING = re.compile(r"^Error -?\d+ connecting to \S+?\.?\s+(.*?)\.?$")
 
 
@@ -72,6 +75,9 @@ def converted(exc: redis.RedisError, where: str, operation: str) -> StoreError:
         return StoreUnavailable(f"cannot reach Redis at {where} ({_reason(exc)}){while_}")
     if isinstance(exc, redis.ResponseError) and str(exc).startswith(("NOAUTH", "WRONGPASS", "NOPERM")):
         return StoreAccessDenied(f"Redis at {where} refused this operation ({_reason(exc)}){while_}")
+    refusal = _REFUSAL.match(str(exc))
+    if isinstance(exc, redis.ResponseError) and refusal:  # a script's own check of its arguments (_lib.lua)
+        return StoreError(f"script {refusal[1]} refused the call: {refusal[2]}")
     return StoreError(f"Redis at {where} answered an error ({_reason(exc)}){while_}")
 
 

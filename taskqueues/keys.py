@@ -11,6 +11,8 @@ rewrite. ``tests/test_keys.py`` checks it for every key builder.
 | ``P:{vo}:t:<tq>`` | zset | one task queue: member ``id:cpu:mem:tmp:need`` (``records.time_needed``), score = urgency |
 | ``P:{vo}:tqdefs`` | hash | task-queue id → canonical requirements (JSON) |
 | ``P:{vo}:tqempty`` | zset | task-queue id → time it became empty (cleaned after a grace period) |
+| ``P:{vo}:tqmax`` | hash | task-queue id → ``cpu:mem:tmp:wall``: the largest exact values of the jobs that entered it
+since it was last empty (what the SubmitPool refresh judges eligibility on) |
 | ``P:{vo}:pool:<tq>`` | set | SubmitPool: catalog queues eligible for a task queue |
 | ``P:{vo}:poolstamp`` | zset | task-queue id → time its SubmitPool was last computed |
 | ``P:{vo}:qh:<queue>`` | zset | heads index of a catalog queue: task-queue id → head score (never above the real one) |
@@ -19,6 +21,8 @@ rewrite. ``tests/test_keys.py`` checks it for every key builder.
 | ``P:{vo}:leases`` | zset | job id → lease expiry (unix seconds) |
 | ``P:{vo}:delayed`` | zset | job id → time a requeued job may be matched again (back-off) |
 | ``P:{vo}:kills`` | hash | job id → reason of a pending kill request |
+| ``P:{vo}:parked`` | hash | job id → ``{"why", "t", "m", "at"}`` (JSON): taken out of its task queue because its
+member or record could not be read (by match, or by reap for a leased or delayed job) |
 | ``P:{vo}:releasing`` | zset | job id → time released, waiting for the caller to evaluate its requirements |
 | ``P:{vo}:donelog`` | zset | job id → end time of successful jobs (ETE learning, re-pressure) |
 | ``P:{vo}:requests`` | hash | request id → request record (JSON) |
@@ -98,6 +102,10 @@ class Keys:
         return f"{self.base}:pool:"
 
     @property
+    def tqmax(self) -> str:
+        return f"{self.base}:tqmax"
+
+    @property
     def poolstamp(self) -> str:
         return f"{self.base}:poolstamp"
 
@@ -127,6 +135,10 @@ class Keys:
     @property
     def kills(self) -> str:
         return f"{self.base}:kills"
+
+    @property
+    def parked(self) -> str:
+        return f"{self.base}:parked"
 
     @property
     def releasing(self) -> str:

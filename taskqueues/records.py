@@ -292,6 +292,43 @@ def _json_object(text: object) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class Parked:
+    """A job taken out of its task queue (match.lua) or its lease or back-off (reap.lua) because its
+    task-queue member or its record could not be read: it waits for an operator (see ``keys.parked``)."""
+
+    job: str
+    reason: str
+    task_queue: str = ""
+    member: str = ""
+    at: float = 0.0
+
+    @classmethod
+    def from_entry(cls, job: str, raw: str | bytes) -> Parked:
+        """The parked entry stored as ``raw`` for ``job`` (an entry that is not what the scripts write
+        reads as its own text)."""
+        try:
+            entry = json.loads(raw)
+        except ValueError:
+            entry = None
+        if not isinstance(entry, dict):
+            return cls(job, f"unreadable parked entry {text(raw)!r}")
+        at = entry.get("at")
+        return cls(job, str(entry.get("why", "")), str(entry.get("t", "")), str(entry.get("m", "")),
+                   float(at) if isinstance(at, int | float) else 0.0)
+
+
+@dataclass(frozen=True)
+class Largest:
+    """The largest exact consumables of the jobs that entered a task queue since it was last empty
+    (``wall`` 0 when none gave one): what the pool refresh judges a queue's eligibility on."""
+
+    cpu: int
+    mem: int
+    tmp: int
+    wall: int
+
+
+@dataclass(frozen=True)
 class PilotOffer:
     """What a pilot has free when it asks for work, and which catalog queue it runs in."""
 

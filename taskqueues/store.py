@@ -12,6 +12,7 @@ puts them in the slot of its declared keys (see its header).
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -34,7 +35,9 @@ from .records import (
     Job,
     JobState,
     JobUsage,
+    Largest,
     NewJob,
+    Parked,
     PilotOffer,
     RunResult,
 )
@@ -43,6 +46,11 @@ from .records import text as _text
 _MAX_KEY_ROUNDS = 16
 #: Fields of the cursor hash: the server run the reaper last saw, and until when leases are not requeued.
 _RUN_ID, _GRACE = "reap:run", "reap:grace"
+
+#: Field of the cursor hash: when the last job reported by :meth:`Store.newly_parked` was parked.
+PARKED_CURSOR = "parked"
+
+log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 
@@ -75,9 +83,10 @@ class Store:
         self._scripts: dict[str, Script] = scripts.register(client)
         self._base = self.keys.base + ":"
         self._match_calls: dict[str, PackedCall] = {}
-        # The heads and floor hashes, which every script that moves task-queue members keeps exact: declared
-        # up front (a script that found them undeclared would answer needkeys: one more round trip).
-        self.floors = [self.keys.heads, self.keys.qfloor]
+        # The heads, floor, emptied and largest-values hashes, which every script that moves task-queue members
+        # keeps exact: declared up front (a script that found them undeclared would answer needkeys: one more
+        # round trip).
+        self.floors = [self.keys.heads, self.keys.qfloor, self.keys.tqempty, self.keys.tqmax]
         self._line = HotLine.of(client)
 
     @classmethod
@@ -157,7 +166,8 @@ class Store:
         if call is None:
             k = self.keys
             call = PackedCall(self._line, self._scripts["match"],
-                              [k.jobs, k.qheads(queue), k.leases, k.tqempty, k.heads, k.qfloor], n_args=9)
+                              [k.jobs, k.qheads(queue), k.leases, k.tqempty, k.heads, k.qfloor, k.parked],
+                              n_args=9)
             self._match_calls[queue] = call
         return call
 
@@ -169,8 +179,19 @@ class Store:
 
     @staticmethod
     def matched(reply: list[Any]) -> list[Job]:
-        """The jobs a match reply leased."""
-        return [Job.from_record(reply[i], _text(reply[i - 1])) for i in range(1, len(reply), 2)]
+        """The jobs a match reply leased.
+
+        A record that Python cannot read (match.lua checks its form, not every field's value) is left out:
+        its lease expires unrenewed and the reaper parks it, while the pilot runs the others.
+        """
+        jobs = []
+        for i in range(1, len(reply), 2):
+            try:
+                jobs.append(Job.from_record(reply[i], _text(reply[i - 1])))
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning("job %s leased with a record that cannot be read (%s): left to the reaper",
+                            _text(reply[i - 1]), exc)
+        return jobs
 
     def match(self, offer: PilotOffer, max_jobs: int = 1) -> list[Job]:
         """Lease to the pilot the most urgent task-queue heads that fit, most urgent first.
@@ -289,7 +310,7 @@ class Store:
             now = self.clock()
             cutoff = self._lease_cutoff(now)
             due = self.client.zrangebyscore(k.delayed, "-inf", now, start=0, num=batch)
-            extra = [k.work, *self.floors, *self.pool_keys(self._tq_of(due))]
+            extra = [k.work, k.parked, *self.floors, *self.pool_keys(self._tq_of(due))]
             reply = self.call_script("reap", [k.jobs, k.leases, k.delayed, k.kills, k.tqempty, k.releasing],
                                      [self._base, now, self.backoff, batch, cutoff], extra)
             counts = int(reply[1]), int(reply[2]), int(reply[3])
@@ -324,7 +345,15 @@ class Store:
         if not ids:
             return []
         raws = self.client.hmget(self.keys.jobs, [_text(i) for i in ids])
-        return [json.loads(raw)["t"] for raw in raws if raw]
+        out = []
+        for raw in raws:
+            try:
+                tq = json.loads(raw)["t"] if raw else None
+            except (ValueError, KeyError, TypeError):
+                tq = None  # unreadable: reap.lua parks it
+            if isinstance(tq, str) and tq:
+                out.append(tq)
+        return out
 
     @guarded("cancelling a job")
     def cancel(self, job: str, reason: str = "cancelled by user", *, kill: bool = False) -> str:
@@ -332,7 +361,7 @@ class Store:
         k = self.keys
         reply = self.call_script("cancel", [k.jobs, k.kills, k.delayed, k.releasing],
                                  [self._base, job, "kill" if kill else "cancel", reason, self.clock()],
-                                 [k.work, *self.floors])
+                                 [k.work, k.parked, *self.floors])
         if _text(reply[0]) == "unknown":
             raise NotFound(f"no job {job!r}")
         return _text(reply[0])
@@ -343,7 +372,7 @@ class Store:
     @guarded("refreshing a SubmitPool")
     def refresh_pool(self, tq_id: str, queues: Sequence[str]) -> tuple[int, int]:
         """Replace the SubmitPool of one task queue; returns (queues added, queues removed)."""
-        extra = self.pool_keys([tq_id]) + [self.keys.qheads(q) for q in queues] + self.floors
+        extra = self.pool_keys([tq_id]) + [self.keys.qheads(q) for q in queues] + self.floors + [self.keys.tqdefs]
         reply = self.call_script("refresh_pool", [self.keys.poolstamp], [self._base, tq_id, self.clock(), *queues],
                                  extra)
         return int(reply[1]), int(reply[2])
@@ -420,10 +449,19 @@ class Store:
 
     @guarded("reading jobs")
     def jobs(self, ids: Sequence[str]) -> list[Job]:
+        """The jobs of ``ids`` that exist; one whose record cannot be read is left out with a warning (it is
+        parked, or will be: see :meth:`parked`), so one damaged record does not fail every view of its request."""
         if not ids:
             return []
         raws = self.client.hmget(self.keys.jobs, list(ids))
-        return [Job.from_record(raw, job) for job, raw in zip(ids, raws, strict=True) if raw]
+        out = []
+        for job, raw in zip(ids, raws, strict=True):
+            if raw:
+                try:
+                    out.append(Job.from_record(raw, job))
+                except (ValueError, KeyError, TypeError) as exc:
+                    log.warning("job %s: its record cannot be read (%s): left out", job, exc)
+        return out
 
     @guarded("reading a task queue")
     def task_queue(self, tq_id: str) -> list[tuple[str, float]]:
@@ -460,8 +498,11 @@ class Store:
         out = []
         for tq, members in zip(tqs, pipe.execute(), strict=True):
             for member, score in members:
-                job, cpu, mem, tmp, need = _text(member).split(":")
-                out.append((tq, job, int(cpu), int(mem), int(tmp), float(need), float(score)))
+                try:
+                    job, cpu, mem, tmp, need = _text(member).split(":")
+                    out.append((tq, job, int(cpu), int(mem), int(tmp), float(need), float(score)))
+                except ValueError:
+                    continue  # a member that cannot be read: the next match that meets it parks it
         return out
 
     @guarded("reading the pilots")
@@ -479,3 +520,35 @@ class Store:
     @guarded("reading the releasing jobs")
     def releasing(self, limit: int = 500) -> list[str]:
         return [_text(x) for x in self.client.zrange(self.keys.releasing, 0, limit - 1)]
+
+    def tq_largest(self, tq_ids: Sequence[str]) -> dict[str, Largest]:
+        """The largest exact cpu, mem, tmp and wall of the jobs that entered each task queue since it was
+        last empty, as the scripts keep them (task queues no job entered yet are left out)."""
+        values = self.client.hmget(self.keys.tqmax, list(tq_ids)) if tq_ids else []
+        out: dict[str, Largest] = {}
+        for tq, raw in zip(tq_ids, values, strict=True):
+            try:
+                cpu, mem, tmp, wall = (int(float(x)) for x in _text(raw).split(":"))
+            except (ValueError, OverflowError):
+                continue  # none, or damaged: the refresh judges that task queue on its definition
+            out[tq] = Largest(cpu, mem, tmp, wall)
+        return out
+
+    def parked(self, ids: Sequence[str] | None = None) -> dict[str, Parked]:
+        """Jobs taken out of their task queue because their member or record could not be read (all of
+        them, or those of ``ids``)."""
+        if ids is None:
+            raw = {_text(k): v for k, v in self.client.hgetall(self.keys.parked).items()}
+        else:
+            raw = {i: v for i, v in zip(ids, self.client.hmget(self.keys.parked, list(ids)) if ids else [],
+                                        strict=True) if v is not None}
+        return {job: Parked.from_entry(job, value) for job, value in raw.items()}
+
+    def newly_parked(self) -> list[Parked]:
+        """Jobs parked since the last call (in any process): the cursor hash's ``parked`` field holds the
+        time of the last one returned. Two concurrent callers may both return the same ones."""
+        seen = float(self.client.hget(self.keys.cursor, PARKED_CURSOR) or 0)
+        fresh = sorted((p for p in self.parked().values() if p.at > seen), key=lambda p: (p.at, p.job))
+        if fresh:
+            self.client.hset(self.keys.cursor, PARKED_CURSOR, repr(fresh[-1].at))
+        return fresh

@@ -28,7 +28,8 @@ def test_every_key_builder_carries_the_hash_tag() -> None:
     built = [keys.jobs, keys.seq, keys.tq("x"), keys.tqdefs, keys.tqempty, keys.pool("x"), keys.poolstamp,
              keys.qheads("a/b/c"), keys.leases, keys.delayed, keys.kills, keys.releasing, keys.donelog,
              keys.requests, keys.etekeys, keys.eterules, keys.byrule("r"), keys.cursor, keys.pilots, keys.pilotseen,
-             keys.heads, keys.qfloor, keys.wake, keys.pilot_channel("slurm-1@n1"), keys.stops]
+             keys.heads, keys.qfloor, keys.wake, keys.pilot_channel("slurm-1@n1"), keys.stops, keys.tqmax,
+             keys.parked]
     assert {key_slot(k.encode()) for k in built} == {key_slot(b"{lhcb}")}
     assert key_slot(Keys(vo="atlas").jobs.encode()) != key_slot(b"{lhcb}")
 

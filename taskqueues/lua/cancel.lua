@@ -6,13 +6,22 @@
 -- KEYS[2]  kills hash
 -- KEYS[3]  delayed zset
 -- KEYS[4]  releasing zset
--- KEYS[5..] the job's task queue, the heads and qfloor hashes (needed when it is waiting)
---           and the work counter
+-- KEYS[5..] the job's task queue, the heads, qfloor, tqempty and tqmax hashes (needed when it is waiting),
+--           the work counter and the parked hash (a job that ends leaves it)
 -- ARGV[1]  key base   ARGV[2] job id   ARGV[3] "cancel" | "kill"   ARGV[4] reason   ARGV[5] now
 -- Returns  {'ended', state} | {'requested', state} | {'final', state} | {'unknown'} | {'needkeys', key}
-local base, id, mode, reason, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
-declare_from(5)
+SCRIPT = 'cancel'
+local base = check_base({'jobs', 'kills', 'delayed', 'releasing'})
+check_count(5, true)
+local id = argv_text(2, 'job id', PATTERN.job, 64)
+local mode = ARGV[3]
+if mode ~= 'cancel' and mode ~= 'kill' then problem('ARGV[3] (mode)', 'wants cancel or kill, got ' .. shown(mode)) end
+local reason = argv_text(4, 'reason', nil, 4096)
+local now = argv_number(5, 'now', 0, MAX_TIME)
+if PROBLEM then return refused() end
+declare_keys()
 need(base .. 'work')
+need(base .. 'parked')
 local rec = load(KEYS[1], id)
 if not rec then return {'unknown'} end
 if rec.s == 'matched' or rec.s == 'running' then
@@ -25,13 +34,16 @@ if rec.s == 'waiting' or rec.s == 'blocked' or rec.s == 'releasing' then
   if rec.s == 'waiting' then
     need(base .. 't:' .. rec.t)
     need_heads(base)
-    local missing = needkeys()
-    if missing then return missing end
+  end
+  local missing = needkeys()
+  if missing then return missing end
+  if rec.s == 'waiting' then
     redis.call('ZREM', base .. 't:' .. rec.t, rec.m)
     redis.call('ZREM', KEYS[3], id)
     touched(rec.t, nil)
-    sync_heads(base)
+    sync_heads(base, now)
   end
+  redis.call('HDEL', base .. 'parked', id)
   finish(KEYS[1], KEYS[4], rec, 'cancelled', reason, now)
   return {'ended', 'cancelled'}
 end

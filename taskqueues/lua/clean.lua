@@ -3,12 +3,17 @@
 -- KEYS[1]  tqdefs hash
 -- KEYS[2]  tqempty zset
 -- KEYS[3]  poolstamp zset
--- KEYS[4..] task queues, pools and heads indexes of the candidates, the heads and qfloor hashes
+-- KEYS[4..] task queues, pools and heads indexes of the candidates, the heads, qfloor and tqmax hashes
 -- ARGV[1]  key base   ARGV[2] cutoff (empty since before this time)   ARGV[3] batch size
 -- Returns  {'ok', removed task-queue id...} or {'needkeys', key...}
-local base, cutoff, batch = ARGV[1], ARGV[2], tonumber(ARGV[3])
-declare_from(4)
-local cands = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', cutoff, 'LIMIT', 0, batch)
+SCRIPT = 'clean'
+local base = check_base({'tqdefs', 'tqempty', 'poolstamp'})
+check_count(3, true)
+local cutoff = argv_number(2, 'cutoff', -MAX_TIME, MAX_TIME)
+local batch = argv_number(3, 'batch size', 1, MAX_BATCH, true)
+if PROBLEM then return refused() end
+declare_keys()
+local cands = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', string.format('%.17g', cutoff), 'LIMIT', 0, batch)
 local pools = {}
 for _, tq in ipairs(cands) do pools[tq] = pool_of(base, tq) end
 need_heads(base)
@@ -22,6 +27,7 @@ for _, tq in ipairs(cands) do
     redis.call('DEL', base .. 'pool:' .. tq)
     redis.call('HDEL', KEYS[1], tq)
     redis.call('HDEL', base .. 'heads', tq)
+    redis.call('HDEL', base .. 'tqmax', tq)
     redis.call('ZREM', KEYS[3], tq)
     out[#out + 1] = tq
   end

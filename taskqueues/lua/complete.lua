@@ -10,13 +10,23 @@
 -- KEYS[7]  etekeys hash (job key -> last successful run time)
 -- KEYS[8]  eterules hash (rule -> "n mean": cumulative mean for 100 runs, then EMA with alpha 1/100,
 --          as taskqueues.ete.RuleStats.update; learnt here so each success counts exactly once)
--- KEYS[9..] the work counter, the heads and qfloor hashes; task queues, pools and heads indexes of
---           dependents released here
+-- KEYS[9..] the work counter, the heads, qfloor, tqempty and tqmax hashes; task queues, pools and heads
+--           indexes of dependents released here
 -- ARGV[1]  key base   ARGV[2] job id   ARGV[3] attempt   ARGV[4] pilot id   ARGV[5] now
--- ARGV[6]  result JSON {"x": exit, "w": wall s, "cpu": cpu s, "pm": peak MB, "o": outputs JSON string}
+-- ARGV[6]  result JSON {"x": exit, "w": wall s, "cpu": cpu s, "pm": peak MB, "o": outputs JSON string,
+--          "why": text, "st": started} (those fields only: they are copied onto the record)
 -- Returns  {'ok', released id...} or {'stale', reason} or {'needkeys', key...}
-local base, id, attempt, pilot, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
-declare_from(9)
+SCRIPT = 'complete'
+local base = check_base({'jobs', 'leases', 'kills', 'tqempty', 'releasing', 'donelog', 'etekeys', 'eterules'})
+check_count(6, true)
+local id = argv_text(2, 'job id', PATTERN.job, 64)
+local attempt = argv_number(3, 'attempt', 0, 1e9, true)
+local pilot = argv_text(4, 'pilot id', PATTERN.name, 256)
+local now = argv_number(5, 'now', 0, MAX_TIME)
+local result = check_json('ARGV[6] (result)', ARGV[6])
+check_fields('ARGV[6] (result)', result, RESULT)
+if PROBLEM then return refused() end
+declare_keys()
 local rec = load(KEYS[1], id)
 local bad = check_report(rec, id, attempt, {'matched', 'running'})
 if bad then return {'stale', bad} end
@@ -35,7 +45,6 @@ end
 local missing = needkeys()
 if missing then return missing end
 
-local result = cjson.decode(ARGV[6])
 add_work(base, -work_of(rec))
 rec.s = 'done'
 rec.te = now
@@ -61,7 +70,7 @@ local out = {'ok'}
 for _, d in ipairs(rec.dn or {}) do
   local drec = load(KEYS[1], d)
   if drec and drec.s == 'blocked' then
-    drec.nd = drec.nd - 1
+    drec.nd = (tonumber(drec.nd) or 1) - 1
     if drec.nd <= 0 then
       if drec.dx then
         drec.s = 'releasing'
@@ -74,6 +83,6 @@ for _, d in ipairs(rec.dn or {}) do
     save(KEYS[1], drec)
   end
 end
-sync_heads(base)
+sync_heads(base, now)
 wake(base)
 return out

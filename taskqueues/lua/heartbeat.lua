@@ -8,17 +8,44 @@
 -- ARGV[1]  pilot id
 -- ARGV[2]  now
 -- ARGV[3]  lease length (seconds)
--- ARGV[4]  pilot record JSON ("" = keep the stored one)
+-- ARGV[4]  pilot record JSON ("" = keep the stored one): an object; the fields operators and the control
+--          plane read (PILOT below) must have their types, others are kept as given
 -- ARGV[5..] job id, attempt, peak memory MB, CPU seconds, job id, ...: four per job; usage "" = not measured
 --          yet. Usage is stored on the record (pm, cpu) only for the job's current attempt on this pilot.
 -- Returns  {kills, lost}: kills = {id, reason, ...} to terminate; lost = {id, ...} no longer this pilot's
 --          (requeued after an expired lease, or finished): the pilot must stop them without reporting.
-local pilot, now, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+SCRIPT = 'heartbeat'
+base_of_jobs({'jobs', 'leases', 'kills', 'pilots', 'pilotseen'})
+check_count(4)
+if (#ARGV - 4) % 4 ~= 0 then problem('ARGV[5..]', 'wants four values per job, got ' .. (#ARGV - 4)) end
+local pilot = argv_text(1, 'pilot id', PATTERN.name, 256)
+local now = argv_number(2, 'now', 0, MAX_TIME)
+local lease = argv_number(3, 'lease length', 0, MAX_TIME)
+if lease <= 0 then problem('ARGV[3] (lease length)', 'wants a positive length, got ' .. shown(ARGV[3])) end
+if ARGV[4] ~= '' then
+  local PILOT = {name = 'scalar', queue = 'scalar', node = 'scalar', batch = 'scalar', batch_id = 'scalar', pid = 'count',
+                 cores = 'amount', mem = 'amount', tmp = 'amount', used_cpu = 'amount', used_mem = 'amount',
+                 used_tmp = 'amount', free_cpu = 'maybe-amount', free_mem = 'maybe-amount', free_tmp = 'maybe-amount',
+                 running = 'array', processed = 'count', started = 'time', time_left = 'maybe-amount',
+                 draining = 'bool', stopped = 'scalar'}
+  local record = check_json('ARGV[4] (pilot record)', ARGV[4])
+  for k, v in pairs(record) do
+    if PILOT[k] then check_kind('ARGV[4] (pilot record).' .. k, v, PILOT[k]) end
+  end
+end
+for i = 5, #ARGV - 3, 4 do
+  argv_text(i, 'job id', PATTERN.job, 64)
+  argv_number(i + 1, 'attempt', 0, 1e9, true)
+  for j = i + 2, i + 3 do
+    if ARGV[j] ~= '' then argv_number(j, 'usage', 0, MAX_AMOUNT) end
+  end
+end
+if PROBLEM then return refused() end
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[4], pilot, ARGV[4]) end
 redis.call('ZADD', KEYS[5], now, pilot)
 local kills, lost = {}, {}
 for i = 5, #ARGV, 4 do
-  local id, attempt = ARGV[i], ARGV[i + 1]
+  local id, attempt = ARGV[i], tonumber(ARGV[i + 1])
   local pm, cpu = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
   local rec = load(KEYS[1], id)
   if rec and rec.pl == pilot and check_report(rec, id, attempt, {'matched', 'running'}) == nil then

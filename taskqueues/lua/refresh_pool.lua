@@ -2,11 +2,26 @@
 -- queue's heads index in step: entries added for new queues, removed for queues no longer eligible.
 -- KEYS[1]  poolstamp zset
 -- KEYS[2..] the task queue, its pool, the heads indexes of its old and new queues, the heads and qfloor
---           hashes (a queue that gains the task queue must have its floor lowered to the task queue's)
+--           hashes (a queue that gains the task queue must have its floor lowered to the task queue's),
+--           the tqdefs hash (only a task queue with a definition has a SubmitPool)
 -- ARGV[1]  key base   ARGV[2] task-queue id   ARGV[3] now   ARGV[4..] the new queue ids
 -- Returns  {'ok', added, removed} or {'needkeys', key...}
-local base, tq, now = ARGV[1], ARGV[2], ARGV[3]
-declare_from(2)
+-- The pool's stamp says when it was last computed, whether or not it changed.
+SCRIPT = 'refresh_pool'
+local base = check_base({'poolstamp'})
+check_count(3)
+local tq = argv_text(2, 'task-queue id', PATTERN.tq, 256)
+local now = argv_number(3, 'now', 0, MAX_TIME)
+for i = 4, #ARGV do argv_text(i, 'queue id', PATTERN.queue, 400) end
+if PROBLEM then return refused() end
+declare_keys()
+need(base .. 'tqdefs')
+local missing = needkeys()
+if missing then return missing end
+if redis.call('HEXISTS', base .. 'tqdefs', tq) == 0 then
+  problem('ARGV[2] (task-queue id)', 'task queue ' .. shown(tq) .. ' has no definition')
+  return refused()
+end
 local old = pool_of(base, tq)
 local new = {}
 for i = 4, #ARGV do new[ARGV[i]] = true need(base .. 'qh:' .. ARGV[i]) end

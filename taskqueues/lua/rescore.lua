@@ -11,18 +11,41 @@
 -- KEYS[1]  jobs hash
 -- KEYS[2]  requests hash   (request id -> record JSON; "eta" is rewritten)
 -- KEYS[3]  cursor hash     (periodic tasks' progress)
--- KEYS[4..] the work counter, the heads and qfloor hashes; task queues, SubmitPools and heads indexes of the waiting jobs re-scored here
+-- KEYS[4..] the work counter, the heads, qfloor, tqempty and tqmax hashes; task queues, SubmitPools and
+--           heads indexes of the waiting jobs re-scored here
 -- ARGV[1]  key base "<prefix>:{<vo>}:"
 -- ARGV[2]  JSON {"jobs": [{"id": str, "pr": pressure, "e": ete, "me": the member's need,
 --                          "sc": score as text}],
 --                "requests": {id: eta}, "progress": {field: value} (kept only if greater than stored),
---                "marks": {field: value} (set as given)}
+--                "marks": {field: value} (set as given)}; values of progress and marks are numbers
 -- Returns  {'ok', jobs rewritten, task-queue members moved} or {'needkeys', key...}
 -- A job found final (it ended since the caller read it) is left alone; a job matched or running keeps its
 -- lease and only gets its new values (used if it is requeued).
-local base = ARGV[1]
-local payload = cjson.decode(ARGV[2])
-declare_from(4)
+SCRIPT = 'rescore'
+local base = check_base({'jobs', 'requests', 'cursor'})
+check_count(2, true)
+local payload = check_json('ARGV[2] (payload)', ARGV[2])
+if check_fields('ARGV[2] (payload)', payload, {jobs = 'array', requests = 'any', progress = 'any', marks = 'any'},
+    {'jobs'}) then
+  for i, j in ipairs(payload.jobs) do
+    check_fields('ARGV[2] (payload).jobs[' .. (i - 1) .. ']', j,
+      {id = 'job', pr = 'signed', e = 'ete', me = 'count', sc = 'score'}, {'id', 'pr', 'e', 'me', 'sc'})
+    if type(j) == 'table' and type(j.me) == 'number' and j.me > MAX_ETE then
+      problem('ARGV[2] (payload).jobs[' .. (i - 1) .. '].me', 'wants at most ' .. MAX_ETE .. ', got ' .. j.me)
+    end
+  end
+  for _, field in ipairs({'requests', 'progress', 'marks'}) do
+    local where = 'ARGV[2] (payload).' .. field
+    local map = payload[field]
+    if map ~= nil and not is_object(map) then problem(where, 'wants an object, got ' .. shown(map)) map = {} end
+    for k, v in pairs(map or {}) do
+      check_text(where, k, field == 'requests' and PATTERN.request or PATTERN.name, 256)
+      check_number(where .. '.' .. k, v, -MAX_TIME, MAX_TIME, false, field ~= 'requests')
+    end
+  end
+end
+if PROBLEM then return refused() end
+declare_keys()
 local FINAL = {done = true, failed = true, cancelled = true, ['dep-failed'] = true}
 
 need(base .. 'work')
@@ -44,7 +67,7 @@ for i, j in ipairs(payload.jobs) do
     rec.pr, rec.e, rec.sc = j.pr, j.e, j.sc
     local newm = rec.m
     local head = rec.m and string.match(rec.m, '^(.*):[^:]*$')
-    if head then newm = head .. ':' .. j.me end
+    if head then newm = head .. ':' .. string.format('%d', j.me) end -- a whole number (-0 too, as 0)
     if rec.s == 'waiting' then
       local key = base .. 't:' .. rec.t
       if redis.call('ZSCORE', key, rec.m) then
@@ -67,7 +90,7 @@ for tq in pairs(retouched) do
     for _, q in ipairs(pools[tq]) do redis.call('ZADD', base .. 'qh:' .. q, head[2], tq) end
   end
 end
-sync_heads(base)
+sync_heads(base, 0) -- a move within a task queue never empties it: no time to mark it with
 for id, eta in pairs(payload.requests or {}) do
   local raw = redis.call('HGET', KEYS[2], id)
   if raw then

@@ -6,14 +6,26 @@
 -- ARGV[6]  when the payload started (optional: a pilot may report a start a few milliseconds late,
 --          together with other reports; default now)
 -- Returns  {'ok'} or {'stale', reason}
-local id, attempt, pilot, now = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+SCRIPT = 'start'
+base_of_jobs({'jobs', 'leases'})
+check_count(5)
+if #ARGV > 6 then problem('ARGV', 'wants 5 or 6 arguments, got ' .. #ARGV) end
+local id = argv_text(1, 'job id', PATTERN.job, 64)
+local attempt = argv_number(2, 'attempt', 0, 1e9, true)
+local pilot = argv_text(3, 'pilot id', PATTERN.name, 256)
+local now = argv_number(4, 'now', 0, MAX_TIME)
+local lease = argv_number(5, 'lease length', 0, MAX_TIME)
+if lease <= 0 then problem('ARGV[5] (lease length)', 'wants a positive length, got ' .. shown(ARGV[5])) end
+local started = now
+if ARGV[6] ~= nil and ARGV[6] ~= '' then started = argv_number(6, 'started', 0, MAX_TIME) end
+if PROBLEM then return refused() end
 local rec = load(KEYS[1], id)
 local bad = check_report(rec, id, attempt, {'matched'})
 if bad then return {'stale', bad} end
 if rec.pl ~= pilot then return {'stale', 'job ' .. id .. ' is leased to ' .. tostring(rec.pl)} end
 rec.s = 'running'
-rec.st = tonumber(ARGV[6]) or now
+rec.st = started
 rec.pm, rec.cpu = nil, nil -- an earlier attempt's usage; this one's comes with the heartbeats
 save(KEYS[1], rec)
-redis.call('ZADD', KEYS[2], now + tonumber(ARGV[5]), id)
+redis.call('ZADD', KEYS[2], now + lease, id)
 return {'ok'}
