@@ -144,6 +144,6 @@ def plan(
         else:
             full = ", ".join(s.name for s in shapes if shape_holds(s, job))
             result.deferred[job.job] = f"n_max_queued={n_max_queued} queued pilots reached for {full}"
-    opened = (planned(b, wall_granularity) for b in new)
-    result.new = sorted(opened, key=lambda p: (p.start_by, p.shape.name))
+    new_pilots = (planned(b, wall_granularity) for b in new)
+    result.new = sorted(new_pilots, key=lambda p: (p.start_by, p.shape.name))
     return result

@@ -34,7 +34,7 @@ def pack_seed(jobs: Sequence[Demand], shapes: Sequence[Shape]) -> list[Bin]:
 
 
 def plan_seed(demand: Sequence[Demand], shapes: Sequence[Shape], *, wall_granularity: int = 60) -> list[PlannedPilot]:
-    """The Seven Bridges algorithm as written, on an empty fleet, for comparison with :func:`plan`.
+    """The Seven Bridges algorithm as written, on an empty fleet, to compare with :func:`~pilot.director.planner.plan`.
 
     Its only additions are the ones any valid plan needs: a job's wall must fit the shape's wall, and
     the tmp dimension. Like the seed it raises (:class:`ValidationError`) for a job no shape (or no
