@@ -5,7 +5,7 @@ the store, and :mod:`matcher.workflow` counts what a file expands to *while* it 
 file (one ``foreach`` over 100,000 values, one 60 KB parameter in every command) cannot build a huge
 request in memory first. Requirement values keep their limits beside their rules in
 :mod:`taskqueues.requirements` (cpu 1..4096, mem and tmp up to 64 TB, wall up to a year, strings up to 256
-characters, 64 names per job), expressions theirs in :mod:`taskqueues.expr` (1,000 characters, 40 levels
+characters, 64 names per job), expressions theirs in :mod:`matcher.workflow.expr` (1,000 characters, 40 levels
 of nesting, every value within 1e18, exponents within 64, templates rendering at most 64 KiB).
 
 =====================  =============  ==================================================================

@@ -34,52 +34,95 @@ Durations (``parse_duration_s``)
 
 Every refusal is a :class:`~taskqueues.errors.RequirementError` that names the field and the job,
 so the caller (the submission chain, the catalog loader) can show where the bad value came from.
+
+This module is the one home of units: the workflow expression language reads its suffixes from
+:data:`SIZE_UNITS` and :data:`DURATION_UNITS`, and a batch system that counts in binary units reads its
+sizes with :func:`read_size` (``binary_letters=True``: Slurm's ``2G`` is 2 GiB) and converts them with
+:func:`to_mib` or :func:`to_mb`, so every place that counts 1024 says so.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from fractions import Fraction
+from types import MappingProxyType
 
 from taskqueues.errors import RequirementError, shown
 
-__all__ = ["parse_duration_s", "parse_size_mb"]
+__all__ = [
+    "DURATION_UNITS",
+    "MB",
+    "MIB",
+    "SIZE_UNITS",
+    "parse_duration_s",
+    "parse_size_mb",
+    "read_size",
+    "to_mb",
+    "to_mib",
+]
 
-# Bytes per unit, as exact fractions so "1.5G" and "1Gi" convert without float error.
-_SIZE_UNITS: dict[str, int] = {
-    "b": 1,
-    "k": 10**3,
-    "kb": 10**3,
-    "m": 10**6,
-    "mb": 10**6,
-    "g": 10**9,
-    "gb": 10**9,
-    "t": 10**12,
-    "tb": 10**12,
-    "p": 10**15,
-    "pb": 10**15,
-    "ki": 2**10,
-    "kib": 2**10,
-    "mi": 2**20,
-    "mib": 2**20,
-    "gi": 2**30,
-    "gib": 2**30,
-    "ti": 2**40,
-    "tib": 2**40,
-    "pi": 2**50,
-    "pib": 2**50,
-}
-_MB = 10**6
+#: Bytes in a megabyte as Pilotfish, Machine/Job Features and the catalog count it.
+MB = 10**6
+#: Bytes in a mebibyte: the "MB" of Slurm (``--mem=1024`` is 1 GiB) and Grid Engine's upper-case ``M``.
+MIB = 2**20
+
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "p": 10**15}
+_BINARY = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40, "p": 2**50}
+
+#: Bytes per size unit, by lower-cased suffix: ``b``; ``k m g t p`` decimal (and ``kb`` ... ``pb``);
+#: ``ki mi gi ti pi`` binary (and ``kib`` ... ``pib``).
+SIZE_UNITS: Mapping[str, int] = MappingProxyType(
+    {
+        "b": 1,
+        **{suffix: size for letter, size in _DECIMAL.items() for suffix in (letter, letter + "b")},
+        **{suffix: size for letter, size in _BINARY.items() for suffix in (letter + "i", letter + "ib")},
+    }
+)
+#: Seconds per duration unit, by lower-cased suffix.
+DURATION_UNITS: Mapping[str, int] = MappingProxyType({"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400})
 
 _MAX_TEXT = 64
-
-_SECONDS: dict[str, int] = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 _NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
 _SIZE_RE = re.compile(rf"^\s*({_NUMBER})\s*([A-Za-z]*)\s*$")
 _PART_RE = re.compile(rf"\s*({_NUMBER})\s*([a-zA-Z]?)\s*")
 _CLOCK_RE = re.compile(r"^\s*(?:(\d+)-)?(\d+):([0-5]?\d):([0-5]?\d)\s*$")
+
+
+def _unit_bytes(unit: str, *, bare: str, binary_letters: bool) -> int | None:
+    """Bytes per ``unit`` (``bare`` when it is empty); None when it is no size unit."""
+    unit = unit.lower() or bare
+    if binary_letters and unit[:1] in _BINARY and unit[1:] in ("", "b"):
+        return _BINARY[unit[0]]
+    return SIZE_UNITS.get(unit)
+
+
+def read_size(text: str, *, bare: str = "m", binary_letters: bool = False) -> Fraction | None:
+    """The exact number of bytes ``text`` (``<number>[<unit>]``, blanks allowed, the unit case-insensitive)
+    stands for; None when it is not such a size or its unit is unknown.
+
+    ``bare`` is the unit of a number written without one (``"m"``: MB, ``"b"``: bytes). With
+    ``binary_letters`` the letters ``K M G T P`` (and ``KB`` ...) count 1024, as batch systems read them
+    (Slurm's ``2G`` is 2 GiB), like ``Ki`` ... ``Pi`` always do.
+    """
+    match = _SIZE_RE.match(text) if len(text) <= _MAX_TEXT else None
+    if match is None:
+        return None
+    digits, unit = match.groups()
+    factor = _unit_bytes(unit, bare=bare, binary_letters=binary_letters)
+    return None if factor is None else Fraction(digits) * factor
+
+
+def to_mb(size_bytes: Fraction | int) -> Fraction:
+    """``size_bytes`` in MB of 10^6 bytes (:data:`MB`), exactly."""
+    return Fraction(size_bytes) / MB
+
+
+def to_mib(size_bytes: Fraction | int) -> Fraction:
+    """``size_bytes`` in MiB of 2^20 bytes (:data:`MIB`), exactly: the unit of Slurm's ``--mem``."""
+    return Fraction(size_bytes) / MIB
 
 
 def _fail(message: str, field: str, job: str | None) -> RequirementError:
@@ -137,11 +180,11 @@ def parse_size_mb(value: object, *, field: str, job: str | None = None, maximum:
                 f"cannot read {shown(value)} as a size; write e.g. '512M', '4G', '1.5T' or '4Gi'", field, job
             )
         digits, unit = match.groups()
-        factor = _SIZE_UNITS.get(unit.lower() or "m")
+        factor = _unit_bytes(unit, bare="m", binary_letters=False)
         if factor is None:
             known = "B, K, M, G, T, P (decimal, optional B) or Ki, Mi, Gi, Ti, Pi (binary)"
             raise _fail(f"unknown size unit {unit!r} in {shown(value)}; use {known}", field, job)
-        number = Fraction(digits) * factor / _MB
+        number = to_mb(Fraction(digits) * factor)
     return _check_range(math.ceil(number), value, field, job, maximum, "MB")
 
 
@@ -187,7 +230,7 @@ def _parse_duration_text(text: str, field: str, job: str | None) -> Fraction:
             raise _fail(
                 f"cannot read {shown(text)} as a duration: a number without a unit must stand alone", field, job
             )
-        factor = _SECONDS.get(unit.lower() or "s")
+        factor = DURATION_UNITS.get(unit.lower() or "s")
         if factor is None:
             raise _fail(f"unknown duration unit {unit!r} in {shown(text)}; use s, m, h, d or w", field, job)
         total += Fraction(digits) * factor

@@ -289,6 +289,8 @@ def test_slurm_option_strings() -> None:
         "reservation": "r1",
     }
     assert parse_slurm_options("--cpus-per-task=2 --mem 1.5G") == {"cpu": "2", "mem": "1536"}
+    # Sizes are taskqueues.units' with Slurm's binary letters: Gi is G, a B alone is bytes (rounded up to 1 MiB).
+    assert parse_slurm_options("--mem 1Gi --tmp 512B") == {"mem": "1024", "tmp": "1"}
     with pytest.raises(BackendOptionError, match="unknown option '--nodes'"):
         parse_slurm_options("--nodes 2")
     with pytest.raises(BackendOptionError, match="unknown option '-N'"):

@@ -696,11 +696,11 @@ def _key_paths(value: object, path: tuple[str | int, ...] = ()) -> list[tuple[st
 def test_the_lexer_locates_every_key_of_the_example_on_a_line_that_names_it() -> None:
     import tomllib
 
-    from taskqueues.catalog import _Positions  # the private lexer: checked directly on a realistic file
+    from taskqueues.catalog.positions import Positions  # the lexer: checked directly on a realistic file
 
     text = EXAMPLE.read_text()
     lines = text.splitlines()
-    positions = _Positions(text)
+    positions = Positions(text)
     paths = _key_paths(tomllib.loads(text))
     assert len(paths) > 150
     for path in paths:

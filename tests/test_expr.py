@@ -1,4 +1,4 @@
-"""The safe expression language and the strict templates of taskqueues.expr."""
+"""The safe expression language and the strict templates of matcher.workflow.expr."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from taskqueues.errors import ValidationError
-from taskqueues.expr import (
+from matcher.workflow.expr import (
     MAX_LENGTH,
     MAX_MAGNITUDE,
     MAX_RENDERED,
@@ -20,6 +19,7 @@ from taskqueues.expr import (
     template_dep_refs,
     template_names,
 )
+from taskqueues.errors import ValidationError
 
 
 def err(text: str, params: dict[str, object] | None = None, **kwargs: object) -> ExprError:

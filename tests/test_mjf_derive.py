@@ -151,7 +151,8 @@ def test_qstat_output_gives_limits_and_start() -> None:
 
 
 @pytest.mark.parametrize(("text", "size"), [("2G", 2 * 2**30), ("2g", 2 * 10**9), ("512M", 512 * 2**20),
-                                            ("1000", 1000), ("INFINITY", None)])
+                                            ("1000", 1000), ("INFINITY", None),
+                                            ("4.1g", 4_100_000_000)])  # exactly: a float gave 4099999999
 def test_sge_memory_units(text: str, size: int | None) -> None:
     assert derive.parse_sge_memory(text) == size
 

@@ -279,7 +279,8 @@ def test_our_shape_choice_beats_the_seed_on_a_known_case() -> None:
 
 def test_consolidation_shrinks_and_merges_underfilled_pilots() -> None:
     # Built by hand (plan() would not open these pilots), to test the consolidation step itself.
-    from pilot.director.planner import _Bin, _consolidate
+    from pilot.director.planner.bins import Bin
+    from pilot.director.planner.consolidate import consolidate
 
     catalog = [
         Shape("a4", 4, 8 * GB, cost=0.30),
@@ -288,15 +289,15 @@ def test_consolidation_shrinks_and_merges_underfilled_pilots() -> None:
     ]
     bins = []
     for name in ("x", "y"):
-        bin_ = _Bin.fresh(catalog[2])
+        bin_ = Bin.fresh(catalog[2])
         bin_.add(job(name, 3, 4 * GB))
         bins.append(bin_)
-    merged = _consolidate(bins, catalog)
+    merged = consolidate(bins, catalog)
     # Each shrinks to a4 (0.30), then the pair fits one b8 (0.40 < 0.60).
     assert [(b.shape.name, sorted(j.job for j in b.jobs)) for b in merged] == [("b8", ["x", "y"])]
-    hinted = _Bin.fresh(catalog[2])
+    hinted = Bin.fresh(catalog[2])
     hinted.add(job("h", 1, 1 * GB, shape_hint="c16"))
-    assert [b.shape.name for b in _consolidate([hinted], catalog)] == ["c16"]  # a hint pins the shape
+    assert [b.shape.name for b in consolidate([hinted], catalog)] == ["c16"]  # a hint pins the shape
 
 
 demand_strategy = st.lists(

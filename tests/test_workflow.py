@@ -30,9 +30,9 @@ from matcher.workflow import (
     parse_workflow,
     render_command,
 )
+from matcher.workflow.expr import ExprError
 from taskqueues.catalog import Catalog
 from taskqueues.errors import ValidationError
-from taskqueues.expr import ExprError
 from taskqueues.requirements import parse_requirements
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

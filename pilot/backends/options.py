@@ -8,10 +8,11 @@ typo in a partition option would otherwise send pilots to the wrong place silent
 
 from __future__ import annotations
 
-import re
+import math
 import shlex
 
 from taskqueues.errors import BackendError, ConfigError
+from taskqueues.units import read_size, to_mib
 
 
 class BackendOptionError(ConfigError, BackendError):
@@ -45,17 +46,16 @@ SLURM_USAGE = (
 
 SGE_USAGE = "sge backend options: -p PRIORITY (an integer in -1023..1024) (-h/--help: this text)"
 
-_SIZE = re.compile(r"^(\d+(?:\.\d+)?)([KMGT]?)B?$", re.IGNORECASE)
-_SIZE_FACTOR = {"": 1.0, "K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0 * 1024}
+def parse_size_mib(text: str, *, option: str, where: str) -> int:
+    """A Slurm-style size (``500``, ``500M``, ``2G``, ``1.5G``; no suffix = MB) in whole MiB, rounded up.
 
-
-def parse_size_mb(text: str, *, option: str, where: str) -> int:
-    """A Slurm-style size (``500``, ``500M``, ``2G``, ``1.5G``; no suffix = MB) in whole MB, rounded up."""
-    match = _SIZE.match(text.strip())
-    if not match:
+    Slurm's MB is a MiB (2^20 bytes) and its letters count 1024, so ``2G`` is 2048: the binary reading
+    of :func:`taskqueues.units.read_size`, converted with :func:`taskqueues.units.to_mib`.
+    """
+    size = read_size(text, binary_letters=True)
+    if size is None:
         raise BackendOptionError(f"{where}: {option} needs a size like 500, 500M or 2G, got {text!r}")
-    value = float(match.group(1)) * _SIZE_FACTOR[match.group(2).upper()]
-    return int(-(-value // 1))
+    return math.ceil(to_mib(size))
 
 
 def _split(text: str, where: str) -> list[str]:
@@ -68,9 +68,9 @@ def _split(text: str, where: str) -> list[str]:
 def parse_slurm_options(text: str, *, where: str = "slurm options") -> dict[str, str]:
     """``"-c 4 --mem=2G -p long --gres gpu:1"`` → ``{"cpu": "4", "mem": "2048", "partition": "long", ...}``.
 
-    Accepts ``-cVALUE``, ``-c VALUE``, ``--mem=VALUE`` and ``--mem VALUE``. ``mem``/``tmp`` come out in MB,
-    ``cpu`` as a positive integer; the rest verbatim. Raises :class:`BackendOptionError` on an unknown
-    option, a missing value, or ``-h``/``--help`` (whose message is the usage).
+    Accepts ``-cVALUE``, ``-c VALUE``, ``--mem=VALUE`` and ``--mem VALUE``. ``mem``/``tmp`` come out in
+    Slurm's MB (MiB), ``cpu`` as a positive integer; the rest verbatim. Raises :class:`BackendOptionError`
+    on an unknown option, a missing value, or ``-h``/``--help`` (whose message is the usage).
     """
     by_short = {short: (long, key) for short, long, key in SLURM_OPTIONS if short}
     by_long = {long: (long, key) for _, long, key in SLURM_OPTIONS}
@@ -105,7 +105,7 @@ def parse_slurm_options(text: str, *, where: str = "slurm options") -> dict[str,
             if not value.isdigit() or int(value) <= 0:
                 raise BackendOptionError(f"{where}: {long} needs a positive integer, got {value!r}")
         elif key in ("mem", "tmp"):
-            value = str(parse_size_mb(value, option=long, where=where))
+            value = str(parse_size_mib(value, option=long, where=where))
         elif not value:
             raise BackendOptionError(f"{where}: {long} needs a non-empty value in {text!r}")
         out[key] = value

@@ -1,33 +1,7 @@
-"""Pilot provisioning: the planner that turns a queue's waiting demand into pilots, and its lower bound.
+"""Pilot provisioning: the site director and the planner that turns a queue's waiting demand into pilots.
 
-The site director and its batch-system backends live beside these modules; the planner itself is pure
-Python (no Redis, no batch system), so it can be tested and benchmarked on its own.
+``service`` (the director's cycle), ``planner`` (how many pilots of which shape; pure Python, no Redis and
+no batch system, so it is tested and benchmarked on its own), ``bounds`` (a lower bound on any plan's
+cost), ``release`` (releasing idle pilots) and ``command`` (``pilotfish director``). The batch systems
+are :mod:`pilot.backends`.
 """
-
-from pilot.director.planner import (
-    Demand,
-    Pilot,
-    Plan,
-    PlannedPilot,
-    can_serve,
-    check_hint,
-    estimate_wall,
-    pilot_wall,
-    plan,
-    plan_seed,
-    shape_holds,
-)
-
-__all__ = [
-    "Demand",
-    "Pilot",
-    "Plan",
-    "PlannedPilot",
-    "can_serve",
-    "check_hint",
-    "estimate_wall",
-    "pilot_wall",
-    "plan",
-    "plan_seed",
-    "shape_holds",
-]

@@ -11,6 +11,8 @@ Unit decisions:
   floor, because a pilot that overstates its memory gets its payloads killed.
 * Grid Engine memory values follow ``sge_types(1)``: a lower-case suffix counts with 1000 (``2g``), an
   upper-case one with 1024 (``2G``); converted to bytes, then to MJF MB (floor of bytes / 10^6).
+  Both readings are :func:`taskqueues.units.read_size`'s (``binary_letters``), in exact fractions: a float
+  would read ``4.1g`` as 4099999999 bytes.
 * Host memory and disk are bytes from psutil, converted with 1000 (MB = 10^6 bytes, GB = 10^9 bytes).
 """
 
@@ -25,16 +27,16 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from fractions import Fraction
 from pathlib import Path
 
 import psutil
 
 from pilot.mjf.features import Value
+from taskqueues.units import read_size, to_mb
 
 #: Runs a command and returns its standard output, or None when the command is absent or fails.
 Runner = Callable[[Sequence[str]], str | None]
-
-MIB_IN_MB = 1.048576  # 2^20 / 10^6
 
 
 def run_command(argv: Sequence[str], timeout: float = 10.0) -> str | None:
@@ -106,13 +108,13 @@ def parse_scontrol_job(text: str) -> dict[str, str]:
     return {key: value for key, value in re.findall(r"(?:^|\s)([A-Za-z][\w:/]*)=(\S*)", text)}
 
 
-def _slurm_mib(text: str) -> float:
-    """A Slurm memory amount in MiB ("4096", "4096M", "4G"): Slurm's default unit is its (binary) MB."""
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGT]?)", text.strip().upper())
-    if match is None:
+def _slurm_bytes(text: str) -> Fraction:
+    """Bytes of a Slurm memory amount ("4096", "4096M", "4G"): Slurm's unit is its MB of 2^20 bytes, and its
+    letters count 1024."""
+    size = read_size(text, binary_letters=True)
+    if size is None:
         raise ValueError(f"{text!r} is not a Slurm memory size")
-    scale = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024 * 1024}[match.group(2)]
-    return float(match.group(1)) * scale
+    return size
 
 
 def _expand_cpus_per_node(text: str) -> list[int]:
@@ -158,16 +160,16 @@ def from_slurm(env: Mapping[str, str], run: Runner = run_command) -> Derived:
         derived.put("allocated_CPU", cpus, "slurm")
     try:
         if env.get("SLURM_MEM_PER_NODE"):
-            mib = _slurm_mib(env["SLURM_MEM_PER_NODE"])
+            size = _slurm_bytes(env["SLURM_MEM_PER_NODE"])
         elif env.get("SLURM_MEM_PER_CPU") and cpus:
-            mib = _slurm_mib(env["SLURM_MEM_PER_CPU"]) * cpus
+            size = _slurm_bytes(env["SLURM_MEM_PER_CPU"]) * cpus
         else:
-            mib = 0.0
+            size = Fraction(0)
     except ValueError as exc:
         derived.warnings.append(f"slurm: cannot read the memory from the environment: {exc}")
-        mib = 0.0
-    if mib > 0:
-        derived.put("mem_limit_MB", math.floor(mib * MIB_IN_MB), "slurm")
+        size = Fraction(0)
+    if size > 0:
+        derived.put("mem_limit_MB", math.floor(to_mb(size)), "slurm")
 
     output = run(["scontrol", "show", "job", job_id])
     if output:
@@ -197,9 +199,7 @@ def from_slurm(env: Mapping[str, str], run: Runner = run_command) -> Derived:
 
 # ----------------------------------------------------------------------------------------- Grid Engine
 
-_SGE_MEMORY = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgGtT]?)$")
-_SGE_SCALE = {"": 1, "k": 10**3, "K": 2**10, "m": 10**6, "M": 2**20, "g": 10**9, "G": 2**30,
-              "t": 10**12, "T": 2**40}
+_SGE_MEMORY = re.compile(r"^\d+(?:\.\d+)?([kKmMgGtT]?)$")
 _SGE_DATES = ("%m/%d/%Y %H:%M:%S.%f", "%m/%d/%Y %H:%M:%S", "%a %b %d %H:%M:%S %Y")
 
 
@@ -209,9 +209,10 @@ def parse_sge_memory(text: str) -> int | None:
     if text.upper() in ("INFINITY", "NONE", ""):
         return None
     match = _SGE_MEMORY.match(text)
-    if match is None:
+    size = None if match is None else read_size(text, bare="b", binary_letters=match.group(1).isupper())
+    if size is None:
         raise ValueError(f"{text!r} is not a Grid Engine memory value")
-    return int(float(match.group(1)) * _SGE_SCALE[match.group(2)])
+    return int(size)
 
 
 def parse_sge_time(text: str) -> int | None:
