@@ -6,7 +6,7 @@ Python (no Redis, no batch system), so it can be tested and benchmarked on its o
 
 from pilot.director.planner import (
     Demand,
-    Pilot,
+    ExistingPilot,
     Plan,
     PlannedPilot,
     can_serve,
@@ -20,7 +20,7 @@ from pilot.director.planner import (
 
 __all__ = [
     "Demand",
-    "Pilot",
+    "ExistingPilot",
     "Plan",
     "PlannedPilot",
     "can_serve",

@@ -72,7 +72,7 @@ class Demand:
 
 
 @dataclass
-class Pilot:
+class ExistingPilot:
     """A pilot of this queue already running (``queued=False``) or waiting in the batch system."""
 
     id: str
@@ -170,7 +170,7 @@ def check_hint(demand: Demand, shapes: Sequence[Shape]) -> None:
         )
 
 
-def _check_inputs(demand: Sequence[Demand], shapes: Sequence[Shape], existing: Sequence[Pilot]) -> None:
+def _check_inputs(demand: Sequence[Demand], shapes: Sequence[Shape], existing: Sequence[ExistingPilot]) -> None:
     names: set[str] = set()
     for shape in shapes:
         if shape.name in names:
@@ -249,7 +249,7 @@ class _Bin:
 
     __slots__ = ("cpu", "jobs", "mem", "pilot", "shape", "time_left", "tmp")
 
-    def __init__(self, shape: Shape, cpu: int, mem: int, tmp: int, time_left: float, pilot: Pilot | None):
+    def __init__(self, shape: Shape, cpu: int, mem: int, tmp: int, time_left: float, pilot: ExistingPilot | None):
         self.shape = shape
         self.cpu = cpu
         self.mem = mem
@@ -263,7 +263,7 @@ class _Bin:
         return cls(shape, shape.cpu, shape.mem, shape.tmp, shape.wall, None)
 
     @classmethod
-    def of(cls, pilot: Pilot) -> _Bin:
+    def of(cls, pilot: ExistingPilot) -> _Bin:
         return cls(pilot.shape, pilot.free_cpu, pilot.free_mem, pilot.free_tmp, pilot.time_left, pilot)
 
     def fits(self, job: Demand) -> bool:
@@ -633,7 +633,7 @@ def _planned(bin_: _Bin, granularity: int) -> PlannedPilot:
     return PlannedPilot(bin_.shape, jobs, pilot_wall(jobs, bin_.shape, granularity), bin_.start_by())
 
 
-def can_serve(pilot: Pilot, demand: Iterable[Demand]) -> bool:
+def can_serve(pilot: ExistingPilot, demand: Iterable[Demand]) -> bool:
     """True when some job of ``demand`` fits what ``pilot`` has free now (resources, time left, hint)."""
     room = _Bin.of(pilot)
     return any(room.fits(job) for job in demand)
@@ -658,7 +658,7 @@ def plan_seed(demand: Sequence[Demand], shapes: Sequence[Shape], *, wall_granula
 def plan(
     demand: Sequence[Demand],
     shapes: Sequence[Shape],
-    existing: Sequence[Pilot],
+    existing: Sequence[ExistingPilot],
     *,
     n_max_queued: int | None = 10,
     max_running: int | None = None,
