@@ -12,8 +12,8 @@ from test_pilot_support import QUEUE, write_features
 
 import pilot.agent.payload as payload_module
 from pilot.agent.config import Identity, PilotConfig
-from pilot.agent.loop import Pilot
 from pilot.agent.observer import Command, PilotInfo, PilotLoad
+from pilot.agent.pilot import Pilot
 from pilot.mjf.source import FeatureReader
 from taskqueues.records import Job, JobState, RunResult
 from taskqueues.store import Store
@@ -147,7 +147,7 @@ def test_releaser_gets_the_released_dependents(redis_url: str, tmp_path: Path) -
     first, second = store.submit([job(command="true", dependents=(1,)), job(command="true", pending=1)])
     released: list[list[str]] = []
     pilot = make_pilot(tmp_path, store, Recorder())
-    pilot.releaser = released.append
+    pilot.reports.releaser = released.append
     pilot.run()
     assert [second] in released
     assert store.job(first).state == JobState.DONE

@@ -17,8 +17,8 @@ from pathlib import Path
 import click
 
 from pilot.agent.config import PilotConfig
-from pilot.agent.loop import Pilot
 from pilot.agent.observer import NullObserver, Observer
+from pilot.agent.pilot import Pilot
 from pilot.mjf.jobstatus import DEFAULT_REVERT_HOLD
 from taskqueues.errors import PilotfishError
 
