@@ -31,7 +31,7 @@ import subprocess
 import time
 from typing import Any
 
-from pilot.agent.config import PilotConfig, Releaser
+from pilot.agent.config import PilotConfig
 from pilot.agent.control import Control
 from pilot.agent.heartbeat import Heartbeat
 from pilot.agent.observer import NullObserver, Observer, PilotInfo
@@ -63,7 +63,6 @@ class Pilot:
         *,
         observer: Observer | None = None,
         reader: FeatureReader | None = None,
-        releaser: Releaser | None = None,
     ) -> None:
         self.config = config
         identity = config.who()
@@ -86,8 +85,7 @@ class Pilot:
         self.wake = Wake(state)
         self.control = Control(state, self._idle)
         self.processes = Processes(state, self.wake)
-        self.reports = Reports(state, self.wake, self.processes,
-                               releaser if releaser is not None else config.releaser)
+        self.reports = Reports(state, self.wake, self.processes)
         self.status = Status(state)
         self.heartbeat = Heartbeat(state, self.reader, self.wake, self.processes, self.reports, self.control)
 

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 
 from redis.connection import Connection
 
-from pilot.agent.config import Releaser
 from pilot.agent.payload import Payload, Report, Stop
 from pilot.agent.processes import Processes
 from pilot.agent.slots import Amount
@@ -69,9 +68,8 @@ class Reports:
     """What the pilot has to tell the store, and the exchanges on their way, on the pilot's own connection
     (so Redis applies them in the order they were sent)."""
 
-    def __init__(self, state: PilotState, wake: Wake, processes: Processes, releaser: Releaser | None) -> None:
+    def __init__(self, state: PilotState, wake: Wake, processes: Processes) -> None:
         self.state = state
-        self.releaser = releaser
         self.wake = wake
         self.processes = processes
         self.inflight: deque[InFlight] = deque()  # exchanges sent, replies not yet read (oldest first)
@@ -205,8 +203,9 @@ class Reports:
 
     def received(self, sent: InFlight) -> None:
         """Apply one exchange's reply: refused starts stop their payloads unreported, completions are
-        noted, released dependents go to the releaser, and the matched jobs start (or, when the pilot
-        no longer takes jobs, go back)."""
+        noted, and the matched jobs start (or, when the pilot no longer takes jobs, go back). The dependents
+        a completion released are not the pilot's business: ``complete`` announces those whose requirements
+        wait for outputs on the release channel, and the control plane evaluates them."""
         state = self.state
         try:
             reply = sent.exchange.receive()
@@ -232,7 +231,6 @@ class Reports:
             if why is not None:
                 log.warning("job %s: report refused, the job was taken from this pilot: %s", payload.id, why)
             self._ended_note(payload, result, "done" if why is None else "stale")
-        self._release(reply.released)
         if sent.want == 0:
             return
         if not reply.matched:
@@ -287,7 +285,7 @@ class Reports:
             if report == "none":
                 state_now = "lost"
             elif report is None and result.exit_code == 0:
-                self._release(store.complete(job.id, job.attempt, state.name, result))
+                store.complete(job.id, job.attempt, state.name, result)
                 state_now = "done"
             else:
                 state_now = str(store.fail(job.id, job.attempt, state.name, result, requeue=report == "requeue"))
@@ -307,14 +305,6 @@ class Reports:
                 state.next_heartbeat = 0.0
         self._ended_note(payload, result, state_now)
         return True
-
-    def _release(self, released: list[str]) -> None:
-        """Hand the dependents a completion released to the releaser (it evaluates deferred requirements)."""
-        if released and self.releaser is not None:
-            try:
-                self.releaser(released)
-            except Exception:  # the releaser is the caller's; its failure must not stop payloads
-                log.exception("releaser failed for %s", released)
 
     def _ended_note(self, payload: Payload, result: RunResult, state: str) -> None:
         log.info("job %s attempt %d: %s%s", payload.id, payload.job.attempt, state,

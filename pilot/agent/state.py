@@ -87,7 +87,7 @@ class PilotState:
         self.backoff = min(self.backoff * 2, self.config.backoff_max)
 
     def time_left(self) -> float | None:
-        """Seconds left in reference (normalised) time, what the matcher compares job estimates with."""
+        """Seconds left in reference (normalised) time, what the match compares job estimates with."""
         assert self.features is not None
         return self.features.time_left_normalised(time.time(), self.config.stop_margin)
 

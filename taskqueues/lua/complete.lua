@@ -15,6 +15,7 @@
 -- ARGV[1]  key base   ARGV[2] job id   ARGV[3] attempt   ARGV[4] pilot id   ARGV[5] now
 -- ARGV[6]  result JSON {"x": exit, "w": wall s, "cpu": cpu s, "pm": peak MB, "o": outputs JSON string}
 -- Returns  {'ok', released id...} or {'stale', reason} or {'needkeys', key...}
+-- Publishes the ids it put in the releasing set (space-separated) on the release channel (keys.release_channel).
 local base, id, attempt, pilot, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 declare_from(9)
 local rec = load(KEYS[1], id)
@@ -57,7 +58,7 @@ if rec.w then
     redis.call('HSET', KEYS[8], rec.ru, string.format('%d %.17g', n, mean))
   end
 end
-local out = {'ok'}
+local out, releasing = {'ok'}, {}
 for _, d in ipairs(rec.dn or {}) do
   local drec = load(KEYS[1], d)
   if drec and drec.s == 'blocked' then
@@ -70,10 +71,12 @@ for _, d in ipairs(rec.dn or {}) do
         enqueue(base, KEYS[4], KEYS[5], drec, pools[d], now)
       end
       out[#out + 1] = d
+      if drec.s == 'releasing' then releasing[#releasing + 1] = d end
     end
     save(KEYS[1], drec)
   end
 end
 sync_heads(base)
 wake(base)
+if #releasing > 0 then redis.call('PUBLISH', base .. 'release', table.concat(releasing, ' ')) end
 return out
