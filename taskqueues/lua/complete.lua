@@ -1,6 +1,7 @@
 -- complete: a payload succeeded. Dependents whose last dependency this was are released in the same step:
 -- into their task queue, or, when a requirement waits for dependency outputs, into the releasing set where
 -- the caller evaluates it (release.lua then enqueues it).
+-- Publishes the ids it put in the releasing set (space-separated) on the release channel (keys.release_channel).
 -- KEYS[1]  jobs hash
 -- KEYS[2]  leases zset
 -- KEYS[3]  kills hash
@@ -15,7 +16,6 @@
 -- ARGV[1]  key base   ARGV[2] job id   ARGV[3] attempt   ARGV[4] pilot id   ARGV[5] now
 -- ARGV[6]  result JSON {"x": exit, "w": wall s, "cpu": cpu s, "pm": peak MB, "o": outputs JSON string}
 -- Returns  {'ok', released id...} or {'stale', reason} or {'needkeys', key...}
--- Publishes the ids it put in the releasing set (space-separated) on the release channel (keys.release_channel).
 local base, id, attempt, pilot, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 declare_from(9)
 local rec = load(KEYS[1], id)
