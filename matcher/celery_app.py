@@ -3,7 +3,8 @@
 Run it with ``pilotfish matcher`` (a worker with an embedded beat), or ``--no-beat`` / ``--beat-only``
 for separate processes (exactly one beat per deployment; see :mod:`matcher.periodic` for why a second
 one would still be harmless). Messages are JSON, never pickle. Payloads do not travel through Celery:
-the match path is one Lua call on Redis; Celery carries periodic and administrative work.
+the match path is one Lua call on Redis; Celery carries periodic and administrative work. Each worker also
+runs the releaser (:mod:`matcher.releaser`), which evaluates at once the dependents a completion announces.
 """
 
 from __future__ import annotations
@@ -12,15 +13,16 @@ import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from celery import Celery
+from celery import Celery, bootsteps
 from celery.signals import heartbeat_sent
 
 from taskqueues import alive as liveness
-from taskqueues.errors import StoreUnavailable
+from taskqueues.errors import PilotfishError, StoreUnavailable
 from taskqueues.outage import Outage
 
 from . import periodic
 from .context import Context
+from .releaser import Releaser
 from .settings import Settings
 
 app = Celery("pilotfish")
@@ -92,6 +94,32 @@ def _worker_alive(**_: Any) -> None:
         OUTAGE.failed(exc)
     else:
         OUTAGE.ok()
+
+
+class ReleaseStep(bootsteps.StartStopStep):  # type: ignore[misc,unused-ignore]
+    """The worker's releaser (:mod:`matcher.releaser`): started with the worker, after its pool, and stopped
+    at its shutdown. Beat alone (``--beat-only``) is no worker and runs none."""
+
+    requires = ("celery.worker.components:Pool",)
+
+    def __init__(self, parent: Any, **kwargs: Any) -> None:
+        super().__init__(parent, **kwargs)
+        self.releaser: Releaser | None = None
+
+    def start(self, parent: Any) -> None:
+        try:
+            ctx = context()
+            self.releaser = Releaser(ctx.store, ctx.catalog, vo=ctx.settings.vo).start()
+        except PilotfishError as exc:  # a catalog that cannot be read: the periodic sweep says so again
+            logging.getLogger("pilotfish.worker").error("no releaser in this worker: %s", exc)
+
+    def stop(self, parent: Any) -> None:
+        if self.releaser is not None:
+            self.releaser.stop()
+            self.releaser = None
+
+
+app.steps["worker"].add(ReleaseStep)
 
 
 def _periodic(work: Callable[[Context], T], empty: T) -> T:

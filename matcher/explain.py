@@ -35,7 +35,7 @@ LIVE_LEASES = 3
 #: Up to this many leased jobs, explain counts what each pilot holds from the jobs rather than its heartbeat.
 LEASE_SCAN = 20_000
 _FREE = (("cpu", "free_cpu", "cores"), ("mem", "free_mem", "MB memory"), ("tmp", "free_tmp", "MB scratch"))
-#: A pilot record's size and use of each consumable (what ``pilot.agent.loop.Pilot._record`` writes).
+#: A pilot record's size and use of each consumable (what ``pilot.agent.heartbeat.Heartbeat.record`` writes).
 _HELD = {"free_cpu": ("cores", "used_cpu"), "free_mem": ("mem", "used_mem"), "free_tmp": ("tmp", "used_tmp")}
 
 

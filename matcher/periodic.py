@@ -102,5 +102,5 @@ def clean(ctx: Context) -> list[str]:
 
 
 def release_sweep(ctx: Context) -> int:
-    """Release jobs left in the releasing set (their releaser died, or their pool was cleaned)."""
+    """Release jobs left in the releasing set (no releaser heard of them, or their pool was cleaned)."""
     return len(sweep(ctx.store, ctx.catalog, vo=ctx.settings.vo))

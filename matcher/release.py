@@ -8,8 +8,9 @@ completion. Two kinds of job cannot be released that way and land in the ``relea
 * a job whose task queue lost its SubmitPool meanwhile (cleaned, or the catalog changed): its pool is
   computed again from the catalog.
 
-The pilot that completed the dependency calls :func:`release` at once with the ids complete() returned;
-the periodic tasks sweep the set too, so a crash between the two steps delays a job, never loses it.
+complete.lua announces the jobs it puts in the set on the store's release channel, and the control plane's
+releaser (:mod:`matcher.releaser`) calls :func:`release` with those ids at once; the periodic tasks sweep
+the set too, so a lost announcement or a crash between the two steps delays a job, never loses it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """``pilotfish run WORKFLOW``: the whole system on one machine, for one workflow, to completion.
 
 It submits the workflow, then runs in one process what a deployment spreads over several: the
-matcher's periodic work (:mod:`matcher.periodic`: reaping, releasing, re-pressure), a site director
+matcher's periodic work (:mod:`matcher.periodic`: reaping, releasing, re-pressure), the releaser that
+evaluates at once the dependents a completion announces (:mod:`matcher.releaser`), a site director
 whose queues (the local default catalog, or the configured one) start pilots through their backends,
 and a live progress display. Pilots are real ``pilotfish pilot`` processes that pull jobs from Redis.
 When every job has ended it stops the pilots it started and prints a summary; the exit status is
@@ -22,6 +23,7 @@ from taskqueues.records import Job, JobState
 
 from . import periodic
 from .context import Context
+from .releaser import Releaser
 from .repressure import repressure_locked
 from .status import RequestStatus, request_status
 from .submission import submit_workflow
@@ -95,6 +97,7 @@ def run_workflow(ctx: Context, path: str | Path, *, out: IO[str] = sys.stdout, t
     out.write(f"request {submitted.request} ({workflow.name}): {len(submitted.ids)} jobs submitted\n")
     log_dir = Path(ctx.settings.state_dir) / "logs"
     director = Director(ctx, log_dir=str(log_dir))
+    releaser = Releaser(ctx.store, ctx.catalog, vo=ctx.settings.vo).start()
     progress = Progress(out)
     next_director = next_maintenance = 0.0
     try:
@@ -115,6 +118,7 @@ def run_workflow(ctx: Context, path: str | Path, *, out: IO[str] = sys.stdout, t
             time.sleep(tick)
     finally:
         progress.end()
+        releaser.stop()
         director.stop_all()
         director.close()
     return summarise(ctx, submitted.request, workflow.name, started)

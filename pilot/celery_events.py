@@ -54,7 +54,7 @@ TASK_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://pilotfish/jobs")
 
 SW_IDENT = "pilotfish"
 
-#: How a payload's end state (what pilot/agent/loop.py passes: "done", the JobState store.fail left the
+#: How a payload's end state (what pilot/agent/reports.py passes: "done", the JobState store.fail left the
 #: job in, or "lost"/"stale"/"unreported") shows in Flower. A payload killed through Celery's revoke is
 #: REVOKED whatever the state; anything not listed here is a FAILURE.
 SUCCEEDED_STATES = frozenset({"done"})

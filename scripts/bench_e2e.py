@@ -406,7 +406,7 @@ def latency_table(trials: Sequence[Trial], label: str) -> str:
 def _pilot_entry(url: str, cores: str, workdir: str) -> None:
     """``_pilot URL CORES WORKDIR``: one pilot whose idle back-off is capped at 5 ms (the ``--fast-poll`` run)."""
     from pilot.agent.config import PilotConfig
-    from pilot.agent.loop import Pilot
+    from pilot.agent.pilot import Pilot
 
     config = PilotConfig(queue=QUEUE, redis_url=url, cores=int(cores), workdir=Path(workdir), idle_timeout=3600,
                          backoff_min=0.005, backoff_max=0.005)

@@ -7,7 +7,7 @@ memory per waiting job with a 64-byte command (the data only: not the cached scr
 query buffers, which a 1000-job submit grows for a while); and, on the same server, the rate of a trivial
 EVALSHA (the ceiling). The match rate counts jobs matched, not calls (a call that finds nothing counts for
 nothing), two ways: calls asking for one job ("one"), and calls asking for as many jobs as the pilot has
-free cores ("fill"), which is how a pilot asks (pilot.agent.loop). Pilots have 1, 2, 4 or 8 free cores,
+free cores ("fill"), which is how a pilot asks (pilot.agent.reports). Pilots have 1, 2, 4 or 8 free cores,
 2000 MB per core, and 1000 s or 6000 s left. The ceiling is measured once at the start and again
 alongside each match measurement, in alternating slices with the same number of calls and clients: on a
 machine shared with other work the load moves within a run, and each row's "%" compares its match rate
@@ -83,7 +83,7 @@ def queues_for(cpu: int) -> list[int]:
 
 def pilot_asks(seed: int, fill: bool) -> list[tuple[PilotOffer, int]]:
     """64 pilots with 1, 2, 4 or 8 free cores and what each asks for: with ``fill``, as many jobs as it has
-    free cores, as a pilot does (pilot.agent.loop), else one. Each pilot is at a queue where jobs of some
+    free cores, as a pilot does (pilot.agent.reports), else one. Each pilot is at a queue where jobs of some
     shape fit its cores, as a director places pilots (pilot.director sizes them for the waiting work): a
     1-core pilot at a queue whose every job needs 8 cores would ask in vain forever. Whether a head fits
     the pilot's time left (1000 s or 6000 s, against jobs estimated at 60, 600 or 3600 s without a wall, so

@@ -5,7 +5,8 @@ The control plane (Celery worker and beat, directors, operators' commands, Flowe
 
 * touch its own community's keys (``~<prefix>:{<vo>}:*``) with the commands the pilot's scripts and reads
   use (:data:`PILOT_COMMANDS`): no ``FLUSHALL``, ``CONFIG``, ``KEYS``, ``SCAN``, ``DEL``, ``ACL``...;
-* listen on its community's wake channel and the pilots' own channels (kill and stop requests);
+* listen on its community's wake channel and the pilots' own channels (kill and stop requests), and
+  publish on its release channel (``complete`` announces there the dependents the control plane evaluates);
 * speak Celery's event and remote-control protocols on the broker (Flower sees pilots as workers): publish
   on ``celeryev``, listen on the broadcast ``celery.pidbox``, and answer into the reply queues.
 
@@ -60,8 +61,8 @@ def pilot_rules(prefix: str, vo: str, db: int = 0) -> list[str]:
     the store's keys.
     """
     base = f"{prefix}:{{{vo}}}:"
-    return ["resetkeys", f"~{base}*", "resetchannels", f"&{base}wake", f"&{base}ctl:*", f"&/{db}.celeryev/*",
-            f"&/{db}.celery.pidbox", "-@all", *(f"+{c}" for c in PILOT_COMMANDS)]
+    return ["resetkeys", f"~{base}*", "resetchannels", f"&{base}wake", f"&{base}release", f"&{base}ctl:*",
+            f"&/{db}.celeryev/*", f"&/{db}.celery.pidbox", "-@all", *(f"+{c}" for c in PILOT_COMMANDS)]
 
 
 #: Broker keys a pilot touches: kombu's exchange bindings, its own remote-control queue (``<name>.celery.pidbox``

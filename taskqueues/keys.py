@@ -31,6 +31,8 @@ member or record could not be read (by match, or by reap for a leased or delayed
 | ``P:{vo}:byrule:<rule>`` | set | unfinished jobs of a rule (re-pressure finds them when the rule's mean moves) |
 | ``P:{vo}:work`` | string | outstanding core-seconds of unfinished jobs (the load in a request's ETA) |
 | ``P:{vo}:wake`` | channel | published when work enters a task queue: idle pilots wait on it |
+| ``P:{vo}:release`` | channel | job ids (space-separated) ``complete`` put in the releasing set: the control plane
+evaluates them at once (``matcher.releaser``) |
 | ``P:{vo}:ctl:<pilot>`` | channel | a kill or stop request for this pilot was stored: it heartbeats at once |
 | ``P:{vo}:stops`` | hash | pilot id → stop request (JSON: ``mode`` release / drain / shutdown, ``reason``, ``at``) |
 | ``P:{vo}:lock:<name>`` | string | a periodic task's lock (token, with an expiry) |
@@ -170,6 +172,10 @@ class Keys:
     @property
     def wake(self) -> str:
         return f"{self.base}:wake"
+
+    @property
+    def release_channel(self) -> str:
+        return f"{self.base}:release"
 
     def pilot_channel(self, pilot: str) -> str:
         return f"{self.base}:ctl:{pilot}"

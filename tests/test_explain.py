@@ -29,7 +29,7 @@ NOW = 1_000_000.0
 # Redis, in the default community (that made this file fail now and then in full runs). Keys of a community
 # of our own see none of them.
 VO = "explain-tests"
-# A pilot's record as its heartbeat writes it (pilot.agent.loop.Pilot._record): its size and what is used.
+# A pilot's record as its heartbeat writes it (pilot.agent.heartbeat.Heartbeat.record): its size and what is used.
 FULL = {"queue": QA, "cores": 4, "mem": 8000, "tmp": 1000, "used_cpu": 0, "used_mem": 0, "used_tmp": 0,
         "time_left": 3600, "running": [], "draining": False}
 

@@ -1,6 +1,6 @@
 """The stock Flower (a real `celery flower` process) shows a pilot as a worker and its payloads as tasks, and
-its revoke and shutdown buttons reach the pilot. The observer is driven directly around real payload processes;
-the lead extends this to a real pilot process once pilot/agent/loop.py lands.
+its revoke and shutdown buttons reach the pilot. The observer is driven directly around real payload processes
+(and tests/test_flower_pilots.py does the same with real pilot processes).
 """
 
 from __future__ import annotations

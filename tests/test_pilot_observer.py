@@ -1,5 +1,5 @@
 """The pilot in this process, watched by a recording observer (our own protocol, implemented here for the test;
-the real one is the Celery observer): every call at its moment, operator commands, the releaser."""
+the real one is the Celery observer): every call at its moment, operator commands."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from test_pilot_support import QUEUE, write_features
 
 import pilot.agent.payload as payload_module
 from pilot.agent.config import Identity, PilotConfig
-from pilot.agent.loop import Pilot
 from pilot.agent.observer import Command, PilotInfo, PilotLoad
+from pilot.agent.pilot import Pilot
 from pilot.mjf.source import FeatureReader
 from taskqueues.records import Job, JobState, RunResult
 from taskqueues.store import Store
@@ -140,17 +140,6 @@ def test_a_broken_observer_never_stops_payloads(redis_url: str, tmp_path: Path) 
     ids = store.submit([job(command="true") for _ in range(3)])
     make_pilot(tmp_path, store, Broken()).run()
     assert [store.job(i).state for i in ids] == [JobState.DONE] * 3
-
-
-def test_releaser_gets_the_released_dependents(redis_url: str, tmp_path: Path) -> None:
-    store = Store.from_url(redis_url)
-    first, second = store.submit([job(command="true", dependents=(1,)), job(command="true", pending=1)])
-    released: list[list[str]] = []
-    pilot = make_pilot(tmp_path, store, Recorder())
-    pilot.releaser = released.append
-    pilot.run()
-    assert [second] in released
-    assert store.job(first).state == JobState.DONE
 
 
 def test_without_pidfds_sigchld_wakes_the_loop(redis_url: str, tmp_path: Path,

@@ -1,5 +1,5 @@
 """The pilot's parts on their own: outputs parsing, output tails, the memory watcher on real processes, one
-payload run in a real sandbox, the configuration and the pilot's identity."""
+payload run in a real sandbox, the slots, the configuration and the pilot's identity."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from pilot.agent.config import Identity, PilotConfig, identity_from_environment
 from pilot.agent.guardian import watch
 from pilot.agent.memory import over_limit, over_limit_reason, sample_sessions
 from pilot.agent.payload import OutputTail, Payload, Stop, parse_outputs, parse_value
+from pilot.agent.slots import Slots
 from pilot.mjf.payload import PayloadArea
 from pilot.mjf.source import FeatureReader
 from taskqueues.errors import ConfigError
@@ -183,6 +184,22 @@ def test_signal_reason(tmp_path: Path) -> None:
     _run(payload)
     assert payload.result().reason == "killed by signal 9 (SIGKILL)"
     sandbox.cleanup()
+
+
+# -- slots -----------------------------------------------------------------------------------------------
+
+
+def test_slots_offer_only_what_is_neither_used_nor_reserved(tmp_path: Path) -> None:
+    slots = Slots()
+    slots.size(4, 8000, 0)
+    sandbox = _area(tmp_path).payload("17.1", cores=3, mem_MB=5000)
+    slots.running["17"] = Payload(_job("true", cpu=3, mem=5000), sandbox, log_dir=tmp_path, output_cap=0)
+    assert (slots.used(), slots.free()) == ((3, 5000, 0), (1, 3000, 0))
+    slots.reserve((1, 3000, 0))  # an offer on its way: its reply may bring jobs for all of it
+    assert slots.free() == (0, 0, 0) and not slots.fits(_job("true", cpu=1, mem=1))
+    slots.unreserve((1, 3000, 0))
+    assert slots.fits(_job("true", cpu=1, mem=3000)) and not slots.fits(_job("true", cpu=1, mem=3001))
+    assert not slots.fits(_job("true", cpu=2, mem=0)), "never overcommit"
 
 
 # -- configuration and identity ----------------------------------------------------------------------

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from pilot.director.bounds import lower_bound, solve_covering_lp
 from pilot.director.planner import (
     Demand,
-    Pilot,
+    ExistingPilot,
     Plan,
     check_hint,
     estimate_wall,
@@ -42,11 +42,12 @@ def job(name: str, cpu: int = 1, mem: int = 2 * GB, **kw: object) -> Demand:
     return Demand(name, cpu, mem, **kw)  # type: ignore[arg-type]
 
 
-def running(pid: str, shape: str, cpu: int, mem: int, *, queued: bool = False, time_left: float = 3600.0) -> Pilot:
-    return Pilot(pid, BY_NAME[shape], queued, cpu, mem, BY_NAME[shape].tmp, time_left)
+def running(pid: str, shape: str, cpu: int, mem: int, *, queued: bool = False,
+            time_left: float = 3600.0) -> ExistingPilot:
+    return ExistingPilot(pid, BY_NAME[shape], queued, cpu, mem, BY_NAME[shape].tmp, time_left)
 
 
-def assert_valid(result: Plan, demand: list[Demand], existing: list[Pilot]) -> None:
+def assert_valid(result: Plan, demand: list[Demand], existing: list[ExistingPilot]) -> None:
     """No pilot overfilled, every job accounted for exactly once, hints and walls respected."""
     seen = Counter(list(result.placed))
     for planned in result.new:
@@ -363,7 +364,8 @@ def test_plans_are_valid_with_existing_pilots_and_caps(
     existing = []
     for i, (name, queued, used, left) in enumerate(pilots):
         s = BY_NAME[name]
-        existing.append(Pilot(f"p{i}", s, queued, int(s.cpu * used), int(s.mem * used), int(s.tmp * used), left))
+        existing.append(ExistingPilot(f"p{i}", s, queued, int(s.cpu * used), int(s.mem * used), int(s.tmp * used),
+                                      left))
     result = plan(demand, CATALOG, existing, n_max_queued=n_max_queued, max_running=max_running)
     assert_valid(result, demand, existing)
     if n_max_queued is not None:

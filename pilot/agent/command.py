@@ -11,14 +11,13 @@ import logging
 import os
 import sys
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 import click
 
 from pilot.agent.config import PilotConfig
-from pilot.agent.loop import Pilot
 from pilot.agent.observer import NullObserver, Observer
+from pilot.agent.pilot import Pilot
 from pilot.mjf.jobstatus import DEFAULT_REVERT_HOLD
 from taskqueues.errors import PilotfishError
 
@@ -33,23 +32,6 @@ def make_observer(events: bool, config: PilotConfig) -> Observer:
         raise click.ClickException(f"--events needs pilot.celery_events, which cannot be imported: {exc}") from None
     observer: Observer = CeleryObserver(config.redis_url)
     return observer
-
-
-def make_releaser(config: PilotConfig) -> Callable[[list[str]], object]:
-    """Release, right after their last dependency completes, the jobs whose requirements read its outputs.
-
-    The catalog comes from the settings (``PILOTFISH_CATALOG``), as for the submitter; the periodic sweep
-    releases them anyway if this pilot dies in between.
-    """
-    from matcher.release import release
-    from matcher.settings import Settings
-    from taskqueues.catalog import Catalog
-    from taskqueues.store import Store
-
-    settings = Settings.load()
-    catalog = Catalog.load(settings.catalog) if settings.catalog else Catalog.local_default()
-    store = Store.from_url(config.redis_url, vo=config.vo, prefix=config.prefix, lease_seconds=config.lease)
-    return lambda ids: release(store, catalog, ids, vo=config.vo)
 
 
 @click.command("pilot")
@@ -107,7 +89,7 @@ def pilot(redis_url: str, vo: str, queue: str, prefix: str, cores: int | None, m
             stop_margin=stop_margin, wall=wall, max_jobs=max_jobs, own_machine=own_machine,
             kill_grace=kill_grace, output_cap=output_cap, mem_tolerance=mem_tolerance,
             priority_factor=priority_factor, jobstatus_revert_hold=jobstatus_hold)
-        runner = Pilot(config, observer=make_observer(events, config), releaser=make_releaser(config))
+        runner = Pilot(config, observer=make_observer(events, config))
         reason = runner.run()
     except PilotfishError as exc:
         raise click.ClickException(str(exc)) from None

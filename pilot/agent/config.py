@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pilot.mjf.jobstatus import DEFAULT_REVERT_HOLD
 from taskqueues.errors import ConfigError
-
-#: Called with the ids ``Store.complete`` released (dependents whose deferred requirements need evaluating).
-Releaser = Callable[[list[str]], object]
 
 
 @dataclass(frozen=True)
@@ -109,7 +106,6 @@ class PilotConfig:
     jobstatus_revert_hold: float = DEFAULT_REVERT_HOLD
     priority_factor: int = 0
     identity: Identity | None = None
-    releaser: Releaser | None = None
 
     def __post_init__(self) -> None:
         problems = []

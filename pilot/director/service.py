@@ -40,7 +40,7 @@ from taskqueues.lock import Lock
 from taskqueues.outage import Outage
 from taskqueues.shapes import Shape
 
-from .planner import Demand, Pilot, Plan, can_serve, plan
+from .planner import Demand, ExistingPilot, Plan, can_serve, plan
 from .release import Room, release_idle
 
 log = logging.getLogger(__name__)
@@ -354,7 +354,7 @@ class Director:
                 out[name.removeprefix(prefix)] = json.loads(raw)
         return out
 
-    def _existing(self, queue: Queue, backend: Backend, out: QueueReport) -> dict[str, list[Pilot]]:
+    def _existing(self, queue: Queue, backend: Backend, out: QueueReport) -> dict[str, list[ExistingPilot]]:
         """The pilots this queue has in the batch system, with what they have free (from their heartbeats),
         by the option string they were submitted with."""
         records = self.provisioned(queue, backend)
@@ -371,7 +371,7 @@ class Director:
             if r.get("queue") == queue.id:
                 live[str(r.get("batch_id"))] = live[f"{r.get('batch')}-{r.get('batch_id')}"] = r
         shapes = {s.name: s for s in queue.shapes}
-        existing: dict[str, list[Pilot]] = {}
+        existing: dict[str, list[ExistingPilot]] = {}
         now = time.time()
         for batch_id, record in records.items():
             status: PilotStatus | None = states.get(batch_id)
@@ -402,12 +402,12 @@ class Director:
                 pairs = (("cores", "used_cpu"), ("mem", "used_mem"), ("tmp", "used_tmp"))
                 cpu, mem, tmp = (max(0, int(beat[t]) - int(beat[u])) for t, u in pairs)
                 left = shape.wall if beat.get("time_left") is None else float(beat["time_left"])
-                pilot = Pilot(batch_id, shape, False, cpu, mem, tmp, left)
+                pilot = ExistingPilot(batch_id, shape, False, cpu, mem, tmp, left)
             elif status.state is PilotState.RUNNING:
                 # Started, no heartbeat yet: it is about to take what fits its whole shape.
-                pilot = Pilot(batch_id, shape, False, shape.cpu, shape.mem, shape.tmp, float(record["wall"]))
+                pilot = ExistingPilot(batch_id, shape, False, shape.cpu, shape.mem, shape.tmp, float(record["wall"]))
             else:
-                pilot = Pilot(batch_id, shape, True, shape.cpu, shape.mem, shape.tmp, float(record["wall"]))
+                pilot = ExistingPilot(batch_id, shape, True, shape.cpu, shape.mem, shape.tmp, float(record["wall"]))
             existing.setdefault(str(record.get("options", "")), []).append(pilot)
         return existing
 

@@ -1,6 +1,7 @@
 -- complete: a payload succeeded. Dependents whose last dependency this was are released in the same step:
 -- into their task queue, or, when a requirement waits for dependency outputs, into the releasing set where
 -- the caller evaluates it (release.lua then enqueues it).
+-- Publishes the ids it put in the releasing set (space-separated) on the release channel (keys.release_channel).
 -- KEYS[1]  jobs hash
 -- KEYS[2]  leases zset
 -- KEYS[3]  kills hash
@@ -66,7 +67,7 @@ if rec.w then
     redis.call('HSET', KEYS[8], rec.ru, string.format('%d %.17g', n, mean))
   end
 end
-local out = {'ok'}
+local out, releasing = {'ok'}, {}
 for _, d in ipairs(rec.dn or {}) do
   local drec = load(KEYS[1], d)
   if drec and drec.s == 'blocked' then
@@ -79,10 +80,12 @@ for _, d in ipairs(rec.dn or {}) do
         enqueue(base, KEYS[4], KEYS[5], drec, pools[d], now)
       end
       out[#out + 1] = d
+      if drec.s == 'releasing' then releasing[#releasing + 1] = d end
     end
     save(KEYS[1], drec)
   end
 end
 sync_heads(base, now)
 wake(base)
+if #releasing > 0 then redis.call('PUBLISH', base .. 'release', table.concat(releasing, ' ')) end
 return out

@@ -19,9 +19,9 @@ resetkeys ~* resetchannels &* +@all
 
 {{/*
 access.pilot_rules(prefix, vo, db) followed by the broker selector access.apply(..., broker=True) adds on
-Redis >= 7 / Valkey: the community's keys and wake channel, Celery's event and broadcast channels of this
-database, the pilot's commands (PILOT_SESSION_COMMANDS then PILOT_DATA_COMMANDS, without repeats), and the
-broker commands (PILOT_BROKER_COMMANDS) on the broker keys (BROKER_KEYS) only.
+Redis >= 7 / Valkey: the community's keys, its wake, release and pilot channels, Celery's event and broadcast
+channels of this database, the pilot's commands (PILOT_SESSION_COMMANDS then PILOT_DATA_COMMANDS, without
+repeats), and the broker commands (PILOT_BROKER_COMMANDS) on the broker keys (BROKER_KEYS) only.
 */}}
 {{- define "pilotfish.redis.pilotRules" -}}
 {{- $base := printf "%s:{%s}:" .Values.prefix .Values.vo }}
@@ -30,7 +30,7 @@ broker commands (PILOT_BROKER_COMMANDS) on the broker keys (BROKER_KEYS) only.
 {{- $data := list "hget" "hset" "hsetnx" "hmget" "hdel" "zadd" "zrem" "zrange" "zrangebyscore" "zscore" "zcard" "zcount" "smembers" "sadd" "incr" "incrby" "exists" "publish" }}
 {{- $broker := list "evalsha" "eval" "lpush" "rpush" "brpop" "rpop" "lpop" "llen" "srem" "sismember" "smembers" "sadd" "zadd" "zrem" "zrangebyscore" "exists" "expire" "pexpire" "ttl" "pttl" "set" "get" "del" }}
 {{- $brokerKeys := list "_kombu.binding*" "*.celery.pidbox*" }}
-{{- $rules := list "resetkeys" (printf "~%s*" $base) "resetchannels" (printf "&%swake" $base) (printf "&%sctl:*" $base) (printf "&/%d.celeryev/*" $db) (printf "&/%d.celery.pidbox" $db) "-@all" }}
+{{- $rules := list "resetkeys" (printf "~%s*" $base) "resetchannels" (printf "&%swake" $base) (printf "&%srelease" $base) (printf "&%sctl:*" $base) (printf "&/%d.celeryev/*" $db) (printf "&/%d.celery.pidbox" $db) "-@all" }}
 {{- range uniq (concat $session $data) }}
 {{- $rules = append $rules (printf "+%s" .) }}
 {{- end }}

@@ -42,7 +42,7 @@ value), ``seed`` (the Seven Bridges algorithm as written), ``packers`` (the pack
 ``consolidate`` (shrinking and merging new pilots) and ``plan`` (one queue's plan, with its caps).
 """
 
-from .demand import Demand, Pilot, PlannedPilot, check_hint, shape_holds
+from .demand import Demand, ExistingPilot, PlannedPilot, check_hint, shape_holds
 from .packers import packer_costs
 from .plan import Plan, can_serve, plan
 from .seed import plan_seed
@@ -50,7 +50,7 @@ from .wall import estimate_wall, pilot_wall
 
 __all__ = [
     "Demand",
-    "Pilot",
+    "ExistingPilot",
     "Plan",
     "PlannedPilot",
     "can_serve",

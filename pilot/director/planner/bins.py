@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 
 from taskqueues.shapes import Shape
 
-from .demand import Demand, Pilot, PlannedPilot
+from .demand import Demand, ExistingPilot, PlannedPilot
 from .wall import pilot_wall
 
 __all__ = ["Bin", "fill", "first_fit", "job_floor", "planned"]
@@ -19,7 +19,7 @@ class Bin:
 
     __slots__ = ("cpu", "jobs", "mem", "pilot", "shape", "time_left", "tmp")
 
-    def __init__(self, shape: Shape, cpu: int, mem: int, tmp: int, time_left: float, pilot: Pilot | None):
+    def __init__(self, shape: Shape, cpu: int, mem: int, tmp: int, time_left: float, pilot: ExistingPilot | None):
         self.shape = shape
         self.cpu = cpu
         self.mem = mem
@@ -33,7 +33,7 @@ class Bin:
         return cls(shape, shape.cpu, shape.mem, shape.tmp, shape.wall, None)
 
     @classmethod
-    def of(cls, pilot: Pilot) -> Bin:
+    def of(cls, pilot: ExistingPilot) -> Bin:
         return cls(pilot.shape, pilot.free_cpu, pilot.free_mem, pilot.free_tmp, pilot.time_left, pilot)
 
     def fits(self, job: Demand) -> bool:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from taskqueues.errors import ConfigError, ValidationError
 from taskqueues.shapes import Shape
 
-__all__ = ["Demand", "Pilot", "PlannedPilot", "check_hint", "check_inputs", "shape_holds", "why_unplaceable"]
+__all__ = ["Demand", "ExistingPilot", "PlannedPilot", "check_hint", "check_inputs", "shape_holds", "why_unplaceable"]
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class Demand:
 
 
 @dataclass
-class Pilot:
+class ExistingPilot:
     """A pilot of this queue already running (``queued=False``) or waiting in the batch system."""
 
     id: str
@@ -104,7 +104,7 @@ def check_hint(demand: Demand, shapes: Sequence[Shape]) -> None:
         )
 
 
-def check_inputs(demand: Sequence[Demand], shapes: Sequence[Shape], existing: Sequence[Pilot]) -> None:
+def check_inputs(demand: Sequence[Demand], shapes: Sequence[Shape], existing: Sequence[ExistingPilot]) -> None:
     """Refuse duplicate shapes, jobs or pilots, and negative or non-finite amounts."""
     names: set[str] = set()
     for shape in shapes:

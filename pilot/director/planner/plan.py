@@ -13,7 +13,7 @@ from taskqueues.errors import ConfigError
 from taskqueues.shapes import Shape
 
 from .bins import Bin, first_fit, planned
-from .demand import Demand, Pilot, PlannedPilot, check_inputs, shape_holds, why_unplaceable
+from .demand import Demand, ExistingPilot, PlannedPilot, check_inputs, shape_holds, why_unplaceable
 from .packers import pack_best
 from .scoring import priority_order
 
@@ -41,7 +41,7 @@ class Plan:
         return math.fsum(p.shape.cost for p in self.new)
 
 
-def can_serve(pilot: Pilot, demand: Iterable[Demand]) -> bool:
+def can_serve(pilot: ExistingPilot, demand: Iterable[Demand]) -> bool:
     """True when some job of ``demand`` fits what ``pilot`` has free now (resources, time left, hint)."""
     room = Bin.of(pilot)
     return any(room.fits(job) for job in demand)
@@ -50,7 +50,7 @@ def can_serve(pilot: Pilot, demand: Iterable[Demand]) -> bool:
 def plan(
     demand: Sequence[Demand],
     shapes: Sequence[Shape],
-    existing: Sequence[Pilot],
+    existing: Sequence[ExistingPilot],
     *,
     n_max_queued: int | None = 10,
     max_running: int | None = None,

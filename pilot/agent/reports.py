@@ -1,0 +1,344 @@
+"""The pilot's exchange with the store: reports of starts and ends, and matches for what is free.
+
+**The fill** is one exchange with the store (:meth:`Store.send_exchange`) that carries the starts and
+successful ends not yet reported and the match for the freed resources, whose matched jobs start when its
+reply arrives. A payload's start is reported once it has run :data:`START_REPORT_DELAY`, or inside its
+completion if it ends first; an end goes with the next match or at the turn's end; a failure is reported
+at once, alone. For short payloads the store hears of a payload's start and end and answers the next match
+in one round trip, without the pilot waiting for it (:meth:`Reports.send`, :meth:`Reports.received`): the
+gap between one payload's exit and the next one's start — the pilot's overhead on every core — is that
+round trip and a spawn. When nothing fits the pilot backs off (``backoff_min`` doubling to
+``backoff_max``) and tries again at once when a payload ends.
+
+Every report carries the attempt, so a job taken from this pilot (lease expired, killed) answers
+:class:`~taskqueues.errors.StaleReport` and the pilot moves on. A store outage shorter than the lease is
+ridden out: reports wait (:class:`PendingReport`, retried until they land or the lease is gone) and
+matches back off, while the payloads keep running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import math
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from redis.connection import Connection
+
+from pilot.agent.payload import Payload, Report, Stop
+from pilot.agent.processes import Processes
+from pilot.agent.slots import Amount
+from pilot.agent.state import PilotState
+from pilot.agent.wake import Wake
+from taskqueues.errors import StaleReport, StoreError, StoreUnavailable
+from taskqueues.exchange import PendingExchange
+from taskqueues.records import PilotOffer, RunResult
+
+log = logging.getLogger("pilot.agent")
+
+#: Seconds a payload runs before its start is reported; a payload that ends sooner reports its start inside
+#: its completion (one script less per short payload).
+START_REPORT_DELAY = 0.05
+
+
+@dataclass
+class InFlight:
+    """An exchange sent to the store: what it reported and the resources its match may fill."""
+
+    exchange: PendingExchange
+    starts: list[Payload]
+    succeeded: list[tuple[Payload, RunResult]]
+    reserved: Amount
+    want: int
+
+
+@dataclass
+class PendingReport:
+    """A report the store could not take (Redis unreachable): retried until it lands or the lease is gone."""
+
+    payload: Payload
+    result: RunResult
+    give_up_at: float
+
+
+class Reports:
+    """What the pilot has to tell the store, and the exchanges on their way, on the pilot's own connection
+    (so Redis applies them in the order they were sent)."""
+
+    def __init__(self, state: PilotState, wake: Wake, processes: Processes) -> None:
+        self.state = state
+        self.wake = wake
+        self.processes = processes
+        self.inflight: deque[InFlight] = deque()  # exchanges sent, replies not yet read (oldest first)
+        self.unstarted: list[Payload] = []  # spawned, start not yet reported to the store
+        self.succeeded: list[tuple[Payload, RunResult]] = []  # ended well, completion not yet reported
+        self.pending: list[PendingReport] = []
+        self._next_retry = 0.0  # reports waiting for the store are retried from then on
+        self._channel: Connection | None = None  # the pilot's own connection for exchanges (ordered)
+        self._channel_fd = -1
+
+    @property
+    def busy(self) -> bool:
+        """Something is unreported or on the way from a match."""
+        return bool(self.inflight or self.unstarted or self.succeeded)
+
+    def leased(self) -> dict[str, int]:
+        """The jobs of reports still waiting for the store (their leases must be renewed): id -> attempt."""
+        return {r.payload.id: r.payload.job.attempt for r in self.pending}
+
+    def forget(self, job: str) -> None:
+        """The job is no longer this pilot's (lease lost): its waiting report is dropped."""
+        self.pending = [r for r in self.pending if r.payload.id != job]
+
+    def deadlines(self, now: float) -> list[float]:
+        """When a retry or a start report is due (``time.monotonic()`` values)."""
+        out = []
+        if self.pending:
+            out.append(max(self._next_retry, now + 0.05))
+        if self.unstarted:
+            out.append(self._start_report_due())
+        return out
+
+    # -- sending -----------------------------------------------------------------------------------
+
+    def fill(self) -> None:
+        """Offer what is free to the store (with the reports not yet sent); the jobs it matches are
+        started when the reply arrives (:meth:`received`), the loop meanwhile goes on."""
+        state = self.state
+        if not state.accepting or time.monotonic() < state.next_match:
+            return
+        cpu, mem, tmp = state.slots.free()
+        if cpu <= 0:
+            return
+        if state.time_left_real() == 0:
+            state.stop_accepting("time is up")
+            return
+        config = state.config
+        want = cpu
+        if config.max_jobs is not None:
+            want = min(want, config.max_jobs - state.launched - sum(sent.want for sent in self.inflight))
+            if want <= 0:
+                if not self.inflight:
+                    state.stop_accepting(f"ran its maximum of {config.max_jobs} jobs")
+                return
+        self.send(PilotOffer(state.name, config.queue, cpu, max(0, mem), max(0, tmp), state.time_left()), want)
+
+    def send_unmatched(self) -> None:
+        """At the turn's end: what no match carried goes alone (the successes, the starts that are due)."""
+        if self.succeeded or (self.unstarted and time.monotonic() >= self._start_report_due()):
+            self.send(None, 0)
+
+    def _start_report_due(self) -> float:
+        """When the oldest unreported start must go to the store even if no match carries it."""
+        return self.unstarted[0].start_mono + START_REPORT_DELAY
+
+    def send(self, offer: PilotOffer | None, want: int, *, all_starts: bool = False) -> None:
+        """Send the successful ends not yet reported, the starts that are due (or ``all_starts``) and, with
+        an offer, a match, on the pilot's own connection without waiting for the reply
+        (:class:`PendingExchange`). A start that is not due yet stays: if its payload ends first, it
+        travels inside the completion (one script less for a short payload)."""
+        state = self.state
+        succeeded, self.succeeded = self.succeeded, []
+        ended = {p.id for p, _ in succeeded}
+        due = time.monotonic() - START_REPORT_DELAY
+        starts: list[Payload] = []
+        waiting: list[Payload] = []
+        for payload in self.unstarted:
+            (starts if all_starts or payload.id in ended or payload.start_mono <= due else waiting).append(payload)
+        self.unstarted = waiting
+        store = state.store
+        try:
+            if self._channel is None:
+                self._channel = store.client.connection_pool.get_connection()
+            exchange = store.send_exchange(
+                state.name, self._channel,
+                starts=[(p.id, p.job.attempt, p.start_wall) for p in starts if p.id not in ended],
+                completions=[(p.id, p.job.attempt, dataclasses.replace(result, started=p.start_wall)
+                              if p in starts else result) for p, result in succeeded],
+                offer=offer, max_jobs=want)
+        except StoreUnavailable as exc:
+            self._unreachable(exc, starts, succeeded)
+            return
+        reserved = (offer.cpu, offer.mem, offer.tmp) if offer is not None else (0, 0, 0)
+        self.inflight.append(InFlight(exchange, starts, succeeded, reserved, want if offer is not None else 0))
+        state.slots.reserve(reserved)
+        self._watch_channel()
+        if offer is not None:
+            state.next_match = math.inf  # the reply says when to match again
+
+    def _watch_channel(self) -> None:
+        """Keep the selector on the channel's socket (a reconnection changes it) while replies are due."""
+        fd = self.inflight[0].exchange.fileno() if self.inflight else -1
+        if fd == self._channel_fd:
+            return
+        if self._channel_fd >= 0:
+            with contextlib.suppress(KeyError, ValueError, OSError):
+                self.wake.unregister(self._channel_fd)
+        self._channel_fd = -1
+        if fd >= 0:
+            self.wake.register(fd, "reply")
+            self._channel_fd = fd
+
+    # -- receiving ---------------------------------------------------------------------------------
+
+    def receive_ready(self) -> None:
+        """Handle every reply that has arrived (several may sit in the connection's buffer)."""
+        while self.inflight and self.inflight[0].exchange.ready():
+            self.received(self._oldest())
+        self._watch_channel()
+
+    def drain(self) -> None:
+        """Wait for every reply still due: before a report that must not overtake them, and at the end."""
+        while self.inflight:
+            self.received(self._oldest())
+        self._watch_channel()
+
+    def _oldest(self) -> InFlight:
+        sent = self.inflight.popleft()
+        self.state.slots.unreserve(sent.reserved)  # what its match brings takes its share below
+        return sent
+
+    def received(self, sent: InFlight) -> None:
+        """Apply one exchange's reply: refused starts stop their payloads unreported, completions are
+        noted, and the matched jobs start (or, when the pilot no longer takes jobs, go back). The dependents
+        a completion released are not the pilot's business: ``complete`` announces those whose requirements
+        wait for outputs on the release channel, and the control plane evaluates them."""
+        state = self.state
+        try:
+            reply = sent.exchange.receive()
+        except StoreUnavailable as exc:
+            self._unreachable(exc, sent.starts, sent.succeeded)
+            return
+        except StoreError as exc:
+            log.error("reports and match failed: %s", exc)
+            for payload, result in sent.succeeded:
+                self._ended_note(payload, result, "unreported")
+            if sent.want > 0:
+                state.back_off()
+            return
+        if state.outage.ok():
+            state.next_heartbeat = 0.0  # renew every lease now: the reaper's grace after a restart is short
+        for payload in sent.starts:
+            why = reply.refused.get(payload.id)
+            if why is not None and not payload.ended:
+                log.warning("job %s was taken from this pilot before it started: %s", payload.id, why)
+                payload.terminate(Stop("lease lost before start", "none"), 0.0)
+        for payload, result in sent.succeeded:
+            why = reply.refused.get(payload.id)
+            if why is not None:
+                log.warning("job %s: report refused, the job was taken from this pilot: %s", payload.id, why)
+            self._ended_note(payload, result, "done" if why is None else "stale")
+        if sent.want == 0:
+            return
+        if not reply.matched:
+            state.back_off()
+            return
+        state.match_now()
+        for job in reply.matched:
+            if not state.accepting:
+                self.processes.give_back(job, f"pilot {state.name} stopped taking jobs ({state.stop_reason})")
+                continue
+            launched = self.processes.launch(job)
+            if launched is None:  # a job given back: do not take it again at once
+                state.next_match = time.monotonic() + state.config.backoff_max
+            else:
+                self.unstarted.append(launched)
+
+    def _unreachable(self, exc: StoreError, starts: list[Payload], succeeded: list[tuple[Payload, RunResult]]) -> None:
+        """The store did not answer an exchange: its reports wait, the next match waits the outage's back-off."""
+        state = self.state
+        state.next_match = time.monotonic() + state.outage.failed(exc)
+        self.unstarted = starts + self.unstarted  # the heartbeat keeps their leases meanwhile
+        give_up = time.monotonic() + state.config.lease
+        self.pending += [PendingReport(p, result, give_up) for p, result in succeeded]
+
+    # -- ends --------------------------------------------------------------------------------------
+
+    def ended(self, payload: Payload, result: RunResult) -> None:
+        """A payload's result: a success waits for the next round trip to the store, anything else is
+        reported at once."""
+        if payload.stop is None and not payload.killed_from_outside and result.exit_code == 0:
+            self.succeeded.append((payload, result))
+        else:
+            self.report(payload, result)
+
+    def report(self, payload: Payload, result: RunResult) -> bool:
+        """Report a payload that did not simply succeed (or retry a success the store could not take);
+        False when Redis was unreachable (retried later)."""
+        state = self.state
+        store = state.store
+        job = payload.job
+        stop = payload.stop
+        report: Report | None = stop.report if stop is not None else None
+        if report is None and payload.killed_from_outside:
+            # Not the job's fault: give it back (it counts against its retry limit).
+            report = "requeue"
+            result = dataclasses.replace(result, reason=f"{result.reason}; given back: killed from outside the pilot")
+        if payload in self.unstarted and report != "none":
+            self.send(None, 0, all_starts=True)  # its start first, so the store records when it ran
+        self.drain()  # nothing sent before may land after this report
+        state_now: str
+        try:
+            if report == "none":
+                state_now = "lost"
+            elif report is None and result.exit_code == 0:
+                store.complete(job.id, job.attempt, state.name, result)
+                state_now = "done"
+            else:
+                state_now = str(store.fail(job.id, job.attempt, state.name, result, requeue=report == "requeue"))
+        except StaleReport as exc:
+            log.warning("job %s: report refused, the job was taken from this pilot: %s", job.id, exc)
+            state_now = "stale"
+        except StoreUnavailable as exc:
+            self._next_retry = time.monotonic() + state.outage.failed(exc)
+            if not any(r.payload is payload for r in self.pending):
+                self.pending.append(PendingReport(payload, result, time.monotonic() + state.config.lease))
+            return False
+        except StoreError as exc:
+            log.error("job %s: report failed: %s", job.id, exc)
+            state_now = "unreported"
+        else:
+            if state.outage.ok():
+                state.next_heartbeat = 0.0
+        self._ended_note(payload, result, state_now)
+        return True
+
+    def _ended_note(self, payload: Payload, result: RunResult, state: str) -> None:
+        log.info("job %s attempt %d: %s%s", payload.id, payload.job.attempt, state,
+                 f" ({result.reason})" if result.reason else "")
+        self.state.notify("payload_ended", self.state.info, payload.job, result, state)
+
+    def retry_due(self) -> bool:
+        return bool(self.pending) and time.monotonic() >= self._next_retry
+
+    def retry(self, force: bool = False) -> None:
+        """Report again what the store could not take; ``force``: one last try each (the pilot ends)."""
+        now = time.monotonic()
+        keep: list[PendingReport] = []
+        for pending in self.pending:
+            if now >= pending.give_up_at:
+                log.warning("job %s: giving up reporting it; its lease expires and the reaper requeues it",
+                            pending.payload.id)
+                continue
+            if not self.report(pending.payload, pending.result) and not force:
+                keep.append(pending)
+        self.pending = keep
+
+    # -- the end -----------------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """The pilot ends: send what is unreported, wait for every reply, try the waiting reports once more."""
+        if self.unstarted or self.succeeded:
+            self.send(None, 0, all_starts=True)
+        self.drain()
+        self.retry(force=True)
+
+    def close(self) -> None:
+        """Give the pilot's connection back (closed: replies may still be due on it)."""
+        if self._channel is not None:
+            self._channel.disconnect()  # type: ignore[no-untyped-call]
+            self.state.store.client.connection_pool.release(self._channel)
+            self._channel = None

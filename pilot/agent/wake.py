@@ -1,0 +1,185 @@
+"""Wake-ups: the pilot's one selector and everything that may wake it.
+
+The pilot runs in one thread around one selector. Exits are noticed at once: each payload's pidfd is in
+the selector (readable when the process exits), or, on kernels without pidfds, SIGCHLD wakes the selector
+through ``signal.set_wakeup_fd``; SIGTERM and SIGINT (preemption) wake it the same way. Work entering a
+task queue wakes an idle pilot through the store's wake channel, and a kill or stop request for this pilot
+through its own channel. The payloads' output pipes and the reply socket of the pilot's exchanges are in
+the selector too: :meth:`Wake.wait` hands their events to the pilot, which passes them to their owners.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import selectors
+import signal
+import socket
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+import redis
+
+from pilot.agent.payload import pidfds_supported
+from pilot.agent.state import PilotState
+
+log = logging.getLogger("pilot.agent")
+
+class Wake:
+    """The selector, the signal wake-up descriptor and the subscriptions: :meth:`open` in the pilot's
+    setup, :meth:`close` in its teardown."""
+
+    def __init__(self, state: PilotState) -> None:
+        self.state = state
+        self._selector: selectors.BaseSelector | None = None
+        self._wake: tuple[socket.socket, socket.socket] | None = None
+        self._saved_signals: dict[int, Any] = {}
+        self._saved_wakeup = -1
+        self._on_signal: Callable[[int], None] | None = None
+        self._pubsub: Any = None
+        self._pubsub_sock: Any = None  # the wake subscription's socket, as registered in the selector
+
+    def open(self) -> None:
+        self._selector = selectors.DefaultSelector()
+
+    @property
+    def is_open(self) -> bool:
+        return self._selector is not None
+
+    @property
+    def on_signals(self) -> bool:
+        """Whether signals wake the selector (the pilot runs in the main thread): without pidfds, a payload's
+        exit is then noticed by SIGCHLD, and every payload without a pidfd must be checked after a wake-up."""
+        return self._wake is not None
+
+    @property
+    def listening(self) -> bool:
+        return self._pubsub is not None
+
+    def register(self, fd: int, kind: str, data: Any = None) -> None:
+        assert self._selector is not None
+        self._selector.register(fd, selectors.EVENT_READ, (kind, data))
+
+    def unregister(self, fd: int) -> None:
+        assert self._selector is not None
+        self._selector.unregister(fd)
+
+    def install_signals(self, on_signal: Callable[[int], None]) -> None:
+        """SIGTERM/SIGINT (preemption) and SIGCHLD all wake the selector; only in the main thread.
+        ``on_signal`` is called, in the handler, with each SIGTERM or SIGINT."""
+        if threading.current_thread() is not threading.main_thread():
+            log.warning("pilot %s runs outside the main thread: no signal handling", self.state.name)
+            return
+        assert self._selector is not None
+        reader, writer = socket.socketpair()
+        reader.setblocking(False)
+        writer.setblocking(False)
+        self._wake = (reader, writer)
+        self._on_signal = on_signal
+        self._selector.register(reader, selectors.EVENT_READ, ("wake", None))
+        self._saved_wakeup = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+        watched = [signal.SIGTERM, signal.SIGINT]
+        if not pidfds_supported():
+            watched.append(signal.SIGCHLD)  # no pidfds: a child's exit must wake the selector
+        for number in watched:
+            self._saved_signals[number] = signal.signal(number, self._signalled)
+
+    def _signalled(self, number: int, _frame: FrameType | None) -> None:
+        if number != signal.SIGCHLD and self._on_signal is not None:
+            self._on_signal(number)
+
+    def listen(self) -> None:
+        """Subscribe to the store's wake channel: work entering a task queue wakes an idle pilot at once
+        instead of at its next back-off poll; and to the pilot's own channel, on which a kill or stop
+        request for it is announced (:mod:`taskqueues.stops`): it heartbeats at once. Polling and the
+        heartbeat stay the fallback (a lost subscription is renewed at the next heartbeat)."""
+        assert self._selector is not None
+        state = self.state
+        store = state.store
+        try:
+            pubsub = store.client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+            pubsub.subscribe(store.keys.wake)
+            while pubsub.get_message(timeout=0.5) is not None:
+                pass
+            try:  # apart: a server whose ACL refuses this channel must not cost the wake channel
+                pubsub.subscribe(store.keys.pilot_channel(state.name))
+                while pubsub.get_message(timeout=0.5) is not None:
+                    pass
+            except Exception as exc:
+                log.warning("pilot %s: no channel of its own (%s): kills and stops wait for its heartbeat",
+                            state.name, exc)
+            assert pubsub.connection is not None
+            self._pubsub_sock = pubsub.connection._sock
+            self._selector.register(self._pubsub_sock, selectors.EVENT_READ, ("work", None))
+        except Exception as exc:
+            if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+                state.outage.failed(exc)
+            else:
+                log.warning("pilot %s: no wake subscription (%s): polling only", state.name, exc)
+            return
+        self._pubsub = pubsub
+
+    def wait(self, timeout: float, handle: Callable[[str, Any, int], None]) -> None:
+        """Sleep until something is ready or ``timeout`` passes. Signals and subscriptions are handled here;
+        every other ready descriptor goes to ``handle(kind, data, fd)`` (what it was registered with), in
+        the order the selector gave them."""
+        assert self._selector is not None
+        for key, _ in self._selector.select(timeout):
+            kind, data = key.data
+            if kind == "wake":
+                self._drain_wake()
+            elif kind == "work":
+                if self._pubsub is not None:
+                    self._work_arrived()
+            else:
+                handle(kind, data, key.fd)
+
+    def _drain_wake(self) -> None:
+        assert self._wake is not None
+        with contextlib.suppress(BlockingIOError):
+            while self._wake[0].recv(4096):
+                pass
+
+    def _work_arrived(self) -> None:
+        assert self._pubsub is not None
+        state = self.state
+        own = state.store.keys.pilot_channel(state.name).encode()
+        try:
+            while (message := self._pubsub.get_message(timeout=0)) is not None:
+                if message.get("channel") == own:
+                    state.next_heartbeat = 0.0  # a kill or stop request: read it now
+        except Exception as exc:
+            if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+                state.outage.failed(exc)
+            else:
+                log.warning("pilot %s: wake subscription lost (%s)", state.name, exc)
+            self._drop_pubsub()
+        state.match_now()
+
+    def _drop_pubsub(self) -> None:
+        if self._pubsub is None:
+            return
+        with contextlib.suppress(Exception):
+            # The socket registered, not the connection's current one: a broken connection has dropped it
+            if self._selector is not None and self._pubsub_sock is not None:
+                self._selector.unregister(self._pubsub_sock)
+        self._pubsub_sock = None
+        with contextlib.suppress(Exception):
+            self._pubsub.close()
+        self._pubsub = None
+
+    def close(self) -> None:
+        """Unsubscribe, give the signals back their previous handlers, close the selector."""
+        self._drop_pubsub()
+        if self._wake is not None:
+            signal.set_wakeup_fd(self._saved_wakeup)
+            for number, handler in self._saved_signals.items():
+                signal.signal(number, handler)
+            for sock in self._wake:
+                sock.close()
+            self._wake = None
+        if self._selector is not None:
+            self._selector.close()
+            self._selector = None
