@@ -13,9 +13,9 @@ from typing import Any
 
 from celery.beat import PersistentScheduler
 
-from taskqueues import alive
 from taskqueues.errors import StoreUnavailable
-from taskqueues.outage import Outage
+from taskqueues.store import alive
+from taskqueues.store.outage import Outage
 
 log = logging.getLogger(__name__)
 

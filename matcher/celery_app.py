@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 from celery import Celery, bootsteps
 from celery.signals import heartbeat_sent
 
-from taskqueues import alive as liveness
 from taskqueues.errors import PilotfishError, StoreUnavailable
-from taskqueues.outage import Outage
+from taskqueues.store import alive as liveness
+from taskqueues.store.outage import Outage
 
 from . import periodic
 from .context import Context
@@ -48,7 +48,7 @@ T = TypeVar("T")
 
 _context: Context | None = None
 
-#: This worker's view of the store: one line when an outage starts and one when it ends (taskqueues.outage);
+#: This worker's view of the store: one line when an outage starts and one when it ends (taskqueues.store.outage);
 #: periodic tasks that meet one return without a traceback, the next beat brings them again.
 OUTAGE = Outage(logging.getLogger("pilotfish.worker"), "worker", on_start=lambda: context().store.drop_connections())
 

@@ -2,7 +2,7 @@
 
 The error boundary: errors that Pilotfish raises on purpose (:class:`taskqueues.errors.PilotfishError`)
 print as one line and exit with status 1; so does a Redis error that reached here without going through
-the store's guard (:mod:`taskqueues.guard`), named with the server's URL (never its password) and the
+the store's guard (:mod:`taskqueues.store.guard`), named with the server's URL (never its password) and the
 command. ``--verbose`` shows the traceback instead.
 """
 
@@ -17,7 +17,7 @@ import redis
 
 from taskqueues import __version__
 from taskqueues.errors import PilotfishError
-from taskqueues.guard import from_exception, shown_url
+from taskqueues.store.guard import from_exception, shown_url
 
 from .settings import Settings
 

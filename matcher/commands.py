@@ -11,9 +11,9 @@ from urllib.parse import urlsplit
 
 import click
 
-from taskqueues import access, alive, stops
 from taskqueues.errors import NotFound, PilotfishError
-from taskqueues.keys import Keys
+from taskqueues.store import access, alive, stops
+from taskqueues.store.keys import Keys
 
 from .context import Context
 from .control import stop_job, stop_target
@@ -123,7 +123,7 @@ def _each(targets: tuple[str, ...], act: Callable[[str], str]) -> None:
 @click.option("--loglevel", default="INFO", show_default=True)
 def matcher(beat: bool, beat_only: bool, concurrency: int, loglevel: str) -> None:
     """Run the control plane: a Celery worker (with beat unless --no-beat), or beat alone."""
-    from taskqueues.outage import OutageLogFilter
+    from taskqueues.store.outage import OutageLogFilter
 
     from . import beat as beat_module
     from . import celery_app
@@ -151,7 +151,7 @@ def matcher(beat: bool, beat_only: bool, concurrency: int, loglevel: str) -> Non
 def health(component: str | None, check_redis: bool, max_age: float) -> None:
     """Exit 0 when Redis answers and (with --component) that component's process on THIS host beat recently.
 
-    Only the process's own entry counts (see taskqueues/alive.py): ``<component>@<host name>``, or for a
+    Only the process's own entry counts (see taskqueues/store/alive.py): ``<component>@<host name>``, or for a
     pilot its own name (the same environment gives the same name), so a Kubernetes probe run in a pod
     judges that pod's process and never a sibling's. One PING and one ZSCORE.
     """
@@ -181,8 +181,8 @@ def health(component: str | None, check_redis: bool, max_age: float) -> None:
 
 
 def acl_commands(prefix: str, vo: str, db: int, control_password: str, pilot_password: str) -> list[str]:
-    """``ACL SETUSER`` commands (redis-cli syntax) making Pilotfish's two users, as :mod:`taskqueues.access` has them
-    (Redis >= 7.2 or Valkey). ``Keys`` refuses a glob character in ``prefix`` or ``vo``, which would widen the
+    """``ACL SETUSER`` commands (redis-cli syntax) making Pilotfish's two users, as :mod:`taskqueues.store.access` has
+    them (Redis >= 7.2 or Valkey). ``Keys`` refuses a glob character in ``prefix`` or ``vo``, which would widen the
     pilots' key pattern to other communities' keys."""
     Keys(prefix=prefix, vo=vo)
     control = ["ACL", "SETUSER", access.CONTROL_USER, "reset", "on", f">{control_password}", *access.control_rules()]
@@ -199,7 +199,7 @@ def acl(vo: str | None, prefix: str | None, db: int | None) -> None:
     """Print the ACL SETUSER commands of Pilotfish's two users, for a Redis or Valkey (>= 7.2) you run yourself.
 
     pf-control is the control plane's user (everything); pf-pilot-VO may run only the pilots' commands on VO's
-    keys and channels and Celery's broker keys (taskqueues/access.py). Both get a new random password. Feed
+    keys and channels and Celery's broker keys (taskqueues/store/access.py). Both get a new random password. Feed
     the commands to redis-cli as an administrator (``pilotfish acl > users.txt; redis-cli ... < users.txt``),
     then give the control plane redis_url with pf-control's password and the pilots pilot_redis_url with
     pf-pilot-VO's (the chart's externalRedis.url and externalRedis.pilot.url).

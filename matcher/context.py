@@ -10,9 +10,9 @@ from urllib.parse import urlsplit
 import redis
 
 from taskqueues.catalog import Catalog
-from taskqueues.guard import shown_url
-from taskqueues.keys import Keys
 from taskqueues.store import Store
+from taskqueues.store.guard import shown_url
+from taskqueues.store.keys import Keys
 
 from . import embedded
 from .settings import Settings
@@ -49,7 +49,7 @@ class Context:
 
     @cached_property
     def pilot_redis_url(self) -> str:
-        """The URL pilots connect with: their community's own ACL user (``taskqueues.access``)."""
+        """The URL pilots connect with: their community's own ACL user (``taskqueues.store.access``)."""
         s = self.settings
         if not s.redis_url:
             return embedded.pilot_url(s.state_dir, self.client, self.redis_url, prefix=s.prefix, vo=s.vo)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import Counter
 
 from taskqueues.errors import NotFound, PilotfishError
-from taskqueues.records import JobState
 from taskqueues.store import Store
+from taskqueues.store.records import JobState
 
 
 class AlreadyEnded(PilotfishError):

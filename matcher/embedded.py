@@ -24,9 +24,9 @@ from typing import Any
 import psutil
 import redis
 
-from taskqueues import access
 from taskqueues.errors import ConfigError, StoreUnavailable
-from taskqueues.redis_server import RedisServer
+from taskqueues.store import access
+from taskqueues.store.redis_server import RedisServer
 
 _DIR_MODE, _FILE_MODE = 0o700, 0o600
 

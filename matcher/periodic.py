@@ -7,7 +7,7 @@ Each is safe when several processes run it at once:
   they change (a lease still expired, a task queue still empty, a job still releasing), so running
   twice changes nothing the second time;
 * the director cycle and re-pressure are not idempotent (they submit pilots, advance a cursor): they
-  run under a Redis lock (:mod:`taskqueues.lock`) and a second runner skips its turn.
+  run under a Redis lock (:mod:`taskqueues.store.lock`) and a second runner skips its turn.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import json
 import logging
 from dataclasses import dataclass
 
-from taskqueues.records import Largest
+from taskqueues.store.records import Largest
 
 from .context import Context
 from .release import sweep

@@ -22,8 +22,8 @@ import redis
 
 from taskqueues.catalog import Catalog
 from taskqueues.errors import StoreUnavailable
-from taskqueues.outage import Outage
 from taskqueues.store import Store
+from taskqueues.store.outage import Outage
 
 from .release import release, sweep
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO
 
 from pilot.director.service import Director
-from taskqueues.records import Job, JobState
+from taskqueues.store.records import Job, JobState
 
 from . import periodic
 from .context import Context

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from taskqueues.errors import ConfigError
-from taskqueues.records import DEFAULT_ETE_SAFETY_FACTOR
+from taskqueues.store.records import DEFAULT_ETE_SAFETY_FACTOR
 
 ENV_PREFIX = "PILOTFISH_"
 
@@ -96,7 +96,7 @@ class Settings:
 
     def check(self) -> None:
         """Refuse values no component could use, naming the setting and where it came from."""
-        from taskqueues.keys import Keys
+        from taskqueues.store.keys import Keys
 
         def where(name: str) -> str:
             source = self.sources.get(name, "default")

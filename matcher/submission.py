@@ -40,9 +40,9 @@ from taskqueues import dag
 from taskqueues.catalog import Catalog, Queue
 from taskqueues.errors import PilotfishError, ProblemList, RequirementError, ValidationError, located, shown
 from taskqueues.ete import estimate
-from taskqueues.records import JobState, NewJob
 from taskqueues.requirements import CONSUMABLES, Requirements, check_name, check_value, parse_requirements
 from taskqueues.store import Store
+from taskqueues.store.records import JobState, NewJob
 
 from .eta import fan_in_bound, live_cores, load_seconds, request_eta
 from .limits import (

@@ -67,8 +67,8 @@ from matcher.context import Context  # noqa: E402
 from matcher.settings import Settings  # noqa: E402
 from matcher.submission import JobSpec  # noqa: E402
 from taskqueues.errors import PilotfishError  # noqa: E402
-from taskqueues.redis_server import RedisServer  # noqa: E402
 from taskqueues.store import Store  # noqa: E402
+from taskqueues.store.redis_server import RedisServer  # noqa: E402
 
 QUEUE = "local/localhost/local"
 BROKER_ENV = "BENCH_E2E_BROKER"

@@ -40,7 +40,7 @@ from matcher.settings import Settings  # noqa: E402
 from matcher.submission import submit_workflow  # noqa: E402
 from matcher.workflow import parse_workflow  # noqa: E402
 from taskqueues.errors import PilotfishError  # noqa: E402
-from taskqueues.redis_server import RedisServer  # noqa: E402
+from taskqueues.store.redis_server import RedisServer  # noqa: E402
 
 QUEUE = "local/localhost/local"
 _FOREIGN = ("SLURM_", "SGE_", "JOB_ID", "NSLOTS", "MACHINEFEATURES", "JOBFEATURES", "JOBSTATUS", "PILOTFISH_")

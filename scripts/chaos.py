@@ -53,7 +53,7 @@ from matcher.context import Context  # noqa: E402
 from matcher.deploy import MARKER, running_pid  # noqa: E402
 from matcher.settings import Settings  # noqa: E402
 from matcher.submission import JobSpec  # noqa: E402
-from taskqueues.records import JobState  # noqa: E402
+from taskqueues.store.records import JobState  # noqa: E402
 
 KINDS = ("pilot", "guardian", "payload", "worker", "beat", "director", "flower", "redis")
 SUPERVISED = {"worker", "beat", "director", "flower", "redis"}
@@ -164,7 +164,7 @@ def _pilot_name(env: dict[str, str]) -> str:
 
 
 def _free_port() -> int:
-    from taskqueues.redis_server import free_port
+    from taskqueues.store.redis_server import free_port
 
     return free_port()
 

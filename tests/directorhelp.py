@@ -26,8 +26,8 @@ from matcher.submission import JobSpec, Submitted
 from pilot.backends import LocalBackend, PilotRequest, PilotState, PilotStatus
 from pilot.director.service import CycleReport, Director, QueueReport
 from taskqueues.catalog import Queue
-from taskqueues.records import Job, JobState
 from taskqueues.shapes import Shape
+from taskqueues.store.records import Job, JobState
 
 KINDS = ("local", "slurm", "sge")
 

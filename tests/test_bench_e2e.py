@@ -18,7 +18,7 @@ import redis
 
 from matcher.context import Context
 from matcher.settings import Settings
-from taskqueues.redis_server import RedisServer
+from taskqueues.store.redis_server import RedisServer
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bench_e2e.py"
 

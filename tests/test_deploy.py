@@ -21,7 +21,7 @@ from matcher import embedded
 from matcher.context import Context
 from matcher.deploy import MARKER, orphans, running_pid
 from matcher.settings import Settings
-from taskqueues.redis_server import free_port
+from taskqueues.store.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 PARTS = ("worker", "beat", "director", "flower")

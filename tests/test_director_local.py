@@ -26,8 +26,8 @@ from matcher.submission import JobSpec
 from pilot.backends import LocalBackend, PilotState, reset_conversion_warnings
 from pilot.director.service import Director
 from taskqueues.catalog import Queue
-from taskqueues.records import JobState
 from taskqueues.shapes import Shape
+from taskqueues.store.records import JobState
 
 ROOT = Path(__file__).resolve().parent.parent
 

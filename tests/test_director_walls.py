@@ -19,7 +19,7 @@ from matcher.context import Context
 from matcher.settings import Settings
 from matcher.submission import JobSpec
 from pilot.director.service import Director
-from taskqueues.records import JobState
+from taskqueues.store.records import JobState
 
 LONG_ETE = 300.0
 

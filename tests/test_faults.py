@@ -26,9 +26,9 @@ from matcher.settings import Settings
 from matcher.submission import JobSpec
 from pilot.director.service import Director
 from taskqueues.errors import StoreUnavailable
-from taskqueues.records import JobState, PilotOffer
-from taskqueues.redis_server import RedisServer
 from taskqueues.store import Store
+from taskqueues.store.records import JobState, PilotOffer
+from taskqueues.store.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
 QUEUE = "L/host/q"

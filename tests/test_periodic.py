@@ -15,8 +15,8 @@ from matcher.repressure import RULE_MARK
 from matcher.settings import Settings
 from matcher.submission import JobSpec, Submitter
 from taskqueues.catalog import Catalog
-from taskqueues.records import JobState, PilotOffer, RunResult
 from taskqueues.store import Store
+from taskqueues.store.records import JobState, PilotOffer, RunResult
 
 ONE_QUEUE = """
 [sites.S]

@@ -24,8 +24,8 @@ from matcher.releaser import Releaser
 from matcher.settings import Settings
 from matcher.submission import submit_workflow
 from matcher.workflow import parse_workflow
-from taskqueues.records import JobState, PilotOffer, RunResult
 from taskqueues.store import Store
+from taskqueues.store.records import JobState, PilotOffer, RunResult
 
 # The control plane's catalog: the pilots' queue is in it, and only there (a worker node never reads it).
 CATALOG = """

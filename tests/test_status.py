@@ -19,8 +19,8 @@ from matcher.status import find_request, request_status, requests_status, task_q
 from matcher.submission import JobSpec, Submitter
 from taskqueues.catalog import Catalog
 from taskqueues.errors import NotFound
-from taskqueues.records import JobState, PilotOffer, RunResult
 from taskqueues.store import Store
+from taskqueues.store.records import JobState, PilotOffer, RunResult
 
 CATALOG = TWO_SITES
 NOW = 1_000_000.0

@@ -19,8 +19,8 @@ from matcher.settings import Settings
 from matcher.status import requests_status
 from matcher.submission import JobSpec, Submitter
 from taskqueues.catalog import Catalog
-from taskqueues.records import JobState, PilotOffer
 from taskqueues.store import Store
+from taskqueues.store.records import JobState, PilotOffer
 
 Q1 = "site/ce/q1"
 PILOT = PilotOffer("p1", Q1, 8, 10_000, 10_000)

@@ -16,8 +16,8 @@ from matcher.settings import Settings
 from matcher.submission import JobSpec, SubmissionError, Submitter, specs_from_workflow, submit_workflow
 from matcher.workflow import parse_workflow
 from taskqueues.catalog import Catalog
-from taskqueues.records import JobState, PilotOffer, RunResult
 from taskqueues.store import Store
+from taskqueues.store.records import JobState, PilotOffer, RunResult
 
 CATALOG = """
 [sites.A]

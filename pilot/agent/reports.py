@@ -34,8 +34,8 @@ from pilot.agent.slots import Amount
 from pilot.agent.state import PilotState
 from pilot.agent.wake import Wake
 from taskqueues.errors import StaleReport, StoreError, StoreUnavailable
-from taskqueues.exchange import PendingExchange
-from taskqueues.records import PilotOffer, RunResult
+from taskqueues.store.exchange import PendingExchange
+from taskqueues.store.records import PilotOffer, RunResult
 
 log = logging.getLogger("pilot.agent")
 

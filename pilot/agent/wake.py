@@ -93,7 +93,7 @@ class Wake:
     def listen(self) -> None:
         """Subscribe to the store's wake channel: work entering a task queue wakes an idle pilot at once
         instead of at its next back-off poll; and to the pilot's own channel, on which a kill or stop
-        request for it is announced (:mod:`taskqueues.stops`): it heartbeats at once. Polling and the
+        request for it is announced (:mod:`taskqueues.store.stops`): it heartbeats at once. Polling and the
         heartbeat stay the fallback (a lost subscription is renewed at the next heartbeat)."""
         assert self._selector is not None
         state = self.state

@@ -44,9 +44,9 @@ from typing import IO, Any
 
 import psutil
 
-from taskqueues.access import scrubbed
 from taskqueues.errors import BackendError
 from taskqueues.shapes import Shape
+from taskqueues.store.access import scrubbed
 
 from .base import PilotRequest, PilotState, PilotStatus
 from .options import parse_options

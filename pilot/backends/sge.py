@@ -54,8 +54,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from taskqueues.access import scrubbed
 from taskqueues.errors import BackendError, BackendUnavailable
+from taskqueues.store.access import scrubbed
 
 from .base import (
     BackendCommandError,

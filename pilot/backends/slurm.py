@@ -49,8 +49,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from taskqueues.access import scrubbed
 from taskqueues.errors import BackendError, BackendUnavailable
+from taskqueues.store.access import scrubbed
 
 from .base import (
     BackendCommandError,

@@ -32,13 +32,14 @@ from matcher.settings import Settings
 from matcher.submission import BACKEND_OPTIONS, INSTANCE_TYPE
 from pilot.backends.base import Backend, PilotRequest, PilotState, PilotStatus
 from pilot.backends.factory import Conversion, announce, make_backend
-from taskqueues import alive
 from taskqueues.catalog import Queue
 from taskqueues.errors import BackendError, PilotfishError, StoreUnavailable
-from taskqueues.guard import guard
-from taskqueues.lock import Lock
-from taskqueues.outage import Outage
 from taskqueues.shapes import Shape
+from taskqueues.store import alive
+from taskqueues.store.guard import guard
+from taskqueues.store.lock import Lock
+from taskqueues.store.outage import Outage
+from taskqueues.store.registry import Registry
 
 from .planner import Demand, ExistingPilot, Plan, can_serve, plan
 from .release import Room, release_idle
@@ -105,6 +106,7 @@ class Director:
     def __init__(self, ctx: Context, *, pilot_command: PilotCommand = default_pilot_command,
                  env: dict[str, str] | None = None, log_dir: str | None = None) -> None:
         self.ctx = ctx
+        self.registry = Registry(ctx.client, ctx.keys)  # the pilots submitted, for a later director to adopt
         self.pilot_command = pilot_command
         self.env = env or {}
         self.log_dir = log_dir
@@ -169,8 +171,7 @@ class Director:
             ids = list(self.provisioned(queue, backend))
             if ids:
                 backend.cancel(ids)
-                for batch_id in ids:
-                    self.ctx.client.hdel(self.ctx.keys.provisioned, self._key(queue, backend, batch_id))
+                self.registry.forget(queue.id, backend.kind, ids)
 
     # -- one cycle ---------------------------------------------------------------------------------
 
@@ -322,14 +323,13 @@ class Director:
             submitted += 1
         if result.cancel:
             backend.cancel(result.cancel)
-            for batch_id in result.cancel:
-                self.ctx.client.hdel(self.ctx.keys.provisioned, self._key(queue, backend, batch_id))
+            self.registry.forget(queue.id, backend.kind, result.cancel)
             out.cancelled += result.cancel
         return submitted
 
     def _pilot_env(self) -> dict[str, str]:
         s = self.ctx.settings
-        # The pilots' own credentials (taskqueues.access), never the control plane's.
+        # The pilots' own credentials (taskqueues.store.access), never the control plane's.
         env = {"PILOTFISH_REDIS_URL": self.ctx.pilot_redis_url, "PILOTFISH_VO": s.vo, "PILOTFISH_PREFIX": s.prefix,
                "PILOTFISH_LEASE_SECONDS": str(s.lease_seconds),
                "PILOTFISH_PILOT_IDLE_TIMEOUT": str(s.pilot_idle_timeout)}
@@ -337,22 +337,12 @@ class Director:
             env["PILOTFISH_CATALOG"] = s.catalog
         return {**env, **self.env}
 
-    @staticmethod
-    def _key(queue: Queue, backend: Backend, batch_id: str) -> str:
-        return f"{queue.id}|{backend.kind}|{batch_id}"
-
     def _record(self, queue: Queue, backend: Backend, batch_id: str, record: dict[str, Any]) -> None:
         record = {**record, "queue": queue.id, "kind": backend.kind, "batch_id": batch_id}
-        self.ctx.client.hset(self.ctx.keys.provisioned, self._key(queue, backend, batch_id), json.dumps(record))
+        self.registry.record(queue.id, backend.kind, batch_id, record)
 
     def provisioned(self, queue: Queue, backend: Backend) -> dict[str, dict[str, Any]]:
-        prefix = f"{queue.id}|{backend.kind}|"
-        out: dict[str, dict[str, Any]] = {}
-        for key, raw in self.ctx.client.hgetall(self.ctx.keys.provisioned).items():
-            name = key.decode() if isinstance(key, bytes) else str(key)
-            if name.startswith(prefix):
-                out[name.removeprefix(prefix)] = json.loads(raw)
-        return out
+        return self.registry.of(queue.id, backend.kind)
 
     def _existing(self, queue: Queue, backend: Backend, out: QueueReport) -> dict[str, list[ExistingPilot]]:
         """The pilots this queue has in the batch system, with what they have free (from their heartbeats),
@@ -387,7 +377,7 @@ class Director:
                                      f"{retire_after:.0f} s")
             if status is None or shape is None or status.state.final:
                 out.ended[batch_id] = f"{status.state} {status.detail}".strip() if status else "unknown"
-                self.ctx.client.hdel(self.ctx.keys.provisioned, self._key(queue, backend, batch_id))
+                self.registry.forget(queue.id, backend.kind, [batch_id])
                 continue
             if status.state is PilotState.RUNNING and "pid" not in record and backend.kind == "local":
                 facts = backend.identify(batch_id)  # it started: what a later director needs to adopt it
@@ -426,7 +416,7 @@ def cycle(ctx: Context, director: Director | None = None) -> CycleReport:
 def run_forever(director: Director, interval: float, stop: threading.Event | None = None) -> None:
     """Cycle every ``interval`` seconds until ``stop`` is set (at once: a signal handler sets it).
 
-    A store outage is two log lines (:class:`taskqueues.outage.Outage`) and retries with capped back-off
+    A store outage is two log lines (:class:`taskqueues.store.outage.Outage`) and retries with capped back-off
     meanwhile; any other error of a cycle is logged and the next cycle comes as usual."""
     stop = stop or threading.Event()
     outage = Outage(log, "director", cap=max(interval, 5.0), on_start=director.ctx.store.drop_connections)

@@ -26,11 +26,11 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import redis
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 CONTROL_USER = "pf-control"
 
-#: Commands a pilot runs, directly or inside the store's scripts (taskqueues/lua), on its community's keys.
+#: Commands a pilot runs, directly or inside the store's scripts (taskqueues/store/lua), on its community's keys.
 PILOT_DATA_COMMANDS = (
     "hget", "hset", "hsetnx", "hmget", "hdel", "zadd", "zrem", "zrange", "zrangebyscore", "zscore", "zcard",
     "zcount", "smembers", "sadd", "incr", "incrby", "exists", "publish",

@@ -18,27 +18,41 @@ keys write nothing before asking.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import redis
 from redis.connection import Connection
 from redis.exceptions import NoScriptError
 
-from .errors import StaleReport, StoreError
+from ..errors import StaleReport, StoreError
 from .guard import converted
 from .records import Exchange, Job, PilotOffer, RunResult
 from .records import text as _text
 
-if TYPE_CHECKING:
-    from .store import Store
-
 _OPERATION = "exchanging a pilot's reports and match"
+
+
+class Redoer(Protocol):
+    """What an exchange needs of the store to settle its replies: each report or match redone alone
+    (:class:`taskqueues.store.facade.Store` is one; naming it here would make the two modules import each other)."""
+
+    where: str
+
+    def reload_scripts(self) -> None: ...
+
+    def start(self, job: str, attempt: int, pilot: str, at: float | None = None) -> None: ...
+
+    def complete(self, job: str, attempt: int, pilot: str, result: RunResult | None = None) -> list[str]: ...
+
+    def match(self, offer: PilotOffer, max_jobs: int = 1) -> list[Job]: ...
+
+    def matched(self, reply: list[Any]) -> list[Job]: ...
 
 
 class PendingExchange:
     """Reports and a match written to ``conn`` whose replies are still to be read."""
 
-    def __init__(self, store: Store, conn: Connection, pilot: str, starts: Sequence[tuple[str, int, float]],
+    def __init__(self, store: Redoer, conn: Connection, pilot: str, starts: Sequence[tuple[str, int, float]],
                  completions: Sequence[tuple[str, int, RunResult]], offer: PilotOffer | None, max_jobs: int,
                  commands: Sequence[bytes]) -> None:
         self.store = store

@@ -21,9 +21,9 @@ import redis
 from redis.commands.core import Script
 from redis.connection import Connection
 
+from ..errors import ConfigError, NotFound, StaleReport, StoreError
+from ..ete import RuleStats
 from . import scripts
-from .errors import ConfigError, NotFound, StaleReport, StoreError
-from .ete import RuleStats
 from .exchange import PendingExchange
 from .guard import client_url, converted, guard, guarded
 from .keys import Keys
@@ -69,7 +69,7 @@ class Store:
         ete_safety_factor: float = DEFAULT_ETE_SAFETY_FACTOR,
     ) -> None:
         """``ete_safety_factor``: a job without ``wall`` must find this many times its run-time estimate left
-        in a pilot (:func:`taskqueues.records.time_needed`; every writer of a task-queue member uses this one)."""
+        in a pilot (:func:`taskqueues.store.records.time_needed`; every writer of a task-queue member uses this one)."""
         if not ete_safety_factor >= 1:
             raise ConfigError(f"ete_safety_factor must be at least 1, got {ete_safety_factor!r}")
         self.client = client
@@ -487,7 +487,7 @@ class Store:
         """Demand a queue can serve: up to ``per_tq`` most urgent waiting jobs of each of its task queues.
 
         Tuples (task queue, job id, cpu, mem, tmp, need, score), need being the seconds a pilot must have
-        left for the job (:func:`taskqueues.records.time_needed`) — read from the task-queue members, so no
+        left for the job (:func:`taskqueues.store.records.time_needed`) — read from the task-queue members, so no
         job record is loaded.
         """
         index: Any = self.client.zrange(self.keys.qheads(queue), 0, -1, withscores=True)

@@ -6,7 +6,7 @@ message names the server (never its password) and what we were doing::
 
     cannot reach Redis at redis://127.0.0.1:1/0 (connection refused) while reading request status
 
-The CLI prints that one line; long-running components log it once per outage (:mod:`taskqueues.outage`).
+The CLI prints that one line; long-running components log it once per outage (:mod:`taskqueues.store.outage`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import redis
 
-from .errors import PilotfishError, StoreAccessDenied, StoreError, StoreUnavailable
+from ..errors import PilotfishError, StoreAccessDenied, StoreError, StoreUnavailable
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 DEFAULT_PREFIX = "pf"
 DEFAULT_VO = "default"

@@ -19,8 +19,8 @@ from contextlib import contextmanager
 import redis
 from redis.commands.core import Script
 
+from ..errors import StoreError
 from . import scripts
-from .errors import StoreError
 from .guard import client_url, guard
 from .keys import Keys
 

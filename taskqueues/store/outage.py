@@ -63,7 +63,7 @@ def is_outage(error: BaseException | None) -> bool:
     """Whether ``error`` (or an error it was raised from) means the store or broker could not be reached."""
     from kombu.exceptions import OperationalError
 
-    from .errors import StoreUnavailable
+    from ..errors import StoreUnavailable
 
     seen = 0
     while error is not None and seen < 10:

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import StoreUnavailable
+from ..errors import StoreUnavailable
 
 
 def find_redis_server() -> str:

@@ -1,4 +1,4 @@
-"""The Lua scripts of ``taskqueues/lua``: read once, registered with ``register_script`` (EVALSHA).
+"""The Lua scripts of ``taskqueues/store/lua``: read once, registered with ``register_script`` (EVALSHA).
 
 Each ``<name>.lua`` is one operation; ``_lib.lua`` holds the helpers the scripts share and is put in
 front of each script that calls one of them, so a script file stays readable on its own (its header
@@ -23,7 +23,7 @@ _LIB_FUNCTION = re.compile(r"^local function (\w+)", re.MULTILINE)
 @cache
 def source(name: str) -> str:
     """The full text sent to Redis for script ``name``: the shared helpers if it calls any, then the script."""
-    folder = resources.files("taskqueues") / "lua"
+    folder = resources.files("taskqueues.store") / "lua"
     lib = (folder / f"{_LIB}.lua").read_text()
     body = (folder / f"{name}.lua").read_text()
     uses_lib = any(re.search(rf"\b{fn}\(", body) for fn in _LIB_FUNCTION.findall(lib))
@@ -31,7 +31,7 @@ def source(name: str) -> str:
 
 
 def names() -> list[str]:
-    folder = resources.files("taskqueues") / "lua"
+    folder = resources.files("taskqueues.store") / "lua"
     return sorted(
         entry.name.removesuffix(".lua")
         for entry in folder.iterdir()

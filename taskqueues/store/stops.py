@@ -28,7 +28,7 @@ from typing import Any
 
 import redis
 
-from .errors import ValidationError
+from ..errors import ValidationError
 from .keys import Keys
 
 #: Stop modes, weakest first: a stronger request replaces a weaker one.
