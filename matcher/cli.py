@@ -13,10 +13,10 @@ import sys
 from typing import Any
 
 import click
-import redis
 
 from taskqueues import __version__
 from taskqueues.errors import PilotfishError
+from taskqueues.store.connection import ClientError
 from taskqueues.store.guard import from_exception, shown_url
 
 from .settings import Settings
@@ -28,7 +28,7 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (PilotfishError, redis.RedisError) as exc:
+        except (PilotfishError, ClientError) as exc:
             if ctx.obj and ctx.obj.get("verbose"):
                 raise
             error = exc if isinstance(exc, PilotfishError) else from_exception(

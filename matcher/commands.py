@@ -13,6 +13,7 @@ import click
 
 from taskqueues.errors import NotFound, PilotfishError
 from taskqueues.store import access, alive, stops
+from taskqueues.store.connection import ping
 from taskqueues.store.keys import Keys
 
 from .context import Context
@@ -157,7 +158,7 @@ def health(component: str | None, check_redis: bool, max_age: float) -> None:
     """
     ctx = Context(Settings.load())
     try:
-        ctx.client.ping()
+        ping(ctx.client)
     except Exception as exc:
         raise PilotfishError(f"Redis does not answer: {exc}") from None
     if check_redis or component is None:

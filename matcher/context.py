@@ -7,10 +7,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from urllib.parse import urlsplit
 
-import redis
-
 from taskqueues.catalog import Catalog
 from taskqueues.store import Store
+from taskqueues.store.connection import Client, connect
 from taskqueues.store.guard import shown_url
 from taskqueues.store.keys import Keys
 
@@ -61,8 +60,8 @@ class Context:
         return self.redis_url
 
     @cached_property
-    def client(self) -> redis.Redis:
-        return redis.Redis.from_url(self.redis_url)
+    def client(self) -> Client:
+        return connect(self.redis_url)
 
     @cached_property
     def keys(self) -> Keys:

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-import redis
 
 from taskqueues.errors import ConfigError, StoreUnavailable
 from taskqueues.store import access
+from taskqueues.store.connection import Client
 from taskqueues.store.redis_server import RedisServer
 
 _DIR_MODE, _FILE_MODE = 0o700, 0o600
@@ -134,7 +134,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def pilot_url(state_dir: str | Path, client: redis.Redis, base_url: str, *, prefix: str, vo: str) -> str:
+def pilot_url(state_dir: str | Path, client: Client, base_url: str, *, prefix: str, vo: str) -> str:
     """The URL ``vo``'s pilots connect with: their own ACL user, created (and saved) on the server now."""
     data = credentials(state_dir)
     pilots: dict[str, str] = data.setdefault("pilots", {})
@@ -143,7 +143,7 @@ def pilot_url(state_dir: str | Path, client: redis.Redis, base_url: str, *, pref
         _write_private(_directory(state_dir) / "credentials.json", json.dumps(data))
     user = access.pilot_user(vo)
     access.apply(client, user, pilots[vo], access.pilot_rules(prefix, vo), broker=True)
-    client.execute_command("ACL", "SAVE")  # type: ignore[no-untyped-call]
+    access.save(client)
     return access.with_credentials(base_url, user, pilots[vo])
 
 

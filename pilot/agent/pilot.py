@@ -44,6 +44,7 @@ from pilot.mjf.payload import PayloadArea
 from pilot.mjf.source import FeatureReader
 from taskqueues.errors import PilotfishError, StoreError, StoreUnavailable
 from taskqueues.store import Store
+from taskqueues.store.connection import ping
 from taskqueues.store.outage import Outage
 
 log = logging.getLogger("pilot.agent")
@@ -118,7 +119,7 @@ class Pilot:
     def _setup(self) -> None:
         config, state = self.config, self.state
         try:
-            self.store.client.ping()
+            ping(self.store.client)
         except Exception as exc:  # redis raises several classes; all mean "cannot use the store"
             raise StoreUnavailable(f"Redis at {config.redis_url} is not reachable: {exc}") from None
         try:

@@ -21,9 +21,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-import redis
-
 from taskqueues.store import stops
+from taskqueues.store.connection import Client
 from taskqueues.store.keys import Keys
 
 
@@ -37,7 +36,7 @@ class Room:
     waiting: int = 0
 
 
-def release_idle(client: redis.Redis, keys: Keys, rooms: Iterable[Room], live: set[str]) -> list[str]:
+def release_idle(client: Client, keys: Keys, rooms: Iterable[Room], live: set[str]) -> list[str]:
     """Ask idle pilots to release themselves where another pilot waits; withdraw the requests that no
     longer hold; forget the requests of pilots that are gone. Returns the pilots newly asked."""
     pending = stops.pending(client, keys)

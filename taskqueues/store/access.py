@@ -113,6 +113,11 @@ def apply(client: redis.Redis, user: str, password: str, rules: Sequence[str], *
     client.execute_command("ACL", "SETUSER", user, "reset", "on", f">{password}", *rules, *extra)  # type: ignore[no-untyped-call]
 
 
+def save(client: redis.Redis) -> None:
+    """Write the server's users to its ACL file (``ACL SAVE``: they survive a restart)."""
+    client.execute_command("ACL", "SAVE")  # type: ignore[no-untyped-call]
+
+
 def with_credentials(url: str, user: str, password: str) -> str:
     """``url`` with ``user``/``password`` as its credentials."""
     parts = urlsplit(url)
