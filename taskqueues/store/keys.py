@@ -205,3 +205,17 @@ class Keys:
     @property
     def pilotseen(self) -> str:
         return f"{self.base}:pilotseen"
+
+
+def lua_names() -> dict[str, str]:
+    """The key suffixes the Lua scripts append to their key base (ARGV[1] ``"<prefix>:{<vo>}:"``), by the Lua
+    constant that holds each, rendered by the builders above so that a name exists once. ``scripts`` puts the
+    constants a script uses in front of it."""
+    k = Keys()
+    cut = len(k.base) + 1
+    return {name: key[cut:] for name, key in (
+        ("K_JOBS", k.jobs), ("K_TQ", k.tq_prefix), ("K_TQDEFS", k.tqdefs), ("K_TQEMPTY", k.tqempty),
+        ("K_POOL", k.pool_prefix), ("K_TQMAX", k.tqmax), ("K_QH", k.qheads_prefix), ("K_HEADS", k.heads),
+        ("K_QFLOOR", k.qfloor), ("K_LEASES", k.leases), ("K_PARKED", k.parked), ("K_WORK", k.work),
+        ("K_BYRULE", k.byrule("")), ("K_WAKE", k.wake), ("K_RELEASE", k.release_channel),
+        ("K_CTL", k.pilot_channel("")))}

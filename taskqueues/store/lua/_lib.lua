@@ -220,11 +220,11 @@ local function needkeys()
 end
 -- The queues of a task queue's SubmitPool; declares the task queue, its pool and their heads indexes.
 local function pool_of(base, tq)
-  need(base .. 't:' .. tq)
-  local poolkey = base .. 'pool:' .. tq
+  need(base .. K_TQ .. tq)
+  local poolkey = base .. K_POOL .. tq
   if not DECLARED[poolkey] then need(poolkey) return {} end
   local queues = redis.call('SMEMBERS', poolkey)
-  for _, q in ipairs(queues) do need(base .. 'qh:' .. q) end
+  for _, q in ipairs(queues) do need(base .. K_QH .. q) end
   return queues
 end
 -- Outstanding work (core-seconds of every unfinished job with a known shape), what a load-aware ETA
@@ -240,7 +240,7 @@ end
 -- that would overflow is held at its bound rather than failing the script after its first writes.
 local function add_work(base, amount)
   if amount == 0 then return end
-  local key = base .. 'work'
+  local key = base .. K_WORK
   local reply = redis.pcall('INCRBY', key, string.format('%d', amount))
   if type(reply) == 'table' and reply.err then
     redis.call('SET', key, amount > 0 and '9000000000000000000' or '0')
@@ -259,10 +259,10 @@ end
 -- checks.
 local TOUCHED = {}
 local function need_heads(base)
-  need(base .. 'heads')
-  need(base .. 'qfloor')
-  need(base .. 'tqempty')
-  need(base .. 'tqmax')
+  need(base .. K_HEADS)
+  need(base .. K_QFLOOR)
+  need(base .. K_TQEMPTY)
+  need(base .. K_TQMAX)
 end
 -- "a:b:c:d" as four numbers; a text that is not (corrupted by hand) reads as 0:0:0:0, the floor that is
 -- never wrong.
@@ -292,7 +292,7 @@ local function touched(tq, member, queues)
 end
 -- Lower the floor of catalog queue q to take `f` in, when q has one.
 local function lower_qfloor(base, q, f)
-  local key = base .. 'qfloor'
+  local key = base .. K_QFLOOR
   local old = redis.call('HGET', key, q)
   if not old then return end
   local text = floor_text(lower_floor(parse_floor(old), f))
@@ -301,7 +301,7 @@ end
 -- The largest exact values of the jobs that entered task queue tq in this call, merged into `tqmax`
 -- (replacing what it held when the task queue was empty before).
 local function raise_largest(base, tq, entry)
-  local key = base .. 'tqmax'
+  local key = base .. K_TQMAX
   local old = not entry.fresh and redis.call('HGET', key, tq)
   local f = entry.largest
   if old then
@@ -312,14 +312,14 @@ local function raise_largest(base, tq, entry)
   if text ~= old then redis.call('HSET', key, tq, text) end
 end
 local function sync_heads(base, now)
-  local heads = base .. 'heads'
+  local heads = base .. K_HEADS
   for tq, entry in pairs(TOUCHED) do
-    local key = base .. 't:' .. tq
+    local key = base .. K_TQ .. tq
     local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
     if entry.largest then raise_largest(base, tq, entry) end
     if #head == 0 then
       redis.call('HDEL', heads, tq)
-      redis.call('ZADD', base .. 'tqempty', 'NX', now, tq)
+      redis.call('ZADD', base .. K_TQEMPTY, 'NX', now, tq)
     else
       local floor = entry.floor
       local old = redis.call('HGET', heads, tq)
@@ -348,9 +348,9 @@ local function enqueue(base, tqempty, releasing, rec, queues, now)
   end
   rec.s = 'waiting'
   ENQUEUED = true
-  redis.call('ZADD', base .. 't:' .. rec.t, rec.sc, rec.m)
+  redis.call('ZADD', base .. K_TQ .. rec.t, rec.sc, rec.m)
   local fresh = redis.call('ZREM', tqempty, rec.t) == 1
-  for _, q in ipairs(queues) do redis.call('ZADD', base .. 'qh:' .. q, 'LT', rec.sc, rec.t, 'inf', SKIPLIST) end
+  for _, q in ipairs(queues) do redis.call('ZADD', base .. K_QH .. q, 'LT', rec.sc, rec.t, 'inf', SKIPLIST) end
   touched(rec.t, rec.m, queues)
   local entry = TOUCHED[rec.t]
   local c, m, t = string.match(rec.m, ':(%d+):(%d+):(%d+):%d+$')
@@ -365,11 +365,11 @@ local function enqueue(base, tqempty, releasing, rec, queues, now)
 end
 -- Records are stored without their id (the hash field), with only the tail of their task-queue member
 -- (":cpu:mem:tmp:need"), and without the attempt while it is 0 nor the retry limit while it is the
--- default (taskqueues.records.DEFAULT_MAX_RETRIES): memory per waiting job is a target. load/save put
--- them back and take them out, so scripts always see rec.id, rec.m, rec.a and rec.mr.
+-- default (MAX_RETRIES, put in front by the loader from taskqueues.store.records.DEFAULT_MAX_RETRIES):
+-- memory per waiting job is a target. load/save put them back and take them out, so scripts always see
+-- rec.id, rec.m, rec.a and rec.mr.
 -- A record that does not decode to an object with a known state (corrupted by hand, or by a bug of the
 -- past) loads as nil, like a missing one, with 'unreadable' as a second value: no script fails on it.
-local MAX_RETRIES = 3
 local function load(jobs, id)
   local raw = redis.call('HGET', jobs, id)
   if not raw then return nil end
@@ -438,23 +438,23 @@ end
 -- A task queue created empty (its jobs blocked, or sent to be released) is marked in `tqempty` at once, so
 -- it is cleaned if no job ever enters it (enqueue() unmarks it).
 local function ensure_pool(base, tqdefs, poolstamp, tq, def, queues, now)
-  if redis.call('HSETNX', tqdefs, tq, def) == 1 and redis.call('EXISTS', base .. 't:' .. tq) == 0 then
-    redis.call('ZADD', base .. 'tqempty', 'NX', now, tq)
+  if redis.call('HSETNX', tqdefs, tq, def) == 1 and redis.call('EXISTS', base .. K_TQ .. tq) == 0 then
+    redis.call('ZADD', base .. K_TQEMPTY, 'NX', now, tq)
   end
-  local poolkey = base .. 'pool:' .. tq
+  local poolkey = base .. K_POOL .. tq
   if redis.call('EXISTS', poolkey) == 0 and #queues > 0 then
     redis.call('SADD', poolkey, unpack(queues))
     redis.call('ZADD', poolstamp, now, tq)
-    for _, q in ipairs(queues) do redis.call('ZADD', base .. 'qh:' .. q, 'NX', EMPTY, tq, 'inf', SKIPLIST) end
+    for _, q in ipairs(queues) do redis.call('ZADD', base .. K_QH .. q, 'NX', EMPTY, tq, 'inf', SKIPLIST) end
   end
 end
 -- Park a job that no operation can handle (its record or its task-queue member cannot be read): out of
 -- every structure that would hand it on, into the `parked` hash (job id -> {"why", "t", "m", "at"}), where
 -- `pilotfish explain` and `status` show it and the periodic reap logs it. The caller declares `parked`.
 local function park(base, id, why, tq, member, now)
-  redis.call('HSET', base .. 'parked', id, cjson.encode({why = why, t = tq or '', m = member or '', at = now}))
+  redis.call('HSET', base .. K_PARKED, id, cjson.encode({why = why, t = tq or '', m = member or '', at = now}))
 end
 -- Wake idle pilots (they wait on this channel instead of polling) when this call enqueued work.
 local function wake(base)
-  if ENQUEUED then redis.call('PUBLISH', base .. 'wake', '1') end
+  if ENQUEUED then redis.call('PUBLISH', base .. K_WAKE, '1') end
 end

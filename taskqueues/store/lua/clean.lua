@@ -22,12 +22,12 @@ if missing then return missing end
 local out = {'ok'}
 for _, tq in ipairs(cands) do
   redis.call('ZREM', KEYS[2], tq)
-  if redis.call('ZCARD', base .. 't:' .. tq) == 0 then
-    for _, q in ipairs(pools[tq]) do redis.call('ZREM', base .. 'qh:' .. q, tq) end
-    redis.call('DEL', base .. 'pool:' .. tq)
+  if redis.call('ZCARD', base .. K_TQ .. tq) == 0 then
+    for _, q in ipairs(pools[tq]) do redis.call('ZREM', base .. K_QH .. q, tq) end
+    redis.call('DEL', base .. K_POOL .. tq)
     redis.call('HDEL', KEYS[1], tq)
-    redis.call('HDEL', base .. 'heads', tq)
-    redis.call('HDEL', base .. 'tqmax', tq)
+    redis.call('HDEL', base .. K_HEADS, tq)
+    redis.call('HDEL', base .. K_TQMAX, tq)
     redis.call('ZREM', KEYS[3], tq)
     out[#out + 1] = tq
   end

@@ -34,7 +34,7 @@ if bad then return {'stale', bad} end
 if rec.pl ~= pilot then return {'stale', 'job ' .. id .. ' is leased to ' .. tostring(rec.pl)} end
 
 -- Read phase: which dependents does this release, and what do they need?
-need(base .. 'work')
+need(base .. K_WORK)
 need_heads(base)
 local release, pools = {}, {}
 for _, d in ipairs(rec.dn or {}) do
@@ -87,5 +87,5 @@ for _, d in ipairs(rec.dn or {}) do
 end
 sync_heads(base, now)
 wake(base)
-if #releasing > 0 then redis.call('PUBLISH', base .. 'release', table.concat(releasing, ' ')) end
+if #releasing > 0 then redis.call('PUBLISH', base .. K_RELEASE, table.concat(releasing, ' ')) end
 return out

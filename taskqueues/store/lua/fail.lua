@@ -23,7 +23,7 @@ check_fields('ARGV[6] (result)', result, RESULT)
 if ARGV[7] ~= '0' and ARGV[7] ~= '1' then problem('ARGV[7] (requeue)', 'wants 0 or 1, got ' .. shown(ARGV[7])) end
 if PROBLEM then return refused() end
 declare_keys()
-need(base .. 'work')
+need(base .. K_WORK)
 need_heads(base)
 local rec = load(KEYS[1], id)
 local bad = check_report(rec, id, attempt, {'matched', 'running'})

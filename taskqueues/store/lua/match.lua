@@ -45,9 +45,9 @@ local want = tonumber(ARGV[9])
 local jobs, qh, heads, qfloor = KEYS[1], KEYS[2], KEYS[5], KEYS[6]
 local queue = string.sub(qh, #base + 4)
 local bad
-if jobs ~= base .. 'jobs' or qh ~= base .. 'qh:' .. queue or queue == ''
-    or KEYS[3] ~= base .. 'leases' or KEYS[4] ~= base .. 'tqempty' or heads ~= base .. 'heads'
-    or qfloor ~= base .. 'qfloor' or KEYS[7] ~= base .. 'parked' then
+if jobs ~= base .. K_JOBS or qh ~= base .. K_QH .. queue or queue == ''
+    or KEYS[3] ~= base .. K_LEASES or KEYS[4] ~= base .. K_TQEMPTY or heads ~= base .. K_HEADS
+    or qfloor ~= base .. K_QFLOOR or KEYS[7] ~= base .. K_PARKED then
   bad = 'KEYS want the jobs, qh:<queue>, leases, tqempty, heads, qfloor and parked keys of ' .. base
 elseif pilot == '' or #pilot > 256 then bad = 'ARGV[2] (pilot id) wants 1 to 256 bytes'
 elseif not (now and now >= 0 and now <= 1e12) then bad = 'ARGV[3] (now) wants a number in [0, 1e12]'
@@ -145,7 +145,7 @@ while got < want do
       -- floor that is never wrong, and its index score); a member that cannot be read is parked.
       for _, x in ipairs(todo) do
         local tq = X[x + 1]
-        local key = base .. 't:' .. tq
+        local key = base .. K_TQ .. tq
         X[x + 2], X[x + 3], X[x + 4], X[x + 5], X[x + 6], X[x + 7] = EMPTY, false, false, false, false, false
         while true do
           local head = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
@@ -252,7 +252,7 @@ while got < want do
   -- Lease the head of entry b: take it out of its task queue, whose next head replaces it in entry b. A
   -- head the task queue no longer holds (a stale heads entry) is mended instead, and the walk made again.
   local tq = X[b + 1]
-  local key = base .. 't:' .. tq
+  local key = base .. K_TQ .. tq
   local id, tail, fl = string.match(X[b + 3], '^%S+ ([^:]+)(:%S+) (%S+)$')
   local member = id and id .. tail
   if not id or redis.call('ZREM', key, member) == 0 then

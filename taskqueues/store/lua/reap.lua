@@ -26,8 +26,8 @@ local upto = ARGV[5] ~= nil and ARGV[5] ~= '-inf' and argv_number(5, 'lease cuto
 if PROBLEM then return refused() end
 local cutoff = ARGV[5] == '-inf' and '-inf' or string.format('%.17g', upto or now)
 declare_keys()
-need(base .. 'work')
-need(base .. 'parked')
+need(base .. K_WORK)
+need(base .. K_PARKED)
 need_heads(base)
 local due = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', string.format('%.17g', now), 'LIMIT', 0, batch)
 local pools = {}

@@ -15,36 +15,36 @@ local now = argv_number(3, 'now', 0, MAX_TIME)
 for i = 4, #ARGV do argv_text(i, 'queue id', PATTERN.queue, 400) end
 if PROBLEM then return refused() end
 declare_keys()
-need(base .. 'tqdefs')
+need(base .. K_TQDEFS)
 local missing = needkeys()
 if missing then return missing end
-if redis.call('HEXISTS', base .. 'tqdefs', tq) == 0 then
+if redis.call('HEXISTS', base .. K_TQDEFS, tq) == 0 then
   problem('ARGV[2] (task-queue id)', 'task queue ' .. shown(tq) .. ' has no definition')
   return refused()
 end
 local old = pool_of(base, tq)
 local new = {}
-for i = 4, #ARGV do new[ARGV[i]] = true need(base .. 'qh:' .. ARGV[i]) end
+for i = 4, #ARGV do new[ARGV[i]] = true need(base .. K_QH .. ARGV[i]) end
 need_heads(base)
 local missing = needkeys()
 if missing then return missing end
-local key, poolkey = base .. 't:' .. tq, base .. 'pool:' .. tq
+local key, poolkey = base .. K_TQ .. tq, base .. K_POOL .. tq
 local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
 local score = head[2] or EMPTY
 local oldset, added, removed = {}, 0, 0
 for _, q in ipairs(old) do
   oldset[q] = true
   if not new[q] then
-    redis.call('ZREM', base .. 'qh:' .. q, tq)
+    redis.call('ZREM', base .. K_QH .. q, tq)
     redis.call('SREM', poolkey, q)
     removed = removed + 1
   end
 end
-local entry = redis.call('HGET', base .. 'heads', tq)
+local entry = redis.call('HGET', base .. K_HEADS, tq)
 local floor = entry and parse_floor(string.match(entry, ' (%S+)$')) or (#head > 0 and {0, 0, 0, 0}) or nil
 for q, _ in pairs(new) do
   if not oldset[q] then
-    redis.call('ZADD', base .. 'qh:' .. q, score, tq, 'inf', SKIPLIST)
+    redis.call('ZADD', base .. K_QH .. q, score, tq, 'inf', SKIPLIST)
     redis.call('SADD', poolkey, q)
     if floor then lower_qfloor(base, q, floor) end
     added = added + 1

@@ -37,12 +37,12 @@ if arg.error then
   finish(KEYS[1], KEYS[5], rec, 'failed', arg.error, now)
   return {'ok', 'failed'}
 end
-need(base .. 'work')
+need(base .. K_WORK)
 need_heads(base)
 local queues = pool_of(base, arg.t)
 if #queues == 0 then
   queues = arg.queues
-  for _, q in ipairs(queues) do need(base .. 'qh:' .. q) end
+  for _, q in ipairs(queues) do need(base .. K_QH .. q) end
 end
 local missing = needkeys()
 if missing then return missing end

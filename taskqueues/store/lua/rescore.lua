@@ -48,7 +48,7 @@ if PROBLEM then return refused() end
 declare_keys()
 local FINAL = {done = true, failed = true, cancelled = true, ['dep-failed'] = true}
 
-need(base .. 'work')
+need(base .. K_WORK)
 need_heads(base)
 local recs, pools = {}, {}
 for i, j in ipairs(payload.jobs) do
@@ -69,7 +69,7 @@ for i, j in ipairs(payload.jobs) do
     local head = rec.m and string.match(rec.m, '^(.*):[^:]*$')
     if head then newm = head .. ':' .. string.format('%d', j.me) end -- a whole number (-0 too, as 0)
     if rec.s == 'waiting' then
-      local key = base .. 't:' .. rec.t
+      local key = base .. K_TQ .. rec.t
       if redis.call('ZSCORE', key, rec.m) then
         redis.call('ZREM', key, rec.m)
         redis.call('ZADD', key, j.sc, newm)
@@ -85,9 +85,9 @@ for i, j in ipairs(payload.jobs) do
   end
 end
 for tq in pairs(retouched) do
-  local head = redis.call('ZRANGE', base .. 't:' .. tq, 0, 0, 'WITHSCORES')
+  local head = redis.call('ZRANGE', base .. K_TQ .. tq, 0, 0, 'WITHSCORES')
   if #head > 0 then
-    for _, q in ipairs(pools[tq]) do redis.call('ZADD', base .. 'qh:' .. q, head[2], tq) end
+    for _, q in ipairs(pools[tq]) do redis.call('ZADD', base .. K_QH .. q, head[2], tq) end
   end
 end
 sync_heads(base, 0) -- a move within a task queue never empties it: no time to mark it with

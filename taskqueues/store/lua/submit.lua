@@ -119,16 +119,16 @@ if PROBLEM then return refused() end
 
 declare_keys()
 local pools = {}
-need(base .. 'work')
+need(base .. K_WORK)
 need_heads(base)
 for _, rec in ipairs(payload.jobs) do
-  if rec.ru then need(base .. 'byrule:' .. rec.ru) end
+  if rec.ru then need(base .. K_BYRULE .. rec.ru) end
 end
 for tq, def in pairs(payload.tqs) do
   local queues = pool_of(base, tq)
   if #queues == 0 then
     queues = def.queues
-    for _, q in ipairs(queues) do need(base .. 'qh:' .. q) end
+    for _, q in ipairs(queues) do need(base .. K_QH .. q) end
   end
   pools[tq] = queues
 end
@@ -156,7 +156,7 @@ for _, rec in ipairs(payload.jobs) do
   if request then rec.q = request.id end
   if rec.s == 'waiting' then enqueue(base, KEYS[4], KEYS[6], rec, pools[rec.t], now) end
   if rec.ru and (rec.s == 'waiting' or rec.s == 'blocked') then
-    redis.call('SADD', base .. 'byrule:' .. rec.ru, rec.id)
+    redis.call('SADD', base .. K_BYRULE .. rec.ru, rec.id)
   end
   save(KEYS[1], rec)
 end
