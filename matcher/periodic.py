@@ -1,6 +1,6 @@
 """The periodic work of the control plane, as plain functions over a :class:`Context`.
 
-Celery beat schedules them (:mod:`matcher.celery_app`); ``pilotfish run`` calls them in its own loop.
+Celery beat schedules them (:mod:`matcher.app.celery_app`); ``pilotfish run`` calls them in its own loop.
 Each is safe when several processes run it at once:
 
 * reaping, pool refresh, cleaning and the releasing sweep are atomic Lua scripts that re-check what
@@ -16,9 +16,9 @@ import json
 import logging
 from dataclasses import dataclass
 
+from taskqueues.context import Context
 from taskqueues.store.records import Largest
 
-from .context import Context
 from .release import sweep
 from .submission import pool_of_definition
 

@@ -4,7 +4,7 @@ evaluated the moment its last dependency completes, by the control plane, not by
 ``complete.lua`` puts such a job in the releasing set and announces its id on the store's release channel
 (``keys.release_channel``). A :class:`Releaser` is a thread subscribed to that channel that evaluates the
 announced jobs at once (:func:`matcher.release.release`), so pilots carry neither the catalog nor the
-workflow language. The Celery worker runs one (:mod:`matcher.celery_app`, as a worker bootstep), and so
+workflow language. The Celery worker runs one (:mod:`matcher.app.celery_app`, as a worker bootstep), and so
 does ``pilotfish run``. Several are harmless: ``release.lua`` re-checks that the job is still releasing,
 so the second evaluation changes nothing. A job no releaser heard of (none was running, or its connection
 was down) waits for the periodic sweep (``release_sweep``); each releaser also sweeps once whenever it

@@ -85,11 +85,11 @@ from workloads import (
 )
 
 from matcher.repressure import repressure
-from matcher.settings import Settings
 from matcher.submission import JobSpec, SubmissionError, Submitter, place
 from taskqueues import dag
 from taskqueues.catalog import Catalog
 from taskqueues.errors import PilotfishError
+from taskqueues.settings import Settings
 from taskqueues.store import Store
 from taskqueues.store.records import NewJob, PilotOffer, RunResult
 from taskqueues.store.redis_server import RedisServer

@@ -15,7 +15,6 @@ from taskqueues.store.keys import Keys
 
 from . import embedded
 from .settings import Settings
-from .submission import Submitter
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +23,7 @@ log = logging.getLogger(__name__)
 class Context:
     """``start_redis``: start the embedded server when none runs (``pilotfish up`` and ``run`` only);
     otherwise a command without a configured ``redis_url`` and without a running embedded server fails
-    with :class:`matcher.embedded.NothingRunning`."""
+    with :class:`taskqueues.embedded.NothingRunning`."""
 
     settings: Settings = field(default_factory=Settings.load)
     start_redis: bool = False
@@ -75,7 +74,3 @@ class Context:
     @cached_property
     def catalog(self) -> Catalog:
         return Catalog.load(self.settings.catalog) if self.settings.catalog else Catalog.local_default()
-
-    @cached_property
-    def submitter(self) -> Submitter:
-        return Submitter(self.store, self.catalog, vo=self.settings.vo, default_ete=self.settings.default_ete)

@@ -10,7 +10,7 @@ estimate times this factor (at least 1): it must find that much time left in a p
 end. A job's ``wall`` is what it needs; the estimate alone only makes urgency (pressure, ETA).
 
 ``redis_url`` empty means the embedded default: a private redis-server whose data lives in
-``state_dir`` (see :mod:`matcher.embedded`). ``catalog`` empty means the local default catalog: one
+``state_dir`` (see :mod:`taskqueues.embedded`). ``catalog`` empty means the local default catalog: one
 queue on this host.
 """
 

@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 from backend_contract import system_env
 
-from matcher.context import Context
-from matcher.settings import Settings
-from matcher.submission import JobSpec, Submitted
+from matcher.submission import JobSpec, Submitted, Submitter
 from pilot.backends import LocalBackend, PilotRequest, PilotState, PilotStatus
 from pilot.director.service import CycleReport, Director, QueueReport
 from taskqueues.catalog import Queue
+from taskqueues.context import Context
+from taskqueues.settings import Settings
 from taskqueues.shapes import Shape
 from taskqueues.store.records import Job, JobState
 
@@ -143,7 +143,7 @@ class Rig:
         return JobSpec(name=name, command=command, ete=seconds, requirements=requirements)
 
     def submit(self, jobs: Sequence[JobSpec], *, priority: float = 0.0) -> Submitted:
-        return self.ctx.submitter.submit(jobs, name=f"director-{self.kind}", priority=priority)
+        return Submitter.of(self.ctx).submit(jobs, name=f"director-{self.kind}", priority=priority)
 
     def jobs(self, ids: Sequence[str]) -> list[Job]:
         return self.ctx.store.jobs(list(ids))

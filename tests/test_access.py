@@ -20,7 +20,7 @@ import pytest
 import redis
 from directorhelp import KINDS, Rig
 
-from matcher import embedded
+from taskqueues import embedded
 from taskqueues.store import access
 from taskqueues.store.redis_server import RedisServer
 

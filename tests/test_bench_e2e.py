@@ -16,8 +16,8 @@ from types import ModuleType
 import pytest
 import redis
 
-from matcher.context import Context
-from matcher.settings import Settings
+from taskqueues.context import Context
+from taskqueues.settings import Settings
 from taskqueues.store.redis_server import RedisServer
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bench_e2e.py"

@@ -12,8 +12,8 @@ import redis
 from click.testing import CliRunner
 from storehelp import QA, QB, TWO_SITES, FakeClock
 
+from matcher.cli.operator_commands import explain as explain_command
 from matcher.explain import explain, render_explanation
-from matcher.operator_commands import explain as explain_command
 from matcher.submission import JobSpec, Submitter
 from taskqueues.catalog import Catalog
 from taskqueues.errors import NotFound

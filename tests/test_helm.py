@@ -166,9 +166,9 @@ def test_components_run_the_cli_contract_commands_and_probes(hc: ModuleType) -> 
 def test_worker_and_beat_pods_run_no_director_of_their_own(hc: ModuleType) -> None:
     """The director is its own Deployment: the env of the worker and beat pods turns beat's director
     schedule off, and a worker so configured refuses the task even if some other beat sends it."""
-    from matcher import celery_app
-    from matcher.context import Context
-    from matcher.settings import Settings
+    from matcher.app import celery_app
+    from taskqueues.context import Context
+    from taskqueues.settings import Settings
 
     for director in (True, False):
         objects = hc.objects_of({"director": {"enabled": director}})
@@ -374,8 +374,8 @@ def test_pilot_pods_cannot_read_the_control_planes_credentials(hc: ModuleType) -
 def test_the_rendered_urls_name_each_processs_own_user(hc: ModuleType) -> None:
     """Resolved as the kubelet would: the control plane is pf-control, a pilot pod pf-pilot-<vo>, and the
     director hands the pilots it starts the pilots' URL (Settings.pilot_redis_url)."""
-    from matcher.context import Context
-    from matcher.settings import Settings
+    from taskqueues.context import Context
+    from taskqueues.settings import Settings
 
     objects = hc.objects_of(STORE_VALUES)
     fields = {"metadata.name": "pf-pilotfish-pilot-abc", "spec.nodeName": "node-1"}

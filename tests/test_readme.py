@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from test_pilot_support import pilot_env, wait_for
 
-from matcher.settings import Settings
 from taskqueues.catalog import Catalog
+from taskqueues.settings import Settings
 from taskqueues.store import Store
 from taskqueues.store.records import JobState
 

@@ -16,14 +16,14 @@ from typing import Any, TypeVar
 from celery import Celery, bootsteps
 from celery.signals import heartbeat_sent
 
+from taskqueues.context import Context
 from taskqueues.errors import PilotfishError, StoreUnavailable
+from taskqueues.settings import Settings
 from taskqueues.store import alive as liveness
 from taskqueues.store.outage import Outage
 
-from . import periodic
-from .context import Context
-from .releaser import Releaser
-from .settings import Settings
+from .. import periodic
+from ..releaser import Releaser
 
 app = Celery("pilotfish")
 app.conf.update(
@@ -41,7 +41,7 @@ app.conf.update(
     task_send_sent_event=True,
     timezone="UTC",
     # Celery's default scheduler plus beat's own liveness entry (``pilotfish health --component beat``).
-    beat_scheduler="matcher.beat:Scheduler",
+    beat_scheduler="matcher.app.beat:Scheduler",
 )
 
 T = TypeVar("T")
@@ -180,7 +180,7 @@ def director() -> dict[str, Any]:
 
 @app.task(name="pilotfish.repressure")  # type: ignore[untyped-decorator,misc,unused-ignore]
 def repressure() -> dict[str, Any]:
-    from .repressure import repressure_locked
+    from ..repressure import repressure_locked
 
     report = _periodic(lambda ctx: repressure_locked(ctx.store), None)
     return {"skipped": report is None, "rewritten": 0 if report is None else report.pressures_rewritten}
@@ -189,13 +189,14 @@ def repressure() -> dict[str, Any]:
 @app.task(name="pilotfish.submit_workflow", ignore_result=False)  # type: ignore[untyped-decorator,misc,unused-ignore]
 def submit_workflow(workflow: dict[str, Any], source: str = "<remote>") -> dict[str, Any]:
     """Remote submission: a submitter needs only the broker URL (``pilotfish submit --remote``)."""
-    from .submission import submit_workflow as submit
-    from .workflow import parse_workflow
+    from ..submission import Submitter
+    from ..submission import submit_workflow as submit
+    from ..workflow import parse_workflow
 
-    done = submit(context().submitter, parse_workflow(workflow, source))
+    done = submit(Submitter.of(context()), parse_workflow(workflow, source))
     return {"request": done.request, "ids": done.ids, "eta": done.eta}
 
 
 if _context is None and Settings.load().redis_url:
-    # `celery -A matcher.celery_app ...` with a configured Redis: configure at import.
+    # `celery -A matcher.app.celery_app ...` with a configured Redis: configure at import.
     configure(context())

@@ -11,16 +11,16 @@ from urllib.parse import urlsplit
 
 import click
 
+from taskqueues.context import Context
 from taskqueues.errors import NotFound, PilotfishError
+from taskqueues.settings import Settings
 from taskqueues.store import access, alive, stops
 from taskqueues.store.connection import ping
 from taskqueues.store.keys import Keys
 
-from .context import Context
+from ..submission import Submitter, submit_workflow
+from ..workflow import load_workflow
 from .control import stop_job, stop_target
-from .settings import Settings
-from .submission import submit_workflow
-from .workflow import load_workflow
 
 
 @click.command()
@@ -46,7 +46,7 @@ def submit(workflow: str, remote: bool, timeout: float, as_json: bool) -> None:
     ctx = Context(Settings.load())
     loaded = load_workflow(workflow)
     if remote:
-        from .celery_app import configure
+        from ..app.celery_app import configure
 
         app = configure(ctx)
         with open(workflow, "rb") as handle:
@@ -55,7 +55,7 @@ def submit(workflow: str, remote: bool, timeout: float, as_json: bool) -> None:
         reply = app.send_task("pilotfish.submit_workflow", args=[raw, workflow]).get(timeout=timeout)
         request, ids, eta = reply["request"], reply["ids"], reply["eta"]
     else:
-        done = submit_workflow(ctx.submitter, loaded)
+        done = submit_workflow(Submitter.of(ctx), loaded)
         request, ids, eta = done.request, done.ids, done.eta
     if as_json:
         click.echo(json.dumps({"request": request, "ids": ids, "eta": eta}))
@@ -126,9 +126,9 @@ def matcher(beat: bool, beat_only: bool, concurrency: int, loglevel: str) -> Non
     """Run the control plane: a Celery worker (with beat unless --no-beat), or beat alone."""
     from taskqueues.store.outage import OutageLogFilter
 
-    from . import beat as beat_module
-    from . import celery_app
-    from .celery_app import configure
+    from ..app import beat as beat_module
+    from ..app import celery_app
+    from ..app.celery_app import configure
 
     app = configure(Context(Settings.load()))
     # Celery logs every retry of a broker it cannot reach, with tracebacks: one outage, two lines instead.
@@ -227,7 +227,8 @@ def run(workflow: str, timeout: float | None) -> None:
 
     An embedded server this run had to start is stopped when it ends (one that ``pilotfish up`` or an
     earlier command started keeps running)."""
-    from . import embedded
+    from taskqueues import embedded
+
     from .run import run_workflow
 
     settings = Settings.load()

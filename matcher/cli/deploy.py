@@ -28,10 +28,9 @@ from pathlib import Path
 
 import psutil
 
+from taskqueues import embedded
+from taskqueues.context import Context
 from taskqueues.errors import PilotfishError
-
-from . import embedded
-from .context import Context
 
 MARKER = "PILOTFISH_DEPLOYMENT"
 #: Seconds a part without a port must live after its start to count as started.

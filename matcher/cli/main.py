@@ -16,10 +16,9 @@ import click
 
 from taskqueues import __version__
 from taskqueues.errors import PilotfishError
+from taskqueues.settings import Settings
 from taskqueues.store.connection import ClientError
 from taskqueues.store.guard import from_exception, shown_url
-
-from .settings import Settings
 
 
 class _Group(click.Group):

@@ -1,6 +1,6 @@
 """``pilotfish status`` and ``pilotfish explain``: the operator views on the command line.
 
-Both build a :class:`matcher.context.Context` (settings from ``PILOTFISH_*`` and the TOML file), so they
+Both build a :class:`taskqueues.context.Context` (settings from ``PILOTFISH_*`` and the TOML file), so they
 look at the same Redis and catalog as the services. ``--json`` prints machine-readable output;
 ``status --watch`` redraws every 2 s until every job shown has ended: on a terminal it clears the screen,
 otherwise (a pipe, a log file) it prints each refresh as plain lines after a time stamp.
@@ -15,12 +15,12 @@ from typing import Any
 
 import click
 
+from taskqueues.context import Context
 from taskqueues.store import Store
 
-from .context import Context
-from .explain import explain as explain_job
-from .explain import render_explanation
-from .status import (
+from ..explain import explain as explain_job
+from ..explain import render_explanation
+from ..status import (
     EXAMPLES,
     find_request,
     render_parked,

@@ -19,15 +19,15 @@ from pathlib import Path
 from typing import IO
 
 from pilot.director.service import Director
+from taskqueues.context import Context
 from taskqueues.store.records import Job, JobState
 
-from . import periodic
-from .context import Context
-from .releaser import Releaser
-from .repressure import repressure_locked
-from .status import RequestStatus, request_status
-from .submission import submit_workflow
-from .workflow import load_workflow
+from .. import periodic
+from ..releaser import Releaser
+from ..repressure import repressure_locked
+from ..status import RequestStatus, request_status
+from ..submission import Submitter, submit_workflow
+from ..workflow import load_workflow
 
 STATE_ORDER = ("blocked", "releasing", "waiting", "matched", "running", "done", "failed", "cancelled", "dep-failed")
 
@@ -93,7 +93,7 @@ def run_workflow(ctx: Context, path: str | Path, *, out: IO[str] = sys.stdout, t
                  stop: Callable[[], bool] = lambda: False) -> RunSummary:
     workflow = load_workflow(path)
     started = time.time()
-    submitted = submit_workflow(ctx.submitter, workflow)
+    submitted = submit_workflow(Submitter.of(ctx), workflow)
     out.write(f"request {submitted.request} ({workflow.name}): {len(submitted.ids)} jobs submitted\n")
     log_dir = Path(ctx.settings.state_dir) / "logs"
     director = Director(ctx, log_dir=str(log_dir))

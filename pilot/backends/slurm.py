@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from taskqueues.backend_options import parse_slurm_options
 from taskqueues.errors import BackendError, BackendUnavailable
 from taskqueues.store.access import scrubbed
 
@@ -62,7 +63,6 @@ from .base import (
     run_command,
 )
 from .batch import ScriptBackend, settings_from_options
-from .options import parse_slurm_options
 
 log = logging.getLogger(__name__)
 

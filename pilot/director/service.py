@@ -27,13 +27,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from matcher.context import Context
-from matcher.settings import Settings
-from matcher.submission import BACKEND_OPTIONS, INSTANCE_TYPE
 from pilot.backends.base import Backend, PilotRequest, PilotState, PilotStatus
 from pilot.backends.factory import Conversion, announce, make_backend
 from taskqueues.catalog import Queue
+from taskqueues.context import Context
 from taskqueues.errors import BackendError, PilotfishError, StoreUnavailable
+from taskqueues.placement import BACKEND_OPTIONS, INSTANCE_TYPE
+from taskqueues.settings import Settings
 from taskqueues.shapes import Shape
 from taskqueues.store import alive
 from taskqueues.store.guard import guard

@@ -290,7 +290,7 @@ def _work(snap: _Snapshot, out: list[Violation]) -> None:
 
 
 #: Fields of a pilot's record (heartbeat.lua) and of a request's (submit.lua) that the control plane reads as
-#: numbers (matcher.eta, matcher.run, matcher.status): None where null is allowed too.
+#: numbers (matcher.eta, matcher.cli.run, matcher.status): None where null is allowed too.
 _PILOT_NUMBERS = {"cores": False, "mem": False, "tmp": False, "used_cpu": False, "used_mem": False,
                   "used_tmp": False, "started": False, "pid": False, "processed": False, "time_left": True,
                   "free_cpu": True, "free_mem": True, "free_tmp": True}
