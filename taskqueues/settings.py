@@ -29,6 +29,9 @@ from taskqueues.store.records import DEFAULT_ETE_SAFETY_FACTOR
 
 ENV_PREFIX = "PILOTFISH_"
 
+#: The store a pilot (or a test) connects to when none is named: a pilot has no embedded server to find.
+LOCAL_REDIS_URL = "redis://127.0.0.1:6379/0"
+
 
 @dataclass(frozen=True)
 class Settings:

@@ -122,7 +122,7 @@ class Rig:
         settings = Settings().with_(redis_url=redis_url, pilot_redis_url=pilot_redis_url or redis_url,
                                     catalog=str(catalog), state_dir=str(tmp / "state"),
                                     lease_seconds=3.0, backoff_seconds=0.0, pilot_idle_timeout=idle_timeout,
-                                    pilot_events=False)
+                                    pilot_events=False, pilot_stop_margin=0.0)  # the walls asked are exact
         self.ctx = Context(settings)
         self.director = Director(self.ctx, log_dir=str(tmp / "logs"), env=pilot_env)
         self.queue: Queue = self.ctx.catalog.queue(QUEUES[kind], settings.vo)

@@ -68,7 +68,8 @@ def settings_for(tmp_path: Path, redis_url: str, catalog: str) -> Settings:
     path.write_text(catalog.replace("@EMPTY@", str(empty)))
     return Settings().with_(redis_url=redis_url, pilot_redis_url=redis_url, catalog=str(path),
                             state_dir=str(tmp_path / "state"),
-                            lease_seconds=3.0, backoff_seconds=0.0, pilot_idle_timeout=2.0, pilot_events=False)
+                            lease_seconds=3.0, backoff_seconds=0.0, pilot_idle_timeout=2.0, pilot_events=False,
+                            pilot_stop_margin=0.0)  # the walls asked below are exact (tests/test_stop_margin.py)
 
 
 def job(name: str, site: str, *, ete: float = 1.0, seconds: float = 0.5, wall: str | None = "5m") -> JobSpec:

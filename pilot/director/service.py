@@ -69,7 +69,7 @@ def default_pilot_command(queue: Queue, shape: Shape, wall: int, settings: Setti
     return [sys.executable, "-m", "matcher.cli", "pilot", "--queue", queue.id, "--vo", settings.vo,
             "--prefix", settings.prefix, "--cores", str(shape.cpu), "--mem", str(shape.mem), "--tmp", str(shape.tmp),
             "--wall", str(wall), "--lease", str(settings.lease_seconds),
-            "--idle-timeout", str(settings.pilot_idle_timeout),
+            "--idle-timeout", str(settings.pilot_idle_timeout), "--stop-margin", str(settings.pilot_stop_margin),
             "--events" if settings.pilot_events else "--no-events"]
 
 
@@ -275,7 +275,7 @@ class Director:
             room = None if queue.max_running is None else max(0, queue.max_running - (pilots - len(mine)))
             result = plan(groups.get(options, []), shapes, mine, n_max_queued=queue.n_max_queued,
                           max_running=room, wall_granularity=queue.wall_granularity,
-                          headroom=queue.wall_granularity)
+                          headroom=queue.wall_granularity + self._margin)
             submitted = self._provision(queue, backend, options, result, claimed, out)
             pilots += submitted - len(result.cancel)
             out.room.waiting += submitted + sum(1 for p in mine if p.queued and p.id not in result.cancel)
@@ -299,8 +299,8 @@ class Director:
             if not self._still_mine():
                 break
             # One granularity step of headroom: a pilot asking for exactly its longest job's wall has a little
-            # less than that once it runs, and would never take that job.
-            planned.wall = min(planned.shape.wall, planned.wall + queue.wall_granularity)
+            # less than that once it runs, and would never take that job; and the stop margin the pilot keeps.
+            planned.wall = min(planned.shape.wall, planned.wall + queue.wall_granularity + self._margin)
             request = PilotRequest(name=f"{queue.name}-{planned.shape.name}",
                                    command=self.pilot_command(queue, planned.shape, planned.wall, self.ctx.settings),
                                    shape=planned.shape, wall=planned.wall, env=self._pilot_env(),
@@ -336,6 +336,11 @@ class Director:
         if s.catalog:
             env["PILOTFISH_CATALOG"] = s.catalog
         return {**env, **self.env}
+
+    @property
+    def _margin(self) -> int:
+        """The seconds a pilot keeps free before its end (``--stop-margin``): not time its jobs can use."""
+        return math.ceil(self.ctx.settings.pilot_stop_margin)
 
     def _record(self, queue: Queue, backend: Backend, batch_id: str, record: dict[str, Any]) -> None:
         record = {**record, "queue": queue.id, "kind": backend.kind, "batch_id": batch_id}
@@ -395,9 +400,11 @@ class Director:
                 pilot = ExistingPilot(batch_id, shape, False, cpu, mem, tmp, left)
             elif status.state is PilotState.RUNNING:
                 # Started, no heartbeat yet: it is about to take what fits its whole shape.
-                pilot = ExistingPilot(batch_id, shape, False, shape.cpu, shape.mem, shape.tmp, float(record["wall"]))
+                pilot = ExistingPilot(batch_id, shape, False, shape.cpu, shape.mem, shape.tmp,
+                                      float(record["wall"]) - self._margin)
             else:
-                pilot = ExistingPilot(batch_id, shape, True, shape.cpu, shape.mem, shape.tmp, float(record["wall"]))
+                pilot = ExistingPilot(batch_id, shape, True, shape.cpu, shape.mem, shape.tmp,
+                                      float(record["wall"]) - self._margin)
             existing.setdefault(str(record.get("options", "")), []).append(pilot)
         return existing
 
