@@ -5,6 +5,11 @@ for separate processes (exactly one beat per deployment; see :mod:`matcher.perio
 one would still be harmless). Messages are JSON, never pickle. Payloads do not travel through Celery:
 the match path is one Lua call on Redis; Celery carries periodic and administrative work. Each worker also
 runs the releaser (:mod:`matcher.releaser`), which evaluates at once the dependents a completion announces.
+
+Importing this module configures nothing: :func:`get_app` builds the app on first use (its static settings,
+the worker's steps, the tasks and the liveness signal) and :func:`configure` points it at a store. Celery's
+``-A matcher.app`` (or ``-A matcher.app.celery_app``) asks for the module's ``app``: that builds it and, when
+the settings name a Redis, configures it from them.
 """
 
 from __future__ import annotations
@@ -25,8 +30,8 @@ from taskqueues.store.outage import Outage
 from .. import periodic
 from ..releaser import Releaser
 
-app = Celery("pilotfish")
-app.conf.update(
+#: The app's settings that do not depend on the deployment.
+STATIC_CONF: dict[str, Any] = dict(
     task_serializer="json",
     result_serializer="json",
     accept_content=["json"],
@@ -64,6 +69,7 @@ def configure(ctx: Context) -> Celery:
     """Point the app at the context's Redis and schedule the periodic work at the configured intervals."""
     global _context
     _context = ctx
+    app = get_app()
     s = ctx.settings
     app.conf.broker_url = ctx.redis_url
     app.conf.result_backend = ctx.redis_url
@@ -79,7 +85,6 @@ def configure(ctx: Context) -> Celery:
     return app
 
 
-@heartbeat_sent.connect(dispatch_uid="pilotfish-worker-alive")  # type: ignore[untyped-decorator,misc,unused-ignore]
 def _worker_alive(**_: Any) -> None:
     """The worker's own liveness entry (``pilotfish health --component worker``).
 
@@ -119,9 +124,6 @@ class ReleaseStep(bootsteps.StartStopStep):  # type: ignore[misc,unused-ignore]
             self.releaser = None
 
 
-app.steps["worker"].add(ReleaseStep)
-
-
 def _periodic(work: Callable[[Context], T], empty: T) -> T:
     """Run one periodic task's work; a store outage is the worker's outage, not a task failure."""
     try:
@@ -133,7 +135,6 @@ def _periodic(work: Callable[[Context], T], empty: T) -> T:
     return done
 
 
-@app.task(name="pilotfish.reap")  # type: ignore[untyped-decorator,misc,unused-ignore]
 def reap() -> dict[str, int]:
     report = _periodic(periodic.reap, None)
     if report is None:
@@ -142,17 +143,14 @@ def reap() -> dict[str, int]:
             "parked": report.parked}
 
 
-@app.task(name="pilotfish.refresh_pools")  # type: ignore[untyped-decorator,misc,unused-ignore]
 def refresh_pools() -> int:
     return _periodic(periodic.refresh_pools, 0)
 
 
-@app.task(name="pilotfish.clean")  # type: ignore[untyped-decorator,misc,unused-ignore]
 def clean() -> list[str]:
     return _periodic(periodic.clean, [])
 
 
-@app.task(name="pilotfish.release_sweep")  # type: ignore[untyped-decorator,misc,unused-ignore]
 def release_sweep() -> int:
     return _periodic(periodic.release_sweep, 0)
 
@@ -160,7 +158,6 @@ def release_sweep() -> int:
 _director: Any = None
 
 
-@app.task(name="pilotfish.director")  # type: ignore[untyped-decorator,misc,unused-ignore]
 def director() -> dict[str, Any]:
     """One director cycle; the director lives as long as this worker (its local pilots are its children).
 
@@ -178,7 +175,6 @@ def director() -> dict[str, Any]:
     return summary
 
 
-@app.task(name="pilotfish.repressure")  # type: ignore[untyped-decorator,misc,unused-ignore]
 def repressure() -> dict[str, Any]:
     from ..repressure import repressure_locked
 
@@ -186,7 +182,6 @@ def repressure() -> dict[str, Any]:
     return {"skipped": report is None, "rewritten": 0 if report is None else report.pressures_rewritten}
 
 
-@app.task(name="pilotfish.submit_workflow", ignore_result=False)  # type: ignore[untyped-decorator,misc,unused-ignore]
 def submit_workflow(workflow: dict[str, Any], source: str = "<remote>") -> dict[str, Any]:
     """Remote submission: a submitter needs only the broker URL (``pilotfish submit --remote``)."""
     from ..submission import Submitter
@@ -197,6 +192,39 @@ def submit_workflow(workflow: dict[str, Any], source: str = "<remote>") -> dict[
     return {"request": done.request, "ids": done.ids, "eta": done.eta}
 
 
-if _context is None and Settings.load().redis_url:
-    # `celery -A matcher.app.celery_app ...` with a configured Redis: configure at import.
-    configure(context())
+#: The tasks, with the options each is registered with.
+TASKS: tuple[tuple[Callable[..., Any], dict[str, Any]], ...] = (
+    (reap, {"name": "pilotfish.reap"}),
+    (refresh_pools, {"name": "pilotfish.refresh_pools"}),
+    (clean, {"name": "pilotfish.clean"}),
+    (release_sweep, {"name": "pilotfish.release_sweep"}),
+    (director, {"name": "pilotfish.director"}),
+    (repressure, {"name": "pilotfish.repressure"}),
+    (submit_workflow, {"name": "pilotfish.submit_workflow", "ignore_result": False}),
+)
+
+_app: Celery | None = None
+
+
+def get_app() -> Celery:
+    """The app of this process, built on first use."""
+    global _app
+    if _app is None:
+        app = Celery("pilotfish")
+        app.conf.update(STATIC_CONF)
+        app.steps["worker"].add(ReleaseStep)
+        for task, options in TASKS:
+            app.task(**options)(task)
+        heartbeat_sent.connect(_worker_alive, dispatch_uid="pilotfish-worker-alive")
+        _app = app
+    return _app
+
+
+def __getattr__(name: str) -> Any:
+    """``app`` for Celery's ``-A``: built, and configured from the settings when they name a Redis (a
+    ``celery`` command line has no other way to configure it)."""
+    if name != "app":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if _context is None and Settings.load().redis_url:
+        return configure(context())
+    return get_app()
