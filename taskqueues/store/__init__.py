@@ -4,8 +4,9 @@ Everything else reads and writes the store through this package: the facade (:cl
 operation on jobs one atomic Lua script, errors converted by one guard), the key names (``keys``), the typed
 records (``records``), read models for the operator's views and re-pressure (``reads``), the write of what
 re-pressure computed (``rescore``), the director's pilot registry (``registry``), subscriptions, pings and
-connections of their own (``connection``), and the helpers the long-running components share (``lock``, ``alive``, ``stops``, ``outage``). ``access`` holds the ACL rules of
-its users, ``redis_server`` starts a server of our own, ``invariants`` checks a community's data.
+connections of their own (``connection``), and the helpers the long-running components share (``lock``,
+``alive``, ``stops``, ``outage``). ``access`` holds the ACL rules of its users, ``redis_server`` starts a
+server of our own, ``invariants`` checks a community's data.
 """
 
 from .facade import Store
