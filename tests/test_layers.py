@@ -123,3 +123,15 @@ def test_the_walk_sees_the_imports() -> None:
     assert "taskqueues.store.keys" in GRAPH["taskqueues.store.facade"]
     assert "pilot.director.service" in GRAPH["matcher.app.celery_app"]
     assert "taskqueues.context" in GRAPH["pilot.director.command"]
+
+
+def test_only_the_store_imports_the_redis_client() -> None:
+    bad = []
+    for name, path in MODULES.items():
+        if name == "taskqueues.store" or name.startswith("taskqueues.store."):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            bad += [f"{name} -> {m}" for m in modules if m == "redis" or m.startswith("redis.")]
+    assert not bad, bad
