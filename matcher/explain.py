@@ -17,17 +17,15 @@ verdict names the first thing to act on.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from taskqueues.catalog import Catalog
 from taskqueues.errors import PilotfishError
-from taskqueues.records import Job, JobState, Parked, time_needed
-from taskqueues.records import text as _text
 from taskqueues.requirements import Requirements
-from taskqueues.store import Store
+from taskqueues.store import Store, reads
+from taskqueues.store.records import Job, JobState, Parked, time_needed
 
 __all__ = ["LIVE_LEASES", "Explanation", "PilotFit", "explain", "render_explanation"]
 
@@ -84,11 +82,6 @@ class Explanation:
         return asdict(self)
 
 
-def _raw(store: Store, job: str) -> dict[str, Any]:
-    raw = store.client.hget(store.keys.jobs, job)
-    return json.loads(raw) if raw else {}
-
-
 def _ineligible(store: Store, catalog: Catalog, job: Job, eligible: set[str]) -> dict[str, str]:
     """Catalog queue -> why it cannot run the job (for every queue not in its SubmitPool)."""
     try:
@@ -113,9 +106,9 @@ def _number(rec: dict[str, Any], name: str) -> float | None:
 def _held_now(store: Store) -> dict[str, dict[str, int]] | None:
     """What each pilot's matched and running jobs hold now (used_cpu, used_mem, used_tmp), from the leased
     jobs' own records; None when there are more than :data:`LEASE_SCAN` of them (heartbeats are used)."""
-    if int(store.client.zcard(store.keys.leases)) > LEASE_SCAN:
+    ids = reads.leased(store, LEASE_SCAN)
+    if ids is None:
         return None
-    ids = [_text(i) for i in store.client.zrange(store.keys.leases, 0, -1)]
     held: dict[str, dict[str, int]] = {}
     for job in store.jobs(ids):
         if job.pilot and job.state in (JobState.MATCHED, JobState.RUNNING):
@@ -159,23 +152,12 @@ def _fit(job: Job, seconds: float, rec: dict[str, Any]) -> tuple[list[str], list
 
 def _heads_ahead(store: Store, queue: str, job: Job, score: float, rec: dict[str, Any]) -> int:
     """Heads of other task queues of ``queue`` more urgent than the job that fit what the pilot has free."""
-    k = store.keys
-    entries: Any = store.client.zrangebyscore(k.qheads(queue), "-inf", f"({score!r}", withscores=True)
-    tqs = [_text(tq) for tq, _ in entries if _text(tq) != job.tq_id]
-    if not tqs:
-        return 0
-    pipe = store.client.pipeline(transaction=False)
-    for tq in tqs:
-        pipe.zrange(k.tq(tq), 0, 0, withscores=True)
     count = 0
-    for head in pipe.execute():
-        if not head or float(head[0][1]) >= score:
-            continue  # the index may lag below the real head: the real one decides
-        _, cpu, mem, tmp, need = _text(head[0][0]).split(":")
+    for head in reads.heads_before(store, queue, score, skip=job.tq_id):
         free = [_free(rec, key) for _, key, _ in _FREE]
         left = _number(rec, "time_left")
-        wants = [float(cpu), float(mem), float(tmp)]
-        if all(f is None or w <= f for f, w in zip(free, wants, strict=True)) and (left is None or float(need) <= left):
+        wants = [float(head.cpu), float(head.mem), float(head.tmp)]
+        if all(f is None or w <= f for f, w in zip(free, wants, strict=True)) and (left is None or head.need <= left):
             count += 1
     return count
 
@@ -194,16 +176,11 @@ def explain(store: Store, catalog: Catalog, job_id: str, *, now: float | None = 
         if parked is None:
             raise PilotfishError(f"job {job_id}: its record cannot be read ({exc})") from None
         return _unreadable(job_id, parked)
-    rec = _raw(store, job_id)
-    member = job_id + str(rec["mt"]) if rec.get("mt") else ""  # the task-queue member (records keep its tail)
+    member = reads.job_member(store, job_id)
     need = float(member.rsplit(":", 1)[1]) if member.count(":") == 4 else \
         float(time_needed(job.requirements.get("wall"), job.ete, store.ete_safety_factor))
-    client, k = store.client, store.keys
-    pipe = client.pipeline(transaction=False)
-    pipe.zrank(k.tq(job.tq_id), member)
-    pipe.zcard(k.tq(job.tq_id))
-    pipe.zscore(k.delayed, job_id)
-    rank, length, delayed = pipe.execute() if job.tq_id else (None, 0, None)
+    place = reads.place(store, job_id, job.tq_id, member) if job.tq_id else reads.Place(None, 0, None)
+    rank, length, delayed = place.rank, place.length, place.delayed
     eligible = sorted(store.pool(job.tq_id)) if job.tq_id else []
     base = Explanation(job=job.id, name=job.name, state=job.state.value, request=job.request, reason=job.reason,
                        task_queue=job.tq_id, score=job.score, ete=job.ete, cpu=job.cpu, mem=job.mem, tmp=job.tmp,
@@ -225,18 +202,11 @@ def explain(store: Store, catalog: Catalog, job_id: str, *, now: float | None = 
         return _with(base, verdict="no queue is eligible for its task queue: check the catalog reasons")
 
     window = LIVE_LEASES * store.lease_seconds
-    seen: Any = client.zrangebyscore(k.pilotseen, now - window, "+inf")
-    live = sorted(_text(p) for p in seen)
-    records = client.hmget(k.pilots, live) if live else []
+    pilots = reads.live_pilots(store, now - window)
     fits: list[PilotFit] = []
     stopped = 0
     held = _held_now(store)
-    for pilot, raw in zip(live, records, strict=True):
-        try:
-            prec = json.loads(raw) if raw else {}
-        except ValueError:
-            prec = {}
-        prec = prec if isinstance(prec, dict) else {}
+    for pilot, prec in pilots.records.items():
         if held is not None and pilot in held:  # what it holds now, where its heartbeat may say less
             prec = {**prec, **{k: max(v, int(_number(prec, k) or 0)) for k, v in held[pilot].items()}}
         if prec.get("stopped"):
@@ -261,7 +231,7 @@ def explain(store: Store, catalog: Catalog, job_id: str, *, now: float | None = 
         if rank:
             reasons.insert(0, f"waiting behind {rank} jobs of its task queue")
         fits.append(PilotFit(pilot, queue, True, True, reasons, ahead))
-    skipped = int(client.hlen(k.pilots)) - len(live) + stopped
+    skipped = pilots.total - len(pilots.records) + stopped
     return _with(base, pilots=fits, verdict=_verdict(fits, int(rank)), skipped=max(0, skipped), window=window)
 
 

@@ -1,13 +1,13 @@
 """The periodic work of the control plane, as plain functions over a :class:`Context`.
 
-Celery beat schedules them (:mod:`matcher.celery_app`); ``pilotfish run`` calls them in its own loop.
+Celery beat schedules them (:mod:`matcher.app.celery_app`); ``pilotfish run`` calls them in its own loop.
 Each is safe when several processes run it at once:
 
 * reaping, pool refresh, cleaning and the releasing sweep are atomic Lua scripts that re-check what
   they change (a lease still expired, a task queue still empty, a job still releasing), so running
   twice changes nothing the second time;
 * the director cycle and re-pressure are not idempotent (they submit pilots, advance a cursor): they
-  run under a Redis lock (:mod:`taskqueues.lock`) and a second runner skips its turn.
+  run under a Redis lock (:mod:`taskqueues.store.lock`) and a second runner skips its turn.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import json
 import logging
 from dataclasses import dataclass
 
-from taskqueues.records import Largest
+from taskqueues.context import Context
+from taskqueues.store.records import Largest
 
-from .context import Context
 from .release import sweep
 from .submission import pool_of_definition
 

@@ -21,8 +21,8 @@ from typing import Any
 
 from taskqueues.catalog import Catalog
 from taskqueues.errors import PilotfishError
-from taskqueues.records import Job, JobState, member_tail, stored_requirements, time_needed
 from taskqueues.store import Store
+from taskqueues.store.records import Job, JobState, member_tail, stored_requirements, time_needed
 
 from .limits import MAX_COMMAND_BYTES, check_text
 from .submission import place

@@ -29,23 +29,23 @@ never to the number of jobs stored:
    members moved, heads indexes set to the real heads; then the request ETAs, the per-rule marks and
    the cursor (last, so a crash only makes the next run redo idempotent work).
 
-Run it under :func:`taskqueues.lock.locked` (:func:`repressure_locked`) so two beats do not duplicate the
+Run it under :func:`taskqueues.store.lock.locked` (:func:`repressure_locked`) so two beats do not duplicate the
 work; a concurrent run without the lock would write the same values.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from taskqueues import dag
 from taskqueues.ete import RuleStats, estimate
-from taskqueues.lock import locked
-from taskqueues.records import Job, read_requirements, time_needed
-from taskqueues.records import text as _text
-from taskqueues.store import Store
+from taskqueues.store import Store, reads
+from taskqueues.store.lock import locked
+from taskqueues.store.reads import RecordCache, RecordView
+from taskqueues.store.records import time_needed
+from taskqueues.store.rescore import Rescored, rescore
 
 from .eta import fan_in_bound, live_cores
 
@@ -57,9 +57,9 @@ LOCK_NAME = "repressure"
 ETA_FRACTION = 1 / 16
 _FINAL = frozenset({"done", "failed", "cancelled", "dep-failed"})
 _FRONTIER = frozenset({"waiting", "releasing", "matched", "running"})
-_FETCH_CHUNK = 1000
 _WRITE_CHUNK = 200
 
+#: A request's record (its ETA, priority and job ids).
 Record = dict[str, Any]
 
 
@@ -80,61 +80,25 @@ class Report:
     records_read: int = 0
 
 
-def _readable(raw: bytes | str | None) -> Record | None:
-    """A stored record, or None when there is none or it cannot be read (a damaged record is left alone: the
-    scripts park it)."""
-    if not raw:
-        return None
-    try:
-        rec = json.loads(raw)
-    except ValueError:
-        return None
-    return rec if isinstance(rec, dict) and isinstance(rec.get("s"), str) else None
-
-
-class _Records:
-    """Job records fetched on demand and cached for one run (None for an id with no record)."""
-
-    def __init__(self, store: Store) -> None:
-        self.client = store.client
-        self.key = store.keys.jobs
-        self.cache: dict[str, Record | None] = {}
-        self.read = 0
-
-    def fetch(self, ids: Iterable[str]) -> None:
-        todo = [i for i in dict.fromkeys(ids) if i not in self.cache]
-        for start in range(0, len(todo), _FETCH_CHUNK):
-            chunk = todo[start:start + _FETCH_CHUNK]
-            raws = self.client.hmget(self.key, chunk)
-            self.read += len(chunk)
-            for job, raw in zip(chunk, raws, strict=True):
-                self.cache[job] = _readable(raw)
-
-    def get(self, job: str) -> Record | None:
-        if job not in self.cache:
-            self.fetch([job])
-        return self.cache[job]
-
-
-def _unfinished(rec: Record | None) -> bool:
-    return rec is not None and rec.get("s") not in _FINAL
+def _unfinished(rec: RecordView | None) -> bool:
+    return rec is not None and rec.state not in _FINAL
 
 
 class _View(Mapping[str, Any]):
     """Base of the lazy mappings: they answer for the jobs asked and iterate over those already read."""
 
-    def __init__(self, records: _Records, request: str) -> None:
+    def __init__(self, records: RecordCache, request: str) -> None:
         self.records = records
         self.request = request
 
-    def _rec(self, job: str) -> Record:
+    def _rec(self, job: str) -> RecordView:
         rec = self.records.get(job)
-        if rec is None or rec.get("q", "") != self.request:
+        if rec is None or rec.request != self.request:
             raise KeyError(job)
         return rec
 
     def __iter__(self) -> Iterator[str]:
-        return iter([j for j, r in self.records.cache.items() if r is not None and r.get("q", "") == self.request])
+        return iter([j for j, r in self.records.cache.items() if r is not None and r.request == self.request])
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
@@ -149,32 +113,33 @@ class _Position(_View):
 
 
 class _Neighbours(_View):
-    """Unfinished dependencies (``dp``) or dependents (``dn``) of a job, fetched together in one round trip.
+    """Unfinished dependencies (``deps``) or dependents of a job, fetched together in one round trip.
 
     Finished jobs are left out: a finished dependency needs no pressure any more, and a finished (or
     cancelled) dependent no longer lengthens the path.
     """
 
-    def __init__(self, records: _Records, request: str, field_name: str) -> None:
+    def __init__(self, records: RecordCache, request: str, dependents: bool) -> None:
         super().__init__(records, request)
-        self.field = field_name
+        self.dependents = dependents
 
     def __getitem__(self, job: str) -> list[str]:
-        ids = [str(d) for d in self._rec(job).get(self.field) or []]
+        rec = self._rec(job)
+        ids = rec.dependents if self.dependents else rec.deps
         self.records.fetch(ids)
         return [d for d in ids if _unfinished(self.records.get(d))]
 
 
 class _Overlay(_View, MutableMapping[str, float]):
-    """A record field (``e`` or ``pr``) with the run's new values laid over it."""
+    """A record field (the estimate or the pressure) with the run's new values laid over it."""
 
-    def __init__(self, records: _Records, request: str, field_name: str) -> None:
+    def __init__(self, records: RecordCache, request: str, field: Callable[[RecordView], float]) -> None:
         super().__init__(records, request)
-        self.field = field_name
+        self.field = field
         self.new: dict[str, float] = {}
 
     def stored(self, job: str) -> float:
-        return float(self._rec(job).get(self.field, 0.0))
+        return self.field(self._rec(job))
 
     def __getitem__(self, job: str) -> float:
         return self.new[job] if job in self.new else self.stored(job)
@@ -189,13 +154,13 @@ class _Overlay(_View, MutableMapping[str, float]):
 class _Request:
     """The lazy DAG of one request, as :func:`taskqueues.dag.propagate_pressure` wants it."""
 
-    def __init__(self, records: _Records, request: str) -> None:
+    def __init__(self, records: RecordCache, request: str) -> None:
         self.records = records
-        self.index = dag.DagIndex(deps=_Neighbours(records, request, "dp"),
-                                  dependents=_Neighbours(records, request, "dn"),
+        self.index = dag.DagIndex(deps=_Neighbours(records, request, False),
+                                  dependents=_Neighbours(records, request, True),
                                   position=_Position(records, request))
-        self.ete = _Overlay(records, request, "e")
-        self.pressure = _Overlay(records, request, "pr")
+        self.ete = _Overlay(records, request, lambda r: r.ete)
+        self.pressure = _Overlay(records, request, lambda r: r.pressure)
         self.written: set[str] = set()
 
 
@@ -209,12 +174,12 @@ def eta_moved(old: float, new: float, now: float) -> bool:
     return abs(new - old) > max(old - now, new - now, 0.0) * ETA_FRACTION
 
 
-def _remaining(rec: Record, pressure: float, now: float) -> float:
+def _remaining(rec: RecordView, pressure: float, now: float) -> float:
     """What a ready or running job still needs, to the request's targets."""
-    if rec.get("s") in ("matched", "running"):
-        since = rec.get("st") or rec.get("tm")
-        elapsed = max(0.0, now - float(since)) if since is not None else 0.0
-        return max(0.0, pressure - min(elapsed, float(rec.get("e", 0.0))))
+    if rec.state in ("matched", "running"):
+        since = rec.since
+        elapsed = max(0.0, now - since) if since is not None else 0.0
+        return max(0.0, pressure - min(elapsed, rec.ete))
     return pressure
 
 
@@ -226,27 +191,26 @@ def repressure(store: Store, *, damping: float = dag.DAMPING, now: float | None 
     default, as the Submitter's).
     """
     now = store.clock() if now is None else now
-    client, keys = store.client, store.keys
-    records = _Records(store)
+    records = RecordCache(store)
     report = Report()
 
-    raw_cursor = client.hget(keys.cursor, CURSOR_FIELD)
+    raw_cursor = reads.cursor(store, CURSOR_FIELD)
     report.cursor_from = float(raw_cursor) if raw_cursor is not None else None
     # Inclusive: a completion stamped with the cursor's very time but logged after the last run must not
     # be lost; re-reading the few at that instant is harmless (the rule marks make it a no-op).
     low = "-inf" if report.cursor_from is None else repr(report.cursor_from)
-    entries: Any = client.zrangebyscore(keys.donelog, low, "+inf", start=0, num=batch, withscores=True)
+    entries = reads.completions(store, low, batch)
     report.completions = len(entries)
     report.cursor_to = max((s for _, s in entries), default=report.cursor_from)
     if len(entries) == batch and report.cursor_to == report.cursor_from:
         # A whole batch at one instant: step past it (exclusive) rather than read it again forever.
         low = f"({report.cursor_from!r}"
-        entries = client.zrangebyscore(keys.donelog, low, "+inf", start=0, num=batch, withscores=True)
+        entries = reads.completions(store, low, batch)
         report.completions = len(entries)
         report.cursor_to = max((s for _, s in entries), default=report.cursor_from)
-    done = [_text(m) for m, _ in entries]
+    done = [m for m, _ in entries]
     records.fetch(done)
-    rules = sorted({r["ru"] for r in (records.get(d) for d in done) if r and r.get("ru")})
+    rules = sorted({r.rule for r in (records.get(d) for d in done) if r and r.rule})
 
     marks: dict[str, str] = {}
     moved = _moved_rules(store, rules, damping, marks)
@@ -260,16 +224,16 @@ def repressure(store: Store, *, damping: float = dag.DAMPING, now: float | None 
         report.pressures_rewritten += len(rewritten)
         view.written = set(new_ete) | set(rewritten)
 
-    request_recs = _request_records(store, [q for q in views if q])
-    frontier: dict[str, list[tuple[str, Record]]] = {}
+    request_recs = reads.request_records(store, [q for q in views if q])
+    frontier: dict[str, list[tuple[str, RecordView]]] = {}
     for job, rec in records.cache.items():
-        if rec is not None and rec.get("s") in _FRONTIER:
-            frontier.setdefault(rec.get("q", ""), []).append((job, rec))
+        if rec is not None and rec.state in _FRONTIER:
+            frontier.setdefault(rec.request, []).append((job, rec))
     cores = capacity or (lambda: live_cores(store))
     for request, view in views.items():
-        rec = request_recs.get(request)
-        if rec is not None:
-            _check_eta(records, request, rec, view, frontier.get(request, []), now, cores, report)
+        request_rec = request_recs.get(request)
+        if request_rec is not None:
+            _check_eta(records, request, request_rec, view, frontier.get(request, []), now, cores, report)
 
     updates = [_update(records.cache[job], view, request_recs.get(request), report.etas.get(request), job,
                        store.ete_safety_factor)
@@ -292,7 +256,7 @@ def _moved_rules(store: Store, rules: Sequence[str], damping: float, marks: dict
     if not rules:
         return {}
     _, stats = store.ete_stats([], rules)
-    last = store.client.hmget(store.keys.cursor, [RULE_MARK + r for r in rules])
+    last = reads.cursors(store, [RULE_MARK + r for r in rules])
     moved: dict[str, RuleStats] = {}
     for rule, raw in zip(rules, last, strict=True):
         current = stats.get(rule)
@@ -305,45 +269,34 @@ def _moved_rules(store: Store, rules: Sequence[str], damping: float, marks: dict
     return moved
 
 
-def _reestimate(store: Store, records: _Records, moved: Mapping[str, RuleStats],
+def _reestimate(store: Store, records: RecordCache, moved: Mapping[str, RuleStats],
                 report: Report) -> dict[str, dict[str, float]]:
     """New estimates of the unfinished jobs of the moved rules, by request (finished ones are forgotten)."""
-    client = store.client
     members: dict[str, list[str]] = {}
     for rule in moved:
-        members[rule] = [_text(m) for m in client.sscan_iter(store.keys.byrule(rule), count=1000)]
+        members[rule] = reads.rule_members(store, rule)
         records.fetch(members[rule])
-    pipe = client.pipeline(transaction=False)
-    for rule, ids in members.items():
-        finished = [j for j in ids if not _unfinished(records.get(j))]
-        if finished:
-            pipe.srem(store.keys.byrule(rule), *finished)
-            report.forgotten += len(finished)
-    pipe.execute()
+    finished = {rule: [j for j in ids if not _unfinished(records.get(j))] for rule, ids in members.items()}
+    report.forgotten += sum(len(ids) for ids in finished.values())
+    reads.forget_rule_members(store, finished)
     live = [j for ids in members.values() for j in ids if _unfinished(records.get(j))]
-    job_keys = {j: str(records.cache[j]["k"]) for j in live if (records.cache[j] or {}).get("k")}  # type: ignore[index]
+    job_keys = {j: rec.key for j in live if (rec := records.cache[j]) is not None and rec.key}
     last, _ = store.ete_stats(job_keys.values(), [])
     changed: dict[str, dict[str, float]] = {}
     for job in live:
         rec = records.cache[job]
         assert rec is not None
-        old = float(rec.get("e", 0.0))
+        old = rec.ete
         key_last = last.get(job_keys[job]) if job in job_keys else None
-        new, _ = estimate(key_last, moved.get(rec.get("ru", "")), old, old)
+        new, _ = estimate(key_last, moved.get(rec.rule), old, old)
         if new != old:
-            changed.setdefault(rec.get("q", ""), {})[job] = new
+            changed.setdefault(rec.request, {})[job] = new
             report.reestimated += 1
     return changed
 
 
-def _request_records(store: Store, requests: Sequence[str]) -> dict[str, Record]:
-    if not requests:
-        return {}
-    raws = store.client.hmget(store.keys.requests, list(requests))
-    return {q: json.loads(raw) for q, raw in zip(requests, raws, strict=True) if raw}
-
-
-def _check_eta(records: _Records, request: str, rec: Record, view: _Request, known: Sequence[tuple[str, Record]],
+def _check_eta(records: RecordCache, request: str, rec: Record, view: _Request,
+               known: Sequence[tuple[str, RecordView]],
                now: float, cores: Callable[[], float], report: Report) -> None:
     """Re-store the ETA of a touched request when it moved by more than 1/16 of its remaining time.
 
@@ -366,7 +319,7 @@ def _check_eta(records: _Records, request: str, rec: Record, view: _Request, kno
     first, last = int(rec["first"]), int(rec["last"])
     ids = [str(i) for i in range(first, last + 1)]
     records.fetch(ids)
-    frontier = [(j, r) for j in ids if (r := records.cache.get(j)) is not None and r.get("s") in _FRONTIER]
+    frontier = [(j, r) for j in ids if (r := records.cache.get(j)) is not None and r.state in _FRONTIER]
     if not frontier:
         return
     exact = now + max(max(_remaining(r, view.pressure[j], now) for j, r in frontier),
@@ -376,7 +329,7 @@ def _check_eta(records: _Records, request: str, rec: Record, view: _Request, kno
         view.written.update(j for j in ids if _unfinished(records.cache.get(j)))
 
 
-def _shape_need(records: _Records, view: _Request, live: Sequence[str], now: float, cores: float) -> float:
+def _shape_need(records: RecordCache, view: _Request, live: Sequence[str], now: float, cores: float) -> float:
     """:func:`matcher.eta.fan_in_bound` over the unfinished jobs (ids ascending: a topological order).
 
     A running job counts what is left of its own estimate, and its dependents wait only for that.
@@ -391,16 +344,16 @@ def _shape_need(records: _Records, view: _Request, live: Sequence[str], now: flo
         assert rec is not None
         pressure[job] = _remaining(rec, view.pressure[job], now)
         ete[job] = max(0.0, view.ete[job] - (view.pressure[job] - pressure[job]))
-        work[job] = ete[job] * Job.from_record(json.dumps(rec), job).cpu
-        deps[job] = [d for d in map(str, rec.get("dp") or []) if d in alive]
+        work[job] = ete[job] * rec.job().cpu
+        deps[job] = [d for d in rec.deps if d in alive]
     return fan_in_bound(live, deps, ete, pressure, work, cores)
 
 
-def _update(rec: Record | None, view: _Request, request: Record | None, new_eta: float | None, job: str,
-            ete_safety_factor: float) -> Record:
-    """The rescore.lua entry of one job: its new pressure, estimate, member time and score.
+def _update(rec: RecordView | None, view: _Request, request: Record | None, new_eta: float | None, job: str,
+            ete_safety_factor: float) -> Rescored:
+    """The new values of one job: its pressure, estimate, member time and score.
 
-    The member's time is :func:`taskqueues.records.time_needed`: a job's ``wall`` stays; without one, the
+    The member's time is :func:`taskqueues.store.records.time_needed`: a job's ``wall`` stays; without one, the
     new estimate times the safety factor."""
     assert rec is not None
     pressure, ete = view.pressure[job], view.ete[job]
@@ -408,26 +361,21 @@ def _update(rec: Record | None, view: _Request, request: Record | None, new_eta:
         eta = new_eta if new_eta is not None else float(request["eta"])
         score = eta - pressure - float(request.get("priority", 0.0))
     else:  # a job stored without a request record: keep the date its old score implied
-        score = float(rec.get("sc", 0.0)) + view.pressure.stored(job) - pressure
-    need = time_needed(read_requirements(rec).get("wall"), ete, ete_safety_factor)
-    return {"id": job, "pr": round(pressure, 3), "e": round(ete, 3), "me": need, "sc": repr(float(score))}
+        score = rec.score + view.pressure.stored(job) - pressure
+    need = time_needed(rec.requirements().get("wall"), ete, ete_safety_factor)
+    return Rescored(job, pressure, ete, need, score)
 
 
-def _write(store: Store, records: _Records, updates: Sequence[Record], report: Report,
+def _write(store: Store, records: RecordCache, updates: Sequence[Rescored], report: Report,
            progress: Mapping[str, str], marks: Mapping[str, str]) -> None:
     """rescore.lua in batches; the request ETAs, the rule marks and the cursor go with the last one."""
-    keys = store.keys
     chunks = [list(updates[i:i + _WRITE_CHUNK]) for i in range(0, len(updates), _WRITE_CHUNK)] or [[]]
     for n, chunk in enumerate(chunks):
-        body: dict[str, Any] = {"jobs": chunk}
-        if n == len(chunks) - 1:
-            body.update(requests=report.etas, progress=progress, marks=marks)
+        last = n == len(chunks) - 1
         if not chunk and not report.etas and not progress and not marks:
             continue
-        tqs = sorted({str(r["t"]) for u in chunk if (r := records.cache.get(u["id"])) and r.get("s") == "waiting"})
-        reply = store.call_script("rescore", [keys.jobs, keys.requests, keys.cursor],
-                                  [keys.base + ":", json.dumps(body)],
-                                  [keys.work, *store.floors, *store.pool_keys(tqs)])
-        report.jobs_written += int(reply[1])
-        report.members_moved += int(reply[2])
-
+        waiting = [r.task_queue for u in chunk if (r := records.cache.get(u.job)) and r.state == "waiting"]
+        written, moved = rescore(store, chunk, waiting_tqs=waiting, etas=report.etas if last else None,
+                                 progress=progress if last else None, marks=marks if last else None)
+        report.jobs_written += written
+        report.members_moved += moved

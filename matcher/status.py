@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from taskqueues.errors import NotFound
-from taskqueues.records import Job, JobState, Parked
-from taskqueues.store import Store
+from taskqueues.store import Store, reads
+from taskqueues.store.records import Job, JobState, Parked
 
 __all__ = ["RequestStatus", "TaskQueueStatus", "find_request", "render_parked", "render_requests",
            "render_task_queues", "request_status", "requests_status", "task_queues"]
@@ -115,23 +115,18 @@ def task_queues(store: Store) -> list[TaskQueueStatus]:
     """Every task queue known (with a definition), most urgent head first, empty ones last."""
     defs = store.tq_definitions()
     ids = sorted(defs)
-    pipe = store.client.pipeline(transaction=False)
-    for tq in ids:
-        pipe.zcard(store.keys.tq(tq))
-        pipe.zrange(store.keys.tq(tq), 0, 0, withscores=True)
-        pipe.smembers(store.keys.pool(tq))
-    replies = pipe.execute()
+    summaries = reads.task_queue_summaries(store, ids)
     out = []
-    for i, tq in enumerate(ids):
-        waiting, head, pool = replies[3 * i:3 * i + 3]
+    for tq in ids:
+        summary = summaries[tq]
         try:
             requirements = json.loads(defs[tq])
         except ValueError:
             requirements = {"unreadable": defs[tq]}
         out.append(TaskQueueStatus(
-            id=tq, waiting=int(waiting), head_score=float(head[0][1]) if head else None,
+            id=tq, waiting=summary.waiting, head_score=summary.head_score,
             requirements=requirements if isinstance(requirements, dict) else {"value": requirements},
-            queues=sorted(q.decode() if isinstance(q, bytes) else str(q) for q in pool)))
+            queues=summary.queues))
     return sorted(out, key=lambda t: (t.head_score is None, t.head_score or 0.0, t.id))
 
 

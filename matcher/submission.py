@@ -35,14 +35,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pilot.backends.options import check_job_options, normalize_options
 from taskqueues import dag
+from taskqueues.backend_options import check_job_options, normalize_options
 from taskqueues.catalog import Catalog, Queue
+from taskqueues.context import Context
 from taskqueues.errors import PilotfishError, ProblemList, RequirementError, ValidationError, located, shown
 from taskqueues.ete import estimate
-from taskqueues.records import JobState, NewJob
+from taskqueues.placement import BACKEND_OPTIONS, INSTANCE_TYPE
 from taskqueues.requirements import CONSUMABLES, Requirements, check_name, check_value, parse_requirements
 from taskqueues.store import Store
+from taskqueues.store.records import JobState, NewJob
 
 from .eta import fan_in_bound, live_cores, load_seconds, request_eta
 from .limits import (
@@ -60,8 +62,6 @@ from .limits import (
 )
 
 DEFAULT_ETE = 60.0
-INSTANCE_TYPE = "InstanceType"
-BACKEND_OPTIONS = "BackendOptions"
 
 
 @dataclass(frozen=True)
@@ -220,6 +220,11 @@ class Submitter:
         self.default_ete = default_ete
         self.clock = clock
         self.capacity = capacity or (lambda: live_cores(store))
+
+    @classmethod
+    def of(cls, ctx: Context) -> Submitter:
+        """The submitter of a context's store, catalog and settings."""
+        return cls(ctx.store, ctx.catalog, vo=ctx.settings.vo, default_ete=ctx.settings.default_ete)
 
     def submit(self, jobs: Sequence[JobSpec], *, name: str = "", priority: float = 0.0,
                source: str = "") -> Submitted:

@@ -45,7 +45,7 @@ from kombu.connection import Connection
 from pilot.agent.observer import Command, PilotInfo, PilotLoad
 from pilot.remote_control import RemoteControl, Reply, celery_mailbox, ok
 from taskqueues import __version__ as PILOTFISH_VERSION
-from taskqueues.records import Job, RunResult
+from taskqueues.store.records import Job, RunResult
 
 log = logging.getLogger(__name__)
 

@@ -63,12 +63,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from matcher.context import Context  # noqa: E402
-from matcher.settings import Settings  # noqa: E402
-from matcher.submission import JobSpec  # noqa: E402
+from matcher.submission import JobSpec, Submitter  # noqa: E402
+from taskqueues.context import Context  # noqa: E402
 from taskqueues.errors import PilotfishError  # noqa: E402
-from taskqueues.redis_server import RedisServer  # noqa: E402
+from taskqueues.settings import Settings  # noqa: E402
 from taskqueues.store import Store  # noqa: E402
+from taskqueues.store.redis_server import RedisServer  # noqa: E402
 
 QUEUE = "local/localhost/local"
 BROKER_ENV = "BENCH_E2E_BROKER"
@@ -232,7 +232,7 @@ def run_pilotfish(context: Context, server: RedisServer, pilot_pids: Sequence[in
     begin = time.time()
     for start in range(0, n, batch):
         specs = [JobSpec(name=f"true-{i}", command="true") for i in range(start, min(n, start + batch))]
-        ids += context.submitter.submit(specs, name=f"bench-e2e-{start // batch}").ids.values()
+        ids += Submitter.of(context).submit(specs, name=f"bench-e2e-{start // batch}").ids.values()
     submitted = time.time() - begin
     deadline = time.monotonic() + timeout
     while store.client.zcard(done_log) - done_before < n:
@@ -348,7 +348,8 @@ def measure_latency(context: Context, pauses: Sequence[float], timeout: float = 
             while watcher.get_message(timeout=0) is not None:  # forget writes from before this job
                 pass
             begin = time.time()
-            job_id = next(iter(context.submitter.submit([JobSpec(name=f"latency-{i}", command="true")]).ids.values()))
+            submitted = Submitter.of(context).submit([JobSpec(name=f"latency-{i}", command="true")])
+            job_id = next(iter(submitted.ids.values()))
             deadline = time.monotonic() + timeout
             while True:
                 raw = client.hget(store.keys.jobs, job_id)

@@ -32,10 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_match import Run, Stock, Tally, alternate, cell, evalsha_worker, queue_name, timed, tq_id
 
-from taskqueues.packed import HotLine, PackedCall
-from taskqueues.records import PilotOffer
-from taskqueues.redis_server import RedisServer
 from taskqueues.store import Store
+from taskqueues.store.packed import HotLine, PackedCall
+from taskqueues.store.records import PilotOffer
+from taskqueues.store.redis_server import RedisServer
 
 TQ = tq_id(0)  # bench_match's task queue 0: 1-core jobs at queue 0
 

@@ -34,10 +34,10 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from taskqueues.packed import HotLine, PackedCall
-from taskqueues.records import NewJob, PilotOffer
-from taskqueues.redis_server import RedisServer
 from taskqueues.store import Store
+from taskqueues.store.packed import HotLine, PackedCall
+from taskqueues.store.records import NewJob, PilotOffer
+from taskqueues.store.redis_server import RedisServer
 
 N_QUEUES = 10
 COMMAND = "x" * 64

@@ -36,9 +36,9 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from taskqueues.records import NewJob  # noqa: E402
-from taskqueues.redis_server import RedisServer  # noqa: E402
 from taskqueues.store import Store  # noqa: E402
+from taskqueues.store.records import NewJob  # noqa: E402
+from taskqueues.store.redis_server import RedisServer  # noqa: E402
 
 QUEUE = "bench/ce/q"
 _FOREIGN = ("SLURM_", "SGE_", "JOB_ID", "NSLOTS", "MACHINEFEATURES", "JOBFEATURES", "JOBSTATUS")

@@ -35,12 +35,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from matcher.context import Context  # noqa: E402
-from matcher.settings import Settings  # noqa: E402
-from matcher.submission import submit_workflow  # noqa: E402
+from matcher.submission import Submitter, submit_workflow  # noqa: E402
 from matcher.workflow import parse_workflow  # noqa: E402
+from taskqueues.context import Context  # noqa: E402
 from taskqueues.errors import PilotfishError  # noqa: E402
-from taskqueues.redis_server import RedisServer  # noqa: E402
+from taskqueues.settings import Settings  # noqa: E402
+from taskqueues.store.redis_server import RedisServer  # noqa: E402
 
 QUEUE = "local/localhost/local"
 _FOREIGN = ("SLURM_", "SGE_", "JOB_ID", "NSLOTS", "MACHINEFEATURES", "JOBFEATURES", "JOBSTATUS", "PILOTFISH_")
@@ -130,7 +130,7 @@ def run_round(ctx: Context, n: int, round_no: int, timeout: float) -> tuple[list
     store = ctx.store
     watch = ReleasingWatch(ctx.client, store.keys.releasing)
     try:
-        submitted = submit_workflow(ctx.submitter, parse_workflow(chain(n, round_no), "<bench>"))
+        submitted = submit_workflow(Submitter.of(ctx), parse_workflow(chain(n, round_no), "<bench>"))
         ids = list(submitted.ids.values())
         deadline = time.monotonic() + timeout
         while not all(job.state in ("done", "failed", "dep-failed") for job in store.jobs(ids)):

@@ -85,14 +85,14 @@ from workloads import (
 )
 
 from matcher.repressure import repressure
-from matcher.settings import Settings
 from matcher.submission import JobSpec, SubmissionError, Submitter, place
 from taskqueues import dag
 from taskqueues.catalog import Catalog
 from taskqueues.errors import PilotfishError
-from taskqueues.records import NewJob, PilotOffer, RunResult
-from taskqueues.redis_server import RedisServer
+from taskqueues.settings import Settings
 from taskqueues.store import Store
+from taskqueues.store.records import NewJob, PilotOffer, RunResult
+from taskqueues.store.redis_server import RedisServer
 
 T0 = 1_000_000.0
 QUEUE = "bench/ce/q"

@@ -48,12 +48,12 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from matcher import embedded  # noqa: E402
-from matcher.context import Context  # noqa: E402
-from matcher.deploy import MARKER, running_pid  # noqa: E402
-from matcher.settings import Settings  # noqa: E402
-from matcher.submission import JobSpec  # noqa: E402
-from taskqueues.records import JobState  # noqa: E402
+from matcher.cli.deploy import MARKER, running_pid  # noqa: E402
+from matcher.submission import JobSpec, Submitter  # noqa: E402
+from taskqueues import embedded  # noqa: E402
+from taskqueues.context import Context  # noqa: E402
+from taskqueues.settings import Settings  # noqa: E402
+from taskqueues.store.records import JobState  # noqa: E402
 
 KINDS = ("pilot", "guardian", "payload", "worker", "beat", "director", "flower", "redis")
 SUPERVISED = {"worker", "beat", "director", "flower", "redis"}
@@ -164,7 +164,7 @@ def _pilot_name(env: dict[str, str]) -> str:
 
 
 def _free_port() -> int:
-    from taskqueues.redis_server import free_port
+    from taskqueues.store.redis_server import free_port
 
     return free_port()
 
@@ -177,7 +177,7 @@ def submit(deployment: Deployment, n: int, seconds: float, log: Path) -> list[st
     ctx = deployment.context()
     ids: list[str] = []
     for first in range(0, n, 500):  # one request per 500 jobs: the submissions are acknowledged in turn
-        ids += ctx.submitter.submit(jobs[first:first + 500], name=f"chaos-{first}").ids.values()
+        ids += Submitter.of(ctx).submit(jobs[first:first + 500], name=f"chaos-{first}").ids.values()
     return ids
 
 

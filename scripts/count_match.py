@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_match import Stock, pilot_asks, trivial_call
 
-from taskqueues.redis_server import find_redis_server, free_port
 from taskqueues.store import Store
+from taskqueues.store.redis_server import find_redis_server, free_port
 
 
 class Counted:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from taskqueues.redis_server import RedisServer
+from taskqueues.store.redis_server import RedisServer
 
 
 @pytest.fixture(scope="session")

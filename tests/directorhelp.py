@@ -20,14 +20,14 @@ from pathlib import Path
 import pytest
 from backend_contract import system_env
 
-from matcher.context import Context
-from matcher.settings import Settings
-from matcher.submission import JobSpec, Submitted
+from matcher.submission import JobSpec, Submitted, Submitter
 from pilot.backends import LocalBackend, PilotRequest, PilotState, PilotStatus
 from pilot.director.service import CycleReport, Director, QueueReport
 from taskqueues.catalog import Queue
-from taskqueues.records import Job, JobState
+from taskqueues.context import Context
+from taskqueues.settings import Settings
 from taskqueues.shapes import Shape
+from taskqueues.store.records import Job, JobState
 
 KINDS = ("local", "slurm", "sge")
 
@@ -122,7 +122,7 @@ class Rig:
         settings = Settings().with_(redis_url=redis_url, pilot_redis_url=pilot_redis_url or redis_url,
                                     catalog=str(catalog), state_dir=str(tmp / "state"),
                                     lease_seconds=3.0, backoff_seconds=0.0, pilot_idle_timeout=idle_timeout,
-                                    pilot_events=False)
+                                    pilot_events=False, pilot_stop_margin=0.0)  # the walls asked are exact
         self.ctx = Context(settings)
         self.director = Director(self.ctx, log_dir=str(tmp / "logs"), env=pilot_env)
         self.queue: Queue = self.ctx.catalog.queue(QUEUES[kind], settings.vo)
@@ -143,7 +143,7 @@ class Rig:
         return JobSpec(name=name, command=command, ete=seconds, requirements=requirements)
 
     def submit(self, jobs: Sequence[JobSpec], *, priority: float = 0.0) -> Submitted:
-        return self.ctx.submitter.submit(jobs, name=f"director-{self.kind}", priority=priority)
+        return Submitter.of(self.ctx).submit(jobs, name=f"director-{self.kind}", priority=priority)
 
     def jobs(self, ids: Sequence[str]) -> list[Job]:
         return self.ctx.store.jobs(list(ids))

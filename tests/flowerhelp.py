@@ -23,8 +23,8 @@ import pytest
 from celery import Celery
 
 from pilot.agent.observer import PilotInfo
-from taskqueues.records import Job, JobState
-from taskqueues.redis_server import free_port
+from taskqueues.store.records import Job, JobState
+from taskqueues.store.redis_server import free_port
 
 
 class FlowerServer:

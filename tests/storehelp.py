@@ -10,10 +10,10 @@ from typing import Any
 
 import redis
 
-from taskqueues.invariants import check, heads_violations
-from taskqueues.lock import Lock
-from taskqueues.records import NewJob, PilotOffer, RunResult
 from taskqueues.store import Store
+from taskqueues.store.invariants import check, heads_violations
+from taskqueues.store.lock import Lock
+from taskqueues.store.records import NewJob, PilotOffer, RunResult
 
 
 def job(tq: str = "tqA", *, cpu: int = 1, mem: int = 100, tmp: int = 0, ete: float = 0, score: float = 0,
@@ -67,7 +67,7 @@ def check_heads(store: Store, pools: dict[str, tuple[str, ...]]) -> None:
 
 
 def check_store(store: Store) -> None:
-    """The whole store of the community is consistent (taskqueues.invariants)."""
+    """The whole store of the community is consistent (taskqueues.store.invariants)."""
     assert [str(v) for v in check(store.client, store.keys)] == []
 
 

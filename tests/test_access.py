@@ -20,9 +20,9 @@ import pytest
 import redis
 from directorhelp import KINDS, Rig
 
-from matcher import embedded
-from taskqueues import access
-from taskqueues.redis_server import RedisServer
+from taskqueues import embedded
+from taskqueues.store import access
+from taskqueues.store.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
 

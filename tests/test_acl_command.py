@@ -1,7 +1,7 @@
 """`pilotfish acl`: the two users an operator creates on a Redis of their own (the chart's externalRedis).
 
 The printed commands are fed to a real server through redis-cli, as the command's help says, and the users
-they make are compared with those :func:`taskqueues.access.apply` makes, as the server describes them.
+they make are compared with those :func:`taskqueues.store.access.apply` makes, as the server describes them.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from taskqueues import access
-from taskqueues.redis_server import RedisServer
+from taskqueues.store import access
+from taskqueues.store.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
 

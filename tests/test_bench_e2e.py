@@ -16,9 +16,9 @@ from types import ModuleType
 import pytest
 import redis
 
-from matcher.context import Context
-from matcher.settings import Settings
-from taskqueues.redis_server import RedisServer
+from taskqueues.context import Context
+from taskqueues.settings import Settings
+from taskqueues.store.redis_server import RedisServer
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bench_e2e.py"
 

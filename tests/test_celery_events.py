@@ -18,8 +18,8 @@ from flowerhelp import EventLog, make_job, pilot_info, wait_until
 
 from pilot.agent.observer import Command, PilotLoad
 from pilot.celery_events import CeleryObserver, task_uuid
-from taskqueues.records import RunResult
-from taskqueues.redis_server import RedisServer
+from taskqueues.store.records import RunResult
+from taskqueues.store.redis_server import RedisServer
 
 
 def run_payload(command: str) -> RunResult:

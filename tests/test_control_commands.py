@@ -9,9 +9,8 @@ from pathlib import Path
 
 from storehelp import job
 
-from taskqueues import stops
-from taskqueues.records import PilotOffer, RunResult
-from taskqueues.store import Store
+from taskqueues.store import Store, stops
+from taskqueues.store.records import PilotOffer, RunResult
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -17,11 +17,11 @@ import psutil
 import pytest
 import redis
 
-from matcher import embedded
-from matcher.context import Context
-from matcher.deploy import MARKER, orphans, running_pid
-from matcher.settings import Settings
-from taskqueues.redis_server import free_port
+from matcher.cli.deploy import MARKER, orphans, running_pid
+from taskqueues import embedded
+from taskqueues.context import Context
+from taskqueues.settings import Settings
+from taskqueues.store.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 PARTS = ("worker", "beat", "director", "flower")

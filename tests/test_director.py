@@ -18,7 +18,7 @@ from directorhelp import KINDS, NICE_FACTOR, PRIO_SECONDS, TIME_ORIGIN, Rig, all
 
 from pilot.backends import PilotState
 from pilot.backends.slurm import parse_time_origin
-from taskqueues.records import JobState
+from taskqueues.store.records import JobState
 
 
 def _marks(kind: str) -> list[pytest.MarkDecorator]:

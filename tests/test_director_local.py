@@ -20,14 +20,14 @@ from pathlib import Path
 import pytest
 from celery import Celery
 
-from matcher.context import Context
-from matcher.settings import Settings
-from matcher.submission import JobSpec
+from matcher.submission import JobSpec, Submitter
 from pilot.backends import LocalBackend, PilotState, reset_conversion_warnings
 from pilot.director.service import Director
 from taskqueues.catalog import Queue
-from taskqueues.records import JobState
+from taskqueues.context import Context
+from taskqueues.settings import Settings
 from taskqueues.shapes import Shape
+from taskqueues.store.records import JobState
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -68,7 +68,8 @@ def settings_for(tmp_path: Path, redis_url: str, catalog: str) -> Settings:
     path.write_text(catalog.replace("@EMPTY@", str(empty)))
     return Settings().with_(redis_url=redis_url, pilot_redis_url=redis_url, catalog=str(path),
                             state_dir=str(tmp_path / "state"),
-                            lease_seconds=3.0, backoff_seconds=0.0, pilot_idle_timeout=2.0, pilot_events=False)
+                            lease_seconds=3.0, backoff_seconds=0.0, pilot_idle_timeout=2.0, pilot_events=False,
+                            pilot_stop_margin=0.0)  # the walls asked below are exact (tests/test_stop_margin.py)
 
 
 def job(name: str, site: str, *, ete: float = 1.0, seconds: float = 0.5, wall: str | None = "5m") -> JobSpec:
@@ -121,7 +122,7 @@ def test_a_missing_batch_system_is_converted_once_when_the_director_is_configure
         assert isinstance(backend, LocalBackend) and backend.converted_from == "slurm"
         assert director.backend(qb) is backend, "one backend (one host capacity) for both queues"
 
-        sub = ctx.submitter.submit([job("x", "C") for _ in range(1)] + [job("y", "C")], name="conv")
+        sub = Submitter.of(ctx).submit([job("x", "C") for _ in range(1)] + [job("y", "C")], name="conv")
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="pilot.backends.factory"):
             report = director.cycle()
@@ -159,7 +160,7 @@ def test_max_running_caps_a_queues_pilots_across_cycles(ctx: Context, in_tmp: Pa
     placeholders = Placeholders()
     director = Director(ctx, pilot_command=placeholders, log_dir=str(in_tmp / "logs"))
     try:
-        ctx.submitter.submit([job(f"j{i}", "L") for i in range(3)], name="capped")
+        Submitter.of(ctx).submit([job(f"j{i}", "L") for i in range(3)], name="capped")
         first = director.cycle().queues["L/host/q"]
         # Three one-core jobs want three c1 pilots (n_max_queued = 10); max_running = 1 allows one.
         assert first.demand == 3 and len(first.submitted) == 1, first
@@ -183,7 +184,7 @@ def test_the_wall_a_pilot_asks_is_what_its_jobs_need_rounded_with_headroom_and_c
     placeholders = Placeholders()
     director = Director(ctx, pilot_command=placeholders, log_dir=str(in_tmp / "logs"))
     try:
-        ctx.submitter.submit([job("long", "L", ete=ete, wall=needs)], name="walls")
+        Submitter.of(ctx).submit([job("long", "L", ete=ete, wall=needs)], name="walls")
         [batch_id] = [b for q in director.cycle().queues.values() for b in q.submitted]
         assert placeholders.walls == [("L/host/q", wall)] or placeholders.walls == [("L/host/long", wall)]
         queue = ctx.catalog.queue(placeholders.walls[0][0], ctx.settings.vo)
@@ -201,7 +202,7 @@ def test_a_job_needing_a_shapes_whole_wall_is_unplaceable_not_given_pilots_that_
     placeholders = Placeholders()
     director = Director(ctx, pilot_command=placeholders, log_dir=str(in_tmp / "logs"))
     try:
-        [job_id] = ctx.submitter.submit([job("whole", "L", wall="10m")], name="whole").ids.values()
+        [job_id] = Submitter.of(ctx).submit([job("whole", "L", wall="10m")], name="whole").ids.values()
         reports = director.cycle().queues.values()
         assert [b for r in reports for b in r.submitted] == [] and placeholders.walls == []
         why = next(r.unplaceable[job_id] for r in reports if job_id in r.unplaceable)
@@ -229,10 +230,10 @@ def test_the_queue_with_the_most_urgent_job_is_planned_first_and_takes_the_share
     ctx = Context(settings_for(in_tmp, redis_url, TWO_SITES))
     director = Director(ctx, pilot_command=Placeholders(), log_dir=str(in_tmp / "logs"))
     try:
-        ctx.submitter.submit([job("anywhere", "A")], name="shared")
-        ctx.submitter.submit([JobSpec(name="only-b", command="true", requirements={"Site": "B", "cpu": 1})],
+        Submitter.of(ctx).submit([job("anywhere", "A")], name="shared")
+        Submitter.of(ctx).submit([JobSpec(name="only-b", command="true", requirements={"Site": "B", "cpu": 1})],
                              name="urgent", priority=600.0)
-        anywhere = ctx.submitter.submit([JobSpec(name="either", command="true", requirements={"cpu": 1})],
+        anywhere = Submitter.of(ctx).submit([JobSpec(name="either", command="true", requirements={"cpu": 1})],
                                         name="either")
         assert ctx.store.pool(ctx.store.jobs(list(anywhere.ids.values()))[0].tq_id) == {"A/host/first",
                                                                                        "B/host/second"}
@@ -261,7 +262,7 @@ def cli_env(ctx: Context) -> dict[str, str]:
 
 
 def test_pilotfish_director_once_provisions_and_its_pilot_runs_the_job(ctx: Context, in_tmp: Path) -> None:
-    sub = ctx.submitter.submit([job("once", "L")], name="once")
+    sub = Submitter.of(ctx).submit([job("once", "L")], name="once")
     done = subprocess.run([sys.executable, "-m", "matcher.cli", "director", "--once", "--log-dir",
                            str(in_tmp / "logs")], cwd=in_tmp, env=cli_env(ctx), capture_output=True, text=True,
                           timeout=60, check=False)
@@ -297,7 +298,7 @@ def worker(ctx: Context, in_tmp: Path) -> Iterator[subprocess.Popen[bytes]]:
 def test_the_celery_director_task_provisions_and_its_pilot_runs_the_job(
     ctx: Context, in_tmp: Path, worker: subprocess.Popen[bytes]
 ) -> None:
-    sub = ctx.submitter.submit([job("celery", "L")], name="celery")
+    sub = Submitter.of(ctx).submit([job("celery", "L")], name="celery")
     [job_id] = sub.ids.values()
     client = Celery("pilotfish-test", broker=ctx.redis_url)
     try:

@@ -18,9 +18,9 @@ import redis
 from directorhelp import KINDS, Rig, all_final
 
 from pilot.director.release import Room, release_idle
-from taskqueues import stops
-from taskqueues.keys import Keys
-from taskqueues.records import JobState
+from taskqueues.store import stops
+from taskqueues.store.keys import Keys
+from taskqueues.store.records import JobState
 
 IDLE_TIMEOUT = 600.0
 #: Grid Engine starts pilots with the environment the director gives them only: this tree's code, not an

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from matcher.context import Context
-from matcher.settings import Settings
-from matcher.submission import JobSpec
+from matcher.submission import JobSpec, Submitter
 from pilot.director.service import Director
-from taskqueues.records import JobState
+from taskqueues.context import Context
+from taskqueues.settings import Settings
+from taskqueues.store.records import JobState
 
 LONG_ETE = 300.0
 
@@ -49,12 +49,12 @@ def test_a_long_job_gets_a_pilot_sized_for_it_and_the_idle_short_pilot_makes_roo
     director = Director(ctx, log_dir=str(tmp_path / "logs"))
     walls: dict[str, int] = {}
     try:
-        short = ctx.submitter.submit([JobSpec("short", "true", ete=1.0)], name="short").ids["short"]
+        short = Submitter.of(ctx).submit([JobSpec("short", "true", ete=1.0)], name="short").ids["short"]
         drive(director, ctx, walls, lambda: ctx.store.job(short).state.final, 60, "the short job done")
         [first] = walls
         assert walls[first] < LONG_ETE, "the first pilot is sized for its short job"
 
-        long = ctx.submitter.submit([JobSpec("long", "sleep 0.5", ete=LONG_ETE)], name="long").ids["long"]
+        long = Submitter.of(ctx).submit([JobSpec("long", "sleep 0.5", ete=LONG_ETE)], name="long").ids["long"]
         drive(director, ctx, walls, lambda: ctx.store.job(long).state.final, 120, "the long job done")
         record = ctx.store.job(long)
         assert record.state == JobState.DONE and record.attempt == 1, record

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from taskqueues.keys import Keys
+from taskqueues.store.keys import Keys
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -151,6 +151,6 @@ def test_embedded_redis_keeps_its_data_across_down_and_up(tmp_path: Path) -> Non
 
 
 def _free_port() -> int:
-    from taskqueues.redis_server import free_port
+    from taskqueues.store.redis_server import free_port
 
     return free_port()

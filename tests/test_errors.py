@@ -1,6 +1,6 @@
 """One error boundary: every command answers a Redis outage or a bad setting with one line, never a traceback.
 
-The store's guard (taskqueues/guard.py) names the server (never its password) and the operation; the CLI
+The store's guard (taskqueues/store/guard.py) names the server (never its password) and the operation; the CLI
 prints ``pilotfish: error: ...`` and exits 1; ``-v`` shows the traceback.
 """
 
@@ -15,8 +15,8 @@ import pytest
 import redis
 
 from taskqueues.errors import StoreAccessDenied, StoreUnavailable
-from taskqueues.guard import client_url, shown_url
 from taskqueues.store import Store
+from taskqueues.store.guard import client_url, shown_url
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = str(ROOT / "examples" / "small-dag.toml")

@@ -12,14 +12,14 @@ import redis
 from click.testing import CliRunner
 from storehelp import QA, QB, TWO_SITES, FakeClock
 
+from matcher.cli.operator_commands import explain as explain_command
 from matcher.explain import explain, render_explanation
-from matcher.operator_commands import explain as explain_command
 from matcher.submission import JobSpec, Submitter
 from taskqueues.catalog import Catalog
 from taskqueues.errors import NotFound
-from taskqueues.keys import Keys
-from taskqueues.records import JobUsage, PilotOffer, RunResult
 from taskqueues.store import Store
+from taskqueues.store.keys import Keys
+from taskqueues.store.records import JobUsage, PilotOffer, RunResult
 
 CATALOG = TWO_SITES
 NOW = 1_000_000.0

@@ -21,14 +21,14 @@ import psutil
 import pytest
 import storehelp
 
-from matcher.context import Context
-from matcher.settings import Settings
-from matcher.submission import JobSpec
+from matcher.submission import JobSpec, Submitter
 from pilot.director.service import Director
+from taskqueues.context import Context
 from taskqueues.errors import StoreUnavailable
-from taskqueues.records import JobState, PilotOffer
-from taskqueues.redis_server import RedisServer
+from taskqueues.settings import Settings
 from taskqueues.store import Store
+from taskqueues.store.records import JobState, PilotOffer
+from taskqueues.store.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
 QUEUE = "L/host/q"
@@ -62,7 +62,7 @@ class Site:
     def submit(self, n: int, seconds: float) -> list[str]:
         jobs = [JobSpec(name=f"j{i}", command=f"sleep {seconds}", ete=seconds,
                         requirements={"Site": "L", "cpu": 1, "mem": "100M", "wall": "5m"}) for i in range(n)]
-        return list(self.ctx.submitter.submit(jobs, name="faults").ids.values())
+        return list(Submitter.of(self.ctx).submit(jobs, name="faults").ids.values())
 
     def start_director(self) -> subprocess.Popen[bytes]:
         log = open(self.tmp / f"director-{len(self.directors)}.log", "wb")  # noqa: SIM115 - the process holds it

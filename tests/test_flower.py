@@ -16,7 +16,7 @@ from flowerhelp import FlowerServer, flower, make_job, pilot_info, wait_until
 
 from pilot.agent.observer import Command, PilotInfo
 from pilot.celery_events import CeleryObserver, task_uuid
-from taskqueues.records import Job, RunResult
+from taskqueues.store.records import Job, RunResult
 
 __all__ = ["flower"]  # the fixture, imported for pytest
 

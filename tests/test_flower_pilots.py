@@ -33,8 +33,8 @@ from matcher.submission import JobSpec, Submitter
 from pilot.agent.config import identity_from_environment
 from pilot.celery_events import task_uuid
 from taskqueues.catalog import Catalog
-from taskqueues.records import Job, JobState
 from taskqueues.store import Store
+from taskqueues.store.records import Job, JobState
 
 __all__ = ["flower"]  # the fixture, imported for pytest
 

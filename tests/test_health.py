@@ -22,8 +22,8 @@ import pytest
 import redis
 from flowerhelp import wait_until
 
-from taskqueues import alive
-from taskqueues.keys import Keys
+from taskqueues.store import alive
+from taskqueues.store.keys import Keys
 
 ROOT = Path(__file__).resolve().parent.parent
 HOST = socket.gethostname()
@@ -111,7 +111,7 @@ def test_old_entries_of_gone_pods_are_dropped_by_the_next_write(real_redis: redi
 
 
 def test_redis_down_fails_with_one_line(env: dict[str, str]) -> None:
-    from taskqueues.redis_server import free_port
+    from taskqueues.store.redis_server import free_port
 
     done = health({**env, "PILOTFISH_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}, "--component", "worker")
     assert done.returncode == 1 and "Redis does not answer" in done.stderr

@@ -166,9 +166,9 @@ def test_components_run_the_cli_contract_commands_and_probes(hc: ModuleType) -> 
 def test_worker_and_beat_pods_run_no_director_of_their_own(hc: ModuleType) -> None:
     """The director is its own Deployment: the env of the worker and beat pods turns beat's director
     schedule off, and a worker so configured refuses the task even if some other beat sends it."""
-    from matcher import celery_app
-    from matcher.context import Context
-    from matcher.settings import Settings
+    from matcher.app import celery_app
+    from taskqueues.context import Context
+    from taskqueues.settings import Settings
 
     for director in (True, False):
         objects = hc.objects_of({"director": {"enabled": director}})
@@ -258,8 +258,8 @@ STORE_VALUES: dict[str, Any] = {
 
 
 def broker_selector() -> str:
-    """The selector taskqueues.access.apply(..., broker=True) adds on Redis >= 7 / Valkey."""
-    from taskqueues import access
+    """The selector taskqueues.store.access.apply(..., broker=True) adds on Redis >= 7 / Valkey."""
+    from taskqueues.store import access
 
     keys = " ".join(f"~{k}" for k in access.BROKER_KEYS)
     commands = " ".join(f"+{c}" for c in access.PILOT_BROKER_COMMANDS)
@@ -316,8 +316,8 @@ def test_the_store_is_valkey_by_default_append_only_on_a_claim(hc: ModuleType) -
 
 @pytest.mark.parametrize("vo, prefix, db", [("default", "pf", 0), ("lhcb", "site1", 3), ("cms.t2_x-y", "p-1.x", 15)])
 def test_the_stores_users_have_the_rules_of_taskqueues_access(hc: ModuleType, vo: str, prefix: str, db: int) -> None:
-    """The rules the chart renders are, word for word, those taskqueues.access gives the two users."""
-    from taskqueues import access
+    """The rules the chart renders are, word for word, those taskqueues.store.access gives the two users."""
+    from taskqueues.store import access
 
     objects = hc.objects_of({"vo": vo, "prefix": prefix, "redis": {"database": db}})
     env = env_of(container(named(objects, "StatefulSet", "-redis")))
@@ -374,8 +374,8 @@ def test_pilot_pods_cannot_read_the_control_planes_credentials(hc: ModuleType) -
 def test_the_rendered_urls_name_each_processs_own_user(hc: ModuleType) -> None:
     """Resolved as the kubelet would: the control plane is pf-control, a pilot pod pf-pilot-<vo>, and the
     director hands the pilots it starts the pilots' URL (Settings.pilot_redis_url)."""
-    from matcher.context import Context
-    from matcher.settings import Settings
+    from taskqueues.context import Context
+    from taskqueues.settings import Settings
 
     objects = hc.objects_of(STORE_VALUES)
     fields = {"metadata.name": "pf-pilotfish-pilot-abc", "spec.nodeName": "node-1"}
@@ -539,7 +539,7 @@ def server_release(binary: str) -> tuple[int, int]:
 def start_store(hc: ModuleType, directory: Path, server: str, name: str, values: dict[str, Any]
                 ) -> tuple[subprocess.Popen[str], RenderedStore]:
     """Run the rendered store's command with ``server`` on PATH as ``name`` (its data under ``directory``)."""
-    from taskqueues.redis_server import free_port
+    from taskqueues.store.redis_server import free_port
 
     objects = hc.objects_of(values)
     c = container(named(objects, "StatefulSet", "-redis"))
@@ -559,7 +559,7 @@ def start_store(hc: ModuleType, directory: Path, server: str, name: str, values:
 
 @pytest.fixture
 def store(hc: ModuleType, tmp_path: Path) -> Iterator[RenderedStore]:
-    from taskqueues.redis_server import find_redis_server
+    from taskqueues.store.redis_server import find_redis_server
 
     server = find_redis_server()
     if server_release(server) < (7, 2):
@@ -583,7 +583,7 @@ def store(hc: ModuleType, tmp_path: Path) -> Iterator[RenderedStore]:
 def test_the_rendered_store_has_exactly_the_users_taskqueues_access_makes(store: RenderedStore) -> None:
     """The server reads the chart's users file as the same users access.apply creates (compared as the
     server describes them), with the default user off and no password in the file."""
-    from taskqueues import access
+    from taskqueues.store import access
 
     control = store.client(store.url_of("-matcher"))
     for user, password, rules, broker in (
@@ -645,7 +645,7 @@ def test_pilots_connect_as_their_own_user_and_pilotfish_health_works_with_it(sto
 
 def test_the_store_runs_redis_server_when_the_image_has_no_valkey_and_refuses_one_older_than_7_2(
         hc: ModuleType, tmp_path: Path) -> None:
-    from taskqueues.redis_server import find_redis_server
+    from taskqueues.store.redis_server import find_redis_server
 
     server = find_redis_server()
     if server_release(server) < (7, 2):

@@ -9,8 +9,8 @@ import pytest
 import redis
 from storehelp import OFFER, FakeClock, Population, populate
 
-from taskqueues.invariants import Violation, check
 from taskqueues.store import Store
+from taskqueues.store.invariants import Violation, check
 
 Damage = Callable[[Store, Population], object]
 

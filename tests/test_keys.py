@@ -15,12 +15,11 @@ from redis.crc import key_slot
 from storehelp import FakeClock, job
 
 from matcher.repressure import repressure
-from taskqueues import scripts
 from taskqueues.errors import ConfigError
-from taskqueues.keys import Keys
-from taskqueues.records import JobState, PilotOffer, RunResult
-from taskqueues.redis_server import RedisServer
-from taskqueues.store import Store
+from taskqueues.store import Store, scripts
+from taskqueues.store.keys import Keys
+from taskqueues.store.records import JobState, PilotOffer, RunResult
+from taskqueues.store.redis_server import RedisServer
 
 
 def test_every_key_builder_carries_the_hash_tag() -> None:
@@ -59,7 +58,7 @@ def test_every_script_call_declares_keys_of_one_slot(real_redis: redis.Redis) ->
     (m2,) = store.match(PilotOffer("p", "site/ce/q1", 4, 1000))
     store.fail(m2.id, m2.attempt, "p", RunResult(reason="preempted"), requeue=True)
     store.match(PilotOffer("p", "site/ce/q1", 4, 1000))
-    # match goes through a pre-packed call (taskqueues.packed): check the keys it declares too.
+    # match goes through a pre-packed call (taskqueues.store.packed): check the keys it declares too.
     calls += [("match", call.keys) for call in store._match_calls.values()]
     clock.now += 11
     store.requeue_expired()

@@ -10,15 +10,15 @@ import time
 import pytest
 import redis
 
-from taskqueues.keys import Keys
-from taskqueues.lock import Lock, LockError, locked
+from taskqueues.store.keys import Keys
+from taskqueues.store.lock import Lock, LockError, locked
 
 # A worker process: tries the lock ROUNDS times; when it holds it, it logs enter/leave with a pause in
 # between (long enough for the others to try meanwhile) and counts its skips.
 WORKER = textwrap.dedent("""
     import sys, time, redis
-    from taskqueues.keys import Keys
-    from taskqueues.lock import locked
+    from taskqueues.store.keys import Keys
+    from taskqueues.store.lock import locked
     url, me, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
     client = redis.Redis.from_url(url)
     while client.get("go") is None:
@@ -55,7 +55,7 @@ def test_only_one_process_holds_the_lock_at_a_time(redis_url: str, real_redis: r
 
 def test_a_crashed_holder_blocks_others_only_until_the_ttl(redis_url: str, real_redis: redis.Redis) -> None:
     # A real process takes the lock and dies without releasing it.
-    code = ("import sys, redis; from taskqueues.keys import Keys; from taskqueues.lock import Lock; "
+    code = ("import sys, redis; from taskqueues.store.keys import Keys; from taskqueues.store.lock import Lock; "
             "sys.exit(0 if Lock(redis.Redis.from_url(sys.argv[1]), Keys().lock('beat'), 0.3).acquire() else 3)")
     assert subprocess.run([sys.executable, "-c", code, redis_url], timeout=30).returncode == 0
     with locked(real_redis, Keys(), "beat", ttl=5) as got:

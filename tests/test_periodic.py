@@ -10,13 +10,13 @@ import redis
 from storehelp import FakeClock, check_store, job, text
 
 from matcher import periodic
-from matcher.context import Context
 from matcher.repressure import RULE_MARK
-from matcher.settings import Settings
 from matcher.submission import JobSpec, Submitter
 from taskqueues.catalog import Catalog
-from taskqueues.records import JobState, PilotOffer, RunResult
+from taskqueues.context import Context
+from taskqueues.settings import Settings
 from taskqueues.store import Store
+from taskqueues.store.records import JobState, PilotOffer, RunResult
 
 ONE_QUEUE = """
 [sites.S]

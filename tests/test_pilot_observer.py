@@ -15,8 +15,8 @@ from pilot.agent.config import Identity, PilotConfig
 from pilot.agent.observer import Command, PilotInfo, PilotLoad
 from pilot.agent.pilot import Pilot
 from pilot.mjf.source import FeatureReader
-from taskqueues.records import Job, JobState, RunResult
 from taskqueues.store import Store
+from taskqueues.store.records import Job, JobState, RunResult
 
 
 class Recorder:

@@ -29,8 +29,8 @@ from test_pilot_support import (
 )
 
 from pilot.mjf.jobstatus import read_jobstatus
-from taskqueues.records import JobState, PilotOffer
 from taskqueues.store import Store
+from taskqueues.store.records import JobState, PilotOffer
 
 
 @pytest.fixture

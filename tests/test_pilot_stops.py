@@ -14,11 +14,10 @@ from storehelp import job
 from test_pilot_support import finish, pilot_env, pilot_log, running_pilot, wait_for
 
 from pilot.agent.config import identity_from_environment
-from taskqueues import stops
 from taskqueues.errors import ValidationError
-from taskqueues.keys import Keys
-from taskqueues.records import JobState
-from taskqueues.store import Store
+from taskqueues.store import Store, stops
+from taskqueues.store.keys import Keys
+from taskqueues.store.records import JobState
 
 #: A heartbeat that never comes during a test: lease 1 h, heartbeat every 30 min.
 SLOW = ("--lease", "3600", "--heartbeat", "1800", "--kill-grace", "1")

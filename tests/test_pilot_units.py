@@ -23,7 +23,7 @@ from pilot.agent.slots import Slots
 from pilot.mjf.payload import PayloadArea
 from pilot.mjf.source import FeatureReader
 from taskqueues.errors import ConfigError
-from taskqueues.records import Job, JobState
+from taskqueues.store.records import Job, JobState
 
 # -- outputs and tails ---------------------------------------------------------------------------
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from test_pilot_support import pilot_env, wait_for
 
-from matcher.settings import Settings
 from taskqueues.catalog import Catalog
-from taskqueues.records import JobState
+from taskqueues.settings import Settings
 from taskqueues.store import Store
+from taskqueues.store.records import JobState
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()

@@ -19,13 +19,13 @@ import redis
 from storehelp import job
 from test_pilot_support import QUEUE, ROOT, finish, pilot_env, running_pilot, wait_for
 
-from matcher.context import Context
 from matcher.releaser import Releaser
-from matcher.settings import Settings
-from matcher.submission import submit_workflow
+from matcher.submission import Submitter, submit_workflow
 from matcher.workflow import parse_workflow
-from taskqueues.records import JobState, PilotOffer, RunResult
+from taskqueues.context import Context
+from taskqueues.settings import Settings
 from taskqueues.store import Store
+from taskqueues.store.records import JobState, PilotOffer, RunResult
 
 # The control plane's catalog: the pilots' queue is in it, and only there (a worker node never reads it).
 CATALOG = """
@@ -76,7 +76,7 @@ def test_a_dependent_waiting_for_outputs_is_released_by_the_worker(
     catalog would have put it in a task queue this pilot's queue does not serve."""
     wait_for(lambda: listeners(ctx) or worker.poll() is not None, 60, "the worker's releaser")
     assert worker.poll() is None, (tmp_path / "worker.log").read_text()
-    ids = submit_workflow(ctx.submitter, parse_workflow(CHAIN, "<test>")).ids
+    ids = submit_workflow(Submitter.of(ctx), parse_workflow(CHAIN, "<test>")).ids
     env = {k: v for k, v in pilot_env(tmp_path).items() if not k.startswith("PILOTFISH_")}
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "30", env=env) as proc:
         wait_for(lambda: ctx.store.job(ids["use"]).state is JobState.DONE, 60, "the dependent to run")
@@ -111,7 +111,7 @@ finally:
 
 
 def test_complete_announces_what_it_puts_in_the_releasing_set(ctx: Context, real_redis: redis.Redis) -> None:
-    ids = submit_workflow(ctx.submitter, parse_workflow(CHAIN, "<test>")).ids
+    ids = submit_workflow(Submitter.of(ctx), parse_workflow(CHAIN, "<test>")).ids
     pubsub = real_redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
     pubsub.subscribe(ctx.keys.release_channel)
     wait_for(lambda: listeners(ctx), 10, "the subscription")
@@ -125,7 +125,7 @@ def test_complete_announces_what_it_puts_in_the_releasing_set(ctx: Context, real
 def test_the_releaser_releases_what_is_announced_and_what_waited(ctx: Context) -> None:
     """Announced while it listens: released at once. Left in the releasing set while none listened: released
     when it subscribes."""
-    first = submit_workflow(ctx.submitter, parse_workflow(CHAIN, "<test>")).ids
+    first = submit_workflow(Submitter.of(ctx), parse_workflow(CHAIN, "<test>")).ids
     (size,) = ctx.store.match(PilotOffer("p", QUEUE, 2, 4000))
     ctx.store.complete(size.id, size.attempt, "p", RunResult(outputs={"mb": 300}))
     assert ctx.store.job(first["use"]).state is JobState.RELEASING
@@ -133,7 +133,7 @@ def test_the_releaser_releases_what_is_announced_and_what_waited(ctx: Context) -
     try:
         wait_for(releaser.listening.is_set, 10, "the releaser to subscribe")
         assert ctx.store.job(first["use"]).state is JobState.WAITING, "released by the sweep at subscription"
-        second = submit_workflow(ctx.submitter, parse_workflow({**CHAIN, "name": "again"}, "<test>")).ids
+        second = submit_workflow(Submitter.of(ctx), parse_workflow({**CHAIN, "name": "again"}, "<test>")).ids
         (size,) = [j for j in ctx.store.match(PilotOffer("p", QUEUE, 2, 4000), 2) if j.id == second["size"]]
         ctx.store.complete(size.id, size.attempt, "p", RunResult(outputs={"mb": 100}))
         wait_for(lambda: ctx.store.job(second["use"]).state is JobState.WAITING, 10, "the announced release")

@@ -16,9 +16,9 @@ from storehelp import QA, QB, TWO_SITES, FakeClock
 from matcher.repressure import CURSOR_FIELD, RULE_MARK, eta_moved, repressure, repressure_locked
 from matcher.submission import JobSpec, Submitted, Submitter
 from taskqueues.catalog import Catalog
-from taskqueues.lock import Lock
-from taskqueues.records import Job, JobState, PilotOffer, RunResult
 from taskqueues.store import Store
+from taskqueues.store.lock import Lock
+from taskqueues.store.records import Job, JobState, PilotOffer, RunResult
 
 # Work runs at site A (EL9); the "training" jobs that teach a rule its run time run at site B (EL8), so
 # the test decides exactly which jobs complete.
@@ -337,7 +337,7 @@ def test_concurrent_runs_under_the_lock_do_the_work_once(submitter: Submitter, s
 def test_rescore_declares_keys_of_one_cluster_slot(real_redis: redis.Redis, clock: FakeClock) -> None:
     from redis.crc import key_slot
 
-    from taskqueues.keys import Keys
+    from taskqueues.store.keys import Keys
 
     store = Store(real_redis, Keys(vo="lhcb"), clock=clock)
     submitter = Submitter(store, Catalog.loads(CATALOG), vo="lhcb", clock=clock, capacity=lambda: 1e6)

@@ -14,13 +14,13 @@ import redis
 from click.testing import CliRunner
 from storehelp import QA, QB, TWO_SITES, FakeClock
 
-from matcher.operator_commands import status
+from matcher.cli.operator_commands import status
 from matcher.status import find_request, request_status, requests_status, task_queues
 from matcher.submission import JobSpec, Submitter
 from taskqueues.catalog import Catalog
 from taskqueues.errors import NotFound
-from taskqueues.records import JobState, PilotOffer, RunResult
 from taskqueues.store import Store
+from taskqueues.store.records import JobState, PilotOffer, RunResult
 
 CATALOG = TWO_SITES
 NOW = 1_000_000.0
@@ -111,7 +111,7 @@ def test_status_command_text_and_json(submitter: Submitter, env: dict[str, str])
 def test_status_watch_follows_the_request_until_it_ends(submitter: Submitter, store: Store,
                                                          env: dict[str, str]) -> None:
     request, ids = chain_request(submitter)
-    proc = subprocess.Popen([sys.executable, "-c", "from matcher.operator_commands import status; status()",
+    proc = subprocess.Popen([sys.executable, "-c", "from matcher.cli.operator_commands import status; status()",
                              request, "--watch"], env={**os.environ, **env}, stdout=subprocess.PIPE, text=True)
     try:
         time.sleep(1.0)

@@ -12,8 +12,9 @@ import redis
 from storehelp import FakeClock, check_heads, check_store, job, text
 
 from taskqueues.errors import ConfigError, NotFound, StaleReport, StoreError
-from taskqueues.keys import Keys
-from taskqueues.records import (
+from taskqueues.store import Store
+from taskqueues.store.keys import Keys
+from taskqueues.store.records import (
     Job,
     JobState,
     JobUsage,
@@ -23,7 +24,6 @@ from taskqueues.records import (
     read_requirements,
     stored_requirements,
 )
-from taskqueues.store import Store
 
 Q1 = "site/ce/q1"
 Q2 = "site/ce/q2"
@@ -36,7 +36,7 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def store(any_redis: redis.Redis, clock: FakeClock) -> Iterator[Store]:
-    """A store that every test leaves consistent (taskqueues.invariants)."""
+    """A store that every test leaves consistent (taskqueues.store.invariants)."""
     store = Store(any_redis, lease_seconds=30, backoff=10, clock=clock)
     yield store
     check_store(store)

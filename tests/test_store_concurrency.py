@@ -6,8 +6,8 @@ import multiprocessing as mp
 
 from storehelp import job
 
-from taskqueues.records import PilotOffer
 from taskqueues.store import Store
+from taskqueues.store.records import PilotOffer
 
 QUEUES = ("s/c/a", "s/c/b")
 

@@ -24,11 +24,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from storehelp import Call, FakeClock, dump_all, populate, restore_all, script_calls
 
-from taskqueues import scripts
-from taskqueues.invariants import check
-from taskqueues.keys import Keys
-from taskqueues.redis_server import RedisServer
-from taskqueues.store import Store
+from taskqueues.store import Store, scripts
+from taskqueues.store.invariants import check
+from taskqueues.store.keys import Keys
+from taskqueues.store.redis_server import RedisServer
 
 #: ARGV index of each script's JSON argument.
 JSON_ARG = {"submit": 2, "complete": 5, "fail": 5, "heartbeat": 3, "release": 3, "rescore": 1}

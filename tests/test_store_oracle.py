@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from storehelp import FakeClock, check_heads, job
 
-from taskqueues.records import JobState, PilotOffer, member_tail
 from taskqueues.store import Store
+from taskqueues.store.records import JobState, PilotOffer, member_tail
 
 QUEUES = ["s/c/q0", "s/c/q1", "s/c/q2"]
 TQS = {  # task queue -> its eligible queues

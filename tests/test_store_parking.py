@@ -11,16 +11,16 @@ import redis
 from storehelp import QA, TWO_SITES, FakeClock, check_heads, check_store, job, text
 
 from matcher import periodic
-from matcher.context import Context
+from matcher.cli.operator_commands import _snapshot
 from matcher.explain import explain, render_explanation
-from matcher.operator_commands import _snapshot
 from matcher.repressure import repressure
-from matcher.settings import Settings
 from matcher.status import requests_status
 from matcher.submission import JobSpec, Submitter
 from taskqueues.catalog import Catalog
-from taskqueues.records import JobState, PilotOffer
+from taskqueues.context import Context
+from taskqueues.settings import Settings
 from taskqueues.store import Store
+from taskqueues.store.records import JobState, PilotOffer
 
 Q1 = "site/ce/q1"
 PILOT = PilotOffer("p1", Q1, 8, 10_000, 10_000)

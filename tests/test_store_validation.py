@@ -28,9 +28,9 @@ from storehelp import (
 )
 
 from taskqueues.errors import StoreError
-from taskqueues.lock import Lock
-from taskqueues.records import JobState, NewJob, PilotOffer, RunResult
 from taskqueues.store import Store
+from taskqueues.store.lock import Lock
+from taskqueues.store.records import JobState, NewJob, PilotOffer, RunResult
 
 
 @pytest.fixture

@@ -10,14 +10,14 @@ import pytest
 import redis
 from storehelp import FakeClock, snapshot
 
-from matcher.context import Context
 from matcher.release import release, sweep
-from matcher.settings import Settings
 from matcher.submission import JobSpec, SubmissionError, Submitter, specs_from_workflow, submit_workflow
 from matcher.workflow import parse_workflow
 from taskqueues.catalog import Catalog
-from taskqueues.records import JobState, PilotOffer, RunResult
+from taskqueues.context import Context
+from taskqueues.settings import Settings
 from taskqueues.store import Store
+from taskqueues.store.records import JobState, PilotOffer, RunResult
 
 CATALOG = """
 [sites.A]
@@ -310,7 +310,7 @@ def test_the_safety_factor_setting_reaches_what_a_pilot_is_matched_on(redis_url:
     catalog = tmp_path / "catalog.toml"
     catalog.write_text(CATALOG)
     ctx = Context(Settings(redis_url=redis_url, catalog=str(catalog), ete_safety_factor=2.0))
-    sub = ctx.submitter.submit([JobSpec("j", "true", {"Platform": "EL9"}, ete=100)])
+    sub = Submitter.of(ctx).submit([JobSpec("j", "true", {"Platform": "EL9"}, ete=100)])
     assert ctx.store.match(PilotOffer("p", QA, 4, 8000, 0, 199)) == []
     assert [j.id for j in ctx.store.match(PilotOffer("p", QA, 4, 8000, 0, 200))] == [sub.ids["j"]]
 

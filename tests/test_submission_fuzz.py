@@ -38,9 +38,9 @@ from matcher.submission import JobSpec, Submitter, place, submit_workflow
 from matcher.workflow import Workflow, load_workflow
 from taskqueues.catalog import Catalog
 from taskqueues.errors import ConfigError, NoEligibleQueue, ValidationError
-from taskqueues.records import JobState
-from taskqueues.redis_server import RedisServer
 from taskqueues.store import Store
+from taskqueues.store.records import JobState
+from taskqueues.store.redis_server import RedisServer
 
 CATALOG = """
 [sites.A]

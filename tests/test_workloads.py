@@ -22,8 +22,8 @@ import bench_schedule as bench
 import schedhelp
 import workloads as wl
 
-from matcher.settings import Settings
 from taskqueues.dag import check_dag
+from taskqueues.settings import Settings
 from taskqueues.store import Store
 
 

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import click
 
-from pilot.agent.config import PilotConfig
+from pilot.agent.config import DEFAULTS, PilotConfig
 from pilot.agent.observer import NullObserver, Observer
 from pilot.agent.pilot import Pilot
 from pilot.mjf.jobstatus import DEFAULT_REVERT_HOLD
 from taskqueues.errors import PilotfishError
+from taskqueues.settings import LOCAL_REDIS_URL
 
 
 def make_observer(events: bool, config: PilotConfig) -> Observer:
@@ -35,23 +36,25 @@ def make_observer(events: bool, config: PilotConfig) -> Observer:
 
 
 @click.command("pilot")
-@click.option("--redis-url", envvar="PILOTFISH_REDIS_URL", default="redis://127.0.0.1:6379/0", show_default=True,
+@click.option("--redis-url", envvar="PILOTFISH_REDIS_URL", default=LOCAL_REDIS_URL, show_default=True,
               help="The task-queue store (env PILOTFISH_REDIS_URL).")
-@click.option("--vo", envvar="PILOTFISH_VO", default="default", show_default=True,
+@click.option("--vo", envvar="PILOTFISH_VO", default=DEFAULTS.vo, show_default=True,
               help="Community whose jobs this pilot runs.")
 @click.option("--queue", required=True, help="Catalog queue id this pilot runs in (site/ce/queue).")
-@click.option("--prefix", envvar="PILOTFISH_PREFIX", default="pf", show_default=True,
+@click.option("--prefix", envvar="PILOTFISH_PREFIX", default=DEFAULTS.prefix, show_default=True,
               help="Redis key prefix of the store.")
 @click.option("--cores", type=click.IntRange(min=1), default=None, help="Override MJF allocated_CPU.")
 @click.option("--mem", type=click.IntRange(min=0), default=None, help="Override MJF mem_limit_MB (MB).")
 @click.option("--tmp", type=click.IntRange(min=0), default=None, help="Override the scratch space (MB).")
-@click.option("--idle-timeout", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
+@click.option("--idle-timeout", type=click.FloatRange(min=0, min_open=True), default=DEFAULTS.pilot_idle_timeout,
+              show_default=True,
               help="Stop after this many seconds with nothing running and nothing matched.")
 @click.option("--stop-margin", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="Seconds kept free before the pilot's end to stop payloads and report.")
 @click.option("--heartbeat", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Seconds between heartbeats [default: lease/3].")
-@click.option("--lease", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
+@click.option("--lease", type=click.FloatRange(min=0, min_open=True), default=DEFAULTS.lease_seconds,
+              show_default=True,
               help="Lease length the heartbeat renews, seconds.")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Payload sandboxes, logs and $JOBSTATUS [default: ./pilot-work-<pid>].")

@@ -19,6 +19,10 @@ from pathlib import Path
 
 from pilot.mjf.jobstatus import DEFAULT_REVERT_HOLD
 from taskqueues.errors import ConfigError
+from taskqueues.settings import LOCAL_REDIS_URL, Settings
+
+#: The one settings object's defaults: what a pilot shares with the control plane starts from them.
+DEFAULTS = Settings()
 
 
 @dataclass(frozen=True)
@@ -79,18 +83,18 @@ class PilotConfig:
     """
 
     queue: str
-    redis_url: str = "redis://127.0.0.1:6379/0"
-    vo: str = "default"
-    prefix: str = "pf"
+    redis_url: str = LOCAL_REDIS_URL
+    vo: str = DEFAULTS.vo
+    prefix: str = DEFAULTS.prefix
     workdir: Path = field(default_factory=lambda: Path.cwd() / "pilot-work")
     log_dir: Path | None = None
     jobstatus_dir: Path | None = None
     cores: int | None = None
     mem: int | None = None
     tmp: int | None = None
-    lease: float = 60.0
+    lease: float = DEFAULTS.lease_seconds
     heartbeat_interval: float | None = None
-    idle_timeout: float = 60.0
+    idle_timeout: float = DEFAULTS.pilot_idle_timeout
     stop_margin: float = 0.0
     wall: float | None = None
     max_jobs: int | None = None

@@ -4,7 +4,7 @@
   (SIGTERM, SIGKILL after the kill grace) and the pilot stops; a second one SIGKILLs every payload at once.
 * Operator commands arrive through the observer (Flower's remote control): ``kill`` a payload, ``drain``
   the pilot (take nothing new, let the running payloads finish) or ``shutdown`` it (Celery's warm shutdown).
-* Stop requests are stored for the pilot (:mod:`taskqueues.stops`, ``pilotfish drain`` and the director)
+* Stop requests are stored for the pilot (:mod:`taskqueues.store.stops`, ``pilotfish drain`` and the director)
   and read at its heartbeat, which its own channel makes immediate: ``release`` (the director: stop once
   idle), ``drain`` or ``shutdown``.
 """
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pilot.agent.observer import Command
 from pilot.agent.payload import Stop
 from pilot.agent.state import PilotState
-from taskqueues import stops
+from taskqueues.store import stops
 
 log = logging.getLogger("pilot.agent")
 
@@ -97,7 +97,7 @@ class Control:
                 payload.terminate(Stop("pilot shut down by operator", "requeue"), state.config.kill_grace)
 
     def obey_stop_request(self) -> None:
-        """Act on this pilot's stop request in the store, if any (:mod:`taskqueues.stops`)."""
+        """Act on this pilot's stop request in the store, if any (:mod:`taskqueues.store.stops`)."""
         state = self.state
         store = state.store
         try:

@@ -37,7 +37,7 @@ from pilot.agent.guardian import Guardian
 from pilot.agent.memory import Usage
 from pilot.mjf.payload import PayloadSandbox
 from taskqueues.errors import PilotfishError
-from taskqueues.records import Job, RunResult
+from taskqueues.store.records import Job, RunResult
 
 log = logging.getLogger("pilot.agent")
 

@@ -43,8 +43,9 @@ from pilot.agent.wake import Wake
 from pilot.mjf.payload import PayloadArea
 from pilot.mjf.source import FeatureReader
 from taskqueues.errors import PilotfishError, StoreError, StoreUnavailable
-from taskqueues.outage import Outage
 from taskqueues.store import Store
+from taskqueues.store.connection import ping
+from taskqueues.store.outage import Outage
 
 log = logging.getLogger("pilot.agent")
 
@@ -69,7 +70,7 @@ class Pilot:
         self.store = store if store is not None else Store.from_url(
             config.redis_url, vo=config.vo, prefix=config.prefix, lease_seconds=config.lease)
         # A store outage shorter than the lease is ridden out: payloads keep running, reports wait, matches
-        # back off; two log lines (taskqueues.outage), not one per attempt.
+        # back off; two log lines (taskqueues.store.outage), not one per attempt.
         # Retries come often enough to renew every lease well within the grace the reaper gives leases after a
         # server restart (one lease: Store.requeue_expired).
         outage = Outage(log, f"pilot {identity.name}", first=config.backoff_min,
@@ -118,7 +119,7 @@ class Pilot:
     def _setup(self) -> None:
         config, state = self.config, self.state
         try:
-            self.store.client.ping()
+            ping(self.store.client)
         except Exception as exc:  # redis raises several classes; all mean "cannot use the store"
             raise StoreUnavailable(f"Redis at {config.redis_url} is not reachable: {exc}") from None
         try:

@@ -25,7 +25,7 @@ from pilot.agent.state import PilotState
 from pilot.agent.wake import Wake
 from pilot.mjf.formulas import denormalise
 from taskqueues.errors import PilotfishError, StoreError
-from taskqueues.records import Job, JobUsage, RunResult
+from taskqueues.store.records import Job, JobUsage, RunResult
 
 log = logging.getLogger("pilot.agent")
 

@@ -26,16 +26,15 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from redis.connection import Connection
-
 from pilot.agent.payload import Payload, Report, Stop
 from pilot.agent.processes import Processes
 from pilot.agent.slots import Amount
 from pilot.agent.state import PilotState
 from pilot.agent.wake import Wake
 from taskqueues.errors import StaleReport, StoreError, StoreUnavailable
-from taskqueues.exchange import PendingExchange
-from taskqueues.records import PilotOffer, RunResult
+from taskqueues.store.connection import Connection, give_back, own_connection
+from taskqueues.store.exchange import PendingExchange
+from taskqueues.store.records import PilotOffer, RunResult
 
 log = logging.getLogger("pilot.agent")
 
@@ -152,7 +151,7 @@ class Reports:
         store = state.store
         try:
             if self._channel is None:
-                self._channel = store.client.connection_pool.get_connection()
+                self._channel = own_connection(store.client)
             exchange = store.send_exchange(
                 state.name, self._channel,
                 starts=[(p.id, p.job.attempt, p.start_wall) for p in starts if p.id not in ended],
@@ -339,6 +338,5 @@ class Reports:
     def close(self) -> None:
         """Give the pilot's connection back (closed: replies may still be due on it)."""
         if self._channel is not None:
-            self._channel.disconnect()  # type: ignore[no-untyped-call]
-            self.state.store.client.connection_pool.release(self._channel)
+            give_back(self.state.store.client, self._channel)
             self._channel = None

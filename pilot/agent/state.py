@@ -22,8 +22,8 @@ from pilot.agent.observer import Observer, PilotInfo
 from pilot.agent.slots import Slots
 from pilot.mjf.features import Features
 from pilot.mjf.payload import PayloadArea
-from taskqueues.outage import Outage
 from taskqueues.store import Store
+from taskqueues.store.outage import Outage
 
 log = logging.getLogger("pilot.agent")
 

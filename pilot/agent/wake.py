@@ -20,10 +20,9 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-import redis
-
 from pilot.agent.payload import pidfds_supported
 from pilot.agent.state import PilotState
+from taskqueues.store.connection import CONNECTION_LOST, Subscription
 
 log = logging.getLogger("pilot.agent")
 
@@ -38,7 +37,7 @@ class Wake:
         self._saved_signals: dict[int, Any] = {}
         self._saved_wakeup = -1
         self._on_signal: Callable[[int], None] | None = None
-        self._pubsub: Any = None
+        self._pubsub: Subscription | None = None
         self._pubsub_sock: Any = None  # the wake subscription's socket, as registered in the selector
 
     def open(self) -> None:
@@ -93,28 +92,28 @@ class Wake:
     def listen(self) -> None:
         """Subscribe to the store's wake channel: work entering a task queue wakes an idle pilot at once
         instead of at its next back-off poll; and to the pilot's own channel, on which a kill or stop
-        request for it is announced (:mod:`taskqueues.stops`): it heartbeats at once. Polling and the
+        request for it is announced (:mod:`taskqueues.store.stops`): it heartbeats at once. Polling and the
         heartbeat stay the fallback (a lost subscription is renewed at the next heartbeat)."""
         assert self._selector is not None
         state = self.state
         store = state.store
         try:
-            pubsub = store.client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+            pubsub = Subscription(store.client, ignore_subscribe_messages=True)
             pubsub.subscribe(store.keys.wake)
-            while pubsub.get_message(timeout=0.5) is not None:
+            while pubsub.message(0.5) is not None:
                 pass
             try:  # apart: a server whose ACL refuses this channel must not cost the wake channel
                 pubsub.subscribe(store.keys.pilot_channel(state.name))
-                while pubsub.get_message(timeout=0.5) is not None:
+                while pubsub.message(0.5) is not None:
                     pass
             except Exception as exc:
                 log.warning("pilot %s: no channel of its own (%s): kills and stops wait for its heartbeat",
                             state.name, exc)
-            assert pubsub.connection is not None
-            self._pubsub_sock = pubsub.connection._sock
+            self._pubsub_sock = pubsub.socket()
+            assert self._pubsub_sock is not None
             self._selector.register(self._pubsub_sock, selectors.EVENT_READ, ("work", None))
         except Exception as exc:
-            if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+            if isinstance(exc, CONNECTION_LOST):
                 state.outage.failed(exc)
             else:
                 log.warning("pilot %s: no wake subscription (%s): polling only", state.name, exc)
@@ -147,11 +146,11 @@ class Wake:
         state = self.state
         own = state.store.keys.pilot_channel(state.name).encode()
         try:
-            while (message := self._pubsub.get_message(timeout=0)) is not None:
+            while (message := self._pubsub.message(0)) is not None:
                 if message.get("channel") == own:
                     state.next_heartbeat = 0.0  # a kill or stop request: read it now
         except Exception as exc:
-            if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+            if isinstance(exc, CONNECTION_LOST):
                 state.outage.failed(exc)
             else:
                 log.warning("pilot %s: wake subscription lost (%s)", state.name, exc)

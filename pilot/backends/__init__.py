@@ -7,6 +7,8 @@ pilot onto its batch system.
 
 from __future__ import annotations
 
+from taskqueues.backend_options import BackendOptionError, parse_options, parse_sge_options, parse_slurm_options
+
 from .base import (
     FINAL_STATES,
     Backend,
@@ -18,7 +20,6 @@ from .base import (
 )
 from .factory import make_backend, reset_conversion_warnings
 from .local import LocalBackend, LocalSettings
-from .options import BackendOptionError, parse_options, parse_sge_options, parse_slurm_options
 from .sge import SgeBackend, SgeSettings
 from .slurm import SlurmBackend, SlurmSettings
 

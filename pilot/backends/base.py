@@ -59,7 +59,7 @@ class PilotRequest:
     ``name`` is prefixed by the backend's ``repo_key``. ``start_by`` (unix time) is the start-by date of the
     most urgent job this pilot is meant for; Slurm turns it into ``--nice``, Grid Engine into ``-p``, the
     local backend into its queue order. ``options`` is a ``-b``/``--backend`` style string
-    (:mod:`pilot.backends.options`) that overrides the configured options for this submission only.
+    (:mod:`taskqueues.backend_options`) that overrides the configured options for this submission only.
     ``resources`` are passed through (Slurm: partition, qos, gres, features, licenses, reservation, nodes,
     excludes; Grid Engine: ``-l`` resources, ``hard``, ``soft``; local: user-defined resources).
     """

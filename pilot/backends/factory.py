@@ -21,11 +21,11 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from taskqueues.backend_options import parse_sge_options, parse_slurm_options
 from taskqueues.errors import BackendError, BackendUnavailable
 
 from .base import Backend
 from .local import LocalBackend, LocalSettings, unmappable
-from .options import parse_sge_options, parse_slurm_options
 from .sge import SgeBackend, SgeSettings
 from .slurm import SlurmBackend, SlurmSettings
 

@@ -44,12 +44,12 @@ from typing import IO, Any
 
 import psutil
 
-from taskqueues.access import scrubbed
+from taskqueues.backend_options import parse_options
 from taskqueues.errors import BackendError
 from taskqueues.shapes import Shape
+from taskqueues.store.access import scrubbed
 
 from .base import PilotRequest, PilotState, PilotStatus
-from .options import parse_options
 
 log = logging.getLogger(__name__)
 

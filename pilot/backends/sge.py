@@ -54,8 +54,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from taskqueues.access import scrubbed
+from taskqueues.backend_options import parse_sge_options
 from taskqueues.errors import BackendError, BackendUnavailable
+from taskqueues.store.access import scrubbed
 
 from .base import (
     BackendCommandError,
@@ -67,7 +68,6 @@ from .base import (
     run_command,
 )
 from .batch import ScriptBackend, settings_from_options
-from .options import parse_sge_options
 
 log = logging.getLogger(__name__)
 

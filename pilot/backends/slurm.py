@@ -49,8 +49,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from taskqueues.access import scrubbed
+from taskqueues.backend_options import parse_slurm_options
 from taskqueues.errors import BackendError, BackendUnavailable
+from taskqueues.store.access import scrubbed
 
 from .base import (
     BackendCommandError,
@@ -62,7 +63,6 @@ from .base import (
     run_command,
 )
 from .batch import ScriptBackend, settings_from_options
-from .options import parse_slurm_options
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ import threading
 
 import click
 
-from matcher.context import Context
-from matcher.settings import Settings
+from taskqueues.context import Context
+from taskqueues.settings import Settings
 
 from .service import Director, run_forever
 

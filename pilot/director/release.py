@@ -9,7 +9,7 @@ pilot of ours waits in that backend, each of them is asked to release itself. Th
 when a waiting job fits the pilot again, not when the waiting pilot starts: a pilot asked to go has no
 work left, and keeping it would only make the next wait longer.
 
-The request goes through the store (:mod:`taskqueues.stops`), not through the batch system: a pilot stops
+The request goes through the store (:mod:`taskqueues.store.stops`), not through the batch system: a pilot stops
 on it only when it is idle (nothing running, no match on the way), so a release never kills a payload and
 never strands a job a pilot has just matched. Cancelling the batch job instead would race with the
 pilot's next match and kill what it had started. A pilot that is busy when asked (its heartbeat was
@@ -21,10 +21,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-import redis
-
-from taskqueues import stops
-from taskqueues.keys import Keys
+from taskqueues.store import stops
+from taskqueues.store.connection import Client
+from taskqueues.store.keys import Keys
 
 
 @dataclass
@@ -37,7 +36,7 @@ class Room:
     waiting: int = 0
 
 
-def release_idle(client: redis.Redis, keys: Keys, rooms: Iterable[Room], live: set[str]) -> list[str]:
+def release_idle(client: Client, keys: Keys, rooms: Iterable[Room], live: set[str]) -> list[str]:
     """Ask idle pilots to release themselves where another pilot waits; withdraw the requests that no
     longer hold; forget the requests of pilots that are gone. Returns the pilots newly asked."""
     pending = stops.pending(client, keys)

@@ -27,18 +27,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from matcher.context import Context
-from matcher.settings import Settings
-from matcher.submission import BACKEND_OPTIONS, INSTANCE_TYPE
 from pilot.backends.base import Backend, PilotRequest, PilotState, PilotStatus
 from pilot.backends.factory import Conversion, announce, make_backend
-from taskqueues import alive
 from taskqueues.catalog import Queue
+from taskqueues.context import Context
 from taskqueues.errors import BackendError, PilotfishError, StoreUnavailable
-from taskqueues.guard import guard
-from taskqueues.lock import Lock
-from taskqueues.outage import Outage
+from taskqueues.placement import BACKEND_OPTIONS, INSTANCE_TYPE
+from taskqueues.settings import Settings
 from taskqueues.shapes import Shape
+from taskqueues.store import alive
+from taskqueues.store.guard import guard
+from taskqueues.store.lock import Lock
+from taskqueues.store.outage import Outage
+from taskqueues.store.registry import Registry
 
 from .planner import Demand, ExistingPilot, Plan, can_serve, plan
 from .release import Room, release_idle
@@ -68,7 +69,7 @@ def default_pilot_command(queue: Queue, shape: Shape, wall: int, settings: Setti
     return [sys.executable, "-m", "matcher.cli", "pilot", "--queue", queue.id, "--vo", settings.vo,
             "--prefix", settings.prefix, "--cores", str(shape.cpu), "--mem", str(shape.mem), "--tmp", str(shape.tmp),
             "--wall", str(wall), "--lease", str(settings.lease_seconds),
-            "--idle-timeout", str(settings.pilot_idle_timeout),
+            "--idle-timeout", str(settings.pilot_idle_timeout), "--stop-margin", str(settings.pilot_stop_margin),
             "--events" if settings.pilot_events else "--no-events"]
 
 
@@ -105,6 +106,7 @@ class Director:
     def __init__(self, ctx: Context, *, pilot_command: PilotCommand = default_pilot_command,
                  env: dict[str, str] | None = None, log_dir: str | None = None) -> None:
         self.ctx = ctx
+        self.registry = Registry(ctx.client, ctx.keys)  # the pilots submitted, for a later director to adopt
         self.pilot_command = pilot_command
         self.env = env or {}
         self.log_dir = log_dir
@@ -169,8 +171,7 @@ class Director:
             ids = list(self.provisioned(queue, backend))
             if ids:
                 backend.cancel(ids)
-                for batch_id in ids:
-                    self.ctx.client.hdel(self.ctx.keys.provisioned, self._key(queue, backend, batch_id))
+                self.registry.forget(queue.id, backend.kind, ids)
 
     # -- one cycle ---------------------------------------------------------------------------------
 
@@ -274,7 +275,7 @@ class Director:
             room = None if queue.max_running is None else max(0, queue.max_running - (pilots - len(mine)))
             result = plan(groups.get(options, []), shapes, mine, n_max_queued=queue.n_max_queued,
                           max_running=room, wall_granularity=queue.wall_granularity,
-                          headroom=queue.wall_granularity)
+                          headroom=queue.wall_granularity + self._margin)
             submitted = self._provision(queue, backend, options, result, claimed, out)
             pilots += submitted - len(result.cancel)
             out.room.waiting += submitted + sum(1 for p in mine if p.queued and p.id not in result.cancel)
@@ -298,8 +299,8 @@ class Director:
             if not self._still_mine():
                 break
             # One granularity step of headroom: a pilot asking for exactly its longest job's wall has a little
-            # less than that once it runs, and would never take that job.
-            planned.wall = min(planned.shape.wall, planned.wall + queue.wall_granularity)
+            # less than that once it runs, and would never take that job; and the stop margin the pilot keeps.
+            planned.wall = min(planned.shape.wall, planned.wall + queue.wall_granularity + self._margin)
             request = PilotRequest(name=f"{queue.name}-{planned.shape.name}",
                                    command=self.pilot_command(queue, planned.shape, planned.wall, self.ctx.settings),
                                    shape=planned.shape, wall=planned.wall, env=self._pilot_env(),
@@ -322,14 +323,13 @@ class Director:
             submitted += 1
         if result.cancel:
             backend.cancel(result.cancel)
-            for batch_id in result.cancel:
-                self.ctx.client.hdel(self.ctx.keys.provisioned, self._key(queue, backend, batch_id))
+            self.registry.forget(queue.id, backend.kind, result.cancel)
             out.cancelled += result.cancel
         return submitted
 
     def _pilot_env(self) -> dict[str, str]:
         s = self.ctx.settings
-        # The pilots' own credentials (taskqueues.access), never the control plane's.
+        # The pilots' own credentials (taskqueues.store.access), never the control plane's.
         env = {"PILOTFISH_REDIS_URL": self.ctx.pilot_redis_url, "PILOTFISH_VO": s.vo, "PILOTFISH_PREFIX": s.prefix,
                "PILOTFISH_LEASE_SECONDS": str(s.lease_seconds),
                "PILOTFISH_PILOT_IDLE_TIMEOUT": str(s.pilot_idle_timeout)}
@@ -337,22 +337,17 @@ class Director:
             env["PILOTFISH_CATALOG"] = s.catalog
         return {**env, **self.env}
 
-    @staticmethod
-    def _key(queue: Queue, backend: Backend, batch_id: str) -> str:
-        return f"{queue.id}|{backend.kind}|{batch_id}"
+    @property
+    def _margin(self) -> int:
+        """The seconds a pilot keeps free before its end (``--stop-margin``): not time its jobs can use."""
+        return math.ceil(self.ctx.settings.pilot_stop_margin)
 
     def _record(self, queue: Queue, backend: Backend, batch_id: str, record: dict[str, Any]) -> None:
         record = {**record, "queue": queue.id, "kind": backend.kind, "batch_id": batch_id}
-        self.ctx.client.hset(self.ctx.keys.provisioned, self._key(queue, backend, batch_id), json.dumps(record))
+        self.registry.record(queue.id, backend.kind, batch_id, record)
 
     def provisioned(self, queue: Queue, backend: Backend) -> dict[str, dict[str, Any]]:
-        prefix = f"{queue.id}|{backend.kind}|"
-        out: dict[str, dict[str, Any]] = {}
-        for key, raw in self.ctx.client.hgetall(self.ctx.keys.provisioned).items():
-            name = key.decode() if isinstance(key, bytes) else str(key)
-            if name.startswith(prefix):
-                out[name.removeprefix(prefix)] = json.loads(raw)
-        return out
+        return self.registry.of(queue.id, backend.kind)
 
     def _existing(self, queue: Queue, backend: Backend, out: QueueReport) -> dict[str, list[ExistingPilot]]:
         """The pilots this queue has in the batch system, with what they have free (from their heartbeats),
@@ -387,7 +382,7 @@ class Director:
                                      f"{retire_after:.0f} s")
             if status is None or shape is None or status.state.final:
                 out.ended[batch_id] = f"{status.state} {status.detail}".strip() if status else "unknown"
-                self.ctx.client.hdel(self.ctx.keys.provisioned, self._key(queue, backend, batch_id))
+                self.registry.forget(queue.id, backend.kind, [batch_id])
                 continue
             if status.state is PilotState.RUNNING and "pid" not in record and backend.kind == "local":
                 facts = backend.identify(batch_id)  # it started: what a later director needs to adopt it
@@ -405,9 +400,11 @@ class Director:
                 pilot = ExistingPilot(batch_id, shape, False, cpu, mem, tmp, left)
             elif status.state is PilotState.RUNNING:
                 # Started, no heartbeat yet: it is about to take what fits its whole shape.
-                pilot = ExistingPilot(batch_id, shape, False, shape.cpu, shape.mem, shape.tmp, float(record["wall"]))
+                pilot = ExistingPilot(batch_id, shape, False, shape.cpu, shape.mem, shape.tmp,
+                                      float(record["wall"]) - self._margin)
             else:
-                pilot = ExistingPilot(batch_id, shape, True, shape.cpu, shape.mem, shape.tmp, float(record["wall"]))
+                pilot = ExistingPilot(batch_id, shape, True, shape.cpu, shape.mem, shape.tmp,
+                                      float(record["wall"]) - self._margin)
             existing.setdefault(str(record.get("options", "")), []).append(pilot)
         return existing
 
@@ -426,7 +423,7 @@ def cycle(ctx: Context, director: Director | None = None) -> CycleReport:
 def run_forever(director: Director, interval: float, stop: threading.Event | None = None) -> None:
     """Cycle every ``interval`` seconds until ``stop`` is set (at once: a signal handler sets it).
 
-    A store outage is two log lines (:class:`taskqueues.outage.Outage`) and retries with capped back-off
+    A store outage is two log lines (:class:`taskqueues.store.outage.Outage`) and retries with capped back-off
     meanwhile; any other error of a cycle is logged and the next cycle comes as usual."""
     stop = stop or threading.Event()
     outage = Outage(log, "director", cap=max(interval, 5.0), on_start=director.ctx.store.drop_connections)

@@ -45,8 +45,8 @@ from typing import Any
 
 from pilot.mjf.features import MACHINE_KEYS, Features, Value, format_value
 from pilot.mjf.formulas import denormalise, normalise
-from taskqueues.access import scrubbed
 from taskqueues.errors import PilotfishError
+from taskqueues.store.access import scrubbed
 
 
 class PayloadAreaError(PilotfishError):
@@ -252,7 +252,7 @@ class PayloadArea:
         self.workdir = Path(workdir).absolute()  # payloads get these paths and run elsewhere
         self.stop_margin = stop_margin
         self.features = features
-        # The pilot's environment, read once, without the credentials it holds (taskqueues.access): the base
+        # The pilot's environment, read once, without the credentials it holds (taskqueues.store.access): the base
         # of every payload's; a payload never sees the store's URL or any other secret.
         self.environ = scrubbed(os.environ)
         self._live: list[PayloadSandbox] = []

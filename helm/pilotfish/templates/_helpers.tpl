@@ -315,7 +315,7 @@ affinity:
 
 {{/*
 The probes of a Pilotfish process. Liveness asks whether this pod's own process beat recently in Redis
-(alive AND doing its work; a sibling replica's beat does not count, see taskqueues/alive.py); readiness
+(alive AND doing its work; a sibling replica's beat does not count, see taskqueues/store/alive.py); readiness
 asks whether Redis answers; the startup probe gives the first beat time before liveness counts. Call
 with (dict "ctx" $ "component" "worker").
 */}}

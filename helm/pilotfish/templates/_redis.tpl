@@ -1,7 +1,7 @@
 {{/*
-The bundled store's two ACL users, as taskqueues/access.py defines them outside Kubernetes: the control plane's
+The bundled store's two ACL users, as taskqueues/store/access.py defines them outside Kubernetes: the control plane's
 pf-control (everything) and the pilots' pf-pilot-<vo>. tests/test_helm.py renders these rules and compares
-them with taskqueues.access, in text and as a real server reads them, so the two cannot drift apart.
+them with taskqueues.store.access, in text and as a real server reads them, so the two cannot drift apart.
 */}}
 
 {{- define "pilotfish.redis.controlUser" -}}

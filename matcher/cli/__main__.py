@@ -1,0 +1,5 @@
+"""``python -m matcher.cli``: the ``pilotfish`` command."""
+
+from .main import main
+
+main()

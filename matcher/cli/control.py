@@ -1,0 +1,59 @@
+"""Operator actions on requests and jobs: cancel a request, cancel or kill one job."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from taskqueues.errors import NotFound, PilotfishError
+from taskqueues.store import Store
+from taskqueues.store.records import JobState
+
+
+class AlreadyEnded(PilotfishError):
+    """A cancel or kill named a job or request that has already ended: nothing was done."""
+
+
+def cancel_request(store: Store, request: str, reason: str = "request cancelled") -> dict[str, int]:
+    """Cancel every unfinished job of a request: waiting and blocked ones at once, running ones killed.
+
+    Returns how many ended at once and how many kill requests were sent to pilots.
+    """
+    counts = {"ended": 0, "requested": 0}
+    for job in store.request_jobs(request):
+        if job.state.final or job.state is JobState.DEP_FAILED:
+            continue
+        outcome = store.cancel(job.id, reason)
+        if outcome in counts:
+            counts[outcome] += 1
+    return counts
+
+
+def stop_job(store: Store, job: str, reason: str, *, kill: bool = False) -> str:
+    """Cancel (or kill) one job; a line saying what happened. A job that is still waiting ends at once; a
+    running one's pilot is told on its own channel and stops the payload at once (its heartbeat is the
+    safety net). Raises NotFound for an unknown job and :class:`AlreadyEnded` for one that has ended."""
+    outcome = store.cancel(job, reason, kill=kill)
+    record = store.job(job)
+    if outcome == "final":
+        raise AlreadyEnded(f"job {job} has already ended ({record.state.value})")
+    if outcome == "requested":
+        return f"job {job}: {'kill' if kill else 'cancel'} sent to pilot {record.pilot}, which stops its payload now"
+    return f"job {job}: ended ({record.state.value}; it was not running)"
+
+
+def stop_target(store: Store, target: str, reason: str) -> str:
+    """``pilotfish cancel TARGET``: a request (id) or else a job; a line saying what happened."""
+    try:
+        jobs = store.request_jobs(target)
+    except NotFound:
+        try:
+            return stop_job(store, target, reason)
+        except NotFound:
+            raise NotFound(f"no request or job {target!r}") from None
+    if all(j.state.final for j in jobs):
+        states = Counter(j.state.value for j in jobs)
+        raise AlreadyEnded(f"request {target} has already ended ("
+                           + ", ".join(f"{n} {state}" for state, n in sorted(states.items())) + ")")
+    counts = cancel_request(store, target, reason)
+    return (f"request {target}: {counts['ended']} jobs cancelled, {counts['requested']} running jobs asked to "
+            "stop now")

@@ -1,0 +1,148 @@
+"""``pilotfish run WORKFLOW``: the whole system on one machine, for one workflow, to completion.
+
+It submits the workflow, then runs in one process what a deployment spreads over several: the
+matcher's periodic work (:mod:`matcher.periodic`: reaping, releasing, re-pressure), the releaser that
+evaluates at once the dependents a completion announces (:mod:`matcher.releaser`), a site director
+whose queues (the local default catalog, or the configured one) start pilots through their backends,
+and a live progress display. Pilots are real ``pilotfish pilot`` processes that pull jobs from Redis.
+When every job has ended it stops the pilots it started and prints a summary; the exit status is
+non-zero when a job did not succeed.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from pilot.director.service import Director
+from taskqueues.context import Context
+from taskqueues.store.records import Job, JobState
+
+from .. import periodic
+from ..releaser import Releaser
+from ..repressure import repressure_locked
+from ..status import RequestStatus, request_status
+from ..submission import Submitter, submit_workflow
+from ..workflow import load_workflow
+
+STATE_ORDER = ("blocked", "releasing", "waiting", "matched", "running", "done", "failed", "cancelled", "dep-failed")
+
+
+@dataclass
+class RunSummary:
+    request: str
+    name: str
+    states: dict[str, int]
+    makespan: float
+    wall: float
+    pilots: int
+    utilisation: float | None
+    failures: list[tuple[str, str, str]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return set(self.states) <= {"done"}
+
+    def lines(self) -> list[str]:
+        counts = ", ".join(f"{n} {s}" for s in STATE_ORDER if (n := self.states.get(s)))
+        util = "n/a" if self.utilisation is None else f"{100 * self.utilisation:.0f}%"
+        out = [f"request {self.request} ({self.name}): {counts}",
+               f"makespan {self.makespan:.1f}s (first start to last end), {self.wall:.1f}s from submission",
+               f"pilots {self.pilots}, utilisation {util} of their cores"]
+        for job, state, reason in self.failures:
+            out.append(f"  {state}: {job}: {reason}")
+        return out
+
+
+class Progress:
+    """One line rewritten in place on a terminal; plain lines, only on change, otherwise."""
+
+    def __init__(self, out: IO[str]) -> None:
+        self.out = out
+        self.tty = out.isatty()
+        self.last = ""
+        self.last_counts: tuple[str, int] = ("", -1)
+        self.last_time = 0.0
+
+    def show(self, status: RequestStatus, pilots: int, started: float) -> None:
+        now = time.time()
+        counts = "  ".join(f"{s} {status.states[s]}" for s in STATE_ORDER if status.states.get(s))
+        eta = max(0.0, status.eta - now)
+        line = f"[{now - started:6.1f}s] {counts} | pilots {pilots} | ETA {eta:.0f}s"
+        if self.tty:
+            self.out.write("\r" + line.ljust(len(self.last)))
+            self.out.flush()
+            self.last = line
+        elif (counts, pilots) != self.last_counts or now - self.last_time > 10:
+            self.out.write(line + "\n")
+            self.out.flush()
+            self.last_time = now
+            self.last_counts = (counts, pilots)
+
+    def end(self) -> None:
+        if self.tty and self.last:
+            self.out.write("\n")
+
+
+def run_workflow(ctx: Context, path: str | Path, *, out: IO[str] = sys.stdout, tick: float = 0.25,
+                 director_interval: float = 0.5, timeout: float | None = None,
+                 stop: Callable[[], bool] = lambda: False) -> RunSummary:
+    workflow = load_workflow(path)
+    started = time.time()
+    submitted = submit_workflow(Submitter.of(ctx), workflow)
+    out.write(f"request {submitted.request} ({workflow.name}): {len(submitted.ids)} jobs submitted\n")
+    log_dir = Path(ctx.settings.state_dir) / "logs"
+    director = Director(ctx, log_dir=str(log_dir))
+    releaser = Releaser(ctx.store, ctx.catalog, vo=ctx.settings.vo).start()
+    progress = Progress(out)
+    next_director = next_maintenance = 0.0
+    try:
+        while True:
+            now = time.time()
+            if now >= next_director:
+                director.cycle()
+                next_director = now + director_interval
+            if now >= next_maintenance:
+                periodic.reap(ctx)
+                periodic.release_sweep(ctx)
+                repressure_locked(ctx.store)
+                next_maintenance = now + 1.0
+            status = request_status(ctx.store, submitted.request)
+            progress.show(status, len(_live_pilots(ctx, started)), started)
+            if status.final or stop() or (timeout is not None and now - started > timeout):
+                break
+            time.sleep(tick)
+    finally:
+        progress.end()
+        releaser.stop()
+        director.stop_all()
+        director.close()
+    return summarise(ctx, submitted.request, workflow.name, started)
+
+
+def _live_pilots(ctx: Context, since: float) -> list[dict[str, object]]:
+    records = ctx.store.pilot_records(3 * ctx.settings.lease_seconds)
+    return [r for r in records.values() if float(str(r.get("started", 0))) >= since - 1 and not r.get("stopped")]
+
+
+def summarise(ctx: Context, request: str, name: str, started: float) -> RunSummary:
+    jobs: list[Job] = ctx.store.request_jobs(request)
+    states: dict[str, int] = {}
+    for job in jobs:
+        states[job.state.value] = states.get(job.state.value, 0) + 1
+    starts = [j.started for j in jobs if j.started]
+    ends = [j.ended for j in jobs if j.ended]
+    makespan = (max(ends) - min(starts)) if starts and ends else 0.0
+    busy = sum((j.wall or 0.0) * j.cpu for j in jobs if j.state is JobState.DONE or j.wall)
+    # Every pilot of this run lived from its start to the end of the run (the run stops them).
+    end = time.time()
+    pilots = [r for r in ctx.store.pilot_records().values() if float(r.get("started", 0)) >= started - 1]
+    capacity = sum(int(r.get("cores", 0)) * max(0.0, end - float(r["started"])) for r in pilots)
+    failures = [(j.name or j.id, j.state.value, j.reason or "") for j in jobs
+                if j.state in (JobState.FAILED, JobState.DEP_FAILED, JobState.CANCELLED)]
+    return RunSummary(request, name, states, makespan, time.time() - started, len(pilots),
+                      busy / capacity if capacity > 0 else None, failures)

@@ -1,0 +1,157 @@
+"""Settings in one typed place: defaults, then a TOML file, then ``PILOTFISH_*`` environment variables.
+
+The file is ``$PILOTFISH_CONFIG`` if set, else ``./pilotfish.toml`` if it exists, else none. Every field
+can be overridden by the environment variable ``PILOTFISH_<FIELD>`` (``PILOTFISH_REDIS_URL``,
+``PILOTFISH_CATALOG``, ``PILOTFISH_LEASE_SECONDS``...). :attr:`Settings.sources` says where each value
+came from; ``pilotfish config`` prints both.
+
+``ete_safety_factor``: a job that gives no ``wall`` is matched, and its pilots sized, on its run-time
+estimate times this factor (at least 1): it must find that much time left in a pilot, which kills it at its
+end. A job's ``wall`` is what it needs; the estimate alone only makes urgency (pressure, ETA).
+
+``redis_url`` empty means the embedded default: a private redis-server whose data lives in
+``state_dir`` (see :mod:`taskqueues.embedded`). ``catalog`` empty means the local default catalog: one
+queue on this host.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from taskqueues.errors import ConfigError
+from taskqueues.store.records import DEFAULT_ETE_SAFETY_FACTOR
+
+ENV_PREFIX = "PILOTFISH_"
+
+#: The store a pilot (or a test) connects to when none is named: a pilot has no embedded server to find.
+LOCAL_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+@dataclass(frozen=True)
+class Settings:
+    redis_url: str = ""
+    # What pilots connect with (their community's ACL user); empty: made by the embedded server, or
+    # redis_url (with a warning) for an external Redis.
+    pilot_redis_url: str = ""
+    # The embedded server's append-only file: fsync "everysec" (a machine crash loses up to ~1 s of
+    # acknowledged writes, a process kill nothing) or "always" (nothing, slower writes).
+    redis_appendfsync: str = "everysec"
+    vo: str = "default"
+    prefix: str = "pf"
+    catalog: str = ""
+    state_dir: str = str(Path.home() / ".pilotfish")
+    lease_seconds: float = 60.0
+    backoff_seconds: float = 10.0
+    max_retries: int = 3
+    default_ete: float = 60.0
+    ete_safety_factor: float = DEFAULT_ETE_SAFETY_FACTOR
+    # periodic work (seconds)
+    reap_interval: float = 5.0
+    pool_refresh_interval: float = 900.0
+    clean_interval: float = 600.0
+    clean_grace: float = 600.0
+    director_interval: float = 10.0
+    beat_director: bool = True
+    repressure_interval: float = 30.0
+    # pilots
+    pilot_idle_timeout: float = 60.0
+    pilot_stop_margin: float = 60.0
+    pilot_events: bool = True
+    # A provisioned pilot no backend answers for (its director died with the only knowledge of it) and that
+    # has not beaten for this long is retired from the director's records.
+    pilot_retire_after: float = 180.0
+    # Flower
+    flower_port: int = 5555
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def load(cls, path: str | Path | None = None, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        sources = {f.name: "default" for f in fields(cls) if f.name != "sources"}
+        path = path or env.get(f"{ENV_PREFIX}CONFIG") or ("pilotfish.toml" if Path("pilotfish.toml").exists() else None)
+        if path:
+            try:
+                data = tomllib.loads(Path(path).read_text())
+            except OSError as exc:
+                raise ConfigError(f"{path}: cannot read settings: {exc.strerror}") from None
+            except tomllib.TOMLDecodeError as exc:
+                raise ConfigError(f"{path}: {exc}") from None
+            for key, value in data.items():
+                if key not in sources:
+                    raise ConfigError(f"{path}: unknown setting {key!r} (known: {', '.join(sorted(sources))})")
+                values[key] = cls._convert(key, value, f"{path}: {key}")
+                sources[key] = str(path)
+        for key in sources:
+            name = f"{ENV_PREFIX}{key.upper()}"
+            if name in env:
+                values[key] = cls._convert(key, env[name], name)
+                sources[key] = f"${name}"
+        settings = cls(**values, sources=sources)
+        settings.check()
+        return settings
+
+    def check(self) -> None:
+        """Refuse values no component could use, naming the setting and where it came from."""
+        from taskqueues.store.keys import Keys
+
+        def where(name: str) -> str:
+            source = self.sources.get(name, "default")
+            return source if source.startswith("$") else f"{name} ({source})"
+
+        for name in ("prefix", "vo"):
+            try:
+                Keys(**{name: getattr(self, name)})
+            except ConfigError as exc:
+                raise ConfigError(f"{where(name)}: {exc}") from None
+        for name in ("lease_seconds", "reap_interval", "pool_refresh_interval", "clean_interval",
+                     "director_interval", "repressure_interval", "pilot_idle_timeout", "default_ete"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{where(name)}: {name} must be positive, got {getattr(self, name)!r}")
+        if self.redis_appendfsync not in ("always", "everysec", "no"):
+            raise ConfigError(f"{where('redis_appendfsync')}: must be always, everysec or no, "
+                              f"got {self.redis_appendfsync!r}")
+        if not 0 < self.flower_port < 65536:
+            raise ConfigError(f"{where('flower_port')}: not a TCP port: {self.flower_port}")
+
+    @classmethod
+    def _convert(cls, key: str, value: object, where: str) -> Any:
+        kind = {f.name: f.type for f in fields(cls)}[key]
+        try:
+            if kind == "bool":
+                if isinstance(value, bool):
+                    return value
+                text = str(value).strip().lower()
+                if text in ("1", "true", "yes", "on"):
+                    return True
+                if text in ("0", "false", "no", "off"):
+                    return False
+                raise ValueError(f"not a boolean: {value!r}")
+            if kind == "int":
+                return int(str(value))
+            if kind == "float":
+                number = float(str(value))
+                if number < 0:
+                    raise ValueError("must be >= 0")
+                return number
+            if not isinstance(value, str):
+                raise ValueError(f"expected text, got {type(value).__name__}")
+            return value
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+
+    def with_(self, **changes: Any) -> Settings:
+        sources = dict(self.sources)
+        sources.update({k: "command line" for k in changes})
+        return dataclasses.replace(self, **changes, sources=sources)
+
+    def items(self) -> list[tuple[str, Any, str]]:
+        """(name, value, source) for every setting, for ``pilotfish config``."""
+        return [(f.name, getattr(self, f.name), self.sources.get(f.name, "default"))
+                for f in fields(self) if f.name != "sources"]

@@ -1,0 +1,148 @@
+"""Who may do what in Redis: the control plane's user and one pilot user per community (Redis ACL).
+
+The control plane (Celery worker and beat, directors, operators' commands, Flower) connects as
+:data:`CONTROL_USER`, which may do anything. A pilot connects as ``pf-pilot-<vo>``, which may only:
+
+* touch its own community's keys (``~<prefix>:{<vo>}:*``) with the commands the pilot's scripts and reads
+  use (:data:`PILOT_COMMANDS`): no ``FLUSHALL``, ``CONFIG``, ``KEYS``, ``SCAN``, ``DEL``, ``ACL``...;
+* listen on its community's wake channel and the pilots' own channels (kill and stop requests), and
+  publish on its release channel (``complete`` announces there the dependents the control plane evaluates);
+* speak Celery's event and remote-control protocols on the broker (Flower sees pilots as workers): publish
+  on ``celeryev``, listen on the broadcast ``celery.pidbox``, and answer into the reply queues.
+
+Redis checks a script's commands against the caller's rights, so a pilot running the store's scripts
+needs the data commands they use on its community's keys; what it can do with them is bounded by the key
+pattern, not by the script (see the README, "Least privilege").
+
+A payload never holds either credential: :func:`scrubbed` takes them out of its environment.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Mapping, Sequence
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import redis
+
+from ..errors import ConfigError
+
+CONTROL_USER = "pf-control"
+
+#: Commands a pilot runs, directly or inside the store's scripts (taskqueues/store/lua), on its community's keys.
+PILOT_DATA_COMMANDS = (
+    "hget", "hset", "hsetnx", "hmget", "hdel", "zadd", "zrem", "zrange", "zrangebyscore", "zscore", "zcard",
+    "zcount", "smembers", "sadd", "incr", "incrby", "exists", "publish",
+)
+#: Commands of the connection and of Lua scripts; ``script|load`` lets redis-py reload a script Redis lost
+#: (a script runs with the caller's rights, so loading one grants nothing more than these commands).
+PILOT_SESSION_COMMANDS = (
+    "ping", "hello", "auth", "select", "quit", "echo", "client|setname", "client|setinfo", "client|getname",
+    "client|id", "evalsha", "eval", "script|load", "script|exists", "multi", "exec", "discard", "time",
+    "subscribe", "unsubscribe", "psubscribe", "punsubscribe",
+)
+#: What Celery's events (kombu's Redis transport, fanout and direct exchanges) need of the broker.
+PILOT_BROKER_COMMANDS = ("evalsha", "eval", "lpush", "rpush", "brpop", "rpop", "lpop", "llen", "srem", "sismember",
+                         "smembers", "sadd", "zadd", "zrem", "zrangebyscore", "exists", "expire", "pexpire", "ttl",
+                         "pttl", "set", "get", "del")
+PILOT_COMMANDS = tuple(dict.fromkeys((*PILOT_SESSION_COMMANDS, *PILOT_DATA_COMMANDS)))
+
+
+def pilot_user(vo: str) -> str:
+    """The ACL user of the pilots of community ``vo``."""
+    return f"pf-pilot-{vo}"
+
+
+def pilot_rules(prefix: str, vo: str, db: int = 0) -> list[str]:
+    """ACL rules (``ACL SETUSER`` arguments, after ``reset``) of ``vo``'s pilot user.
+
+    The broker's keys are granted through a selector (:func:`apply`), so the broker commands never apply to
+    the store's keys.
+    """
+    base = f"{prefix}:{{{vo}}}:"
+    return ["resetkeys", f"~{base}*", "resetchannels", f"&{base}wake", f"&{base}release", f"&{base}ctl:*",
+            f"&/{db}.celeryev/*", f"&/{db}.celery.pidbox", "-@all", *(f"+{c}" for c in PILOT_COMMANDS)]
+
+
+#: Broker keys a pilot touches: kombu's exchange bindings, its own remote-control queue (``<name>.celery.pidbox``
+#: and kombu's priority variants of it, deleted when it stops) and the reply queues it answers into
+#: (``<id>.reply.celery.pidbox``).
+BROKER_KEYS = ("_kombu.binding*", "*.celery.pidbox*")
+
+
+def broker_selector() -> str:
+    """The ACL selector of what Celery's event and remote-control protocols need: those commands, on the
+    broker's keys only."""
+    keys = " ".join(f"~{k}" for k in BROKER_KEYS)
+    return f"({keys} {' '.join(f'+{c}' for c in PILOT_BROKER_COMMANDS)})"
+
+
+def control_rules() -> list[str]:
+    return ["resetkeys", "~*", "resetchannels", "&*", "+@all"]
+
+
+def new_password() -> str:
+    """A password safe in a URL without quoting (the chart's rule: URL-safe characters only)."""
+    return secrets.token_urlsafe(24)
+
+
+def server_version(client: redis.Redis) -> tuple[int, int]:
+    """(major, minor) of the server (Valkey reports the Redis version it is compatible with, 7.2)."""
+    info = client.info("server")
+    text = str(info.get("redis_version") or info.get("valkey_version") or "0.0")
+    major, _, rest = text.partition(".")
+    return int(major), int(rest.partition(".")[0] or 0)
+
+
+#: Selectors came with Redis 7.0; ``client|setinfo`` (which redis-py sends on connect) with 7.2.
+MIN_VERSION = (7, 2)
+
+
+def apply(client: redis.Redis, user: str, password: str, rules: Sequence[str], *, broker: bool = False) -> None:
+    """Create or reset ``user`` with ``password`` and ``rules`` (``ACL SETUSER``), in one command.
+
+    ``broker`` adds what Celery's event and remote-control protocols need, as a selector: those commands on
+    those keys only. Needs Redis >= 7.2 or Valkey (:data:`MIN_VERSION`).
+    """
+    version = server_version(client)
+    if version < MIN_VERSION:
+        raise ConfigError(f"Redis {version[0]}.{version[1]} cannot hold Pilotfish's ACL users: Redis >= 7.2 or "
+                          "Valkey is needed (ACL selectors)")
+    extra = [broker_selector()] if broker else []
+    client.execute_command("ACL", "SETUSER", user, "reset", "on", f">{password}", *rules, *extra)  # type: ignore[no-untyped-call]
+
+
+def save(client: redis.Redis) -> None:
+    """Write the server's users to its ACL file (``ACL SAVE``: they survive a restart)."""
+    client.execute_command("ACL", "SAVE")  # type: ignore[no-untyped-call]
+
+
+def with_credentials(url: str, user: str, password: str) -> str:
+    """``url`` with ``user``/``password`` as its credentials."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss"):
+        raise ConfigError(f"cannot put credentials into {parts.scheme!r} URL (redis:// or rediss:// only)")
+    host = parts.hostname or "127.0.0.1"
+    netloc = f"{quote(user, safe='')}:{quote(password, safe='')}@{host}"
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+#: Environment variables that carry credentials, whatever their value looks like.
+SECRET_VARIABLES = frozenset({"PILOTFISH_REDIS_URL", "PILOTFISH_PILOT_REDIS_URL", "PILOTFISH_BROKER_URL",
+                              "REDISCLI_AUTH", "FLOWER_BASIC_AUTH", "CELERY_BROKER_URL",
+                              "CELERY_RESULT_BACKEND"})
+_SECRET_NAME = re.compile(r"PASSWORD|PASSWD|SECRET|TOKEN|CREDENTIAL", re.IGNORECASE)
+_URL_WITH_PASSWORD = re.compile(r"[a-z][a-z0-9+.-]*://[^/@\s:]*:[^/@\s]+@", re.IGNORECASE)
+
+
+def is_secret(name: str, value: str) -> bool:
+    """Whether an environment variable must not reach a payload."""
+    return name in SECRET_VARIABLES or bool(_SECRET_NAME.search(name)) or bool(_URL_WITH_PASSWORD.search(value))
+
+
+def scrubbed(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` without any variable that carries a credential (what a payload's environment is built on)."""
+    return {name: value for name, value in env.items() if not is_secret(name, value)}

@@ -1,0 +1,81 @@
+"""Connections to the store that are not one script or one read: the client, pings, subscriptions, and a
+connection of one's own.
+
+A pilot listens on the wake channel and its own channel (``pilot.agent.wake``) and sends its exchanges on a
+connection it keeps (``pilot.agent.reports``); the control plane's releaser listens on the release channel
+(``matcher.releaser``); commands ping the server. They do it through this module, so the Redis client
+library is used in the store package only.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import redis
+from redis.connection import Connection
+
+#: The client of one server (what :class:`~taskqueues.store.Store` is built on).
+Client = redis.Redis
+
+#: Any error the client library raises.
+ClientError = redis.RedisError
+
+#: The errors that mean the connection broke or timed out (the store may be back later).
+CONNECTION_LOST: tuple[type[redis.ConnectionError], type[redis.TimeoutError]] = (
+    redis.ConnectionError, redis.TimeoutError)
+
+__all__ = ["CONNECTION_LOST", "Client", "ClientError", "Connection", "Subscription", "broken", "connect",
+           "give_back", "own_connection", "ping"]
+
+
+def connect(url: str) -> Client:
+    """A client of the server at ``url`` (it connects when first used)."""
+    return redis.Redis.from_url(url)
+
+
+def ping(client: Client) -> None:
+    """Round trip to the server; raises what the client raises when it cannot be reached."""
+    client.ping()
+
+
+def broken(why: str) -> Exception:
+    """The error a listener raises when its connection was closed under it (one of :data:`CONNECTION_LOST`)."""
+    return redis.ConnectionError(why)
+
+
+def own_connection(client: Client) -> Connection:
+    """A connection taken out of the client's pool for one user's ordered traffic (give it back with
+    :func:`give_back`)."""
+    conn: Connection = client.connection_pool.get_connection()
+    return conn
+
+
+def give_back(client: Client, conn: Connection) -> None:
+    """Close a connection taken with :func:`own_connection` (replies may still be due on it) and return it."""
+    conn.disconnect()  # type: ignore[no-untyped-call]
+    client.connection_pool.release(conn)
+
+
+class Subscription:
+    """A subscription to channels of the store, on a connection of its own."""
+
+    def __init__(self, client: Client, *, ignore_subscribe_messages: bool = False) -> None:
+        self._pubsub: Any = client.pubsub(  # type: ignore[no-untyped-call]
+            ignore_subscribe_messages=ignore_subscribe_messages)
+
+    def subscribe(self, channel: str) -> None:
+        self._pubsub.subscribe(channel)
+
+    def message(self, timeout: float) -> dict[str, Any] | None:
+        """The next message or subscription notice, waiting at most ``timeout`` seconds; None if none came."""
+        message: dict[str, Any] | None = self._pubsub.get_message(timeout=timeout)
+        return message
+
+    def socket(self) -> socket.socket | None:
+        """The socket messages arrive on (for a selector), None before the first subscription."""
+        conn = self._pubsub.connection
+        return None if conn is None else conn._sock
+
+    def close(self) -> None:
+        self._pubsub.close()

@@ -1,0 +1,554 @@
+"""The task-queue store: every operation on jobs is one atomic Lua script in Redis.
+
+The store knows nothing of requirement semantics or of the catalog: callers hand it jobs whose task
+queue and SubmitPool are already computed (``matcher.submission`` does that), and pilots hand it what
+they have free. Scripts whose keys depend on data (a job's task queue, the heads indexes of its queues)
+answer ``needkeys`` before writing anything when the caller did not declare one; :meth:`Store.call_script`
+adds them and calls again, so every key a script touches is declared in KEYS. The one exception is the hot
+path, ``match.lua``: it builds the keys of the task queues it leases from out of the key base, whose hash tag
+puts them in the slot of its declared keys (see its header).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import redis
+from redis.commands.core import Script
+from redis.connection import Connection
+
+from ..errors import ConfigError, NotFound, StaleReport, StoreError
+from ..ete import RuleStats
+from . import scripts
+from .exchange import PendingExchange
+from .guard import client_url, converted, guard, guarded
+from .keys import Keys
+from .packed import HotLine, PackedCall, pack_script
+from .records import (
+    DEFAULT_ETE_SAFETY_FACTOR,
+    Exchange,
+    HeartbeatReply,
+    Job,
+    JobState,
+    JobUsage,
+    Largest,
+    NewJob,
+    Parked,
+    PilotOffer,
+    RunResult,
+)
+from .records import text as _text
+
+_MAX_KEY_ROUNDS = 16
+#: Fields of the cursor hash: the server run the reaper last saw, and until when leases are not requeued.
+_RUN_ID, _GRACE = "reap:run", "reap:grace"
+
+#: Field of the cursor hash: when the last job reported by :meth:`Store.newly_parked` was parked.
+PARKED_CURSOR = "parked"
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], float]
+
+
+class Store:
+    """Jobs, task queues and leases of one community (VO) in one Redis."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: Keys | None = None,
+        *,
+        lease_seconds: float = 60.0,
+        backoff: float = 10.0,
+        clock: Clock = time.time,
+        ete_safety_factor: float = DEFAULT_ETE_SAFETY_FACTOR,
+    ) -> None:
+        """``ete_safety_factor``: a job without ``wall`` must find this many times its run-time estimate left
+        in a pilot (:func:`taskqueues.store.records.time_needed`; every writer of a task-queue member uses this one)."""
+        if not ete_safety_factor >= 1:
+            raise ConfigError(f"ete_safety_factor must be at least 1, got {ete_safety_factor!r}")
+        self.client = client
+        #: Where the store lives, as errors name it (no password).
+        self.where = client_url(client)
+        self.keys = keys or Keys()
+        self.lease_seconds = lease_seconds
+        self.backoff = backoff
+        self.clock = clock
+        self.ete_safety_factor = ete_safety_factor
+        self._scripts: dict[str, Script] = scripts.register(client)
+        self._base = self.keys.base + ":"
+        self._match_calls: dict[str, PackedCall] = {}
+        # The heads, floor, emptied and largest-values hashes, which every script that moves task-queue members
+        # keeps exact: declared up front (a script that found them undeclared would answer needkeys: one more
+        # round trip).
+        self.floors = [self.keys.heads, self.keys.qfloor, self.keys.tqempty, self.keys.tqmax]
+        self._line = HotLine.of(client)
+
+    @classmethod
+    def from_url(cls, url: str, *, vo: str = "default", prefix: str = "pf", **kwargs: Any) -> Store:
+        return cls(redis.Redis.from_url(url), Keys(prefix=prefix, vo=vo), **kwargs)
+
+    # -- plumbing ---------------------------------------------------------------------------------
+
+    def call_script(self, name: str, keys: Sequence[str], args: Sequence[Any], extra: Iterable[str] = ()) -> list[Any]:
+        """Run script ``name``; when it names keys it needed and was not given, declare them and rerun.
+
+        The heads and qfloor hashes are declared for every script: each one that moves task-queue members
+        keeps them exact (``_lib.lua``), and declaring them up front saves that round trip.
+        """
+        declared = list(dict.fromkeys([*extra, self.keys.heads, self.keys.qfloor]))
+        for _ in range(_MAX_KEY_ROUNDS):
+            with guard(self.where, f"running script {name}"):
+                reply = self._scripts[name](keys=[*keys, *declared], args=list(args))
+            if reply and _text(reply[0]) == "needkeys":
+                declared.extend(_text(k) for k in reply[1:])
+                continue
+            return list(reply)
+        raise StoreError(f"script {name} kept asking for undeclared keys")
+
+    @guarded("reading SubmitPools")
+    def pool_keys(self, tq_ids: Iterable[str]) -> list[str]:
+        """Task queue, pool and heads-index keys for these task queues, as stored now (one round trip)."""
+        tqs = list(dict.fromkeys(tq_ids))
+        if not tqs:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for tq in tqs:
+            pipe.smembers(self.keys.pool(tq))
+        out: list[str] = []
+        for tq, queues in zip(tqs, pipe.execute(), strict=True):
+            out += [self.keys.tq(tq), self.keys.pool(tq)]
+            out += [self.keys.qheads(_text(q)) for q in queues]
+        return out
+
+    def _stale(self, reply: list[Any]) -> None:
+        if _text(reply[0]) == "stale":
+            raise StaleReport(_text(reply[1]))
+
+    # -- submission -------------------------------------------------------------------------------
+
+    @guarded("submitting jobs")
+    def submit(self, jobs: Sequence[NewJob], request: tuple[str, Mapping[str, Any]] | None = None) -> list[str]:
+        """Store ``jobs`` (and the record of the request they form) in one atomic step; returns their ids.
+
+        Dependents and dependencies refer to other jobs of the same call by index.
+        """
+        if not jobs:
+            return []
+        now = self.clock()
+        for i, job in enumerate(jobs):
+            bad = [d for d in (*job.dependents, *job.deps) if not 0 <= d < len(jobs) or d == i]
+            if bad:
+                raise StoreError(f"job {job.name or i}: {bad} are not other jobs of this submission")
+            if not job.queues and job.state is None and not job.deferred:
+                raise StoreError(f"job {job.name or i}: task queue {job.tq_id} has no eligible queue")
+        tqs = {j.tq_id: {"def": j.tq_def, "queues": list(j.queues)} for j in jobs if j.queues}
+        body: dict[str, Any] = {"tqs": tqs, "jobs": [j.record(now, self.ete_safety_factor) for j in jobs]}
+        if request is not None:
+            body["request"] = {"id": request[0], "rec": dict(request[1])}
+        k = self.keys
+        declared = [key for tq, d in tqs.items() for key in (k.tq(tq), k.pool(tq), *map(k.qheads, d["queues"]))]
+        declared += [k.byrule(rule) for rule in {j.rule for j in jobs if j.rule}] + [k.work, *self.floors]
+        reply = self.call_script("submit", [k.jobs, k.seq, k.tqdefs, k.tqempty, k.poolstamp, k.releasing, k.requests],
+                           [self._base, now, json.dumps(body)], declared)
+        return [_text(i) for i in reply[1:]]
+
+    # -- the hot path -----------------------------------------------------------------------------
+
+    def _match_call(self, queue: str) -> PackedCall:
+        """The packed match call of a queue."""
+        call = self._match_calls.get(queue)
+        if call is None:
+            k = self.keys
+            call = PackedCall(self._line, self._scripts["match"],
+                              [k.jobs, k.qheads(queue), k.leases, k.tqempty, k.heads, k.qfloor, k.parked],
+                              n_args=9)
+            self._match_calls[queue] = call
+        return call
+
+    def match_args(self, offer: PilotOffer, max_jobs: int) -> list[Any]:
+        """The ARGV of a match call for this pilot (match.lua's header)."""
+        left = -1.0 if offer.time_left is None else max(0.0, offer.time_left)
+        return [self._base, offer.pilot, self.clock(), self.lease_seconds, offer.cpu, offer.mem, offer.tmp,
+                left, max_jobs]
+
+    @staticmethod
+    def matched(reply: list[Any]) -> list[Job]:
+        """The jobs a match reply leased.
+
+        A record that Python cannot read (match.lua checks its form, not every field's value) is left out:
+        its lease expires unrenewed and the reaper parks it, while the pilot runs the others.
+        """
+        jobs = []
+        for i in range(1, len(reply), 2):
+            try:
+                jobs.append(Job.from_record(reply[i], _text(reply[i - 1])))
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning("job %s leased with a record that cannot be read (%s): left to the reaper",
+                            _text(reply[i - 1]), exc)
+        return jobs
+
+    def match(self, offer: PilotOffer, max_jobs: int = 1) -> list[Job]:
+        """Lease to the pilot the most urgent task-queue heads that fit, most urgent first.
+
+        With ``max_jobs`` > 1 the choice repeats on what is left free (filling a multi-core pilot in
+        one call). An empty list means nothing fits now.
+        """
+        try:
+            return self.matched(self._match_call(offer.queue)(self.match_args(offer, max_jobs)))
+        except redis.RedisError as exc:  # the hot path: the guard's conversion without its context manager
+            raise converted(exc, self.where, "running script match") from None
+
+    def exchange(self, pilot: str, *, starts: Sequence[tuple[str, int, float]] = (),
+                 completions: Sequence[tuple[str, int, RunResult]] = (), offer: PilotOffer | None = None,
+                 max_jobs: int = 1) -> Exchange:
+        """A pilot's reports and its next match in one round trip (see :class:`PendingExchange`)."""
+        conn = self.client.connection_pool.get_connection()
+        try:
+            return self.send_exchange(pilot, conn, starts=starts, completions=completions, offer=offer,
+                                      max_jobs=max_jobs).receive()
+        finally:
+            self.client.connection_pool.release(conn)
+
+    def send_exchange(self, pilot: str, conn: Connection, *, starts: Sequence[tuple[str, int, float]] = (),
+                      completions: Sequence[tuple[str, int, RunResult]] = (), offer: PilotOffer | None = None,
+                      max_jobs: int = 1) -> PendingExchange:
+        """Send a pilot's reports and its next match on ``conn`` without waiting for the replies."""
+        k = self.keys
+        now = self.clock()
+        commands = [pack_script(self._scripts["start"].sha, [k.jobs, k.leases],
+                                [job, attempt, pilot, now, self.lease_seconds, at]) for job, attempt, at in starts]
+        commands += [pack_script(self._scripts["complete"].sha, self._complete_keys(),
+                                 self._complete_args(job, attempt, pilot, result, now))
+                     for job, attempt, result in completions]
+        if offer is not None:
+            commands.append(self._match_call(offer.queue).pack(self.match_args(offer, max_jobs)))
+        return PendingExchange(self, conn, pilot, starts, completions, offer, max_jobs, commands)
+
+    @guarded("loading the store's scripts")
+    def drop_connections(self) -> None:
+        """Close every connection of the client's pool (those checked out too: they reconnect when next
+        used). For the start of an outage: connections to a server that went away each fail once after it
+        came back."""
+        self.client.connection_pool.disconnect()
+
+    def reload_scripts(self) -> None:
+        """Load every script again (Redis restarted or flushed them)."""
+        for script in self._scripts.values():
+            self.client.script_load(script.script)
+
+    @guarded("renewing a pilot's leases")
+    def heartbeat(self, pilot: str, jobs: Mapping[str, int], record: Mapping[str, Any] | None = None,
+                  usage: Mapping[str, JobUsage] | None = None) -> HeartbeatReply:
+        """Renew the leases of the pilot's jobs (id -> attempt) and store what each has used so far
+        (``usage``, on the record's ``pm``/``cpu`` while it runs); returns the kill requests and the jobs
+        the pilot no longer holds (their usage is ignored)."""
+        k = self.keys
+        args: list[Any] = [pilot, self.clock(), self.lease_seconds, json.dumps(record) if record else ""]
+        usage = usage or {}
+        for job, attempt in jobs.items():
+            used = usage.get(job)
+            args += [job, attempt, *(("", "") if used is None else used.fields())]
+        kills, lost = self.call_script("heartbeat", [k.jobs, k.leases, k.kills, k.pilots, k.pilotseen], args)
+        pairs = [_text(x) for x in kills]
+        return HeartbeatReply(dict(zip(pairs[::2], pairs[1::2], strict=True)), tuple(_text(x) for x in lost))
+
+    @guarded("reporting a payload's start")
+    def start(self, job: str, attempt: int, pilot: str, at: float | None = None) -> None:
+        """The payload of a leased job started (``at``, default now): running, lease renewed."""
+        now = self.clock()
+        reply = self.call_script("start", [self.keys.jobs, self.keys.leases],
+                                 [job, attempt, pilot, now, self.lease_seconds, now if at is None else at])
+        self._stale(reply)
+
+    @guarded("reporting a success")
+    def complete(self, job: str, attempt: int, pilot: str, result: RunResult | None = None) -> list[str]:
+        """Record a success; returns the dependents it released (into their task queue or to evaluate)."""
+        reply = self.call_script("complete", self._complete_keys(),
+                                 self._complete_args(job, attempt, pilot, result, self.clock()))
+        self._stale(reply)
+        return [_text(x) for x in reply[1:]]
+
+    def _complete_keys(self) -> list[str]:
+        k = self.keys
+        return [k.jobs, k.leases, k.kills, k.tqempty, k.releasing, k.donelog, k.etekeys, k.eterules, k.work,
+                *self.floors]
+
+    def _complete_args(self, job: str, attempt: int, pilot: str, result: RunResult | None, now: float) -> list[Any]:
+        return [self._base, job, attempt, pilot, now, json.dumps((result or RunResult()).fields())]
+
+    @guarded("reporting a failure")
+    def fail(self, job: str, attempt: int, pilot: str, result: RunResult, *, requeue: bool = False) -> JobState:
+        """Record a failure; with ``requeue`` the job goes back to its task queue at once (preemption)."""
+        k = self.keys
+        extra: list[str] = [k.work, *self.floors]
+        if requeue:
+            extra += self.pool_keys([self.job(job).tq_id])
+        reply = self.call_script("fail", [k.jobs, k.leases, k.kills, k.tqempty, k.releasing],
+                           [self._base, job, attempt, pilot, self.clock(), json.dumps(result.fields()),
+                            "1" if requeue else "0"], extra)
+        self._stale(reply)
+        return JobState(_text(reply[1]))
+
+    # -- periodic work ----------------------------------------------------------------------------
+
+    @guarded("requeueing expired leases")
+    def requeue_expired(self, batch: int = 500) -> tuple[int, int, int]:
+        """Requeue jobs whose lease expired (back-off, retry limit) and restore those whose back-off is over.
+
+        Returns (requeued, failed beyond the retry limit, restored into their task queue). A job requeued
+        without back-off (its first lease expiry) is restored by a second call at once.
+        """
+        k = self.keys
+        total = [0, 0, 0]
+        for _ in range(2):
+            now = self.clock()
+            cutoff = self._lease_cutoff(now)
+            due = self.client.zrangebyscore(k.delayed, "-inf", now, start=0, num=batch)
+            extra = [k.work, k.parked, *self.floors, *self.pool_keys(self._tq_of(due))]
+            reply = self.call_script("reap", [k.jobs, k.leases, k.delayed, k.kills, k.tqempty, k.releasing],
+                                     [self._base, now, self.backoff, batch, cutoff], extra)
+            counts = int(reply[1]), int(reply[2]), int(reply[3])
+            total = [a + b for a, b in zip(total, counts, strict=True)]
+            if not counts[0]:
+                break
+        return total[0], total[1], total[2]
+
+    def _lease_cutoff(self, now: float) -> float | str:
+        """Leases that expired before this are requeued: ``now``, or none ("-inf") for half a lease after the
+        server restarted (or failed over). A restart is an outage for every pilot: leases that look expired
+        then are not evidence of a dead pilot, and a live pilot renews them as soon as the store answers it
+        again (its retries come at least every quarter lease). The server's ``run_id``, which changes at
+        every start, is kept in the store: a different one starts the grace; a dead pilot's jobs wait that
+        much more."""
+        try:
+            run_id = self.client.info("server").get("run_id")
+        except redis.ResponseError:  # a server without INFO (fakeredis): no restart to tell
+            return now
+        if not run_id:
+            return now
+        k = self.keys
+        seen, grace = self.client.hmget(k.cursor, [_RUN_ID, _GRACE])
+        if seen is None or _text(seen) != str(run_id):
+            if seen is not None:
+                grace = str(now + self.lease_seconds / 2).encode()
+                self.client.hset(k.cursor, _GRACE, grace)
+            self.client.hset(k.cursor, _RUN_ID, str(run_id))
+        return "-inf" if grace is not None and now < float(grace) else now
+
+    def _tq_of(self, ids: Sequence[Any]) -> list[str]:
+        if not ids:
+            return []
+        raws = self.client.hmget(self.keys.jobs, [_text(i) for i in ids])
+        out = []
+        for raw in raws:
+            try:
+                tq = json.loads(raw)["t"] if raw else None
+            except (ValueError, KeyError, TypeError):
+                tq = None  # unreadable: reap.lua parks it
+            if isinstance(tq, str) and tq:
+                out.append(tq)
+        return out
+
+    @guarded("cancelling a job")
+    def cancel(self, job: str, reason: str = "cancelled by user", *, kill: bool = False) -> str:
+        """Cancel (or, with ``kill``, kill) a job. Returns what happened: ended, requested, final, unknown."""
+        k = self.keys
+        reply = self.call_script("cancel", [k.jobs, k.kills, k.delayed, k.releasing],
+                                 [self._base, job, "kill" if kill else "cancel", reason, self.clock()],
+                                 [k.work, k.parked, *self.floors])
+        if _text(reply[0]) == "unknown":
+            raise NotFound(f"no job {job!r}")
+        return _text(reply[0])
+
+    def kill(self, job: str, reason: str = "killed by operator") -> str:
+        return self.cancel(job, reason, kill=True)
+
+    @guarded("refreshing a SubmitPool")
+    def refresh_pool(self, tq_id: str, queues: Sequence[str]) -> tuple[int, int]:
+        """Replace the SubmitPool of one task queue; returns (queues added, queues removed)."""
+        extra = self.pool_keys([tq_id]) + [self.keys.qheads(q) for q in queues] + self.floors + [self.keys.tqdefs]
+        reply = self.call_script("refresh_pool", [self.keys.poolstamp], [self._base, tq_id, self.clock(), *queues],
+                                 extra)
+        return int(reply[1]), int(reply[2])
+
+    @guarded("cleaning empty task queues")
+    def clean(self, grace: float, batch: int = 200) -> list[str]:
+        """Forget task queues empty for longer than ``grace`` seconds, with their pools; returns their ids."""
+        k = self.keys
+        cutoff = self.clock() - grace
+        cands = [_text(t) for t in self.client.zrangebyscore(k.tqempty, "-inf", cutoff, start=0, num=batch)]
+        reply = self.call_script("clean", [k.tqdefs, k.tqempty, k.poolstamp], [self._base, cutoff, batch],
+                           self.pool_keys(cands) + self.floors)
+        return [_text(x) for x in reply[1:]]
+
+    @guarded("releasing a job")
+    def release(self, job: str, spec: Mapping[str, Any]) -> JobState | None:
+        """Move a releasing job into its task queue (``spec`` as release.lua documents) or fail it."""
+        k = self.keys
+        extra = [k.work, *self.floors]
+        if "error" not in spec:
+            extra += self.pool_keys([spec["t"]]) + [k.qheads(q) for q in spec["queues"]]
+        reply = self.call_script("release", [k.jobs, k.tqdefs, k.tqempty, k.poolstamp, k.releasing],
+                           [self._base, job, self.clock(), json.dumps(spec)], extra)
+        return JobState(_text(reply[1])) if _text(reply[0]) == "ok" else None
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    @guarded("reading learnt run times")
+    def ete_stats(self, keys: Iterable[str], rules: Iterable[str]) -> tuple[dict[str, float], dict[str, RuleStats]]:
+        """Learnt run times: last success per job key, running statistics per rule (one round trip)."""
+        key_list, rule_list = sorted(set(keys)), sorted(set(rules))
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hmget(self.keys.etekeys, key_list or ["-"])
+        pipe.hmget(self.keys.eterules, rule_list or ["-"])
+        last, stats = pipe.execute()
+        by_key = {k: float(v) for k, v in zip(key_list, last, strict=False) if v is not None}
+        by_rule: dict[str, RuleStats] = {}
+        for rule, raw in zip(rule_list, stats, strict=False):
+            if raw is not None:
+                n, mean = _text(raw).split()
+                by_rule[rule] = RuleStats(int(n), float(mean))
+        return by_key, by_rule
+
+    @guarded("reading the outstanding work")
+    def outstanding_work(self) -> float:
+        """Core-seconds of work still to do (unfinished jobs with a known shape), kept by the scripts."""
+        return float(self.client.get(self.keys.work) or 0)
+
+    @guarded("reading a request")
+    def request(self, request: str) -> dict[str, Any]:
+        raw = self.client.hget(self.keys.requests, request)
+        if raw is None:
+            raise NotFound(f"no request {request!r}")
+        record: dict[str, Any] = json.loads(raw)
+        return record
+
+    @guarded("reading the requests")
+    def requests(self) -> dict[str, dict[str, Any]]:
+        return {_text(k): json.loads(v) for k, v in self.client.hgetall(self.keys.requests).items()}
+
+    @guarded("reading a request's jobs")
+    def request_jobs(self, request: str) -> list[Job]:
+        """Every job of a request (their ids are consecutive: one submission stores them all)."""
+        rec = self.request(request)
+        first, last = int(rec["first"]), int(rec["last"])
+        return self.jobs([str(i) for i in range(first, last + 1)])
+
+    @guarded("reading a job")
+    def job(self, job: str) -> Job:
+        raw = self.client.hget(self.keys.jobs, job)
+        if raw is None:
+            raise NotFound(f"no job {job!r}")
+        return Job.from_record(raw, job)
+
+    @guarded("reading jobs")
+    def jobs(self, ids: Sequence[str]) -> list[Job]:
+        """The jobs of ``ids`` that exist; one whose record cannot be read is left out with a warning (it is
+        parked, or will be: see :meth:`parked`), so one damaged record does not fail every view of its request."""
+        if not ids:
+            return []
+        raws = self.client.hmget(self.keys.jobs, list(ids))
+        out = []
+        for job, raw in zip(ids, raws, strict=True):
+            if raw:
+                try:
+                    out.append(Job.from_record(raw, job))
+                except (ValueError, KeyError, TypeError) as exc:
+                    log.warning("job %s: its record cannot be read (%s): left out", job, exc)
+        return out
+
+    @guarded("reading a task queue")
+    def task_queue(self, tq_id: str) -> list[tuple[str, float]]:
+        """Members (job ids) of one task queue with their scores, most urgent first."""
+        entries: Any = self.client.zrange(self.keys.tq(tq_id), 0, -1, withscores=True)
+        return [(_text(member).split(":", 1)[0], float(score)) for member, score in entries]
+
+    @guarded("reading a SubmitPool")
+    def pool(self, tq_id: str) -> set[str]:
+        return {_text(q) for q in self.client.smembers(self.keys.pool(tq_id))}
+
+    @guarded("reading task-queue definitions")
+    def tq_definitions_of(self, tq_ids: Sequence[str]) -> dict[str, str]:
+        values = self.client.hmget(self.keys.tqdefs, list(tq_ids)) if tq_ids else []
+        return {tq: _text(v) for tq, v in zip(tq_ids, values, strict=True) if v is not None}
+
+    @guarded("reading task-queue definitions")
+    def tq_definitions(self) -> dict[str, str]:
+        return {_text(a): _text(b) for a, b in self.client.hgetall(self.keys.tqdefs).items()}
+
+    @guarded("reading a queue's demand")
+    def waiting_heads(self, queue: str, per_tq: int = 200) -> list[tuple[str, str, int, int, int, float, float]]:
+        """Demand a queue can serve: up to ``per_tq`` most urgent waiting jobs of each of its task queues.
+
+        Tuples (task queue, job id, cpu, mem, tmp, need, score), need being the seconds a pilot must have
+        left for the job (:func:`taskqueues.store.records.time_needed`) — read from the task-queue members, so no
+        job record is loaded.
+        """
+        index: Any = self.client.zrange(self.keys.qheads(queue), 0, -1, withscores=True)
+        tqs = [_text(tq) for tq, score in index if score < 1e18]
+        pipe = self.client.pipeline(transaction=False)
+        for tq in tqs:
+            pipe.zrange(self.keys.tq(tq), 0, per_tq - 1, withscores=True)
+        out = []
+        for tq, members in zip(tqs, pipe.execute(), strict=True):
+            for member, score in members:
+                try:
+                    job, cpu, mem, tmp, need = _text(member).split(":")
+                    out.append((tq, job, int(cpu), int(mem), int(tmp), float(need), float(score)))
+                except ValueError:
+                    continue  # a member that cannot be read: the next match that meets it parks it
+        return out
+
+    @guarded("reading the pilots")
+    def pilot_records(self, max_age: float | None = None) -> dict[str, dict[str, Any]]:
+        """Records the live pilots sent with their heartbeats (seen within ``max_age`` seconds)."""
+        names = None
+        if max_age is not None:
+            names = {_text(n) for n in self.client.zrangebyscore(self.keys.pilotseen, self.clock() - max_age, "+inf")}
+        out = {}
+        for name, raw in self.client.hgetall(self.keys.pilots).items():
+            if names is None or _text(name) in names:
+                out[_text(name)] = json.loads(raw)
+        return out
+
+    @guarded("reading the releasing jobs")
+    def releasing(self, limit: int = 500) -> list[str]:
+        return [_text(x) for x in self.client.zrange(self.keys.releasing, 0, limit - 1)]
+
+    def tq_largest(self, tq_ids: Sequence[str]) -> dict[str, Largest]:
+        """The largest exact cpu, mem, tmp and wall of the jobs that entered each task queue since it was
+        last empty, as the scripts keep them (task queues no job entered yet are left out)."""
+        values = self.client.hmget(self.keys.tqmax, list(tq_ids)) if tq_ids else []
+        out: dict[str, Largest] = {}
+        for tq, raw in zip(tq_ids, values, strict=True):
+            try:
+                cpu, mem, tmp, wall = (int(float(x)) for x in _text(raw).split(":"))
+            except (ValueError, OverflowError):
+                continue  # none, or damaged: the refresh judges that task queue on its definition
+            out[tq] = Largest(cpu, mem, tmp, wall)
+        return out
+
+    def parked(self, ids: Sequence[str] | None = None) -> dict[str, Parked]:
+        """Jobs taken out of their task queue because their member or record could not be read (all of
+        them, or those of ``ids``)."""
+        if ids is None:
+            raw = {_text(k): v for k, v in self.client.hgetall(self.keys.parked).items()}
+        else:
+            raw = {i: v for i, v in zip(ids, self.client.hmget(self.keys.parked, list(ids)) if ids else [],
+                                        strict=True) if v is not None}
+        return {job: Parked.from_entry(job, value) for job, value in raw.items()}
+
+    def newly_parked(self) -> list[Parked]:
+        """Jobs parked since the last call (in any process): the cursor hash's ``parked`` field holds the
+        time of the last one returned. Two concurrent callers may both return the same ones."""
+        seen = float(self.client.hget(self.keys.cursor, PARKED_CURSOR) or 0)
+        fresh = sorted((p for p in self.parked().values() if p.at > seen), key=lambda p: (p.at, p.job))
+        if fresh:
+            self.client.hset(self.keys.cursor, PARKED_CURSOR, repr(fresh[-1].at))
+        return fresh

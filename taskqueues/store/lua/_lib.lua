@@ -1,0 +1,460 @@
+-- _lib: helpers prepended to every script at load time (not a script of its own; match.lua does not use it).
+-- Every key a script touches is declared in KEYS (match.lua's task queues aside: see its header). Keys
+-- that depend on data (a task queue, its SubmitPool, the heads index of each eligible queue) are declared
+-- by the caller; when a script finds one it was not given, it returns {'needkeys', key...} before writing
+-- anything and the caller retries with them.
+--
+-- Argument checks. Anyone holding the store's credentials can call a script with any arguments, so each
+-- script checks its KEYS and ARGV first, before it reads what they name and before its first write: a
+-- refused call changes nothing and answers one error, "<script>: <argument>: <what is wrong>". The
+-- check_* helpers record the first problem and return a harmless stand-in, so a script lists its checks
+-- one a line and then returns refused() when it says so. Numbers read from text go through tonumber,
+-- which takes "nan", "inf" and "0x10": every range test is written so that NaN fails it.
+local SCRIPT, PROBLEM = '?', nil
+local MAX_TIME = 1e12    -- unix seconds, and any duration in seconds
+local MAX_AMOUNT = 1e15  -- cores, MB, run times, counts: integers a double holds exactly
+local MAX_SCORE = 1e17   -- a score stays below EMPTY (1e18), which marks an empty task queue in heads indexes
+local MAX_BATCH = 100000
+-- A task-queue member's tail ":cpu:mem:tmp:ete": bounds that keep a job's work (cpu x ete, kept with INCRBY)
+-- an exact integer, and the sum of many far inside 64 bits.
+local TAIL_MAX = {1e6, 1e12, 1e12, 1e9}
+local MAX_ETE = 1e9
+local PATTERN = {
+  tq = '^[%w_.%-]+$',                   -- task-queue id (the product's are 16 hex digits)
+  queue = '^[%w][%w._+%-]*/[%w][%w._+%-]*/[%w][%w._+%-]*$',  -- catalog queue "site/ce/queue"
+  job = '^[^:%s%c]+$',                  -- job id (no colon: it starts a task-queue member)
+  name = '^[^%c]+$',                    -- pilot, rule, request name: any text without control characters
+  request = '^[%w_.%-]+$',              -- request id
+  tail = '^:%d+:%d+:%d+:%d+$',          -- task-queue member tail ":cpu:mem:tmp:ete"
+  score = '^[-+]?%d*%.?%d*[eE]?[-+]?%d*$', -- a score as text: what ZADD parses, and nothing else
+}
+local function shown(v)
+  if type(v) == 'string' then
+    return cjson.encode(#v > 60 and (string.sub(v, 1, 60) .. '...') or v)
+  end
+  if v == nil then return 'nothing' end
+  if v == cjson.null then return 'null' end
+  return type(v) == 'table' and 'a JSON ' .. (next(v) == 1 and 'array' or 'object') or tostring(v)
+end
+local function problem(where, what)
+  if not PROBLEM then PROBLEM = SCRIPT .. ': ' .. where .. ': ' .. what end
+end
+local function refused()
+  if PROBLEM then return redis.error_reply(PROBLEM) end
+  return nil
+end
+-- A finite number in [lo, hi] (an integer if `int`); `v` is a JSON number, or text when `text`.
+local function check_number(where, v, lo, hi, int, text)
+  local n = v
+  if text and type(v) == 'string' then n = tonumber(v) end
+  if type(n) ~= 'number' or not (n >= lo and n <= hi) or (int and n ~= math.floor(n)) then
+    problem(where, 'wants ' .. (int and 'an integer' or 'a number') .. ' in [' .. string.format('%.17g', lo) ..
+      ', ' .. string.format('%.17g', hi) .. '], got ' .. shown(v))
+    return lo
+  end
+  return n
+end
+-- A string of at most `max` bytes that matches `pattern` (any string when nil).
+local function check_text(where, v, pattern, max)
+  if type(v) ~= 'string' or (max and #v > max) or (pattern and not string.match(v, pattern)) then
+    problem(where, 'wants ' .. (pattern and 'text matching ' .. pattern or 'text') ..
+      (max and ' of at most ' .. max .. ' bytes' or '') .. ', got ' .. shown(v))
+    return ''
+  end
+  return v
+end
+local function argv_number(i, what, lo, hi, int)
+  return check_number('ARGV[' .. i .. '] (' .. what .. ')', ARGV[i], lo, hi, int, true)
+end
+local function argv_text(i, what, pattern, max)
+  return check_text('ARGV[' .. i .. '] (' .. what .. ')', ARGV[i], pattern, max)
+end
+-- A table decoded from JSON: an object (string keys only) or an array (1..n, no holes). An empty one is both.
+local function is_object(t)
+  if type(t) ~= 'table' then return false end
+  for k in pairs(t) do if type(k) ~= 'string' then return false end end
+  return true
+end
+local function is_array(t)
+  if type(t) ~= 'table' then return false end
+  local n = 0
+  for _ in pairs(t) do n = n + 1 end
+  return n == #t
+end
+-- A JSON object given as text (an argument, or a record field that holds JSON text).
+local function check_json(where, text)
+  if type(text) ~= 'string' or string.sub(text, 1, 1) ~= '{' then
+    problem(where, 'wants a JSON object as text, got ' .. shown(text))
+    return {}
+  end
+  local ok, v = pcall(cjson.decode, text)
+  if not ok or not is_object(v) then
+    problem(where, 'is not a JSON object: ' .. shown(text))
+    return {}
+  end
+  return v
+end
+-- One value of a JSON payload, by kind (a string naming it: no closures to build on every call).
+local STATES = {blocked = true, releasing = true, waiting = true, matched = true, running = true, done = true,
+                failed = true, cancelled = true, ['dep-failed'] = true}
+local function check_kind(where, v, kind)
+  if kind == 'text' then check_text(where, v)
+  elseif kind == 'time' then check_number(where, v, 0, MAX_TIME)
+  elseif kind == 'amount' then check_number(where, v, 0, MAX_AMOUNT)
+  elseif kind == 'count' then check_number(where, v, 0, MAX_AMOUNT, true)
+  elseif kind == 'signed' then check_number(where, v, -MAX_AMOUNT, MAX_AMOUNT)
+  elseif kind == 'exit' then check_number(where, v, -1e9, 1e9, true)
+  elseif kind == 'ete' then check_number(where, v, 0, MAX_ETE)
+  elseif kind == 'tail' then
+    local c, m, t, e = string.match(type(v) == 'string' and v or '', '^:(%d+):(%d+):(%d+):(%d+)$')
+    local f = {tonumber(c), tonumber(m), tonumber(t), tonumber(e)}
+    for i = 1, 4 do
+      if not (f[i] and f[i] <= TAIL_MAX[i]) then
+        problem(where, 'wants ":cpu:mem:tmp:ete", whole numbers up to ' .. string.format('%g:%g:%g:%g',
+          unpack(TAIL_MAX)) .. ', got ' .. shown(v))
+        break
+      end
+    end
+  elseif kind == 'score' then
+    local n = type(v) == 'string' and string.match(v, PATTERN.score) and tonumber(v)
+    if not (n and n >= -MAX_SCORE and n <= MAX_SCORE) then
+      problem(where, 'wants a score as text in [-1e17, 1e17], got ' .. shown(v))
+    end
+  elseif kind == 'json' then check_json(where, v)
+  elseif kind == 'one' then if v ~= 1 then problem(where, 'wants 1, got ' .. shown(v)) end
+  elseif kind == 'bool' then if type(v) ~= 'boolean' then problem(where, 'wants true or false, got ' .. shown(v)) end
+  elseif kind == 'array' then if not is_array(v) then problem(where, 'wants an array, got ' .. shown(v)) end
+  elseif kind == 'maybe-amount' then if v ~= cjson.null then check_number(where, v, -MAX_AMOUNT, MAX_AMOUNT) end
+  elseif kind == 'scalar' then
+    if type(v) == 'table' then problem(where, 'wants text, a number, true, false or null, got ' .. shown(v)) end
+  elseif kind == 'any' then return
+  else check_text(where, v, PATTERN[kind], kind == 'queue' and 400 or 256)
+  end
+end
+-- An object whose every field is one `schema` names (field -> kind), of its kind; `required` lists fields
+-- it must carry. An injected field (a state, a lease, a pilot) is refused by name.
+local function check_fields(where, obj, schema, required)
+  if not is_object(obj) then
+    problem(where, 'wants a JSON object, got ' .. shown(obj))
+    return false
+  end
+  for _, k in ipairs(required or {}) do
+    if obj[k] == nil then problem(where, 'lacks the field ' .. k) end
+  end
+  for k, v in pairs(obj) do
+    local kind = schema[k]
+    if not kind then
+      problem(where, 'may not carry the field ' .. shown(k))
+    else
+      check_kind(where .. '.' .. k, v, kind)
+    end
+  end
+  return PROBLEM == nil
+end
+-- The key base of a call ("<prefix>:{<vo>}:", ARGV[1] of most scripts), and its fixed KEYS by role (the key
+-- name after the base); any further key (declared by the caller) must belong to the same community.
+local BASE = '^[^{}:%s]+:{[^{}:%s]+}:$'
+local function check_keys(base, roles)
+  for i, role in ipairs(roles) do
+    if KEYS[i] ~= base .. role then
+      problem('KEYS[' .. i .. ']', 'wants ' .. shown(base .. role) .. ', got ' .. shown(KEYS[i]))
+    end
+  end
+  for i = #roles + 1, #KEYS do
+    if string.sub(KEYS[i], 1, #base) ~= base then
+      problem('KEYS[' .. i .. ']', shown(KEYS[i]) .. ' is not a key of ' .. base)
+    end
+  end
+end
+local function check_base(roles)
+  local base = ARGV[1]
+  if type(base) ~= 'string' or not string.match(base, BASE) then
+    problem('ARGV[1] (key base)', 'wants "<prefix>:{<vo>}:", got ' .. shown(base))
+    return '?:{?}:'
+  end
+  check_keys(base, roles)
+  return base
+end
+-- The base of a script that takes none in ARGV: KEYS[1] must be a jobs hash.
+local function base_of_jobs(roles)
+  local base = type(KEYS[1]) == 'string' and string.match(KEYS[1], '^([^{}:%s]+:{[^{}:%s]+}:)jobs$')
+  if not base then
+    problem('KEYS[1]', 'wants the jobs hash "<prefix>:{<vo>}:jobs", got ' .. shown(KEYS[1]))
+    return '?:{?}:'
+  end
+  check_keys(base, roles)
+  return base
+end
+local function check_count(n_args, exact)
+  if #ARGV < n_args or (exact and #ARGV > n_args) then
+    problem('ARGV', 'wants ' .. (exact and '' or 'at least ') .. n_args .. ' arguments, got ' .. #ARGV)
+  end
+end
+-- The result a pilot reports (complete.lua, fail.lua): these fields only, copied onto the record.
+local RESULT = {x = 'exit', w = 'amount', cpu = 'amount', pm = 'amount', o = 'json', why = 'text', st = 'time'}
+
+local EMPTY = 1e18
+-- Every heads index holds this member, scored +inf (after every task queue, even an empty one), from the
+-- moment it is created. Longer than the 64 bytes up to which Redis keeps a small sorted set as a listpack
+-- (which parses every score from text on each ZADD and ZRANGE), it makes Redis keep the index as a
+-- skiplist: a ZADD into a 100-entry index went from 10 us to 2 us. Readers stop before EMPTY, so before it.
+-- The heads hash holds it as a field too (sync_heads), for the same reason: as a listpack, every HMGET of
+-- match scans the whole hash (at 100 task queues, 17% of a filling match's instructions went there).
+-- Nothing lists the heads hash; match only reads it by task-queue id.
+local SKIPLIST = string.rep('~', 65)
+local ENQUEUED = false
+local DECLARED = {}
+local MISSING = {}
+-- Every key of KEYS is declared (the fixed ones too: need() may ask for one a script has in a fixed place).
+local function declare_keys()
+  for j = 1, #KEYS do DECLARED[KEYS[j]] = true end
+end
+local function need(k)
+  if not DECLARED[k] then MISSING[#MISSING + 1] = k end
+  return k
+end
+local function needkeys()
+  if #MISSING == 0 then return nil end
+  table.insert(MISSING, 1, 'needkeys')
+  return MISSING
+end
+-- The queues of a task queue's SubmitPool; declares the task queue, its pool and their heads indexes.
+local function pool_of(base, tq)
+  need(base .. K_TQ .. tq)
+  local poolkey = base .. K_POOL .. tq
+  if not DECLARED[poolkey] then need(poolkey) return {} end
+  local queues = redis.call('SMEMBERS', poolkey)
+  for _, q in ipairs(queues) do need(base .. K_QH .. q) end
+  return queues
+end
+-- Outstanding work (core-seconds of every unfinished job with a known shape), what a load-aware ETA
+-- divides by the cores (matcher.eta). A job counts from the moment it has a task-queue member.
+-- Whole seconds with INCRBY: INCRBYFLOAT rewrites its arguments for replication, which in Redis 6.2
+-- corrupts the scripting client's argument cache (the server crashed on the next SADD).
+local function work_of(rec)
+  if not rec.m then return 0 end
+  local cpu = tonumber(string.match(rec.m, '^[^:]+:([^:]+):')) or 1
+  return cpu * math.ceil(tonumber(rec.e) or 0)
+end
+-- The amount goes as an integer's digits (a Lua number would be sent as "1e+14" past 14 digits); a counter
+-- that would overflow is held at its bound rather than failing the script after its first writes.
+local function add_work(base, amount)
+  if amount == 0 then return end
+  local key = base .. K_WORK
+  local reply = redis.pcall('INCRBY', key, string.format('%d', amount))
+  if type(reply) == 'table' and reply.err then
+    redis.call('SET', key, amount > 0 and '9000000000000000000' or '0')
+  end
+end
+-- Heads (match.lua reads them instead of every task-queue zset). The `heads` hash maps each non-empty
+-- task queue to "<score> <member> <floor>": its head exactly (score as ZRANGE prints it) and a floor
+-- "cpu:mem:tmp:need" at or below every member it has held since it was last empty. The `qfloor` hash maps
+-- a catalog queue to a floor of every member of the task queues its heads index lists, so a pilot that
+-- nothing there can fit is answered without a walk; a queue without an entry has no floor yet.
+-- Every script that adds or removes task-queue members calls touched() for each change, then sync_heads()
+-- once after its writes, which also marks in `tqempty` every task queue the script emptied (clean.lua
+-- forgets it after a grace period) and keeps `tqmax`, the largest exact cpu, mem, tmp and wall of the
+-- jobs that entered each task queue since it was last empty: what the SubmitPool refresh judges
+-- eligibility on (matcher.periodic), never the buckets. The caller declares the four hashes; need_heads()
+-- checks.
+local TOUCHED = {}
+local function need_heads(base)
+  need(base .. K_HEADS)
+  need(base .. K_QFLOOR)
+  need(base .. K_TQEMPTY)
+  need(base .. K_TQMAX)
+end
+-- "a:b:c:d" as four numbers; a text that is not (corrupted by hand) reads as 0:0:0:0, the floor that is
+-- never wrong.
+local function parse_floor(text)
+  local c, m, t, e = string.match(text or '', '^([^:]+):([^:]+):([^:]+):([^:]+)$')
+  c, m, t, e = tonumber(c), tonumber(m), tonumber(t), tonumber(e)
+  if not (c and m and t and e) then return {0, 0, 0, 0} end
+  return {c, m, t, e}
+end
+local function lower_floor(f, g)
+  if not f then return {g[1], g[2], g[3], g[4]} end
+  for i = 1, 4 do if g[i] < f[i] then f[i] = g[i] end end
+  return f
+end
+local function floor_text(f)
+  return string.format('%.17g:%.17g:%.17g:%.17g', f[1], f[2], f[3], f[4])
+end
+-- A member entered (`member`) or left (nil) task queue tq, whose SubmitPool is `queues` (nil if unknown).
+local function touched(tq, member, queues)
+  local entry = TOUCHED[tq]
+  if not entry then entry = {added = 0} TOUCHED[tq] = entry end
+  if queues then entry.queues = queues end
+  if member then
+    entry.added = entry.added + 1
+    entry.floor = lower_floor(entry.floor, parse_floor(string.match(member, '^[^:]*:(.*)$')))
+  end
+end
+-- Lower the floor of catalog queue q to take `f` in, when q has one.
+local function lower_qfloor(base, q, f)
+  local key = base .. K_QFLOOR
+  local old = redis.call('HGET', key, q)
+  if not old then return end
+  local text = floor_text(lower_floor(parse_floor(old), f))
+  if text ~= old then redis.call('HSET', key, q, text) end
+end
+-- The largest exact values of the jobs that entered task queue tq in this call, merged into `tqmax`
+-- (replacing what it held when the task queue was empty before).
+local function raise_largest(base, tq, entry)
+  local key = base .. K_TQMAX
+  local old = not entry.fresh and redis.call('HGET', key, tq)
+  local f = entry.largest
+  if old then
+    local g = parse_floor(old)
+    for i = 1, 4 do if g[i] > f[i] then f[i] = g[i] end end
+  end
+  local text = floor_text(f)
+  if text ~= old then redis.call('HSET', key, tq, text) end
+end
+local function sync_heads(base, now)
+  local heads = base .. K_HEADS
+  for tq, entry in pairs(TOUCHED) do
+    local key = base .. K_TQ .. tq
+    local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    if entry.largest then raise_largest(base, tq, entry) end
+    if #head == 0 then
+      redis.call('HDEL', heads, tq)
+      redis.call('ZADD', base .. K_TQEMPTY, 'NX', now, tq)
+    else
+      local floor = entry.floor
+      local old = redis.call('HGET', heads, tq)
+      if old then
+        floor = lower_floor(floor, parse_floor(string.match(old, ' (%S+)$')))
+      elseif redis.call('ZCARD', key) > entry.added then
+        floor = {0, 0, 0, 0} -- members from before heads were kept: nothing known about them
+      end
+      redis.call('HSET', heads, tq, head[2] .. ' ' .. head[1] .. ' ' .. floor_text(floor), SKIPLIST, '')
+      if entry.floor then
+        for _, q in ipairs(entry.queues or {}) do lower_qfloor(base, q, entry.floor) end
+      end
+    end
+  end
+  TOUCHED = {}
+end
+-- Put a waiting job into its task queue. The heads index only ever gets ZADD LT here, so every entry
+-- stays at or below its task queue's real head score (what match relies on). A task queue with no
+-- SubmitPool (cleaned meanwhile, or no queue eligible any more) sends the job to the releasing set,
+-- where the caller recomputes its pool from the catalog (release.lua).
+local function enqueue(base, tqempty, releasing, rec, queues, now)
+  if #queues == 0 then
+    rec.s = 'releasing'
+    redis.call('ZADD', releasing, now, rec.id)
+    return
+  end
+  rec.s = 'waiting'
+  ENQUEUED = true
+  redis.call('ZADD', base .. K_TQ .. rec.t, rec.sc, rec.m)
+  local fresh = redis.call('ZREM', tqempty, rec.t) == 1
+  for _, q in ipairs(queues) do redis.call('ZADD', base .. K_QH .. q, 'LT', rec.sc, rec.t, 'inf', SKIPLIST) end
+  touched(rec.t, rec.m, queues)
+  local entry = TOUCHED[rec.t]
+  local c, m, t = string.match(rec.m, ':(%d+):(%d+):(%d+):%d+$')
+  local wall = type(rec.r) == 'string' and string.match(rec.r, '[{,]"wall":(%d+)[,}]') or 0
+  local f = {tonumber(c) or 0, tonumber(m) or 0, tonumber(t) or 0, tonumber(wall) or 0}
+  if fresh then entry.fresh, entry.largest = true, nil end
+  if entry.largest then
+    for i = 1, 4 do if f[i] > entry.largest[i] then entry.largest[i] = f[i] end end
+  else
+    entry.largest = f
+  end
+end
+-- Records are stored without their id (the hash field), with only the tail of their task-queue member
+-- (":cpu:mem:tmp:need"), and without the attempt while it is 0 nor the retry limit while it is the
+-- default (MAX_RETRIES, put in front by the loader from taskqueues.store.records.DEFAULT_MAX_RETRIES):
+-- memory per waiting job is a target. load/save put them back and take them out, so scripts always see
+-- rec.id, rec.m, rec.a and rec.mr.
+-- A record that does not decode to an object with a known state (corrupted by hand, or by a bug of the
+-- past) loads as nil, like a missing one, with 'unreadable' as a second value: no script fails on it.
+local function load(jobs, id)
+  local raw = redis.call('HGET', jobs, id)
+  if not raw then return nil end
+  local ok, rec = pcall(cjson.decode, raw)
+  if not ok or not is_object(rec) or not STATES[rec.s] or (rec.t ~= nil and type(rec.t) ~= 'string')
+      or (rec.mt ~= nil and type(rec.mt) ~= 'string') then
+    return nil, 'unreadable'
+  end
+  rec.id = id
+  if rec.mt then rec.m, rec.mt = id .. rec.mt, nil end
+  rec.a = rec.a or 0
+  rec.mr = rec.mr or MAX_RETRIES
+  return rec
+end
+local function save(jobs, rec)
+  local id, m, a, mr = rec.id, rec.m, rec.a, rec.mr
+  rec.id = nil
+  if m then rec.mt, rec.m = string.sub(m, #id + 1), nil end
+  if a == 0 then rec.a = nil end
+  if mr == MAX_RETRIES then rec.mr = nil end
+  redis.call('HSET', jobs, id, cjson.encode(rec))
+  rec.id, rec.m, rec.mt, rec.a, rec.mr = id, m, nil, a, mr
+end
+-- Whether a record holds what enqueue() writes (a hand-made record may not).
+local function enqueueable(rec)
+  return type(rec.t) == 'string' and type(rec.m) == 'string' and type(rec.sc) == 'string'
+    and string.match(rec.t, PATTERN.tq) and string.match(rec.m, '^[^:]+' .. string.sub(PATTERN.tail, 2))
+    and string.match(rec.sc, PATTERN.score) and tonumber(rec.sc) ~= nil
+end
+-- A report from a pilot must name the job's current attempt and find the job in one of `states`.
+local function check_report(rec, id, attempt, states)
+  if not rec then return 'unknown job ' .. id end
+  if tostring(rec.a) ~= tostring(attempt) then
+    return 'stale attempt ' .. attempt .. ' for job ' .. id .. ' (current ' .. tostring(rec.a) .. ', state ' .. rec.s .. ')'
+  end
+  for _, s in ipairs(states) do if rec.s == s then return nil end end
+  return 'job ' .. id .. ' is ' .. rec.s
+end
+-- End a job for good (failed, cancelled...) and mark every job that transitively depends on it
+-- dep-failed with the reason. Only blocked or releasing dependents can exist below an unfinished job.
+local function finish(jobs, releasing, rec, state, reason, now)
+  add_work(string.match(jobs, '^(.*)jobs$'), -work_of(rec))
+  if rec.s == 'releasing' then redis.call('ZREM', releasing, rec.id) end -- else it is swept for ever
+  rec.s = state
+  rec.why = reason
+  rec.te = now
+  save(jobs, rec)
+  local stack = {}
+  for _, d in ipairs(rec.dn or {}) do stack[#stack + 1] = {d, rec.id} end
+  while #stack > 0 do
+    local top = table.remove(stack)
+    local drec = load(jobs, top[1])
+    if drec and (drec.s == 'blocked' or drec.s == 'releasing') then
+      add_work(string.match(jobs, '^(.*)jobs$'), -work_of(drec))
+      drec.s = 'dep-failed'
+      drec.why = 'dependency ' .. top[2] .. ' ' .. state .. ': ' .. reason
+      drec.te = now
+      save(jobs, drec)
+      redis.call('ZREM', releasing, drec.id)
+      for _, d in ipairs(drec.dn or {}) do stack[#stack + 1] = {d, drec.id} end
+    end
+  end
+end
+-- Create a task queue's definition and SubmitPool when they do not exist yet, registering the task queue
+-- (as empty) in the heads index of every eligible queue.
+-- A task queue created empty (its jobs blocked, or sent to be released) is marked in `tqempty` at once, so
+-- it is cleaned if no job ever enters it (enqueue() unmarks it).
+local function ensure_pool(base, tqdefs, poolstamp, tq, def, queues, now)
+  if redis.call('HSETNX', tqdefs, tq, def) == 1 and redis.call('EXISTS', base .. K_TQ .. tq) == 0 then
+    redis.call('ZADD', base .. K_TQEMPTY, 'NX', now, tq)
+  end
+  local poolkey = base .. K_POOL .. tq
+  if redis.call('EXISTS', poolkey) == 0 and #queues > 0 then
+    redis.call('SADD', poolkey, unpack(queues))
+    redis.call('ZADD', poolstamp, now, tq)
+    for _, q in ipairs(queues) do redis.call('ZADD', base .. K_QH .. q, 'NX', EMPTY, tq, 'inf', SKIPLIST) end
+  end
+end
+-- Park a job that no operation can handle (its record or its task-queue member cannot be read): out of
+-- every structure that would hand it on, into the `parked` hash (job id -> {"why", "t", "m", "at"}), where
+-- `pilotfish explain` and `status` show it and the periodic reap logs it. The caller declares `parked`.
+local function park(base, id, why, tq, member, now)
+  redis.call('HSET', base .. K_PARKED, id, cjson.encode({why = why, t = tq or '', m = member or '', at = now}))
+end
+-- Wake idle pilots (they wait on this channel instead of polling) when this call enqueued work.
+local function wake(base)
+  if ENQUEUED then redis.call('PUBLISH', base .. K_WAKE, '1') end
+end

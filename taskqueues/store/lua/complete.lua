@@ -1,0 +1,91 @@
+-- complete: a payload succeeded. Dependents whose last dependency this was are released in the same step:
+-- into their task queue, or, when a requirement waits for dependency outputs, into the releasing set where
+-- the caller evaluates it (release.lua then enqueues it).
+-- Publishes the ids it put in the releasing set (space-separated) on the release channel (keys.release_channel).
+-- KEYS[1]  jobs hash
+-- KEYS[2]  leases zset
+-- KEYS[3]  kills hash
+-- KEYS[4]  tqempty zset
+-- KEYS[5]  releasing zset (job id -> time released, waiting for its deferred requirements)
+-- KEYS[6]  done log zset (job id -> end time; what re-pressure reads)
+-- KEYS[7]  etekeys hash (job key -> last successful run time)
+-- KEYS[8]  eterules hash (rule -> "n mean": cumulative mean for 100 runs, then EMA with alpha 1/100,
+--          as taskqueues.ete.RuleStats.update; learnt here so each success counts exactly once)
+-- KEYS[9..] the work counter, the heads, qfloor, tqempty and tqmax hashes; task queues, pools and heads
+--           indexes of dependents released here
+-- ARGV[1]  key base   ARGV[2] job id   ARGV[3] attempt   ARGV[4] pilot id   ARGV[5] now
+-- ARGV[6]  result JSON {"x": exit, "w": wall s, "cpu": cpu s, "pm": peak MB, "o": outputs JSON string,
+--          "why": text, "st": started} (those fields only: they are copied onto the record)
+-- Returns  {'ok', released id...} or {'stale', reason} or {'needkeys', key...}
+SCRIPT = 'complete'
+local base = check_base({'jobs', 'leases', 'kills', 'tqempty', 'releasing', 'donelog', 'etekeys', 'eterules'})
+check_count(6, true)
+local id = argv_text(2, 'job id', PATTERN.job, 64)
+local attempt = argv_number(3, 'attempt', 0, 1e9, true)
+local pilot = argv_text(4, 'pilot id', PATTERN.name, 256)
+local now = argv_number(5, 'now', 0, MAX_TIME)
+local result = check_json('ARGV[6] (result)', ARGV[6])
+check_fields('ARGV[6] (result)', result, RESULT)
+if PROBLEM then return refused() end
+declare_keys()
+local rec = load(KEYS[1], id)
+local bad = check_report(rec, id, attempt, {'matched', 'running'})
+if bad then return {'stale', bad} end
+if rec.pl ~= pilot then return {'stale', 'job ' .. id .. ' is leased to ' .. tostring(rec.pl)} end
+
+-- Read phase: which dependents does this release, and what do they need?
+need(base .. K_WORK)
+need_heads(base)
+local release, pools = {}, {}
+for _, d in ipairs(rec.dn or {}) do
+  local drec = load(KEYS[1], d)
+  if drec and drec.s == 'blocked' and drec.nd == 1 and not drec.dx then
+    pools[d] = pool_of(base, drec.t)
+  end
+end
+local missing = needkeys()
+if missing then return missing end
+
+add_work(base, -work_of(rec))
+rec.s = 'done'
+rec.te = now
+for k, v in pairs(result) do rec[k] = v end
+save(KEYS[1], rec)
+redis.call('ZREM', KEYS[2], id)
+redis.call('HDEL', KEYS[3], id)
+redis.call('ZADD', KEYS[6], now, id)
+if rec.w then
+  if rec.k then redis.call('HSET', KEYS[7], rec.k, tostring(rec.w)) end
+  if rec.ru then
+    local stats = redis.call('HGET', KEYS[8], rec.ru)
+    local n, mean = 0, 0
+    if stats then n, mean = string.match(stats, '^(%S+) (%S+)$') n, mean = tonumber(n), tonumber(mean) end
+    n = n + 1
+    local weight = 1 / n
+    if n > 100 then weight = 1 / 100 end
+    mean = mean + (rec.w - mean) * weight
+    redis.call('HSET', KEYS[8], rec.ru, string.format('%d %.17g', n, mean))
+  end
+end
+local out, releasing = {'ok'}, {}
+for _, d in ipairs(rec.dn or {}) do
+  local drec = load(KEYS[1], d)
+  if drec and drec.s == 'blocked' then
+    drec.nd = (tonumber(drec.nd) or 1) - 1
+    if drec.nd <= 0 then
+      if drec.dx then
+        drec.s = 'releasing'
+        redis.call('ZADD', KEYS[5], now, d)
+      else
+        enqueue(base, KEYS[4], KEYS[5], drec, pools[d], now)
+      end
+      out[#out + 1] = d
+      if drec.s == 'releasing' then releasing[#releasing + 1] = d end
+    end
+    save(KEYS[1], drec)
+  end
+end
+sync_heads(base, now)
+wake(base)
+if #releasing > 0 then redis.call('PUBLISH', base .. K_RELEASE, table.concat(releasing, ' ')) end
+return out

@@ -1,0 +1,62 @@
+-- fail: a payload failed, was killed, or its pilot gives it back (preemption, SIGTERM).
+-- KEYS[1]  jobs hash
+-- KEYS[2]  leases zset
+-- KEYS[3]  kills hash
+-- KEYS[4]  tqempty zset
+-- KEYS[5]  releasing zset
+-- KEYS[6..] the job's task queue, its pool and the pool's heads indexes (only needed to give it back)
+--           the work counter, the heads, qfloor, tqempty and tqmax hashes
+-- ARGV[1]  key base   ARGV[2] job id   ARGV[3] attempt   ARGV[4] pilot id   ARGV[5] now
+-- ARGV[6]  result JSON {"x": exit, "w": wall s, "cpu": cpu s, "pm": peak MB, "why": reason, "o": outputs,
+--          "st": started} (those fields only: they are copied onto the record)
+-- ARGV[7]  "1" to give the job back to its task queue at once (counts as a retry), "0" to fail it
+-- Returns  {'ok', final state} or {'stale', reason} or {'needkeys', key...}
+SCRIPT = 'fail'
+local base = check_base({'jobs', 'leases', 'kills', 'tqempty', 'releasing'})
+check_count(7, true)
+local id = argv_text(2, 'job id', PATTERN.job, 64)
+local attempt = argv_number(3, 'attempt', 0, 1e9, true)
+local pilot = argv_text(4, 'pilot id', PATTERN.name, 256)
+local now = argv_number(5, 'now', 0, MAX_TIME)
+local result = check_json('ARGV[6] (result)', ARGV[6])
+check_fields('ARGV[6] (result)', result, RESULT)
+if ARGV[7] ~= '0' and ARGV[7] ~= '1' then problem('ARGV[7] (requeue)', 'wants 0 or 1, got ' .. shown(ARGV[7])) end
+if PROBLEM then return refused() end
+declare_keys()
+need(base .. K_WORK)
+need_heads(base)
+local rec = load(KEYS[1], id)
+local bad = check_report(rec, id, attempt, {'matched', 'running'})
+if bad then return {'stale', bad} end
+if rec.pl ~= pilot then return {'stale', 'job ' .. id .. ' is leased to ' .. tostring(rec.pl)} end
+local kill = redis.call('HGET', KEYS[3], id)
+local retry = ARGV[7] == '1' and not kill and (rec.rt or 0) < rec.mr
+local queues = {}
+if retry then
+  queues = pool_of(base, rec.t)
+  local missing = needkeys()
+  if missing then return missing end
+end
+for k, v in pairs(result) do rec[k] = v end
+redis.call('ZREM', KEYS[2], id)
+redis.call('HDEL', KEYS[3], id)
+if retry then
+  rec.rt = (rec.rt or 0) + 1
+  rec.pl = nil
+  enqueue(base, KEYS[4], KEYS[5], rec, queues, now)
+  save(KEYS[1], rec)
+  sync_heads(base, now)
+  wake(base)
+  return {'ok', 'waiting'}
+end
+local reason = result.why or 'failed'
+local state = 'failed'
+if kill then
+  if rec.cx then state = 'cancelled' end
+  reason = kill
+elseif ARGV[7] == '1' then
+  reason = reason .. ' (gave up after ' .. tostring(rec.rt or 0) .. ' retries)'
+end
+finish(KEYS[1], KEYS[5], rec, state, reason, now)
+wake(base)
+return {'ok', state}

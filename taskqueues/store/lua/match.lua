@@ -1,0 +1,318 @@
+-- match: lease to one pilot the most urgent task-queue head that fits what it has free; optionally repeat
+-- until nothing more fits (fill a multi-core pilot in one call).
+-- KEYS[1]  jobs hash
+-- KEYS[2]  qh zset of the pilot's queue (task-queue id -> score, never above the real head score)
+-- KEYS[3]  leases zset (job id -> expiry)
+-- KEYS[4]  tqempty zset
+-- KEYS[5]  heads hash (task-queue id -> "<score> <member> <floor>": its exact head; see _lib.lua)
+-- KEYS[6]  qfloor hash (queue -> "cpu:mem:tmp:need" at or below every job its index can reach)
+-- KEYS[7]  parked hash (job id -> why it was taken out of its task queue; see below)
+-- The task-queue zsets it touches (the one it leases from; one whose index entry has no heads entry) are
+-- not declared: it builds their keys from the key base, which carries the community's hash tag, so they hash
+-- to the slot of every declared key, and Redis (standalone, or a Cluster node serving that slot) serves them
+-- (tests/test_keys.py runs a community on a real two-node Cluster).
+-- Declaring every task queue the queue can see (argument parsing and building KEYS), for the one or two a
+-- call touches, was a fifth of a filling call's instructions and a third of a one-job call's when a queue
+-- sees 100 task queues (scripts/count_match.py, rows 1000:fill and 1000:one).
+-- The hot path: this script does not use the shared prelude (no closures to build per call). It reads the
+-- heads hash, never a task-queue zset, to decide: only the task queue it leases from is touched. The index
+-- is read once per call, a page at a time, into one flat table; every write to the index, the heads, the
+-- records and the leases is made once at the end, one command each, however many jobs the call leased.
+-- Tables, closures and their upvalues cost as much as Redis commands here: few of each, and one loop.
+-- ARGV[1]  key base "<prefix>:{<vo>}:"
+-- ARGV[2]  pilot id
+-- ARGV[3]  now (unix seconds)
+-- ARGV[4]  lease length (seconds)
+-- ARGV[5]  free cores      ARGV[6] free memory (MB)      ARGV[7] free scratch (MB)
+-- ARGV[8]  seconds left (negative = unbounded), compared with each member's need: the seconds the job must
+--          find left, its wall or its estimate with a safety factor (taskqueues.records.time_needed)
+-- ARGV[9]  how many jobs at most
+-- Returns  {id1, record1, id2, record2, ...} (records as stored after the lease: without their id, with the
+--          member's tail as mt; see _lib.lua's load/save)
+-- Arguments are checked in line, a comparison each (NaN fails every one), and a bad call is refused before
+-- anything is read. One bad entry never fails the call: a heads entry that cannot be read is mended from its
+-- task queue; a member that cannot be read, or whose record is missing, unreadable, not waiting or names
+-- another member, is taken out of its task queue into the parked hash (job id -> {"why", "t", "m", "at"};
+-- `pilotfish explain` and `status` show it, the periodic reap logs it) and the walk goes on to the next
+-- head in the same call.
+if #KEYS ~= 7 or #ARGV ~= 9 then
+  return redis.error_reply('match: wants 7 KEYS and 9 ARGV, got ' .. #KEYS .. ' and ' .. #ARGV)
+end
+local base, pilot = ARGV[1], ARGV[2]
+local now, length = tonumber(ARGV[3]), tonumber(ARGV[4])
+local cpu, mem, tmp, left = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local want = tonumber(ARGV[9])
+local jobs, qh, heads, qfloor = KEYS[1], KEYS[2], KEYS[5], KEYS[6]
+local queue = string.sub(qh, #base + 4)
+local bad
+if jobs ~= base .. K_JOBS or qh ~= base .. K_QH .. queue or queue == ''
+    or KEYS[3] ~= base .. K_LEASES or KEYS[4] ~= base .. K_TQEMPTY or heads ~= base .. K_HEADS
+    or qfloor ~= base .. K_QFLOOR or KEYS[7] ~= base .. K_PARKED then
+  bad = 'KEYS want the jobs, qh:<queue>, leases, tqempty, heads, qfloor and parked keys of ' .. base
+elseif pilot == '' or #pilot > 256 then bad = 'ARGV[2] (pilot id) wants 1 to 256 bytes'
+elseif not (now and now >= 0 and now <= 1e12) then bad = 'ARGV[3] (now) wants a number in [0, 1e12]'
+elseif not (length and length > 0 and length <= 1e12) then bad = 'ARGV[4] (lease length) wants a number in (0, 1e12]'
+elseif not (cpu and cpu >= 0 and cpu <= 1e15) then bad = 'ARGV[5] (free cores) wants a number in [0, 1e15]'
+elseif not (mem and mem >= 0 and mem <= 1e15) then bad = 'ARGV[6] (free memory) wants a number in [0, 1e15]'
+elseif not (tmp and tmp >= 0 and tmp <= 1e15) then bad = 'ARGV[7] (free scratch) wants a number in [0, 1e15]'
+elseif not (left and left >= -1e15 and left <= 1e15) then
+  bad = 'ARGV[8] (seconds left) wants a number in [-1e15, 1e15]'
+elseif not (want and want >= 1 and want <= 100000 and want % 1 == 0) then
+  bad = 'ARGV[9] (jobs wanted) wants a whole number in [1, 100000]'
+end
+if bad then return redis.error_reply('match: ' .. bad .. ', got ' .. cjson.encode(ARGV)) end
+local EMPTY, EMPTY_TEXT = 1e18, '1e18'
+
+-- What a lease adds to a record, and its expiry: made at the first lease (a call that leases nothing, as
+-- for a pilot that nothing fits, costs little more than a trivial script).
+local lease, expiry
+-- The lease, as cjson would write it, without decoding the record: cjson writes no blanks and nested JSON
+-- is kept as text, so '"s":"waiting"', '"a":', '"tm":' and 'mt":"<tail>"' can only be the record's own
+-- fields (no other field name ends in mt). Plain finds and one splice (pattern scans over the whole text cost
+-- more than cjson; every C call costs as much as a few dozen Lua instructions); the record must name the
+-- member the job was taken from (`tail`, after the job id). Any other form: decode/encode.
+-- Returns the leased record, or nil and why the member must be parked.
+local function leased(raw, tail)
+  if not raw then return nil, 'it has no record' end
+  local s = string.find(raw, '"s":"waiting"', 1, true)
+  if s and string.find(raw, 'mt":"' .. tail .. '"', 2, true)
+      and not string.find(raw, '"pl":', 1, true) and not string.find(raw, '"tm":', 1, true) then
+    local a = string.find(raw, '"a":', 1, true)
+    local digits = a and string.match(raw, '^%d+', a + 4)
+    if not a or digits then
+      -- 'waiting' and 'matched' have the same length: the attempt's position stays valid
+      raw = string.sub(raw, 1, s + 4) .. 'matched' .. string.sub(raw, s + 12, -2)
+      if not a then return raw .. ',"a":1' .. lease end
+      return string.sub(raw, 1, a + 3) .. (tonumber(digits) + 1) .. string.sub(raw, a + 4 + #digits) .. lease
+    end
+  end
+  local ok, rec = pcall(cjson.decode, raw)
+  if not ok or type(rec) ~= 'table' then return nil, 'its record cannot be read' end
+  if rec.s ~= 'waiting' then return nil, 'its record is ' .. tostring(rec.s) .. ': a stray task-queue member' end
+  if rec.mt ~= tail then return nil, 'its record names another task-queue member' end
+  if rec.a ~= nil and (type(rec.a) ~= 'number' or rec.a ~= math.floor(rec.a) or rec.a < 0) then
+    return nil, 'its record has an unreadable attempt'
+  end
+  rec.s = 'matched'
+  rec.a = (rec.a or 0) + 1
+  rec.pl = pilot
+  rec.tm = now
+  local written, text = pcall(cjson.encode, rec)
+  if not written then return nil, 'its record cannot be written back' end
+  return text
+end
+
+local floor_text = redis.call('HGET', qfloor, queue)
+local f1, f2, f3, f4
+if floor_text then
+  f1, f2, f3, f4 = string.match(floor_text, '^([^:]+):([^:]+):([^:]+):([^:]+)$')
+  if f1 then f1, f2, f3, f4 = tonumber(f1), tonumber(f2), tonumber(f3), tonumber(f4) end
+  if not (f1 and f2 and f3 and f4) then f1 = nil end -- unreadable: as if there were none (a walk rewrites it)
+end
+
+-- The index entries read so far, in index order, 7 slots each: entry i starts at slot x = 7 * (i - 1) and
+-- holds its task queue (x+1), its real head's score (x+2, EMPTY once the task queue has none) and heads
+-- entry (x+3), and that head's exact cpu, mem, tmp and need (x+4..x+7), false until an entry
+-- first could beat the best so far: parsing numbers (strtod) and captures were most of a match's cost.
+-- Every entry not read yet has an index score, hence a real score, at or above `bound`; `all` once none
+-- is left. A page has room for every job still wanted and two more, twice as much each time a page in a
+-- row brings nothing that can be taken yet (every entry read costs a reply, a string and a strtod).
+local X = {}
+local n, bound, all = 0, -EMPTY, false
+-- Writes, made at the end: index scores raised to their task queue's real head score (or to EMPTY) and
+-- heads entries set, as (score, task queue) and (task queue, entry) pairs; heads entries deleted; task
+-- queues that emptied, as (now, task queue); leases, as (expiry, job). A task queue named twice in one
+-- command ends with the later value, which is the later one here too.
+local zq, hs, hd, ze, ex = {}, {}, {}, {}, {}
+-- The jobs taken, with (task queue, member tail) pairs in `out` until their records are read, leased and
+-- put there in their place once the walk stops; `checked` of them had their record read.
+local ids, out = {}, {}
+local got, checked = 0, 0
+-- Entries to mend (their heads entry is missing, unreadable or stale), and parked members as (job id,
+-- entry) pairs for one HSET at the end: tables made only when needed, like everything off the usual path.
+local todo, pk
+
+repeat
+while got < want do
+  if f1 and (cpu < f1 or mem < f2 or tmp < f3 or (left >= 0 and left < f4)) then break end
+  -- The entry of the most urgent head that fits what is free (ties go to the smaller task-queue id, as
+  -- ZRANGE orders equal scores), reading pages until no entry left unread can beat it.
+  local b
+  local size = want - got + 2
+  while true do
+    if todo then
+      -- Entries read from their task queue's zset: its head, if it can be read, becomes the entry (with a
+      -- floor that is never wrong, and its index score); a member that cannot be read is parked.
+      for _, x in ipairs(todo) do
+        local tq = X[x + 1]
+        local key = base .. K_TQ .. tq
+        X[x + 2], X[x + 3], X[x + 4], X[x + 5], X[x + 6], X[x + 7] = EMPTY, false, false, false, false, false
+        while true do
+          local head = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
+          if #head == 0 then
+            zq[#zq + 1] = EMPTY_TEXT zq[#zq + 1] = tq
+            hd[#hd + 1] = tq
+            ze[#ze + 1] = now ze[#ze + 1] = tq
+            break
+          end
+          if string.match(head[1], '^[^:%s]+:%d+:%d+:%d+:%d+$') then
+            local entry = head[2] .. ' ' .. head[1] .. ' 0:0:0:0'
+            X[x + 2], X[x + 3] = tonumber(head[2]), entry
+            hs[#hs + 1] = tq hs[#hs + 1] = entry
+            zq[#zq + 1] = head[2] zq[#zq + 1] = tq
+            break
+          end
+          pk = pk or {}
+          pk[#pk + 1] = string.match(head[1], '^([^:]+):') or head[1]
+          pk[#pk + 1] = cjson.encode({why = 'its task-queue member cannot be read', t = tq, m = head[1], at = now})
+          redis.call('ZREM', key, head[1])
+        end
+      end
+      todo = nil
+    end
+    b = nil
+    for x = 0, 7 * (n - 1), 7 do
+      local r = X[x + 2]
+      if r < EMPTY and (not b or r <= X[b + 2]) then
+        local c = X[x + 4]
+        if not c then
+          local c1, m1, t1, e1 = string.match(X[x + 3], '^%S+ [^:]+:([^:]+):([^:]+):([^:]+):(%S+)')
+          if c1 then c, m1, t1, e1 = tonumber(c1), tonumber(m1), tonumber(t1), tonumber(e1) end
+          if not (c and m1 and t1 and e1) then
+            todo = {x} -- an entry that cannot be read: mended, and the pass made again
+            break
+          end
+          X[x + 4], X[x + 5], X[x + 6], X[x + 7] = c, m1, t1, e1
+        end
+        if c <= cpu and X[x + 5] <= mem and X[x + 6] <= tmp and (left < 0 or X[x + 7] <= left)
+            and (not b or r < X[b + 2] or X[x + 1] < X[b + 1]) then
+          b = x
+        end
+      end
+    end
+    if todo then
+      b = nil
+    elseif b and (all or X[b + 2] < bound) then
+      break
+    elseif all then
+      -- Nothing fits, and every non-empty task queue of the index was read: the queue's floor is theirs.
+      b = nil
+      f1, f2, f3, f4 = EMPTY, EMPTY, EMPTY, EMPTY
+      for x = 0, 7 * (n - 1), 7 do
+        if X[x + 2] < EMPTY then
+          local g1, g2, g3, g4 = string.match(X[x + 3], '^%S+ %S+ ([^:]+):([^:]+):([^:]+):([^:]+)$')
+          if g1 then g1, g2, g3, g4 = tonumber(g1), tonumber(g2), tonumber(g3), tonumber(g4) end
+          if not (g1 and g2 and g3 and g4) then g1, g2, g3, g4 = 0, 0, 0, 0 end -- unreadable: 0, never wrong
+          if g1 < f1 then f1 = g1 end
+          if g2 < f2 then f2 = g2 end
+          if g3 < f3 then f3 = g3 end
+          if g4 < f4 then f4 = g4 end
+        end
+      end
+      local text = string.format('%.17g:%.17g:%.17g:%.17g', f1, f2, f3, f4)
+      if text ~= floor_text then redis.call('HSET', qfloor, queue, text) floor_text = text end
+      break
+    else
+      b = nil
+      -- The next page of the index (entries below EMPTY only), and the heads of its task queues in one
+      -- HMGET. An entry without a heads entry (its task queue emptied through another queue, or its members
+      -- predate the heads hash), or with one that cannot be read, is mended from its zset at the top of the
+      -- next pass. Of a full page only the last index score is read (Redis formats every score it replies
+      -- with): it bounds the entries not read yet, and an entry whose real score is past it has a stale
+      -- index score, raised so that later walks find it in its place. A page that is not full ends the
+      -- index: no bound is needed, and every walk reads all of it anyway.
+      local page = redis.call('ZRANGEBYSCORE', qh, '-inf', '(1e18', 'LIMIT', n, size)
+      local k = #page
+      if k < size then all = true end
+      if k > 0 then
+        local x0 = 7 * n
+        local last = all and EMPTY or tonumber(redis.call('ZSCORE', qh, page[k]))
+        local entries = redis.call('HMGET', heads, unpack(page))
+        for i = 1, k do
+          local x, tq, entry = x0 + 7 * (i - 1), page[i], entries[i]
+          X[x + 1], X[x + 4], X[x + 5], X[x + 6], X[x + 7] = tq, false, false, false, false
+          local text = entry and string.match(entry, '^%S+')
+          local r = text and tonumber(text)
+          if r then
+            X[x + 2], X[x + 3] = r, entry
+            if r > last then zq[#zq + 1] = text zq[#zq + 1] = tq end
+          else
+            X[x + 2], X[x + 3] = EMPTY, false
+            todo = todo or {}
+            todo[#todo + 1] = x
+          end
+        end
+        n = n + k
+        bound = last
+        size = size * 2
+      end
+    end
+  end
+  if not b then break end
+  -- Lease the head of entry b: take it out of its task queue, whose next head replaces it in entry b. A
+  -- head the task queue no longer holds (a stale heads entry) is mended instead, and the walk made again.
+  local tq = X[b + 1]
+  local key = base .. K_TQ .. tq
+  local id, tail, fl = string.match(X[b + 3], '^%S+ ([^:]+)(:%S+) (%S+)$')
+  local member = id and id .. tail
+  if not id or redis.call('ZREM', key, member) == 0 then
+    todo = {b}
+  else
+    cpu, mem, tmp = cpu - X[b + 4], mem - X[b + 5], tmp - X[b + 6]
+    local head = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
+    if #head == 0 then
+      X[b + 2] = EMPTY
+      zq[#zq + 1] = EMPTY_TEXT zq[#zq + 1] = tq
+      hd[#hd + 1] = tq
+      ze[#ze + 1] = now ze[#ze + 1] = tq
+    else
+      local entry = head[2] .. ' ' .. head[1] .. ' ' .. fl
+      X[b + 2], X[b + 3], X[b + 4] = tonumber(head[2]), entry, false
+      zq[#zq + 1] = head[2] zq[#zq + 1] = tq
+      hs[#hs + 1] = tq hs[#hs + 1] = entry
+    end
+    if not lease then
+      lease = ',"pl":' .. cjson.encode(pilot) .. ',"tm":' .. cjson.encode(now) .. '}'
+      expiry = string.format('%.17g', now + length)
+    end
+    got = got + 1
+    ids[got], out[2 * got - 1], out[2 * got] = id, tq, tail
+  end
+end
+-- The records of the jobs just taken, leased; a job whose record cannot be is parked, what it took is
+-- free again, and the walk goes on.
+local parked = false
+if got > checked then
+  local raws = redis.call('HMGET', jobs, unpack(ids, checked + 1, got))
+  local kept = checked
+  for i = checked + 1, got do
+    local id, tq, tail = ids[i], out[2 * i - 1], out[2 * i]
+    local text, why = leased(raws[i - checked], tail)
+    out[2 * i - 1], out[2 * i] = nil, nil
+    if text then
+      kept = kept + 1
+      ids[kept], out[2 * kept - 1], out[2 * kept] = id, id, text
+      ex[2 * kept - 1], ex[2 * kept] = expiry, id
+    else
+      pk = pk or {}
+      pk[#pk + 1] = id
+      pk[#pk + 1] = cjson.encode({why = why, t = tq, m = id .. tail, at = now})
+      local c, m, t = string.match(tail, '^:(%d+):(%d+):(%d+):')
+      cpu, mem, tmp = cpu + tonumber(c), mem + tonumber(m), tmp + tonumber(t)
+      parked = true
+    end
+  end
+  got, checked = kept, kept
+end
+until not parked
+
+if #hs > 0 then redis.call('HSET', heads, unpack(hs)) end
+if #hd > 0 then redis.call('HDEL', heads, unpack(hd)) end
+if #zq > 0 then redis.call('ZADD', qh, unpack(zq)) end
+if #ze > 0 then redis.call('ZADD', KEYS[4], 'NX', unpack(ze)) end
+if pk then redis.call('HSET', KEYS[7], unpack(pk)) end
+if got > 0 then
+  redis.call('HSET', jobs, unpack(out))
+  redis.call('ZADD', KEYS[3], unpack(ex))
+end
+return out

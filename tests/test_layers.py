@@ -1,0 +1,137 @@
+"""The house has layers: taskqueues (the core) imports nothing above it, pilot imports no matcher, only
+matcher.app and matcher.cli import pilot, and no module imports itself back through others.
+
+Imports are read from the source (the AST), every one: those inside functions (they run later) and those
+under ``if TYPE_CHECKING:`` (a circle of names is a circle to the reader, and to the type checker).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("taskqueues", "matcher", "pilot")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """The modules of the three packages that module ``name`` imports."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[:len(anchor) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base for alias in node.names]
+        for target in targets:
+            while target and target not in MODULES:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+    return found
+
+
+GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def _top(name: str) -> str:
+    return name.split(".")[0]
+
+
+def test_the_core_imports_nothing_above_it() -> None:
+    bad = sorted(f"{a} -> {b}" for a, deps in GRAPH.items() for b in deps
+                 if _top(a) == "taskqueues" and _top(b) != "taskqueues")
+    assert not bad, bad
+
+
+def test_the_pilot_side_imports_no_control_plane() -> None:
+    bad = sorted(f"{a} -> {b}" for a, deps in GRAPH.items() for b in deps
+                 if _top(a) == "pilot" and _top(b) == "matcher")
+    assert not bad, bad
+
+
+def test_only_the_app_and_the_cli_import_pilot() -> None:
+    allowed = ("matcher.app", "matcher.cli")
+    bad = sorted(f"{a} -> {b}" for a, deps in GRAPH.items() for b in deps
+                 if _top(a) == "matcher" and _top(b) == "pilot"
+                 and not any(a == p or a.startswith(p + ".") for p in allowed))
+    assert not bad, bad
+
+
+def _cycles() -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for dep in sorted(GRAPH[node]):
+            if dep not in index:
+                visit(dep)
+                low[node] = min(low[node], low[dep])
+            elif dep in on_stack:
+                low[node] = min(low[node], index[dep])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for node in sorted(GRAPH):
+        if node not in index:
+            visit(node)
+    return out
+
+
+def test_no_module_imports_itself_back() -> None:
+    assert not _cycles()
+
+
+def test_the_walk_sees_the_imports() -> None:
+    """The checks above would pass on a walk that found nothing: it does find the known edges."""
+    assert "taskqueues.store.facade" in GRAPH["taskqueues.store"]
+    assert "taskqueues.store.keys" in GRAPH["taskqueues.store.facade"]
+    assert "pilot.director.service" in GRAPH["matcher.app.celery_app"]
+    assert "taskqueues.context" in GRAPH["pilot.director.command"]
+
+
+def test_only_the_store_imports_the_redis_client() -> None:
+    bad = []
+    for name, path in MODULES.items():
+        if name == "taskqueues.store" or name.startswith("taskqueues.store."):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            bad += [f"{name} -> {m}" for m in modules if m == "redis" or m.startswith("redis.")]
+    assert not bad, bad
