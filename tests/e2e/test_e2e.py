@@ -15,8 +15,9 @@ import pytest
 import redis
 
 from taskqueues.keys import Keys
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.timeout(600)  # whole workflows through real pilots (each run bounded at 300 s)
 
 
 def cli(args: list[str], env: dict[str, str], timeout: float = 120,

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-import storehelp
 
 from matcher.context import Context
 from matcher.settings import Settings
@@ -29,8 +28,10 @@ from taskqueues.errors import StoreUnavailable
 from taskqueues.records import JobState, PilotOffer
 from taskqueues.redis_server import RedisServer
 from taskqueues.store import Store
+from tests.support.clock import FakeClock
+from tests.support.polling import wait_until
+from tests.support.store import job
 
-ROOT = Path(__file__).resolve().parent.parent
 QUEUE = "L/host/q"
 CATALOG = """
 [sites.L.ces.host]
@@ -84,15 +85,14 @@ class Site:
     def states(self, ids: list[str]) -> list[JobState]:
         return [j.state for j in self.ctx.store.jobs(ids)]
 
-    def wait(self, what: str, done: Callable[[], bool], timeout: float, tick: Callable[[], object] = lambda: None
-             ) -> None:
-        deadline = time.monotonic() + timeout
-        while not done():
-            if time.monotonic() > deadline:
-                logs = "\n".join(p.read_text()[-1500:] for p in sorted(self.tmp.glob("director-*.log")))
-                pytest.fail(f"{what}: not within {timeout:g} s; provisioned {self.provisioned()}\n{logs}")
-            tick()
-            time.sleep(0.2)
+    def failure(self, what: str) -> Callable[[], str]:
+        """What a wait for ``what`` says when it fails: the director's records and logs at that moment."""
+
+        def described() -> str:
+            logs = "\n".join(p.read_text()[-1500:] for p in sorted(self.tmp.glob("director-*.log")))
+            return f"{what}; provisioned {self.provisioned()}\n{logs}"
+
+        return described
 
     def reap(self) -> None:
         self.ctx.store.requeue_expired()
@@ -122,19 +122,20 @@ def test_a_director_killed_with_its_pilot_does_not_wedge_the_site(site: Site) ->
     absorbed the demand: nothing ran again."""
     ids = site.submit(6, 1.0)
     first = site.start_director()
-    site.wait("a first pilot runs", lambda: bool(site.pilot_pids()), 30)
+    wait_until(lambda: bool(site.pilot_pids()), timeout=30, interval=0.2, what=site.failure("a first pilot runs"))
     [pilot] = site.pilot_pids()
     first.kill()
     os.killpg(pilot, signal.SIGKILL)  # its guardian then kills the payload it ran
     first.wait()
     site.start_director()
-    site.wait("every job done", lambda: all(s is JobState.DONE for s in site.states(ids)), 90, site.reap)
+    wait_until(lambda: all(s is JobState.DONE for s in site.states(ids)), timeout=90, interval=0.2,
+               what=site.failure("every job done"), between=site.reap)
 
 
 def test_a_new_director_counts_the_pilot_a_dead_one_left_and_forgets_it_when_it_ends(site: Site) -> None:
     ids = site.submit(4, 1.0)
     first = site.start_director()
-    site.wait("a first pilot runs", lambda: bool(site.pilot_pids()), 30)
+    wait_until(lambda: bool(site.pilot_pids()), timeout=30, interval=0.2, what=site.failure("a first pilot runs"))
     [orphan] = site.pilot_pids()
     first.kill()
     first.wait()
@@ -146,12 +147,15 @@ def test_a_new_director_counts_the_pilot_a_dead_one_left_and_forgets_it_when_it_
         most = max(most, len(site.pilot_pids()))
         site.reap()
 
-    site.wait("the orphan's work done", lambda: all(s is JobState.DONE for s in site.states(ids)), 60, sample)
-    site.wait("the orphan idled out", lambda: not psutil.pid_exists(orphan)
-              or psutil.Process(orphan).status() == psutil.STATUS_ZOMBIE, 30, sample)
+    wait_until(lambda: all(s is JobState.DONE for s in site.states(ids)), timeout=60, interval=0.2,
+               what=site.failure("the orphan's work done"), between=sample)
+    wait_until(lambda: not psutil.pid_exists(orphan)
+               or psutil.Process(orphan).status() == psutil.STATUS_ZOMBIE, timeout=30, interval=0.2,
+               what=site.failure("the orphan idled out"), between=sample)
     assert most == 1, "the adopted pilot counted against max_running = 1: no second pilot beside it"
     more = site.submit(2, 0.2)  # new demand after the orphan is gone: the queue's place is free again
-    site.wait("new work done", lambda: all(s is JobState.DONE for s in site.states(more)), 60, sample)
+    wait_until(lambda: all(s is JobState.DONE for s in site.states(more)), timeout=60, interval=0.2,
+               what=site.failure("new work done"), between=sample)
 
 
 def test_a_pilot_nobody_answers_for_is_retired_after_its_silence(tmp_path: Path, redis_url: str,
@@ -189,9 +193,10 @@ def test_a_killed_director_holds_the_director_lock_only_a_few_intervals(site: Si
         ids = site.submit(1, 0.1)
         assert director.cycle().skipped
         assert director.lock_ttl == 10.0
-        site.wait("provisioned once the dead director's lock expired",
-                  lambda: not director.cycle().skipped, director.lock_ttl + 2)
-        site.wait("the job ran", lambda: site.states(ids) == [JobState.DONE], 30, director.cycle)
+        wait_until(lambda: not director.cycle().skipped, timeout=director.lock_ttl + 2, interval=0.2,
+                   what=site.failure("provisioned once the dead director's lock expired"))
+        wait_until(lambda: site.states(ids) == [JobState.DONE], timeout=30, interval=0.2,
+                   what=site.failure("the job ran"), between=director.cycle)
     finally:
         director.stop_all()
         director.close()
@@ -203,7 +208,7 @@ def test_a_pilot_keeps_its_payload_through_a_redis_outage_shorter_than_its_lease
     the pilot's log says one line when the outage starts and one when it ends."""
     server = RedisServer(tmp_path / "redis", persistent=True).start()
     store = Store.from_url(server.url, lease_seconds=10)
-    (job_id,) = store.submit([storehelp.job(command="sleep 4", queues=("s/c/q",))])
+    (job_id,) = store.submit([job(command="sleep 4", queues=("s/c/q",))])
     log = tmp_path / "pilot.log"
     env = {**os.environ, "PILOTFISH_REDIS_URL": server.url}
     with open(log, "wb") as out:
@@ -211,18 +216,16 @@ def test_a_pilot_keeps_its_payload_through_a_redis_outage_shorter_than_its_lease
                                   "--idle-timeout", "3", "--no-events", "--cores", "1", "--mem", "1000",
                                   "--workdir", str(tmp_path / "work")], env=env, stdout=out, stderr=out)
     try:
-        deadline = time.monotonic() + 30
-        while store.job(job_id).state is not JobState.RUNNING:
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
+        wait_until(lambda: store.job(job_id).state is JobState.RUNNING, timeout=30, interval=0.1,
+                   what=lambda: f"the payload to run: {log.read_text()}")
         pid = server.pid()
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
         time.sleep(2)
         server.start()
         assert pilot.wait(60) == 0, log.read_text()
-        job = store.job(job_id)
-        assert (job.state, job.attempt) == (JobState.DONE, 1), log.read_text()
+        record = store.job(job_id)
+        assert (record.state, record.attempt) == (JobState.DONE, 1), log.read_text()
         text = log.read_text()
         assert text.count("the store is unreachable") == 1 and text.count("the store answers again") == 1, text
         assert "Traceback" not in text, text
@@ -237,10 +240,10 @@ def test_no_lease_is_requeued_within_a_lease_of_a_server_restart(tmp_path: Path)
     pilots renew them once they are back; so the reaper requeues none for half a lease after it saw the
     restart."""
     server = RedisServer(tmp_path / "redis", persistent=True).start()
-    clock = storehelp.FakeClock()
+    clock = FakeClock()
     store = Store.from_url(server.url, lease_seconds=30, clock=clock)
     try:
-        (job_id,) = store.submit([storehelp.job(queues=("s/c/q",))])
+        (job_id,) = store.submit([job(queues=("s/c/q",))])
         assert store.match(PilotOffer("p1", "s/c/q", 1, 1000, 0, None))
         assert store.requeue_expired() == (0, 0, 0)  # the reaper has seen this server run
         server.stop()
@@ -261,7 +264,7 @@ def test_an_exchange_whose_connection_an_outage_closed_says_the_store_is_unreach
     own exchange connection included; reading the replies of an exchange in flight on it then raised an
     AttributeError from redis-py's parser, which killed the pilot."""
     store = Store.from_url(redis_url)
-    (job_id,) = store.submit([storehelp.job(queues=("s/c/q",))])
+    (job_id,) = store.submit([job(queues=("s/c/q",))])
     conn = store.client.connection_pool.get_connection()
     try:
         pending = store.send_exchange("p1", conn, offer=PilotOffer("p1", "s/c/q", 1, 1000, 0, None))

@@ -12,13 +12,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from flowerhelp import FlowerServer, flower, make_job, pilot_info, wait_until
 
 from pilot.agent.observer import Command, PilotInfo
 from pilot.celery_events import CeleryObserver, task_uuid
 from taskqueues.records import Job, RunResult
-
-__all__ = ["flower"]  # the fixture, imported for pytest
+from tests.support.flower import FlowerServer, make_job, pilot_info
+from tests.support.polling import wait_until
 
 FREQ = 1.0
 
@@ -29,7 +28,7 @@ def pilot(redis_url: str, flower: FlowerServer) -> Iterator[tuple[CeleryObserver
     observer = CeleryObserver(redis_url, freq=FREQ)
     observer.pilot_started(info)
     # Flower subscribes to events a little after it answers HTTP: wait until it has seen the pilot's heartbeats.
-    wait_until(lambda: flower.get("/api/workers?status=1").get(info.name) is True, 15,
+    wait_until(lambda: flower.get("/api/workers?status=1").get(info.name) is True, timeout=15,
                what="Flower to see the pilot alive")
     yield observer, info
     observer.close()
@@ -50,7 +49,7 @@ def task(flower: FlowerServer, tid: str, state: str) -> dict[str, Any]:
         tasks = flower.get("/api/tasks")
         return tasks.get(tid) if tasks.get(tid, {}).get("state") == state else None
 
-    result: dict[str, Any] = wait_until(found, 10, what=f"task {tid} in state {state} in Flower")
+    result: dict[str, Any] = wait_until(found, timeout=10, what=f"task {tid} in state {state} in Flower")
     return result
 
 
@@ -61,7 +60,7 @@ def test_flower_lists_the_pilot_and_its_payloads(flower: FlowerServer, pilot: tu
         worker = flower.get("/api/workers?refresh=1").get(info.name)
         return worker if worker and {"stats", "conf", "active_queues", "registered"} <= set(worker) else None
 
-    workers = wait_until(inspected, 15, what="the pilot, fully inspected, in /api/workers")
+    workers = wait_until(inspected, timeout=15, what="the pilot, fully inspected, in /api/workers")
     assert workers["stats"]["pool"]["max-concurrency"] == 2
     assert workers["conf"]["queue"] == info.queue
     assert workers["active_queues"][0]["name"] == info.queue
@@ -85,7 +84,7 @@ def test_flower_lists_the_pilot_and_its_payloads(flower: FlowerServer, pilot: tu
     assert "tile-11" in flower.get("/task/" + task_uuid(info.vo, "11", 1), raw=True)
 
     observer.pilot_stopped(info, "time is up")
-    wait_until(lambda: flower.get("/api/workers?status=1").get(info.name) is False, 10,
+    wait_until(lambda: flower.get("/api/workers?status=1").get(info.name) is False, timeout=10,
                what="Flower to show the pilot offline")
     assert flower.errors() == []
 
@@ -93,7 +92,8 @@ def test_flower_lists_the_pilot_and_its_payloads(flower: FlowerServer, pilot: tu
 def test_flower_revoke_kills_the_payload_and_shutdown_stops_the_pilot(
         flower: FlowerServer, pilot: tuple[CeleryObserver, PilotInfo]) -> None:
     observer, info = pilot
-    wait_until(lambda: flower.get("/api/workers?refresh=1").get(info.name), 15, what="the pilot in /api/workers")
+    wait_until(lambda: flower.get("/api/workers?refresh=1").get(info.name), timeout=15,
+               what="the pilot in /api/workers")
     job = make_job("21", "sleep 60", name="long-one")
     payload = subprocess.Popen(["sh", "-c", job.command], start_new_session=True)
     observer.payload_started(info, job)
@@ -101,14 +101,15 @@ def test_flower_revoke_kills_the_payload_and_shutdown_stops_the_pilot(
     try:
         task(flower, tid, "STARTED")
         active = wait_until(lambda: flower.get(f"/api/workers?refresh=1&workername={info.name}")[info.name]
-                            .get("active"), 10, what="the payload among the pilot's active tasks")
+                            .get("active"), timeout=10, what="the payload among the pilot's active tasks")
         assert [a["id"] for a in active] == [tid]
 
         start = time.monotonic()
         status, body = flower.post(f"/api/task/revoke/{tid}?terminate=true")
         assert status == 200, body
         # What the pilot's loop does with the command: terminate the payload, report it.
-        commands = wait_until(observer.commands, FREQ, interval=0.01, what="the kill command within one heartbeat")
+        commands = wait_until(observer.commands, timeout=FREQ, interval=0.01,
+                              what="the kill command within one heartbeat")
         assert commands == [Command("kill", "21", "revoked from Celery/Flower (SIGTERM)")]
         print(f"\nFlower revoke -> Command('kill') in {1000 * (time.monotonic() - start):.0f} ms")
         payload.terminate()
@@ -121,7 +122,7 @@ def test_flower_revoke_kills_the_payload_and_shutdown_stops_the_pilot(
         start = time.monotonic()
         status, body = flower.post("/api/worker/shutdown/" + urllib.parse.quote(info.name))
         assert status == 200, body
-        commands = wait_until(observer.commands, FREQ, interval=0.01, what="the shutdown command")
+        commands = wait_until(observer.commands, timeout=FREQ, interval=0.01, what="the shutdown command")
         assert [c.kind for c in commands] == ["shutdown"]
         print(f"Flower shutdown -> Command('shutdown') in {1000 * (time.monotonic() - start):.0f} ms")
         status, body = flower.post("/api/worker/shutdown/nobody@nowhere")

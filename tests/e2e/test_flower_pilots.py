@@ -26,8 +26,6 @@ from typing import Any
 
 import psutil
 import pytest
-from flowerhelp import FlowerServer, flower, wait_until
-from test_pilot_support import pilot_env
 
 from matcher.submission import JobSpec, Submitter
 from pilot.agent.config import identity_from_environment
@@ -35,8 +33,9 @@ from pilot.celery_events import task_uuid
 from taskqueues.catalog import Catalog
 from taskqueues.records import Job, JobState
 from taskqueues.store import Store
-
-__all__ = ["flower"]  # the fixture, imported for pytest
+from tests.support.flower import FlowerServer
+from tests.support.pilots import pilot_env
+from tests.support.polling import wait_until
 
 QUEUE = "local/localhost/local"  # the one queue of Catalog.local_default()
 VO = "default"
@@ -128,7 +127,7 @@ def flower_task(flower: FlowerServer, tid: str, state: str, timeout: float = 10.
         task: dict[str, Any] | None = flower.get("/api/tasks").get(tid)
         return task if task is not None and task.get("state") == state else None
 
-    result: dict[str, Any] = wait_until(found, timeout, what=f"task {tid} in state {state} in Flower")
+    result: dict[str, Any] = wait_until(found, timeout=timeout, what=f"task {tid} in state {state} in Flower")
     return result
 
 
@@ -154,14 +153,14 @@ def test_flower_shows_and_steers_real_pilots_running_real_payloads(flower: Flowe
         def all_alive() -> bool:
             return all(alive(flower, name) is True for name in pilots)
 
-        wait_until(all_alive, 30, what=f"Flower to see {' and '.join(pilots)} alive")
+        wait_until(all_alive, timeout=30, what=f"Flower to see {' and '.join(pilots)} alive")
 
         def inspected() -> dict[str, Any] | None:
             workers: dict[str, Any] = flower.get("/api/workers?refresh=1")
             complete = all({"stats", "conf", "active_queues"} <= set(workers.get(n) or {}) for n in pilots)
             return workers if complete else None
 
-        workers = wait_until(inspected, 15, what="both pilots, inspected, in /api/workers?refresh=1")
+        workers = wait_until(inspected, timeout=15, what="both pilots, inspected, in /api/workers?refresh=1")
         for name in pilots:
             assert workers[name]["conf"]["queue"] == QUEUE
             assert workers[name]["stats"]["pool"]["max-concurrency"] == CORES
@@ -171,7 +170,7 @@ def test_flower_shows_and_steers_real_pilots_running_real_payloads(flower: Flowe
         # Quick payloads: four successes and one failure (exit 3 fails at once: only give-backs are retried).
         quick = submitter.submit([JobSpec(f"quick-{i}", "true", {"cpu": 1}, ete=1) for i in range(4)]
                                  + [JobSpec("exit-three", "exit 3", {"cpu": 1}, ete=1)], name="quick")
-        wait_until(lambda: all(j.state.final for j in store.jobs(list(quick.ids.values()))), 20,
+        wait_until(lambda: all(j.state.final for j in store.jobs(list(quick.ids.values()))), timeout=20,
                    what="the quick jobs to end")
         for name, job_id in quick.ids.items():
             job = store.job(job_id)
@@ -195,7 +194,7 @@ def test_flower_shows_and_steers_real_pilots_running_real_payloads(flower: Flowe
             jobs = store.jobs([victim, evicted])
             return jobs if all(j.state == JobState.RUNNING for j in jobs) else None
 
-        running = wait_until(both_running, 15, what="both long jobs running")
+        running = wait_until(both_running, timeout=15, what="both long jobs running")
         assert {j.pilot for j in running} == set(pilots), running
         holder, other = pilots[running[0].pilot or ""], pilots[running[1].pilot or ""]
         victim_tid = task_uuid(VO, victim, running[0].attempt)
@@ -204,29 +203,29 @@ def test_flower_shows_and_steers_real_pilots_running_real_payloads(flower: Flowe
         assert flower_task(flower, evicted_tid, "STARTED")["worker"] == other.name
         active = wait_until(
             lambda: flower.get(f"/api/workers?refresh=1&workername={holder.name}")[holder.name].get("active"),
-            10, what=f"the long payload among {holder.name}'s active tasks")
+            timeout=10, what=f"the long payload among {holder.name}'s active tasks")
         assert [t["id"] for t in active] == [victim_tid] and active[0]["args"] == ["sleep 30"]
 
         # Terminate a running payload from Flower: gone within one heartbeat, failed in the store.
-        processes = wait_until(lambda: holder.payloads(victim), 5, what="the victim's payload process")
+        processes = wait_until(lambda: holder.payloads(victim), timeout=5, what="the victim's payload process")
         started = time.monotonic()
         status, body = flower.post(f"/api/task/revoke/{victim_tid}?terminate=true")
         assert status == 200, body
-        wait_until(lambda: not any(_alive(p) for p in processes), HEARTBEAT, interval=0.01,
+        wait_until(lambda: not any(_alive(p) for p in processes), timeout=HEARTBEAT, interval=0.01,
                    what="the revoked payload to be gone within one heartbeat")
         revoke_s = time.monotonic() - started
-        record = wait_until(lambda: (j := store.job(victim)).state.final and j, HEARTBEAT,
+        record = wait_until(lambda: (j := store.job(victim)).state.final and j, timeout=HEARTBEAT,
                             what="the revoked job's end in the store")
         assert record.state == JobState.FAILED and record.reason == REVOKE_REASON, (record, context())
         revoked = flower_task(flower, victim_tid, "REVOKED")
         assert revoked["worker"] == holder.name and revoked["exception"] == REVOKE_REASON
 
         # Shut the other pilot down from Flower: it terminates its payload, gives the job back and exits.
-        processes = wait_until(lambda: other.payloads(evicted), 5, what="the other long payload's process")
+        processes = wait_until(lambda: other.payloads(evicted), timeout=5, what="the other long payload's process")
         started = time.monotonic()
         status, body = flower.post("/api/worker/shutdown/" + urllib.parse.quote(other.name))
         assert status == 200, body
-        wait_until(lambda: other.proc.poll() is not None, HEARTBEAT + KILL_GRACE, interval=0.01,
+        wait_until(lambda: other.proc.poll() is not None, timeout=HEARTBEAT + KILL_GRACE, interval=0.01,
                    what=f"{other.name} to exit within one heartbeat plus its kill grace")
         shutdown_s = time.monotonic() - started
         assert other.proc.returncode == 0, context()
@@ -234,11 +233,11 @@ def test_flower_shows_and_steers_real_pilots_running_real_payloads(flower: Flowe
         assert f"pilot {other.name} stopped: Got shutdown from remote" in other.log(), context()
         retried = flower_task(flower, evicted_tid, "RETRY")
         assert retried["worker"] == other.name and "pilot shut down by operator" in retried["exception"]
-        wait_until(lambda: alive(flower, other.name) is False, 2 * freq + 1,
+        wait_until(lambda: alive(flower, other.name) is False, timeout=2 * freq + 1,
                    what=f"Flower to show {other.name} offline")
 
         # The job given back runs again (next attempt) on the surviving pilot; end it from Flower as well.
-        again = wait_until(lambda: (j := store.job(evicted)).state == JobState.RUNNING and j, HEARTBEAT + 10,
+        again = wait_until(lambda: (j := store.job(evicted)).state == JobState.RUNNING and j, timeout=HEARTBEAT + 10,
                            what="the requeued job to run again")
         assert again.pilot == holder.name and again.attempt == running[1].attempt + 1 and again.retries == 1
         again_tid = task_uuid(VO, evicted, again.attempt)
@@ -246,18 +245,18 @@ def test_flower_shows_and_steers_real_pilots_running_real_payloads(flower: Flowe
         status, body = flower.post(f"/api/task/revoke/{again_tid}?terminate=true")
         assert status == 200, body
         assert flower_task(flower, again_tid, "REVOKED")["worker"] == holder.name
-        assert wait_until(lambda: store.job(evicted).state.final, HEARTBEAT, what="the requeued job's end")
+        assert wait_until(lambda: store.job(evicted).state.final, timeout=HEARTBEAT, what="the requeued job's end")
 
         # Drain the survivor from Flower, as Celery stops a worker consuming from a queue: its payload
         # finishes, it takes nothing new, and it exits well before its idle timeout.
         drained = submitter.submit([JobSpec("drained", "sleep 2", {"cpu": 2}, ete=2)], name="drained").ids["drained"]
-        wait_until(lambda: store.job(drained).state == JobState.RUNNING, 15, what="the job to drain to run")
+        wait_until(lambda: store.job(drained).state == JobState.RUNNING, timeout=15, what="the job to drain to run")
         drain_path = (f"/api/worker/queue/cancel-consumer/{urllib.parse.quote(holder.name)}"
                       f"?queue={urllib.parse.quote(QUEUE)}")
         status, body = flower.post(drain_path)
         assert status == 200 and "draining" in body["message"], body
         wait_until(lambda: holder.proc.poll() is not None or store.pilot_records()[holder.name]["draining"],
-                   2 * HEARTBEAT + 1, what=f"{holder.name} to say it drains")
+                   timeout=2 * HEARTBEAT + 1, what=f"{holder.name} to say it drains")
         left = submitter.submit([JobSpec("left", "true", {"cpu": 1}, ete=1)], name="left").ids["left"]
         try:
             holder.proc.wait(IDLE_TIMEOUT)
@@ -273,7 +272,7 @@ def test_flower_shows_and_steers_real_pilots_running_real_payloads(flower: Flowe
             counted = {w["hostname"]: w for w in flower.get("/workers?json=1")["data"]}
             return counted if all(counted.get(n, {}).get("worker-offline") == 1 for n in pilots) else None
 
-        wait_until(offline_counted, 5, what="a worker-offline event from each pilot in Flower")
+        wait_until(offline_counted, timeout=5, what="a worker-offline event from each pilot in Flower")
         assert alive(flower, holder.name) is False
         assert flower.errors() == []
 

@@ -9,14 +9,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_pilot_support import pilot_env, wait_for
 
 from matcher.settings import Settings
 from taskqueues.catalog import Catalog
 from taskqueues.records import JobState
 from taskqueues.store import Store
+from tests.support.paths import ROOT
+from tests.support.pilots import pilot_env
+from tests.support.polling import wait_until
 
-ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.timeout(600)  # the README's runs (each bounded at 300 s)
+
 README = (ROOT / "README.md").read_text()
 TOML_BLOCKS = re.findall(r"```toml\n(.*?)```", README, re.S)
 
@@ -116,8 +119,8 @@ def test_the_tour_runs_as_the_readme_shows(tmp_path: Path, redis_url: str) -> No
                 match = re.fullmatch(r"request (\w+): 42 jobs submitted, ETA \d\d:\d\d:\d\d\n", out)
                 assert match, out
                 request = match.group(1)
-                wait_for(lambda r=request: any(j.state == JobState.RUNNING for j in store.request_jobs(r)), 60,
-                         "a tile fetch running (blocked on its FIFO)")
+                wait_until(lambda r=request: any(j.state == JobState.RUNNING for j in store.request_jobs(r)),
+                           timeout=60, what="a tile fetch running (blocked on its FIFO)")
             elif verb == "status" and len(command.split()) == 2:
                 out = cli(command)
                 assert f"request {request} 'montage' priority 0: 42 jobs (" in out
@@ -139,20 +142,21 @@ def test_the_tour_runs_as_the_readme_shows(tmp_path: Path, redis_url: str) -> No
                 out = cli(command.replace("7", running))
                 assert re.fullmatch(rf"job {running}: kill sent to pilot local-\d+@\S+, which stops its payload now\n",
                                     out), out
-                wait_for(lambda j=running: store.job(j).state.final, 30, "the killed payload to end (no heartbeat)")
+                wait_until(lambda j=running: store.job(j).state.final, timeout=30,
+                           what="the killed payload to end (no heartbeat)")
                 assert store.job(running).state == JobState.FAILED and store.job(running).reason == "killed by operator"
                 err = subprocess.run([sys.executable, "-m", "matcher.cli", "kill", running], cwd=here, env=env,
                                      capture_output=True, text=True, timeout=60)
                 assert (err.returncode, err.stderr) == (1, f"pilotfish: error: job {running} has already ended "
                                                            "(failed)\n")
             elif verb == "cancel":
-                wait_for(lambda r=request: any(j.state == JobState.RUNNING for j in store.request_jobs(r)), 30,
-                         "the pilot on the next tile fetch")
+                wait_until(lambda r=request: any(j.state == JobState.RUNNING for j in store.request_jobs(r)),
+                           timeout=30, what="the pilot on the next tile fetch")
                 out = cli(command.replace("REQUEST", request))
                 assert re.fullmatch(rf"request {request}: \d+ jobs cancelled, [12] running jobs asked to stop now\n",
                                     out), out
-                wait_for(lambda r=request: all(j.state.final for j in store.request_jobs(r)), 30,
-                         "every job of the request ended")
+                wait_until(lambda r=request: all(j.state.final for j in store.request_jobs(r)), timeout=30,
+                           what="every job of the request ended")
                 assert "cancelled" in cli(f"pilotfish status {request}")
             elif verb == "down":
                 assert pilot is not None

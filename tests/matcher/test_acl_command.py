@@ -20,8 +20,7 @@ import redis
 
 from taskqueues import access
 from taskqueues.redis_server import RedisServer
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import ROOT
 
 
 @pytest.fixture

@@ -7,13 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from storehelp import job
-
 from taskqueues import stops
 from taskqueues.records import PilotOffer, RunResult
 from taskqueues.store import Store
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import ROOT
+from tests.support.store import job
 
 
 def cli(redis_url: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:

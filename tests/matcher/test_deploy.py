@@ -10,7 +10,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -22,8 +22,9 @@ from matcher.context import Context
 from matcher.deploy import MARKER, orphans, running_pid
 from matcher.settings import Settings
 from taskqueues.redis_server import free_port
+from tests.support.paths import ROOT
+from tests.support.polling import wait_until
 
-ROOT = Path(__file__).resolve().parent.parent
 PARTS = ("worker", "beat", "director", "flower")
 
 
@@ -65,14 +66,6 @@ def deployment(tmp_path: Path) -> Iterator[Deployment]:
     made.cli("down", check=False)
 
 
-def wait(what: str, done: Callable[[], bool], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not done():
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {timeout:g} s")
-        time.sleep(0.2)
-
-
 def test_up_restarts_what_died_and_down_stops_every_process_orphans_included(deployment: Deployment,
                                                                             tmp_path: Path) -> None:
     first = deployment.states(deployment.cli("up").stdout)
@@ -81,7 +74,8 @@ def test_up_restarts_what_died_and_down_stops_every_process_orphans_included(dep
     workflow.write_text('name = "long"\n[[jobs]]\nname = "a"\ncommand = "sleep 60"\n')
     deployment.cli("submit", str(workflow))
     client = deployment.client()
-    wait("a payload running", lambda: any(b'"s":"running"' in v for v in client.hvals("pf:{default}:jobs")), 60)
+    wait_until(lambda: any(b'"s":"running"' in v for v in client.hvals("pf:{default}:jobs")), timeout=60, interval=0.2,
+               what="a payload running")
 
     beat, director = deployment.pid("beat"), deployment.pid("director")
     os.kill(beat, signal.SIGKILL)
@@ -128,7 +122,7 @@ def test_every_part_rides_out_a_redis_outage_with_two_log_lines(deployment: Depl
     def settled() -> bool:
         return all("the store answers again" in (logs / f"{part}.log").read_text() for part in wanted)
 
-    wait("every part said the store answers again", settled, 60)
+    wait_until(settled, timeout=60, interval=0.2, what="every part said the store answers again")
     for part, who in wanted.items():
         text = (logs / f"{part}.log").read_text()
         assert text.count(f"{who} the store is unreachable") == 1, (part, text[-3000:])

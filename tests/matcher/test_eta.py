@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import random
-import sys
-from pathlib import Path
 
 import pytest
-import schedhelp
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-
-import workloads as wl
 
 from matcher.eta import fan_in_bound, request_eta
 from taskqueues import dag
+from tests.support import schedules
+from tests.support.scripts import script
+
+wl = script("workloads")
 
 
 def bound(tasks: list[wl.Task], cores: float, cpu: dict[str, int] | None = None) -> float:
@@ -49,7 +46,7 @@ def test_work_reached_through_several_paths_counts_once() -> None:
              wl.Task("d", "k", 1.0, ("b", "c", "a"))]
     # before d: at least max(a + b, a + c, a + b + c (its direct deps)) = 10 core-s on 1 core
     assert bound(tasks, 1) == 11.0
-    assert bound(tasks, 1) <= schedhelp.optimal_makespan(tasks, 1)
+    assert bound(tasks, 1) <= schedules.optimal_makespan(tasks, 1)
 
 
 def test_never_above_the_optimum_nor_below_the_critical_path() -> None:
@@ -61,7 +58,7 @@ def test_never_above_the_optimum_nor_below_the_critical_path() -> None:
             tasks.append(wl.Task(f"j{i}", "k", float(rng.randint(1, 6)), deps))
         for cores in (1, 2, 3):
             value = bound(tasks, cores)
-            assert wl.critical_path(tasks) <= value <= schedhelp.optimal_makespan(tasks, cores), (seed, cores)
+            assert wl.critical_path(tasks) <= value <= schedules.optimal_makespan(tasks, cores), (seed, cores)
             assert value <= wl.ancestor_bound(tasks, cores) + 1e-9  # a lower bound of the exact ancestor work
 
 

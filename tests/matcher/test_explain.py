@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 import redis
 from click.testing import CliRunner
-from storehelp import QA, QB, TWO_SITES, FakeClock
 
 from matcher.explain import explain, render_explanation
 from matcher.operator_commands import explain as explain_command
@@ -20,6 +19,8 @@ from taskqueues.errors import NotFound
 from taskqueues.keys import Keys
 from taskqueues.records import JobUsage, PilotOffer, RunResult
 from taskqueues.store import Store
+from tests.support.catalogs import QA, QB, TWO_SITES
+from tests.support.clock import FakeClock
 
 CATALOG = TWO_SITES
 NOW = 1_000_000.0
@@ -29,25 +30,18 @@ NOW = 1_000_000.0
 # Redis, in the default community (that made this file fail now and then in full runs). Keys of a community
 # of our own see none of them.
 VO = "explain-tests"
+
+pytestmark = pytest.mark.store(keys=Keys(vo=VO))
+
 # A pilot's record as its heartbeat writes it (pilot.agent.heartbeat.Heartbeat.record): its size and what is used.
 FULL = {"queue": QA, "cores": 4, "mem": 8000, "tmp": 1000, "used_cpu": 0, "used_mem": 0, "used_tmp": 0,
         "time_left": 3600, "running": [], "draining": False}
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(NOW)
 
 
 @pytest.fixture(autouse=True)
 def leftover_pilot(real_redis: redis.Redis) -> None:
     """A pilot of an earlier test still beating into this server, in the default community, on the real clock."""
     Store(real_redis).heartbeat("leftover@elsewhere", {}, {**FULL, "queue": "local/localhost/local"})
-
-
-@pytest.fixture
-def store(real_redis: redis.Redis, clock: FakeClock) -> Store:
-    return Store(real_redis, Keys(vo=VO), lease_seconds=60, clock=clock)
 
 
 @pytest.fixture

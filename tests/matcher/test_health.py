@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 import redis
-from flowerhelp import wait_until
 
 from taskqueues import alive
 from taskqueues.keys import Keys
+from tests.support.paths import ROOT
+from tests.support.polling import wait_until
 
-ROOT = Path(__file__).resolve().parent.parent
 HOST = socket.gethostname()
 KEYS = Keys(prefix="pf", vo="default")
 
@@ -123,26 +123,29 @@ def test_redis_down_fails_with_one_line(env: dict[str, str]) -> None:
 def test_each_component_process_keeps_only_its_own_probe_green(
         env: dict[str, str], tmp_path: Path, processes: dict[str, subprocess.Popen[bytes]]) -> None:
     start(processes, "worker", ["matcher", "--no-beat", "--concurrency", "1", "--loglevel", "WARNING"], env, tmp_path)
-    wait_until(lambda: passes(env, "worker"), 60, interval=0.5, what="the worker's own beat")
+    wait_until(lambda: passes(env, "worker"), timeout=60, interval=0.5, what="the worker's own beat")
     # The worker runs every task beat sends, but no longer vouches for beat (nor for a director).
     assert not passes(env, "beat")
     assert not passes(env, "director")
 
     start(processes, "beat", ["matcher", "--beat-only", "--loglevel", "WARNING"], env, tmp_path)
     start(processes, "director", ["director", "--interval", "1"], env, tmp_path)
-    wait_until(lambda: passes(env, "beat"), 60, interval=0.5, what="beat's own beat")
-    wait_until(lambda: passes(env, "director"), 60, interval=0.5, what="the director's own beat")
+    wait_until(lambda: passes(env, "beat"), timeout=60, interval=0.5, what="beat's own beat")
+    wait_until(lambda: passes(env, "director"), timeout=60, interval=0.5, what="the director's own beat")
 
     # A hung worker fails its probe within a few seconds although beat and the director beat on.
     processes["worker"].send_signal(signal.SIGSTOP)
-    wait_until(lambda: not passes(env, "worker", "--max-age", "4"), 30, interval=0.5, what="the hung worker to fail")
+    wait_until(lambda: not passes(env, "worker", "--max-age", "4"), timeout=30, interval=0.5,
+               what="the hung worker to fail")
     assert passes(env, "beat", "--max-age", "30") and passes(env, "director", "--max-age", "30")
     processes["worker"].send_signal(signal.SIGCONT)
-    wait_until(lambda: passes(env, "worker", "--max-age", "4"), 30, interval=0.5, what="the worker to beat again")
+    wait_until(lambda: passes(env, "worker", "--max-age", "4"), timeout=30, interval=0.5,
+               what="the worker to beat again")
 
     # Beat stopped: its probe fails, though the worker is as busy as ever.
     processes["beat"].send_signal(signal.SIGSTOP)
-    wait_until(lambda: not passes(env, "beat", "--max-age", "7"), 30, interval=0.5, what="the hung beat to fail")
+    wait_until(lambda: not passes(env, "beat", "--max-age", "7"), timeout=30, interval=0.5,
+               what="the hung beat to fail")
     assert passes(env, "worker", "--max-age", "30")
 
 
@@ -151,10 +154,11 @@ def test_a_pilot_process_in_a_pod_keeps_its_own_probe_green(
     pod = {**env, "PILOTFISH_POD_NAME": "pf-pilot-x1", "PILOTFISH_NODE_NAME": "node-7", "PILOTFISH_VO": "astro"}
     start(processes, "pilot", ["pilot", "--queue", "local/localhost/local", "--cores", "1", "--idle-timeout", "120",
                                "--heartbeat", "1", "--lease", "10"], pod, tmp_path)
-    wait_until(lambda: passes(pod, "pilot"), 60, interval=0.5, what="the pilot's own heartbeat")
+    wait_until(lambda: passes(pod, "pilot"), timeout=60, interval=0.5, what="the pilot's own heartbeat")
     sibling = {**pod, "PILOTFISH_POD_NAME": "pf-pilot-x2"}
     done = health(sibling, "--component", "pilot")
     assert done.returncode == 1 and "k8s-pf-pilot-x2@node-7 never beat" in done.stderr
     assert "1 other pilot process(es)" in done.stderr
     processes["pilot"].send_signal(signal.SIGSTOP)
-    wait_until(lambda: not passes(pod, "pilot", "--max-age", "4"), 30, interval=0.5, what="the hung pilot to fail")
+    wait_until(lambda: not passes(pod, "pilot", "--max-age", "4"), timeout=30, interval=0.5,
+               what="the hung pilot to fail")

@@ -5,10 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-import redis
-from storehelp import FakeClock, check_store, job, text
-
 from matcher import periodic
 from matcher.context import Context
 from matcher.repressure import RULE_MARK
@@ -17,6 +13,9 @@ from matcher.submission import JobSpec, Submitter
 from taskqueues.catalog import Catalog
 from taskqueues.records import JobState, PilotOffer, RunResult
 from taskqueues.store import Store
+from tests.support.clock import FakeClock
+from tests.support.keyspace import text
+from tests.support.store import check_store, job
 
 ONE_QUEUE = """
 [sites.S]
@@ -33,16 +32,6 @@ shapes = [{ name = "m4", cpu = 4, mem = "4G" }]
 shapes = [{ name = "m8", cpu = 4, mem = "8G" }]
 """
 GRACE = 600.0
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def store(real_redis: redis.Redis, clock: FakeClock) -> Store:
-    return Store(real_redis, lease_seconds=60, clock=clock)
 
 
 def context(store: Store, catalog: str, tmp_path: Path) -> Context:

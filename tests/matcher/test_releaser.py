@@ -16,8 +16,6 @@ from pathlib import Path
 
 import pytest
 import redis
-from storehelp import job
-from test_pilot_support import QUEUE, ROOT, finish, pilot_env, running_pilot, wait_for
 
 from matcher.context import Context
 from matcher.releaser import Releaser
@@ -26,6 +24,10 @@ from matcher.submission import submit_workflow
 from matcher.workflow import parse_workflow
 from taskqueues.records import JobState, PilotOffer, RunResult
 from taskqueues.store import Store
+from tests.support.paths import ROOT
+from tests.support.pilots import QUEUE, finish, pilot_env, running_pilot
+from tests.support.polling import wait_until
+from tests.support.store import job
 
 # The control plane's catalog: the pilots' queue is in it, and only there (a worker node never reads it).
 CATALOG = """
@@ -74,12 +76,12 @@ def test_a_dependent_waiting_for_outputs_is_released_by_the_worker(
         ctx: Context, worker: subprocess.Popen[bytes], redis_url: str, tmp_path: Path) -> None:
     """The pilot's environment names no catalog: had it evaluated the dependent itself, the local default
     catalog would have put it in a task queue this pilot's queue does not serve."""
-    wait_for(lambda: listeners(ctx) or worker.poll() is not None, 60, "the worker's releaser")
+    wait_until(lambda: listeners(ctx) or worker.poll() is not None, timeout=60, what="the worker's releaser")
     assert worker.poll() is None, (tmp_path / "worker.log").read_text()
     ids = submit_workflow(ctx.submitter, parse_workflow(CHAIN, "<test>")).ids
     env = {k: v for k, v in pilot_env(tmp_path).items() if not k.startswith("PILOTFISH_")}
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "30", env=env) as proc:
-        wait_for(lambda: ctx.store.job(ids["use"]).state is JobState.DONE, 60, "the dependent to run")
+        wait_until(lambda: ctx.store.job(ids["use"]).state is JobState.DONE, timeout=60, what="the dependent to run")
         proc.terminate()
         log = finish(proc, tmp_path, 30)
     use = ctx.store.job(ids["use"])
@@ -114,10 +116,10 @@ def test_complete_announces_what_it_puts_in_the_releasing_set(ctx: Context, real
     ids = submit_workflow(ctx.submitter, parse_workflow(CHAIN, "<test>")).ids
     pubsub = real_redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
     pubsub.subscribe(ctx.keys.release_channel)
-    wait_for(lambda: listeners(ctx), 10, "the subscription")
+    wait_until(lambda: listeners(ctx), timeout=10, what="the subscription")
     (size,) = ctx.store.match(PilotOffer("p", QUEUE, 2, 4000))
     assert ctx.store.complete(size.id, size.attempt, "p", RunResult(outputs={"mb": 300})) == [ids["use"]]
-    message = wait_for(lambda: pubsub.get_message(timeout=0.1), 10, "the announcement")
+    message = wait_until(lambda: pubsub.get_message(timeout=0.1), timeout=10, what="the announcement")
     assert message["data"] == ids["use"].encode()
     pubsub.close()
 
@@ -131,12 +133,13 @@ def test_the_releaser_releases_what_is_announced_and_what_waited(ctx: Context) -
     assert ctx.store.job(first["use"]).state is JobState.RELEASING
     releaser = Releaser(ctx.store, ctx.catalog, vo=ctx.settings.vo).start()
     try:
-        wait_for(releaser.listening.is_set, 10, "the releaser to subscribe")
+        wait_until(releaser.listening.is_set, timeout=10, what="the releaser to subscribe")
         assert ctx.store.job(first["use"]).state is JobState.WAITING, "released by the sweep at subscription"
         second = submit_workflow(ctx.submitter, parse_workflow({**CHAIN, "name": "again"}, "<test>")).ids
         (size,) = [j for j in ctx.store.match(PilotOffer("p", QUEUE, 2, 4000), 2) if j.id == second["size"]]
         ctx.store.complete(size.id, size.attempt, "p", RunResult(outputs={"mb": 100}))
-        wait_for(lambda: ctx.store.job(second["use"]).state is JobState.WAITING, 10, "the announced release")
+        wait_until(lambda: ctx.store.job(second["use"]).state is JobState.WAITING, timeout=10,
+                   what="the announced release")
         assert ctx.store.job(second["use"]).mem == 200
     finally:
         releaser.stop()

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 import redis
-from storehelp import QA, QB, TWO_SITES, FakeClock
 
 from matcher.repressure import CURSOR_FIELD, RULE_MARK, eta_moved, repressure, repressure_locked
 from matcher.submission import JobSpec, Submitted, Submitter
@@ -19,6 +18,10 @@ from taskqueues.catalog import Catalog
 from taskqueues.lock import Lock
 from taskqueues.records import Job, JobState, PilotOffer, RunResult
 from taskqueues.store import Store
+from tests.support.catalogs import QA, QB, TWO_SITES
+from tests.support.clock import FakeClock
+
+pytestmark = pytest.mark.store(lease_seconds=600)
 
 # Work runs at site A (EL9); the "training" jobs that teach a rule its run time run at site B (EL8), so
 # the test decides exactly which jobs complete.
@@ -28,16 +31,6 @@ shapes = [{ name = "small", cpu = 4, mem = "8G" }]
 """
 QR = "A/ce/r"
 NOW = 1_000_000.0
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(NOW)
-
-
-@pytest.fixture
-def store(real_redis: redis.Redis, clock: FakeClock) -> Store:
-    return Store(real_redis, lease_seconds=600, clock=clock)
 
 
 @pytest.fixture

@@ -10,9 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-import redis
 from click.testing import CliRunner
-from storehelp import QA, QB, TWO_SITES, FakeClock
 
 from matcher.operator_commands import status
 from matcher.status import find_request, request_status, requests_status, task_queues
@@ -21,14 +19,10 @@ from taskqueues.catalog import Catalog
 from taskqueues.errors import NotFound
 from taskqueues.records import JobState, PilotOffer, RunResult
 from taskqueues.store import Store
+from tests.support.catalogs import QA, QB, TWO_SITES
 
 CATALOG = TWO_SITES
 NOW = 1_000_000.0
-
-
-@pytest.fixture
-def store(real_redis: redis.Redis) -> Store:
-    return Store(real_redis, lease_seconds=60, clock=FakeClock(NOW))
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import redis
-from storehelp import FakeClock, snapshot
 
 from matcher.context import Context
 from matcher.release import release, sweep
@@ -18,6 +17,10 @@ from matcher.workflow import parse_workflow
 from taskqueues.catalog import Catalog
 from taskqueues.records import JobState, PilotOffer, RunResult
 from taskqueues.store import Store
+from tests.support.clock import FakeClock
+from tests.support.keyspace import snapshot
+
+pytestmark = pytest.mark.store(lease_seconds=30)
 
 CATALOG = """
 [sites.A]
@@ -33,16 +36,6 @@ SoftwareTag = ["AppV1", "AppV2"]
 shapes = [{ name = "small", cpu = 4, mem = "8G" }]
 """
 QA, QB = "A/ce/q", "B/ce/q"
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(1_000_000.0)
-
-
-@pytest.fixture
-def store(real_redis: redis.Redis, clock: FakeClock) -> Store:
-    return Store(real_redis, lease_seconds=30, clock=clock)
 
 
 @pytest.fixture

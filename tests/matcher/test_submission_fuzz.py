@@ -31,8 +31,6 @@ import pytest
 import redis
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from storehelp import FakeClock, snapshot
-from subfuzz import JUNK, REQUIREMENT_NAMES, TEXT, Change, junk_docs, mutated_docs, valid_docs, write_doc
 
 from matcher.submission import JobSpec, Submitter, place, submit_workflow
 from matcher.workflow import Workflow, load_workflow
@@ -41,6 +39,18 @@ from taskqueues.errors import ConfigError, NoEligibleQueue, ValidationError
 from taskqueues.records import JobState
 from taskqueues.redis_server import RedisServer
 from taskqueues.store import Store
+from tests.support.clock import FakeClock
+from tests.support.documents import (
+    JUNK,
+    REQUIREMENT_NAMES,
+    TEXT,
+    Change,
+    junk_docs,
+    mutated_docs,
+    valid_docs,
+    write_doc,
+)
+from tests.support.keyspace import snapshot
 
 CATALOG = """
 [sites.A]

@@ -14,12 +14,14 @@ from pathlib import Path
 import pytest
 import redis
 from click.testing import CliRunner
-from storehelp import FakeClock, snapshot
 
 from matcher.cli import main
 from matcher.submission import JobSpec, Submitter
 from taskqueues.catalog import Catalog
 from taskqueues.store import Store
+from tests.support.clock import FakeClock
+from tests.support.keyspace import snapshot
+from tests.support.paths import ROOT
 
 CATALOG = """
 [sites.A]
@@ -28,7 +30,6 @@ Platform = "EL9"
 [sites.A.ces.ce.queues.q]
 shapes = [{ name = "small", cpu = 4, mem = "8G" }]
 """
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("command", ["submit", "run"])

@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 from celery import Celery
 from celery.events.state import State
-from flowerhelp import EventLog, make_job, pilot_info, wait_until
 
 from pilot.agent.observer import Command, PilotLoad
 from pilot.celery_events import CeleryObserver, task_uuid
 from taskqueues.records import RunResult
 from taskqueues.redis_server import RedisServer
+from tests.support.flower import EventLog, make_job, pilot_info
+from tests.support.polling import wait_until
 
 
 def run_payload(command: str) -> RunResult:
@@ -134,7 +135,7 @@ def test_heartbeats_keep_the_pilot_alive_in_celery_state(redis_url: str, events:
     info = pilot_info("local-1002@testnode")
     observer = CeleryObserver(redis_url, freq=0.3, control=False)
     observer.pilot_started(info)
-    wait_until(lambda: len(events.of("worker-heartbeat", hostname=info.name)) >= 4, 5, what="4 heartbeats")
+    wait_until(lambda: len(events.of("worker-heartbeat", hostname=info.name)) >= 4, timeout=5, what="4 heartbeats")
     beats = [e["timestamp"] for e in events.of("worker-heartbeat", hostname=info.name)]
     gaps = [b - a for a, b in itertools.pairwise(beats)]
     assert all(0.15 < gap < 1.0 for gap in gaps), gaps
@@ -167,7 +168,7 @@ def test_revoke_terminate_shutdown_and_ping_reach_the_observer(redis_url: str, c
 
         start = time.monotonic()
         client.control.revoke(tid, terminate=True, destination=[name])
-        commands = wait_until(observer.commands, 2, interval=0.01, what="the kill command")
+        commands = wait_until(observer.commands, timeout=2, interval=0.01, what="the kill command")
         latency = time.monotonic() - start
         assert commands == [Command("kill", "201", "revoked from Celery/Flower (SIGTERM)")]
         assert latency < 1.0, latency
@@ -181,7 +182,7 @@ def test_revoke_terminate_shutdown_and_ping_reach_the_observer(redis_url: str, c
         assert reply == [{name: {"ok": "terminate: tasks unknown"}}]
 
         client.control.shutdown(destination=[name])
-        assert wait_until(observer.commands, 2, interval=0.01, what="the shutdown command") == [
+        assert wait_until(observer.commands, timeout=2, interval=0.01, what="the shutdown command") == [
             Command("shutdown", reason="Got shutdown from remote")]
     finally:
         observer.close()
@@ -257,9 +258,9 @@ def test_survives_the_broker_going_away(tmp_path: Path) -> None:
         try:
             # The queued task events go out after the reconnection, and heartbeats resume.
             log.wait("worker-heartbeat", timeout=15, hostname=info.name)
-            wait_until(lambda: observer._control is not None and observer._control.wait_ready(0), 15,
+            wait_until(lambda: observer._control is not None and observer._control.wait_ready(0), timeout=15,
                        what="the remote control to reconnect")
-            assert wait_until(lambda: client.control.ping(destination=[info.name], timeout=1), 15,
+            assert wait_until(lambda: client.control.ping(destination=[info.name], timeout=1), timeout=15,
                               what="a ping answer") == [{info.name: {"ok": "pong"}}]
             assert observer.sender_stats["pending"] == 0
         finally:
@@ -283,7 +284,7 @@ def test_event_sending_is_cheap_for_the_pilot_loop(redis_url: str, events: Event
         observer.payload_ended(info, job, result, "done")
     caller = time.perf_counter() - start
     n_events = 3 * len(jobs)
-    wait_until(lambda: len(events.of("task-succeeded")) == len(jobs), 60, what="all task events delivered")
+    wait_until(lambda: len(events.of("task-succeeded")) == len(jobs), timeout=60, what="all task events delivered")
     delivered = time.perf_counter() - start
     observer.close()
     per_event_us = caller / n_events * 1e6

@@ -8,8 +8,6 @@ measured times are consistent.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -19,18 +17,12 @@ import redis
 from matcher.context import Context
 from matcher.settings import Settings
 from taskqueues.redis_server import RedisServer
-
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bench_e2e.py"
+from tests.support.scripts import script
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_e2e", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_e2e"] = module
-    spec.loader.exec_module(module)
-    return module
+    return script("bench_e2e")
 
 
 def test_percentile_is_nearest_rank(bench: ModuleType) -> None:

@@ -9,13 +9,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import redis
 
 from taskqueues.store import Store
-
-SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+from tests.support.scripts import SCRIPTS
 
 # bench_match forks its workers. Forking this pytest process would also run the after-fork hooks of the
 # kombu pools earlier Celery tests left here (one waits forever on an inherited socket), so the
@@ -26,6 +24,8 @@ sys.path[:0] = [sys.argv[1]]
 import redis
 import bench_floor, bench_match
 from taskqueues.store import Store
+
+pytestmark = pytest.mark.timeout(600)  # each benchmark run bounded at 300 s
 store = Store(redis.Redis.from_url(sys.argv[2]), lease_seconds=3600)
 runs = {"ceil": (bench_match.evalsha_worker, lambda i: ()), "match one": bench_floor.run("match one")}
 tallies = bench_match.alternate(sys.argv[2], bench_match.Stock(store, 1), 400, 40, 2, runs)

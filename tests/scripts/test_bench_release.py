@@ -7,9 +7,12 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+import pytest
+
+from tests.support.paths import ROOT
+
+pytestmark = pytest.mark.timeout(600)  # the benchmark run bounded at 300 s
 
 
 def test_bench_release_measures_every_release_of_a_small_chain() -> None:

@@ -12,7 +12,6 @@ import base64
 import dataclasses
 import fnmatch
 import importlib
-import importlib.util
 import json
 import os
 import re
@@ -33,7 +32,13 @@ import pytest
 import redis
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.support.paths import ROOT as REPO
+from tests.support.polling import wait_until
+from tests.support.scripts import script
+
+# The Helm checkers may be installed by the first test (up to 15 minutes), the chart tests render and lint.
+pytestmark = pytest.mark.timeout(1800)
+
 CHART = REPO / "helm" / "pilotfish"
 
 
@@ -53,12 +58,7 @@ def hc() -> ModuleType:
         if done.returncode != 0:
             pytest.skip(f"cannot install helm-python-sdk / kubernetes-validate: {done.stderr.strip()[-800:]}")
         importlib.invalidate_caches()
-    spec = importlib.util.spec_from_file_location("helm_check", REPO / "scripts" / "helm_check.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["helm_check"] = module
-    spec.loader.exec_module(module)
-    return module
+    return script("helm_check")
 
 
 def by_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -557,6 +557,19 @@ def start_store(hc: ModuleType, directory: Path, server: str, name: str, values:
     return process, RenderedStore(objects, env, port, directory)
 
 
+def wait_answering(process: subprocess.Popen[str], control: redis.Redis) -> None:
+    """Until the rendered store answers ``control``'s ping; fail with its output if it exits first."""
+
+    def answers() -> bool:
+        assert process.poll() is None, process.communicate()[0]
+        try:
+            return bool(control.ping())
+        except redis.ConnectionError:
+            return False
+
+    wait_until(answers, timeout=30, what="the rendered store to answer")
+
+
 @pytest.fixture
 def store(hc: ModuleType, tmp_path: Path) -> Iterator[RenderedStore]:
     from taskqueues.redis_server import find_redis_server
@@ -565,16 +578,7 @@ def store(hc: ModuleType, tmp_path: Path) -> Iterator[RenderedStore]:
     if server_release(server) < (7, 2):
         pytest.skip(f"{server} is older than Redis / Valkey 7.2")
     process, rendered = start_store(hc, tmp_path, server, "valkey-server", STORE_VALUES)
-    control = rendered.client(rendered.url_of("-matcher"))
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            control.ping()
-            break
-        except redis.ConnectionError:
-            assert process.poll() is None, process.communicate()[0]
-            assert time.monotonic() < deadline, "the rendered store did not answer"
-            time.sleep(0.05)
+    wait_answering(process, rendered.client(rendered.url_of("-matcher")))
     yield rendered
     process.terminate()
     process.wait(timeout=30)
@@ -652,15 +656,7 @@ def test_the_store_runs_redis_server_when_the_image_has_no_valkey_and_refuses_on
         pytest.skip(f"{server} is older than Redis / Valkey 7.2")
     process, rendered = start_store(hc, tmp_path / "new", server, "redis-server", STORE_VALUES)
     try:
-        control = rendered.client(rendered.url_of("-matcher"))
-        deadline = time.monotonic() + 30
-        while process.poll() is None and time.monotonic() < deadline:
-            try:
-                assert control.ping()
-                break
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        assert process.poll() is None, process.communicate()[0]
+        wait_answering(process, rendered.client(rendered.url_of("-matcher")))
     finally:
         process.terminate()
         process.wait(timeout=30)

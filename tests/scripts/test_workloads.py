@@ -9,22 +9,19 @@ from __future__ import annotations
 import math
 import random
 import statistics
-import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 import redis
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-
-import bench_schedule as bench
-import schedhelp
-import workloads as wl
-
 from matcher.settings import Settings
 from taskqueues.dag import check_dag
 from taskqueues.store import Store
+from tests.support import schedules
+from tests.support.scripts import script
+
+bench = script("bench_schedule")
+wl = script("workloads")
 
 
 def kinds(tasks: list[wl.Task]) -> Counter[str]:
@@ -248,7 +245,7 @@ def test_energetic_bound_never_exceeds_the_optimum() -> None:
     for seed in range(120):
         tasks = _tiny(seed)
         for cores in (2, 3):
-            best = schedhelp.optimal_makespan(tasks, cores)
+            best = schedules.optimal_makespan(tasks, cores)
             bound = wl.energetic_bound(tasks, cores)
             assert wl.ancestor_bound(tasks, cores) <= bound <= best + 1e-9, (seed, cores)
             tighter += bound > wl.ancestor_bound(tasks, cores) + 1e-9
@@ -283,7 +280,7 @@ def test_energetic_bound_sees_a_long_job_beside_a_fan_before_a_join() -> None:
     tasks.append(wl.Task("z", "z", 4.0, tuple(f"f{i}" for i in range(4))))
     assert wl.lower_bound(tasks, 2) == wl.ancestor_bound(tasks, 2) == 11.5
     assert wl.energetic_bound(tasks, 2) == pytest.approx(13.0)
-    assert schedhelp.optimal_makespan(tasks, 2) == 13.0
+    assert schedules.optimal_makespan(tasks, 2) == 13.0
 
 
 def test_a_montage_chain_is_not_held_up_by_a_cybershake_fan(real_redis: redis.Redis) -> None:

@@ -18,6 +18,8 @@ import pytest
 
 from pilot.backends import Backend, PilotRequest, PilotState, PilotStatus
 from taskqueues.shapes import Shape
+from tests.support.paths import ROOT
+from tests.support.polling import wait_until
 
 SMALL = Shape("small", cpu=1, mem=256)
 
@@ -40,14 +42,15 @@ def wait_states(
     timeout: float = 60.0,
 ) -> dict[str, PilotStatus]:
     """Ask ``states`` until ``done`` holds; fail with the last answer after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
     last: dict[str, PilotStatus] = {}
-    while time.monotonic() < deadline:
-        last = backend.states(ids)
-        if done(last):
-            return last
-        time.sleep(0.2)
-    pytest.fail(f"states did not settle within {timeout:g} s: {last}")
+
+    def settled() -> dict[str, PilotStatus] | None:
+        last.update(backend.states(ids))
+        return dict(last) if done(last) else None
+
+    settled_states: dict[str, PilotStatus] = wait_until(settled, timeout=timeout, interval=0.2,
+                                                        what=lambda: f"states to settle: {last}")
+    return settled_states
 
 
 def all_final(states: dict[str, PilotStatus]) -> bool:
@@ -181,7 +184,7 @@ def system_env(kind: str) -> dict[str, str]:
     env_file = directory / "env"
     if not env_file.is_file():
         pytest.skip(f"{kind} is not up ({env_file} missing): run `bash scripts/{kind}.sh up` as root")
-    script = Path(__file__).resolve().parent.parent / "scripts" / f"{kind}.sh"
+    script = ROOT / "scripts" / f"{kind}.sh"
     status = subprocess.run(["bash", str(script), "status"], capture_output=True, text=True, timeout=60, check=False)
     if status.returncode != 0:
         pytest.skip(f"{kind} is not usable: {(status.stdout + status.stderr).strip()}")

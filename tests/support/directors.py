@@ -4,7 +4,7 @@ The rig owns a :class:`Context` on the test's redis-server, a :class:`Director` 
 and knows, per kind, what only the batch system can tell or do: fill the node so pilots stay queued,
 kill a pilot from outside Pilotfish (``kill -9``, ``scancel``, ``qdel``), and read what the batch system
 granted. A batch system that ``scripts/<kind>.sh status`` does not report up makes the test skip with
-the reason (:func:`backend_contract.system_env`).
+the reason (:func:`tests.support.backends.system_env`).
 """
 
 from __future__ import annotations
@@ -13,12 +13,8 @@ import os
 import re
 import signal
 import subprocess
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-
-import pytest
-from backend_contract import system_env
 
 from matcher.context import Context
 from matcher.settings import Settings
@@ -28,81 +24,11 @@ from pilot.director.service import CycleReport, Director, QueueReport
 from taskqueues.catalog import Queue
 from taskqueues.records import Job, JobState
 from taskqueues.shapes import Shape
+from tests.support.backends import system_env
+from tests.support.catalogs import QUEUES, SITES, catalog_text
+from tests.support.polling import wait_until
 
 KINDS = ("local", "slurm", "sge")
-
-#: Slurm's nice parameters of the test catalog (the seed's PriorityParams, set per queue here).
-TIME_ORIGIN = "2024-01-01 00:00 +00:00"
-NICE_FACTOR = 0.5
-#: Grid Engine: one priority step per this many seconds of start-by ahead of now.
-PRIO_SECONDS = 60.0
-
-# One site per backend kind, one queue each, two shapes: c1 is the cheapest for one core, c2 the only
-# one for two cores and cheaper than two c1 for two one-core jobs. n_max_queued = 1 per shape.
-# Memory is 1 GB per core because Grid Engine enforces h_vmem as `ulimit -v` on the Python pilot.
-CATALOG = """
-[sites."Test.local".ces.host]
-batch = "local"
-[sites."Test.local".ces.host.batch_options]
-repo_key = "pftest-"
-grace = 1
-[sites."Test.local".ces.host.queues.q]
-n_max_queued = 1
-max_running = 4
-wall_granularity = 60
-shapes = [
-    { name = "c1", cpu = 1, mem = "1G", wall = "10m", cost = 1.0 },
-    { name = "c2", cpu = 2, mem = "2G", wall = "10m", cost = 1.5 },
-]
-
-[sites."Test.slurm".ces.ctld]
-batch = "slurm"
-[sites."Test.slurm".ces.ctld.batch_options]
-config = "@SLURM_CONF@"
-partition = "debug"
-repo_key = "pftest:"
-use_nice = true
-time_origin = "@TIME_ORIGIN@"
-nice_factor = @NICE_FACTOR@
-poll_interval = 0.5
-[sites."Test.slurm".ces.ctld.queues.q]
-n_max_queued = 1
-max_running = 4
-wall_granularity = 60
-shapes = [
-    { name = "c1", cpu = 1, mem = "1G", wall = "10m", cost = 1.0 },
-    { name = "c2", cpu = 2, mem = "2G", wall = "10m", cost = 1.5 },
-]
-
-[sites."Test.sge".ces.qmaster]
-batch = "sge"
-[sites."Test.sge".ces.qmaster.batch_options]
-root = "@SGE_ROOT@"
-cell = "default"
-hard = "-q all.q"
-pe = "smp"
-repo_key = "pftest:"
-prio_seconds = @PRIO_SECONDS@
-poll_interval = 0.5
-accounting_grace = 5
-[sites."Test.sge".ces.qmaster.queues.q]
-n_max_queued = 1
-max_running = 4
-wall_granularity = 60
-shapes = [
-    { name = "c1", cpu = 1, mem = "1G", wall = "10m", cost = 1.0 },
-    { name = "c2", cpu = 2, mem = "2G", wall = "10m", cost = 1.5 },
-]
-"""
-
-SITES = {"local": "Test.local", "slurm": "Test.slurm", "sge": "Test.sge"}
-QUEUES = {"local": "Test.local/host/q", "slurm": "Test.slurm/ctld/q", "sge": "Test.sge/qmaster/q"}
-
-
-def catalog_text() -> str:
-    return (CATALOG.replace("@SLURM_CONF@", "/var/tmp/pilotfish-slurm/slurm.conf")
-            .replace("@SGE_ROOT@", "/var/lib/gridengine").replace("@TIME_ORIGIN@", TIME_ORIGIN)
-            .replace("@NICE_FACTOR@", str(NICE_FACTOR)).replace("@PRIO_SECONDS@", str(PRIO_SECONDS)))
 
 
 class Rig:
@@ -162,17 +88,15 @@ class Rig:
 
     def drive(self, until: Callable[[], bool], timeout: float, what: str) -> None:
         """Reap expired leases and run a director cycle every 0.3 s until ``until()`` holds."""
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def step() -> bool:
             self.ctx.store.requeue_expired()
             self.cycle()
-            if until():
-                return
-            if time.monotonic() > deadline:
-                last = self.reports[-1].queues[self.queue.id]
-                pytest.fail(f"{self.kind}: {what} not reached within {timeout:g} s; last cycle: {last}; "
-                            f"pilots: {self.provisioned()}; pilot logs: {self.pilot_logs()}")
-            time.sleep(0.3)
+            return until()
+
+        wait_until(step, timeout=timeout, interval=0.3,
+                   what=lambda: f"{self.kind}: {what}; last cycle: {self.reports[-1].queues[self.queue.id]}; "
+                                f"pilots: {self.provisioned()}; pilot logs: {self.pilot_logs()}")
 
     def provisioned(self) -> dict[str, dict[str, object]]:
         return self.director.provisioned(self.queue, self.director.backend(self.queue))
@@ -191,14 +115,15 @@ class Rig:
 
     def wait_states(self, ids: Sequence[str], done: Callable[[dict[str, PilotStatus]], bool],
                     timeout: float = 20.0) -> dict[str, PilotStatus]:
-        deadline = time.monotonic() + timeout
-        while True:
-            states = self.states(ids)
-            if done(states):
-                return states
-            if time.monotonic() > deadline:
-                pytest.fail(f"{self.kind}: pilot states did not settle within {timeout:g} s: {states}")
-            time.sleep(0.3)
+        last: dict[str, PilotStatus] = {}
+
+        def settled() -> dict[str, PilotStatus] | None:
+            last.update(self.states(ids))
+            return dict(last) if done(last) else None
+
+        settled_states: dict[str, PilotStatus] = wait_until(
+            settled, timeout=timeout, interval=0.3, what=lambda: f"{self.kind}: pilot states to settle: {last}")
+        return settled_states
 
     def pilot_logs(self) -> str:
         logs = sorted((self.tmp / "logs").glob("*.err")) if (self.tmp / "logs").is_dir() else []
@@ -230,12 +155,8 @@ class Rig:
             out = self.run("qsub", "-terse", "-b", "y", "-N", "pftest;blocker", "-pe", "smp", slots, "-l", "h_rt=300",
                            "-o", "/dev/null", "-e", "/dev/null", "-q", "all.q", "/bin/sleep", "300")
             self.blockers.append(out.strip().split(".")[0])
-        deadline = time.monotonic() + 60
-        while not self.batch_running(self.blockers[0]):
-            if time.monotonic() > deadline:
-                pytest.fail(f"{self.kind}: the blocker {self.blockers[0]} did not start within 60 s "
-                            "(another test holding the node?)")
-            time.sleep(0.3)
+        wait_until(lambda: self.batch_running(self.blockers[0]), timeout=60, interval=0.3,
+                   what=f"{self.kind}: the blocker {self.blockers[0]} to start (another test holding the node?)")
 
     def batch_running(self, batch_id: str) -> bool:
         if self.kind == "slurm":
@@ -289,10 +210,9 @@ class Rig:
             # A cancelled pilot writes its last heartbeat on its way out: wait until the batch system says
             # every pilot has ended, or that heartbeat lands in the next test's Redis (seen: a Slurm pilot
             # of one test in the next test's pilot records).
-            deadline = time.monotonic() + 30
-            while (self.submitted() and time.monotonic() < deadline
-                   and not all(s.state.final for s in self.states(self.submitted()).values())):
-                time.sleep(0.3)
+            if self.submitted():
+                wait_until(lambda: all(s.state.final for s in self.states(self.submitted()).values()),
+                           timeout=30, interval=0.3, what=f"{self.kind}: every pilot of the test to end")
         finally:
             backend = self.director.backend(self.queue)
             if isinstance(backend, LocalBackend):

@@ -1,6 +1,6 @@
 """A real Flower for tests, and the small pieces the Celery-events and Flower tests share.
 
-``flower`` starts ``celery --broker <redis_url> flower`` on a free loopback port (API open through
+:class:`FlowerServer` starts ``celery --broker <redis_url> flower`` on a free loopback port (API open through
 ``FLOWER_UNAUTHENTICATED_API``), waits until it answers, and stops it afterwards. ``EventLog`` captures
 Celery events with Celery's own ``EventReceiver``, the way Flower does.
 """
@@ -15,16 +15,15 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from celery import Celery
 
 from pilot.agent.observer import PilotInfo
 from taskqueues.records import Job, JobState
 from taskqueues.redis_server import free_port
+from tests.support.polling import wait_until
 
 
 class FlowerServer:
@@ -42,16 +41,19 @@ class FlowerServer:
                 [sys.executable, "-m", "celery", "--broker", self.broker_url, "flower",
                  f"--port={self.port}", "--address=127.0.0.1", "--inspect_timeout=1000"],
                 stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"flower exited with {self.proc.returncode}: {self.log()}")
-            try:
-                self.get("/healthcheck", raw=True)
-                return self
-            except (urllib.error.URLError, ConnectionError, OSError):
-                time.sleep(0.1)
-        raise RuntimeError(f"flower did not answer on {self.url} within {timeout} s: {self.log()}")
+        wait_until(self._answers, timeout=timeout, interval=0.1,
+                   what=lambda: f"flower to answer on {self.url}: {self.log()}")
+        return self
+
+    def _answers(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"flower exited with {self.proc.returncode}: {self.log()}")
+        try:
+            self.get("/healthcheck", raw=True)
+        except (urllib.error.URLError, ConnectionError, OSError):
+            return False
+        return True
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-4000:]
@@ -84,25 +86,6 @@ class FlowerServer:
                 self.proc.wait(5)
 
 
-@pytest.fixture
-def flower(redis_url: str, tmp_path: Path) -> Iterator[FlowerServer]:
-    server = FlowerServer(redis_url, tmp_path).start()
-    yield server
-    server.stop()
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0.05, what: str = "") -> Any:
-    """Poll ``predicate`` until it returns something true; fail the test naming ``what`` otherwise."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what or predicate}")
-        time.sleep(interval)
-
-
 class EventLog:
     """Celery events as a Celery ``EventReceiver`` (the class Flower uses) sees them, in a thread."""
 
@@ -128,12 +111,12 @@ class EventLog:
         probe = Celery("pilotfish-test-probe", broker=self.app.conf.broker_url, set_as_current=False)
         with probe.connection() as conn:
             dispatcher = probe.events.Dispatcher(conn, hostname="probe@test")
-            deadline = time.monotonic() + 10
-            while not self.of("probe-ping"):
-                if time.monotonic() > deadline:
-                    pytest.fail("the event receiver never saw a probe event")
+
+            def seen() -> bool:
                 dispatcher.send("probe-ping")
-                time.sleep(0.05)
+                return bool(self.of("probe-ping"))
+
+            wait_until(seen, timeout=10, what="the event receiver to see a probe event")
             dispatcher.close()
         return self
 
@@ -148,7 +131,7 @@ class EventLog:
                     if e["type"] == type_ and all(e.get(k) == v for k, v in match.items())]
 
     def wait(self, type_: str, timeout: float = 10.0, **match: Any) -> dict[str, Any]:
-        found: list[dict[str, Any]] = wait_until(lambda: self.of(type_, **match), timeout,
+        found: list[dict[str, Any]] = wait_until(lambda: self.of(type_, **match), timeout=timeout,
                                                  what=f"a {type_} event with {match}")
         return found[0]
 

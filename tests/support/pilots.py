@@ -7,13 +7,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import ROOT
+
 QUEUE = "site/ce/q1"
 
 # Variables that would make the pilot believe it runs in a batch job or read the test runner's MJF.
@@ -85,16 +84,6 @@ def finish(proc: subprocess.Popen[str], tmp_path: Path, timeout: float, name: st
 def pilot_log(tmp_path: Path, name: str = "pilot") -> str:
     path = tmp_path / f"{name}.err"
     return path.read_text() if path.exists() else ""
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.02) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def stamped(command: str, timeline: Path, cpu: int) -> str:

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import functools
 import itertools
-import sys
 from collections.abc import Sequence
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+from tests.support.scripts import script
 
-import workloads as wl
+wl = script("workloads")
 
 
 def optimal_makespan(tasks: Sequence[wl.Task], cores: int) -> float:

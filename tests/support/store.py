@@ -1,5 +1,5 @@
 """Builders shared by the store tests: jobs with hand-made task queues (no catalog needed), a populated
-store, and a real call of every script to start from."""
+store, a real call of every script to start from, and the store's consistency checks."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-
 from taskqueues.invariants import check, heads_violations
 from taskqueues.lock import Lock
 from taskqueues.records import NewJob, PilotOffer, RunResult
 from taskqueues.store import Store
+from tests.support.clock import FakeClock
+from tests.support.keyspace import dump_all, restore_all
 
 
 def job(tq: str = "tqA", *, cpu: int = 1, mem: int = 100, tmp: int = 0, ete: float = 0, score: float = 0,
@@ -25,41 +25,6 @@ def job(tq: str = "tqA", *, cpu: int = 1, mem: int = 100, tmp: int = 0, ete: flo
                   tmp=tmp, ete=ete, score=score, requirements=reqs, **kw)  # type: ignore[arg-type]
 
 
-# Two sites of one 4-core queue each, told apart by Platform: the operator-view tests' catalog.
-TWO_SITES = """
-[sites.A]
-Platform = "EL9"
-[sites.A.ces.ce]
-[sites.A.ces.ce.queues.q]
-shapes = [{ name = "small", cpu = 4, mem = "8G" }]
-[sites.B]
-Platform = "EL8"
-[sites.B.ces.ce]
-[sites.B.ces.ce.queues.q]
-shapes = [{ name = "small", cpu = 4, mem = "8G" }]
-"""
-QA, QB = "A/ce/q", "B/ce/q"
-
-
-class FakeClock:
-    """A settable clock for lease and back-off tests (the store takes any callable)."""
-
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def snapshot(client: redis.Redis) -> dict[bytes, tuple[bytes | None, int]]:
-    """Every key with its DUMP and its time to live: equal snapshots mean a byte-identical keyspace."""
-    return {key: (client.dump(key), client.pttl(key)) for key in sorted(client.keys("*"))}
-
-
-def text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def check_heads(store: Store, pools: dict[str, tuple[str, ...]]) -> None:
     """heads holds each non-empty task queue's real head and a floor under all its members; every queue
     floor is under all members of the task queues of its pool; index scores are never above real heads."""
@@ -69,24 +34,6 @@ def check_heads(store: Store, pools: dict[str, tuple[str, ...]]) -> None:
 def check_store(store: Store) -> None:
     """The whole store of the community is consistent (taskqueues.invariants)."""
     assert [str(v) for v in check(store.client, store.keys)] == []
-
-
-def dump_all(client: redis.Redis) -> dict[bytes, bytes]:
-    """Every key of the database with its DUMP (what a refused call must leave byte-identical)."""
-    keys = sorted(client.scan_iter(count=1000))
-    pipe = client.pipeline(transaction=False)
-    for key in keys:
-        pipe.dump(key)
-    return dict(zip(keys, pipe.execute(), strict=True))
-
-
-def restore_all(client: redis.Redis, dumped: dict[bytes, bytes]) -> None:
-    """The database emptied and set back to ``dumped`` (one round trip)."""
-    pipe = client.pipeline(transaction=True)
-    pipe.flushdb()
-    for key, value in dumped.items():
-        pipe.restore(key, 0, value)
-    pipe.execute()
 
 
 @dataclass(frozen=True)

@@ -18,13 +18,14 @@ from pathlib import Path
 
 import pytest
 import redis
-from directorhelp import KINDS, Rig
 
 from matcher import embedded
 from taskqueues import access
 from taskqueues.redis_server import RedisServer
+from tests.support.directors import KINDS, Rig
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.timeout(600)  # runs of a whole workflow (each bounded at 180 s)
 
 
 @pytest.fixture

@@ -15,8 +15,9 @@ from taskqueues.catalog import Catalog, Queue, UnknownQueue
 from taskqueues.errors import ConfigError, NoEligibleQueue, RequirementError
 from taskqueues.requirements import parse_requirements
 from taskqueues.shapes import Shape
+from tests.support.paths import ROOT
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "catalog.toml"
+EXAMPLE = ROOT / "examples" / "catalog.toml"
 
 SHAPE = '[[sites.S.ces.C.queues.Q.shapes]]\nname = "c1"\ncpu = 1\nmem = "2G"\n'
 

@@ -17,8 +17,8 @@ import redis
 from taskqueues.errors import StoreAccessDenied, StoreUnavailable
 from taskqueues.guard import client_url, shown_url
 from taskqueues.store import Store
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = str(ROOT / "examples" / "small-dag.toml")
 
 

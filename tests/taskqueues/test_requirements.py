@@ -8,7 +8,6 @@ import math
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -24,8 +23,7 @@ from taskqueues.requirements import (
     parse_requirements,
 )
 from taskqueues.units import parse_duration_s, parse_size_mb
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import ROOT
 
 # ------------------------------------------------------------------------------------------ units
 

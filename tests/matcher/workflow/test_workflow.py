@@ -34,8 +34,9 @@ from matcher.workflow.expr import ExprError
 from taskqueues.catalog import Catalog
 from taskqueues.errors import ValidationError
 from taskqueues.requirements import parse_requirements
+from tests.support.paths import ROOT
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = ROOT / "examples"
 
 BRIEF_EXAMPLE = """
 name = "montage-small"

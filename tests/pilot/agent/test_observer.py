@@ -7,8 +7,6 @@ import time
 from pathlib import Path
 
 import pytest
-from storehelp import job
-from test_pilot_support import QUEUE, write_features
 
 import pilot.agent.payload as payload_module
 from pilot.agent.config import Identity, PilotConfig
@@ -17,6 +15,8 @@ from pilot.agent.pilot import Pilot
 from pilot.mjf.source import FeatureReader
 from taskqueues.records import Job, JobState, RunResult
 from taskqueues.store import Store
+from tests.support.pilots import QUEUE, write_features
+from tests.support.store import job
 
 
 class Recorder:

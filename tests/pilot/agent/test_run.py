@@ -14,28 +14,25 @@ from pathlib import Path
 
 import psutil
 import pytest
-from storehelp import job
-from test_pilot_support import (
+
+from pilot.mjf.jobstatus import read_jobstatus
+from taskqueues.records import JobState, PilotOffer
+from taskqueues.store import Store
+from tests.support.paths import ROOT
+from tests.support.pilots import (
     QUEUE,
-    ROOT,
     finish,
     peak_cores,
     pilot_env,
     read_timeline,
     running_pilot,
     stamped,
-    wait_for,
     write_features,
 )
+from tests.support.polling import wait_until
+from tests.support.store import job
 
-from pilot.mjf.jobstatus import read_jobstatus
-from taskqueues.records import JobState, PilotOffer
-from taskqueues.store import Store
-
-
-@pytest.fixture
-def store(redis_url: str) -> Store:
-    return Store.from_url(redis_url, lease_seconds=60)
+pytestmark = pytest.mark.store(clock=time.time)  # the pilots run on the real clock
 
 
 def states(store: Store, ids: list[str]) -> list[JobState]:
@@ -113,9 +110,9 @@ def test_a_payload_that_asked_for_no_memory_is_held_to_the_pilots(store: Store, 
 def test_kill_request_from_the_store(store: Store, redis_url: str, tmp_path: Path) -> None:
     [victim, other] = store.submit([job(command="sleep 60"), job(command="sleep 0.5")])
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--lease", "3", "--heartbeat", "0.3") as proc:
-        wait_for(lambda: store.job(victim).state == JobState.RUNNING, 10, "the job to run")
+        wait_until(lambda: store.job(victim).state == JobState.RUNNING, timeout=10, what="the job to run")
         assert store.kill(victim) == "requested"
-        wait_for(lambda: store.job(victim).state.final, 10, "the killed job to end")
+        wait_until(lambda: store.job(victim).state.final, timeout=10, what="the killed job to end")
         log = finish(proc, tmp_path, 30)
     record = store.job(victim)
     assert record.state == JobState.FAILED, log
@@ -140,7 +137,7 @@ def test_heartbeat_reports_the_usage_of_a_running_payload(store: Store, redis_ur
         return len(seen) >= 2 and seen[-1][0] > seen[0][0] and seen[-1][1] > seen[0][1]
 
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--lease", "3", "--heartbeat", "0.3") as proc:
-        wait_for(usage_rose, 20, "usage reports of the running job that rise", interval=0.1)
+        wait_until(usage_rose, timeout=20, what="usage reports of the running job that rise", interval=0.1)
         log = finish(proc, tmp_path, 30)
     mems, cpus = [m for m, _ in seen], [c for _, c in seen]
     assert mems == sorted(mems) and cpus == sorted(cpus), seen
@@ -158,13 +155,13 @@ def test_a_payload_that_ignores_sigterm_is_killed_after_the_grace(store: Store, 
     [victim] = store.submit([job(command=stubborn)])
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--lease", "3", "--heartbeat", "0.3",
                        "--kill-grace", "2") as proc:
-        wait_for(lambda: store.job(victim).state == JobState.RUNNING, 10, "the job to run")
+        wait_until(lambda: store.job(victim).state == JobState.RUNNING, timeout=10, what="the job to run")
         asked = time.time()
         assert store.kill(victim) == "requested"
-        wait_for(termed.exists, 5, "SIGTERM to reach the payload")
+        wait_until(termed.exists, timeout=5, what="SIGTERM to reach the payload")
         termed_at = time.time()
         assert store.job(victim).state == JobState.RUNNING, "the payload ignored SIGTERM but did not run on"
-        wait_for(lambda: store.job(victim).state.final, 10, "the payload to be killed")
+        wait_until(lambda: store.job(victim).state.final, timeout=10, what="the payload to be killed")
         log = finish(proc, tmp_path, 30)
     record = store.job(victim)
     assert record.state == JobState.FAILED and record.reason == "killed by operator", log
@@ -178,7 +175,7 @@ def test_drains_when_a_shutdown_time_appears(store: Store, redis_url: str, tmp_p
     mf = Path(env["MACHINEFEATURES"])
     jobstatus = Path(env["JOBSTATUS"])
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "30", "--heartbeat", "0.3", env=env) as proc:
-        wait_for(lambda: sum(s == JobState.DONE for s in states(store, ids)) >= 2, 15, "two jobs done")
+        wait_until(lambda: sum(s == JobState.DONE for s in states(store, ids)) >= 2, timeout=15, what="two jobs done")
         shutdown = time.time() + 3
         write_features(mf, shutdowntime=int(shutdown))
         # From the next heartbeat on, 4 s estimates no longer fit: nothing new starts.
@@ -205,15 +202,15 @@ def test_can_postpone_last_job_announces_a_drain_while_running(store: Store, red
         return status is not None and status.used_CPU == 1 and status.can_postpone_last_job is expected
 
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--heartbeat", "0.3") as proc:
-        wait_for(lambda: postpone(True), 10, "the payload running, can_postpone_last_job True")
+        wait_until(lambda: postpone(True), timeout=10, what="the payload running, can_postpone_last_job True")
         write_features(mf, shutdowntime=int(time.time() + 300))  # its payload (20 s expected) ends before
         time.sleep(1.0)
         assert postpone(True), "a shutdown time every payload finishes before is no drain"
         write_features(mf, shutdowntime=int(time.time() + 10))  # it cannot: the pilot drains
-        wait_for(lambda: postpone(False), 3, "can_postpone_last_job False while the payload runs")
+        wait_until(lambda: postpone(False), timeout=3, what="can_postpone_last_job False while the payload runs")
         assert proc.poll() is None and store.job(jid).state == JobState.RUNNING
         write_features(mf, shutdowntime=None)  # withdrawn
-        wait_for(lambda: postpone(True), 3, "can_postpone_last_job True again")
+        wait_until(lambda: postpone(True), timeout=3, what="can_postpone_last_job True again")
         log = finish(proc, tmp_path, 30)
     assert store.job(jid).state == JobState.DONE, log
 
@@ -234,17 +231,17 @@ def test_after_a_withdrawn_drain_jobstatus_holds_its_values_then_publishes_them_
 
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--heartbeat", "0.3", "--jobstatus-hold", "6",
                        env=env) as proc:
-        before = wait_for(lambda: status(True), 10, "the payload running")
+        before = wait_until(lambda: status(True), timeout=10, what="the payload running")
         shutdown = int(time.time() + 12)  # its payload (20 s expected) cannot end before: the pilot drains
         write_features(mf, shutdowntime=shutdown)
-        drained = wait_for(lambda: status(False), 5, "can_postpone_last_job False")
+        drained = wait_until(lambda: status(False), timeout=5, what="can_postpone_last_job False")
         assert drained.last_max_job_end == shutdown and drained.last_max_job_end < before.last_max_job_end
         write_features(mf, shutdowntime=None)  # withdrawn
-        reverted = wait_for(lambda: status(True), 5, "can_postpone_last_job True again")
+        reverted = wait_until(lambda: status(True), timeout=5, what="can_postpone_last_job True again")
         assert (reverted.first_exp_job_end, reverted.last_max_job_end) == \
             (drained.first_exp_job_end, drained.last_max_job_end)
-        fresh = wait_for(lambda: (s := status(True)) and s.last_max_job_end != drained.last_max_job_end and s,
-                         20, "the values published fresh after the hold")
+        fresh = wait_until(lambda: (s := status(True)) and s.last_max_job_end != drained.last_max_job_end and s,
+                           timeout=20, what="the values published fresh after the hold")
         assert fresh.first_exp_job_end == before.first_exp_job_end
         assert fresh.last_max_job_end == before.last_max_job_end
         proc.send_signal(signal.SIGTERM)
@@ -255,9 +252,9 @@ def test_sigterm_gives_every_payload_back_at_once(store: Store, redis_url: str, 
     ids = store.submit([job(command="sleep 60") for _ in range(2)])
     env = pilot_env(tmp_path, cores=2)
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "30", env=env) as proc:
-        wait_for(lambda: states(store, ids) == [JobState.RUNNING] * 2, 10, "both jobs running")
-        status = wait_for(lambda: (s := read_jobstatus(env["JOBSTATUS"])) and s.used_CPU == 2 and s, 2,
-                          "used_CPU 2 in $JOBSTATUS")
+        wait_until(lambda: states(store, ids) == [JobState.RUNNING] * 2, timeout=10, what="both jobs running")
+        status = wait_until(lambda: (s := read_jobstatus(env["JOBSTATUS"])) and s.used_CPU == 2 and s, timeout=2,
+                            what="used_CPU 2 in $JOBSTATUS")
         assert status.can_postpone_last_job is True
         proc.send_signal(signal.SIGTERM)
         log = finish(proc, tmp_path, 15)
@@ -295,7 +292,8 @@ def test_sigkill_loses_nothing(redis_url: str, tmp_path: Path) -> None:
     env = pilot_env(tmp_path, cores=2)
     with running_pilot(redis_url, tmp_path, "--lease", "1", "--heartbeat", "0.3", "--idle-timeout", "30",
                        env=env, name="first") as first:
-        wait_for(lambda: sum(s == JobState.RUNNING for s in states(store, ids)) == 2, 10, "two jobs running")
+        wait_until(lambda: sum(s == JobState.RUNNING for s in states(store, ids)) == 2, timeout=10,
+                   what="two jobs running")
         payloads = psutil.Process(first.pid).children()
         first.send_signal(signal.SIGKILL)  # the batch system kills the whole job: the pilot and its payloads
         for payload in payloads:
@@ -322,12 +320,13 @@ def test_payloads_die_with_a_sigkilled_pilot(store: Store, redis_url: str, tmp_p
                         for _ in range(2)])
     env = pilot_env(tmp_path, cores=2)
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "30", env=env) as proc:
-        wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 4, 10, "both payloads started")
+        wait_until(lambda: pids.exists() and len(pids.read_text().split()) == 4, timeout=10,
+                   what="both payloads started")
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     payload_pids = [int(p) for p in pids.read_text().split()]
-    wait_for(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
-                             for p in payload_pids), 5, "the payloads of the dead pilot killed")
+    wait_until(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+                             for p in payload_pids), timeout=5, what="the payloads of the dead pilot killed")
     time.sleep(3.5)
     assert not late.exists(), "a payload went on after its pilot died"
     # Still leased to the dead pilot (started or not yet reported so) until the reaper requeues them.
@@ -342,7 +341,7 @@ def test_a_killed_guardian_is_replaced_and_the_payloads_still_die_with_their_pil
     (jid,) = store.submit([job(command=f"echo $$ >> {pids}; sleep 30")])
     env = pilot_env(tmp_path, cores=1)
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "30", "--heartbeat", "0.5", env=env) as proc:
-        wait_for(lambda: pids.exists() and pids.read_text().strip() != "", 10, "the payload started")
+        wait_until(lambda: pids.exists() and pids.read_text().strip() != "", timeout=10, what="the payload started")
 
         def guardians() -> list[psutil.Process]:
             found = []
@@ -354,12 +353,12 @@ def test_a_killed_guardian_is_replaced_and_the_payloads_still_die_with_their_pil
 
         [old] = guardians()
         old.kill()
-        wait_for(lambda: [g.pid for g in guardians()] not in ([], [old.pid]), 10, "a new guardian")
+        wait_until(lambda: [g.pid for g in guardians()] not in ([], [old.pid]), timeout=10, what="a new guardian")
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     payload = int(pids.read_text().split()[0])
-    wait_for(lambda: not psutil.pid_exists(payload) or psutil.Process(payload).status() == psutil.STATUS_ZOMBIE,
-             5, "the payload of the dead pilot killed by the new guardian")
+    wait_until(lambda: not psutil.pid_exists(payload) or psutil.Process(payload).status() == psutil.STATUS_ZOMBIE,
+               timeout=5, what="the payload of the dead pilot killed by the new guardian")
     assert store.job(jid).state is JobState.RUNNING  # its lease expires; the reaper requeues it
 
 
@@ -393,7 +392,7 @@ def test_jobstatus_while_running(store: Store, redis_url: str, tmp_path: Path) -
         def published() -> object:
             status = read_jobstatus(env["JOBSTATUS"])
             return status if status is not None and status.used_CPU == 1 else None
-        status = wait_for(published, 10, "used_CPU 1 in $JOBSTATUS")
+        status = wait_until(published, timeout=10, what="used_CPU 1 in $JOBSTATUS")
         now = time.time()
         assert status.can_postpone_last_job is True
         assert abs(status.last_exp_job_end - (status.last_job_start + 30)) <= 1
@@ -454,8 +453,8 @@ def test_wall_requirement_is_normalised_seconds(store: Store, redis_url: str, tm
         {"cpu": 1, "mem": 100, "tmp": 0, "wall": 4})})])
     env = pilot_env(tmp_path, cores=1, job={"cpufactor_lrms": 2})
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--kill-grace", "1", env=env) as proc:
-        status = wait_for(lambda: (s := read_jobstatus(env["JOBSTATUS"])) and s.used_CPU == 1 and s, 10,
-                          "used_CPU 1 in $JOBSTATUS")
+        status = wait_until(lambda: (s := read_jobstatus(env["JOBSTATUS"])) and s.used_CPU == 1 and s, timeout=10,
+                            what="used_CPU 1 in $JOBSTATUS")
         assert status.last_max_job_end - status.last_job_start in (1, 2, 3)  # 2 s, floored on both sides
         log = finish(proc, tmp_path, 30)
     assert seen.read_text().split() == ["2", "4"]

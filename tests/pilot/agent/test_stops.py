@@ -6,12 +6,11 @@ do within the test's polling window they did because they were nudged, not becau
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 import redis
-from storehelp import job
-from test_pilot_support import finish, pilot_env, pilot_log, running_pilot, wait_for
 
 from pilot.agent.config import identity_from_environment
 from taskqueues import stops
@@ -19,16 +18,16 @@ from taskqueues.errors import ValidationError
 from taskqueues.keys import Keys
 from taskqueues.records import JobState
 from taskqueues.store import Store
+from tests.support.pilots import finish, pilot_env, pilot_log, running_pilot
+from tests.support.polling import wait_until
+from tests.support.store import job
+
+pytestmark = pytest.mark.store(lease_seconds=3600, clock=time.time)  # the pilots run on the real clock
 
 #: A heartbeat that never comes during a test: lease 1 h, heartbeat every 30 min.
 SLOW = ("--lease", "3600", "--heartbeat", "1800", "--kill-grace", "1")
 #: Polling windows: far shorter than the heartbeat, long enough for a loaded 2-core machine.
 WINDOW = 60.0
-
-
-@pytest.fixture
-def store(redis_url: str) -> Store:
-    return Store.from_url(redis_url, lease_seconds=3600)
 
 
 def named_env(tmp_path: Path, batch_id: str, cores: int = 1) -> tuple[str, dict[str, str]]:
@@ -45,9 +44,10 @@ def test_a_kill_reaches_the_payload_before_the_next_heartbeat(store: Store, redi
     [victim] = store.submit([job(command="sleep 300")])
     _, env = named_env(tmp_path, "kill-1")
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", *SLOW, env=env) as proc:
-        wait_for(lambda: store.job(victim).state == JobState.RUNNING, WINDOW, "the job to run")
+        wait_until(lambda: store.job(victim).state == JobState.RUNNING, timeout=WINDOW, what="the job to run")
         assert store.kill(victim) == "requested"
-        wait_for(lambda: store.job(victim).state.final, WINDOW, "the killed payload to end (no heartbeat comes)")
+        wait_until(lambda: store.job(victim).state.final, timeout=WINDOW,
+                   what="the killed payload to end (no heartbeat comes)")
         log = finish(proc, tmp_path, WINDOW)
     record = store.job(victim)
     assert record.state == JobState.FAILED and record.reason == "killed by operator", log
@@ -56,7 +56,7 @@ def test_a_kill_reaches_the_payload_before_the_next_heartbeat(store: Store, redi
 def test_a_release_stops_an_idle_pilot_at_once(store: Store, redis_url: str, tmp_path: Path) -> None:
     name, env = named_env(tmp_path, "release-idle")
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "3000", *SLOW, env=env) as proc:
-        wait_for(lambda: seen(store, name), WINDOW, "the pilot's first heartbeat")
+        wait_until(lambda: seen(store, name), timeout=WINDOW, what="the pilot's first heartbeat")
         assert stops.request(store.client, store.keys, name, "release", "no demand left for c1")
         log = finish(proc, tmp_path, WINDOW)
     assert f"pilot {name} stopped: no demand left for c1" in log
@@ -69,7 +69,7 @@ def test_a_busy_pilot_finishes_its_payload_before_it_releases_itself(store: Stor
     [busy] = store.submit([job(command=f"sleep 2; touch {marker}")])
     name, env = named_env(tmp_path, "release-busy")
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "3000", *SLOW, env=env) as proc:
-        wait_for(lambda: store.job(busy).state == JobState.RUNNING, WINDOW, "the job to run")
+        wait_until(lambda: store.job(busy).state == JobState.RUNNING, timeout=WINDOW, what="the job to run")
         stops.request(store.client, store.keys, name, "release", "released by the director")
         log = finish(proc, tmp_path, WINDOW)
     assert marker.exists() and store.job(busy).state == JobState.DONE, log
@@ -80,7 +80,7 @@ def test_a_drain_lets_payloads_finish_and_takes_nothing_new(store: Store, redis_
     [running] = store.submit([job(command="sleep 2", score=0)])
     name, env = named_env(tmp_path, "drain-1")
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "3000", *SLOW, env=env) as proc:
-        wait_for(lambda: store.job(running).state == JobState.RUNNING, WINDOW, "the job to run")
+        wait_until(lambda: store.job(running).state == JobState.RUNNING, timeout=WINDOW, what="the job to run")
         stops.request(store.client, store.keys, name, "drain", "drained by operator")
         [later] = store.submit([job(command="true", score=1)])
         log = finish(proc, tmp_path, WINDOW)
@@ -93,7 +93,7 @@ def test_a_shutdown_gives_the_running_payload_back(store: Store, redis_url: str,
     [long] = store.submit([job(command="sleep 300")])
     name, env = named_env(tmp_path, "shutdown-1")
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "3000", *SLOW, env=env) as proc:
-        wait_for(lambda: store.job(long).state == JobState.RUNNING, WINDOW, "the job to run")
+        wait_until(lambda: store.job(long).state == JobState.RUNNING, timeout=WINDOW, what="the job to run")
         stops.request(store.client, store.keys, name, "shutdown", "shut down by operator")
         log = finish(proc, tmp_path, WINDOW)
     record = store.job(long)
@@ -118,9 +118,10 @@ def test_a_draining_pilot_can_still_be_shut_down(store: Store, redis_url: str, t
     [long] = store.submit([job(command="sleep 300")])
     name, env = named_env(tmp_path, "drain-then-shutdown")
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "3000", *SLOW, env=env) as proc:
-        wait_for(lambda: store.job(long).state == JobState.RUNNING, WINDOW, "the job to run")
+        wait_until(lambda: store.job(long).state == JobState.RUNNING, timeout=WINDOW, what="the job to run")
         stops.request(store.client, store.keys, name, "drain", "drained by operator")
-        wait_for(lambda: "takes no more jobs" in pilot_log(tmp_path), WINDOW, "the pilot to say it drains")
+        wait_until(lambda: "takes no more jobs" in pilot_log(tmp_path), timeout=WINDOW,
+                   what="the pilot to say it drains")
         stops.request(store.client, store.keys, name, "shutdown", "shut down by operator")
         log = finish(proc, tmp_path, WINDOW)
     assert store.job(long).state == JobState.WAITING, log

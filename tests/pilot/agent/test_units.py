@@ -13,7 +13,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-from test_pilot_support import wait_for, write_features
 
 from pilot.agent.config import Identity, PilotConfig, identity_from_environment
 from pilot.agent.guardian import watch
@@ -24,6 +23,8 @@ from pilot.mjf.payload import PayloadArea
 from pilot.mjf.source import FeatureReader
 from taskqueues.errors import ConfigError
 from taskqueues.records import Job, JobState
+from tests.support.pilots import write_features
+from tests.support.polling import wait_until
 
 # -- outputs and tails ---------------------------------------------------------------------------
 
@@ -64,7 +65,7 @@ def test_sample_sums_the_whole_session(tmp_path: Path) -> None:
            f"open(\"{tmp_path}/r\" + str(__import__(\"os\").getpid()), \"w\").close(); __import__(\"time\").sleep(30)'"
     proc = subprocess.Popen(["/bin/sh", "-c", f"{hold} & {hold}; wait"], start_new_session=True)
     try:
-        wait_for(lambda: len(list(tmp_path.glob("r*"))) == 2, 10, "both processes to hold their memory")
+        wait_until(lambda: len(list(tmp_path.glob("r*"))) == 2, timeout=10, what="both processes to hold their memory")
         samples = sample_sessions({proc.pid})
         sample = samples[proc.pid]
         assert sample.processes == 3
@@ -161,7 +162,7 @@ def test_terminated_payload_and_leftover_processes(tmp_path: Path) -> None:
     payload = Payload(_job(f"sleep 60 & echo $! > {pidfile}; sleep 60"), sandbox, log_dir=tmp_path,
                       output_cap=0)
     payload.spawn(sandbox.env())
-    wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 10, "the background pid")
+    wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(), timeout=10, what="the background pid")
     background = int(pidfile.read_text())
     payload.terminate(Stop("killed by operator", "fail"), grace=5)
     _run(payload)
@@ -172,7 +173,7 @@ def test_terminated_payload_and_leftover_processes(tmp_path: Path) -> None:
             return psutil.Process(background).status() == psutil.STATUS_ZOMBIE
         except psutil.NoSuchProcess:
             return True
-    wait_for(gone, 5, "the background process to die")
+    wait_until(gone, timeout=5, what="the background process to die")
     sandbox.cleanup()
 
 

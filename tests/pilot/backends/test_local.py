@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-from backend_contract import SMALL, BackendContract, Harness, all_final, wait_states
 
 from pilot.backends import (
     Backend,
@@ -23,6 +22,8 @@ from pilot.backends import (
 )
 from taskqueues.errors import BackendError
 from taskqueues.shapes import Shape
+from tests.support.backends import SMALL, BackendContract, Harness, all_final, wait_states
+from tests.support.polling import wait_until
 
 
 def _kill_minus_9(backend: Backend, batch_id: str) -> None:
@@ -80,10 +81,13 @@ def test_running_pilots_never_exceed_capacity(tmp_path: Path) -> None:
     try:
         ids = [backend.submit(PilotRequest(f"p{i}", span_command(tmp_path, f"p{i}", 0.6), SMALL, 60)) for i in range(6)]
         peak_cpu = 0
-        deadline = time.monotonic() + 30
-        while not all_final(backend.states(ids)) and time.monotonic() < deadline:
+
+        def sampled_until_all_final() -> bool:
+            nonlocal peak_cpu
             peak_cpu = max(peak_cpu, backend.in_use()["cpu"])
-            time.sleep(0.05)
+            return all_final(backend.states(ids))
+
+        wait_until(sampled_until_all_final, timeout=30, what="every pilot to end")
         assert all(s.state is PilotState.DONE for s in backend.states(ids).values())
         assert peak_cpu == 2
         assert max_overlap(spans(tmp_path)) == 2
@@ -166,8 +170,7 @@ def test_cancel_kills_the_whole_group_after_the_grace(tmp_path: Path) -> None:
         status = wait_states(backend, [batch_id], all_final, timeout=10)[batch_id]
         assert status.state is PilotState.CANCELLED
         assert time.monotonic() - started >= 0.4, "SIGKILL came before the grace"
-        time.sleep(0.2)
-        assert not alive(child), "the pilot's child outlived the cancel"
+        wait_until(lambda: not alive(child), timeout=10, what="the pilot's child to die with the cancel")
     finally:
         backend.close()
 
@@ -178,10 +181,7 @@ def test_submit_rate_measures_and_cleans_up() -> None:
         rate = submit_rate(backend, 20)
         assert rate > 0
         assert backend.in_use()["cpu"] <= 1
-        deadline = time.monotonic() + 10
-        while backend.in_use()["cpu"] and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert backend.in_use()["cpu"] == 0, "submit_rate left pilots running"
+        wait_until(lambda: backend.in_use()["cpu"] == 0, timeout=10, what="submit_rate's pilots to end")
     finally:
         backend.close()
 

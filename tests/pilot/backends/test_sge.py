@@ -8,7 +8,6 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from backend_contract import SMALL, BackendContract, Harness, all_final, system_env, wait_states
 
 from pilot.backends import (
     Backend,
@@ -22,6 +21,7 @@ from pilot.backends import (
 from pilot.backends.sge import sge_job_name
 from taskqueues.errors import BackendError
 from taskqueues.shapes import Shape
+from tests.support.backends import SMALL, BackendContract, Harness, all_final, system_env, wait_states
 
 
 @pytest.fixture

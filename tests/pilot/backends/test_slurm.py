@@ -10,7 +10,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from backend_contract import SMALL, BackendContract, Harness, all_final, system_env, wait_states
 
 from pilot.backends import (
     Backend,
@@ -34,6 +33,7 @@ from pilot.backends.slurm import (
 )
 from taskqueues.errors import BackendError
 from taskqueues.shapes import Shape
+from tests.support.backends import SMALL, BackendContract, Harness, all_final, system_env, wait_states
 
 
 @pytest.fixture

@@ -14,11 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from directorhelp import KINDS, NICE_FACTOR, PRIO_SECONDS, TIME_ORIGIN, Rig, all_final, states_of
 
 from pilot.backends import PilotState
 from pilot.backends.slurm import parse_time_origin
 from taskqueues.records import JobState
+from tests.support.catalogs import NICE_FACTOR, PRIO_SECONDS, TIME_ORIGIN
+from tests.support.directors import KINDS, Rig, all_final, states_of
 
 
 def _marks(kind: str) -> list[pytest.MarkDecorator]:

@@ -13,8 +13,7 @@ import logging
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,8 +27,8 @@ from pilot.director.service import Director
 from taskqueues.catalog import Queue
 from taskqueues.records import JobState
 from taskqueues.shapes import Shape
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import ROOT
+from tests.support.polling import wait_until
 
 CATALOG = """
 [sites.L.ces.host]
@@ -76,19 +75,11 @@ def job(name: str, site: str, *, ete: float = 1.0, seconds: float = 0.5, wall: s
                    requirements={"Site": site, "cpu": 1, "mem": "100M", **({"wall": wall} if wall else {})})
 
 
-def wait_for(what: str, done: Callable[[], bool], timeout: float, tick: Callable[[], object] = lambda: None) -> None:
-    deadline = time.monotonic() + timeout
-    while not done():
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} not reached within {timeout:g} s")
-        tick()
-        time.sleep(0.3)
-
-
 def wait_pilots_stopped(ctx: Context) -> None:
     """Until every pilot has written its last heartbeat record (it idles out after 2 s): a pilot the test
     started outlives the test otherwise, and that record lands in the next test's Redis."""
-    wait_for("the pilots stopped", lambda: all(r.get("stopped") for r in ctx.store.pilot_records().values()), 60)
+    wait_until(lambda: all(r.get("stopped") for r in ctx.store.pilot_records().values()), timeout=60, interval=0.3,
+               what="the pilots stopped")
 
 
 @pytest.fixture
@@ -134,8 +125,8 @@ def test_a_missing_batch_system_is_converted_once_when_the_director_is_configure
         assert all("runs alone" in s.detail for s in states.values() if s.state is PilotState.RUNNING), states
 
         ids = list(sub.ids.values())
-        wait_for("both jobs done", lambda: all(j.state is JobState.DONE for j in ctx.store.jobs(ids)), 60,
-                 tick=director.cycle)
+        wait_until(lambda: all(j.state is JobState.DONE for j in ctx.store.jobs(ids)), timeout=60, interval=0.3,
+                   what="both jobs done", between=director.cycle)
     finally:
         director.stop_all()
         director.close()
@@ -270,7 +261,8 @@ def test_pilotfish_director_once_provisions_and_its_pilot_runs_the_job(ctx: Cont
     assert summary["queues"]["L/host/q"]["submitted"] == 1 and summary["queues"]["L/host/q"]["demand"] == 1, summary
     # The pilot outlives the command (its own session) and runs the job.
     [job_id] = sub.ids.values()
-    wait_for("the job done", lambda: ctx.store.jobs([job_id])[0].state is JobState.DONE, 60)
+    wait_until(lambda: ctx.store.jobs([job_id])[0].state is JobState.DONE, timeout=60, interval=0.3,
+               what="the job done")
     assert list((in_tmp / "logs").glob("pfl-q-c1-local-*.out")), "the pilot's log is in --log-dir"
     assert {p.name for p in in_tmp.iterdir()} <= {"catalog.toml", "empty-bin", "logs", "state"}, "written to the cwd"
     wait_pilots_stopped(ctx)
@@ -302,7 +294,8 @@ def test_the_celery_director_task_provisions_and_its_pilot_runs_the_job(
     client = Celery("pilotfish-test", broker=ctx.redis_url)
     try:
         client.send_task("pilotfish.director")
-        wait_for("the job done", lambda: ctx.store.jobs([job_id])[0].state is JobState.DONE, 90)
+        wait_until(lambda: ctx.store.jobs([job_id])[0].state is JobState.DONE, timeout=90, interval=0.3,
+                   what="the job done")
     finally:
         client.close()
     assert worker.poll() is None, (in_tmp / "worker.log").read_text()[-2000:]

@@ -15,17 +15,17 @@ from pathlib import Path
 
 import pytest
 import redis
-from directorhelp import KINDS, Rig, all_final
 
 from pilot.director.release import Room, release_idle
 from taskqueues import stops
 from taskqueues.keys import Keys
 from taskqueues.records import JobState
+from tests.support.directors import KINDS, Rig, all_final
+from tests.support.paths import ROOT
 
 IDLE_TIMEOUT = 600.0
 #: Grid Engine starts pilots with the environment the director gives them only: this tree's code, not an
 #: installed one.
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _marks(kind: str) -> list[pytest.MarkDecorator]:

@@ -9,7 +9,6 @@ free the host).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from matcher.settings import Settings
 from matcher.submission import JobSpec
 from pilot.director.service import Director
 from taskqueues.records import JobState
+from tests.support.polling import wait_until
 
 LONG_ETE = 300.0
 
@@ -27,16 +27,16 @@ LONG_ETE = 300.0
 def drive(director: Director, ctx: Context, walls: dict[str, int], until: Callable[[], bool], timeout: float,
           what: str) -> None:
     """Director cycles every 0.3 s until ``until()``; ``walls`` collects the wall of every pilot submitted."""
-    deadline = time.monotonic() + timeout
-    while not until():
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} not reached within {timeout:g} s; pilots: {ctx.store.pilot_records()}")
+
+    def cycle() -> None:
         ctx.store.requeue_expired()
         for queue_id, report in director.cycle().queues.items():
             queue = ctx.catalog.queue(queue_id, ctx.settings.vo)
             records = director.provisioned(queue, director.backend(queue))
             walls.update({b: int(records[b]["wall"]) for b in report.submitted})
-        time.sleep(0.3)
+
+    wait_until(until, timeout=timeout, interval=0.3, what=lambda: f"{what}; pilots: {ctx.store.pilot_records()}",
+               between=cycle)
 
 
 def test_a_long_job_gets_a_pilot_sized_for_it_and_the_idle_short_pilot_makes_room(

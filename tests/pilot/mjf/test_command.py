@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pilot.mjf.jobstatus import JobStatusWriter, RunningPayload
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.support.paths import ROOT as REPO
 
 
 def run_mjf(env: dict[str, str], *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

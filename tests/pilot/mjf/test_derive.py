@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 from pilot.mjf import derive
+from tests.support.paths import ROOT
 
 SCONTROL_SAMPLE = """JobId=4242 JobName=pilot
    UserId=root(0) GroupId=root(0) MCS_label=N/A
@@ -187,7 +188,7 @@ def run_reader(env: dict[str, str], workdir: Path) -> dict[str, dict[str, object
             f"f = read_features(workdir={str(workdir)!r}); "
             "print(json.dumps({'values': {**f.as_dict()['job'], **f.as_dict()['machine']}}))")
     done = subprocess.run([sys.executable, "-c", code], env={"PATH": os.environ["PATH"], **env},
-                          cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, check=True)
+                          cwd=ROOT, capture_output=True, text=True, check=True)
     values: dict[str, dict[str, object]] = json.loads(done.stdout)["values"]
     return values
 

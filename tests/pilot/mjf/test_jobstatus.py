@@ -11,7 +11,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from storehelp import FakeClock
 
 from pilot.mjf import formulas
 from pilot.mjf.jobstatus import (
@@ -25,8 +24,9 @@ from pilot.mjf.jobstatus import (
     locked,
     read_jobstatus,
 )
+from tests.support.clock import FakeClock
+from tests.support.paths import ROOT as REPO
 
-REPO = Path(__file__).resolve().parents[1]
 A = RunningPayload(cores=2, start=1100, expected_end=2100, max_end=3100)
 B = RunningPayload(cores=4, start=1300, expected_end=1800, max_end=2300)
 C = RunningPayload(cores=1, start=1400, expected_end=2500, max_end=2600)

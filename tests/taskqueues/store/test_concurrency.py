@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import multiprocessing as mp
 
-from storehelp import job
-
 from taskqueues.records import PilotOffer
 from taskqueues.store import Store
+from tests.support.store import job
 
 QUEUES = ("s/c/a", "s/c/b")
 

@@ -1,7 +1,7 @@
 """Fuzz every store script directly, as anyone holding the store's credentials could call it (real redis-server).
 
-Each example starts from the same populated store (a job in every state, storehelp.populate) and one real,
-accepted call of the script (storehelp.script_calls), and makes one or two of its arguments bad: wrong
+Each example starts from the same populated store (a job in every state, tests.support.store.populate) and one real,
+accepted call of the script (tests.support.store.script_calls), and makes one or two of its arguments bad: wrong
 types, NaN and infinities, negative, huge, out-of-range indexes, unknown states, injected, missing or
 retyped JSON fields, invalid JSON, too few or too many arguments, keys swapped, dropped, of another
 community or of another role. The call must then either be refused by the script's own checks (an error
@@ -22,13 +22,15 @@ import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from storehelp import Call, FakeClock, dump_all, populate, restore_all, script_calls
 
 from taskqueues import scripts
 from taskqueues.invariants import check
 from taskqueues.keys import Keys
 from taskqueues.redis_server import RedisServer
 from taskqueues.store import Store
+from tests.support.clock import FakeClock
+from tests.support.keyspace import dump_all, restore_all
+from tests.support.store import Call, populate, script_calls
 
 #: ARGV index of each script's JSON argument.
 JSON_ARG = {"submit": 2, "complete": 5, "fail": 5, "heartbeat": 3, "release": 3, "rescore": 1}

@@ -7,10 +7,11 @@ from collections.abc import Callable
 
 import pytest
 import redis
-from storehelp import OFFER, FakeClock, Population, populate
 
 from taskqueues.invariants import Violation, check
 from taskqueues.store import Store
+from tests.support.clock import FakeClock
+from tests.support.store import OFFER, Population, populate
 
 Damage = Callable[[Store, Population], object]
 

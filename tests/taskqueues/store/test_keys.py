@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,6 @@ from typing import Any
 import pytest
 import redis
 from redis.crc import key_slot
-from storehelp import FakeClock, job
 
 from matcher.repressure import repressure
 from taskqueues import scripts
@@ -21,6 +19,9 @@ from taskqueues.keys import Keys
 from taskqueues.records import JobState, PilotOffer, RunResult
 from taskqueues.redis_server import RedisServer
 from taskqueues.store import Store
+from tests.support.clock import FakeClock
+from tests.support.polling import wait_until
+from tests.support.store import job
 
 
 def test_every_key_builder_carries_the_hash_tag() -> None:
@@ -106,10 +107,8 @@ def split_cluster(tmp_path: Path) -> Iterator[tuple[redis.Redis, redis.Redis]]:
         a.execute_command("CLUSTER", "ADDSLOTS", slot)
         b.execute_command("CLUSTER", "ADDSLOTS", *(s for s in range(16384) if s != slot))
         a.execute_command("CLUSTER", "MEET", "127.0.0.1", nodes[1].port)
-        deadline = time.monotonic() + 20
-        while not all(b"cluster_state:ok" in c.execute_command("CLUSTER", "INFO") for c in (a, b)):
-            assert time.monotonic() < deadline, "the two-node cluster never came up"
-            time.sleep(0.05)
+        wait_until(lambda: all(b"cluster_state:ok" in c.execute_command("CLUSTER", "INFO") for c in (a, b)),
+                   timeout=20, what="the two-node cluster to come up")
         yield a, b
     finally:
         for node in nodes:

@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from storehelp import FakeClock, check_heads, job
 
 from taskqueues.records import JobState, PilotOffer, member_tail
 from taskqueues.store import Store
+from tests.support.clock import FakeClock
+from tests.support.store import check_heads, job
 
 QUEUES = ["s/c/q0", "s/c/q1", "s/c/q2"]
 TQS = {  # task queue -> its eligible queues

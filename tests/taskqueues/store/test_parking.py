@@ -7,8 +7,6 @@ import logging
 from pathlib import Path
 
 import pytest
-import redis
-from storehelp import QA, TWO_SITES, FakeClock, check_heads, check_store, job, text
 
 from matcher import periodic
 from matcher.context import Context
@@ -21,19 +19,15 @@ from matcher.submission import JobSpec, Submitter
 from taskqueues.catalog import Catalog
 from taskqueues.records import JobState, PilotOffer
 from taskqueues.store import Store
+from tests.support.catalogs import QA, TWO_SITES
+from tests.support.clock import FakeClock
+from tests.support.keyspace import text
+from tests.support.store import check_heads, check_store, job
+
+pytestmark = pytest.mark.store(lease_seconds=30)
 
 Q1 = "site/ce/q1"
 PILOT = PilotOffer("p1", Q1, 8, 10_000, 10_000)
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def store(real_redis: redis.Redis, clock: FakeClock) -> Store:
-    return Store(real_redis, lease_seconds=30, backoff=10, clock=clock)
 
 
 def four(store: Store) -> list[str]:

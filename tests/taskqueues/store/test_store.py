@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 from collections.abc import Iterator
 
 import pytest
 import redis
-from storehelp import FakeClock, check_heads, check_store, job, text
 
 from taskqueues.errors import ConfigError, NotFound, StaleReport, StoreError
 from taskqueues.keys import Keys
@@ -24,22 +22,24 @@ from taskqueues.records import (
     stored_requirements,
 )
 from taskqueues.store import Store
+from tests.support.clock import FakeClock
+from tests.support.keyspace import text
+from tests.support.polling import wait_until
+from tests.support.store import check_heads, check_store, job
+
+pytestmark = pytest.mark.store(lease_seconds=30, servers=("real", "fake"))
 
 Q1 = "site/ce/q1"
 Q2 = "site/ce/q2"
 
 
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def store(any_redis: redis.Redis, clock: FakeClock) -> Iterator[Store]:
-    """A store that every test leaves consistent (taskqueues.invariants)."""
-    store = Store(any_redis, lease_seconds=30, backoff=10, clock=clock)
-    yield store
-    check_store(store)
+@pytest.fixture(autouse=True)
+def consistent(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test of the ``store`` fixture leaves it consistent (taskqueues.invariants)."""
+    store = request.getfixturevalue("store") if "store" in request.fixturenames else None
+    yield
+    if store is not None:
+        check_store(store)
 
 
 def offer(cpu: int = 8, mem: int = 10_000, tmp: int = 10_000, queue: str = Q1, left: float | None = None,
@@ -87,18 +87,17 @@ def test_a_job_with_a_wall_fits_on_its_wall_whatever_its_estimate(store: Store) 
     assert [j.id for j in store.match(offer(left=600))] == [long_wall]
 
 
-def test_without_a_wall_the_estimate_with_its_safety_factor_must_fit(any_redis: redis.Redis, clock: FakeClock,
-                                                                     store: Store) -> None:
+def test_without_a_wall_the_estimate_with_its_safety_factor_must_fit(clock: FakeClock, store: Store) -> None:
     assert store.ete_safety_factor == 1.5  # the default: 100 s estimated needs 150 s left
     (jid,) = store.submit([job("E", ete=100)])
     assert store.match(offer(left=149)) == []
     assert [j.id for j in store.match(offer(left=150))] == [jid]
-    doubled = Store(any_redis, Keys(vo="doubled"), clock=clock, ete_safety_factor=2)
+    doubled = Store(store.client, Keys(vo="doubled"), clock=clock, ete_safety_factor=2)
     (other,) = doubled.submit([job("E", ete=100)])
     assert doubled.match(offer(left=199)) == []
     assert [j.id for j in doubled.match(offer(left=200))] == [other]
     with pytest.raises(ConfigError, match=r"ete_safety_factor must be at least 1, got 0\.5"):
-        Store(any_redis, ete_safety_factor=0.5)
+        Store(store.client, ete_safety_factor=0.5)
 
 
 def test_eligibility_comes_from_the_pool(store: Store) -> None:
@@ -330,9 +329,7 @@ def test_exchanges_sent_back_to_back_are_answered_in_order_on_one_connection(sto
     try:
         first = store.send_exchange("p1", conn, offer=offer(cpu=1))
         second = store.send_exchange("p1", conn, completions=[(a, 1, RunResult())], offer=offer(cpu=1))
-        deadline = time.monotonic() + 5
-        while not (first.ready() and second.ready()) and time.monotonic() < deadline:
-            time.sleep(0.001)
+        wait_until(lambda: first.ready() and second.ready(), timeout=5, interval=0.001, what="both replies")
         # Redis applied them in the order sent: the second completed what the first matched.
         assert [j.id for j in first.receive().matched] == [a]
         got = second.receive()

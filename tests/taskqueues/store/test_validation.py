@@ -1,7 +1,7 @@
 """Every script refuses a bad call with a clear error and changes nothing (the audit's calls first).
 
 Calls go to the scripts directly, as anyone holding the store's credentials could make them, starting from
-one real call of each (storehelp.script_calls) with one argument made bad; and through the store, whose
+one real call of each (tests.support.store.script_calls) with one argument made bad; and through the store, whose
 StoreError carries the script's message.
 """
 
@@ -14,33 +14,20 @@ from typing import Any
 
 import pytest
 import redis
-from storehelp import (
-    OFFER,
-    PILOT,
-    Call,
-    FakeClock,
-    Population,
-    check_store,
-    dump_all,
-    job,
-    populate,
-    script_calls,
-)
 
 from taskqueues.errors import StoreError
 from taskqueues.lock import Lock
 from taskqueues.records import JobState, NewJob, PilotOffer, RunResult
 from taskqueues.store import Store
+from tests.support.clock import FakeClock
+from tests.support.keyspace import dump_all
+from tests.support.store import OFFER, PILOT, Call, Population, check_store, job, populate, script_calls
+
+pytestmark = pytest.mark.store(lease_seconds=30, servers=("real", "fake"))
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def world(any_redis: redis.Redis, clock: FakeClock) -> tuple[Store, Population, dict[str, Call]]:
-    store = Store(any_redis, lease_seconds=30, backoff=10, clock=clock)
+def world(store: Store, clock: FakeClock) -> tuple[Store, Population, dict[str, Call]]:
     pop = populate(store)
     return store, pop, script_calls(store, pop, clock)
 
