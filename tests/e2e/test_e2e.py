@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ import redis
 
 from taskqueues.keys import Keys
 from tests.support.paths import ROOT
+from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.timeout(600)  # whole workflows through real pilots (each run bounded at 300 s)
 
@@ -69,29 +69,30 @@ def test_kill_9_of_a_pilot_loses_nothing_and_runs_each_job_once(env: dict[str, s
     env = {**env, "PILOTFISH_LEASE_SECONDS": "3", "PILOTFISH_BACKOFF_SECONDS": "0.5"}
     killed: list[int] = []
 
-    def kill_a_pilot() -> None:
+    store = redis.Redis.from_url(redis_url)
+
+    def killed_a_pilot() -> bool:
         # Kill the pilot that holds a running job (not just any pilot: one that has not matched yet would
         # lose nothing and prove nothing). A local pilot's batch id is in its environment.
-        store = redis.Redis.from_url(redis_url)
-        deadline = time.time() + 60
-        while time.time() < deadline and not killed:
-            holders = {json.loads(raw).get("pl") for raw in store.hvals(Keys().jobs)
-                       if json.loads(raw).get("s") == "running"}
-            for pid in subprocess.run(["pgrep", "-f", "matcher.cli pilot"], capture_output=True,
-                                      text=True).stdout.split():
-                try:
-                    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-                except OSError:
-                    continue
-                batch = next((v.split(b"=", 1)[1].decode() for v in environ
-                              if v.startswith(b"PILOTFISH_BATCH_ID=")), None)
-                if batch and any(h and h.split("@")[0] == batch for h in holders):
-                    os.kill(int(pid), signal.SIGKILL)
-                    killed.append(int(pid))
-                    break
-            time.sleep(0.05)
+        holders = {json.loads(raw).get("pl") for raw in store.hvals(Keys().jobs)
+                   if json.loads(raw).get("s") == "running"}
+        for pid in subprocess.run(["pgrep", "-f", "matcher.cli pilot"], capture_output=True,
+                                  text=True).stdout.split():
+            try:
+                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            batch = next((v.split(b"=", 1)[1].decode() for v in environ
+                          if v.startswith(b"PILOTFISH_BATCH_ID=")), None)
+            if batch and any(h and h.split("@")[0] == batch for h in holders):
+                os.kill(int(pid), signal.SIGKILL)
+                killed.append(int(pid))
+                return True
+        return False
 
-    killer = threading.Thread(target=kill_a_pilot)
+    # In a thread, while the run goes on; if it fails, the assertion on ``killed`` below says so.
+    killer = threading.Thread(target=wait_until, args=(killed_a_pilot,),
+                              kwargs={"timeout": 60, "what": "a pilot holding a running job"})
     killer.start()
     done = cli(["run", str(workflow)], env, timeout=180)
     killer.join()

@@ -23,7 +23,7 @@ import pytest
 from matcher.context import Context
 from matcher.settings import Settings
 from matcher.submission import JobSpec
-from pilot.director.service import Director
+from pilot.director.service import Director, QueueReport
 from taskqueues.errors import StoreUnavailable
 from taskqueues.records import JobState, PilotOffer
 from taskqueues.redis_server import RedisServer
@@ -173,10 +173,14 @@ def test_a_pilot_nobody_answers_for_is_retired_after_its_silence(tmp_path: Path,
         site.submit(1, 0.1)
         report = director.cycle().queues[QUEUE]
         assert report.submitted == [] and key.split("|")[2] not in report.ended, "it still counts (max_running 1)"
-        time.sleep(2.1)
-        with caplog.at_level("WARNING", logger="pilot.director.service"):
+
+        def retired() -> QueueReport | None:
             report = director.cycle().queues[QUEUE]
-        assert "local-999-1" in report.ended and "retired" in report.ended["local-999-1"]
+            return report if "local-999-1" in report.ended else None
+
+        with caplog.at_level("WARNING", logger="pilot.director.service"):
+            report = wait_until(retired, timeout=30, interval=0.2, what="the silent record retired")
+        assert "retired" in report.ended["local-999-1"]
         assert [r.getMessage() for r in caplog.records if "retired" in r.getMessage()], "one log line says so"
         assert len(report.submitted) == 1, "its place went to the waiting demand"
     finally:
@@ -203,8 +207,8 @@ def test_a_killed_director_holds_the_director_lock_only_a_few_intervals(site: Si
 
 
 def test_a_pilot_keeps_its_payload_through_a_redis_outage_shorter_than_its_lease(tmp_path: Path) -> None:
-    """Redis killed -9 while a payload runs and started again 2 s later (its append-only file keeps the data):
-    the payload runs on, its end is reported when the store answers, the job is done at its first attempt;
+    """Redis killed -9 while a payload runs and started again once the pilot noticed (its append-only file keeps
+    the data): the payload runs on, its end is reported when the store answers, the job is done at its first attempt;
     the pilot's log says one line when the outage starts and one when it ends."""
     server = RedisServer(tmp_path / "redis", persistent=True).start()
     store = Store.from_url(server.url, lease_seconds=10)
@@ -221,7 +225,8 @@ def test_a_pilot_keeps_its_payload_through_a_redis_outage_shorter_than_its_lease
         pid = server.pid()
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
-        time.sleep(2)
+        wait_until(lambda: "the store is unreachable" in log.read_text(), timeout=30, interval=0.1,
+                   what="the pilot to notice the outage")
         server.start()
         assert pilot.wait(60) == 0, log.read_text()
         record = store.job(job_id)

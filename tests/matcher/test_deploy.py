@@ -120,7 +120,8 @@ def test_every_part_rides_out_a_redis_outage_with_two_log_lines(deployment: Depl
     wanted = {"worker": "worker:", "beat": "beat:", "director": "director:"}
 
     def settled() -> bool:
-        return all("the store answers again" in (logs / f"{part}.log").read_text() for part in wanted)
+        return all(f"{who} the store answers again" in (logs / f"{part}.log").read_text()
+                   for part, who in wanted.items())
 
     wait_until(settled, timeout=60, interval=0.2, what="every part said the store answers again")
     for part, who in wanted.items():

@@ -20,6 +20,7 @@ from taskqueues.records import Job, JobState, PilotOffer, RunResult
 from taskqueues.store import Store
 from tests.support.catalogs import QA, QB, TWO_SITES
 from tests.support.clock import FakeClock
+from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.store(lease_seconds=600)
 
@@ -297,6 +298,7 @@ RUNNER = textwrap.dedent("""
     from matcher.repressure import repressure_locked
     from taskqueues.store import Store
     store = Store(redis.Redis.from_url(sys.argv[1]), clock=lambda: 1_000_000.0)
+    store.client.incr("ready")
     while store.client.get("go") is None:
         time.sleep(0.001)
     report = repressure_locked(store)
@@ -317,9 +319,7 @@ def test_concurrent_runs_under_the_lock_do_the_work_once(submitter: Submitter, s
                                                          two_runners: list[subprocess.Popen[str]]) -> None:
     sub = submitter.submit([*chain(["c1", "c2", "c3"], 10, "sim"), spec("x", 100, mem=300)], name="C")
     learn(submitter, store, "sim", 50)
-    import time
-
-    time.sleep(0.5)
+    wait_until(lambda: int(store.client.get("ready") or 0) == 2, what="both runners waiting for the signal")
     store.client.set("go", "1")
     outputs = [json.loads(proc.communicate(timeout=60)[0]) for proc in two_runners]
     written = [o for o in outputs if o]

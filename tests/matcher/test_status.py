@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from taskqueues.errors import NotFound
 from taskqueues.records import JobState, PilotOffer, RunResult
 from taskqueues.store import Store
 from tests.support.catalogs import QA, QB, TWO_SITES
+from tests.support.polling import wait_until
 
 CATALOG = TWO_SITES
 NOW = 1_000_000.0
@@ -103,21 +103,24 @@ def test_status_command_text_and_json(submitter: Submitter, env: dict[str, str])
 
 
 def test_status_watch_follows_the_request_until_it_ends(submitter: Submitter, store: Store,
-                                                         env: dict[str, str]) -> None:
+                                                         env: dict[str, str], tmp_path: Path) -> None:
     request, ids = chain_request(submitter)
-    proc = subprocess.Popen([sys.executable, "-c", "from matcher.operator_commands import status; status()",
-                             request, "--watch"], env={**os.environ, **env}, stdout=subprocess.PIPE, text=True)
+    shown = tmp_path / "out"  # a file, as a log would be: no terminal
+    with open(shown, "w") as stdout:
+        proc = subprocess.Popen([sys.executable, "-c", "from matcher.operator_commands import status; status()",
+                                 request, "--watch"], env={**os.environ, **env}, stdout=stdout, text=True)
     try:
-        time.sleep(1.0)
+        wait_until(lambda: "-- " in shown.read_text(), what="its first view")
         assert proc.poll() is None, "it must keep watching while jobs are unfinished"
         for queue in (QA, QB, QA):
             (job,) = store.match(PilotOffer("p", queue, 4, 8000))
             store.complete(job.id, job.attempt, "p")
-        out, _ = proc.communicate(timeout=20)
+        proc.wait(timeout=20)
+        out = shown.read_text()
     finally:
         proc.kill()
     assert proc.returncode == 0
-    assert "\x1b" not in out, "no terminal control codes when stdout is a pipe"
+    assert "\x1b" not in out, "no terminal control codes when stdout is no terminal"
     assert out.count("-- ") >= 2 and out.rstrip().endswith("finished")
     assert f"request {request} 'demo' priority 5: 3 jobs (3 done)" in out
     assert all(store.job(i).state is JobState.DONE for i in ids.values())

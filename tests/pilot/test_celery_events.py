@@ -136,24 +136,27 @@ def test_heartbeats_keep_the_pilot_alive_in_celery_state(redis_url: str, events:
     observer = CeleryObserver(redis_url, freq=0.3, control=False)
     observer.pilot_started(info)
     wait_until(lambda: len(events.of("worker-heartbeat", hostname=info.name)) >= 4, timeout=5, what="4 heartbeats")
-    beats = [e["timestamp"] for e in events.of("worker-heartbeat", hostname=info.name)]
-    gaps = [b - a for a, b in itertools.pairwise(beats)]
-    assert all(0.15 < gap < 1.0 for gap in gaps), gaps
+    beats = events.of("worker-heartbeat", hostname=info.name)
+    assert all(e["freq"] == 0.3 for e in beats), "each heartbeat tells Flower when to expect the next"
+    # Never closer than the period (a slow machine only spaces them further apart).
+    gaps = [b["timestamp"] - a["timestamp"] for a, b in itertools.pairwise(beats)]
+    assert all(gap > 0.15 for gap in gaps), gaps
     state = State()
     now = time.time()
     for event in events.of("worker-online") + events.of("worker-heartbeat"):
         state.event(dict(event, local_received=now))
     assert state.workers[info.name].alive
     observer.pilot_stopped(info, "done")
-    observer.close()
-    count = len(events.of("worker-heartbeat", hostname=info.name))
-    time.sleep(0.8)
-    assert len(events.of("worker-heartbeat", hostname=info.name)) == count, "heartbeats went on after offline"
+    observer.close()  # its sender thread has ended: nothing is sent after this
+    events.wait("worker-offline", hostname=info.name)
+    with events._lock:
+        kinds = [e["type"] for e in events.events if e.get("hostname") == info.name]
+    assert "worker-heartbeat" not in kinds[kinds.index("worker-offline"):], "heartbeats went on after offline"
 
 
 def test_revoke_terminate_shutdown_and_ping_reach_the_observer(redis_url: str, client: Celery) -> None:
     name = "local-2001@testnode"
-    observer = started_observer(redis_url, name)
+    observer = started_observer(redis_url, name, freq=3600.0)  # no heartbeat brings the revoke
     info = pilot_info(name)
     job = make_job("201", "sleep 30", name="long")
     observer.payload_started(info, job)
@@ -166,12 +169,9 @@ def test_revoke_terminate_shutdown_and_ping_reach_the_observer(redis_url: str, c
         assert reply == [{name: {"ok": f"tasks {tid} flagged as revoked"}}]
         assert observer.commands() == []
 
-        start = time.monotonic()
         client.control.revoke(tid, terminate=True, destination=[name])
-        commands = wait_until(observer.commands, timeout=2, interval=0.01, what="the kill command")
-        latency = time.monotonic() - start
+        commands = wait_until(observer.commands, timeout=30, interval=0.01, what="the kill command")
         assert commands == [Command("kill", "201", "revoked from Celery/Flower (SIGTERM)")]
-        assert latency < 1.0, latency
 
         reply = client.control.revoke(tid, terminate=True, signal="SIGKILL", destination=[name], reply=True,
                                       timeout=2)
@@ -243,15 +243,16 @@ def test_survives_the_broker_going_away(tmp_path: Path) -> None:
         observer.pilot_started(info)
         assert observer._control is not None and observer._control.wait_ready(10)
         server.stop()
-        # Nothing raises and nothing blocks while the broker is gone.
-        start = time.monotonic()
+        # Nothing raises and nothing blocks while the broker is gone: the events wait in the sender's queue
+        # (the pilot's thread only queues them; were it sending, it would be stuck on the broker).
+        queued = observer.sender_stats["pending"]
         job = make_job("401", "true")
         observer.payload_started(info, job)
         observer.heartbeat(info, PilotLoad(1, 10, ("401",), 0, None, False))
         observer.payload_ended(info, job, RunResult(exit_code=0, wall=0.01), "done")
         assert observer.commands() == []
-        assert time.monotonic() - start < 0.1
-        wait_until(lambda: observer.sender_stats["failures"] > 0, 5, what="a failed send")
+        assert observer.sender_stats["pending"] >= queued + 3  # received, started, succeeded
+        wait_until(lambda: observer.sender_stats["failures"] > 0, timeout=5, what="a failed send")
 
         server = RedisServer(tmp_path / "redis", port=port).start()
         log = EventLog(server.url).start()

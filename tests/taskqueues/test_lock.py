@@ -5,13 +5,13 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 import redis
 
 from taskqueues.keys import Keys
 from taskqueues.lock import Lock, LockError, locked
+from tests.support.polling import wait_until
 
 # A worker process: tries the lock ROUNDS times; when it holds it, it logs enter/leave with a pause in
 # between (long enough for the others to try meanwhile) and counts its skips.
@@ -21,6 +21,7 @@ WORKER = textwrap.dedent("""
     from taskqueues.lock import locked
     url, me, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
     client = redis.Redis.from_url(url)
+    client.incr("ready")
     while client.get("go") is None:
         time.sleep(0.001)
     for _ in range(rounds):
@@ -37,7 +38,7 @@ WORKER = textwrap.dedent("""
 
 def test_only_one_process_holds_the_lock_at_a_time(redis_url: str, real_redis: redis.Redis) -> None:
     procs = [subprocess.Popen([sys.executable, "-c", WORKER, redis_url, str(i), "30"]) for i in range(4)]
-    time.sleep(0.5)  # let them all start and wait for the signal
+    wait_until(lambda: int(real_redis.get("ready") or 0) == 4, what="the four workers waiting for the signal")
     real_redis.set("go", "1")
     for proc in procs:
         assert proc.wait(timeout=60) == 0
@@ -54,13 +55,13 @@ def test_only_one_process_holds_the_lock_at_a_time(redis_url: str, real_redis: r
 
 
 def test_a_crashed_holder_blocks_others_only_until_the_ttl(redis_url: str, real_redis: redis.Redis) -> None:
-    # A real process takes the lock and dies without releasing it.
+    # A real process takes the lock and dies without releasing it (a ttl that outlives its exit on a busy machine).
     code = ("import sys, redis; from taskqueues.keys import Keys; from taskqueues.lock import Lock; "
-            "sys.exit(0 if Lock(redis.Redis.from_url(sys.argv[1]), Keys().lock('beat'), 0.3).acquire() else 3)")
+            "sys.exit(0 if Lock(redis.Redis.from_url(sys.argv[1]), Keys().lock('beat'), 3).acquire() else 3)")
     assert subprocess.run([sys.executable, "-c", code, redis_url], timeout=30).returncode == 0
     with locked(real_redis, Keys(), "beat", ttl=5) as got:
         assert not got
-    time.sleep(0.4)
+    wait_until(lambda: not real_redis.exists(Keys().lock("beat")), what="the dead holder's lock to expire")
     with locked(real_redis, Keys(), "beat", ttl=5) as got:
         assert got
 
@@ -69,7 +70,7 @@ def test_an_expired_holder_never_releases_the_next_holders_lock(real_redis: redi
     key = Keys().lock("beat")
     first = Lock(real_redis, key, 0.1)
     assert first.acquire()
-    time.sleep(0.15)
+    wait_until(lambda: not real_redis.exists(key), interval=0.01, what="the first holder's lock to expire")
     second = Lock(real_redis, key, 5)
     assert second.acquire()
     assert first.release() is False

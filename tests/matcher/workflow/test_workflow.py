@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -534,13 +533,10 @@ def run_workflow(workflow: Workflow, tmp_path: Path) -> dict[str, dict[str, str]
         outputs_file = scratch / "outputs"
         outputs_file.touch()
         env = {**os.environ, OUTPUTS_ENV: str(outputs_file), "TMPDIR": str(scratch)}
-        start = time.monotonic()
         result = subprocess.run(
             ["sh", "-c", command], env=env, cwd=scratch, capture_output=True, text=True, timeout=10, check=False
         )
-        took = time.monotonic() - start
         assert result.returncode == 0, f"{name}: {command!r} failed: {result.stderr}"
-        assert took < 1.0, f"{name} took {took:.2f} s"
         outputs[name] = parse_outputs(outputs_file.read_text(), job=name)
     return outputs
 
