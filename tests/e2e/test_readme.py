@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,18 @@ def test_the_readme_starts_with_the_two_commands_and_ci_runs_the_second() -> Non
     commands = [line.split("#")[0].strip() for line in first.group(1).splitlines()]
     assert commands == ["bash scripts/run.sh", "bash scripts/test.sh"]
     assert "bash scripts/test.sh" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_the_test_command_also_runs_the_static_checks_and_every_test_has_a_timeout() -> None:
+    """CI's command fails on a lint, format or type finding (scripts/lint.sh), and no test can hang it."""
+    assert "bash scripts/lint.sh" in (ROOT / "scripts" / "test.sh").read_text()
+    lint = (ROOT / "scripts" / "lint.sh").read_text()
+    for check in ("ruff check .", "ruff format --check", "mypy --strict"):
+        assert check in lint, check
+    assert 'PACKAGES=(taskqueues matcher pilot)' in lint
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert any(d.startswith("pytest-timeout") for d in project["project"]["optional-dependencies"]["test"])
+    assert project["tool"]["pytest"]["ini_options"]["timeout"] > 0
 
 
 def test_the_settings_example_is_valid(tmp_path: Path) -> None:
