@@ -123,7 +123,8 @@ def test_every_part_rides_out_a_redis_outage_with_two_log_lines(deployment: Depl
         return all(f"{who} the store answers again" in (logs / f"{part}.log").read_text()
                    for part, who in wanted.items())
 
-    wait_until(settled, timeout=60, interval=0.2, what="every part said the store answers again")
+    wait_until(settled, timeout=60, interval=0.2, what=lambda: "every part said the store answers again: " + " | ".join(
+        f"{part}: {(logs / f'{part}.log').read_text()[-800:]}" for part in wanted))
     for part, who in wanted.items():
         text = (logs / f"{part}.log").read_text()
         assert text.count(f"{who} the store is unreachable") == 1, (part, text[-3000:])

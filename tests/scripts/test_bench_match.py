@@ -10,10 +10,13 @@ import json
 import subprocess
 import sys
 
+import pytest
 import redis
 
 from taskqueues.store import Store
 from tests.support.scripts import SCRIPTS
+
+pytestmark = pytest.mark.timeout(600)  # each benchmark run bounded at 300 s
 
 # bench_match forks its workers. Forking this pytest process would also run the after-fork hooks of the
 # kombu pools earlier Celery tests left here (one waits forever on an inherited socket), so the
@@ -24,8 +27,6 @@ sys.path[:0] = [sys.argv[1]]
 import redis
 import bench_floor, bench_match
 from taskqueues.store import Store
-
-pytestmark = pytest.mark.timeout(600)  # each benchmark run bounded at 300 s
 store = Store(redis.Redis.from_url(sys.argv[2]), lease_seconds=3600)
 runs = {"ceil": (bench_match.evalsha_worker, lambda i: ()), "match one": bench_floor.run("match one")}
 tallies = bench_match.alternate(sys.argv[2], bench_match.Stock(store, 1), 400, 40, 2, runs)

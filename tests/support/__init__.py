@@ -3,7 +3,7 @@
 - ``paths``: where the repository is (``ROOT``).
 - ``polling``: :func:`~tests.support.polling.wait_until`, the one way a test waits for something.
 - ``clock``: :class:`~tests.support.clock.FakeClock`, the settable clock the store, submitter and MJF accept.
-- ``redis``: keyspace snapshots, dumps and restores of a real or fake server.
+- ``keyspace``: snapshots, dumps and restores of a whole keyspace (real or fake server).
 - ``store``: jobs with hand-made task queues, a populated store, one real call of every script, the checks.
 - ``catalogs``: the catalogs several test files share.
 - ``pilots``: MJF directories, pilot subprocesses, payload timelines.
