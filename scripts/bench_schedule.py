@@ -32,7 +32,7 @@ Policies (the match is the same for all; only the scores differ):
   them, each in its stage order). The Submitter has no hook for another score, so FIFO and random go
   through :func:`submit_scored`: the same validation and placement (``place``) and the same
   ``Store.submit``, with the given scores instead of ETA - pressure. Its equivalence with the Submitter
-  is tested (tests/test_workloads.py: pressure scores through it give the Submitter's makespan).
+  is tested (tests/scripts/test_workloads.py: pressure scores through it give the Submitter's makespan).
 * ``random``: independent uniform scores (seeded).
 
 Lower bound (LB): max(critical path, total work / cores), the one the targets use. LBe is a tighter bound,

@@ -7,7 +7,7 @@ object is validated against the schema of its kind in strict mode (unknown field
 that come the chart's own rules (see :func:`policy_problems`): what the schemas cannot know, such as every
 container being sized and probed, or the Redis password never leaving a Secret.
 
-Run ``scripts/helm_check.sh`` (installs the two packages, then runs this file); tests/test_helm.py imports
+Run ``scripts/helm_check.sh`` (installs the two packages, then runs this file); tests/scripts/test_helm.py imports
 this module and checks each piece separately. Exit status: 0 when every check passes, 1 otherwise.
 """
 

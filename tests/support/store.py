@@ -1,0 +1,134 @@
+"""Builders shared by the store tests: jobs with hand-made task queues (no catalog needed), a populated
+store, a real call of every script to start from, and the store's consistency checks."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from taskqueues.store import Store
+from taskqueues.store.invariants import check, heads_violations
+from taskqueues.store.lock import Lock
+from taskqueues.store.records import NewJob, PilotOffer, RunResult
+from tests.support.clock import FakeClock
+from tests.support.keyspace import dump_all, restore_all
+
+
+def job(tq: str = "tqA", *, cpu: int = 1, mem: int = 100, tmp: int = 0, ete: float = 0, score: float = 0,
+        queues: tuple[str, ...] = ("site/ce/q1",), command: str = "true", wall: int | None = None,
+        **kw: object) -> NewJob:
+    exact: dict[str, int] = {"cpu": cpu, "mem": mem, "tmp": tmp, **({"wall": wall} if wall else {})}
+    reqs = json.dumps(exact, separators=(",", ":"))
+    return NewJob(command=command, tq_id=tq, tq_def=json.dumps({"class": tq}), queues=queues, cpu=cpu, mem=mem,
+                  tmp=tmp, ete=ete, score=score, requirements=reqs, **kw)  # type: ignore[arg-type]
+
+
+def check_heads(store: Store, pools: dict[str, tuple[str, ...]]) -> None:
+    """heads holds each non-empty task queue's real head and a floor under all its members; every queue
+    floor is under all members of the task queues of its pool; index scores are never above real heads."""
+    assert heads_violations(store.client, store.keys, pools) == []
+
+
+def check_store(store: Store) -> None:
+    """The whole store of the community is consistent (taskqueues.store.invariants)."""
+    assert [str(v) for v in check(store.client, store.keys)] == []
+
+
+@dataclass(frozen=True)
+class Population:
+    """A store with a job in every state a script acts on (ids by role), and the clock it runs on."""
+
+    waiting: str   # A2, task queue "a", behind the matched one
+    matched: str   # A1, leased to p1, attempt 1
+    running: str   # X, task queue "b", running on p1, with a blocked dependent
+    blocked: str   # D, task queue "c", waiting for X
+    releasing: str  # E, deferred, released by the completion of Y
+    done: str      # Y
+    delayed: str   # Z, task queue "z": its lease expired, back in its task queue after a back-off
+
+
+PILOT = "p1"
+QUEUE = "site/ce/q1"
+OFFER = PilotOffer(PILOT, QUEUE, 8, 10_000, 10_000)
+
+
+def populate(store: Store) -> Population:
+    """Jobs in every state (see :class:`Population`), task queues emptied by them marked, a kill request
+    pending for the running job, a lock held. The store's clock must be a :class:`FakeClock` (it moves 31 s)."""
+    clock = store.clock
+    assert isinstance(clock, FakeClock)
+    a1, a2, x, d, y, e, z = store.submit([
+        job("a", score=1, rule="r", key="k1", ete=60), job("a", score=5, ete=60),
+        job("b", score=2, dependents=(3,)), job("c", pending=1),
+        job("d", score=3, dependents=(5,)), job("e", pending=1, deferred='{"deferred": {}}'),
+        job("z", score=4, cpu=2)])
+    for want in (a1, x, y, z):
+        (m,) = store.match(OFFER)
+        assert m.id == want, (m.id, want)
+    store.start(x, 1, PILOT)
+    assert store.complete(y, 1, PILOT, RunResult(wall=5)) == [e]
+    # z is given back once, matched again, then its pilot never reports: a second lease expiry waits a back-off
+    store.fail(z, 1, PILOT, RunResult(reason="preempted"), requeue=True)
+    (again,) = store.match(OFFER)
+    assert (again.id, again.attempt) == (z, 2)
+    clock.now += 20
+    store.heartbeat(PILOT, {a1: 1, x: 1})
+    clock.now += 11
+    assert store.requeue_expired() == (1, 0, 0)
+    assert store.kill(x, "by the operator") == "requested"
+    store.client.set(store.keys.lock("beat"), "token-1", px=600_000)
+    return Population(waiting=a2, matched=a1, running=x, blocked=d, releasing=e, done=y, delayed=z)
+
+
+Call = tuple[list[str], list[Any]]
+
+
+def script_calls(store: Store, pop: Population, clock: FakeClock) -> dict[str, Call]:
+    """One real, accepted call of every script on the populated store: (KEYS, ARGV) as the store sends them
+    (recorded from the store's own operations, the store restored after each)."""
+    client, k = store.client, store.keys
+    saved = dump_all(client)
+    calls: dict[str, Call] = {}
+    scripts = dict(store._scripts)
+
+    def record(name: str, run: Callable[[], object]) -> None:
+        def spy(keys: list[Any], args: list[Any]) -> Any:
+            calls[name] = (list(keys), list(args))
+            return scripts[name](keys=keys, args=args)
+        store._scripts[name] = spy  # type: ignore[assignment]
+        try:
+            run()
+        finally:
+            store._scripts[name] = scripts[name]
+            restore_all(client, saved)
+
+    record("submit", lambda: store.submit([job("a", score=5), job("f", score=6, dependents=(2,)),
+                                           job("g", pending=1)], request=("req1", {"name": "demo", "n": 3})))
+    record("start", lambda: store.start(pop.matched, 1, PILOT))
+    record("complete", lambda: store.complete(pop.running, 1, PILOT, RunResult(wall=7, outputs={"n": 1})))
+    record("fail", lambda: store.fail(pop.matched, 1, PILOT, RunResult(reason="preempted"), requeue=True))
+    record("heartbeat", lambda: store.heartbeat(PILOT, {pop.matched: 1, pop.running: 1},
+                                                {"queue": QUEUE, "cores": 8, "time_left": None}))
+    record("cancel", lambda: store.cancel(pop.waiting, "no longer needed"))
+    record("refresh_pool", lambda: store.refresh_pool("a", [QUEUE, "site/ce/q2"]))
+    record("release", lambda: store.release(pop.releasing, {
+        "t": "e", "def": '{"class":"e"}', "queues": [QUEUE], "m_tail": ":2:200:0:30", "e": 30, "sc": "7.0"}))
+    body = {"jobs": [{"id": pop.waiting, "pr": 5.0, "e": 30.0, "me": 30, "sc": "1.5"}],
+            "requests": {}, "progress": {"repressure": "1000.0"}, "marks": {"repressure:rule:r": "30.0"}}
+    record("rescore", lambda: store.call_script("rescore", [k.jobs, k.requests, k.cursor],
+                                                [k.base + ":", json.dumps(body)],
+                                                [k.work, *store.floors, *store.pool_keys(["a"])]))
+    now = clock.now
+    clock.now += 10_000  # every lease expired, every emptied task queue past its grace period
+    try:
+        record("reap", lambda: store.requeue_expired())
+        record("clean", lambda: store.clean(grace=600))
+        calls["match"] = (store._match_call(QUEUE).keys, store.match_args(OFFER, 4))
+    finally:
+        clock.now = now
+    lock = Lock(client, k.lock("beat"), 600)
+    calls["renew"] = ([k.lock("beat")], ["token-1", 600_000])
+    calls["unlock"] = ([lock.key], ["token-1"])
+    return calls
