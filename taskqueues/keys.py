@@ -43,6 +43,15 @@ saw) and ``reap:grace`` (no lease requeued before this time: a restart's grace) 
 | ``P:{vo}:pilots`` | hash | pilot id → pilot record (JSON) |
 | ``P:{vo}:provisioned`` | hash | director's pilots: ``queue|kind|batch id`` → record (JSON) |
 | ``P:{vo}:pilotseen`` | zset | pilot id → last heartbeat |
+| ``P:{vo}:ended`` | zset | job id → end time of every job in a final state (done, failed, cancelled, dep-failed),
+written by ``_lib.lua``'s ``save`` wherever a final state is stored: ``pilotfish jobs`` pages finished jobs from
+it, latest first. One entry per finished job record: it is bounded by the jobs hash, and whatever forgets a job
+record removes its entry |
+| ``P:{vo}:log:<job>`` | hash | a job's payload output as its pilots shipped it (``ship_log.lua``): per attempt
+``<a>:out`` / ``<a>:err`` the last ``output_cap`` bytes of the stream (raw bytes), ``<a>:out:n`` / ``<a>:err:n``
+how many bytes the stream had in all, ``<a>:meta`` JSON ``{"pilot", "host", "dir", "live", "at"}`` (where the
+pilot keeps the files; ``live`` 1 while the payload runs). Written only for a job whose record exists, at most
+``output_cap`` bytes per stream and attempt; it lives as long as the job record and goes with it |
 """
 
 from __future__ import annotations
@@ -205,3 +214,10 @@ class Keys:
     @property
     def pilotseen(self) -> str:
         return f"{self.base}:pilotseen"
+
+    @property
+    def ended(self) -> str:
+        return f"{self.base}:ended"
+
+    def log(self, job: str) -> str:
+        return f"{self.base}:log:{job}"

@@ -370,6 +370,7 @@ end
 -- A record that does not decode to an object with a known state (corrupted by hand, or by a bug of the
 -- past) loads as nil, like a missing one, with 'unreadable' as a second value: no script fails on it.
 local MAX_RETRIES = 3
+local FINAL_STATES = {done = true, failed = true, cancelled = true, ['dep-failed'] = true}
 local function load(jobs, id)
   local raw = redis.call('HGET', jobs, id)
   if not raw then return nil end
@@ -392,6 +393,11 @@ local function save(jobs, rec)
   if mr == MAX_RETRIES then rec.mr = nil end
   redis.call('HSET', jobs, id, cjson.encode(rec))
   rec.id, rec.m, rec.mt, rec.a, rec.mr = id, m, nil, a, mr
+  -- The `ended` index (job id -> end time of every final job: `pilotfish jobs` lists finished jobs from it,
+  -- latest first) is kept here, where every final state is written; each caller declares it.
+  if FINAL_STATES[rec.s] then
+    redis.call('ZADD', string.match(jobs, '^(.*)jobs$') .. 'ended', tonumber(rec.te) or 0, id)
+  end
 end
 -- Whether a record holds what enqueue() writes (a hand-made record may not).
 local function enqueueable(rec)
