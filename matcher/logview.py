@@ -119,13 +119,13 @@ def follow(store: Store, job: str, attempt: int | None = None, streams: Sequence
             if done[stream] < start:
                 yield stream, f"[pilotfish: {start - done[stream]} bytes skipped]\n"
                 done[stream] = start
-            text = decoders[stream].decode(tail.data[done[stream] - start:])
+            text = payload_logs.escaped(decoders[stream].decode(tail.data[done[stream] - start:]))
             done[stream] = tail.total
             if text:
                 yield stream, text
         if (log is not None and not log.live) or ending:
             for stream in streams:
-                rest = decoders[stream].decode(b"", final=True)
+                rest = payload_logs.escaped(decoders[stream].decode(b"", final=True))
                 if rest:
                     yield stream, rest
             return

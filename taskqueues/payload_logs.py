@@ -56,9 +56,24 @@ class AttemptLog:
         return f"{self.directory.rstrip('/')}/{job}.{self.attempt}.{stream}" if self.directory else ""
 
 
+def _escape(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def escaped(text: str) -> str:
+    """``text`` with every character that is not printable (but newline and tab) shown as ``\\xNN``,
+    ``\\uNNNN`` or ``\\UNNNNNNNN``: a payload's output cannot move a terminal's cursor or change its
+    settings (escape sequences, carriage returns) on the screen of whoever reads it."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c in "\n\t" else _escape(c) for c in text)
+
+
 def shown(data: bytes) -> str:
-    """Output bytes as text: UTF-8, with every byte that is not valid UTF-8 shown as ``\\xNN``."""
-    return data.decode("utf-8", errors="backslashreplace")
+    """Output bytes as text: UTF-8, every byte that is not valid UTF-8 shown as ``\\xNN`` and every control
+    character but newline and tab escaped (:func:`escaped`)."""
+    return escaped(data.decode("utf-8", errors="backslashreplace"))
 
 
 @guarded("shipping a payload's output")
