@@ -137,11 +137,12 @@ def test_the_tour_runs_as_the_readme_shows(tmp_path: Path, redis_url: str) -> No
                 assert waits >= 5 and shown_states == ["waiting"] * waits + ["blocked"] * (19 - waits), out
                 assert out[21].startswith("... more jobs match: raise --limit (now 20)"), out
             elif verb == "logs":
-                shown = subprocess.run([sys.executable, "-m", "matcher.cli", *command.replace("7", running).split()[1:]],
-                                       cwd=here, env=env, capture_output=True, text=True, timeout=60)
+                argv = command.replace("7", running).split()[1:]
+                shown = subprocess.run([sys.executable, "-m", "matcher.cli", *argv], cwd=here, env=env,
+                                       capture_output=True, text=True, timeout=60)
                 assert (shown.returncode, shown.stdout) == (0, ""), shown.stderr  # it printed nothing before the kill
-                assert shown.stderr == f"job {running} attempt 1: no output was shipped (the payload printed nothing, " \
-                                       "or has not yet)\n"
+                assert shown.stderr == (f"job {running} attempt 1: no output was shipped (the payload printed "
+                                        "nothing, or has not yet)\n")
             elif verb == "explain":
                 out = cli(command.replace("12", waiting)).splitlines()
                 assert out[0].startswith(f"job {waiting} 'mArchiveGet_") and out[0].endswith(": waiting")
@@ -193,7 +194,8 @@ def test_the_client_example_runs_as_written(tmp_path: Path, redis_url: str) -> N
     env = {**pilot_env(tmp_path / "node", cores=2, mem=4000), "PILOTFISH_STATE_DIR": str(tmp_path / "state"),
            "PILOTFISH_REDIS_URL": redis_url, "PILOTFISH_CATALOG": "", "PYTHONPATH": str(ROOT)}
     pilot = subprocess.Popen([sys.executable, "-m", "matcher.cli", "pilot", "--queue", "local/localhost/local",
-                              "--cores", "2", "--idle-timeout", "600", "--no-events", "--workdir", str(tmp_path / "pw")],
+                              "--cores", "2", "--idle-timeout", "600", "--no-events",
+                              "--workdir", str(tmp_path / "pw")],
                              cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         done = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, env=env, capture_output=True, text=True,
