@@ -7,9 +7,8 @@ until the listing has ``limit`` rows, and only the records of the ids a page nam
 * waiting jobs: the task queues (score = urgency), merged most urgent first, then those in back-off
   (``delayed``); a ``--request`` filter is applied to the members' ids, without loading a record;
 * releasing jobs: the releasing zset, oldest first;
-* blocked jobs: no index orders them: the requests' id ranges, in id order (the one filter that may read
-  far: ``--request`` bounds it);
-* finished jobs: the ``ended`` zset (``_lib.lua`` keeps it), most recent end first; with ``--request``, the
+* blocked jobs: the ``blocked`` zset (``_lib.lua`` keeps it), in submission order;
+* finished jobs: the ``ended`` zset, most recent end first; with ``--request``, the
   request's own id range when that is shorter.
 
 A view for people (and :class:`matcher.client.Client`), not for the hot path: a page may see a job move
@@ -149,15 +148,17 @@ class _Reader:
                 and (self.queue_tqs is None or job.tq_id in self.queue_tqs or job.pilot in self.queue_pilots))
 
     def pages(self, key: str, *, reverse: bool = False) -> Iterator[tuple[str, float]]:
-        """(member, score) of a zset, a page at a time (lowest score first, or highest with ``reverse``)."""
-        start = 0
+        """(member, score) of a zset, a page at a time (lowest score first, or highest with ``reverse``): the
+        first page just large enough for the listing, doubling up to :data:`PAGE` while more are read."""
+        start, size = 0, min(PAGE, self.flt.limit + 1)
         while True:
-            page: Any = self.client.zrange(key, start, start + PAGE - 1, desc=reverse, withscores=True)
+            page: Any = self.client.zrange(key, start, start + size - 1, desc=reverse, withscores=True)
             for member, score in page:
                 yield _text(member), float(score)
-            if len(page) < PAGE:
+            if len(page) < size:
                 return
-            start += PAGE
+            start += size
+            size = min(PAGE, size * 2)
 
     def records(self, ids: Iterable[str]) -> Iterator[Job]:
         """The readable records of ``ids`` that pass the filter, in the order given, loaded a page at a time
@@ -201,17 +202,9 @@ class _Reader:
     def releasing(self) -> Iterator[Job]:
         yield from self.records(member for member, _ in self.pages(self.keys.releasing))
 
-    def _id_ranges(self) -> Iterator[str]:
-        """Every job id of the request filtered on, or of every request (no index orders blocked jobs)."""
-        if self.range is not None:
-            yield from (str(i) for i in range(self.range[0], self.range[1] + 1))
-            return
-        ranges = sorted((int(r["first"]), int(r["last"])) for r in self.store.requests().values())
-        for first, last in ranges:
-            yield from (str(i) for i in range(first, last + 1))
-
     def blocked(self) -> Iterator[Job]:
-        yield from self.records(self._id_ranges())
+        """Blocked jobs, in submission order."""
+        yield from self.records(m for m, _ in self.pages(self.keys.blocked) if self.in_range(m))
 
     def finished(self) -> Iterator[Job]:
         """Finished jobs, most recent end first."""

@@ -47,6 +47,8 @@ saw) and ``reap:grace`` (no lease requeued before this time: a restart's grace) 
 written by ``_lib.lua``'s ``save`` wherever a final state is stored: ``pilotfish jobs`` pages finished jobs from
 it, latest first. One entry per finished job record: it is bounded by the jobs hash, and whatever forgets a job
 record removes its entry |
+| ``P:{vo}:blocked`` | zset | job id → submission time of every blocked job (waiting for its dependencies), kept by
+``_lib.lua``'s ``save`` as states change: ``pilotfish jobs`` pages blocked jobs from it |
 | ``P:{vo}:log:<job>`` | hash | a job's payload output as its pilots shipped it (``ship_log.lua``): per attempt
 ``<a>:out`` / ``<a>:err`` the last ``output_cap`` bytes of the stream (raw bytes), ``<a>:out:n`` / ``<a>:err:n``
 how many bytes the stream had in all, ``<a>:meta`` JSON ``{"pilot", "host", "dir", "live", "at"}`` (where the
@@ -218,6 +220,10 @@ class Keys:
     @property
     def ended(self) -> str:
         return f"{self.base}:ended"
+
+    @property
+    def blocked(self) -> str:
+        return f"{self.base}:blocked"
 
     def log(self, job: str) -> str:
         return f"{self.base}:log:{job}"

@@ -37,7 +37,7 @@ def ids(store: Store, **kw: object) -> list[str]:
     return [r.id for r in list_jobs(store, JobFilter(**kw)).rows]  # type: ignore[arg-type]
 
 
-def test_every_final_state_enters_the_ended_index_with_its_end_time(store: Store, clock: FakeClock) -> None:
+def test_the_ended_and_blocked_indexes_follow_the_states(store: Store, clock: FakeClock) -> None:
     done, failed, cancelled = store.submit([job(score=1), job(score=2), job(score=3)])
     [blocked_parent, blocked_child] = store.submit([job(score=5, dependents=(1,)), job(pending=1, deps=(0,))])
     leased = store.match(PilotOffer("p1", "site/ce/q1", cpu=2, mem=10_000), 2)
@@ -48,7 +48,9 @@ def test_every_final_state_enters_the_ended_index_with_its_end_time(store: Store
     store.fail(failed, 1, "p1", RunResult(exit_code=2, reason="exit code 2"))
     clock.now += 10
     store.cancel(cancelled)
-    store.cancel(blocked_parent)  # and its dependent becomes dep-failed
+    assert [m.decode() for m in store.client.zrange(store.keys.blocked, 0, -1)] == [blocked_child]
+    store.cancel(blocked_parent)  # and its dependent becomes dep-failed: no longer blocked
+    assert store.client.zcard(store.keys.blocked) == 0
     ended = dict(store.client.zrange(store.keys.ended, 0, -1, withscores=True))
     assert {k.decode(): v for k, v in ended.items()} == {
         done: 1_000_010, failed: 1_000_020, cancelled: 1_000_030, blocked_parent: 1_000_030,
@@ -84,6 +86,13 @@ def test_the_listing_orders_running_waiting_blocked_then_latest_finished(store: 
     assert (row.state, row.pilot, row.attempt, row.request, row.task_queue, row.name) == (
         "running", "p1", 1, "r1", "tqA", "a10")
     assert not list_jobs(store, JobFilter(limit=4)).more
+    # The blocked job is released when its dependency completes: it leaves the blocked index.
+    [dep] = store.match(PilotOffer("p2", Q2, cpu=1, mem=1000), 1)
+    assert dep.id == b[1]
+    store.complete(dep.id, 1, "p2")
+    assert store.client.zcard(store.keys.blocked) == 0
+    assert ids(store, states=parse_states(["blocked"])) == []
+    assert ids(store, states=parse_states(["waiting"])) == [b[2], a[2]]  # its score 0 is the most urgent
 
 
 def test_waiting_jobs_are_paged_not_loaded(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
