@@ -29,6 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import redis  # noqa: E402
+
 from matcher.joblist import JobFilter, list_jobs, parse_states  # noqa: E402
 from taskqueues.records import NewJob  # noqa: E402
 from taskqueues.redis_server import RedisServer  # noqa: E402
@@ -67,14 +69,14 @@ def timed(action: Callable[[], object], runs: int) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=1_000_000, help="waiting jobs")
-    parser.add_argument("--batch", type=int, default=10_000, help="jobs per submission (one request each)")
+    parser.add_argument("--batch", type=int, default=5_000, help="jobs per submission (one request each)")
     parser.add_argument("--task-queues", type=int, default=20)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-jobs-") as tmp:
         server = RedisServer(Path(tmp) / "redis").start()
         try:
-            store = Store.from_url(server.url)
+            store = Store(redis.Redis.from_url(server.url, socket_timeout=600))  # a big submission on a busy host
             began = time.perf_counter()
             requests = fill(store, args.n, args.batch, args.task_queues)
             print(f"filled {args.n} waiting jobs ({len(requests)} requests, {args.task_queues} task queues) in "

@@ -10,6 +10,7 @@ from typing import Any
 
 import redis
 
+from taskqueues import payload_logs
 from taskqueues.invariants import check, heads_violations
 from taskqueues.lock import Lock
 from taskqueues.records import NewJob, PilotOffer, RunResult
@@ -173,6 +174,8 @@ def script_calls(store: Store, pop: Population, clock: FakeClock) -> dict[str, C
     record("rescore", lambda: store.call_script("rescore", [k.jobs, k.requests, k.cursor],
                                                 [k.base + ":", json.dumps(body)],
                                                 [k.work, *store.floors, *store.pool_keys(["a"])]))
+    record("ship_log", lambda: payload_logs.ship(store, pop.running, 1, PILOT, cap=1024, host="node", directory="/logs",
+                                                 live=True, chunks={"out": (b"hello\n", 6), "err": (b"\xff", 9)}))
     now = clock.now
     clock.now += 10_000  # every lease expired, every emptied task queue past its grace period
     try:

@@ -12,6 +12,7 @@
 -- Returns  {'ok'} or {'stale', reason}
 SCRIPT = 'ship_log'
 base_of_jobs({'jobs'})
+check_count(7)
 local id = argv_text(1, 'job id', PATTERN.job, 64)
 local attempt = argv_number(2, 'attempt', 0, 1e9, true)
 local pilot = argv_text(3, 'pilot id', PATTERN.name, 256)
@@ -25,7 +26,7 @@ for i = 8, #ARGV, 3 do
   if ARGV[i + 1] and #ARGV[i + 1] > cap then problem('ARGV[' .. (i + 1) .. '] (bytes)', 'holds ' .. #ARGV[i + 1] .. ' bytes, more than the cap ' .. cap) end
   if ARGV[i + 2] then argv_number(i + 2, 'total', 0, 1e18, true) end
 end
-if KEYS[2] ~= string.match(KEYS[1] or '', '^(.*)jobs$') .. 'log:' .. tostring(ARGV[1]) then
+if KEYS[2] ~= (string.match(tostring(KEYS[1]), '^(.*)jobs$') or '?') .. 'log:' .. tostring(ARGV[1]) then
   problem('KEYS[2]', 'wants the log hash of job ' .. shown(ARGV[1]) .. ', got ' .. shown(KEYS[2]))
 end
 if PROBLEM then return refused() end
