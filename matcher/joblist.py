@@ -5,7 +5,8 @@ until the listing has ``limit`` rows, and only the records of the ids a page nam
 
 * matched and running jobs: the leases zset (as many as the pilots run), by start time;
 * waiting jobs: the task queues (score = urgency), merged most urgent first, then those in back-off
-  (``delayed``); a ``--request`` filter is applied to the members' ids, without loading a record;
+  (``delayed``); a ``--request`` filter is applied to the members' ids, without loading a record, or, when
+  the request is short next to the task queues, its own id range is read and sorted;
 * releasing jobs: the releasing zset, oldest first;
 * blocked jobs: the ``blocked`` zset (``_lib.lua`` keeps it), in submission order;
 * finished jobs: the ``ended`` zset, most recent end first; with ``--request``, the
@@ -189,11 +190,29 @@ class _Reader:
             if self.in_range(job):
                 yield score, job
 
+    def _range_is_shorter(self, tqs: Sequence[str]) -> bool:
+        """Whether reading a request's whole id range costs less than walking the task queues for its most
+        urgent jobs: about ``limit`` x (waiting jobs / the request's jobs) members, when its jobs are spread
+        over the queues' order."""
+        assert self.range is not None
+        pipe = self.client.pipeline(transaction=False)
+        for tq in tqs:
+            pipe.zcard(self.keys.tq(tq))
+        waiting = sum(int(n) for n in pipe.execute())
+        size = self.range[1] - self.range[0] + 1
+        return size * size <= (self.flt.limit + 1) * waiting
+
     def waiting(self) -> Iterator[Job]:
         """Waiting jobs, most urgent first across task queues, then those in back-off (by urgency)."""
         if self.flt.pilot is not None:
             return  # a waiting job has no pilot
-        merged = heapq.merge(*(self._members(tq) for tq in self._task_queues()))
+        tqs = self._task_queues()
+        if self.range is not None and self._range_is_shorter(tqs):
+            jobs = [j for j in self.records(str(i) for i in range(self.range[0], self.range[1] + 1))
+                    if j.state is JobState.WAITING]
+            yield from sorted(jobs, key=lambda j: (j.score, _order(j.id)))
+            return
+        merged = heapq.merge(*(self._members(tq) for tq in tqs))
         yield from (j for j in self.records(job for _, job in merged) if j.state is JobState.WAITING)
         delayed = [j for j in self.records(member for member, _ in self.pages(self.keys.delayed))
                    if j.state is JobState.WAITING]

@@ -107,6 +107,11 @@ def test_waiting_jobs_are_paged_not_loaded(store: Store, monkeypatch: pytest.Mon
     loaded.clear()
     assert ids(store, limit=5, request="big") == made[::-1][:5]
     assert sum(loaded) <= 6, loaded
+    # A short request among many waiting jobs: its own ids are read (not the task queues walked), same order.
+    small = store.submit([job("tqA", score=s) for s in (900, 100, 500, 700)], ("small", {}))
+    loaded.clear()
+    assert ids(store, request="small") == [small[1], small[2], small[3], small[0]]
+    assert loaded == [4], loaded
 
 
 def test_bad_filters_say_what_is_wrong(store: Store) -> None:
