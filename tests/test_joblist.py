@@ -146,3 +146,38 @@ def test_the_command_prints_a_table_json_and_clear_errors(redis_url: str) -> Non
     assert bad.returncode == 1 and "pilotfish: error: --state 'bogus' is not a job state" in bad.stderr
     bad = cli(redis_url, "jobs", "--request", "nope")
     assert bad.returncode == 1 and "no request with id or name 'nope'" in bad.stderr
+
+
+def index_of_records(store: Store) -> tuple[set[str], set[str]]:
+    """(blocked, final) job ids as the records say."""
+    blocked, final = set(), set()
+    for job_id, raw in store.client.hgetall(store.keys.jobs).items():
+        state = JobState(json.loads(raw)["s"])
+        if state is JobState.BLOCKED:
+            blocked.add(job_id.decode())
+        elif state.final:
+            final.add(job_id.decode())
+    return blocked, final
+
+
+def test_the_indexes_match_the_records_through_every_script(store: Store, clock: FakeClock) -> None:
+    """Submit, match, complete (releasing dependents), fail with and without requeue, reap (requeue, then the
+    retry limit), release (a failure), cancel (a cascade): the blocked and ended indexes are the records'."""
+    from storehelp import populate, script_calls
+
+    store = Store(store.client, lease_seconds=30, backoff=10, clock=clock)
+    pop = populate(store)
+    for name, (keys, args) in script_calls(store, pop, clock).items():
+        if name not in ("match", "renew", "unlock"):
+            store._scripts[name](keys=keys, args=args)  # every script once, on the populated store
+    a, b, c = store.submit([job(score=1, max_retries=0, dependents=(1,)), job(pending=1, deps=(0,)),
+                            job(score=2)])
+    leased = store.match(PilotOffer("p9", "site/ce/q1", cpu=64, mem=100_000), 64)
+    assert {a, c} <= {j.id for j in leased}
+    clock.now += 1_000
+    store.requeue_expired()  # every lease expired: a beyond its retry limit (its dependent dep-failed)
+    store.cancel(c)
+    blocked, final = index_of_records(store)
+    assert {m.decode() for m in store.client.zrange(store.keys.blocked, 0, -1)} == blocked
+    assert {m.decode() for m in store.client.zrange(store.keys.ended, 0, -1)} == final
+    assert {a, b, c} <= final and b not in blocked
