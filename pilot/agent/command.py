@@ -65,7 +65,9 @@ def make_observer(events: bool, config: PilotConfig) -> Observer:
 @click.option("--kill-grace", type=click.FloatRange(min=0), default=5.0, show_default=True,
               help="Seconds between SIGTERM and SIGKILL of a payload.")
 @click.option("--output-cap", type=click.IntRange(min=0), default=64 * 1024, show_default=True,
-              help="Bytes of each payload's stdout/stderr tail kept in the log directory.")
+              help="Bytes of each payload's stdout/stderr tail kept in the log directory and in the store.")
+@click.option("--log-interval", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+              help="Seconds between two shipments of a running payload's new output to the store.")
 @click.option("--mem-tolerance", type=click.FloatRange(min=0), default=0.10, show_default=True,
               help="Fraction above its memory requirement a payload may use before it is killed.")
 @click.option("--priority-factor", type=int, default=0, show_default=True,
@@ -79,7 +81,7 @@ def make_observer(events: bool, config: PilotConfig) -> Observer:
 def pilot(redis_url: str, vo: str, queue: str, prefix: str, cores: int | None, mem: int | None, tmp: int | None,
           idle_timeout: float, stop_margin: float, wall: float | None, heartbeat: float | None, lease: float,
           workdir: Path | None,
-          max_jobs: int | None, own_machine: bool, kill_grace: float, output_cap: int,
+          max_jobs: int | None, own_machine: bool, kill_grace: float, output_cap: int, log_interval: float,
           mem_tolerance: float, priority_factor: int, jobstatus_hold: float, events: bool, verbose: int) -> None:
     """Run a pilot: fill this node's cores with the most urgent jobs that fit, until its time is up."""
     logging.basicConfig(level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)],
@@ -90,7 +92,7 @@ def pilot(redis_url: str, vo: str, queue: str, prefix: str, cores: int | None, m
             workdir=workdir if workdir is not None else Path(tempfile.gettempdir()) / f"pilotfish-pilot-{os.getpid()}",
             cores=cores, mem=mem, tmp=tmp, lease=lease, heartbeat_interval=heartbeat, idle_timeout=idle_timeout,
             stop_margin=stop_margin, wall=wall, max_jobs=max_jobs, own_machine=own_machine,
-            kill_grace=kill_grace, output_cap=output_cap, mem_tolerance=mem_tolerance,
+            kill_grace=kill_grace, output_cap=output_cap, log_interval=log_interval, mem_tolerance=mem_tolerance,
             priority_factor=priority_factor, jobstatus_revert_hold=jobstatus_hold)
         runner = Pilot(config, observer=make_observer(events, config))
         reason = runner.run()

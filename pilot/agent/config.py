@@ -80,6 +80,8 @@ class PilotConfig:
     published in $JOBSTATUS as is (spec 3.9: higher is better, its meaning is the pilot owner's, not
     comparable across users). ``jobstatus_revert_hold`` is how long the other $JOBSTATUS values stay as
     published after ``can_postpone_last_job`` reverts to True (spec 3.8; :mod:`pilot.mjf.jobstatus`).
+    ``output_cap`` bytes of each payload stream's tail are kept in the log directory and shipped to the store
+    (``pilotfish logs``); new output of a running payload is shipped at most once per ``log_interval``.
     """
 
     queue: str
@@ -100,6 +102,7 @@ class PilotConfig:
     max_jobs: int | None = None
     own_machine: bool = False
     output_cap: int = 64 * 1024
+    log_interval: float = 1.0
     mem_tolerance: float = 0.10
     mem_sample_interval: float = 0.25
     kill_grace: float = 5.0
@@ -120,7 +123,8 @@ class PilotConfig:
             if value is not None and value < (1 if name in ("cores", "max_jobs") else 0):
                 problems.append(f"{name} must be {'positive' if name in ('cores', 'max_jobs') else '>= 0'}, "
                                 f"got {value}")
-        for name in ("lease", "idle_timeout", "mem_sample_interval", "backoff_min", "backoff_max", "command_poll"):
+        for name in ("lease", "idle_timeout", "mem_sample_interval", "backoff_min", "backoff_max", "command_poll",
+                     "log_interval"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be positive, got {getattr(self, name)}")
         for name in ("stop_margin", "kill_grace", "mem_tolerance", "jobstatus_interval", "jobstatus_revert_hold"):

@@ -99,6 +99,7 @@ class OutputTail:
     def __init__(self, cap: int) -> None:
         self.cap = cap
         self.total = 0
+        self.shipped = 0  # of ``total``, how many bytes the store has been sent (pilot.agent.shipping)
         self._buf = bytearray()
 
     def feed(self, data: bytes) -> None:
@@ -359,13 +360,17 @@ class Payload:
             return os.WTERMSIG(self.status) in outside
         return os.WIFEXITED(self.status) and os.WEXITSTATUS(self.status) - 128 in outside
 
+    def log_path(self, stream: str) -> Path:
+        """The file that keeps ``stream``'s ("out" or "err") tail once the payload ended."""
+        return self.log_dir / f"{self.job.id}.{self.job.attempt}.{stream}"
+
     def _log_files(self) -> dict[str, Path]:
         """Write the output tails under the log dir (only non-empty ones); returns stream -> path."""
         paths: dict[str, Path] = {}
         for stream, tail in self.tails.items():
             if not tail.total:
                 continue
-            path = self.log_dir / f"{self.job.id}.{self.job.attempt}.{stream}"
+            path = self.log_path(stream)
             try:
                 with open(path, "wb") as handle:
                     if tail.dropped:

@@ -37,6 +37,7 @@ from pilot.agent.heartbeat import Heartbeat
 from pilot.agent.observer import NullObserver, Observer, PilotInfo
 from pilot.agent.processes import Processes
 from pilot.agent.reports import Reports
+from pilot.agent.shipping import Shipping
 from pilot.agent.state import PilotState, seconds_text
 from pilot.agent.status import Status
 from pilot.agent.wake import Wake
@@ -87,6 +88,7 @@ class Pilot:
         self.control = Control(state, self._idle)
         self.processes = Processes(state, self.wake)
         self.reports = Reports(state, self.wake, self.processes)
+        self.shipping = Shipping(state)
         self.status = Status(state)
         self.heartbeat = Heartbeat(state, self.reader, self.wake, self.processes, self.reports, self.control)
 
@@ -203,7 +205,10 @@ class Pilot:
         if processes.sample_due(now):
             processes.sample()
         processes.enforce_deadlines()
+        if self.shipping.due(now):
+            self.shipping.live()
         for payload, result in processes.collect_ended():
+            self.shipping.ship(payload, live=False)  # its output first: whoever sees it end finds its output
             reports.ended(payload, result)
         if self.control.release_asked and self._idle():
             self.control.obey_stop_request()
@@ -259,6 +264,7 @@ class Pilot:
         deadlines = [state.next_heartbeat, now + self.config.command_poll]
         if state.slots.running:
             deadlines += self.processes.deadlines(now)
+            deadlines += self.shipping.deadlines(now)
         elif self.reports.inflight:
             pass  # the replies wake the selector
         elif not state.accepting or state.time_left_real() == 0:

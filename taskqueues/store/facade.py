@@ -101,7 +101,7 @@ class Store:
         The heads and qfloor hashes are declared for every script: each one that moves task-queue members
         keeps them exact (``_lib.lua``), and declaring them up front saves that round trip.
         """
-        declared = list(dict.fromkeys([*extra, self.keys.heads, self.keys.qfloor]))
+        declared = list(dict.fromkeys([*extra, self.keys.heads, self.keys.qfloor, self.keys.ended, self.keys.blocked]))
         for _ in range(_MAX_KEY_ROUNDS):
             with guard(self.where, f"running script {name}"):
                 reply = self._scripts[name](keys=[*keys, *declared], args=list(args))
@@ -277,7 +277,7 @@ class Store:
     def _complete_keys(self) -> list[str]:
         k = self.keys
         return [k.jobs, k.leases, k.kills, k.tqempty, k.releasing, k.donelog, k.etekeys, k.eterules, k.work,
-                *self.floors]
+                *self.floors, k.ended, k.blocked]
 
     def _complete_args(self, job: str, attempt: int, pilot: str, result: RunResult | None, now: float) -> list[Any]:
         return [self._base, job, attempt, pilot, now, json.dumps((result or RunResult()).fields())]

@@ -43,6 +43,17 @@ saw) and ``reap:grace`` (no lease requeued before this time: a restart's grace) 
 | ``P:{vo}:pilots`` | hash | pilot id → pilot record (JSON) |
 | ``P:{vo}:provisioned`` | hash | director's pilots: ``queue|kind|batch id`` → record (JSON) |
 | ``P:{vo}:pilotseen`` | zset | pilot id → last heartbeat |
+| ``P:{vo}:ended`` | zset | job id → end time of every job in a final state (done, failed, cancelled, dep-failed),
+written by ``_lib.lua``'s ``save`` wherever a final state is stored: ``pilotfish jobs`` pages finished jobs from
+it, latest first. One entry per finished job record: it is bounded by the jobs hash, and whatever forgets a job
+record removes its entry |
+| ``P:{vo}:blocked`` | zset | job id → submission time of every blocked job (waiting for its dependencies), kept by
+``_lib.lua``'s ``save`` as states change: ``pilotfish jobs`` pages blocked jobs from it |
+| ``P:{vo}:log:<job>`` | hash | a job's payload output as its pilots shipped it (``ship_log.lua``): per attempt
+``<a>:out`` / ``<a>:err`` the last ``output_cap`` bytes of the stream (raw bytes), ``<a>:out:n`` / ``<a>:err:n``
+how many bytes the stream had in all, ``<a>:meta`` JSON ``{"pilot", "host", "dir", "live", "at"}`` (where the
+pilot keeps the files; ``live`` 1 while the payload runs). Written only for a job whose record exists, at most
+``output_cap`` bytes per stream and attempt; it lives as long as the job record and goes with it |
 """
 
 from __future__ import annotations
@@ -206,6 +217,16 @@ class Keys:
     def pilotseen(self) -> str:
         return f"{self.base}:pilotseen"
 
+    @property
+    def ended(self) -> str:
+        return f"{self.base}:ended"
+
+    @property
+    def blocked(self) -> str:
+        return f"{self.base}:blocked"
+
+    def log(self, job: str) -> str:
+        return f"{self.base}:log:{job}"
 
 def lua_names() -> dict[str, str]:
     """The key suffixes the Lua scripts append to their key base (ARGV[1] ``"<prefix>:{<vo>}:"``), by the Lua
@@ -218,4 +239,5 @@ def lua_names() -> dict[str, str]:
         ("K_POOL", k.pool_prefix), ("K_TQMAX", k.tqmax), ("K_QH", k.qheads_prefix), ("K_HEADS", k.heads),
         ("K_QFLOOR", k.qfloor), ("K_LEASES", k.leases), ("K_PARKED", k.parked), ("K_WORK", k.work),
         ("K_BYRULE", k.byrule("")), ("K_WAKE", k.wake), ("K_RELEASE", k.release_channel),
-        ("K_CTL", k.pilot_channel("")))}
+        ("K_CTL", k.pilot_channel("")), ("K_ENDED", k.ended), ("K_BLOCKED", k.blocked),
+        ("K_LOG", k.log("")))}

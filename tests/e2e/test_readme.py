@@ -91,8 +91,8 @@ def test_the_tour_runs_as_the_readme_shows(tmp_path: Path, redis_url: str) -> No
     first tile fetch blocks, so there is a running payload to kill and waiting jobs to explain.
     """
     commands = tour_commands()
-    assert [c.split()[1] for c in commands] == ["up", "submit", "status", "status", "explain", "kill", "cancel",
-                                                "down"], commands
+    assert [c.split()[1] for c in commands] == ["up", "submit", "status", "status", "jobs", "explain", "kill", "logs",
+                                                "cancel", "down"], commands
     here = tmp_path / "clone"
     (here / "examples").mkdir(parents=True)
     work = tmp_path / "montage"
@@ -144,6 +144,21 @@ def test_the_tour_runs_as_the_readme_shows(tmp_path: Path, redis_url: str) -> No
                 waiting = state_jobs(out, "waiting")[0]
                 assert len(state_jobs(out, "waiting")) == 5 and "(+2 more)" in out and "blocked: " in out
                 assert store.job(running).state == JobState.RUNNING and store.job(waiting).state == JobState.WAITING
+            elif verb == "jobs":
+                out = cli(command.replace("REQUEST", request)).splitlines()
+                assert out[0].split()[:4] == ["ID", "NAME", "REQUEST", "STATE"], out
+                assert out[1].split()[0] == running and out[1].split()[3] == "running", out
+                shown_states = [line.split()[3] for line in out[2:21]]  # waiting (most urgent first), then blocked
+                waits = shown_states.count("waiting")
+                assert waits >= 5 and shown_states == ["waiting"] * waits + ["blocked"] * (19 - waits), out
+                assert out[21].startswith("... more jobs match: raise --limit (now 20)"), out
+            elif verb == "logs":
+                argv = command.replace("7", running).split()[1:]
+                shown = subprocess.run([sys.executable, "-m", "matcher.cli", *argv], cwd=here, env=env,
+                                       capture_output=True, text=True, timeout=60)
+                assert (shown.returncode, shown.stdout) == (0, ""), shown.stderr  # it printed nothing before the kill
+                assert shown.stderr == (f"job {running} attempt 1: no output was shipped (the payload printed "
+                                        "nothing, or has not yet)\n")
             elif verb == "explain":
                 out = cli(command.replace("12", waiting)).splitlines()
                 assert out[0].startswith(f"job {waiting} 'mArchiveGet_") and out[0].endswith(": waiting")
@@ -187,3 +202,29 @@ def test_the_tour_runs_as_the_readme_shows(tmp_path: Path, redis_url: str) -> No
 def test_the_examples_named_in_the_readme_exist(example: str) -> None:
     assert f"examples/{example}.toml" in README
     assert (ROOT / "examples" / f"{example}.toml").exists()
+
+
+def test_the_client_example_runs_as_written(tmp_path: Path, redis_url: str) -> None:
+    """The README's Python example, run as it is written, against a real Redis and a real pilot."""
+    block = next(b for b in re.findall(r"```python\n(.*?)```", README, re.S) if "matcher.client" in b)
+    assert len(block.strip().splitlines()) <= 10
+    env = {**pilot_env(tmp_path / "node", cores=2, mem=4000), "PILOTFISH_STATE_DIR": str(tmp_path / "state"),
+           "PILOTFISH_REDIS_URL": redis_url, "PILOTFISH_CATALOG": "", "PYTHONPATH": str(ROOT)}
+    pilot = subprocess.Popen([sys.executable, "-m", "matcher.cli", "pilot", "--queue", "local/localhost/local",
+                              "--cores", "2", "--idle-timeout", "600", "--no-events",
+                              "--workdir", str(tmp_path / "pw")],
+                             cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        done = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=300)
+    finally:
+        pilot.terminate()
+        pilot.wait(30)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[-1].startswith("request ") and lines[-1].endswith(" {'done': 3}"), lines
+    assert "{'done': 3}" in lines[-5], lines  # the last progress report
+    rows = [line.split() for line in lines[-4:-1]]
+    assert sorted(r[1:4] for r in rows) == [[f"greet-{i}", "done", "0"] for i in range(3)], rows
+    for row in rows:
+        assert row[4:] == ["hello", "from", "job", row[0] + ",", "part", row[1][-1]], rows

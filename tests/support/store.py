@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from taskqueues.store import Store
+from taskqueues.store import Store, payload_logs
 from taskqueues.store.invariants import check, heads_violations
 from taskqueues.store.lock import Lock
 from taskqueues.store.records import NewJob, PilotOffer, RunResult
@@ -120,6 +120,8 @@ def script_calls(store: Store, pop: Population, clock: FakeClock) -> dict[str, C
     record("rescore", lambda: store.call_script("rescore", [k.jobs, k.requests, k.cursor],
                                                 [k.base + ":", json.dumps(body)],
                                                 [k.work, *store.floors, *store.pool_keys(["a"])]))
+    record("ship_log", lambda: payload_logs.ship(store, pop.running, 1, PILOT, cap=1024, host="node", directory="/logs",
+                                                 live=True, chunks={"out": (b"hello\n", 6), "err": (b"\xff", 9)}))
     now = clock.now
     clock.now += 10_000  # every lease expired, every emptied task queue past its grace period
     try:

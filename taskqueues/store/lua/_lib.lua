@@ -370,6 +370,8 @@ end
 -- rec.id, rec.m, rec.a and rec.mr.
 -- A record that does not decode to an object with a known state (corrupted by hand, or by a bug of the
 -- past) loads as nil, like a missing one, with 'unreadable' as a second value: no script fails on it.
+local FINAL_STATES = {done = true, failed = true, cancelled = true, ['dep-failed'] = true}
+local LOADED_STATE = {} -- job id -> the state load() read (save() keeps the indexes of states)
 local function load(jobs, id)
   local raw = redis.call('HGET', jobs, id)
   if not raw then return nil end
@@ -379,6 +381,7 @@ local function load(jobs, id)
     return nil, 'unreadable'
   end
   rec.id = id
+  LOADED_STATE[id] = rec.s
   if rec.mt then rec.m, rec.mt = id .. rec.mt, nil end
   rec.a = rec.a or 0
   rec.mr = rec.mr or MAX_RETRIES
@@ -392,6 +395,17 @@ local function save(jobs, rec)
   if mr == MAX_RETRIES then rec.mr = nil end
   redis.call('HSET', jobs, id, cjson.encode(rec))
   rec.id, rec.m, rec.mt, rec.a, rec.mr = id, m, nil, a, mr
+  -- The `blocked` and `ended` indexes (`pilotfish jobs` pages blocked jobs by submission and finished ones by
+  -- end from them) are kept here, where every state is written, when the state changes from the one load()
+  -- read (a new record: none); the caller declares both.
+  local before = LOADED_STATE[id]
+  if rec.s ~= before then
+    local base = string.match(jobs, '^(.*)jobs$')
+    if before == 'blocked' then redis.call('ZREM', base .. K_BLOCKED, id) end
+    if rec.s == 'blocked' then redis.call('ZADD', base .. K_BLOCKED, tonumber(rec.ts) or 0, id) end
+    if FINAL_STATES[rec.s] then redis.call('ZADD', base .. K_ENDED, tonumber(rec.te) or 0, id) end
+    LOADED_STATE[id] = rec.s
+  end
 end
 -- Whether a record holds what enqueue() writes (a hand-made record may not).
 local function enqueueable(rec)

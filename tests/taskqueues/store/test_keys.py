@@ -14,7 +14,7 @@ from redis.crc import key_slot
 
 from matcher.repressure import repressure
 from taskqueues.errors import ConfigError
-from taskqueues.store import Store, scripts
+from taskqueues.store import Store, payload_logs, scripts
 from taskqueues.store.keys import Keys
 from taskqueues.store.records import JobState, PilotOffer, RunResult
 from taskqueues.store.redis_server import RedisServer
@@ -29,7 +29,7 @@ def test_every_key_builder_carries_the_hash_tag() -> None:
              keys.qheads("a/b/c"), keys.leases, keys.delayed, keys.kills, keys.releasing, keys.donelog,
              keys.requests, keys.etekeys, keys.eterules, keys.byrule("r"), keys.cursor, keys.pilots, keys.pilotseen,
              keys.heads, keys.qfloor, keys.wake, keys.pilot_channel("slurm-1@n1"), keys.stops, keys.tqmax,
-             keys.parked]
+             keys.parked, keys.ended, keys.blocked, keys.log("12")]
     assert {key_slot(k.encode()) for k in built} == {key_slot(b"{lhcb}")}
     assert key_slot(Keys(vo="atlas").jobs.encode()) != key_slot(b"{lhcb}")
 
@@ -70,6 +70,8 @@ def test_every_script_call_declares_keys_of_one_slot(real_redis: redis.Redis) ->
     clock.now += 100
     store.clean(grace=1)
     store.release(b, {"error": "nothing to release"})
+    payload_logs.ship(store, m.id, m.attempt, "p", cap=10, host="h", directory="/d", live=False,
+                      chunks={"out": (b"x", 1)})
     # unlock/renew take the lock's own key (keys.lock, checked above), not the store's.
     assert {name for name, _ in calls} == set(scripts.names()) - {"unlock", "renew"}
     slot = key_slot(b"{lhcb}")

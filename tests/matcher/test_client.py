@@ -1,0 +1,89 @@
+"""matcher.client.Client against a real redis-server: the CLI's operations from Python, its errors named."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from matcher.client import Client, Request, WaitTimeout
+from matcher.workflow.model import WorkflowError
+from taskqueues.errors import NotFound, PilotfishError, ValidationError
+from taskqueues.settings import Settings
+from taskqueues.store.records import JobState
+
+HELLO = {"name": "hello", "jobs": [{"name": "a", "command": "echo a"}, {"name": "b", "command": "echo b",
+                                                                          "deps": ["a"]}]}
+
+
+class Ticks:
+    """A clock that a sleep advances (no real waiting)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_submit_status_jobs_cancel(redis_url: str, tmp_path: Path) -> None:
+    client = Client(redis_url)
+    request = client.submit(HELLO)
+    assert isinstance(request, Request) and request.name == "hello" and set(request.ids) == {"a", "b"}
+    assert client.status(request).states == {"blocked": 1, "waiting": 1}
+    assert client.status("hello").id == request.id  # by its unique name, as the CLI
+    assert [(r.name, r.state) for r in client.jobs(request=request)] == [("a", "waiting"), ("b", "blocked")]
+    path = tmp_path / "again.json"
+    path.write_text(json.dumps({**HELLO, "name": "again"}))
+    again = client.submit(path)
+    assert client.cancel(again) == f"request {again.id}: 1 jobs cancelled, 0 running jobs asked to stop now"
+    assert sorted(r.state for r in client.jobs(request=again, states=["finished"])) == ["cancelled", "dep-failed"]
+    listing = client.listing(limit=1)
+    assert listing.more and len(listing.rows) == 1
+
+
+def test_wait_reports_progress_and_times_out_naming_the_request(redis_url: str) -> None:
+    client = Client(redis_url)
+    request = client.submit(HELLO)
+    ticks = Ticks()
+    seen: list[dict[str, int]] = []
+    with pytest.raises(WaitTimeout, match=f"request {request.id} has not ended after 3 s: 1 blocked, 1 waiting"):
+        client.wait(request, 3, progress=lambda s: seen.append(s.states), poll=1, sleep=ticks.sleep,
+                    clock=lambda: ticks.now)
+    assert len(seen) == 4 and seen[0] == {"blocked": 1, "waiting": 1}
+    client.cancel(request)
+    final = client.wait(request, 3, sleep=ticks.sleep, clock=lambda: ticks.now)
+    assert final.final and final.states == {"cancelled": 1, "dep-failed": 1}
+
+
+def test_bad_input_is_named_and_stores_nothing(redis_url: str) -> None:
+    client = Client(redis_url)
+    with pytest.raises(WorkflowError, match="<dict>"):
+        client.submit({"name": "bad", "jobs": [{"name": "x"}]})
+    assert client.store.requests() == {}
+    with pytest.raises(NotFound, match="no request with id or name 'nope'"):
+        client.status("nope")
+    with pytest.raises(NotFound, match="no job '999'"):
+        client.logs("999")
+    request = client.submit(HELLO)
+    with pytest.raises(ValidationError, match="--stream 'stdin' is not a stream"):
+        client.logs(request.ids["a"], stream="stdin")
+    with pytest.raises(ValidationError, match="has not run yet \\(waiting\\): it has no attempt 2"):
+        client.logs(request.ids["a"], attempt=2)
+    with pytest.raises(ValidationError, match="--state 'late' is not a job state"):
+        client.jobs(states=["late"])
+    with pytest.raises(PilotfishError, match="needs a redis_url or settings"):
+        Client()
+    assert client.logs(request.ids["a"]).log is None
+
+
+def test_from_settings_uses_the_settings_the_cli_reads(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PILOTFISH_REDIS_URL", redis_url)
+    monkeypatch.setenv("PILOTFISH_VO", "lhcb")
+    client = Client.from_settings()
+    request = client.submit(HELLO)
+    assert client.store.keys.vo == "lhcb"
+    assert Client(redis_url, vo="lhcb").status(request.id).jobs == 2
+    assert Client.from_settings(Settings(redis_url=redis_url)).store.keys.vo == "default"
+    assert client.store.job(request.ids["a"]).state is JobState.WAITING
