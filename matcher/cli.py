@@ -74,11 +74,12 @@ def _register() -> None:
     from pilot.mjf.command import mjf
 
     from . import commands, operator_commands
+    from .metrics import metrics
 
     for command in (commands.run, commands.up, commands.down, commands.config, commands.submit, commands.cancel,
                     commands.kill, commands.drain, commands.matcher, commands.health, commands.acl,
                     operator_commands.status,
-                    operator_commands.explain, director, pilot, mjf):
+                    operator_commands.explain, director, pilot, mjf, metrics):
         main.add_command(command)
 
 

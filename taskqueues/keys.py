@@ -43,6 +43,9 @@ saw) and ``reap:grace`` (no lease requeued before this time: a restart's grace) 
 | ``P:{vo}:pilots`` | hash | pilot id → pilot record (JSON) |
 | ``P:{vo}:provisioned`` | hash | director's pilots: ``queue|kind|batch id`` → record (JSON) |
 | ``P:{vo}:pilotseen`` | zset | pilot id → last heartbeat |
+| ``P:{vo}:stats`` | hash | counters the scripts keep, one HINCRBY per event (``taskqueues.stats`` names the fields):
+jobs ended by state, lease expiries, retries, jobs matched, blocked jobs (in all and per task queue), director
+submissions and batch-system errors per backend, the pilots' match-latency histogram |
 """
 
 from __future__ import annotations
@@ -205,3 +208,7 @@ class Keys:
     @property
     def pilotseen(self) -> str:
         return f"{self.base}:pilotseen"
+
+    @property
+    def stats(self) -> str:
+        return f"{self.base}:stats"

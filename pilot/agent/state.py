@@ -23,6 +23,7 @@ from pilot.agent.slots import Slots
 from pilot.mjf.features import Features
 from pilot.mjf.payload import PayloadArea
 from taskqueues.outage import Outage
+from taskqueues.stats import LatencyHistogram
 from taskqueues.store import Store
 
 log = logging.getLogger("pilot.agent")
@@ -53,6 +54,8 @@ class PilotState:
     backoff: float = 0.0
     next_heartbeat: float = 0.0
     idle_since: float = field(default_factory=time.monotonic)
+    #: How long its match calls took (sent to reply read), until the next heartbeat sends it to the store.
+    match_latency: LatencyHistogram = field(default_factory=LatencyHistogram)
 
     def __post_init__(self) -> None:
         self.backoff = self.config.backoff_min

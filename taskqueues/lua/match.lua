@@ -7,6 +7,7 @@
 -- KEYS[5]  heads hash (task-queue id -> "<score> <member> <floor>": its exact head; see _lib.lua)
 -- KEYS[6]  qfloor hash (queue -> "cpu:mem:tmp:need" at or below every job its index can reach)
 -- KEYS[7]  parked hash (job id -> why it was taken out of its task queue; see below)
+-- KEYS[8]  stats hash (its "matched" field counts the jobs leased; taskqueues/stats.py)
 -- The task-queue zsets it touches (the one it leases from; one whose index entry has no heads entry) are
 -- not declared: it builds their keys from the key base, which carries the community's hash tag, so they hash
 -- to the slot of every declared key, and Redis (standalone, or a Cluster node serving that slot) serves them
@@ -35,8 +36,8 @@
 -- another member, is taken out of its task queue into the parked hash (job id -> {"why", "t", "m", "at"};
 -- `pilotfish explain` and `status` show it, the periodic reap logs it) and the walk goes on to the next
 -- head in the same call.
-if #KEYS ~= 7 or #ARGV ~= 9 then
-  return redis.error_reply('match: wants 7 KEYS and 9 ARGV, got ' .. #KEYS .. ' and ' .. #ARGV)
+if #KEYS ~= 8 or #ARGV ~= 9 then
+  return redis.error_reply('match: wants 8 KEYS and 9 ARGV, got ' .. #KEYS .. ' and ' .. #ARGV)
 end
 local base, pilot = ARGV[1], ARGV[2]
 local now, length = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -47,8 +48,8 @@ local queue = string.sub(qh, #base + 4)
 local bad
 if jobs ~= base .. 'jobs' or qh ~= base .. 'qh:' .. queue or queue == ''
     or KEYS[3] ~= base .. 'leases' or KEYS[4] ~= base .. 'tqempty' or heads ~= base .. 'heads'
-    or qfloor ~= base .. 'qfloor' or KEYS[7] ~= base .. 'parked' then
-  bad = 'KEYS want the jobs, qh:<queue>, leases, tqempty, heads, qfloor and parked keys of ' .. base
+    or qfloor ~= base .. 'qfloor' or KEYS[7] ~= base .. 'parked' or KEYS[8] ~= base .. 'stats' then
+  bad = 'KEYS want the jobs, qh:<queue>, leases, tqempty, heads, qfloor, parked and stats keys of ' .. base
 elseif pilot == '' or #pilot > 256 then bad = 'ARGV[2] (pilot id) wants 1 to 256 bytes'
 elseif not (now and now >= 0 and now <= 1e12) then bad = 'ARGV[3] (now) wants a number in [0, 1e12]'
 elseif not (length and length > 0 and length <= 1e12) then bad = 'ARGV[4] (lease length) wants a number in (0, 1e12]'
@@ -314,5 +315,6 @@ if pk then redis.call('HSET', KEYS[7], unpack(pk)) end
 if got > 0 then
   redis.call('HSET', jobs, unpack(out))
   redis.call('ZADD', KEYS[3], unpack(ex))
+  redis.call('HINCRBY', KEYS[8], 'matched', got)
 end
 return out
