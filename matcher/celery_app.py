@@ -20,12 +20,13 @@ from taskqueues import alive as liveness
 from taskqueues.errors import PilotfishError, StoreUnavailable
 from taskqueues.outage import Outage
 
-from . import periodic
+from . import housekeeping, periodic
 from .context import Context
 from .releaser import Releaser
 from .settings import Settings
 
-app = Celery("pilotfish")
+# QuietAMQP: housekeeping tasks publish no task-sent event unless housekeeping_events (matcher.housekeeping).
+app = Celery("pilotfish", amqp="matcher.housekeeping:QuietAMQP")
 app.conf.update(
     task_serializer="json",
     result_serializer="json",
@@ -76,6 +77,7 @@ def configure(ctx: Context) -> Celery:
     }
     if s.beat_director:
         app.conf.beat_schedule["director"] = {"task": "pilotfish.director", "schedule": s.director_interval}
+    housekeeping.set_events(app, s.housekeeping_events)
     return app
 
 
