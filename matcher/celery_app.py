@@ -14,9 +14,10 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from celery import Celery, bootsteps
-from celery.signals import heartbeat_sent
+from celery.signals import heartbeat_sent, setup_logging
 
 from taskqueues import alive as liveness
+from taskqueues import logformat
 from taskqueues.errors import PilotfishError, StoreUnavailable
 from taskqueues.outage import Outage
 
@@ -96,6 +97,26 @@ def _worker_alive(**_: Any) -> None:
         OUTAGE.failed(exc)
     else:
         OUTAGE.ok()
+
+
+@setup_logging.connect(dispatch_uid="pilotfish-logging")  # type: ignore[untyped-decorator,misc,unused-ignore]
+def _logging(loglevel: Any = None, **_: Any) -> None:
+    """Celery's own lines (worker, beat, tasks) go through Pilotfish's handler (:mod:`taskqueues.logformat`):
+    set up by ``pilotfish matcher``, else here (a worker started with ``celery -A matcher.celery_app``)."""
+    if not logformat.configured():
+        settings = context().settings
+        logformat.setup("worker", settings.log_format, loglevel, vo=settings.vo)
+
+
+def say_through_logging() -> None:
+    """With JSON logs, the notices a Celery worker writes straight to the terminal (``worker: Warm shutdown``)
+    become log lines too (its banner is turned off with ``--quiet``)."""
+    import celery.apps.worker as worker_app
+
+    def say(message: str, *_: Any) -> None:
+        logging.getLogger("celery.apps.worker").warning("%s", message.strip())
+
+    worker_app.safe_say = say
 
 
 class ReleaseStep(bootsteps.StartStopStep):  # type: ignore[misc,unused-ignore]

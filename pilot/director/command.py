@@ -10,6 +10,7 @@ import click
 
 from matcher.context import Context
 from matcher.settings import Settings
+from taskqueues import logformat
 
 from .service import Director, run_forever
 
@@ -23,6 +24,7 @@ from .service import Director, run_forever
 def director(once: bool, interval: float | None, log_dir: str | None, stop_pilots_on_exit: bool) -> None:
     """Provision pilots for the waiting demand of every queue of the catalog."""
     ctx = Context(Settings.load())
+    logformat.setup("director", ctx.settings.log_format, vo=ctx.settings.vo)
     service = Director(ctx, log_dir=log_dir)
     if once:
         report = service.cycle()
