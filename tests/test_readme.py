@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from test_pilot_support import pilot_env, wait_for
 
 from matcher.settings import Settings
@@ -76,7 +77,7 @@ def test_the_tour_runs_as_the_readme_shows(tmp_path: Path, redis_url: str) -> No
     """
     commands = tour_commands()
     assert [c.split()[1] for c in commands] == ["up", "submit", "status", "status", "explain", "kill", "cancel",
-                                                "down"], commands
+                                                "metrics", "down"], commands
     here = tmp_path / "clone"
     (here / "examples").mkdir(parents=True)
     work = tmp_path / "montage"
@@ -154,6 +155,14 @@ def test_the_tour_runs_as_the_readme_shows(tmp_path: Path, redis_url: str) -> No
                 wait_for(lambda r=request: all(j.state.final for j in store.request_jobs(r)), 30,
                          "every job of the request ended")
                 assert "cancelled" in cli(f"pilotfish status {request}")
+            elif verb == "metrics":
+                samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                           for family in text_string_to_metric_families(cli(command)) for s in family.samples}
+                assert samples[("pilotfish_store_up", (("vo", "default"),))] == 1
+                ended = {dict(labels)["state"]: v for (name, labels), v in samples.items()
+                         if name == "pilotfish_jobs_ended_total"}
+                assert ended["failed"] >= 1 and ended["cancelled"] + ended["dep-failed"] == 42 - 1 - ended["done"]
+                assert samples[("pilotfish_matches_total", (("vo", "default"),))] >= 2
             elif verb == "down":
                 assert pilot is not None
                 pilot.terminate()
