@@ -219,6 +219,8 @@ def submit_workflow(workflow: dict[str, Any], source: str = "<remote>") -> dict[
     return {"request": done.request, "ids": done.ids, "eta": done.eta}
 
 
+housekeeping.set_events(app, False)  # the default, until configure() applies the setting
+
 if _context is None and Settings.load().redis_url:
     # `celery -A matcher.celery_app ...` with a configured Redis: configure at import.
     configure(context())
