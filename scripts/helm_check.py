@@ -89,7 +89,18 @@ VARIANTS: dict[str, Values] = {
         "pilots": {"enabled": True},
         "director": {"enabled": True},
     },
+    "metrics-monitoring": {
+        "metrics": {"enabled": True, "replicas": 2, "serviceMonitor": {"enabled": True,
+                                                                       "labels": {"release": "prometheus"}}},
+        "flower": {"ingress": {"enabled": True, "host": "flower.pilotfish.test"}},
+        "matcher": {"replicas": 3, "podDisruptionBudget": {"enabled": True, "maxUnavailable": "50%"}},
+        "pilots": {"enabled": True},
+    },
 }
+
+#: Kinds of custom resources the chart renders (no Kubernetes schema knows them): checked by
+#: :func:`selection_problems` instead.
+CUSTOM_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}
 
 
 @dataclass(frozen=True)
@@ -141,6 +152,10 @@ BAD_VALUES: tuple[BadValues, ...] = (
     BadValues("key prefix with a colon", {"prefix": "a:b"}, "/prefix"),
     BadValues("appendfsync outside always/everysec/no", {"redis": {"appendfsync": "sometimes"}},
               "/redis/appendfsync"),
+    BadValues("a ServiceMonitor without the metrics it would scrape",
+              {"metrics": {"serviceMonitor": {"enabled": True}}},
+              "metrics.serviceMonitor.enabled needs metrics.enabled"),
+    BadValues("metrics port out of range", {"metrics": {"port": 70000}}, "/metrics/port"),
 )
 
 
@@ -185,6 +200,8 @@ def schema_problems(objects: list[Manifest], kube_version: str) -> list[str]:
     problems = []
     for obj in objects:
         name = f"{obj.get('kind')}/{obj.get('metadata', {}).get('name')}"
+        if (obj.get("apiVersion"), obj.get("kind")) in CUSTOM_KINDS:
+            continue
         try:
             kubernetes_validate.validate(obj, kube_version, strict=True)
         except kubernetes_validate.ValidationError as error:
@@ -228,7 +245,43 @@ def policy_problems(objects: list[Manifest]) -> list[str]:
         if spec is None:
             continue
         problems += _pod_problems(name, obj, spec)
-    return problems + pilot_credential_problems(objects)
+    return problems + pilot_credential_problems(objects) + selection_problems(objects)
+
+
+def _selects(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
+    return bool(selector) and all(labels.get(key) == value for key, value in selector.items())
+
+
+def selection_problems(objects: list[Manifest]) -> list[str]:
+    """What selects pods or Services selects what it is meant to: a PodDisruptionBudget its component's pods,
+    the store's NetworkPolicy the store and lets in every pod of the release, Flower's Flower; a
+    ServiceMonitor an existing Service, by a port that Service names."""
+    problems = []
+    pods = {obj["metadata"]["name"]: obj["spec"]["template"]["metadata"]["labels"]
+            for obj in objects if pod_spec(obj) is not None}
+    services = [obj for obj in objects if obj["kind"] == "Service"]
+    for obj in objects:
+        name = f"{obj['kind']}/{obj['metadata']['name']}"
+        component = obj["metadata"]["labels"].get("app.kubernetes.io/component")
+        if obj["kind"] in ("PodDisruptionBudget", "NetworkPolicy"):
+            selector = (obj["spec"]["selector"] if obj["kind"] == "PodDisruptionBudget"
+                        else obj["spec"]["podSelector"]).get("matchLabels", {})
+            chosen = [pod for pod, labels in pods.items() if _selects(selector, labels)]
+            if not chosen or any(pods[pod].get("app.kubernetes.io/component") != component for pod in chosen):
+                problems.append(f"{name}: selects {chosen}, not the {component} pods")
+        if obj["kind"] == "NetworkPolicy" and component == "redis":
+            peers = [peer["podSelector"].get("matchLabels", {}) for rule in obj["spec"].get("ingress", [])
+                     for peer in rule.get("from", []) if "podSelector" in peer]
+            shut_out = [pod for pod, labels in pods.items() if not any(_selects(p, labels) for p in peers)]
+            if shut_out:
+                problems.append(f"{name}: pods of the release cannot reach the store: {shut_out}")
+        if obj["kind"] == "ServiceMonitor":
+            selector = obj["spec"]["selector"].get("matchLabels", {})
+            ports = {p["port"] for endpoint in [obj["spec"]] for p in endpoint["endpoints"]}
+            matched = [s for s in services if _selects(selector, s["metadata"]["labels"])]
+            if not matched or any(ports - {p["name"] for p in s["spec"]["ports"]} for s in matched):
+                problems.append(f"{name}: selects no Service with the port(s) {sorted(ports)}")
+    return problems
 
 
 def _pod_problems(name: str, obj: Manifest, spec: Mapping[str, Any]) -> list[str]:

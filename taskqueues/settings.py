@@ -68,6 +68,13 @@ class Settings:
     pilot_retire_after: float = 180.0
     # Flower
     flower_port: int = 5555
+    # Metrics (pilotfish metrics): at most this many task queues get series of their own, the others add up
+    # under task_queue="other".
+    metrics_task_queues: int = 20
+    # Logs of the long-running components (pilot, director, worker, beat): "text", or "json" (one object a line).
+    log_format: str = "text"
+    # Housekeeping tasks (reap, release sweep, the other periodic ones) send Celery task events (Flower).
+    housekeeping_events: bool = False
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     @classmethod
@@ -117,6 +124,10 @@ class Settings:
         if self.redis_appendfsync not in ("always", "everysec", "no"):
             raise ConfigError(f"{where('redis_appendfsync')}: must be always, everysec or no, "
                               f"got {self.redis_appendfsync!r}")
+        if self.log_format not in ("text", "json"):
+            raise ConfigError(f"{where('log_format')}: must be text or json, got {self.log_format!r}")
+        if self.metrics_task_queues < 0:
+            raise ConfigError(f"{where('metrics_task_queues')}: must be >= 0, got {self.metrics_task_queues}")
         if not 0 < self.flower_port < 65536:
             raise ConfigError(f"{where('flower_port')}: not a TCP port: {self.flower_port}")
 

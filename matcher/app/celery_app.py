@@ -19,8 +19,9 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from celery import Celery, bootsteps
-from celery.signals import heartbeat_sent
+from celery.signals import heartbeat_sent, setup_logging
 
+from taskqueues import logformat
 from taskqueues.context import Context
 from taskqueues.errors import PilotfishError, StoreUnavailable
 from taskqueues.settings import Settings
@@ -29,6 +30,7 @@ from taskqueues.store.outage import Outage
 
 from .. import periodic
 from ..releaser import Releaser
+from . import housekeeping
 
 #: The app's settings that do not depend on the deployment.
 STATIC_CONF: dict[str, Any] = dict(
@@ -82,6 +84,7 @@ def configure(ctx: Context) -> Celery:
     }
     if s.beat_director:
         app.conf.beat_schedule["director"] = {"task": "pilotfish.director", "schedule": s.director_interval}
+    housekeeping.set_events(app, s.housekeeping_events)
     return app
 
 
@@ -99,6 +102,26 @@ def _worker_alive(**_: Any) -> None:
         OUTAGE.failed(exc)
     else:
         OUTAGE.ok()
+
+
+@setup_logging.connect(dispatch_uid="pilotfish-logging")  # type: ignore[untyped-decorator,misc,unused-ignore]
+def _logging(loglevel: Any = None, **_: Any) -> None:
+    """Celery's own lines (worker, beat, tasks) go through Pilotfish's handler (:mod:`taskqueues.logformat`):
+    set up by ``pilotfish matcher``, else here (a worker started with ``celery -A matcher.app.celery_app``)."""
+    if not logformat.configured():
+        settings = context().settings
+        logformat.setup("worker", settings.log_format, loglevel, vo=settings.vo)
+
+
+def say_through_logging() -> None:
+    """With JSON logs, the notices a Celery worker writes straight to the terminal (``worker: Warm shutdown``)
+    become log lines too (its banner is turned off with ``--quiet``)."""
+    import celery.apps.worker as worker_app
+
+    def say(message: str, *_: Any) -> None:
+        logging.getLogger("celery.apps.worker").warning("%s", message.strip())
+
+    worker_app.safe_say = say
 
 
 class ReleaseStep(bootsteps.StartStopStep):  # type: ignore[misc,unused-ignore]
@@ -210,11 +233,13 @@ def get_app() -> Celery:
     """The app of this process, built on first use."""
     global _app
     if _app is None:
-        app = Celery("pilotfish")
+        # QuietAMQP: housekeeping tasks publish no task-sent event unless housekeeping_events is set.
+        app = Celery("pilotfish", amqp="matcher.app.housekeeping:QuietAMQP")
         app.conf.update(STATIC_CONF)
         app.steps["worker"].add(ReleaseStep)
         for task, options in TASKS:
             app.task(**options)(task)
+        housekeeping.set_events(app, False)  # the default, until configure() applies the setting
         heartbeat_sent.connect(_worker_alive, dispatch_uid="pilotfish-worker-alive")
         _app = app
     return _app

@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 import click
 
+from taskqueues import logformat
 from taskqueues.context import Context
 from taskqueues.errors import NotFound, PilotfishError
 from taskqueues.settings import Settings
@@ -130,15 +131,20 @@ def matcher(beat: bool, beat_only: bool, concurrency: int, loglevel: str) -> Non
     from ..app import celery_app
     from ..app.celery_app import configure
 
-    app = configure(Context(Settings.load()))
+    settings = Settings.load()
+    app = configure(Context(settings))
+    logformat.setup("beat" if beat_only else "worker", settings.log_format, loglevel, vo=settings.vo)
     # Celery logs every retry of a broker it cannot reach, with tracebacks: one outage, two lines instead.
     quiet = OutageLogFilter(beat_module.OUTAGE if beat_only else celery_app.OUTAGE)
     for handler in logging.getLogger().handlers:
         handler.addFilter(quiet)
+    banner = ["--quiet"] if settings.log_format == "json" else []  # no banner: every line is a JSON object
+    if banner:
+        celery_app.say_through_logging()
     if beat_only:
-        app.start(["beat", f"--loglevel={loglevel}"])
+        app.start([*banner, "beat", f"--loglevel={loglevel}"])
         return
-    argv = ["worker", f"--loglevel={loglevel}", f"--concurrency={concurrency}", "--pool=threads",
+    argv = [*banner, "worker", f"--loglevel={loglevel}", f"--concurrency={concurrency}", "--pool=threads",
             "--without-mingle", "--without-gossip", "-E"]
     if beat:
         argv.append("--beat")

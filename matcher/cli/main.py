@@ -73,11 +73,13 @@ def _register() -> None:
     from pilot.mjf.command import mjf
 
     from . import commands, job_commands, operator_commands
+    from .metrics import metrics
 
     for command in (commands.run, commands.up, commands.down, commands.config, commands.submit, commands.cancel,
                     commands.kill, commands.drain, commands.matcher, commands.health, commands.acl,
                     operator_commands.status,
-                    operator_commands.explain, director, pilot, mjf, job_commands.jobs, job_commands.logs):
+                    operator_commands.explain, director, pilot, mjf, job_commands.jobs, job_commands.logs,
+                    metrics):
         main.add_command(command)
 
 

@@ -19,6 +19,7 @@ from pilot.agent.config import DEFAULTS, PilotConfig
 from pilot.agent.observer import NullObserver, Observer
 from pilot.agent.pilot import Pilot
 from pilot.mjf.jobstatus import DEFAULT_REVERT_HOLD
+from taskqueues import logformat
 from taskqueues.errors import PilotfishError
 from taskqueues.settings import LOCAL_REDIS_URL
 
@@ -77,15 +78,21 @@ def make_observer(events: bool, config: PilotConfig) -> Observer:
                    "to True (a withdrawn drain); 0: no hold.")
 @click.option("--events/--no-events", default=False, show_default=True,
               help="Send Celery events and take remote-control commands (Flower).")
+@click.option("--log-format", envvar="PILOTFISH_LOG_FORMAT", type=click.Choice(logformat.FORMATS), default="text",
+              show_default=True, help="Log lines as text, or one JSON object a line (env PILOTFISH_LOG_FORMAT).")
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
 def pilot(redis_url: str, vo: str, queue: str, prefix: str, cores: int | None, mem: int | None, tmp: int | None,
           idle_timeout: float, stop_margin: float, wall: float | None, heartbeat: float | None, lease: float,
           workdir: Path | None,
           max_jobs: int | None, own_machine: bool, kill_grace: float, output_cap: int, log_interval: float,
-          mem_tolerance: float, priority_factor: int, jobstatus_hold: float, events: bool, verbose: int) -> None:
+          mem_tolerance: float, priority_factor: int, jobstatus_hold: float, events: bool, log_format: str,
+          verbose: int) -> None:
     """Run a pilot: fill this node's cores with the most urgent jobs that fit, until its time is up."""
-    logging.basicConfig(level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)],
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    level = (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)]
+    root = logging.getLogger()
+    if root.handlers:  # `pilotfish -v pilot`: the command's own level, if more verbose
+        level = min(level, root.level)
+    tags = logformat.setup("pilot", log_format, level, vo=vo)
     try:
         config = PilotConfig(
             queue=queue, redis_url=redis_url, vo=vo, prefix=prefix,
@@ -95,10 +102,18 @@ def pilot(redis_url: str, vo: str, queue: str, prefix: str, cores: int | None, m
             kill_grace=kill_grace, output_cap=output_cap, log_interval=log_interval, mem_tolerance=mem_tolerance,
             priority_factor=priority_factor, jobstatus_revert_hold=jobstatus_hold)
         runner = Pilot(config, observer=make_observer(events, config))
+        tags.set(pilot=runner.name)
         reason = runner.run()
     except PilotfishError as exc:
+        if log_format == "json":
+            logging.getLogger("pilot.agent").error("%s", exc)
+            sys.exit(1)
         raise click.ClickException(str(exc)) from None
-    click.echo(f"pilot {runner.name} stopped: {reason}; {runner.processed} payloads processed", err=True)
+    last = f"pilot {runner.name} stopped: {reason}; {runner.processed} payloads processed"
+    if log_format == "json":
+        logformat.announce("pilot.agent", last)
+    else:
+        click.echo(last, err=True)
 
 
 if __name__ == "__main__":

@@ -50,10 +50,13 @@ class Heartbeat:
         running = state.slots.running
         jobs = {p.id: p.job.attempt for p in running.values()}
         jobs.update(self.reports.leased())
+        record, latency = self.outgoing()
         try:
-            reply = state.store.heartbeat(state.name, jobs, self.record(), self.processes.usage())
+            reply = state.store.heartbeat(state.name, jobs, record, self.processes.usage())
         except StoreUnavailable as exc:
             state.outage.failed(exc)
+            if latency is not None:
+                state.match_latency.give_back(latency)
         except StoreError as exc:
             log.warning("heartbeat failed (leases not renewed): %s", exc)
         else:
@@ -101,6 +104,15 @@ class Heartbeat:
             "used_tmp": tmp, "running": sorted(slots.running), "processed": state.processed,
             "started": round(state.started, 3), "time_left": state.time_left(), "draining": not state.accepting,
         }
+
+    def outgoing(self) -> tuple[dict[str, Any], list[float] | None]:
+        """The record a heartbeat sends: :meth:`record` and the match latencies seen since the last one (its
+        ``mlat``: :mod:`taskqueues.store.stats`), which are taken (given back to the histogram if it fails)."""
+        record = self.record()
+        latency = self.state.match_latency.take()
+        if latency is not None:
+            record["mlat"] = latency
+        return record, latency
 
     def load(self) -> PilotLoad:
         state = self.state

@@ -172,7 +172,7 @@ class Pilot:
         self.status.publish()
         log.info("pilot %s stops: %s (%d payloads processed)", state.name, reason, state.processed)
         with contextlib.suppress(StoreError):
-            self.store.heartbeat(state.name, {}, {**self.heartbeat.record(), "stopped": reason})
+            self.store.heartbeat(state.name, {}, {**self.heartbeat.outgoing()[0], "stopped": reason})
         self.control.forget_stop_request()  # a request it acted on, or one that came too late
         assert state.info is not None
         state.notify("pilot_stopped", state.info, reason)

@@ -24,7 +24,7 @@ import logging
 import math
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pilot.agent.payload import Payload, Report, Stop
 from pilot.agent.processes import Processes
@@ -52,6 +52,7 @@ class InFlight:
     succeeded: list[tuple[Payload, RunResult]]
     reserved: Amount
     want: int
+    sent_at: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -232,6 +233,7 @@ class Reports:
             self._ended_note(payload, result, "done" if why is None else "stale")
         if sent.want == 0:
             return
+        state.match_latency.observe(time.monotonic() - sent.sent_at)
         if not reply.matched:
             state.back_off()
             return

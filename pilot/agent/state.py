@@ -24,6 +24,7 @@ from pilot.mjf.features import Features
 from pilot.mjf.payload import PayloadArea
 from taskqueues.store import Store
 from taskqueues.store.outage import Outage
+from taskqueues.store.stats import LatencyHistogram
 
 log = logging.getLogger("pilot.agent")
 
@@ -53,6 +54,8 @@ class PilotState:
     backoff: float = 0.0
     next_heartbeat: float = 0.0
     idle_since: float = field(default_factory=time.monotonic)
+    #: How long its match calls took (sent to reply read), until the next heartbeat sends it to the store.
+    match_latency: LatencyHistogram = field(default_factory=LatencyHistogram)
 
     def __post_init__(self) -> None:
         self.backoff = self.config.backoff_min

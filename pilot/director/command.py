@@ -8,6 +8,7 @@ import threading
 
 import click
 
+from taskqueues import logformat
 from taskqueues.context import Context
 from taskqueues.settings import Settings
 
@@ -23,6 +24,7 @@ from .service import Director, run_forever
 def director(once: bool, interval: float | None, log_dir: str | None, stop_pilots_on_exit: bool) -> None:
     """Provision pilots for the waiting demand of every queue of the catalog."""
     ctx = Context(Settings.load())
+    logformat.setup("director", ctx.settings.log_format, vo=ctx.settings.vo)
     service = Director(ctx, log_dir=log_dir)
     if once:
         report = service.cycle()

@@ -35,7 +35,7 @@ from taskqueues.errors import BackendError, PilotfishError, StoreUnavailable
 from taskqueues.placement import BACKEND_OPTIONS, INSTANCE_TYPE
 from taskqueues.settings import Settings
 from taskqueues.shapes import Shape
-from taskqueues.store import alive
+from taskqueues.store import alive, stats
 from taskqueues.store.guard import guard
 from taskqueues.store.lock import Lock
 from taskqueues.store.outage import Outage
@@ -264,6 +264,7 @@ class Director:
             existing = self._existing(queue, backend, out)
         except BackendError as exc:
             out.errors.append(str(exc))
+            stats.add(self.ctx.client, self.ctx.keys, stats.ERRORS + queue.batch)
             return out
         now = time.time()
         shapes = [s for s in queue.shapes if self._refused.get((queue.id, s.name), 0.0) <= now] or queue.shapes
@@ -310,6 +311,7 @@ class Director:
                 batch_id = backend.submit(request)
             except BackendError as exc:
                 out.errors.append(str(exc))
+                stats.add(self.ctx.client, self.ctx.keys, stats.ERRORS + backend.kind)
                 self._refused[(queue.id, planned.shape.name)] = time.time() + self.refusal_pause
                 log.warning("queue %s: shape %s refused by the batch system; planning without it for %.0f s: %s",
                             queue.id, planned.shape.name, self.refusal_pause, exc)
@@ -320,6 +322,7 @@ class Director:
                                                     "wall": planned.wall, "jobs": len(planned.jobs),
                                                     "options": options, **backend.identify(batch_id)})
             out.submitted.append(batch_id)
+            stats.add(self.ctx.client, self.ctx.keys, stats.SUBMITTED + backend.kind)
             submitted += 1
         if result.cancel:
             backend.cancel(result.cancel)
@@ -335,6 +338,8 @@ class Director:
                "PILOTFISH_PILOT_IDLE_TIMEOUT": str(s.pilot_idle_timeout)}
         if s.catalog:
             env["PILOTFISH_CATALOG"] = s.catalog
+        if s.log_format != "text":
+            env["PILOTFISH_LOG_FORMAT"] = s.log_format
         return {**env, **self.env}
 
     @property

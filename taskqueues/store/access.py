@@ -33,7 +33,7 @@ CONTROL_USER = "pf-control"
 #: Commands a pilot runs, directly or inside the store's scripts (taskqueues/store/lua), on its community's keys.
 PILOT_DATA_COMMANDS = (
     "hget", "hset", "hsetnx", "hmget", "hdel", "zadd", "zrem", "zrange", "zrangebyscore", "zscore", "zcard",
-    "zcount", "smembers", "sadd", "incr", "incrby", "exists", "publish",
+    "zcount", "smembers", "sadd", "incr", "incrby", "exists", "publish", "hincrby", "hincrbyfloat",
 )
 #: Commands of the connection and of Lua scripts; ``script|load`` lets redis-py reload a script Redis lost
 #: (a script runs with the caller's rights, so loading one grants nothing more than these commands).

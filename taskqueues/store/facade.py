@@ -99,9 +99,11 @@ class Store:
         """Run script ``name``; when it names keys it needed and was not given, declare them and rerun.
 
         The heads and qfloor hashes are declared for every script: each one that moves task-queue members
-        keeps them exact (``_lib.lua``), and declaring them up front saves that round trip.
+        keeps them exact (``_lib.lua``), and declaring them up front saves that round trip. So is the stats
+        hash, which the scripts add their counters to (:mod:`taskqueues.store.stats`).
         """
-        declared = list(dict.fromkeys([*extra, self.keys.heads, self.keys.qfloor, self.keys.ended, self.keys.blocked]))
+        declared = list(dict.fromkeys([*extra, self.keys.heads, self.keys.qfloor, self.keys.ended, self.keys.blocked,
+                                         self.keys.stats]))
         for _ in range(_MAX_KEY_ROUNDS):
             with guard(self.where, f"running script {name}"):
                 reply = self._scripts[name](keys=[*keys, *declared], args=list(args))
@@ -166,7 +168,7 @@ class Store:
         if call is None:
             k = self.keys
             call = PackedCall(self._line, self._scripts["match"],
-                              [k.jobs, k.qheads(queue), k.leases, k.tqempty, k.heads, k.qfloor, k.parked],
+                              [k.jobs, k.qheads(queue), k.leases, k.tqempty, k.heads, k.qfloor, k.parked, k.stats],
                               n_args=9)
             self._match_calls[queue] = call
         return call
@@ -254,7 +256,7 @@ class Store:
         for job, attempt in jobs.items():
             used = usage.get(job)
             args += [job, attempt, *(("", "") if used is None else used.fields())]
-        kills, lost = self.call_script("heartbeat", [k.jobs, k.leases, k.kills, k.pilots, k.pilotseen], args)
+        kills, lost = self.call_script("heartbeat", [k.jobs, k.leases, k.kills, k.pilots, k.pilotseen, k.stats], args)
         pairs = [_text(x) for x in kills]
         return HeartbeatReply(dict(zip(pairs[::2], pairs[1::2], strict=True)), tuple(_text(x) for x in lost))
 
@@ -277,7 +279,7 @@ class Store:
     def _complete_keys(self) -> list[str]:
         k = self.keys
         return [k.jobs, k.leases, k.kills, k.tqempty, k.releasing, k.donelog, k.etekeys, k.eterules, k.work,
-                *self.floors, k.ended, k.blocked]
+                *self.floors, k.ended, k.blocked, k.stats]
 
     def _complete_args(self, job: str, attempt: int, pilot: str, result: RunResult | None, now: float) -> list[Any]:
         return [self._base, job, attempt, pilot, now, json.dumps((result or RunResult()).fields())]

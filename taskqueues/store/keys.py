@@ -54,6 +54,9 @@ record removes its entry |
 how many bytes the stream had in all, ``<a>:meta`` JSON ``{"pilot", "host", "dir", "live", "at"}`` (where the
 pilot keeps the files; ``live`` 1 while the payload runs). Written only for a job whose record exists, at most
 ``output_cap`` bytes per stream and attempt; it lives as long as the job record and goes with it |
+| ``P:{vo}:stats`` | hash | counters the scripts keep, one HINCRBY per event (``store.stats`` names the fields):
+jobs ended by state, lease expiries, retries, jobs matched, blocked jobs (in all and per task queue), director
+submissions and batch-system errors per backend, the pilots' match-latency histogram |
 """
 
 from __future__ import annotations
@@ -228,6 +231,11 @@ class Keys:
     def log(self, job: str) -> str:
         return f"{self.base}:log:{job}"
 
+    @property
+    def stats(self) -> str:
+        return f"{self.base}:stats"
+
+
 def lua_names() -> dict[str, str]:
     """The key suffixes the Lua scripts append to their key base (ARGV[1] ``"<prefix>:{<vo>}:"``), by the Lua
     constant that holds each, rendered by the builders above so that a name exists once. ``scripts`` puts the
@@ -240,4 +248,4 @@ def lua_names() -> dict[str, str]:
         ("K_QFLOOR", k.qfloor), ("K_LEASES", k.leases), ("K_PARKED", k.parked), ("K_WORK", k.work),
         ("K_BYRULE", k.byrule("")), ("K_WAKE", k.wake), ("K_RELEASE", k.release_channel),
         ("K_CTL", k.pilot_channel("")), ("K_ENDED", k.ended), ("K_BLOCKED", k.blocked),
-        ("K_LOG", k.log("")))}
+        ("K_LOG", k.log("")), ("K_STATS", k.stats))}

@@ -10,6 +10,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from taskqueues.catalog import Catalog
 from taskqueues.settings import Settings
@@ -92,7 +93,7 @@ def test_the_tour_runs_as_the_readme_shows(tmp_path: Path, redis_url: str) -> No
     """
     commands = tour_commands()
     assert [c.split()[1] for c in commands] == ["up", "submit", "status", "status", "jobs", "explain", "kill", "logs",
-                                                "cancel", "down"], commands
+                                                "cancel", "metrics", "down"], commands
     here = tmp_path / "clone"
     (here / "examples").mkdir(parents=True)
     work = tmp_path / "montage"
@@ -186,6 +187,14 @@ def test_the_tour_runs_as_the_readme_shows(tmp_path: Path, redis_url: str) -> No
                 wait_until(lambda r=request: all(j.state.final for j in store.request_jobs(r)), timeout=30,
                            what="every job of the request ended")
                 assert "cancelled" in cli(f"pilotfish status {request}")
+            elif verb == "metrics":
+                samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                           for family in text_string_to_metric_families(cli(command)) for s in family.samples}
+                assert samples[("pilotfish_store_up", (("vo", "default"),))] == 1
+                ended = {dict(labels)["state"]: v for (name, labels), v in samples.items()
+                         if name == "pilotfish_jobs_ended_total"}
+                assert ended["failed"] >= 1 and ended["cancelled"] + ended["dep-failed"] == 42 - 1 - ended["done"]
+                assert samples[("pilotfish_matches_total", (("vo", "default"),))] >= 2
             elif verb == "down":
                 assert pilot is not None
                 pilot.terminate()

@@ -169,11 +169,10 @@ def test_a_server_started_without_credentials_is_not_taken_over(tmp_path: Path) 
 
 def test_a_pilot_user_ships_output_for_its_own_community_only(state: Path) -> None:
     """Shipping payload output (``ship_log.lua``) needs no right a pilot lacks, and reaches no other community."""
-    from tests.support.store import job
-
     from taskqueues.errors import StoreAccessDenied
     from taskqueues.store import Store, payload_logs
     from taskqueues.store.keys import Keys
+    from tests.support.store import job
 
     server = embedded.ensure(state)
     control = redis.Redis.from_url(embedded.control_url(server))

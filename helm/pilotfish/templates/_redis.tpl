@@ -27,7 +27,7 @@ repeats), and the broker commands (PILOT_BROKER_COMMANDS) on the broker keys (BR
 {{- $base := printf "%s:{%s}:" .Values.prefix .Values.vo }}
 {{- $db := int .Values.redis.database }}
 {{- $session := list "ping" "hello" "auth" "select" "quit" "echo" "client|setname" "client|setinfo" "client|getname" "client|id" "evalsha" "eval" "script|load" "script|exists" "multi" "exec" "discard" "time" "subscribe" "unsubscribe" "psubscribe" "punsubscribe" }}
-{{- $data := list "hget" "hset" "hsetnx" "hmget" "hdel" "zadd" "zrem" "zrange" "zrangebyscore" "zscore" "zcard" "zcount" "smembers" "sadd" "incr" "incrby" "exists" "publish" }}
+{{- $data := list "hget" "hset" "hsetnx" "hmget" "hdel" "zadd" "zrem" "zrange" "zrangebyscore" "zscore" "zcard" "zcount" "smembers" "sadd" "incr" "incrby" "exists" "publish" "hincrby" "hincrbyfloat" }}
 {{- $broker := list "evalsha" "eval" "lpush" "rpush" "brpop" "rpop" "lpop" "llen" "srem" "sismember" "smembers" "sadd" "zadd" "zrem" "zrangebyscore" "exists" "expire" "pexpire" "ttl" "pttl" "set" "get" "del" }}
 {{- $brokerKeys := list "_kombu.binding*" "*.celery.pidbox*" }}
 {{- $rules := list "resetkeys" (printf "~%s*" $base) "resetchannels" (printf "&%swake" $base) (printf "&%srelease" $base) (printf "&%sctl:*" $base) (printf "&/%d.celeryev/*" $db) (printf "&/%d.celery.pidbox" $db) "-@all" }}

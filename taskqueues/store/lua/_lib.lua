@@ -422,10 +422,24 @@ local function check_report(rec, id, attempt, states)
   for _, s in ipairs(states) do if rec.s == s then return nil end end
   return 'job ' .. id .. ' is ' .. rec.s
 end
+-- Counters of the stats hash (taskqueues/stats.py names its fields), one HINCRBY per event. The store
+-- declares the hash for every script it calls (Store.call_script).
+local function count(base, field, n)
+  if n ~= 0 then redis.call('HINCRBY', base .. K_STATS, field, n) end
+end
+-- A job enters (1) or leaves (-1) the blocked state: the gauge in all and per task queue (whose field goes at 0).
+local function count_blocked(base, rec, delta)
+  count(base, 'blocked', delta)
+  local field = 'blocked:' .. tostring(rec.t or '')
+  if redis.call('HINCRBY', base .. K_STATS, field, delta) <= 0 then redis.call('HDEL', base .. K_STATS, field) end
+end
 -- End a job for good (failed, cancelled...) and mark every job that transitively depends on it
 -- dep-failed with the reason. Only blocked or releasing dependents can exist below an unfinished job.
 local function finish(jobs, releasing, rec, state, reason, now)
-  add_work(string.match(jobs, '^(.*)jobs$'), -work_of(rec))
+  local base = string.match(jobs, '^(.*)jobs$')
+  add_work(base, -work_of(rec))
+  if rec.s == 'blocked' then count_blocked(base, rec, -1) end
+  count(base, 'ended:' .. state, 1)
   if rec.s == 'releasing' then redis.call('ZREM', releasing, rec.id) end -- else it is swept for ever
   rec.s = state
   rec.why = reason
@@ -437,7 +451,9 @@ local function finish(jobs, releasing, rec, state, reason, now)
     local top = table.remove(stack)
     local drec = load(jobs, top[1])
     if drec and (drec.s == 'blocked' or drec.s == 'releasing') then
-      add_work(string.match(jobs, '^(.*)jobs$'), -work_of(drec))
+      add_work(base, -work_of(drec))
+      if drec.s == 'blocked' then count_blocked(base, drec, -1) end
+      count(base, 'ended:dep-failed', 1)
       drec.s = 'dep-failed'
       drec.why = 'dependency ' .. top[2] .. ' ' .. state .. ': ' .. reason
       drec.te = now

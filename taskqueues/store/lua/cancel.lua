@@ -8,6 +8,7 @@
 -- KEYS[4]  releasing zset
 -- KEYS[5..] the job's task queue, the heads, qfloor, tqempty and tqmax hashes (needed when it is waiting),
 --           the work counter and the parked hash (a job that ends leaves it)
+--           and the stats hash, whose counters this script adds to (taskqueues/stats.py)
 -- ARGV[1]  key base   ARGV[2] job id   ARGV[3] "cancel" | "kill"   ARGV[4] reason   ARGV[5] now
 -- Returns  {'ended', state} | {'requested', state} | {'final', state} | {'unknown'} | {'needkeys', key}
 SCRIPT = 'cancel'

@@ -13,6 +13,7 @@
 --          as taskqueues.ete.RuleStats.update; learnt here so each success counts exactly once)
 -- KEYS[9..] the work counter, the heads, qfloor, tqempty and tqmax hashes; task queues, pools and heads
 --           indexes of dependents released here
+--           and the stats hash, whose counters this script adds to (taskqueues/stats.py)
 -- ARGV[1]  key base   ARGV[2] job id   ARGV[3] attempt   ARGV[4] pilot id   ARGV[5] now
 -- ARGV[6]  result JSON {"x": exit, "w": wall s, "cpu": cpu s, "pm": peak MB, "o": outputs JSON string,
 --          "why": text, "st": started} (those fields only: they are copied onto the record)
@@ -49,6 +50,7 @@ if missing then return missing end
 add_work(base, -work_of(rec))
 rec.s = 'done'
 rec.te = now
+count(base, 'ended:done', 1)
 for k, v in pairs(result) do rec[k] = v end
 save(KEYS[1], rec)
 redis.call('ZREM', KEYS[2], id)
@@ -73,6 +75,7 @@ for _, d in ipairs(rec.dn or {}) do
   if drec and drec.s == 'blocked' then
     drec.nd = (tonumber(drec.nd) or 1) - 1
     if drec.nd <= 0 then
+      count_blocked(base, drec, -1)
       if drec.dx then
         drec.s = 'releasing'
         redis.call('ZADD', KEYS[5], now, d)

@@ -6,6 +6,7 @@
 -- KEYS[5]  releasing zset
 -- KEYS[6..] the job's task queue, its pool and the pool's heads indexes (only needed to give it back)
 --           the work counter, the heads, qfloor, tqempty and tqmax hashes
+--           and the stats hash, whose counters this script adds to (taskqueues/stats.py)
 -- ARGV[1]  key base   ARGV[2] job id   ARGV[3] attempt   ARGV[4] pilot id   ARGV[5] now
 -- ARGV[6]  result JSON {"x": exit, "w": wall s, "cpu": cpu s, "pm": peak MB, "why": reason, "o": outputs,
 --          "st": started} (those fields only: they are copied onto the record)
@@ -43,6 +44,7 @@ redis.call('HDEL', KEYS[3], id)
 if retry then
   rec.rt = (rec.rt or 0) + 1
   rec.pl = nil
+  count(base, 'retries', 1)
   enqueue(base, KEYS[4], KEYS[5], rec, queues, now)
   save(KEYS[1], rec)
   sync_heads(base, now)

@@ -5,6 +5,8 @@
 -- KEYS[3]  kills hash (job id -> reason)
 -- KEYS[4]  pilots hash (pilot id -> record JSON)
 -- KEYS[5]  pilotseen zset (pilot id -> last heartbeat)
+-- KEYS[6]  stats hash: the record's mlat (match latencies the pilot saw since its last heartbeat: a count per
+--          bucket of taskqueues.store.stats.MATCH_BUCKETS, then their sum) is added to its match_seconds fields
 -- ARGV[1]  pilot id
 -- ARGV[2]  now
 -- ARGV[3]  lease length (seconds)
@@ -15,8 +17,9 @@
 -- Returns  {kills, lost}: kills = {id, reason, ...} to terminate; lost = {id, ...} no longer this pilot's
 --          (requeued after an expired lease, or finished): the pilot must stop them without reporting.
 SCRIPT = 'heartbeat'
-base_of_jobs({'jobs', 'leases', 'kills', 'pilots', 'pilotseen'})
+base_of_jobs({'jobs', 'leases', 'kills', 'pilots', 'pilotseen', 'stats'})
 check_count(4)
+local mlat
 if (#ARGV - 4) % 4 ~= 0 then problem('ARGV[5..]', 'wants four values per job, got ' .. (#ARGV - 4)) end
 local pilot = argv_text(1, 'pilot id', PATTERN.name, 256)
 local now = argv_number(2, 'now', 0, MAX_TIME)
@@ -27,10 +30,19 @@ if ARGV[4] ~= '' then
                  cores = 'amount', mem = 'amount', tmp = 'amount', used_cpu = 'amount', used_mem = 'amount',
                  used_tmp = 'amount', free_cpu = 'maybe-amount', free_mem = 'maybe-amount', free_tmp = 'maybe-amount',
                  running = 'array', processed = 'count', started = 'time', time_left = 'maybe-amount',
-                 draining = 'bool', stopped = 'scalar'}
+                 draining = 'bool', stopped = 'scalar', mlat = 'array'}
   local record = check_json('ARGV[4] (pilot record)', ARGV[4])
   for k, v in pairs(record) do
     if PILOT[k] then check_kind('ARGV[4] (pilot record).' .. k, v, PILOT[k]) end
+  end
+  if PROBLEM == nil and record.mlat then
+    if #record.mlat < 2 or #record.mlat > 64 then
+      problem('ARGV[4] (pilot record).mlat', 'wants 2 to 64 numbers (counts per bucket, then their sum)')
+    end
+    for i, v in ipairs(record.mlat) do
+      check_number('ARGV[4] (pilot record).mlat[' .. (i - 1) .. ']', v, 0, MAX_AMOUNT, i < #record.mlat)
+    end
+    mlat = record.mlat
   end
 end
 for i = 5, #ARGV - 3, 4 do
@@ -42,6 +54,12 @@ for i = 5, #ARGV - 3, 4 do
 end
 if PROBLEM then return refused() end
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[4], pilot, ARGV[4]) end
+if mlat then
+  for i = 1, #mlat - 1 do
+    if mlat[i] > 0 then redis.call('HINCRBY', KEYS[6], 'match_seconds:' .. (i - 1), mlat[i]) end
+  end
+  redis.call('HINCRBYFLOAT', KEYS[6], 'match_seconds:sum', string.format('%.6f', mlat[#mlat]))
+end
 redis.call('ZADD', KEYS[5], now, pilot)
 local kills, lost = {}, {}
 for i = 5, #ARGV, 4 do

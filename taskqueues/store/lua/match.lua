@@ -7,6 +7,7 @@
 -- KEYS[5]  heads hash (task-queue id -> "<score> <member> <floor>": its exact head; see _lib.lua)
 -- KEYS[6]  qfloor hash (queue -> "cpu:mem:tmp:need" at or below every job its index can reach)
 -- KEYS[7]  parked hash (job id -> why it was taken out of its task queue; see below)
+-- KEYS[8]  stats hash (its "matched" field counts the jobs leased; taskqueues/stats.py)
 -- The task-queue zsets it touches (the one it leases from; one whose index entry has no heads entry) are
 -- not declared: it builds their keys from the key base, which carries the community's hash tag, so they hash
 -- to the slot of every declared key, and Redis (standalone, or a Cluster node serving that slot) serves them
@@ -25,7 +26,7 @@
 -- ARGV[4]  lease length (seconds)
 -- ARGV[5]  free cores      ARGV[6] free memory (MB)      ARGV[7] free scratch (MB)
 -- ARGV[8]  seconds left (negative = unbounded), compared with each member's need: the seconds the job must
---          find left, its wall or its estimate with a safety factor (taskqueues.records.time_needed)
+--          find left, its wall or its estimate with a safety factor (taskqueues.store.records.time_needed)
 -- ARGV[9]  how many jobs at most
 -- Returns  {id1, record1, id2, record2, ...} (records as stored after the lease: without their id, with the
 --          member's tail as mt; see _lib.lua's load/save)
@@ -35,8 +36,8 @@
 -- another member, is taken out of its task queue into the parked hash (job id -> {"why", "t", "m", "at"};
 -- `pilotfish explain` and `status` show it, the periodic reap logs it) and the walk goes on to the next
 -- head in the same call.
-if #KEYS ~= 7 or #ARGV ~= 9 then
-  return redis.error_reply('match: wants 7 KEYS and 9 ARGV, got ' .. #KEYS .. ' and ' .. #ARGV)
+if #KEYS ~= 8 or #ARGV ~= 9 then
+  return redis.error_reply('match: wants 8 KEYS and 9 ARGV, got ' .. #KEYS .. ' and ' .. #ARGV)
 end
 local base, pilot = ARGV[1], ARGV[2]
 local now, length = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -47,8 +48,8 @@ local queue = string.sub(qh, #base + 4)
 local bad
 if jobs ~= base .. K_JOBS or qh ~= base .. K_QH .. queue or queue == ''
     or KEYS[3] ~= base .. K_LEASES or KEYS[4] ~= base .. K_TQEMPTY or heads ~= base .. K_HEADS
-    or qfloor ~= base .. K_QFLOOR or KEYS[7] ~= base .. K_PARKED then
-  bad = 'KEYS want the jobs, qh:<queue>, leases, tqempty, heads, qfloor and parked keys of ' .. base
+    or qfloor ~= base .. K_QFLOOR or KEYS[7] ~= base .. K_PARKED or KEYS[8] ~= base .. K_STATS then
+  bad = 'KEYS want the jobs, qh:<queue>, leases, tqempty, heads, qfloor, parked and stats keys of ' .. base
 elseif pilot == '' or #pilot > 256 then bad = 'ARGV[2] (pilot id) wants 1 to 256 bytes'
 elseif not (now and now >= 0 and now <= 1e12) then bad = 'ARGV[3] (now) wants a number in [0, 1e12]'
 elseif not (length and length > 0 and length <= 1e12) then bad = 'ARGV[4] (lease length) wants a number in (0, 1e12]'
@@ -314,5 +315,6 @@ if pk then redis.call('HSET', KEYS[7], unpack(pk)) end
 if got > 0 then
   redis.call('HSET', jobs, unpack(out))
   redis.call('ZADD', KEYS[3], unpack(ex))
+  redis.call('HINCRBY', KEYS[8], 'matched', got)
 end
 return out

@@ -8,6 +8,7 @@
 -- KEYS[6]  releasing zset
 -- KEYS[7..] task queues, pools and heads indexes of the delayed jobs that are due
 --           the work counter, the heads, qfloor, tqempty and tqmax hashes, the parked hash
+--           and the stats hash, whose counters this script adds to (taskqueues/stats.py)
 -- ARGV[1]  key base   ARGV[2] now   ARGV[4] batch size
 -- ARGV[3]  back-off base (seconds): a job's first lease expiry requeues it at once (its pilot died: another
 --          may take it now), the second waits the base, then twice as long at each retry
@@ -44,6 +45,7 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', cutoff, 'LIMIT'
   local rec, unreadable = load(KEYS[1], id)
   if unreadable then park(base, id, 'its record cannot be read (its lease expired)', nil, nil, now) end
   if rec and (rec.s == 'matched' or rec.s == 'running') then
+    count(base, 'lease_expired', 1)
     local kill = redis.call('HGET', KEYS[4], id)
     redis.call('HDEL', KEYS[4], id)
     local lastpilot = tostring(rec.pl)
@@ -64,6 +66,7 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', cutoff, 'LIMIT'
       if rec.rt > 1 then delay = math.min(backoff * 2 ^ (rec.rt - 2), MAX_TIME) end
       redis.call('ZADD', KEYS[3], now + delay, id)
       requeued = requeued + 1
+      count(base, 'retries', 1)
     end
   end
 end

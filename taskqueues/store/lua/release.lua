@@ -7,6 +7,7 @@
 -- KEYS[5]  releasing zset
 -- KEYS[6..] the work counter, the heads, qfloor, tqempty and tqmax hashes, the task queue, its pool and
 --           the heads indexes of its queues
+--           and the stats hash, whose counters this script adds to (taskqueues/stats.py)
 -- ARGV[1]  key base   ARGV[2] job id   ARGV[3] now
 -- ARGV[4]  JSON {"t": tq, "def": canonical, "queues": [...], "m_tail": ":cpu:mem:tmp:need",
 --          "r"/"rn": requirements as records.stored_requirements gives them (each optional),

@@ -9,6 +9,7 @@
 -- KEYS[7]  requests hash        (request id -> record JSON)
 -- KEYS[8..] task-queue zsets, SubmitPool sets, queue-heads zsets, byrule sets, the work counter,
 --           the heads, qfloor and tqmax hashes
+--           and the stats hash, whose counters this script adds to (taskqueues/stats.py)
 -- ARGV[1]  key base "<prefix>:{<vo>}:"
 -- ARGV[2]  now (unix seconds)
 -- ARGV[3]  JSON {"tqs": {tq: {"def": str, "queues": [queue...]}}, "jobs": [record...],
@@ -142,6 +143,8 @@ for _, rec in ipairs(payload.jobs) do
   if rec.m_tail then rec.m = rec.id .. rec.m_tail end
   rec.m_tail = nil
   if rec.s == 'waiting' or rec.s == 'blocked' then add_work(base, work_of(rec)) end
+  if rec.s == 'blocked' then count_blocked(base, rec, 1) end
+  if rec.s == 'failed' or rec.s == 'dep-failed' then count(base, 'ended:' .. rec.s, 1) end
   ids[#ids + 1] = rec.id
 end
 local function resolve(indexes)

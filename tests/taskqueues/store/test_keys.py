@@ -29,7 +29,7 @@ def test_every_key_builder_carries_the_hash_tag() -> None:
              keys.qheads("a/b/c"), keys.leases, keys.delayed, keys.kills, keys.releasing, keys.donelog,
              keys.requests, keys.etekeys, keys.eterules, keys.byrule("r"), keys.cursor, keys.pilots, keys.pilotseen,
              keys.heads, keys.qfloor, keys.wake, keys.pilot_channel("slurm-1@n1"), keys.stops, keys.tqmax,
-             keys.parked, keys.ended, keys.blocked, keys.log("12")]
+             keys.parked, keys.ended, keys.blocked, keys.log("12"), keys.stats]
     assert {key_slot(k.encode()) for k in built} == {key_slot(b"{lhcb}")}
     assert key_slot(Keys(vo="atlas").jobs.encode()) != key_slot(b"{lhcb}")
 

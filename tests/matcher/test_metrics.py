@@ -1,0 +1,196 @@
+"""``pilotfish metrics``: the counters the scripts keep, and what a real server, a real pilot and a served
+/metrics endpoint report, parsed with prometheus_client's own parser."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import redis
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from matcher.cli.metrics import registry
+from taskqueues.context import Context
+from taskqueues.settings import Settings
+from taskqueues.store import Store, census
+from taskqueues.store.keys import Keys
+from taskqueues.store.records import PilotOffer, RunResult
+from taskqueues.store.stats import MATCH_BUCKETS, LatencyHistogram
+from tests.support.clock import FakeClock
+from tests.support.paths import ROOT
+from tests.support.pilots import QUEUE, pilot_env, running_pilot
+from tests.support.polling import wait_until
+from tests.support.store import job
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def parse(text: str) -> Samples:
+    """Every sample of an exposition text, by name and labels (the ``vo`` label left out)."""
+    out: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = frozenset((k, v) for k, v in sample.labels.items() if k != "vo")
+            out[sample.name, labels] = sample.value
+    return out
+
+
+def value(samples: Samples, name: str, **labels: str) -> float | None:
+    return samples.get((name, frozenset(labels.items())))
+
+
+def test_scripts_count_ends_expiries_retries_matches_and_blocked_jobs(any_redis: redis.Redis) -> None:
+    clock = FakeClock()
+    store = Store(any_redis, lease_seconds=10, backoff=0, clock=clock)
+    a, _, c, d = store.submit([job("t1", dependents=(1,)), job("t2", pending=1), job("t3"), job("t1")])
+    seen = census.take(any_redis, store.keys, live_within=30, clock=clock)
+    assert seen.jobs["blocked"] == 1 and seen.by_task_queue["t2", "blocked"] == 1
+    assert seen.jobs["waiting"] == 3 and seen.by_queue["site/ce/q1", "waiting"] == 3
+    assert seen.by_queue["site/ce/q1", "blocked"] == 1
+
+    offer = PilotOffer("p", "site/ce/q1", 1, 1000)
+    [m] = store.match(offer)
+    assert m.id == a
+    store.complete(a, m.attempt, "p", RunResult(wall=1))  # releases b
+    [m2] = store.match(offer)
+    store.fail(m2.id, m2.attempt, "p", RunResult(reason="preempted"), requeue=True)  # a retry
+    [m3] = store.match(offer)
+    clock.now += 11
+    store.requeue_expired()  # its lease expired: a retry
+    store.cancel(c if m3.id != c else d)
+    seen = census.take(any_redis, store.keys, live_within=30, clock=clock)
+    assert seen.counter("ended:done") == 1 and seen.counter("ended:cancelled") == 1
+    assert seen.counter("matched") == 3 and seen.counter("retries") == 2 and seen.counter("lease_expired") == 1
+    assert seen.jobs["blocked"] == 0 and ("t2", "blocked") not in seen.by_task_queue
+    assert not any(k.startswith("blocked:") for k in seen.counters), "a task queue's blocked field goes at 0"
+
+
+def test_a_cancelled_dependency_ends_its_blocked_dependents_as_dep_failed(any_redis: redis.Redis) -> None:
+    store = Store(any_redis)
+    first, _, _ = store.submit([job("t1", dependents=(1,)), job("t2", pending=1, dependents=(2,)),
+                                job("t2", pending=1)])
+    store.cancel(first)
+    seen = census.take(any_redis, store.keys, live_within=30)
+    assert seen.counter("ended:cancelled") == 1 and seen.counter("ended:dep-failed") == 2
+    assert seen.jobs["blocked"] == 0
+
+
+def test_task_queue_series_are_capped_and_the_rest_adds_up_under_other(redis_url: str, tmp_path: Path) -> None:
+    store = Store.from_url(redis_url)
+    store.submit([job(f"tq{i}") for i in range(5) for _ in range(i + 1)])
+    settings = Settings().with_(redis_url=redis_url, state_dir=str(tmp_path), metrics_task_queues=2)
+    samples = parse(generate_latest(registry(Context(settings))).decode())
+    per_tq = {dict(labels)["task_queue"]: v for (name, labels), v in samples.items()
+              if name == "pilotfish_task_queue_jobs"}
+    assert per_tq == {"tq4": 5, "tq3": 4, "other": 1 + 2 + 3}
+
+
+def test_the_latency_histogram_sends_what_it_saw_once() -> None:
+    hist = LatencyHistogram()
+    assert hist.take() is None
+    hist.observe(0.0001)
+    hist.observe(0.003)
+    hist.observe(100.0)
+    taken = hist.take()
+    assert taken is not None and len(taken) == len(MATCH_BUCKETS) + 2
+    assert taken[0] == 1 and taken[MATCH_BUCKETS.index(0.005)] == 1 and taken[-2] == 1
+    assert taken[-1] == pytest.approx(100.0031)
+    assert hist.take() is None
+    hist.give_back(taken)
+    assert hist.take() == taken
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def serving(redis_url: str, tmp_path: Path) -> Iterator[str]:
+    """``pilotfish metrics --serve PORT`` as a real process; yields its URL once it answers."""
+    port = free_port()
+    env = {**os.environ, "PILOTFISH_REDIS_URL": redis_url, "PILOTFISH_STATE_DIR": str(tmp_path / "state"),
+           "PYTHONPATH": str(ROOT)}
+    log = (tmp_path / "metrics.log").open("w")
+    proc = subprocess.Popen([sys.executable, "-m", "matcher.cli", "metrics", "--serve", str(port)], cwd=tmp_path,
+                            env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        wait_until(lambda: proc.poll() is not None or scrape(url) is not None, timeout=30, what="the metrics server")
+        assert proc.poll() is None, (tmp_path / "metrics.log").read_text()
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
+
+
+def scrape(url: str) -> Samples | None:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            return parse(reply.read().decode())
+    except OSError:
+        return None
+
+
+def test_a_served_endpoint_reports_a_real_pilots_work(redis_url: str, tmp_path: Path) -> None:
+    store = Store.from_url(redis_url)
+    ids = store.submit([job("tqA", command="true"), job("tqA", command="true"), job("tqA", command="true"),
+                        job("tqA", command="exit 3"),
+                        job("tqLong", command="sleep 60", dependents=(5,)), job("tqA", pending=1),
+                        job("tqBig", cpu=8), job("tqBig", cpu=8)])
+    long_job = ids[4]
+    env = pilot_env(tmp_path, cores=2, mem=4000)
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "60", "--heartbeat", "0.3", env=env), \
+            serving(redis_url, tmp_path) as url:
+        def settled() -> Samples | None:
+            samples = scrape(url)
+            done = samples and value(samples, "pilotfish_jobs_ended_total", state="done") == 3 and \
+                value(samples, "pilotfish_jobs", state="running") == 1 and \
+                (value(samples, "pilotfish_match_latency_seconds_count") or 0) >= 1
+            return samples if done else None
+
+        samples = wait_until(settled, timeout=60, what="the pilot's work in the metrics", interval=0.3)
+        assert value(samples, "pilotfish_store_up") == 1
+        assert value(samples, "pilotfish_jobs_ended_total", state="failed") == 1
+        assert value(samples, "pilotfish_matches_total") == 5
+        assert value(samples, "pilotfish_jobs", state="waiting") == 2
+        assert value(samples, "pilotfish_jobs", state="blocked") == 1
+        assert value(samples, "pilotfish_queue_jobs", queue=QUEUE, state="waiting") == 2
+        assert value(samples, "pilotfish_queue_jobs", queue=QUEUE, state="blocked") == 1
+        assert value(samples, "pilotfish_queue_jobs", queue=QUEUE, state="running") == 1
+        assert value(samples, "pilotfish_task_queue_jobs", task_queue="tqBig", state="waiting") == 2
+        assert value(samples, "pilotfish_task_queue_jobs", task_queue="tqLong", state="running") == 1
+        assert value(samples, "pilotfish_pilots", queue=QUEUE, state="busy") == 1
+        count = value(samples, "pilotfish_match_latency_seconds_count")
+        assert value(samples, "pilotfish_match_latency_seconds_bucket", le="+Inf") == count
+        assert (value(samples, "pilotfish_match_latency_seconds_sum") or 0) > 0
+        assert (value(samples, "pilotfish_oldest_waiting_job_age_seconds") or 0) > 0
+
+        store.cancel(long_job)  # the pilot kills it; its blocked dependent ends dep-failed
+        samples = wait_until(lambda: (s := scrape(url)) and value(s, "pilotfish_jobs_ended_total",
+                                                                 state="cancelled") == 1 and s, timeout=60, what="the cancelled job in the metrics", interval=0.3)
+        assert value(samples, "pilotfish_jobs_ended_total", state="dep-failed") == 1
+        assert value(samples, "pilotfish_jobs", state="blocked") == 0
+        assert value(samples, "pilotfish_jobs", state="running") == 0
+
+
+def test_metrics_without_a_store_is_a_one_line_error(tmp_path: Path) -> None:
+    env = {**os.environ, "PILOTFISH_STATE_DIR": str(tmp_path / "state"), "PYTHONPATH": str(ROOT)}
+    env.pop("PILOTFISH_REDIS_URL", None)
+    done = subprocess.run([sys.executable, "-m", "matcher.cli", "metrics"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and done.stderr.startswith("pilotfish: error:"), done.stderr
+
+
+def test_keys_name_the_stats_hash() -> None:
+    assert Keys(vo="lhcb").stats == "pf:{lhcb}:stats"
