@@ -17,6 +17,7 @@ from celery import Celery, bootsteps
 from celery.signals import heartbeat_sent
 
 from taskqueues import alive as liveness
+from taskqueues import connect
 from taskqueues.errors import PilotfishError, StoreUnavailable
 from taskqueues.outage import Outage
 
@@ -67,6 +68,8 @@ def configure(ctx: Context) -> Celery:
     s = ctx.settings
     app.conf.broker_url = ctx.redis_url
     app.conf.result_backend = ctx.redis_url
+    app.conf.broker_transport_options = app.conf.result_backend_transport_options = connect.transport_options(
+        ctx.redis_url, s.redis_sentinel_master)
     app.conf.beat_schedule = {
         "reap": {"task": "pilotfish.reap", "schedule": s.reap_interval},
         "refresh-pools": {"task": "pilotfish.refresh_pools", "schedule": s.pool_refresh_interval},

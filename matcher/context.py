@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 
 import redis
 
+from taskqueues import connect
 from taskqueues.catalog import Catalog
 from taskqueues.guard import shown_url
 from taskqueues.keys import Keys
@@ -62,7 +63,7 @@ class Context:
 
     @cached_property
     def client(self) -> redis.Redis:
-        return redis.Redis.from_url(self.redis_url)
+        return connect.client(self.redis_url, master=self.settings.redis_sentinel_master)
 
     @cached_property
     def keys(self) -> Keys:
@@ -71,7 +72,8 @@ class Context:
     @cached_property
     def store(self) -> Store:
         return Store(self.client, self.keys, lease_seconds=self.settings.lease_seconds,
-                     backoff=self.settings.backoff_seconds, ete_safety_factor=self.settings.ete_safety_factor)
+                     backoff=self.settings.backoff_seconds, ete_safety_factor=self.settings.ete_safety_factor,
+                     submit_replicas=self.settings.submit_replicas)
 
     @cached_property
     def catalog(self) -> Catalog:

@@ -1,4 +1,4 @@
-"""The Lua scripts of ``taskqueues/lua``: read once, registered with ``register_script`` (EVALSHA).
+"""The Lua scripts of ``taskqueues/lua``: read once, loaded as one function library (:mod:`taskqueues.functions`).
 
 Each ``<name>.lua`` is one operation; ``_lib.lua`` holds the helpers the scripts share and is put in
 front of each script that calls one of them, so a script file stays readable on its own (its header
@@ -10,9 +10,6 @@ from __future__ import annotations
 import re
 from functools import cache
 from importlib import resources
-
-import redis
-from redis.commands.core import Script
 
 _LIB = "_lib"
 
@@ -37,8 +34,3 @@ def names() -> list[str]:
         for entry in folder.iterdir()
         if entry.name.endswith(".lua") and not entry.name.startswith("_")
     )
-
-
-def register(client: redis.Redis) -> dict[str, Script]:
-    """Every script registered on ``client``; redis-py sends EVALSHA and loads it once on NOSCRIPT."""
-    return {name: client.register_script(source(name)) for name in names()}

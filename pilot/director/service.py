@@ -32,7 +32,7 @@ from matcher.settings import Settings
 from matcher.submission import BACKEND_OPTIONS, INSTANCE_TYPE
 from pilot.backends.base import Backend, PilotRequest, PilotState, PilotStatus
 from pilot.backends.factory import Conversion, announce, make_backend
-from taskqueues import alive
+from taskqueues import alive, connect
 from taskqueues.catalog import Queue
 from taskqueues.errors import BackendError, PilotfishError, StoreUnavailable
 from taskqueues.guard import guard
@@ -335,6 +335,8 @@ class Director:
                "PILOTFISH_PILOT_IDLE_TIMEOUT": str(s.pilot_idle_timeout)}
         if s.catalog:
             env["PILOTFISH_CATALOG"] = s.catalog
+        if connect.is_sentinel(self.ctx.pilot_redis_url):
+            env[connect.MASTER_VARIABLE] = s.redis_sentinel_master
         return {**env, **self.env}
 
     @staticmethod

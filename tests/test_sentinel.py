@@ -1,0 +1,75 @@
+"""Redis Sentinel: the store and real pilots on a ``sentinel://`` URL ride out a SIGKILL of the primary.
+
+A real primary, replica and three sentinels (tests/sentinelhelp.py); the primary is killed while pilots run
+a workflow's jobs; the sentinels promote the replica, every client finds it by itself, and every job ends
+done. The control plane's part here is the reaper (Store.requeue_expired), run as the worker runs it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import redis
+from sentinelhelp import MASTER, sentinel_set, wait_for
+from storehelp import job
+from test_pilot_support import QUEUE, pilot_env, running_pilot
+
+from taskqueues import connect
+from taskqueues.errors import ConfigError, StoreUnavailable
+from taskqueues.guard import client_url
+from taskqueues.records import JobState
+from taskqueues.store import Store
+
+
+def test_the_url_is_celerys_form() -> None:
+    parsed = connect.SentinelURL.parse("sentinel://u:p%40w@h1:26380/2;sentinel://h2;sentinel://h3:26381")
+    assert parsed.sentinels == (("h1", 26380), ("h2", 26379), ("h3", 26381))
+    assert (parsed.username, parsed.password, parsed.db) == ("u", "p@w", 2)
+    with pytest.raises(ConfigError, match="redis://h2"):
+        connect.SentinelURL.parse("sentinel://h1:1;redis://h2:2")
+    assert connect.transport_options("sentinel://h1:1", "m") == {"master_name": "m"}
+    assert connect.transport_options("redis://h1:1") == {}
+
+
+def test_a_run_completes_across_a_failover(tmp_path: Path) -> None:
+    with sentinel_set(tmp_path / "redis") as deployment:
+        client = connect.client(deployment.url, master=MASTER)
+        assert client_url(client) == f"sentinel://{MASTER}/0"
+        store = Store(client, lease_seconds=6, submit_replicas=1)  # acknowledged once the replica holds it
+        ids = store.submit([job(queues=(QUEUE,), command="sleep 0.3", name=f"j{i}") for i in range(24)])
+        env = {**pilot_env(tmp_path), connect.MASTER_VARIABLE: MASTER}
+        first = deployment.primary.pid()
+        assert first is not None
+        with running_pilot(deployment.url, tmp_path, "--lease", "6", "--idle-timeout", "30", env=env, name="a"), \
+                running_pilot(deployment.url, tmp_path, "--lease", "6", "--idle-timeout", "30", env=env, name="b"):
+            wait_for("a few jobs done", lambda: sum(j.state is JobState.DONE for j in store.jobs(ids)) >= 4)
+            os.kill(first, signal.SIGKILL)
+            wait_for("the replica promoted", lambda: deployment.primary_port() == deployment.replica.port)
+
+            def finished() -> bool:
+                try:
+                    store.requeue_expired()
+                    return all(j.state is JobState.DONE for j in store.jobs(ids))
+                except StoreUnavailable:
+                    return False
+
+            try:
+                wait_for("every job done after the failover", finished, timeout=50)
+            except AssertionError:
+                from collections import Counter
+                logs = "".join((tmp_path / f"{n}.err").read_text()[-3000:] for n in "ab")
+                raise AssertionError(f"{Counter(j.state.value for j in store.jobs(ids))}\n{logs}") from None
+        promoted = redis.Redis(port=deployment.replica.port)
+        assert promoted.info("replication")["role"] == "master"
+        # The reaper saw the new primary's run: its restart grace started there (the pilots were cut off too).
+        assert promoted.hget(store.keys.cursor, "reap:run") == promoted.info("server")["run_id"].encode()
+
+
+def test_an_unreplicated_submission_is_not_acknowledged(real_redis: redis.Redis) -> None:
+    store = Store(real_redis, submit_replicas=1, submit_timeout=0.1)
+    with pytest.raises(StoreUnavailable, match="only 0 of 1 replicas acknowledged them"):
+        store.submit([job(queues=(QUEUE,))])
+    assert store.job("1").state is JobState.WAITING  # stored on the primary all the same
