@@ -73,3 +73,26 @@ def test_an_unreplicated_submission_is_not_acknowledged(real_redis: redis.Redis)
     with pytest.raises(StoreUnavailable, match="only 0 of 1 replicas acknowledged them"):
         store.submit([job(queues=(QUEUE,))])
     assert store.job("1").state is JobState.WAITING  # stored on the primary all the same
+
+
+def test_the_celery_broker_takes_the_same_url_across_a_failover(tmp_path: Path) -> None:
+    from celery import Celery
+
+    with sentinel_set(tmp_path / "redis") as deployment:
+        app = Celery("pf-sentinel-test", broker=deployment.url, set_as_current=False)
+        app.conf.broker_transport_options = connect.transport_options(deployment.url, MASTER)
+        with app.connection_for_write() as conn:
+            queue = conn.SimpleQueue("pf-test")
+            queue.put({"n": 1})
+        wait_for("the message on the replica", lambda: redis.Redis(port=deployment.replica.port).llen("pf-test") == 1)
+        first = deployment.primary.pid()
+        assert first is not None
+        os.kill(first, signal.SIGKILL)
+        wait_for("the replica promoted", lambda: deployment.primary_port() == deployment.replica.port)
+        with app.connection_for_write() as conn:
+            queue = conn.SimpleQueue("pf-test")
+            queue.put({"n": 2})
+            got = [queue.get(timeout=10), queue.get(timeout=10)]
+            for message in got:
+                message.ack()
+            assert [m.payload for m in got] == [{"n": 1}, {"n": 2}]
