@@ -45,6 +45,7 @@ from kombu.connection import Connection
 from pilot.agent.observer import Command, PilotInfo, PilotLoad
 from pilot.remote_control import RemoteControl, Reply, celery_mailbox, ok
 from taskqueues import __version__ as PILOTFISH_VERSION
+from taskqueues.store import sentinel
 from taskqueues.store.records import Job, RunResult
 
 log = logging.getLogger(__name__)
@@ -221,6 +222,8 @@ class CeleryObserver:
                  max_queued: int = 10_000, max_backoff: float = 10.0, close_timeout: float = 5.0,
                  remember: int = 1_000) -> None:
         self.app = app or Celery("pilotfish-pilot", broker=broker_url, set_as_current=False)
+        if app is None:
+            self.app.conf.broker_transport_options = sentinel.transport_options(broker_url)
         self.freq = freq
         self._control_enabled = control
         self._max_queued = max_queued

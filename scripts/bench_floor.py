@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """How far the match is from the floor: the rate of the bare lease no match script can beat, next to the
-match and the trivial-EVALSHA ceiling, on the same server in one run.
+match and the trivial-FCALL ceiling, on the same server in one run.
 
 One task queue of 1-core jobs; pilots with 1, 2, 4 or 8 free cores and no time limit at its queue, so every
 call leases what it asks for (one job, or one per free core). ``floor`` is scripts/floor_lease.lua: the
@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_match import Run, Stock, Tally, alternate, cell, evalsha_worker, queue_name, timed, tq_id
 
 from taskqueues.store import Store
+from taskqueues.store.functions import load_apart
 from taskqueues.store.packed import HotLine, PackedCall
 from taskqueues.store.records import PilotOffer
 from taskqueues.store.redis_server import RedisServer
@@ -54,8 +55,8 @@ def worker(url: str, n: int, seed: int, kind: str, out: mp.Queue) -> None:  # ty
     store = Store.from_url(url, lease_seconds=3600)
     pilots = asks(seed, ask == "fill")
     k = store.keys
-    floor = PackedCall(HotLine.of(store.client), store.client.register_script(
-        (Path(__file__).parent / "floor_lease.lua").read_text()),
+    floor = PackedCall(HotLine.of(store.client), load_apart(
+        store.client, "bench_floor", "bench_floor_lease", (Path(__file__).parent / "floor_lease.lua").read_text()),
         [k.tq(TQ), k.heads, k.qheads(queue_name(0)), k.jobs, k.leases], n_args=10)
 
     def call(i: int) -> int:
@@ -88,7 +89,7 @@ def main() -> None:
         try:
             client = redis.Redis.from_url(server.url)
             print(f"redis-server {client.info('server')['redis_version']}; jobs leased per second, "
-                  "% of the trivial EVALSHA (ceil) measured alongside")
+                  "% of the trivial FCALL (ceil) measured alongside")
             print(f"{'clients':>7} {'ceil':>7} | " + " | ".join(f"{k:>12}" for k in kinds))
             stock = Stock(Store(client, lease_seconds=3600), 1)
             runs: dict[str, Run] = {"ceil": (evalsha_worker, lambda i: ()), **{kind: run(kind) for kind in kinds}}

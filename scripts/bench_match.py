@@ -5,7 +5,7 @@ Prints, in one run: the submit rate; the match rate with 1 and 8 client processe
 waiting jobs in 10, 100 and 1000 task queues (each pilot's queue eligible for about 10% of them); Redis
 memory per waiting job with a 64-byte command (the data only: not the cached scripts, nor the clients'
 query buffers, which a 1000-job submit grows for a while); and, on the same server, the rate of a trivial
-EVALSHA (the ceiling). The match rate counts jobs matched, not calls (a call that finds nothing counts for
+FCALL (the ceiling). The match rate counts jobs matched, not calls (a call that finds nothing counts for
 nothing), two ways: calls asking for one job ("one"), and calls asking for as many jobs as the pilot has
 free cores ("fill"), which is how a pilot asks (pilot.agent.reports). Pilots have 1, 2, 4 or 8 free cores,
 2000 MB per core, and 1000 s or 6000 s left. The ceiling is measured once at the start and again
@@ -35,6 +35,7 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from taskqueues.store import Store
+from taskqueues.store.functions import load_apart
 from taskqueues.store.packed import HotLine, PackedCall
 from taskqueues.store.records import NewJob, PilotOffer
 from taskqueues.store.redis_server import RedisServer
@@ -120,7 +121,8 @@ def match_worker(url: str, n: int, seed: int, fill: bool, out: mp.Queue) -> None
 def trivial_call(client: redis.Redis) -> PackedCall:
     """The ceiling's script, ``return 1``, called the way the store calls match (pre-packed, on a kept
     connection), so the ceiling measures the server and the round trip, not a difference of client paths."""
-    return PackedCall(HotLine.of(client), client.register_script("return 1"), [], n_args=0)
+    return PackedCall(HotLine.of(client), load_apart(client, "bench_ceiling", "bench_trivial", "return 1"), [],
+                      n_args=0)
 
 
 def evalsha_worker(url: str, n: int, out: mp.Queue) -> None:  # type: ignore[type-arg]
@@ -243,7 +245,7 @@ def alternate(url: str, stock: Stock, size: int, n_total: int, procs: int,
 
 def side_by_side(url: str, stock: Stock, size: int, n_total: int, procs: int,
                  seeds: Callable[[int], int]) -> tuple[float, float, float]:
-    """Jobs matched per second by one-job calls and by filling calls, and the trivial-EVALSHA rate
+    """Jobs matched per second by one-job calls and by filling calls, and the trivial-FCALL rate
     (:func:`alternate`). ``seeds(i)`` is worker i's seed."""
     tallies = alternate(url, stock, size, n_total, procs, {
         "ceil": (evalsha_worker, lambda i: ()),
@@ -269,10 +271,10 @@ def main() -> None:
             version = client.info("server")["redis_version"]
             ceiling1 = parallel(evalsha_worker, server.url, 20000, 1, lambda i: ()).rate
             ceiling8 = parallel(evalsha_worker, server.url, 40000, 8, lambda i: ()).rate
-            print(f"redis-server {version}; trivial EVALSHA ceiling: {ceiling1:,.0f}/s (1 client), "
+            print(f"redis-server {version}; trivial FCALL ceiling: {ceiling1:,.0f}/s (1 client), "
                   f"{ceiling8:,.0f}/s (8 clients)")
             print("jobs matched per second by one-job calls (one) and by calls asking for as many jobs as the "
-                  "pilot has free cores (fill), with 1 and 8 client processes; % of the trivial-EVALSHA rate "
+                  "pilot has free cores (fill), with 1 and 8 client processes; % of the trivial-FCALL rate "
                   "(ceil) measured alongside")
             print(f"{'tqs':>5} {'waiting':>9} {'submit/s':>9} | {'ceil':>7} {'one':>6} {'%':>4} {'fill':>6} {'%':>4} | "
                   f"{'ceil 8':>7} {'one 8':>6} {'%':>4} {'fill 8':>6} {'%':>4} | {'bytes/job':>9}")

@@ -73,6 +73,13 @@ VARIANTS: dict[str, Values] = {
         "pilots": {"enabled": True},
         "director": {"enabled": True},
     },
+    "external-redis-sentinel": {
+        "redis": {"enabled": False},
+        "externalRedis": {"url": "sentinel://pf-control:s3cret@s1:26379/0;sentinel://s2:26379;sentinel://s3:26379",
+                          "sentinelMaster": "mymaster",
+                          "pilot": {"url": "sentinel://pf-pilot-default:p1lot@s1:26379/0;sentinel://s2:26379"}},
+        "pilots": {"enabled": True},
+    },
     "external-redis-pilot-secret": {
         "redis": {"enabled": False},
         "externalRedis": {"existingSecret": "site-redis", "existingSecretKey": "url",

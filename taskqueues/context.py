@@ -60,7 +60,7 @@ class Context:
 
     @cached_property
     def client(self) -> Client:
-        return connect(self.redis_url)
+        return connect(self.redis_url, master=self.settings.redis_sentinel_master)
 
     @cached_property
     def keys(self) -> Keys:
@@ -69,7 +69,8 @@ class Context:
     @cached_property
     def store(self) -> Store:
         return Store(self.client, self.keys, lease_seconds=self.settings.lease_seconds,
-                     backoff=self.settings.backoff_seconds, ete_safety_factor=self.settings.ete_safety_factor)
+                     backoff=self.settings.backoff_seconds, ete_safety_factor=self.settings.ete_safety_factor,
+                     submit_replicas=self.settings.submit_replicas)
 
     @cached_property
     def catalog(self) -> Catalog:

@@ -75,6 +75,11 @@ class Settings:
     log_format: str = "text"
     # Housekeeping tasks (reap, release sweep, the other periodic ones) send Celery task events (Flower).
     housekeeping_events: bool = False
+    # The primary's name when redis_url is a Sentinel URL (sentinel://h1:26379;sentinel://h2:26379): the
+    # store's, Celery's (master_name transport option) and the pilots' ($PILOTFISH_REDIS_SENTINEL_MASTER).
+    redis_sentinel_master: str = "mymaster"
+    # A submission is acknowledged once this many replicas hold it (WAIT): 0 = as soon as the primary does.
+    submit_replicas: int = 0
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     @classmethod

@@ -26,6 +26,7 @@ from taskqueues.context import Context
 from taskqueues.errors import PilotfishError, StoreUnavailable
 from taskqueues.settings import Settings
 from taskqueues.store import alive as liveness
+from taskqueues.store import sentinel
 from taskqueues.store.outage import Outage
 
 from .. import periodic
@@ -75,6 +76,8 @@ def configure(ctx: Context) -> Celery:
     s = ctx.settings
     app.conf.broker_url = ctx.redis_url
     app.conf.result_backend = ctx.redis_url
+    app.conf.broker_transport_options = app.conf.result_backend_transport_options = sentinel.transport_options(
+        ctx.redis_url, s.redis_sentinel_master)
     app.conf.beat_schedule = {
         "reap": {"task": "pilotfish.reap", "schedule": s.reap_interval},
         "refresh-pools": {"task": "pilotfish.refresh_pools", "schedule": s.pool_refresh_interval},

@@ -35,7 +35,7 @@ from taskqueues.errors import BackendError, PilotfishError, StoreUnavailable
 from taskqueues.placement import BACKEND_OPTIONS, INSTANCE_TYPE
 from taskqueues.settings import Settings
 from taskqueues.shapes import Shape
-from taskqueues.store import alive, stats
+from taskqueues.store import alive, sentinel, stats
 from taskqueues.store.guard import guard
 from taskqueues.store.lock import Lock
 from taskqueues.store.outage import Outage
@@ -340,6 +340,8 @@ class Director:
             env["PILOTFISH_CATALOG"] = s.catalog
         if s.log_format != "text":
             env["PILOTFISH_LOG_FORMAT"] = s.log_format
+        if sentinel.is_sentinel(self.ctx.pilot_redis_url):
+            env[sentinel.MASTER_VARIABLE] = s.redis_sentinel_master
         return {**env, **self.env}
 
     @property

@@ -10,9 +10,11 @@ The control plane (Celery worker and beat, directors, operators' commands, Flowe
 * speak Celery's event and remote-control protocols on the broker (Flower sees pilots as workers): publish
   on ``celeryev``, listen on the broadcast ``celery.pidbox``, and answer into the reply queues.
 
-Redis checks a script's commands against the caller's rights, so a pilot running the store's scripts
-needs the data commands they use on its community's keys; what it can do with them is bounded by the key
-pattern, not by the script (see the README, "Least privilege").
+The store's operations are functions of one library (:mod:`taskqueues.store.functions`); a pilot may call only
+those it runs (:data:`PILOT_FUNCTIONS`, as ``+fcall|pf_match``: ACL allows a command's first argument), and
+may not load or replace functions. Redis checks a function's commands against the caller's rights, so a
+pilot still needs the data commands they use on its community's keys, and could run those directly: what
+it can do is bounded by the key pattern, not by the function (see the README, "Least privilege").
 
 A payload never holds either credential: :func:`scrubbed` takes them out of its environment.
 """
@@ -35,12 +37,14 @@ PILOT_DATA_COMMANDS = (
     "hget", "hset", "hsetnx", "hmget", "hdel", "zadd", "zrem", "zrange", "zrangebyscore", "zscore", "zcard",
     "zcount", "smembers", "sadd", "incr", "incrby", "exists", "publish", "hincrby", "hincrbyfloat",
 )
-#: Commands of the connection and of Lua scripts; ``script|load`` lets redis-py reload a script Redis lost
-#: (a script runs with the caller's rights, so loading one grants nothing more than these commands).
+#: The store's functions a pilot calls (taskqueues/store/lua/<name>.lua, function ``pf_<name>``).
+PILOT_FUNCTIONS = ("start", "complete", "fail", "heartbeat", "match", "ship_log")
+#: Commands of the connection; ``script|load`` lets kombu reload its scripts on the broker's keys (a script
+#: runs with the caller's rights, so loading one grants nothing more than these commands).
 PILOT_SESSION_COMMANDS = (
     "ping", "hello", "auth", "select", "quit", "echo", "client|setname", "client|setinfo", "client|getname",
-    "client|id", "evalsha", "eval", "script|load", "script|exists", "multi", "exec", "discard", "time",
-    "subscribe", "unsubscribe", "psubscribe", "punsubscribe",
+    "client|id", "script|load", "script|exists", "multi", "exec", "discard", "time",
+    "subscribe", "unsubscribe", "psubscribe", "punsubscribe", *(f"fcall|pf_{f}" for f in PILOT_FUNCTIONS),
 )
 #: What Celery's events (kombu's Redis transport, fanout and direct exchanges) need of the broker.
 PILOT_BROKER_COMMANDS = ("evalsha", "eval", "lpush", "rpush", "brpop", "rpop", "lpop", "llen", "srem", "sismember",

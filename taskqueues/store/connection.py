@@ -15,6 +15,8 @@ from typing import Any
 import redis
 from redis.connection import Connection
 
+from . import sentinel
+
 #: The client of one server (what :class:`~taskqueues.store.Store` is built on).
 Client = redis.Redis
 
@@ -29,9 +31,10 @@ __all__ = ["CONNECTION_LOST", "Client", "ClientError", "Connection", "Subscripti
            "give_back", "own_connection", "ping"]
 
 
-def connect(url: str) -> Client:
-    """A client of the server at ``url`` (it connects when first used)."""
-    return redis.Redis.from_url(url)
+def connect(url: str, *, master: str | None = None) -> Client:
+    """A client of the server at ``url`` (it connects when first used); a Sentinel URL gives a client of the
+    primary named ``master`` (:mod:`taskqueues.store.sentinel`), found again after a failover."""
+    return sentinel.client(url, master=master)
 
 
 def ping(client: Client) -> None:

@@ -11,8 +11,8 @@ The pilot does not have to wait: it keeps its exchanges on one connection of its
 them in the order they were sent), watches the socket with its selector and calls :meth:`receive` when
 :meth:`ready` says the replies are there. A completion that releases dependents into task queues it did
 not declare is redone alone when its reply is read, after the match of the same exchange (which so did
-not see those dependents); so is any script Redis had lost (a restart or a flush): scripts that ask for
-keys write nothing before asking.
+not see those dependents); so is any function Redis had lost (a flush, or a server without the data):
+scripts that ask for keys write nothing before asking.
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ from typing import Any, Protocol
 
 import redis
 from redis.connection import Connection
-from redis.exceptions import NoScriptError
 
 from ..errors import StaleReport, StoreError
+from .functions import not_found
 from .guard import converted
+from .packed import reconnect
 from .records import Exchange, Job, PilotOffer, RunResult
 from .records import text as _text
 
@@ -65,6 +66,8 @@ class PendingExchange:
         self._count = len(commands)
         if commands:
             try:
+                if conn._sock is None:
+                    reconnect(conn)
                 conn.send_packed_command([b"".join(commands)])  # type: ignore[no-untyped-call]
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 conn.disconnect()  # type: ignore[no-untyped-call]
@@ -95,10 +98,8 @@ class PendingExchange:
             for _ in range(self._count):
                 try:
                     replies.append(self.conn.read_response())
-                except NoScriptError:
-                    replies.append(None)
                 except redis.ResponseError as exc:
-                    replies.append(exc)
+                    replies.append(None if not_found(exc) else exc)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             self.conn.disconnect()  # type: ignore[no-untyped-call]
             raise converted(exc, self.store.where, _OPERATION) from None

@@ -18,12 +18,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import redis
-from redis.commands.core import Script
 from redis.connection import Connection
 
-from ..errors import ConfigError, NotFound, StaleReport, StoreError
+from ..errors import ConfigError, NotFound, StaleReport, StoreError, StoreUnavailable
 from ..ete import RuleStats
-from . import scripts
+from . import functions, sentinel
 from .exchange import PendingExchange
 from .guard import client_url, converted, guard, guarded
 from .keys import Keys
@@ -67,9 +66,13 @@ class Store:
         backoff: float = 10.0,
         clock: Clock = time.time,
         ete_safety_factor: float = DEFAULT_ETE_SAFETY_FACTOR,
+        submit_replicas: int = 0,
+        submit_timeout: float = 5.0,
     ) -> None:
         """``ete_safety_factor``: a job without ``wall`` must find this many times its run-time estimate left
-        in a pilot (:func:`taskqueues.store.records.time_needed`; every writer of a task-queue member uses this one)."""
+        in a pilot (:func:`taskqueues.store.records.time_needed`; every writer of a task-queue member uses this one).
+        ``submit_replicas``: :meth:`submit` returns once that many replicas hold the submission (``WAIT``,
+        up to ``submit_timeout`` seconds), so a failover that follows cannot lose it."""
         if not ete_safety_factor >= 1:
             raise ConfigError(f"ete_safety_factor must be at least 1, got {ete_safety_factor!r}")
         self.client = client
@@ -80,7 +83,12 @@ class Store:
         self.backoff = backoff
         self.clock = clock
         self.ete_safety_factor = ete_safety_factor
-        self._scripts: dict[str, Script] = scripts.register(client)
+        if submit_replicas < 0 or not submit_timeout > 0:
+            raise ConfigError(f"submit_replicas must be >= 0 and submit_timeout > 0, got {submit_replicas!r} and "
+                              f"{submit_timeout!r}")
+        self.submit_replicas = submit_replicas
+        self.submit_timeout = submit_timeout
+        self._scripts: dict[str, functions.Function] = functions.register(client)
         self._base = self.keys.base + ":"
         self._match_calls: dict[str, PackedCall] = {}
         # The heads, floor, emptied and largest-values hashes, which every script that moves task-queue members
@@ -91,11 +99,12 @@ class Store:
 
     @classmethod
     def from_url(cls, url: str, *, vo: str = "default", prefix: str = "pf", **kwargs: Any) -> Store:
-        return cls(redis.Redis.from_url(url), Keys(prefix=prefix, vo=vo), **kwargs)
+        return cls(sentinel.client(url), Keys(prefix=prefix, vo=vo), **kwargs)
 
     # -- plumbing ---------------------------------------------------------------------------------
 
-    def call_script(self, name: str, keys: Sequence[str], args: Sequence[Any], extra: Iterable[str] = ()) -> list[Any]:
+    def call_script(self, name: str, keys: Sequence[str], args: Sequence[Any], extra: Iterable[str] = (),
+                    client: redis.Redis | None = None) -> list[Any]:
         """Run script ``name``; when it names keys it needed and was not given, declare them and rerun.
 
         The heads and qfloor hashes are declared for every script: each one that moves task-queue members
@@ -106,7 +115,9 @@ class Store:
                                          self.keys.stats]))
         for _ in range(_MAX_KEY_ROUNDS):
             with guard(self.where, f"running script {name}"):
-                reply = self._scripts[name](keys=[*keys, *declared], args=list(args))
+                call = self._scripts[name]
+                reply = (call(keys=[*keys, *declared], args=list(args)) if client is None
+                         else call(keys=[*keys, *declared], args=list(args), client=client))
             if reply and _text(reply[0]) == "needkeys":
                 declared.extend(_text(k) for k in reply[1:])
                 continue
@@ -156,9 +167,22 @@ class Store:
         k = self.keys
         declared = [key for tq, d in tqs.items() for key in (k.tq(tq), k.pool(tq), *map(k.qheads, d["queues"]))]
         declared += [k.byrule(rule) for rule in {j.rule for j in jobs if j.rule}] + [k.work, *self.floors]
-        reply = self.call_script("submit", [k.jobs, k.seq, k.tqdefs, k.tqempty, k.poolstamp, k.releasing, k.requests],
-                           [self._base, now, json.dumps(body)], declared)
-        return [_text(i) for i in reply[1:]]
+        keys = [k.jobs, k.seq, k.tqdefs, k.tqempty, k.poolstamp, k.releasing, k.requests]
+        if not self.submit_replicas:
+            reply = self.call_script("submit", keys, [self._base, now, json.dumps(body)], declared)
+            return [_text(i) for i in reply[1:]]
+        single = self.client.client()  # type: ignore[no-untyped-call]  # WAIT counts the writes of its own connection
+        try:
+            reply = self.call_script("submit", keys, [self._base, now, json.dumps(body)], declared, client=single)
+            acked = int(single.wait(self.submit_replicas, max(1, round(self.submit_timeout * 1000))))
+        finally:
+            single.close()
+        ids = [_text(i) for i in reply[1:]]
+        if acked < self.submit_replicas:
+            raise StoreUnavailable(f"jobs {ids[0]}..{ids[-1]} are stored on the primary at {self.where}, but only "
+                                   f"{acked} of {self.submit_replicas} replicas acknowledged them within "
+                                   f"{self.submit_timeout:g} s: a failover now could lose them")
+        return ids
 
     # -- the hot path -----------------------------------------------------------------------------
 
@@ -223,9 +247,9 @@ class Store:
         """Send a pilot's reports and its next match on ``conn`` without waiting for the replies."""
         k = self.keys
         now = self.clock()
-        commands = [pack_script(self._scripts["start"].sha, [k.jobs, k.leases],
+        commands = [pack_script(self._scripts["start"], [k.jobs, k.leases],
                                 [job, attempt, pilot, now, self.lease_seconds, at]) for job, attempt, at in starts]
-        commands += [pack_script(self._scripts["complete"].sha, self._complete_keys(),
+        commands += [pack_script(self._scripts["complete"], self._complete_keys(),
                                  self._complete_args(job, attempt, pilot, result, now))
                      for job, attempt, result in completions]
         if offer is not None:
@@ -240,9 +264,9 @@ class Store:
         self.client.connection_pool.disconnect()
 
     def reload_scripts(self) -> None:
-        """Load every script again (Redis restarted or flushed them)."""
-        for script in self._scripts.values():
-            self.client.script_load(script.script)
+        """Load the function library again (Redis lost it: a flush, or a new server without the data); a pilot,
+        which may not, learns that the store is not ready (:meth:`taskqueues.store.functions.Function.reload`)."""
+        self._scripts["match"].reload()
 
     @guarded("renewing a pilot's leases")
     def heartbeat(self, pilot: str, jobs: Mapping[str, int], record: Mapping[str, Any] | None = None,

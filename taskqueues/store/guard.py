@@ -43,6 +43,9 @@ def client_url(client: redis.Redis) -> str:
     """Where ``client`` connects, as a URL without password."""
     kw = client.connection_pool.connection_kwargs
     user = f"{kw['username']}@" if kw.get("username") else ""
+    service = getattr(client.connection_pool, "service_name", None)
+    if service:  # a primary that Sentinel names (taskqueues.store.sentinel)
+        return f"sentinel://{user}{service}/{kw.get('db', 0)}"
     if kw.get("path"):
         return f"unix://{user}{kw['path']}?db={kw.get('db', 0)}"
     scheme = "rediss" if client.connection_pool.connection_class.__name__ == "SSLConnection" else "redis"

@@ -17,10 +17,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import redis
-from redis.commands.core import Script
 
 from ..errors import StoreError
-from . import scripts
+from . import functions
 from .guard import client_url, guard
 from .keys import Keys
 
@@ -46,8 +45,8 @@ class Lock:
         self.ttl_ms = _ms(ttl)
         self.token = secrets.token_hex(16)
         self.held = False
-        self._unlock: Script = client.register_script(scripts.source("unlock"))
-        self._renew: Script = client.register_script(scripts.source("renew"))
+        self._unlock = functions.Function(client, "unlock")
+        self._renew = functions.Function(client, "renew")
 
     def acquire(self) -> bool:
         """Take the lock if it is free; False (at once, no waiting) if someone holds it."""
@@ -70,7 +69,7 @@ class Lock:
         self.held = False
         return bool(self._call(self._unlock, [self.token]))
 
-    def _call(self, script: Script, args: list[str | int]) -> object:
+    def _call(self, script: functions.Function, args: list[str | int]) -> object:
         with guard(client_url(self.client), f"using lock {self.key}"):
             return script(keys=[self.key], args=args)
 

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import redis
-from redis.commands.core import Script
 from redis.connection import AbstractConnection
-from redis.exceptions import NoScriptError
+
+from .functions import Function, not_found
 
 
 def _bulk(value: Any) -> bytes:
@@ -27,9 +27,9 @@ def _bulk(value: Any) -> bytes:
     return b"$%d\r\n%s\r\n" % (len(data), data)
 
 
-def pack_script(sha: str, keys: Sequence[str], args: Sequence[Any]) -> bytes:
-    """One EVALSHA command in RESP."""
-    parts = [b"EVALSHA", sha, len(keys), *keys, *args]
+def pack_script(function: Function, keys: Sequence[str], args: Sequence[Any]) -> bytes:
+    """One FCALL (FCALL_RO) of ``function`` in RESP."""
+    parts = [function.command, function.function, len(keys), *keys, *args]
     return b"*%d\r\n" % len(parts) + b"".join(_bulk(p) for p in parts)
 
 
@@ -66,17 +66,27 @@ class HotLine:
                 raise redis.ConnectionError("the connection pool of this store is gone")
             conn = pool.get_connection()
             local.conn, local.pid = conn, os.getpid()
+        elif conn._sock is None:
+            reconnect(conn)
         return conn
 
 
-class PackedCall:
-    """EVALSHA of ``script`` with a fixed list of keys; rebuild it when the keys change."""
+def reconnect(conn: AbstractConnection) -> None:
+    """Connect a connection held outside its pool again, through its own ``connect``: redis-py reconnects
+    one implicitly to the address it had, while a Sentinel-managed one must ask the sentinels for the primary
+    (the old one may be dead, or a replica now)."""
+    conn.connect()  # type: ignore[no-untyped-call]
 
-    def __init__(self, line: HotLine, script: Script, keys: Sequence[str], n_args: int) -> None:
+
+class PackedCall:
+    """FCALL of ``function`` with a fixed list of keys; rebuild it when the keys change."""
+
+    def __init__(self, line: HotLine, function: Function, keys: Sequence[str], n_args: int) -> None:
         self.line = line
-        self.script = script
+        self.function = function
         self.keys = list(keys)
-        self._head = b"*%d\r\n" % (3 + len(keys) + n_args) + _bulk(b"EVALSHA") + _bulk(script.sha) + _bulk(len(keys))
+        self._head = (b"*%d\r\n" % (3 + len(keys) + n_args) + _bulk(function.command) + _bulk(function.function)
+                      + _bulk(len(keys)))
         self._head += b"".join(_bulk(k) for k in keys)
         self._n_args = n_args
 
@@ -88,16 +98,18 @@ class PackedCall:
 
     def __call__(self, args: Sequence[Any]) -> Any:
         packed = self.pack(args)
+        self.function.library.ensure(self.function.client)
         conn = self.line.connection()
         try:
             conn.send_packed_command([packed])  # type: ignore[no-untyped-call]
             try:
                 return conn.read_response()
-            except NoScriptError:
-                conn.send_command("SCRIPT", "LOAD", self.script.script)  # type: ignore[no-untyped-call]
-                conn.read_response()
-                conn.send_packed_command([packed])  # type: ignore[no-untyped-call]
-                return conn.read_response()
+            except redis.ResponseError as exc:
+                if not not_found(exc):
+                    raise
+            self.function.reload()
+            conn.send_packed_command([packed])  # type: ignore[no-untyped-call]
+            return conn.read_response()
         except (redis.ConnectionError, redis.TimeoutError):
             conn.disconnect()  # type: ignore[no-untyped-call]
             raise

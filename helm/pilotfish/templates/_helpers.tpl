@@ -219,6 +219,10 @@ would run a second director, whose local pilots would start inside the worker's 
   value: {{ $.Values.vo | quote }}
 - name: PILOTFISH_PREFIX
   value: {{ $.Values.prefix | quote }}
+{{- if and (not $.Values.redis.enabled) $.Values.externalRedis.sentinelMaster }}
+- name: PILOTFISH_REDIS_SENTINEL_MASTER
+  value: {{ $.Values.externalRedis.sentinelMaster | quote }}
+{{- end }}
 - name: PILOTFISH_STATE_DIR
   value: {{ $.Values.stateDir | quote }}
 - name: TMPDIR

@@ -20,13 +20,13 @@ resetkeys ~* resetchannels &* +@all
 {{/*
 access.pilot_rules(prefix, vo, db) followed by the broker selector access.apply(..., broker=True) adds on
 Redis >= 7 / Valkey: the community's keys, its wake, release and pilot channels, Celery's event and broadcast
-channels of this database, the pilot's commands (PILOT_SESSION_COMMANDS then PILOT_DATA_COMMANDS, without
-repeats), and the broker commands (PILOT_BROKER_COMMANDS) on the broker keys (BROKER_KEYS) only.
+channels of this database, the pilot's commands (PILOT_SESSION_COMMANDS, which end with the functions of
+PILOT_FUNCTIONS, then PILOT_DATA_COMMANDS, without repeats), and the broker commands (PILOT_BROKER_COMMANDS) on the broker keys (BROKER_KEYS) only.
 */}}
 {{- define "pilotfish.redis.pilotRules" -}}
 {{- $base := printf "%s:{%s}:" .Values.prefix .Values.vo }}
 {{- $db := int .Values.redis.database }}
-{{- $session := list "ping" "hello" "auth" "select" "quit" "echo" "client|setname" "client|setinfo" "client|getname" "client|id" "evalsha" "eval" "script|load" "script|exists" "multi" "exec" "discard" "time" "subscribe" "unsubscribe" "psubscribe" "punsubscribe" }}
+{{- $session := list "ping" "hello" "auth" "select" "quit" "echo" "client|setname" "client|setinfo" "client|getname" "client|id" "script|load" "script|exists" "multi" "exec" "discard" "time" "subscribe" "unsubscribe" "psubscribe" "punsubscribe" "fcall|pf_start" "fcall|pf_complete" "fcall|pf_fail" "fcall|pf_heartbeat" "fcall|pf_match" "fcall|pf_ship_log" }}
 {{- $data := list "hget" "hset" "hsetnx" "hmget" "hdel" "zadd" "zrem" "zrange" "zrangebyscore" "zscore" "zcard" "zcount" "smembers" "sadd" "incr" "incrby" "exists" "publish" "hincrby" "hincrbyfloat" }}
 {{- $broker := list "evalsha" "eval" "lpush" "rpush" "brpop" "rpop" "lpop" "llen" "srem" "sismember" "smembers" "sadd" "zadd" "zrem" "zrangebyscore" "exists" "expire" "pexpire" "ttl" "pttl" "set" "get" "del" }}
 {{- $brokerKeys := list "_kombu.binding*" "*.celery.pidbox*" }}

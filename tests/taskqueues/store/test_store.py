@@ -339,11 +339,11 @@ def test_exchanges_sent_back_to_back_are_answered_in_order_on_one_connection(sto
     assert store.job(a).state is JobState.DONE and store.job(c).state is JobState.WAITING
 
 
-def test_exchange_survives_redis_losing_its_scripts(store: Store) -> None:
+def test_exchange_survives_redis_losing_its_functions(store: Store) -> None:
     (a,) = store.submit([job()])
-    store.client.script_flush()
+    store.client.function_flush()
     assert [j.id for j in store.exchange("p1", offer=offer()).matched] == [a]
-    store.client.script_flush()
+    store.client.function_flush()
     assert store.exchange("p1", starts=[(a, 1, 0.0)], completions=[(a, 1, RunResult())]).refused == {}
     assert store.job(a).state is JobState.DONE
 
@@ -477,8 +477,8 @@ def test_from_record_sets_every_field() -> None:
     assert job_ == dataclasses.replace(job_)  # what __init__ builds from the same values
 
 
-def test_match_reloads_its_script_after_a_flush(real_redis: redis.Redis) -> None:
+def test_match_reloads_its_function_after_a_flush(real_redis: redis.Redis) -> None:
     store = Store(real_redis)
     (jid,) = store.submit([job()])
-    real_redis.script_flush()
+    real_redis.function_flush()
     assert [j.id for j in store.match(offer())] == [jid]

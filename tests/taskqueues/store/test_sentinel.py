@@ -1,0 +1,98 @@
+"""Redis Sentinel: the store and real pilots on a ``sentinel://`` URL ride out a SIGKILL of the primary.
+
+A real primary, replica and three sentinels (tests/support/sentinel.py); the primary is killed while pilots run
+a workflow's jobs; the sentinels promote the replica, every client finds it by itself, and every job ends
+done. The control plane's part here is the reaper (Store.requeue_expired), run as the worker runs it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import redis
+
+from taskqueues.errors import ConfigError, StoreUnavailable
+from taskqueues.store import Store, sentinel
+from taskqueues.store.guard import client_url
+from taskqueues.store.records import JobState
+from tests.support.pilots import QUEUE, pilot_env, running_pilot
+from tests.support.polling import wait_until
+from tests.support.sentinel import MASTER, quietly, sentinel_set
+from tests.support.store import job
+
+
+def test_the_url_is_celerys_form() -> None:
+    parsed = sentinel.SentinelURL.parse("sentinel://u:p%40w@h1:26380/2;sentinel://h2;sentinel://h3:26381")
+    assert parsed.sentinels == (("h1", 26380), ("h2", 26379), ("h3", 26381))
+    assert (parsed.username, parsed.password, parsed.db) == ("u", "p@w", 2)
+    with pytest.raises(ConfigError, match="redis://h2"):
+        sentinel.SentinelURL.parse("sentinel://h1:1;redis://h2:2")
+    assert sentinel.transport_options("sentinel://h1:1", "m") == {"master_name": "m"}
+    assert sentinel.transport_options("redis://h1:1") == {}
+
+
+def test_a_run_completes_across_a_failover(tmp_path: Path) -> None:
+    with sentinel_set(tmp_path / "redis") as deployment:
+        client = sentinel.client(deployment.url, master=MASTER)
+        assert client_url(client) == f"sentinel://{MASTER}/0"
+        store = Store(client, lease_seconds=6, submit_replicas=1)  # acknowledged once the replica holds it
+        ids = store.submit([job(queues=(QUEUE,), command="sleep 0.3", name=f"j{i}") for i in range(24)])
+        env = {**pilot_env(tmp_path), sentinel.MASTER_VARIABLE: MASTER}
+        first = deployment.primary.pid()
+        assert first is not None
+        with running_pilot(deployment.url, tmp_path, "--lease", "6", "--idle-timeout", "30", env=env, name="a"), \
+                running_pilot(deployment.url, tmp_path, "--lease", "6", "--idle-timeout", "30", env=env, name="b"):
+            wait_until(quietly(lambda: sum(j.state is JobState.DONE for j in store.jobs(ids)) >= 4), what="a few jobs done")
+            os.kill(first, signal.SIGKILL)
+            wait_until(quietly(lambda: deployment.primary_port() == deployment.replica.port), what="the replica promoted")
+
+            def finished() -> bool:
+                try:
+                    store.requeue_expired()
+                    return all(j.state is JobState.DONE for j in store.jobs(ids))
+                except StoreUnavailable:
+                    return False
+
+            try:
+                wait_until(quietly(finished), timeout=50, what="every job done after the failover")
+            except AssertionError:
+                from collections import Counter
+                logs = "".join((tmp_path / f"{n}.err").read_text()[-3000:] for n in "ab")
+                raise AssertionError(f"{Counter(j.state.value for j in store.jobs(ids))}\n{logs}") from None
+        promoted = redis.Redis(port=deployment.replica.port)
+        assert promoted.info("replication")["role"] == "master"
+        # The reaper saw the new primary's run: its restart grace started there (the pilots were cut off too).
+        assert promoted.hget(store.keys.cursor, "reap:run") == promoted.info("server")["run_id"].encode()
+
+
+def test_an_unreplicated_submission_is_not_acknowledged(real_redis: redis.Redis) -> None:
+    store = Store(real_redis, submit_replicas=1, submit_timeout=0.1)
+    with pytest.raises(StoreUnavailable, match="only 0 of 1 replicas acknowledged them"):
+        store.submit([job(queues=(QUEUE,))])
+    assert store.job("1").state is JobState.WAITING  # stored on the primary all the same
+
+
+def test_the_celery_broker_takes_the_same_url_across_a_failover(tmp_path: Path) -> None:
+    from celery import Celery
+
+    with sentinel_set(tmp_path / "redis") as deployment:
+        app = Celery("pf-sentinel-test", broker=deployment.url, set_as_current=False)
+        app.conf.broker_transport_options = sentinel.transport_options(deployment.url, MASTER)
+        with app.connection_for_write() as conn:
+            queue = conn.SimpleQueue("pf-test")
+            queue.put({"n": 1})
+        wait_until(quietly(lambda: redis.Redis(port=deployment.replica.port).llen("pf-test") == 1), what="the message on the replica")
+        first = deployment.primary.pid()
+        assert first is not None
+        os.kill(first, signal.SIGKILL)
+        wait_until(quietly(lambda: deployment.primary_port() == deployment.replica.port), what="the replica promoted")
+        with app.connection_for_write() as conn:
+            queue = conn.SimpleQueue("pf-test")
+            queue.put({"n": 2})
+            got = [queue.get(timeout=10), queue.get(timeout=10)]
+            for message in got:
+                message.ack()
+            assert [m.payload for m in got] == [{"n": 1}, {"n": 2}]
