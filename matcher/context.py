@@ -79,4 +79,5 @@ class Context:
 
     @cached_property
     def submitter(self) -> Submitter:
-        return Submitter(self.store, self.catalog, vo=self.settings.vo, default_ete=self.settings.default_ete)
+        return Submitter(self.store, self.catalog, vo=self.settings.vo, default_ete=self.settings.default_ete,
+                         ete_spread=self.settings.ete_spread)
