@@ -392,8 +392,9 @@ def print_table(rows: Sequence[Row], noise: bool) -> None:
 #   WRONG_DRAWS times), run times true. ``wrong``: no learning; ``+L``: rules named and re-pressure at the
 #   product's beat; ``right``: correct hints. Recovery = sum(wrong - +L) / sum(wrong - right) over the
 #   draws, the share of the loss won back within the run (one draw moves a makespan by a few per cent
-#   either way: the sum is the figure). On chains beside a fan, and on a staggered mix whose requests
-#   arrive while earlier ones run (the later ones are submitted with what was learnt).
+#   either way: the sum is the figure; "n/a" where wrong hints cost less than 1 % on average). On chains
+#   beside a fan, and on a staggered mix whose requests arrive while earlier ones run (the later ones are
+#   submitted with what was learnt).
 
 WRONG_FACTOR = 3.0
 WRONG_DRAWS = 5
@@ -514,7 +515,8 @@ def estimate_section(client: redis.Redis, seed: int, pilots: int, cores: int) ->
                           run_arrivals(client, w, arrivals, hints, pilots=pilots, cores=cores, learn=True)))
         lost = math.fsum(bad - good for bad, _ in draws)
         won = math.fsum(bad - fixed for bad, fixed in draws)
-        share = f"{won / lost:9.0%}" if lost > 1e-6 * good else f"{'n/a':>9}"
+        # "n/a" where wrong hints cost less than 1 % on average: there is nothing to recover
+        share = f"{won / lost:9.0%}" if lost > 0.01 * good * len(draws) else f"{'n/a':>9}"
         bad, fixed = (math.fsum(d[i] for d in draws) / len(draws) for i in (0, 1))
         lines.append(f"{w.name:28} {good:7.0f} {bad:7.0f} {fixed:7.0f} {share}  "
                      + " ".join(f"{b:.0f}/{f:.0f}" for b, f in draws))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import random
 import statistics
+from pathlib import Path
 
 import pytest
 import redis
@@ -13,7 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from storehelp import QA, TWO_SITES, FakeClock
 
+from matcher.context import Context
 from matcher.repressure import repressure
+from matcher.settings import Settings
 from matcher.submission import JobSpec, Submitter
 from taskqueues.catalog import Catalog
 from taskqueues.errors import ValidationError
@@ -179,3 +182,17 @@ def test_re_pressure_corrects_hints_wrong_by_one_factor_and_keeps_the_wide_rule_
     assert report.rules_moved == ["align"]
     ete = {j.name: j.ete for j in store.jobs(list(waiting.ids.values()))}
     assert ete == {"w_short": pytest.approx(2.0, rel=1e-3), "w_long": pytest.approx(3000.0, rel=1e-3)}
+
+
+def test_the_spread_setting_reaches_the_submitter(redis_url: str, tmp_path: Path) -> None:
+    assert Settings.load(env={"PILOTFISH_ETE_SPREAD": "3"}).ete_spread == 3
+    catalog = tmp_path / "catalog.toml"
+    catalog.write_text(TWO_SITES)
+    ctx = Context(Settings(redis_url=redis_url, catalog=str(catalog), ete_spread=10.0))
+    walls = {"short0": 2.0, "long0": 3000.0, "short1": 2.5, "long1": 2900.0}
+    ctx.submitter.submit([JobSpec(n, "true", rule="blast", ete=w) for n, w in walls.items()])
+    run_all(ctx.store, walls)
+    # a threshold of 10 lets the wide rule speak; the exact hints still weigh most, but not all
+    sub = ctx.submitter.submit([JobSpec("long", "true", rule="blast", ete=3100.0)])
+    ete = ctx.store.job(sub.ids["long"]).ete
+    assert ete != pytest.approx(3100.0, abs=1e-6) and ete == pytest.approx(3100.0, rel=0.05)
