@@ -7,13 +7,16 @@ This periodic task carries those moves into the scores, doing work in proportion
 never to the number of jobs stored:
 
 1. read the done log from the stored cursor on (cursor hash field ``repressure``);
-2. keep the rules of those completions whose learnt mean moved by more than ``damping`` since the mean
-   re-pressure last propagated (kept in the cursor hash as ``repressure:rule:<rule>``). Comparing with
+2. keep the rules of those completions whose learnt mean or hint factor moved by more than ``damping``,
+   or whose spread crossed the ``spread`` threshold, since re-pressure last propagated them (kept in the
+   cursor hash as ``repressure:rule:<rule>``, ``repressure:factor:<rule>`` and ``repressure:wide:<rule>``).
+   Comparing with
    what was *propagated*, not with the previous completion, makes the task self-correcting: a completion
    it misses (read twice, crashed run, a pilot clock behind the cursor) is caught at the rule's next one,
    and slow drift adds up until it counts;
 3. walk the unfinished jobs of those rules (``byrule:<rule>``, forgetting finished ones met there) and
-   estimate each again (:func:`taskqueues.ete.estimate`: key, then rule, then what it had);
+   estimate each again (:func:`taskqueues.ete.estimate`: key, else the job's own hint ``h`` and the rule
+   each by its worth; a job stored without a hint takes the rule's mean);
 4. per request, :func:`taskqueues.dag.propagate_pressure` over *lazy* views of the job records (fetched
    on demand, a job's dependents or dependencies in one round trip, cached for the run): only ancestors
    whose pressure moves by more than ``damping`` are visited, and finished jobs are never visited;
@@ -40,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from taskqueues import dag
-from taskqueues.ete import RuleStats, estimate
+from taskqueues.ete import DEFAULT_SPREAD, RuleStats, estimate
 from taskqueues.store import Store, reads
 from taskqueues.store.lock import locked
 from taskqueues.store.reads import RecordCache, RecordView
@@ -53,6 +56,8 @@ __all__ = ["CURSOR_FIELD", "LOCK_NAME", "RULE_MARK", "Report", "eta_moved", "rep
 
 CURSOR_FIELD = "repressure"
 RULE_MARK = "repressure:rule:"
+FACTOR_MARK = "repressure:factor:"
+WIDE_MARK = "repressure:wide:"
 LOCK_NAME = "repressure"
 ETA_FRACTION = 1 / 16
 _FINAL = frozenset({"done", "failed", "cancelled", "dep-failed"})
@@ -184,7 +189,8 @@ def _remaining(rec: RecordView, pressure: float, now: float) -> float:
 
 
 def repressure(store: Store, *, damping: float = dag.DAMPING, now: float | None = None,
-               batch: int = 10_000, capacity: Callable[[], float] | None = None) -> Report:
+               batch: int = 10_000, capacity: Callable[[], float] | None = None,
+               spread: float = DEFAULT_SPREAD) -> Report:
     """One re-pressure run (see the module docstring); ``batch`` bounds the completions read per run.
 
     ``capacity`` gives the cores that run the work, for an ETA re-computed here (the live pilots' by
@@ -213,10 +219,10 @@ def repressure(store: Store, *, damping: float = dag.DAMPING, now: float | None 
     rules = sorted({r.rule for r in (records.get(d) for d in done) if r and r.rule})
 
     marks: dict[str, str] = {}
-    moved = _moved_rules(store, rules, damping, marks)
+    moved = _moved_rules(store, rules, damping, marks, spread)
     report.rules_moved = sorted(moved)
 
-    changed = _reestimate(store, records, moved, report)
+    changed = _reestimate(store, records, moved, report, spread)
     views: dict[str, _Request] = {}
     for request, new_ete in changed.items():
         view = views[request] = _Request(records, request)
@@ -251,26 +257,46 @@ def repressure_locked(store: Store, *, ttl: float = 300.0, **kwargs: Any) -> Rep
         return repressure(store, **kwargs) if got else None
 
 
-def _moved_rules(store: Store, rules: Sequence[str], damping: float, marks: dict[str, str]) -> dict[str, RuleStats]:
-    """Rules whose learnt mean moved by more than ``damping`` since last propagated; records the new marks."""
+def _mark(stats: RuleStats, spread: float) -> tuple[float, float, bool]:
+    """What re-pressure propagates of a rule: its mean, its hint factor, and whether it is too wide to
+    override hints (spread unknown counts as not wide, as :func:`taskqueues.ete.estimate` takes it)."""
+    cv = stats.cv
+    return stats.mean, stats.hint_factor, cv is not None and cv > spread
+
+
+def _moved(before: float, after: float, damping: float) -> bool:
+    return abs(after - before) > damping * before
+
+
+def _moved_rules(store: Store, rules: Sequence[str], damping: float, marks: dict[str, str],
+                 spread: float = DEFAULT_SPREAD) -> dict[str, RuleStats]:
+    """Rules whose learnt mean or hint factor moved by more than ``damping``, or whose spread crossed
+    ``spread``, since last propagated; records the new marks."""
     if not rules:
         return {}
     _, stats = store.ete_stats([], rules)
-    last = reads.cursors(store, [RULE_MARK + r for r in rules])
+    fields = [m + r for r in rules for m in (RULE_MARK, FACTOR_MARK, WIDE_MARK)]
+    raws = reads.cursors(store, fields)
     moved: dict[str, RuleStats] = {}
-    for rule, raw in zip(rules, last, strict=True):
+    for i, rule in enumerate(rules):
+        raw, raw_factor, raw_wide = raws[3 * i:3 * i + 3]
         current = stats.get(rule)
         if current is None or current.n == 0:
             continue
-        before = float(raw) if raw is not None else None
-        if before is None or abs(current.mean - before) > damping * before:
+        mean, factor, wide = _mark(current, spread)
+        # Marks stored before hints were weighed have no factor (1) and no wide flag (not wide).
+        before_factor = float(raw_factor) if raw_factor is not None else 1.0
+        before_wide = raw_wide is not None and float(raw_wide) == 1
+        if (raw is None or _moved(float(raw), mean, damping) or _moved(before_factor, factor, damping)
+                or before_wide != wide):
             moved[rule] = current
-            marks[RULE_MARK + rule] = repr(current.mean)
+            marks.update({RULE_MARK + rule: repr(mean), FACTOR_MARK + rule: repr(factor),
+                          WIDE_MARK + rule: str(int(wide))})
     return moved
 
 
 def _reestimate(store: Store, records: RecordCache, moved: Mapping[str, RuleStats],
-                report: Report) -> dict[str, dict[str, float]]:
+                report: Report, spread: float = DEFAULT_SPREAD) -> dict[str, dict[str, float]]:
     """New estimates of the unfinished jobs of the moved rules, by request (finished ones are forgotten)."""
     members: dict[str, list[str]] = {}
     for rule in moved:
@@ -288,7 +314,7 @@ def _reestimate(store: Store, records: RecordCache, moved: Mapping[str, RuleStat
         assert rec is not None
         old = rec.ete
         key_last = last.get(job_keys[job]) if job in job_keys else None
-        new, _ = estimate(key_last, moved.get(rec.rule), old, old)
+        new, _ = estimate(key_last, moved.get(rec.rule), rec.hint, old, spread=spread)
         if new != old:
             changed.setdefault(rec.request, {})[job] = new
             report.reestimated += 1

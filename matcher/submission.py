@@ -12,8 +12,9 @@ every problem before storing anything (a refused request writes nothing: the sto
    else the error says which requirement excluded which queue;
 3. an instance-type hint names a shape of an eligible queue that can hold the job, and a
    ``BackendOptions`` string parses for the backend of some eligible queue;
-4. run-time estimates come from what was learnt (last success of the job's key, its rule's mean),
-   else the user's hint (``ete``, else ``wall``), else the default (:func:`taskqueues.ete.estimate`);
+4. run-time estimates: the last success of the job's key, else the user's hint (``ete``, else ``wall``)
+   and its rule's learnt statistics, each by its worth (a widely spread rule has no say over a hint), else
+   the default (:func:`taskqueues.ete.estimate`); the hint is kept on the record;
 5. pressures along the DAG give each job its score: ``ETA(request) - pressure(job) - priority``, the
    date by which it should start (lower is more urgent, one scale for every request); the ETA counts
    the critical path, what the request's shape needs on the cores (a long job behind a wide fan) and
@@ -40,7 +41,7 @@ from taskqueues.backend_options import check_job_options, normalize_options
 from taskqueues.catalog import Catalog, Queue
 from taskqueues.context import Context
 from taskqueues.errors import PilotfishError, ProblemList, RequirementError, ValidationError, located, shown
-from taskqueues.ete import estimate
+from taskqueues.ete import DEFAULT_SPREAD, estimate
 from taskqueues.placement import BACKEND_OPTIONS, INSTANCE_TYPE
 from taskqueues.requirements import CONSUMABLES, Requirements, check_name, check_value, parse_requirements
 from taskqueues.store import Store
@@ -212,8 +213,11 @@ class Submitter:
     """Validates and stores requests for one community."""
 
     def __init__(self, store: Store, catalog: Catalog, *, vo: str = "default", default_ete: float = DEFAULT_ETE,
-                 clock: Any = time.time, capacity: Callable[[], float] | None = None) -> None:
-        """``capacity`` gives the cores that run the work (for the load part of the ETA, :mod:`matcher.eta`)."""
+                 clock: Any = time.time, capacity: Callable[[], float] | None = None,
+                 ete_spread: float = DEFAULT_SPREAD) -> None:
+        """``capacity`` gives the cores that run the work (for the load part of the ETA, :mod:`matcher.eta`);
+        ``ete_spread`` is the coefficient of variation over which a rule has no say over a job's hint."""
+        self.ete_spread = ete_spread
         self.store = store
         self.catalog = catalog
         self.vo = vo
@@ -224,7 +228,8 @@ class Submitter:
     @classmethod
     def of(cls, ctx: Context) -> Submitter:
         """The submitter of a context's store, catalog and settings."""
-        return cls(ctx.store, ctx.catalog, vo=ctx.settings.vo, default_ete=ctx.settings.default_ete)
+        return cls(ctx.store, ctx.catalog, vo=ctx.settings.vo, default_ete=ctx.settings.default_ete,
+                   ete_spread=ctx.settings.ete_spread)
 
     def submit(self, jobs: Sequence[JobSpec], *, name: str = "", priority: float = 0.0,
                source: str = "") -> Submitted:
@@ -266,7 +271,7 @@ class Submitter:
         if problems:
             raise SubmissionError(problems, source)
 
-        ete = self._estimates(jobs, placements)
+        ete, hints = self._estimates(jobs, placements)
         deps = {j.name: j.deps for j in jobs}
         pressure = dag.pressures(order, deps, ete)
         critical = max(pressure.values(), default=0.0)
@@ -308,6 +313,7 @@ class Submitter:
                 pressure=pressure[job_name],
                 state=state,
                 reason=reason,
+                hint=hints.get(job_name),
             ))
         request_id = uuid.uuid4().hex[:12]
         record = {"name": name or request_id, "priority": priority, "ts": round(now, 3), "eta": round(eta, 3),
@@ -331,15 +337,21 @@ class Submitter:
                 raise RequirementError(f"no queue of {self.catalog.source} offers {requirement!r} to VO {self.vo!r}",
                                        job=spec.name, field=requirement)
 
-    def _estimates(self, jobs: Sequence[JobSpec], placements: Mapping[str, Placement]) -> dict[str, float]:
+    def _estimates(self, jobs: Sequence[JobSpec],
+                   placements: Mapping[str, Placement]) -> tuple[dict[str, float], dict[str, float]]:
+        """Each job's estimate, and the hints the jobs gave (kept on their records)."""
         last, rules = self.store.ete_stats([j.key for j in jobs if j.key], [j.rule for j in jobs if j.rule])
         out: dict[str, float] = {}
+        hints: dict[str, float] = {}
         for spec in jobs:
             placement = placements.get(spec.name)
             hint = spec.ete if spec.ete is not None else (placement.requirements.wall if placement else None)
+            if hint is not None:
+                hints[spec.name] = float(hint)
             out[spec.name], _ = estimate(last.get(spec.key) if spec.key else None,
-                                         rules.get(spec.rule) if spec.rule else None, hint, self.default_ete)
-        return out
+                                         rules.get(spec.rule) if spec.rule else None, hint, self.default_ete,
+                                         spread=self.ete_spread)
+        return out, hints
 
     @staticmethod
     def _doomed(order: Sequence[str], by_name: Mapping[str, JobSpec],

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Provisioning benchmark: cost per hour of the seed's packing, ours, and the LP lower bound.
 
-    python scripts/bench_provision.py [--seed N] [--scale F] [--backends]
+    python scripts/bench_provision.py [--seed N] [--scale F] [--backends] [--lp]
 
 For each demand mix (generated from a fixed random seed, so runs are comparable) it prints the cost per
 hour of the pilots that (a) the Seven Bridges algorithm as written (``plan_seed``) and (b) our planner
@@ -10,6 +10,10 @@ ratios ours/seed (target <= 1) and ours/bound (target <= 1.10). ``plan`` tries t
 the cheapest; the table shows each alone against the seed (``ff``: first-fit with our shape choice,
 ``bal``: the balanced pilot-centric packer; both consolidated) and which one was kept, so the value of
 each improvement stays visible. "ms" is the time of one ``plan`` call.
+
+``--lp`` also prints plan / configuration LP per mix (:mod:`config_lp`: column generation over pilot
+configurations, solved with scipy's HiGHS; ``pip install '.[bench]'``), the default catalog's mixes and
+memory-skewed ones on AWS-like c5/m5/r5 shapes (three and six shapes). Target plan/LP <= 1.10.
 
 ``--backends`` also times pilot submission through the local, Slurm and Grid Engine backends (pilots
 submitted per second; a batch system that is not up is skipped with the reason).
@@ -29,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from pilot.director.bounds import lower_bound
 from pilot.director.planner import Demand, packer_costs, plan, plan_seed, shape_holds
@@ -195,12 +200,72 @@ def backends_section(enabled: bool, n: int = 50) -> list[str]:
     return lines
 
 
+# -- memory-skewed mixes on AWS-like c/m/r shapes, against the configuration LP (issue 17 part 3) ---------
+
+#: On-demand prices per hour of AWS's c5 (2 GB per core), m5 (4 GB) and r5 (8 GB) families, us-east-1.
+AWS_PRICE_PER_CORE = {"c5": (2, 0.0425), "m5": (4, 0.048), "r5": (8, 0.063)}
+AWS_SIZES = {4: "xlarge", 8: "2xlarge", 16: "4xlarge"}
+
+
+def cmr(*cores: int) -> list[Shape]:
+    """The c5/m5/r5 shapes of the given sizes (cores), priced as AWS prices them."""
+    return [Shape(f"{family}.{AWS_SIZES[n]}", cpu=n, mem=n * per_core * GB, tmp=n * 40 * GB, wall=48 * HOUR,
+                  cost=round(n * price, 4))
+            for n in cores for family, (per_core, price) in AWS_PRICE_PER_CORE.items()]
+
+
+def memory_skewed(heavy: int, light: int, mem_gb: tuple[int, int], light_shape: tuple[int, int]
+                  ) -> Callable[[random.Random, float], list[Demand]]:
+    """``heavy`` single-core jobs of ``mem_gb`` GB (assembly) beside ``light`` jobs of
+    ``light_shape`` = (cores, GB) (alignment): the light ones belong in the heavy pilots' idle cores."""
+
+    def make(rng: random.Random, scale: float) -> list[Demand]:
+        jobs = [_job(rng, n, 1, rng.randint(*mem_gb) * GB) for n in range(int(heavy * scale))]
+        jobs += [_job(rng, 10_000 + n, light_shape[0], light_shape[1] * GB) for n in range(int(light * scale))]
+        return jobs
+
+    return make
+
+
+#: Mixes with a catalog of their own: name -> (demand generator, shapes).
+SKEWED: dict[str, tuple[Callable[[random.Random, float], list[Demand]], list[Shape]]] = {
+    "12-30GB+2c/4GB cmr x3": (memory_skewed(400, 400, (12, 30), (2, 4)), cmr(8)),
+    "12-30GB+2c/4GB cmr x6": (memory_skewed(400, 400, (12, 30), (2, 4)), cmr(4, 8)),
+    "16-30GB+2c/2GB cmr x3": (memory_skewed(200, 100, (16, 30), (2, 2)), cmr(8)),
+    "6-14GB+1c/2GB cmr x6": (memory_skewed(200, 100, (6, 14), (1, 2)), cmr(4, 16)),
+}
+
+
+def lp_section(seed: int, scale: float) -> list[str]:
+    """plan / configuration LP per mix (the default catalog's mixes, then the memory-skewed ones)."""
+    from config_lp import config_lp_bound
+
+    lines = ["", "configuration LP (scripts/config_lp.py: column generation, HiGHS); target plan/LP <= 1.10",
+             f"{'mix':<22} {'shapes':>6} {'jobs':>5} {'plan $/h':>9} {'LP $/h':>9} {'plan/LP':>8} {'bound':>9} "
+             f"{'bnd/LP':>7} {'cols':>5}"]
+    worst = 0.0
+    mixes = [(name, make, CATALOG) for name, make in MIXES.items()]
+    mixes += [(name, make, shapes) for name, (make, shapes) in SKEWED.items()]
+    for name, make, shapes in mixes:
+        demand = make(random.Random(seed), scale)
+        result = plan(demand, shapes, [], n_max_queued=None)
+        lp = config_lp_bound(demand, shapes)
+        bound = lower_bound(demand, shapes).cost
+        worst = max(worst, result.cost / lp.cost)
+        lines.append(f"{name:<22} {len(shapes):>6} {len(demand):>5} {result.cost:>9.2f} {lp.cost:>9.2f} "
+                     f"{result.cost / lp.cost:>8.3f} {bound:>9.2f} {bound / lp.cost:>7.3f} {lp.columns:>5}")
+    lines.append(f"worst plan/LP: {worst:.3f} (target <= 1.10)")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=1, help="random seed of the demand mixes")
     parser.add_argument("--repeat", type=int, default=1, help="run seeds seed..seed+repeat-1, one table each")
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the number of jobs per mix")
     parser.add_argument("--backends", action="store_true", help="also time pilot submission per backend")
+    parser.add_argument("--lp", action="store_true", help="also compare the plan with the configuration LP "
+                        "(needs scipy: pip install '.[bench]'), memory-skewed c/m/r mixes included")
     args = parser.parse_args(argv)
 
     print(f"catalog: {', '.join(f'{s.name} {s.cost:.2f}/h' for s in CATALOG)}")
@@ -224,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
             )
     print(f"\nworst ours/seed: {worst_seed:.3f} (target <= 1)")
     print(f"worst ours/bound: {worst_bound:.3f} (target <= 1.10)")
+    for seed in range(args.seed, args.seed + args.repeat) if args.lp else ():
+        print(f"\nseed {seed}", *lp_section(seed, args.scale), sep="\n")
     for line in backends_section(args.backends):
         print(line)
     return 0

@@ -6,7 +6,7 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-python3 -m pip install --quiet --disable-pip-version-check -e '.[test]' || { echo "test.sh: pip install failed" >&2; exit 1; }
+python3 -m pip install --quiet --disable-pip-version-check -e '.[test,bench]' || { echo "test.sh: pip install failed" >&2; exit 1; }
 bash scripts/helm_check.sh --install-only || echo "test.sh: the Helm checkers could not be installed: tests/scripts/test_helm.py will say why" >&2
 
 bash scripts/lint.sh

@@ -423,3 +423,38 @@ def standard(seed: int = 1) -> list[Workload]:
     for workload in out:
         check(workload.tasks)
     return out
+
+
+# -- a workflow with a widely spread rule (estimates: issue 17 part 2) ---------------------------------
+
+#: Mean run times (s) of SIPHT's steps, Bharathi et al. 2008. The five Blast steps run one program on
+#: inputs of very different sizes: one rule, ``blast``, whose run times spread from 0.6 s to 3311 s.
+SIPHT_RUNTIME = {"Patser": 0.96, "Patser_concate": 0.03, "Transterm": 32.41, "Findterm": 594.94,
+                 "RNAMotif": 25.69, "Blast": 3311.12, "SRNA": 12.44, "FFN_parse": 0.73, "Blast_synteny": 3.37,
+                 "Blast_candidate": 0.6, "Blast_QRNA": 440.88, "Blast_paralogues": 0.68, "SRNA_annotate": 0.14}
+SIPHT_RULE = {step: "blast" if step.startswith("Blast") else step for step in SIPHT_RUNTIME}
+
+
+def sipht(rng: random.Random, *, replicons: int = 24, patsers: int = 12, prefix: str = "") -> Request:
+    """SIPHT (sRNA search) over ``replicons`` genomes: per replicon, ``patsers`` Patser jobs and their
+    Patser_concate; Transterm, Findterm, RNAMotif and Blast, all feeding SRNA; after SRNA, FFN_parse and
+    the four other Blast steps; SRNA_annotate on them all and the Patser_concate.
+
+    Each task's kind is its *rule* (:data:`SIPHT_RULE`): the five Blast steps share the rule ``blast``, so
+    a rule's learnt mean says nothing of which of its jobs is the long one; only a job's own hint does.
+    """
+    b = _Builder(rng, SIPHT_RUNTIME, prefix)
+
+    def add(step: str, label: str, deps: Iterable[str] = ()) -> str:
+        name = b.add(step, label, deps)
+        last = b.tasks[-1]
+        b.tasks[-1] = Task(last.name, SIPHT_RULE[step], last.runtime, last.deps)
+        return name
+
+    for r in range(replicons):
+        concat = add("Patser_concate", str(r), [add("Patser", f"{r}_{i}") for i in range(patsers)])
+        srna = add("SRNA", str(r), [add(step, str(r)) for step in ("Transterm", "Findterm", "RNAMotif", "Blast")])
+        after = [add(step, str(r), (srna,)) for step in ("FFN_parse", "Blast_synteny", "Blast_candidate",
+                                                          "Blast_QRNA", "Blast_paralogues")]
+        add("SRNA_annotate", str(r), [*after, concat])
+    return b.request(f"{prefix}sipht")

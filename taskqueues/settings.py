@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from taskqueues.errors import ConfigError
+from taskqueues.ete import DEFAULT_SPREAD
 from taskqueues.store.records import DEFAULT_ETE_SAFETY_FACTOR
 
 ENV_PREFIX = "PILOTFISH_"
@@ -51,6 +52,8 @@ class Settings:
     max_retries: int = 3
     default_ete: float = 60.0
     ete_safety_factor: float = DEFAULT_ETE_SAFETY_FACTOR
+    # a rule whose run times' coefficient of variation is over this has no say over a job's own hint
+    ete_spread: float = DEFAULT_SPREAD
     # periodic work (seconds)
     reap_interval: float = 5.0
     pool_refresh_interval: float = 900.0

@@ -204,7 +204,7 @@ def director() -> dict[str, Any]:
 def repressure() -> dict[str, Any]:
     from ..repressure import repressure_locked
 
-    report = _periodic(lambda ctx: repressure_locked(ctx.store), None)
+    report = _periodic(lambda ctx: repressure_locked(ctx.store, spread=ctx.settings.ete_spread), None)
     return {"skipped": report is None, "rewritten": 0 if report is None else report.pressures_rewritten}
 
 

@@ -109,7 +109,7 @@ def run_workflow(ctx: Context, path: str | Path, *, out: IO[str] = sys.stdout, t
             if now >= next_maintenance:
                 periodic.reap(ctx)
                 periodic.release_sweep(ctx)
-                repressure_locked(ctx.store)
+                repressure_locked(ctx.store, spread=ctx.settings.ete_spread)
                 next_maintenance = now + 1.0
             status = request_status(ctx.store, submitted.request)
             progress.show(status, len(_live_pilots(ctx, started)), started)

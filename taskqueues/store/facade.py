@@ -438,8 +438,7 @@ class Store:
         by_rule: dict[str, RuleStats] = {}
         for rule, raw in zip(rule_list, stats, strict=False):
             if raw is not None:
-                n, mean = _text(raw).split()
-                by_rule[rule] = RuleStats(int(n), float(mean))
+                by_rule[rule] = RuleStats.from_text(_text(raw))
         return by_key, by_rule
 
     @guarded("reading the outstanding work")

@@ -27,7 +27,8 @@ member or record could not be read (by match, or by reap for a leased or delayed
 | ``P:{vo}:donelog`` | zset | job id → end time of successful jobs (ETE learning, re-pressure) |
 | ``P:{vo}:requests`` | hash | request id → request record (JSON) |
 | ``P:{vo}:etekeys`` | hash | job key → last successful run time (seconds) |
-| ``P:{vo}:eterules`` | hash | rule → ``"n mean"`` of its successful run times |
+| ``P:{vo}:eterules`` | hash | rule → ``"n mean var hn hlog hvar"``: its successful run times, and their log
+ratio to the jobs' hints (:class:`taskqueues.ete.RuleStats`) |
 | ``P:{vo}:byrule:<rule>`` | set | unfinished jobs of a rule (re-pressure finds them when the rule's mean moves) |
 | ``P:{vo}:work`` | string | outstanding core-seconds of unfinished jobs (the load in a request's ETA) |
 | ``P:{vo}:wake`` | channel | published when work enters a task queue: idle pilots wait on it |
@@ -38,8 +39,9 @@ evaluates them at once (``matcher.releaser``) |
 | ``P:{vo}:lock:<name>`` | string | a periodic task's lock (token, with an expiry) |
 | ``P:{vo}:alive:<component>`` | zset | ``<component>@<host>`` → last beat, written by that process itself |
 | ``P:{vo}:cursor`` | hash | periodic tasks' progress: ``repressure`` (how far re-pressure read the done log),
-``repressure:rule:<rule>`` (the rule mean it last propagated), ``reap:run`` (the server run the reaper last
-saw) and ``reap:grace`` (no lease requeued before this time: a restart's grace) |
+``repressure:rule:<rule>``, ``repressure:factor:<rule>`` and ``repressure:wide:<rule>`` (the rule's mean,
+hint factor and whether it was too wide to override hints, as last propagated), ``reap:run`` (the server run
+the reaper last saw) and ``reap:grace`` (no lease requeued before this time: a restart's grace) |
 | ``P:{vo}:pilots`` | hash | pilot id → pilot record (JSON) |
 | ``P:{vo}:provisioned`` | hash | director's pilots: ``queue|kind|batch id`` → record (JSON) |
 | ``P:{vo}:pilotseen`` | zset | pilot id → last heartbeat |

@@ -67,6 +67,12 @@ class RecordView:
         return float(self.raw.get("e", 0.0))
 
     @property
+    def hint(self) -> float | None:
+        """The run-time estimate the user gave (``ete``), if any."""
+        raw = self.raw.get("h")
+        return None if raw is None else float(raw)
+
+    @property
     def pressure(self) -> float:
         return float(self.raw.get("pr", 0.0))
 

@@ -13,7 +13,8 @@ submitted, ``rt``/``mr`` retries done/allowed (``a`` and ``mr`` are left out whi
 reason, ``o`` outputs (JSON text), ``cx`` cancel requested, ``k`` key, ``ru`` rule, ``dn`` dependents,
 ``nd`` unfinished dependencies, ``dp`` dependencies, ``dx`` requirements deferred until the dependencies'
 outputs exist (``df`` holds what evaluating them needs), ``pr`` pressure (seconds of critical path from
-the job's start to its request's targets).
+the job's start to its request's targets), ``h`` the user's own run-time hint (what the rule's hint
+factor is learnt from, and what re-estimation starts again from).
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ class NewJob:
     pressure: float = 0.0
     state: JobState | None = None
     reason: str = ""
+    hint: float | None = None
 
     def record(self, now: float, ete_safety_factor: float = DEFAULT_ETE_SAFETY_FACTOR) -> dict[str, Any]:
         """The stored record; ``dl``/``dpl`` (indexes) become ``dn``/``dp`` (ids) inside submit.lua.
@@ -120,6 +122,8 @@ class NewJob:
             rec["df"] = self.deferred
         if self.pressure:
             rec["pr"] = round(self.pressure, 3)
+        if self.hint is not None:
+            rec["h"] = self.hint
         if self.reason:
             rec["why"] = self.reason
             rec["te"] = round(now, 3)

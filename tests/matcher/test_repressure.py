@@ -46,8 +46,10 @@ def spec(name: str, ete: float, *, rule: str = "", mem: int = 100, deps: tuple[s
 
 
 def learn(submitter: Submitter, store: Store, rule: str, *walls: float) -> None:
-    """Teach ``rule`` its run times: run jobs of that rule at site B and complete them with ``walls``."""
-    submitter.submit([JobSpec(f"train{i}", "true", {"Platform": "EL8"}, rule=rule, ete=1)
+    """Teach ``rule`` its run times: run jobs of that rule at site B and complete them with ``walls``.
+
+    The training jobs give no hint: they teach the rule's run times, not how wrong its hints are."""
+    submitter.submit([JobSpec(f"train{i}", "true", {"Platform": "EL8"}, rule=rule)
                       for i in range(len(walls))], name="training")
     for wall in walls:
         (job,) = store.match(PilotOffer("trainer", QB, 1, 1000))

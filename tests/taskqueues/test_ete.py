@@ -26,7 +26,8 @@ def test_small_integer_runs_are_exact() -> None:
     stats = RuleStats()
     for run in (10, 20, 30, 40):
         stats = stats.update(run)
-    assert stats == RuleStats(4, 25.0)
+    assert (stats.n, stats.mean) == (4, 25.0)
+    assert stats.var == pytest.approx(125.0, rel=1e-12)  # population variance of 10, 20, 30, 40
 
 
 def test_after_a_hundred_runs_it_is_an_ema_with_alpha_one_hundredth() -> None:
@@ -59,7 +60,7 @@ def test_the_ema_follows_a_drift_that_a_cumulative_mean_would_not() -> None:
 def test_only_successful_runs_count() -> None:
     stats = RuleStats().update(10.0)
     assert stats.record(1000.0, succeeded=False) is stats
-    assert stats.record(30.0, succeeded=True) == RuleStats(2, 20.0)
+    assert stats.record(30.0, succeeded=True) == RuleStats(2, 20.0, 100.0)
     assert last_success(12.0, 99.0, succeeded=False) == 12.0
     assert last_success(None, 2.0, succeeded=False) is None
     assert last_success(12.0, 99.0, succeeded=True) == 99.0

@@ -23,9 +23,11 @@ Two packers share the same first-fit core (:func:`plan_seed` is the seed's algor
   pilots are consolidated: each moves to the cheapest shape that still holds its jobs, and pairs merge
   while one shape holding both is cheaper than the two.
 
-:func:`plan` runs both packers on what the existing pilots left, consolidates both, and keeps the
-cheaper; so its new pilots never cost more than the seed's, and ``scripts/bench_provision.py`` measures
-how often and by how much our packer alone wins.
+:func:`plan` runs both packers on what the existing pilots left, and a third and fourth (the balanced
+packer of :mod:`~pilot.director.planner.packers`, and ours with the jobs largest first: first fit
+decreasing, which packs memory pilots tight and fills their idle cores with the light jobs), consolidates
+them all, and keeps the cheapest; so its new pilots never cost more than the seed's, and
+``scripts/bench_provision.py`` measures how often and by how much our packer alone wins.
 
 Caps (open-lmake's ``n_max_queued_jobs``): at most ``n_max_queued`` queued pilots (existing queued ones
 that keep work plus new ones) per shape, running pilots not counted; at most ``max_running`` pilots in

@@ -1,5 +1,6 @@
 """The packers :func:`~pilot.director.planner.plan` tries for the jobs existing pilots cannot take (first fit
-with our shape choice, balanced, the seed's), each consolidated; the cheapest plan wins.
+with our shape choice, balanced, the seed's, and first fit decreasing), each consolidated; the cheapest plan
+wins.
 """
 
 from __future__ import annotations
@@ -122,6 +123,14 @@ def _pack_balanced(jobs: Sequence[Demand], shapes: Sequence[Shape]) -> list[Bin]
     return bins
 
 
+def _largest_first(jobs: Sequence[Demand], shapes: Sequence[Shape]) -> list[Demand]:
+    """Jobs by value (:func:`job_value`, their dominant share) decreasing, then by urgency: first fit
+    decreasing, the classic bin-packing order, which the urgency-first packers give up on memory-skewed
+    mixes (two 30 GB jobs opened together leave no room for a third)."""
+    value = {j.job: job_value(j, shapes) for j in jobs}
+    return sorted(jobs, key=lambda j: (-value[j.job], j.start_by, j.job))
+
+
 def _bins_cost(bins: Iterable[Bin]) -> float:
     return math.fsum(b.shape.cost for b in bins)
 
@@ -130,6 +139,7 @@ _PACKERS: dict[str, Callable[[Sequence[Demand], Sequence[Shape]], list[Bin]]] = 
     "first-fit": lambda jobs, shapes: _pack_ours(priority_order(jobs, shapes, urgency=True), shapes),
     "balanced": _pack_balanced,
     "seed": lambda jobs, shapes: pack_seed(priority_order(jobs, shapes, urgency=False), shapes),
+    "decreasing": lambda jobs, shapes: _pack_ours(_largest_first(jobs, shapes), shapes),
 }
 
 

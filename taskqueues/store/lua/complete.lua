@@ -9,8 +9,10 @@
 -- KEYS[5]  releasing zset (job id -> time released, waiting for its deferred requirements)
 -- KEYS[6]  done log zset (job id -> end time; what re-pressure reads)
 -- KEYS[7]  etekeys hash (job key -> last successful run time)
--- KEYS[8]  eterules hash (rule -> "n mean": cumulative mean for 100 runs, then EMA with alpha 1/100,
---          as taskqueues.ete.RuleStats.update; learnt here so each success counts exactly once)
+-- KEYS[8]  eterules hash (rule -> "n mean var hn hlog hvar": run times' mean and variance, cumulative for
+--          100 runs, then exponentially weighted with alpha 1/100, and the same of log(run time / the job's
+--          hint ``h``) over the hn runs that had one, as taskqueues.ete.RuleStats.update; "n mean" as stored
+--          before is read as no spread known; learnt here so each success counts exactly once)
 -- KEYS[9..] the work counter, the heads, qfloor, tqempty and tqmax hashes; task queues, pools and heads
 --           indexes of dependents released here
 --           and the stats hash, whose counters this script adds to (taskqueues/stats.py)
@@ -19,6 +21,15 @@
 --          "why": text, "st": started} (those fields only: they are copied onto the record)
 -- Returns  {'ok', released id...} or {'stale', reason} or {'needkeys', key...}
 SCRIPT = 'complete'
+-- One more value into a running mean and variance: Welford's update for the first 100, then exponentially
+-- weighted (alpha 1/100); the same formula as taskqueues.ete._step. Returns the count, mean and variance.
+local function ete_step(n, mean, var, value)
+  n = n + 1
+  local weight = 1 / n
+  if n > 100 then weight = 1 / 100 end
+  local delta = value - mean
+  return n, mean + delta * weight, (1 - weight) * (var + weight * delta * delta)
+end
 local base = check_base({'jobs', 'leases', 'kills', 'tqempty', 'releasing', 'donelog', 'etekeys', 'eterules'})
 check_count(6, true)
 local id = argv_text(2, 'job id', PATTERN.job, 64)
@@ -59,14 +70,13 @@ redis.call('ZADD', KEYS[6], now, id)
 if rec.w then
   if rec.k then redis.call('HSET', KEYS[7], rec.k, tostring(rec.w)) end
   if rec.ru then
-    local stats = redis.call('HGET', KEYS[8], rec.ru)
-    local n, mean = 0, 0
-    if stats then n, mean = string.match(stats, '^(%S+) (%S+)$') n, mean = tonumber(n), tonumber(mean) end
-    n = n + 1
-    local weight = 1 / n
-    if n > 100 then weight = 1 / 100 end
-    mean = mean + (rec.w - mean) * weight
-    redis.call('HSET', KEYS[8], rec.ru, string.format('%d %.17g', n, mean))
+    local s = {0, 0, 0, 0, 0, 0}
+    local i = 0
+    for word in string.gmatch(redis.call('HGET', KEYS[8], rec.ru) or '', '%S+') do i = i + 1 s[i] = tonumber(word) end
+    s[1], s[2], s[3] = ete_step(s[1], s[2], s[3], rec.w)
+    local hint = tonumber(rec.h)
+    if hint and hint > 0 and rec.w > 0 then s[4], s[5], s[6] = ete_step(s[4], s[5], s[6], math.log(rec.w / hint)) end
+    redis.call('HSET', KEYS[8], rec.ru, string.format('%d %.17g %.17g %d %.17g %.17g', s[1], s[2], s[3], s[4], s[5], s[6]))
   end
 end
 local out, releasing = {'ok'}, {}

@@ -26,7 +26,7 @@ local base = check_base({'jobs', 'seq', 'tqdefs', 'tqempty', 'poolstamp', 'relea
 check_count(3, true)
 local now = argv_number(2, 'now', 0, MAX_TIME)
 local payload = check_json('ARGV[3] (payload)', ARGV[3])
-local NEW = {s = 'any', t = 'any', m_tail = 'tail', sc = 'score', c = 'text', r = 'json', rn = 'any', e = 'ete',
+local NEW = {s = 'any', t = 'any', m_tail = 'tail', sc = 'score', c = 'text', r = 'json', rn = 'any', e = 'ete', h = 'ete',
              ts = 'time', mr = 'count', q = 'request', n = 'text', k = 'text', ru = 'name', dl = 'array',
              dpl = 'array', nd = 'count', dx = 'one', df = 'json', pr = 'signed', why = 'text', te = 'time'}
 local INITIAL = {waiting = true, blocked = true, failed = true, ['dep-failed'] = true}
