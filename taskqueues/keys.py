@@ -43,6 +43,9 @@ saw) and ``reap:grace`` (no lease requeued before this time: a restart's grace) 
 | ``P:{vo}:pilots`` | hash | pilot id → pilot record (JSON) |
 | ``P:{vo}:provisioned`` | hash | director's pilots: ``queue|kind|batch id`` → record (JSON) |
 | ``P:{vo}:pilotseen`` | zset | pilot id → last heartbeat |
+| ``P:{vo}:resv`` | hash | catalog queue → its one reservation (match.lua, EASY backfill): ``"<state r|x> <tq> <job>
+<score> <cpu> <mem> <tmp> <need> <start> <at> <pilot>"``, the job a pilot holds cores for and when it should start
+(``x``: expired, held no more) |
 """
 
 from __future__ import annotations
@@ -205,3 +208,7 @@ class Keys:
     @property
     def pilotseen(self) -> str:
         return f"{self.base}:pilotseen"
+
+    @property
+    def resv(self) -> str:
+        return f"{self.base}:resv"

@@ -28,6 +28,7 @@ from .exchange import PendingExchange
 from .guard import client_url, converted, guard, guarded
 from .keys import Keys
 from .packed import HotLine, PackedCall, pack_script
+from .reservations import DEFAULT_RESERVATION_SLACK, running_text
 from .records import (
     DEFAULT_ETE_SAFETY_FACTOR,
     Exchange,
@@ -67,6 +68,7 @@ class Store:
         backoff: float = 10.0,
         clock: Clock = time.time,
         ete_safety_factor: float = DEFAULT_ETE_SAFETY_FACTOR,
+        reservation_slack: float = DEFAULT_RESERVATION_SLACK,
     ) -> None:
         """``ete_safety_factor``: a job without ``wall`` must find this many times its run-time estimate left
         in a pilot (:func:`taskqueues.records.time_needed`; every writer of a task-queue member uses this one)."""
@@ -80,6 +82,8 @@ class Store:
         self.backoff = backoff
         self.clock = clock
         self.ete_safety_factor = ete_safety_factor
+        #: A reservation (match.lua) whose start passed by this many seconds holds its pilot's cores no more.
+        self.reservation_slack = reservation_slack
         self._scripts: dict[str, Script] = scripts.register(client)
         self._base = self.keys.base + ":"
         self._match_calls: dict[str, PackedCall] = {}
@@ -166,8 +170,8 @@ class Store:
         if call is None:
             k = self.keys
             call = PackedCall(self._line, self._scripts["match"],
-                              [k.jobs, k.qheads(queue), k.leases, k.tqempty, k.heads, k.qfloor, k.parked],
-                              n_args=9)
+                              [k.jobs, k.qheads(queue), k.leases, k.tqempty, k.heads, k.qfloor, k.parked,
+                               k.resv], n_args=11)
             self._match_calls[queue] = call
         return call
 
@@ -175,7 +179,7 @@ class Store:
         """The ARGV of a match call for this pilot (match.lua's header)."""
         left = -1.0 if offer.time_left is None else max(0.0, offer.time_left)
         return [self._base, offer.pilot, self.clock(), self.lease_seconds, offer.cpu, offer.mem, offer.tmp,
-                left, max_jobs]
+                left, max_jobs, running_text(offer.running), self.reservation_slack]
 
     @staticmethod
     def matched(reply: list[Any]) -> list[Job]:
