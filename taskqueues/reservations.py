@@ -19,7 +19,7 @@ from .errors import StoreError
 from .keys import Keys
 from .records import text as _text
 
-__all__ = ["DEFAULT_RESERVATION_SLACK", "Reservation", "read_reservations", "running_text"]
+__all__ = ["DEFAULT_RESERVATION_SLACK", "Reservation", "held_for", "read_reservations", "running_text"]
 
 #: Seconds past its estimated start after which a reservation holds its pilot's cores no more.
 DEFAULT_RESERVATION_SLACK = 120.0
@@ -78,3 +78,24 @@ def read_reservations(client: redis.Redis, keys: Keys) -> tuple[list[Reservation
         except ValueError:
             bad[q] = text
     return good, bad
+
+
+def held_for(client: redis.Redis, keys: Keys, queues: Iterable[str], job: str, now: float) -> list[str]:
+    """Lines for ``pilotfish explain``: in each of ``queues``, which pilot holds cores for which reserved job
+    (``job`` itself, or another that narrower jobs there wait behind), and until when."""
+    wanted = set(queues)
+    good, _ = read_reservations(client, keys)
+    out = []
+    for r in sorted(good, key=lambda r: r.queue):
+        if r.queue not in wanted:
+            continue
+        whom = "this job" if r.job == job else f"job {r.job}"
+        when = f"in {r.start - now:.0f} s" if r.start > now else f"{now - r.start:.0f} s ago"
+        if not r.active:
+            out.append(f"queue {r.queue}: the reservation for {whom} on pilot {r.pilot} expired (its start, "
+                       f"{when}, passed): it holds nothing")
+            continue
+        why = "" if r.job == job else ": there, jobs that would end later than that wait"
+        out.append(f"queue {r.queue}: pilot {r.pilot} holds cores for {whom} ({r.cpu} cores, {r.mem} MB), "
+                   f"reserved to start {when}{why}")
+    return out

@@ -28,7 +28,6 @@ from .exchange import PendingExchange
 from .guard import client_url, converted, guard, guarded
 from .keys import Keys
 from .packed import HotLine, PackedCall, pack_script
-from .reservations import DEFAULT_RESERVATION_SLACK, running_text
 from .records import (
     DEFAULT_ETE_SAFETY_FACTOR,
     Exchange,
@@ -43,6 +42,7 @@ from .records import (
     RunResult,
 )
 from .records import text as _text
+from .reservations import DEFAULT_RESERVATION_SLACK, running_text
 
 _MAX_KEY_ROUNDS = 16
 #: Fields of the cursor hash: the server run the reaper last saw, and until when leases are not requeued.

@@ -124,7 +124,8 @@ class Reports:
                 if not self.inflight:
                     state.stop_accepting(f"ran its maximum of {config.max_jobs} jobs")
                 return
-        self.send(PilotOffer(state.name, config.queue, cpu, max(0, mem), max(0, tmp), state.time_left()), want)
+        self.send(PilotOffer(state.name, config.queue, cpu, max(0, mem), max(0, tmp), state.time_left(),
+                             running=state.slots.ends(time.monotonic())), want)
 
     def send_unmatched(self) -> None:
         """At the turn's end: what no match carried goes alone (the successes, the starts that are due)."""

@@ -244,7 +244,8 @@ end
 
 repeat
 while got < want do
-  if f1 and (cpu < f1 or mem < f2 or tmp < f3 or (left >= 0 and left < f4)) then break end
+  -- (a pilot that runs jobs walks on: a reservation may be due; see "Reservations")
+  if f1 and #PD == 0 and (cpu < f1 or mem < f2 or tmp < f3 or (left >= 0 and left < f4)) then break end
   -- The entry of the most urgent head that fits what is free (ties go to the smaller task-queue id, as
   -- ZRANGE orders equal scores), reading pages until no entry left unread can beat it.
   local b
