@@ -177,7 +177,8 @@ class ReservingOracle(Oracle):
         while len(got) < n:
             heads = self.heads(queue)
 
-            def allowed(j: OracleJob, hold: tuple[float, int, int] | None = hold) -> bool:
+            def allowed(j: OracleJob, hold: tuple[float, int, int] | None = hold,
+                        r: OracleReservation | None = r) -> bool:
                 if not (j.cpu <= free[0] and j.mem <= free[1] and (left is None or j.ete <= left)):
                     return False
                 if hold is None or r is None or (j.score, j.tq) <= (r.job.score, r.job.tq):
