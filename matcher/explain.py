@@ -26,6 +26,7 @@ from taskqueues.errors import PilotfishError
 from taskqueues.requirements import Requirements
 from taskqueues.store import Store, reads
 from taskqueues.store.records import Job, JobState, Parked, time_needed
+from taskqueues.store.reservations import held_for
 
 __all__ = ["LIVE_LEASES", "Explanation", "PilotFit", "explain", "render_explanation"]
 
@@ -76,6 +77,8 @@ class Explanation:
     window: float = 0.0
     """The liveness window, seconds (3 leases)."""
     parked: str | None = None
+    reservations: list[str] = field(default_factory=list)
+    """Pilots holding cores for a reserved job in the job's eligible queues (match.lua's EASY backfill)."""
     """Why a script parked the job (its member or record could not be read), None when it is not parked."""
 
     def to_json(self) -> dict[str, Any]:
@@ -186,7 +189,8 @@ def explain(store: Store, catalog: Catalog, job_id: str, *, now: float | None = 
                        task_queue=job.tq_id, score=job.score, ete=job.ete, cpu=job.cpu, mem=job.mem, tmp=job.tmp,
                        position=rank, queue_length=int(length), eligible=eligible,
                        ineligible=_ineligible(store, catalog, job, set(eligible)) if job.tq_id else {},
-                       parked=_parked(parked))
+                       parked=_parked(parked),
+                       reservations=held_for(store.client, store.keys, eligible, job_id, now) if job.tq_id else [])
 
     if job.state is JobState.WAITING and rank is None and delayed is None and parked is not None:
         return _with(base, verdict=f"parked: {parked.reason}; it waits outside its task queue for an operator "
@@ -305,6 +309,7 @@ def render_explanation(e: Explanation, now: float | None = None) -> list[str]:
             lines.append(f"  not eligible {queue}: {why}")
     for f in e.pilots:
         lines.append(f"  pilot {f.pilot} ({f.queue}): " + ("; ".join(f.reasons) if f.reasons else "could take it now"))
+    lines += [f"  {line}" for line in e.reservations]
     if e.skipped:
         lines.append(f"  ({e.skipped} pilots not listed: stopped, or no heartbeat within {e.window:g} s)")
     lines.append(f"verdict: {e.verdict}")

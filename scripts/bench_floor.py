@@ -57,7 +57,7 @@ def worker(url: str, n: int, seed: int, kind: str, out: mp.Queue) -> None:  # ty
     k = store.keys
     floor = PackedCall(HotLine.of(store.client), load_apart(
         store.client, "bench_floor", "bench_floor_lease", (Path(__file__).parent / "floor_lease.lua").read_text()),
-        [k.tq(TQ), k.heads, k.qheads(queue_name(0)), k.jobs, k.leases], n_args=10)
+        [k.tq(TQ), k.heads, k.qheads(queue_name(0)), k.jobs, k.leases], n_args=12)
 
     def call(i: int) -> int:
         offer, want = pilots[i % len(pilots)]

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Scheduling quality: makespan under pressure ordering, FIFO and random scores, against the lower bound.
 
-    python scripts/bench_schedule.py [--seed N] [--pilots P] [--cores C] [--only NAME] [--no-noise]
+    python scripts/bench_schedule.py [--seed N] [--pilots P] [--cores C] [--only NAME] [--no-noise] [--no-mixes]
 
 A discrete-event simulation with a simulated clock drives the REAL store (submit, match, complete: the Lua
 scripts) on a REAL redis-server that the script starts on a free port. Only time is simulated: no payload
@@ -47,6 +47,12 @@ W/m + (1 - 1/m) CP, divided by the pressure makespan: the largest FIFO/pressure 
 Targets: pressure within 1.15 x the lower bound on every workload, and at least 20 % shorter than FIFO
 (FIFO/pressure >= 1.25) on workloads whose critical path is long, taken here as CP >= 0.5 x work/cores.
 The FIFO target is marked "n/a" where FIFO itself ends within 1.25 x LB: no schedule can beat it by 20 %.
+
+A second table runs heterogeneous mixes (jobs of 1/2/4/8 cores and high memory, pilots of finite memory,
+requests arriving over time, the match's reservations on; ``scripts/schedule_mix.py``, workloads in
+``scripts/mixes.py``): makespan against the mix's lower bound and FIFO, and each request's completion stretch.
+Its targets: every mix within 1.15 x its lower bound (the alternating 1c/4c chain beside a bag: 1.10 x)
+and never longer than FIFO. The ``--pilots``/``--cores`` options do not apply to it (each mix names its pool).
 
 Workloads of several requests also run two diagnostics that keep the pressures and change only each
 request's ETA (``pressure-eta``: now + max(CP, work/cores); ``pressure-one-eta``: one ETA for all), to show
@@ -532,9 +538,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-noise", action="store_true", help="skip the run with ±30%% noise in the hints")
     parser.add_argument("--estimates", action="store_true", help="also run the estimate rows (learnt rules, "
                         "3x-wrong hints); --only NONE runs only them")
+    parser.add_argument("--no-mixes", action="store_true", help="skip the heterogeneous workloads (schedule_mix)")
     args = parser.parse_args(argv)
     cores = args.pilots * args.cores
     workloads = [w for w in standard(args.seed) if not args.only or any(o in w.name for o in args.only)]
+    from mixes import mixes  # the heterogeneous part (they import this module)
+    from schedule_mix import print_mixes, run_mixes
+    mix_list = [] if args.no_mixes else [m for m in mixes(args.seed)
+                                         if not args.only or any(o in m.name for o in args.only)]
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="bench-schedule-") as tmp:
         server = RedisServer(Path(tmp)).start()
@@ -559,13 +570,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if shorter:  # a schedule below a lower bound: the bound or the simulation is wrong
                     raise SimulationError(f"{workload.name}: {shorter} ends before LBe {row.lb_e:.3f}")
                 rows.append(row)
+            mix_rows = run_mixes(client, mix_list)
         finally:
             client.close()
             server.stop()
     print(f"{args.pilots} pilots x {args.cores} cores, seed {args.seed}; makespans in simulated seconds\n")
     print_table(rows, not args.no_noise)
+    missed = 0
+    if mix_rows:
+        print("\nHeterogeneous mixes (1/2/4/8-core, high-memory jobs, pilots of finite memory, requests arriving"
+              " over time;\nstrict = pressure with the match's reservations off; stretch = a request's completion"
+              " / its own LB alone):\n")
+        missed = print_mixes(mix_rows)
     calls = sum(res.matches for r in rows for res in r.results.values())
-    print(f"\n{calls:,} match calls, {time.monotonic() - started:.1f} s wall")
+    calls += sum(res.matches for _, results in mix_rows for res in results.values())
+    print(f"\n{calls:,} match calls, {time.monotonic() - started:.1f} s wall"
+          + (f"; heterogeneous targets missed: {missed}" if mix_rows else ""))
     for line in estimates:
         print(line)
     return 0

@@ -4,10 +4,10 @@
 -- records leased and adds the leases: the writes match.lua makes, in the same form.
 -- KEYS[1]  the task-queue zset     KEYS[2]  heads hash     KEYS[3]  heads index of its catalog queue
 -- KEYS[4]  jobs hash               KEYS[5]  leases zset
--- ARGV: match.lua's (ARGV[2] pilot, ARGV[3] now, ARGV[4] lease seconds, ARGV[9] how many jobs); ARGV[10] the
+-- ARGV: match.lua's (ARGV[2] pilot, ARGV[3] now, ARGV[4] lease seconds, ARGV[9] how many jobs); ARGV[12] the
 -- task-queue id
 -- Returns {id1, record1, ...} as match.lua does
-local tq = ARGV[10]
+local tq = ARGV[12]
 local popped = redis.call('ZPOPMIN', KEYS[1], ARGV[9])
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if #head > 0 then

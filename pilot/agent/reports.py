@@ -124,7 +124,12 @@ class Reports:
                 if not self.inflight:
                     state.stop_accepting(f"ran its maximum of {config.max_jobs} jobs")
                 return
-        self.send(PilotOffer(state.name, config.queue, cpu, max(0, mem), max(0, tmp), state.time_left()), want)
+        # What it runs, for the match's reservations, only when no other offer is in flight: free + running
+        # must be the whole pilot (a partial view would reserve for jobs that fit it anyway).
+        offering = any(sent.want for sent in self.inflight)
+        running = None if offering else state.slots.ends(time.monotonic())
+        self.send(PilotOffer(state.name, config.queue, cpu, max(0, mem), max(0, tmp), state.time_left(),
+                             running=running), want)
 
     def send_unmatched(self) -> None:
         """At the turn's end: what no match carried goes alone (the successes, the starts that are due)."""

@@ -41,6 +41,7 @@ from .records import (
     RunResult,
 )
 from .records import text as _text
+from .reservations import DEFAULT_RESERVATION_SLACK, running_text
 
 _MAX_KEY_ROUNDS = 16
 #: Fields of the cursor hash: the server run the reaper last saw, and until when leases are not requeued.
@@ -68,6 +69,7 @@ class Store:
         ete_safety_factor: float = DEFAULT_ETE_SAFETY_FACTOR,
         submit_replicas: int = 0,
         submit_timeout: float = 5.0,
+        reservation_slack: float = DEFAULT_RESERVATION_SLACK,
     ) -> None:
         """``ete_safety_factor``: a job without ``wall`` must find this many times its run-time estimate left
         in a pilot (:func:`taskqueues.store.records.time_needed`; every writer of a task-queue member uses this one).
@@ -88,6 +90,8 @@ class Store:
                               f"{submit_timeout!r}")
         self.submit_replicas = submit_replicas
         self.submit_timeout = submit_timeout
+        #: A reservation (match.lua) whose start passed by this many seconds holds its pilot's cores no more.
+        self.reservation_slack = reservation_slack
         self._scripts: dict[str, functions.Function] = functions.register(client)
         self._base = self.keys.base + ":"
         self._match_calls: dict[str, PackedCall] = {}
@@ -192,8 +196,8 @@ class Store:
         if call is None:
             k = self.keys
             call = PackedCall(self._line, self._scripts["match"],
-                              [k.jobs, k.qheads(queue), k.leases, k.tqempty, k.heads, k.qfloor, k.parked, k.stats],
-                              n_args=9)
+                              [k.jobs, k.qheads(queue), k.leases, k.tqempty, k.heads, k.qfloor, k.parked, k.stats,
+                               k.resv], n_args=11)
             self._match_calls[queue] = call
         return call
 
@@ -201,7 +205,7 @@ class Store:
         """The ARGV of a match call for this pilot (match.lua's header)."""
         left = -1.0 if offer.time_left is None else max(0.0, offer.time_left)
         return [self._base, offer.pilot, self.clock(), self.lease_seconds, offer.cpu, offer.mem, offer.tmp,
-                left, max_jobs]
+                left, max_jobs, running_text(offer.running), self.reservation_slack]
 
     @staticmethod
     def matched(reply: list[Any]) -> list[Job]:

@@ -27,6 +27,7 @@ import redis
 from .keys import Keys
 from .records import Job, JobState
 from .records import text as _text
+from .reservations import read_reservations
 
 __all__ = ["Violation", "check", "heads_violations"]
 
@@ -147,6 +148,7 @@ def check(client: redis.Redis, keys: Keys) -> list[Violation]:
     out += heads_violations(client, keys, {tq: snap.pools.get(tq, set()) for tq in every})
     _work(snap, out)
     _records_read_by_the_control_plane(snap, out)
+    _reservations(client, keys, snap, out)
     return sorted(set(out))
 
 
@@ -356,3 +358,24 @@ def heads_violations(client: redis.Redis, keys: Keys, pools: Mapping[str, Iterab
         if len(low) != 4 or any(lo is None or any(lo > v[i] for v in reach) for i, lo in enumerate(low)):
             out.append(Violation("queue-floor-above", queue, f"floor {_text(floor)} above a member it reaches"))
     return out
+
+
+def _reservations(client: redis.Redis, keys: Keys, snap: _Snapshot, out: list[Violation]) -> None:
+    """Each reservation (``keys.resv``, match.lua) can be read, belongs to a queue with a heads index, names
+    a job that exists with the cores, memory and scratch it holds for, and starts no earlier than it was made.
+    One whose job is no longer its task queue's head may remain: the next match of its queue drops it."""
+    good, bad = read_reservations(client, keys)
+    out += [Violation("resv-unreadable", queue, text[:80]) for queue, text in bad.items()]
+    for r in good:
+        if r.queue not in snap.indexes:
+            out.append(Violation("resv-no-queue", r.queue, f"no heads index for its reservation of job {r.job}"))
+        rec = snap.records.get(r.job)
+        if rec is None:
+            out.append(Violation("resv-no-job", r.queue, f"reserved job {r.job} has no readable record"))
+            continue
+        tail = _MEMBER.match(r.job + str(rec.get("mt", "")))
+        if tail and tuple(map(int, tail.groups()[1:4])) != (r.cpu, r.mem, r.tmp):
+            out.append(Violation("resv-shape", r.queue, f"holds {r.cpu}:{r.mem}:{r.tmp} for job {r.job}, whose "
+                                                        f"member is {r.job}{rec.get('mt')}"))
+        if r.start < r.at or not r.pilot:
+            out.append(Violation("resv-start", r.queue, f"start {r.start} before it was made ({r.at}), or no pilot"))

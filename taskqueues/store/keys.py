@@ -59,6 +59,9 @@ pilot keeps the files; ``live`` 1 while the payload runs). Written only for a jo
 | ``P:{vo}:stats`` | hash | counters the scripts keep, one HINCRBY per event (``store.stats`` names the fields):
 jobs ended by state, lease expiries, retries, jobs matched, blocked jobs (in all and per task queue), director
 submissions and batch-system errors per backend, the pilots' match-latency histogram |
+| ``P:{vo}:resv`` | hash | catalog queue → its one reservation (match.lua, EASY backfill): ``"<state r|x> <tq> <job>
+<score> <cpu> <mem> <tmp> <need> <start> <at> <pilot>"``, the job a pilot holds cores for and when it should start
+(``x``: expired, held no more) |
 """
 
 from __future__ import annotations
@@ -237,6 +240,10 @@ class Keys:
     def stats(self) -> str:
         return f"{self.base}:stats"
 
+    @property
+    def resv(self) -> str:
+        return f"{self.base}:resv"
+
 
 def lua_names() -> dict[str, str]:
     """The key suffixes the Lua scripts append to their key base (ARGV[1] ``"<prefix>:{<vo>}:"``), by the Lua
@@ -250,4 +257,4 @@ def lua_names() -> dict[str, str]:
         ("K_QFLOOR", k.qfloor), ("K_LEASES", k.leases), ("K_PARKED", k.parked), ("K_WORK", k.work),
         ("K_BYRULE", k.byrule("")), ("K_WAKE", k.wake), ("K_RELEASE", k.release_channel),
         ("K_CTL", k.pilot_channel("")), ("K_ENDED", k.ended), ("K_BLOCKED", k.blocked),
-        ("K_LOG", k.log("")), ("K_STATS", k.stats))}
+        ("K_LOG", k.log("")), ("K_STATS", k.stats), ("K_RESV", k.resv))}

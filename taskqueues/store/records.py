@@ -342,6 +342,9 @@ class PilotOffer:
     mem: int
     tmp: int = 0
     time_left: float | None = None
+    #: What the pilot runs, for reservations (EASY backfill in match.lua): per running job (seconds until its
+    #: estimated end, cores, memory MB, scratch MB). None: no reservation is made or honoured for this call.
+    running: tuple[tuple[float, int, int, int], ...] | None = None
 
 
 @dataclass(frozen=True)

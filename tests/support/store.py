@@ -3,6 +3,7 @@ store, a real call of every script to start from, and the store's consistency ch
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -127,7 +128,9 @@ def script_calls(store: Store, pop: Population, clock: FakeClock) -> dict[str, C
     try:
         record("reap", lambda: store.requeue_expired())
         record("clean", lambda: store.clean(grace=600))
-        calls["match"] = (store._match_call(QUEUE).keys, store.match_args(OFFER, 4))
+        # with what the pilot runs, so that a reservation may be made (match.lua's "Reservations")
+        busy = dataclasses.replace(OFFER, cpu=1, running=((30.0, 1, 100, 0), (60.0, 2, 200, 0)))
+        calls["match"] = (store._match_call(QUEUE).keys, store.match_args(busy, 4))
     finally:
         clock.now = now
     lock = Lock(client, k.lock("beat"), 600)

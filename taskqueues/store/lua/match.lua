@@ -7,7 +7,8 @@
 -- KEYS[5]  heads hash (task-queue id -> "<score> <member> <floor>": its exact head; see _lib.lua)
 -- KEYS[6]  qfloor hash (queue -> "cpu:mem:tmp:need" at or below every job its index can reach)
 -- KEYS[7]  parked hash (job id -> why it was taken out of its task queue; see below)
--- KEYS[8]  stats hash (its "matched" field counts the jobs leased; taskqueues/stats.py)
+-- KEYS[8]  stats hash (its "matched" field counts the jobs leased; taskqueues/store/stats.py)
+-- KEYS[9]  resv hash (catalog queue -> its one reservation; see "Reservations" below)
 -- The task-queue zsets it touches (the one it leases from; one whose index entry has no heads entry) are
 -- not declared: it builds their keys from the key base, which carries the community's hash tag, so they hash
 -- to the slot of every declared key, and Redis (standalone, or a Cluster node serving that slot) serves them
@@ -28,6 +29,10 @@
 -- ARGV[8]  seconds left (negative = unbounded), compared with each member's need: the seconds the job must
 --          find left, its wall or its estimate with a safety factor (taskqueues.store.records.time_needed)
 -- ARGV[9]  how many jobs at most
+-- ARGV[10] what the pilot runs, for reservations: "d:cpu:mem:tmp" per running job, blank-separated, by d
+--          ascending (d = seconds until its estimated end, 0 if overdue); "" when it runs nothing; "-" turns
+--          reservations off for this call (the match of old, strict)
+-- ARGV[11] reservation slack (seconds): a reservation whose start passed by this much is dropped
 -- Returns  {id1, record1, id2, record2, ...} (records as stored after the lease: without their id, with the
 --          member's tail as mt; see _lib.lua's load/save)
 -- Arguments are checked in line, a comparison each (NaN fails every one), and a bad call is refused before
@@ -36,8 +41,8 @@
 -- another member, is taken out of its task queue into the parked hash (job id -> {"why", "t", "m", "at"};
 -- `pilotfish explain` and `status` show it, the periodic reap logs it) and the walk goes on to the next
 -- head in the same call.
-if #KEYS ~= 8 or #ARGV ~= 9 then
-  return redis.error_reply('match: wants 8 KEYS and 9 ARGV, got ' .. #KEYS .. ' and ' .. #ARGV)
+if #KEYS ~= 9 or #ARGV ~= 11 then
+  return redis.error_reply('match: wants 9 KEYS and 11 ARGV, got ' .. #KEYS .. ' and ' .. #ARGV)
 end
 local base, pilot = ARGV[1], ARGV[2]
 local now, length = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -48,8 +53,9 @@ local queue = string.sub(qh, #base + 4)
 local bad
 if jobs ~= base .. K_JOBS or qh ~= base .. K_QH .. queue or queue == ''
     or KEYS[3] ~= base .. K_LEASES or KEYS[4] ~= base .. K_TQEMPTY or heads ~= base .. K_HEADS
-    or qfloor ~= base .. K_QFLOOR or KEYS[7] ~= base .. K_PARKED or KEYS[8] ~= base .. K_STATS then
-  bad = 'KEYS want the jobs, qh:<queue>, leases, tqempty, heads, qfloor, parked and stats keys of ' .. base
+    or qfloor ~= base .. K_QFLOOR or KEYS[7] ~= base .. K_PARKED or KEYS[8] ~= base .. K_STATS
+    or KEYS[9] ~= base .. K_RESV then
+  bad = 'KEYS want the jobs, qh:<queue>, leases, tqempty, heads, qfloor, parked, stats and resv keys of ' .. base
 elseif pilot == '' or #pilot > 256 then bad = 'ARGV[2] (pilot id) wants 1 to 256 bytes'
 elseif not (now and now >= 0 and now <= 1e12) then bad = 'ARGV[3] (now) wants a number in [0, 1e12]'
 elseif not (length and length > 0 and length <= 1e12) then bad = 'ARGV[4] (lease length) wants a number in (0, 1e12]'
@@ -60,9 +66,51 @@ elseif not (left and left >= -1e15 and left <= 1e15) then
   bad = 'ARGV[8] (seconds left) wants a number in [-1e15, 1e15]'
 elseif not (want and want >= 1 and want <= 100000 and want % 1 == 0) then
   bad = 'ARGV[9] (jobs wanted) wants a whole number in [1, 100000]'
+elseif not (tonumber(ARGV[11]) and tonumber(ARGV[11]) >= 0 and tonumber(ARGV[11]) <= 1e12) then
+  bad = 'ARGV[11] (reservation slack) wants a number in [0, 1e12]'
 end
 if bad then return redis.error_reply('match: ' .. bad .. ', got ' .. cjson.encode(ARGV)) end
 local EMPTY, EMPTY_TEXT = 1e18, '1e18'
+
+-- == Reservations (EASY backfill, as Slurm's backfill and HTCondor's multi-core pilots do) ===============
+-- When the most urgent head that fits the pilot's total (free + what its running jobs hold) does not fit
+-- what it has free, the queue reserves it (one reservation per catalog queue: bounded work) on the pilot
+-- that will have room for it soonest, by its running jobs' estimated ends (ARGV[10]): the first pilot to
+-- ask reserves, and a pilot that would start it strictly sooner takes the reservation over. The pilot
+-- holding it leases a less urgent head only if that head's need (records.time_needed: its wall or its
+-- estimate with the safety factor, never below the estimate) ends before the reserved start, or if it fits
+-- in what the reserved job leaves over at that start (EASY backfill). A head at least as urgent as the
+-- reserved one is never held back; a pilot that does not hold the reservation is not restricted at all,
+-- and a call without one is the strict match of old. A reservation goes when its job is no longer its task
+-- queue's head (leased, cancelled), when a more urgent head needs one, or, its start passed by the slack
+-- (ARGV[11]: an estimate was wrong, the pilot died), it is marked expired: it holds nothing, and its job is
+-- not reserved on that pilot again (another pilot may).
+-- resv field: "<state r|x> <tq> <job> <score> <cpu> <mem> <tmp> <need> <start> <at> <pilot>".
+local RV = ARGV[10] ~= '-'
+local slack = tonumber(ARGV[11])
+local PD = {} -- the pilot's running jobs, 4 slots each: seconds until the estimated end, cpu, mem, tmp
+local R, rdirty -- the queue's reservation (a table), and whether it must be written back (nil: deleted)
+local rs, rtq, rscore, ec, em, et -- while this pilot holds it: start, task queue, score, left over then
+local decided, reserve, lend
+local tc, tm, tt = cpu, mem, tmp -- the pilot's total: free + what its running jobs hold
+if RV then
+  local prev = 0
+  for d, c, m, t in string.gmatch(ARGV[10], '(%S+):(%d+):(%d+):(%d+)') do
+    d = tonumber(d)
+    if not (d and d >= prev and d <= 1e12) then
+      return redis.error_reply('match: ARGV[10] (running jobs) wants "d:cpu:mem:tmp" by d ascending, got '
+        .. cjson.encode(ARGV[10]))
+    end
+    prev = d
+    PD[#PD + 1] = d PD[#PD + 1] = tonumber(c) PD[#PD + 1] = tonumber(m) PD[#PD + 1] = tonumber(t)
+  end
+  if #PD / 4 ~= select(2, string.gsub(ARGV[10], '%S+', '')) then
+    return redis.error_reply('match: ARGV[10] (running jobs) wants "d:cpu:mem:tmp" by d ascending, got '
+      .. cjson.encode(ARGV[10]))
+  end
+end
+-- (the rest of the reservations' code comes once the walk's tables exist, below)
+
 
 -- What a lease adds to a record, and its expiry: made at the first lease (a call that leases nothing, as
 -- for a pilot that nothing fits, costs little more than a trivial script).
@@ -133,9 +181,73 @@ local got, checked = 0, 0
 -- entry) pairs for one HSET at the end: tables made only when needed, like everything off the usual path.
 local todo, pk
 
+-- == Reservations, continued ===========================================================================
+if RV then
+  -- When this pilot has c, m, t free (its running jobs ending at their estimates), and what is left then.
+  local function shadow(c, m, t)
+    local fc, fm, ft = cpu, mem, tmp
+    if c <= fc and m <= fm and t <= ft then return now, fc - c, fm - m, ft - t end
+    for i = 1, #PD, 4 do
+      fc, fm, ft = fc + PD[i + 1], fm + PD[i + 2], ft + PD[i + 3]
+      if c <= fc and m <= fm and t <= ft then return now + PD[i], fc - c, fm - m, ft - t end
+    end
+    return nil
+  end
+  for i = 1, #PD, 4 do tc, tm, tt = tc + PD[i + 1], tm + PD[i + 2], tt + PD[i + 3] end
+  local function hold()
+    rs, ec, em, et = shadow(R.c, R.m, R.t)
+    if rs then rtq, rscore = R.tq, R.score else R, rdirty = nil, true end
+  end
+  local text = redis.call('HGET', KEYS[9], queue)
+  if text then
+    local st, tq, id, sc, c, m, t, need, start, at, who = string.match(text,
+      '^([rx]) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (.+)$')
+    R = st and {st = st, tq = tq, id = id, score = tonumber(sc), c = tonumber(c), m = tonumber(m), t = tonumber(t),
+                need = tonumber(need), start = tonumber(start), at = tonumber(at), pilot = who}
+    local head = R and R.score and R.c and R.m and R.t and R.need and R.start and R.at
+      and redis.call('HGET', heads, R.tq)
+    if not head or string.match(head, '^%S+ ([^:]+)') ~= R.id then
+      R, rdirty = nil, true -- unreadable, or its job is no longer its task queue's head
+    elseif R.st == 'r' and now > R.start + slack then
+      R.st, rdirty = 'x', true
+    elseif R.st == 'r' and R.pilot == pilot then
+      hold()
+    end
+  end
+  -- The decision, once per call, on entry x (the most urgent head that fits the pilot's total, more urgent
+  -- than any that fits what is free): true when this pilot now holds a reservation it did not hold before.
+  reserve = function(x)
+    decided = true
+    local id = string.match(X[x + 3], '^%S+ ([^:]+)')
+    local s = shadow(X[x + 4], X[x + 5], X[x + 6])
+    if not id or not s or (left >= 0 and s - now + X[x + 7] > left) then return false end
+    if R then
+      local same = R.id == id and R.tq == X[x + 1]
+      if same and (R.pilot == pilot or (R.st == 'r' and s >= R.start)) then return false end
+      if not same and R.st == 'r' and R.score <= X[x + 2] then return false end
+    end
+    R = {st = 'r', tq = X[x + 1], id = id, score = X[x + 2], c = X[x + 4], m = X[x + 5], t = X[x + 6],
+         need = X[x + 7], start = s, at = now, pilot = pilot}
+    rdirty = true
+    hold()
+    return rs ~= nil
+  end
+  -- A job this call leased (entry x): it runs here now (for the shadow), and the reservation goes with it.
+  lend = function(x, id)
+    if R and R.tq == X[x + 1] and R.id == id then R, rdirty, rs = nil, true, nil end
+    local d, i = X[x + 7], #PD + 1
+    while i > 1 and PD[i - 4] > d do i = i - 4 end
+    table.insert(PD, i, X[x + 6]) table.insert(PD, i, X[x + 5]) table.insert(PD, i, X[x + 4])
+    table.insert(PD, i, d)
+    if rs then hold() end
+  end
+end
+-- == end of reservations ==================================================================================
+
 repeat
 while got < want do
-  if f1 and (cpu < f1 or mem < f2 or tmp < f3 or (left >= 0 and left < f4)) then break end
+  -- (a pilot that runs jobs walks on: a reservation may be due; see "Reservations")
+  if f1 and #PD == 0 and (cpu < f1 or mem < f2 or tmp < f3 or (left >= 0 and left < f4)) then break end
   -- The entry of the most urgent head that fits what is free (ties go to the smaller task-queue id, as
   -- ZRANGE orders equal scores), reading pages until no entry left unread can beat it.
   local b
@@ -172,6 +284,7 @@ while got < want do
       todo = nil
     end
     b = nil
+    local h -- reservations: the most urgent head that fits the pilot's total
     for x = 0, 7 * (n - 1), 7 do
       local r = X[x + 2]
       if r < EMPTY and (not b or r <= X[b + 2]) then
@@ -186,13 +299,22 @@ while got < want do
           X[x + 4], X[x + 5], X[x + 6], X[x + 7] = c, m1, t1, e1
         end
         if c <= cpu and X[x + 5] <= mem and X[x + 6] <= tmp and (left < 0 or X[x + 7] <= left)
-            and (not b or r < X[b + 2] or X[x + 1] < X[b + 1]) then
+            and (not b or r < X[b + 2] or X[x + 1] < X[b + 1])
+            and (not rs or r < rscore or (r == rscore and X[x + 1] <= rtq) or now + X[x + 7] <= rs
+                 or (c <= ec and X[x + 5] <= em and X[x + 6] <= et)) then -- backfill (reservations)
           b = x
+        end
+        if RV and not decided and (not h or r < X[h + 2] or (r == X[h + 2] and X[x + 1] < X[h + 1]))
+            and c <= tc and X[x + 5] <= tm and X[x + 6] <= tt then -- fits the pilot's total (reservations)
+          h = x
         end
       end
     end
     if todo then
       b = nil
+    elseif RV and not decided and h and (all or X[h + 2] < bound)
+        and (not b or X[h + 2] < X[b + 2] or (X[h + 2] == X[b + 2] and X[h + 1] < X[b + 1])) and reserve(h) then
+      b = nil -- this pilot now holds cores for h: the pass again, under the reservation
     elseif b and (all or X[b + 2] < bound) then
       break
     elseif all then
@@ -260,6 +382,7 @@ while got < want do
     todo = {b}
   else
     cpu, mem, tmp = cpu - X[b + 4], mem - X[b + 5], tmp - X[b + 6]
+    if RV then lend(b, id) end -- reservations: before entry b becomes the next head
     local head = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
     if #head == 0 then
       X[b + 2] = EMPTY
@@ -307,6 +430,14 @@ if got > checked then
 end
 until not parked
 
+if rdirty then -- reservations
+  if R then
+    redis.call('HSET', KEYS[9], queue, string.format('%s %s %s %.17g %d %d %d %d %.17g %.17g %s', R.st, R.tq, R.id,
+      R.score, R.c, R.m, R.t, R.need, R.start, R.at, R.pilot))
+  else
+    redis.call('HDEL', KEYS[9], queue)
+  end
+end
 if #hs > 0 then redis.call('HSET', heads, unpack(hs)) end
 if #hd > 0 then redis.call('HDEL', heads, unpack(hd)) end
 if #zq > 0 then redis.call('ZADD', qh, unpack(zq)) end

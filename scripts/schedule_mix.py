@@ -1,0 +1,180 @@
+"""The heterogeneous part of ``bench_schedule.py``: mixes of 1/2/4/8-core and high-memory jobs, requests
+arriving over time, pilots of finite memory, on the REAL store and match (a real redis-server).
+
+Same simulation as the single-core rows (a simulated clock; a job runs from its lease to lease + its true
+run time), with these differences: every pilot has ``Mix.cores`` cores and ``Mix.mem`` MB and offers both;
+each request is submitted at its arrival time (the pilots match right after); and a pilot tells the match
+what it runs (its jobs' cores, memory and estimated ends, from their hints), so the match's reservations
+(EASY backfill, ``match.lua``) work as with real pilots. Policies: ``pressure`` (the Submitter, hints = true
+run times), ``strict`` (the same, reservations off: the match of old), ``FIFO`` (scores in submission
+order, reservations on, the same match).
+
+Per request: its completion stretch, (its last end - its arrival) / its own lower bound alone
+(:func:`mixes.request_bound`); the table shows the largest and the mean next to the makespans.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import redis
+from bench_schedule import QUEUE, T0, SimClock, SimulationError, submit_scored
+from mixes import Mix, MixRequest, MixTask, mix_bound, request_bound
+
+from matcher.submission import JobSpec, SubmissionError, Submitter
+from taskqueues.catalog import Catalog
+from taskqueues.store import Store
+from taskqueues.store.records import PilotOffer, RunResult
+
+MIX_POLICIES = ("pressure", "strict", "fifo")
+
+CATALOG = """
+[sites.bench]
+[sites.bench.ces.ce]
+[sites.bench.ces.ce.queues.q]
+shapes = [{ name = "pilot", cpu = 64, mem = "64G" }]
+"""
+
+
+@dataclass(frozen=True)
+class MixResult:
+    makespan: float
+    stretch: dict[str, float]  # request name -> completion / its own lower bound
+    matches: int
+
+
+def _jobs(request: MixRequest) -> list[JobSpec]:
+    return [JobSpec(t.name, f"run {t.kind}", {"cpu": t.cpu, "mem": t.mem}, deps=t.deps, ete=t.runtime)
+            for t in request.tasks]  # type: ignore[attr-defined]
+
+
+def simulate_mix(client: redis.Redis, mix: Mix, policy: str) -> MixResult:
+    """Run ``mix`` to completion under ``policy`` (one of :data:`MIX_POLICIES`) on an emptied database."""
+    client.flushdb()
+    clock = SimClock()
+    store = Store(client, clock=clock, lease_seconds=1e9)
+    catalog = Catalog.loads(CATALOG)
+    capacity = float(mix.pilots * mix.cores)
+    tasks: dict[str, tuple[MixTask, MixRequest]] = {}
+    order = sorted(mix.requests, key=lambda r: r.arrival)
+    fifo_next = 0
+
+    def submit(request: MixRequest) -> None:
+        nonlocal fifo_next
+        jobs = _jobs(request)
+        if policy == "fifo":
+            scores = {j.name: T0 + fifo_next + i for i, j in enumerate(jobs)}
+            fifo_next += len(jobs)
+            ids = submit_scored(store, catalog, jobs, scores, name=request.name, clock=clock)
+        else:
+            try:
+                ids = Submitter(store, catalog, clock=clock, capacity=lambda: capacity).submit(
+                    jobs, name=request.name).ids
+            except SubmissionError as exc:
+                raise SimulationError(f"{mix.name}: {exc}") from None
+        by_name = {t.name: t for t in request.tasks}
+        tasks.update({job_id: (by_name[n], request) for n, job_id in ids.items()})  # type: ignore[misc]
+
+    names: dict[str, str] = {}
+    free = {f"pilot{i}": [mix.cores, mix.mem] for i in range(mix.pilots)}
+    held: dict[str, dict[str, tuple[float, int, int]]] = {p: {} for p in free}  # job id -> (est. end, cpu, mem)
+    running: list[tuple[float, int, str, int, str]] = []
+    ended: dict[str, float] = {}
+    seq = matches = 0
+    now = 0.0
+    reserve = policy != "strict"
+
+    def fill() -> None:
+        nonlocal seq, matches
+        for pilot, (cpu, mem) in free.items():
+            if cpu <= 0:
+                continue
+            ends = tuple((end - now, c, m, 0) for end, c, m in held[pilot].values()) if reserve else None
+            got = store.match(PilotOffer(pilot, QUEUE, cpu, mem, 0, None, running=ends), max_jobs=cpu)
+            matches += 1
+            for job in got:
+                task, req = tasks[job.id]
+                late = [d for d in task.deps if ended.get(names[d + "@" + req.name], float("inf")) > now]
+                if late or job.id in ended or any(job.id == r[2] for r in running):
+                    raise SimulationError(f"{mix.name}: job {task.name} started at {now:.3f} too early or twice")
+                free[pilot][0] -= task.cpu
+                free[pilot][1] -= task.mem
+                if free[pilot][0] < 0 or free[pilot][1] < 0:
+                    raise SimulationError(f"{mix.name}: pilot {pilot} overcommitted by {task.name}")
+                held[pilot][job.id] = (now + task.runtime, task.cpu, task.mem)
+                seq += 1
+                heapq.heappush(running, (now + task.runtime, seq, job.id, job.attempt, pilot))
+
+    arrivals = list(order)
+    while arrivals or running:
+        next_end = running[0][0] if running else float("inf")
+        if arrivals and arrivals[0].arrival <= next_end:
+            now = arrivals[0].arrival
+            clock.now = T0 + now
+            while arrivals and arrivals[0].arrival <= now:
+                request = arrivals.pop(0)
+                submit(request)
+                names.update({t.name + "@" + request.name: j for j, (t, r) in tasks.items() if r is request})
+        else:
+            now = next_end
+            clock.now = T0 + now
+            while running and running[0][0] <= now:
+                _, _, job_id, attempt, pilot = heapq.heappop(running)
+                task = tasks[job_id][0]
+                store.complete(job_id, attempt, pilot, RunResult(wall=task.runtime))
+                ended[job_id] = now
+                free[pilot][0] += task.cpu
+                free[pilot][1] += task.mem
+                del held[pilot][job_id]
+        fill()
+    if len(ended) != len(tasks):
+        raise SimulationError(f"{mix.name}: {len(tasks) - len(ended)} jobs never ran")
+    last: dict[str, float] = {}
+    for job_id, end in ended.items():
+        req = tasks[job_id][1]
+        last[req.name] = max(last.get(req.name, 0.0), end)
+    stretch = {r.name: (last[r.name] - r.arrival) / request_bound(mix, r) for r in mix.requests}
+    return MixResult(max(ended.values()), stretch, matches)
+
+
+def run_mixes(client: redis.Redis, mixes: Sequence[Mix]) -> list[tuple[Mix, dict[str, MixResult]]]:
+    rows = []
+    for mix in mixes:
+        results = {pol: simulate_mix(client, mix, pol) for pol in MIX_POLICIES}
+        lb = mix_bound(mix)
+        low = {pol: r.makespan for pol, r in results.items() if r.makespan < lb - 1e-6}
+        if low:
+            raise SimulationError(f"{mix.name}: {low} ends before the lower bound {lb:.3f}")
+        rows.append((mix, results))
+    return rows
+
+
+def print_mixes(rows: Sequence[tuple[Mix, dict[str, MixResult]]]) -> int:
+    """The heterogeneous table and its targets; returns how many targets were missed."""
+    head = (f"{'mix (pilots x cores, GB)':36} {'jobs':>5} {'LB':>7} {'press':>7} {'strict':>7} {'FIFO':>7}"
+            f" {'P/LB':>5} {'S/LB':>5} {'F/LB':>5} {'F/P':>5}  {'stretch P max/mean':>18} {'F max':>5}  targets")
+    print(head)
+    print("-" * len(head))
+    missed = 0
+    for mix, res in rows:
+        lb = mix_bound(mix)
+        p, s, f = (res[k].makespan for k in ("pressure", "strict", "fifo"))
+        st = list(res["pressure"].stretch.values())
+        verdict = []
+        ok_lb, ok_fifo = p / lb <= mix.target, p <= f * (1 + 1e-9)
+        verdict.append(f"≤{mix.target:.2f}×LB " + ("ok" if ok_lb else "MISS"))
+        verdict.append("≤FIFO " + ("ok" if ok_fifo else "MISS"))
+        missed += (not ok_lb) + (not ok_fifo)
+        label = f"{mix.name} ({mix.pilots}x{mix.cores}, {mix.mem // 1000})"
+        print(f"{label:36} {len(mix.tasks):5d} {lb:7.0f} {p:7.0f} {s:7.0f} {f:7.0f} {p / lb:5.2f} {s / lb:5.2f}"
+              f" {f / lb:5.2f} {f / p:5.2f}  {max(st):9.2f}/{sum(st) / len(st):<8.2f} "
+              f"{max(res['fifo'].stretch.values()):5.2f}  {', '.join(verdict)}")
+    multi = [(m, r) for m, r in rows if len(m.requests) > 1]
+    for mix, res in multi:
+        for req in mix.requests:
+            parts = "  ".join(f"{pol} {r.stretch[req.name]:.2f}" for pol, r in res.items())
+            print(f"  {mix.name}: {req.name:12} arrives {req.arrival:5.0f}, own LB {request_bound(mix, req):6.0f};"
+                  f" stretch {parts}")
+    return missed

@@ -1,0 +1,34 @@
+"""The heterogeneous part of the scheduling benchmark (scripts/schedule_mix.py, scripts/mixes.py) on the real
+store and a real redis-server: reservations keep a chain of wide jobs from starving beside a bag of narrow
+ones, and no schedule ends before the bounds."""
+
+from __future__ import annotations
+
+import random
+
+import redis
+
+from tests.support.scripts import script
+
+mx = script("mixes")
+sm = script("schedule_mix")
+
+
+def test_reservations_keep_the_wide_links_of_a_chain_from_starving(real_redis: redis.Redis) -> None:
+    mix = mx.Mix("chain", (mx.chain_and_bag(random.Random(3), links=6),), 4, 4, 16_000)
+    reserved = sm.simulate_mix(real_redis, mix, "pressure")
+    strict = sm.simulate_mix(real_redis, mix, "strict")
+    lb = mx.mix_bound(mix)
+    assert lb <= reserved.makespan <= 1.10 * lb
+    assert strict.makespan > 1.3 * lb  # without reservations the 4-core links wait for the bag to drain
+
+
+def test_no_policy_ends_before_the_bounds(real_redis: redis.Redis) -> None:
+    rng = random.Random(5)
+    mix = mx.Mix("small", (mx.layered_mixed(rng, layers=4, width=(3, 8)),
+                           mx.MixRequest("late", mx.chain_and_bag(rng, links=2, cores=16).tasks, 200.0)),
+                 2, 8, 32_000)
+    for policy in sm.MIX_POLICIES:
+        result = sm.simulate_mix(real_redis, mix, policy)
+        assert result.makespan >= mx.mix_bound(mix) - 1e-6
+        assert min(result.stretch.values()) >= 1 - 1e-9
