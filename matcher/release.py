@@ -20,7 +20,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from taskqueues.catalog import Catalog
-from taskqueues.errors import PilotfishError
+from taskqueues.errors import NotFound, PilotfishError
+from taskqueues.fairshare import DEFAULT_GROUP, DEFAULT_OWNER, account_of, account_tq
 from taskqueues.records import Job, JobState, member_tail, stored_requirements, time_needed
 from taskqueues.store import Store
 
@@ -31,6 +32,18 @@ from .workflow import JobTemplate, evaluate_deferred, render_command
 
 def _outputs_by_name(store: Store, job: Job) -> dict[str, dict[str, Any]]:
     return {dep.name: dep.outputs for dep in store.jobs(list(job.deps))}
+
+
+def account_of_job(store: Store, job: Job) -> tuple[str, str]:
+    """A job's group and owner: from its task queue when it has one with an account, else its request's."""
+    if "." in job.tq_id:
+        group, owner, _ = account_of(job.tq_id)
+        return group, owner
+    try:
+        record = store.request(job.request) if job.request else {}
+    except NotFound:
+        record = {}
+    return str(record.get("group") or DEFAULT_GROUP), str(record.get("owner") or DEFAULT_OWNER)
 
 
 def release_spec(store: Store, catalog: Catalog, job: Job, vo: str) -> dict[str, Any]:
@@ -52,7 +65,9 @@ def release_spec(store: Store, catalog: Catalog, job: Job, vo: str) -> dict[str,
     except PilotfishError as exc:
         return {"error": str(exc)}
     req = placement.requirements
-    spec: dict[str, Any] = {"t": placement.tq_id, "def": placement.tq_def, "queues": list(placement.queues),
+    group, owner = account_of_job(store, job)
+    spec: dict[str, Any] = {"t": account_tq(placement.tq_id, group, owner, job.rule), "def": placement.tq_def,
+                            "queues": list(placement.queues),
                             "m_tail": member_tail(req.cpu, req.mem, req.tmp,
                                                   time_needed(req.wall, job.ete, store.ete_safety_factor)),
                             **stored_requirements(json.dumps(dict(req.values), sort_keys=True, separators=(",", ":")),

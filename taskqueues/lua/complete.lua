@@ -47,6 +47,7 @@ local missing = needkeys()
 if missing then return missing end
 
 add_work(base, -work_of(rec))
+fair_end(base, rec, now)
 rec.s = 'done'
 rec.te = now
 for k, v in pairs(result) do rec[k] = v end

@@ -40,6 +40,7 @@ end
 for k, v in pairs(result) do rec[k] = v end
 redis.call('ZREM', KEYS[2], id)
 redis.call('HDEL', KEYS[3], id)
+fair_end(base, rec, now)
 if retry then
   rec.rt = (rec.rt or 0) + 1
   rec.pl = nil

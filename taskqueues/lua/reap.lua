@@ -48,6 +48,7 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', cutoff, 'LIMIT'
     redis.call('HDEL', KEYS[4], id)
     local lastpilot = tostring(rec.pl)
     rec.pl = nil
+    fair_end(base, rec, now)
     if kill then
       finish(KEYS[1], KEYS[6], rec, rec.cx and 'cancelled' or 'failed', kill .. ' (pilot lost)', now)
       failed = failed + 1
