@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from storehelp import FakeClock, check_heads, job
+from storehelp import FakeClock, check_heads, check_store, job
 
 from taskqueues.fairshare import Policy, account_of, publish
 from taskqueues.records import JobState, PilotOffer, member_tail
@@ -174,3 +174,4 @@ def test_share_rule_agrees_with_the_oracle(real_redis: redis.Redis, ops: list[tu
         leased_reco = sum(1 for j in oracle.jobs.values() if j.state == "matched" and j.tq.endswith(".reco"))
         assert int(fair.get("n:reco", 0)) == leased_reco
         check_heads(store, TQS)
+        check_store(store)
