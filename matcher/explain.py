@@ -29,6 +29,8 @@ from taskqueues.records import text as _text
 from taskqueues.requirements import Requirements
 from taskqueues.store import Store
 
+from .fairexplain import fair_view
+
 __all__ = ["LIVE_LEASES", "Explanation", "PilotFit", "explain", "render_explanation"]
 
 LIVE_LEASES = 3
@@ -79,6 +81,10 @@ class Explanation:
     """The liveness window, seconds (3 leases)."""
     parked: str | None = None
     """Why a script parked the job (its member or record could not be read), None when it is not parked."""
+    owner: str = ""
+    group: str = ""
+    fairness: list[str] = field(default_factory=list)
+    """Its group's standing against its share and the running limits that hold it (matcher.fairexplain)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -210,6 +216,8 @@ def explain(store: Store, catalog: Catalog, job_id: str, *, now: float | None = 
                        position=rank, queue_length=int(length), eligible=eligible,
                        ineligible=_ineligible(store, catalog, job, set(eligible)) if job.tq_id else {},
                        parked=_parked(parked))
+    view = fair_view(store, job, eligible if job.state is JobState.WAITING else [], now)
+    base = _with(base, owner=view.owner, group=view.group, fairness=view.lines())
 
     if job.state is JobState.WAITING and rank is None and delayed is None and parked is not None:
         return _with(base, verdict=f"parked: {parked.reason}; it waits outside its task queue for an operator "
@@ -254,6 +262,9 @@ def explain(store: Store, catalog: Catalog, job_id: str, *, now: float | None = 
         if short or unknown:
             fits.append(PilotFit(pilot, queue, True, False, short + unknown))
             continue
+        if queue in view.limits:
+            fits.append(PilotFit(pilot, queue, True, False, [view.limits[queue]]))
+            continue
         ahead = _heads_ahead(store, queue, job, job.score, prec)
         reasons: list[str] = []
         if ahead:
@@ -262,7 +273,9 @@ def explain(store: Store, catalog: Catalog, job_id: str, *, now: float | None = 
             reasons.insert(0, f"waiting behind {rank} jobs of its task queue")
         fits.append(PilotFit(pilot, queue, True, True, reasons, ahead))
     skipped = int(client.hlen(k.pilots)) - len(live) + stopped
-    return _with(base, pilots=fits, verdict=_verdict(fits, int(rank)), skipped=max(0, skipped), window=window)
+    held = not any(f.fits for f in fits) and any(f.reasons == [view.limits.get(f.queue)] for f in fits)
+    return _with(base, pilots=fits, verdict=view.verdict(_verdict(fits, int(rank)), held), skipped=max(0, skipped),
+                 window=window)
 
 
 def _parked(parked: Parked | None) -> str | None:
@@ -327,6 +340,7 @@ def render_explanation(e: Explanation, now: float | None = None) -> list[str]:
         lines.append(f"  parked: {e.parked}")
     lines.append(f"  needs cpu {e.cpu}, mem {e.mem} MB, tmp {e.tmp} MB, estimated {e.ete:g} s; "
                  f"score {e.score:.0f} (should start {'now' if e.score <= now else f'in {e.score - now:.0f} s'})")
+    lines.extend(e.fairness)
     if e.task_queue:
         where = "not in it" if e.position is None else f"position {e.position} of {e.queue_length}"
         lines.append(f"  task queue {e.task_queue}: {where}")
