@@ -73,12 +73,12 @@ def _register() -> None:
     from pilot.director.command import director
     from pilot.mjf.command import mjf
 
-    from . import commands, operator_commands
+    from . import commands, operator_commands, shares_command
 
     for command in (commands.run, commands.up, commands.down, commands.config, commands.submit, commands.cancel,
                     commands.kill, commands.drain, commands.matcher, commands.health, commands.acl,
                     operator_commands.status,
-                    operator_commands.explain, director, pilot, mjf):
+                    operator_commands.explain, director, pilot, mjf, shares_command.shares):
         main.add_command(command)
 
 
