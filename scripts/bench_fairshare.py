@@ -44,15 +44,15 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_schedule import CATALOG, PILOT_MEM_MB, QUEUE, T0, SimClock, memory_of  # noqa: E402
-from workloads import Request, Task, cybershake, epigenomics, lower_bound, montage, random_layered  # noqa: E402
+from bench_schedule import CATALOG, PILOT_MEM_MB, QUEUE, T0, SimClock, memory_of
+from workloads import Request, Task, cybershake, epigenomics, lower_bound, montage, random_layered
 
-from matcher.submission import JobSpec, Submitter  # noqa: E402
-from taskqueues.catalog import Catalog  # noqa: E402
-from taskqueues.fairshare import Policy, account_of, publish  # noqa: E402
-from taskqueues.records import PilotOffer, RunResult  # noqa: E402
-from taskqueues.redis_server import RedisServer  # noqa: E402
-from taskqueues.store import Store  # noqa: E402
+from matcher.submission import JobSpec, Submitter
+from taskqueues.catalog import Catalog
+from taskqueues.fairshare import Policy, publish
+from taskqueues.records import PilotOffer, RunResult
+from taskqueues.redis_server import RedisServer
+from taskqueues.store import Store
 
 SHARE_TOLERANCE = 0.05
 LATE_TARGET = 1.5
@@ -222,9 +222,10 @@ def flood_scenario(client: redis.Redis, args: argparse.Namespace) -> None:
             print(f"{'...':>12} (the flood alone after this)")
             break
     if worst:
-        for g, s in shares.items():
-            print(f"share {g}: largest gap over {sum(1 for lo, _ in windows(out, length) if in_busy(out, lo, lo + length))}"
-                  f" all-busy windows {worst[g]:.1%} points (target {SHARE_TOLERANCE:.0%}) {mark(worst[g] <= SHARE_TOLERANCE)}")
+        counted = sum(1 for lo, _ in windows(out, length) if in_busy(out, lo, lo + length))
+        for g in shares:
+            print(f"share {g}: largest gap over {counted} all-busy windows {worst[g]:.1%} points "
+                  f"(target {SHARE_TOLERANCE:.0%}) {mark(worst[g] <= SHARE_TOLERANCE)}")
     else:
         print("share: no window where every group had a ready job waiting throughout: target not measurable")
     for a in late:
@@ -245,7 +246,8 @@ def flood_scenario(client: redis.Redis, args: argparse.Namespace) -> None:
 def staggered_scenario(client: redis.Redis, args: argparse.Namespace) -> None:
     rng = random.Random(args.seed)
     small = Request("small", tuple(Task(f"s{i}", "small", 271 / 3, (f"s{i - 1}",) if i else ()) for i in range(3)))
-    mix = [Arrival(0.0, "g1", "o1", montage(rng, prefix="m.")), Arrival(600.0, "g2", "o2", epigenomics(rng, prefix="e.")),
+    mix = [Arrival(0.0, "g1", "o1", montage(rng, prefix="m.")),
+           Arrival(600.0, "g2", "o2", epigenomics(rng, prefix="e.")),
            Arrival(1200.0, "g3", "o3", cybershake(rng, sgts=2, synth=150, prefix="c.")),
            Arrival(1500.0, "g4", "o4", small)]
     mix = [Arrival(a.at, a.group, a.owner, Request(n, a.request.tasks))
