@@ -227,7 +227,7 @@ def publish(client: redis.Redis, keys: Keys, policy: Policy | None) -> None:
     pipe = client.pipeline(transaction=True)
     pipe.delete(keys.shares)
     if policy is not None:
-        pipe.hset(keys.shares, mapping=policy.fields())
+        pipe.hset(keys.shares, items=[x for pair in policy.fields().items() for x in pair])
     pipe.execute()
 
 

@@ -34,7 +34,10 @@ def test_concurrent_pilots_never_pass_a_limit(redis_url: str) -> None:
     store = Store.from_url(redis_url)
     publish(store.client, store.keys, POLICY)
     tqs = ("t1.g1.ann", "t2.g1.bob.reco", "t3.g2.cy", "t4.g3.dee.reco", "t5.g3.dee")
-    specs = [job(tqs[i % 5], score=i % 7, cpu=1 + i % 2, queues=QUEUES) for i in range(400)]
+    # g2 runs only at s2, g3's second task queue only at s1/c/a: the limits there are reached whichever pilots
+    # start first.
+    where = {"t3.g2.cy": QUEUES[1:], "t5.g3.dee": QUEUES[:1]}
+    specs = [job(tqs[i % 5], score=i % 7, cpu=1 + i % 2, queues=where.get(tqs[i % 5], QUEUES)) for i in range(400)]
     store.submit(specs)
     ctx = mp.get_context("spawn")
     out: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
