@@ -13,8 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from taskqueues.fairshare import (
-    DEFAULT_GROUP,
-    DEFAULT_OWNER,
     Policy,
     account_of,
     fair_state,
@@ -24,6 +22,8 @@ from taskqueues.fairshare import (
 from taskqueues.records import Job
 from taskqueues.records import text as _text
 from taskqueues.store import Store
+
+from .release import account_of_job
 
 __all__ = ["FairView", "fair_view", "group_table"]
 
@@ -81,14 +81,6 @@ class FairView:
         return verdict
 
 
-def _account(store: Store, job: Job) -> tuple[str, str]:
-    if "." in job.tq_id:
-        group, owner, _ = account_of(job.tq_id)
-        return group, owner
-    record = store.requests().get(job.request, {}) if job.request else {}
-    return str(record.get("group") or DEFAULT_GROUP), str(record.get("owner") or DEFAULT_OWNER)
-
-
 def group_table(store: Store, policy: Policy, now: float, extra: Sequence[str] = ()) -> list[GroupRow]:
     """Every group of the policy, with usage or named in ``extra``, as the share rule sees it at ``now``."""
     state = fair_state(store.client, store.keys, now, policy)
@@ -105,7 +97,7 @@ def group_table(store: Store, policy: Policy, now: float, extra: Sequence[str] =
 def fair_view(store: Store, job: Job, queues: Sequence[str], now: float) -> FairView:
     """The share and limits standing of a waiting job (its account alone when no policy is stored)."""
     policy = stored_policy(store.client, store.keys)
-    group, owner = _account(store, job)
+    group, owner = account_of_job(store, job)
     if policy is None:
         return FairView(group, owner)
     state = fair_state(store.client, store.keys, now, policy)

@@ -21,7 +21,7 @@ from typing import Any
 
 from taskqueues.catalog import Catalog
 from taskqueues.errors import NotFound, PilotfishError
-from taskqueues.fairshare import DEFAULT_GROUP, DEFAULT_OWNER, account_of, account_tq
+from taskqueues.fairshare import account_tq, job_account
 from taskqueues.records import Job, JobState, member_tail, stored_requirements, time_needed
 from taskqueues.store import Store
 
@@ -35,15 +35,12 @@ def _outputs_by_name(store: Store, job: Job) -> dict[str, dict[str, Any]]:
 
 
 def account_of_job(store: Store, job: Job) -> tuple[str, str]:
-    """A job's group and owner: from its task queue when it has one with an account, else its request's."""
-    if "." in job.tq_id:
-        group, owner, _ = account_of(job.tq_id)
-        return group, owner
+    """A job's group and owner (:func:`taskqueues.fairshare.job_account`), reading its request if need be."""
     try:
-        record = store.request(job.request) if job.request else {}
+        record = store.request(job.request) if job.request and "." not in job.tq_id else {}
     except NotFound:
         record = {}
-    return str(record.get("group") or DEFAULT_GROUP), str(record.get("owner") or DEFAULT_OWNER)
+    return job_account(job.tq_id, record)
 
 
 def release_spec(store: Store, catalog: Catalog, job: Job, vo: str) -> dict[str, Any]:

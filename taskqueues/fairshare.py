@@ -83,6 +83,15 @@ def account_of(tq_id: str) -> tuple[str, str, str]:
     return m.group(1), m.group(2), m.group(3)
 
 
+def job_account(tq_id: str, request: Mapping[str, Any]) -> tuple[str, str]:
+    """A job's (group, owner): from its task queue when that names an account, else from its request's
+    record (a job not in a task queue yet: blocked, or waiting for its requirements to be evaluated)."""
+    if "." in tq_id:
+        group, owner, _ = account_of(tq_id)
+        return group, owner
+    return str(request.get("group") or DEFAULT_GROUP), str(request.get("owner") or DEFAULT_OWNER)
+
+
 @dataclass(frozen=True)
 class Policy:
     """Shares and limits of one community (see the module docstring and the README's "Shares and limits")."""

@@ -18,7 +18,7 @@ from matcher.workflow import parse_workflow
 from matcher.workflow.model import WorkflowError
 from taskqueues.catalog import Catalog
 from taskqueues.errors import ConfigError
-from taskqueues.fairshare import Policy, account_of, parse_policy, publish, read_policy, stored_policy
+from taskqueues.fairshare import Policy, account_of, job_account, parse_policy, publish, read_policy, stored_policy
 from taskqueues.keys import Keys
 from taskqueues.records import PilotOffer
 from taskqueues.store import Store
@@ -139,3 +139,9 @@ def test_the_shares_command_stores_shows_and_removes(store: Store, tmp_path: Pat
     assert doc["limits"] == [{"group": "prod", "where": "*", "limit": 4, "running": 0}]
     out = runner.invoke(shares_command, ["--off"])
     assert out.exit_code == 0 and stored_policy(store.client, store.keys) is None
+
+
+def test_a_job_outside_a_task_queue_takes_its_account_from_its_request() -> None:
+    assert job_account("", {"owner": "x", "group": "g"}) == ("g", "x")  # deferred: released later
+    assert job_account("abc.g.o.reco", {"owner": "x", "group": "h"}) == ("g", "o")
+    assert job_account("", {}) == ("default", "default")  # a request stored before owners existed
