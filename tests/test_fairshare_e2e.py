@@ -51,10 +51,11 @@ def test_a_flooding_group_leaves_the_other_its_share(env: dict[str, str], tmp_pa
     assert "2 groups" in cli(["shares", str(shares)], env)
     flood, late = tmp_path / "flood.toml", tmp_path / "late.toml"
     flood.write_text('name = "flood"\n' + "".join(f'[[jobs]]\nname = "f{i}"\ncommand = "sleep 0.4"\nete = 0.4\n'
-                                                  for i in range(60)))
+                                                  for i in range(300)))
     late.write_text('name = "late"\n' + "".join(f'[[jobs]]\nname = "a{i}"\ncommand = "sleep 0.4"\nete = 0.4\n'
                                                 for i in range(20)))
-    cli(["submit", str(flood), "--owner", "pat", "--group", "prod"], env)
+    submitted = cli(["submit", str(flood), "--owner", "pat", "--group", "prod", "--json"], env)
+    flood_request = json.loads(submitted)["request"]
     pilot = subprocess.Popen([sys.executable, "-m", "matcher.cli", "pilot", "--queue", QUEUE, "--cores", "4",
                               "--mem", "4000", "--idle-timeout", "3"], cwd=ROOT, env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -69,14 +70,18 @@ def test_a_flooding_group_leaves_the_other_its_share(env: dict[str, str], tmp_pa
         assert "owner ann group ana" in status
         explained = cli(["explain", sorted(late_ids, key=int)[-1]], env)
         assert "owner ann, group ana" in explained
-        wait_for(lambda: all(r["s"] == "done" for r in records()), 120, "every job done")
+        wait_for(lambda: all(r["s"] == "done" for r in records() if r["id"] in late_ids), 120, "the late jobs done")
+        cli(["cancel", flood_request], env)  # the rest of the flood proves nothing more
+        final = ("done", "cancelled", "failed")
+        wait_for(lambda: all(r["s"] in final for r in records()), 60, "every job ended")
     finally:
         pilot.terminate()
         pilot.wait(timeout=30)
     rows = records()
     start = min(r["tm"] for r in rows if r["id"] in late_ids)
-    end = min(max(r["tm"] for r in rows if r["id"] in late_ids), max(r["tm"] for r in rows if r["id"] not in late_ids))
-    window = [r for r in rows if start <= r["tm"] <= end]
+    end = max(r["tm"] for r in rows if r["id"] in late_ids)
+    assert any(r["s"] == "cancelled" for r in rows), "the flood still waited when the late request was done"
+    window = [r for r in rows if "tm" in r and start <= r["tm"] <= end]
     ana = sum(account_of(r["t"])[0] == "ana" for r in window)
     # Served in proportion while both wait: about half each (without shares, the flood would go first: its
     # jobs are dated earlier, and every ana lease would come after the last flood lease).
