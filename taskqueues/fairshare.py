@@ -28,6 +28,7 @@ groups the same way: it decreases as ``E / share`` grows).
 from __future__ import annotations
 
 import getpass
+import json
 import math
 import re
 import tomllib
@@ -124,6 +125,8 @@ class Policy:
         halflife, default = DEFAULT_HALFLIFE, 1.0
         for name, value in fields.items():
             kind, _, rest = name.partition(":")
+            if name == "json":
+                continue
             if name == "halflife":
                 halflife = float(value)
             elif name == "s:*":
@@ -236,7 +239,9 @@ def publish(client: redis.Redis, keys: Keys, policy: Policy | None) -> None:
     pipe = client.pipeline(transaction=True)
     pipe.delete(keys.shares)
     if policy is not None:
-        pipe.hset(keys.shares, items=[x for pair in policy.fields().items() for x in pair])
+        fields = policy.fields()
+        fields["json"] = json.dumps(fields, sort_keys=True)  # what match.lua reads, in one HGET
+        pipe.hset(keys.shares, items=[x for pair in fields.items() for x in pair])
     pipe.execute()
 
 

@@ -44,7 +44,8 @@ saw) and ``reap:grace`` (no lease requeued before this time: a restart's grace) 
 | ``P:{vo}:provisioned`` | hash | director's pilots: ``queue|kind|batch id`` → record (JSON) |
 | ``P:{vo}:pilotseen`` | zset | pilot id → last heartbeat |
 | ``P:{vo}:shares`` | hash | fair-share policy (``taskqueues.fairshare``): ``halflife``, ``s:<group>`` /
-``s:<group>.<owner>`` shares, ``l:<group>@<* or site or queue>`` core limits, ``t:<type>`` job limits |
+``s:<group>.<owner>`` shares, ``l:<group>@<* or site or queue>`` core limits, ``t:<type>`` job limits, and
+``json``: all of them as one JSON object (what match.lua reads) |
 | ``P:{vo}:fair`` | hash | fair-share state: ``u:<account>`` → ``"<decayed core-seconds> <at>"``, ``r:<account>``
 running cores (account = group or ``group.owner``), ``c:<group>@<site or queue>`` running cores there,
 ``n:<type>`` running jobs of a type; kept by match.lua and ``fair_end`` (``_lib.lua``) |

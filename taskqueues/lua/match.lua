@@ -67,7 +67,7 @@ local EMPTY, EMPTY_TEXT = 1e18, '1e18'
 
 -- ==== fair share and running limits (issue 18): this block, fs_* calls below, nothing else ====
 -- Active only when the community's shares hash is not empty (`pilotfish shares FILE` writes it; see
--- taskqueues/fairshare.py for its fields); without it FS is nil and the match is today's, but for one HGETALL.
+-- taskqueues/fairshare.py for its fields); without it FS is nil and the match is today's, but for one HGET.
 -- Like the task queues, the shares and fair hashes are not declared: built from the key base, they carry the
 -- community's hash tag. A task-queue id "<hash>.<group>.<owner>[.<type>]" names its account
 -- (taskqueues.fairshare.account_tq); an id without one belongs to the group and owner "default".
@@ -78,22 +78,32 @@ local EMPTY, EMPTY_TEXT = 1e18, '1e18'
 -- E / share; then the most urgent head (today's order). A head whose lease would pass a running limit
 -- (cores of its group overall, at the pilot's site or queue; jobs of its type) is skipped.
 -- With FS the walk reads the whole heads index (its cost grows with the task queues, never the jobs).
+-- The policy is read as one JSON field of the shares hash, and the fair hash field by field when first
+-- needed (a pilot's ACL grants HGET, not HGETALL: taskqueues/access.py).
 local FS
 do
-  local cfg = redis.call('HGETALL', base .. 'shares')
-  if #cfg > 0 then
-    local raw = redis.call('HGETALL', base .. 'fair')
+  local text = redis.call('HGET', base .. 'shares', 'json')
+  local ok, cfg = pcall(cjson.decode, text or '')
+  if text and ok and type(cfg) == 'table' then
     FS = {cfg = {}, h = {}, U = {}, E = {}, acct = {}, dirty = {}, owners = {},
           site = string.match(queue, '^([^/]+)/') or queue, tau = 21600 / math.log(2)}
-    for i = 1, #cfg, 2 do
-      FS.cfg[cfg[i]] = tonumber(cfg[i + 1])
-      local g = string.match(cfg[i], '^s:([^.]+)%.')
+    for field, v in pairs(cfg) do
+      FS.cfg[field] = tonumber(v)
+      local g = type(field) == 'string' and string.match(field, '^s:([^.]+)%.')
       if g then FS.owners[g] = true end
     end
-    for i = 1, #raw, 2 do FS.h[raw[i]] = raw[i + 1] end
     local hl = FS.cfg.halflife
     if hl and hl > 0 then FS.tau = hl / math.log(2) end
   end
+end
+-- A field of the fair hash (false when it has none), read once per call.
+local function fs_get(field)
+  local v = FS.h[field]
+  if v == nil then
+    v = redis.call('HGET', base .. 'fair', field) or false
+    FS.h[field] = v
+  end
+  return v
 end
 -- The account of a task queue: {group, group.owner, type or false}, cached per call.
 local function fs_acct(tq)
@@ -106,13 +116,13 @@ local function fs_acct(tq)
   end
   return a
 end
-local function fs_num(field) return tonumber(FS.h[field]) or 0 end
+local function fs_num(field) return tonumber(fs_get(field)) or 0 end
 -- Effective usage of account a (a group, or group.owner) now: its decayed core-seconds plus its running cores
 -- times tau.
 local function fs_usage(a)
   local e = FS.E[a]
   if not e then
-    local u, t = string.match(FS.h['u:' .. a] or '', '^(%S+) (%S+)$')
+    local u, t = string.match(fs_get('u:' .. a) or '', '^(%S+) (%S+)$')
     u, t = tonumber(u) or 0, tonumber(t) or now
     local r = fs_num('r:' .. a)
     local k = math.exp(-math.max(now - t, 0) / FS.tau)
