@@ -28,6 +28,8 @@ from taskqueues.store import Store, reads
 from taskqueues.store.records import Job, JobState, Parked, time_needed
 from taskqueues.store.reservations import held_for
 
+from .fairexplain import fair_view
+
 __all__ = ["LIVE_LEASES", "Explanation", "PilotFit", "explain", "render_explanation"]
 
 LIVE_LEASES = 3
@@ -80,6 +82,10 @@ class Explanation:
     reservations: list[str] = field(default_factory=list)
     """Pilots holding cores for a reserved job in the job's eligible queues (match.lua's EASY backfill)."""
     """Why a script parked the job (its member or record could not be read), None when it is not parked."""
+    owner: str = ""
+    group: str = ""
+    fairness: list[str] = field(default_factory=list)
+    """Its group's standing against its share and the running limits that hold it (matcher.fairexplain)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -191,6 +197,8 @@ def explain(store: Store, catalog: Catalog, job_id: str, *, now: float | None = 
                        ineligible=_ineligible(store, catalog, job, set(eligible)) if job.tq_id else {},
                        parked=_parked(parked),
                        reservations=held_for(store.client, store.keys, eligible, job_id, now) if job.tq_id else [])
+    view = fair_view(store, job, eligible if job.state is JobState.WAITING else [], now)
+    base = _with(base, owner=view.owner, group=view.group, fairness=view.lines())
 
     if job.state is JobState.WAITING and rank is None and delayed is None and parked is not None:
         return _with(base, verdict=f"parked: {parked.reason}; it waits outside its task queue for an operator "
@@ -228,6 +236,9 @@ def explain(store: Store, catalog: Catalog, job_id: str, *, now: float | None = 
         if short or unknown:
             fits.append(PilotFit(pilot, queue, True, False, short + unknown))
             continue
+        if queue in view.limits:
+            fits.append(PilotFit(pilot, queue, True, False, [view.limits[queue]]))
+            continue
         ahead = _heads_ahead(store, queue, job, job.score, prec)
         reasons: list[str] = []
         if ahead:
@@ -236,7 +247,9 @@ def explain(store: Store, catalog: Catalog, job_id: str, *, now: float | None = 
             reasons.insert(0, f"waiting behind {rank} jobs of its task queue")
         fits.append(PilotFit(pilot, queue, True, True, reasons, ahead))
     skipped = pilots.total - len(pilots.records) + stopped
-    return _with(base, pilots=fits, verdict=_verdict(fits, int(rank)), skipped=max(0, skipped), window=window)
+    limit_held = not any(f.fits for f in fits) and any(f.reasons == [view.limits.get(f.queue)] for f in fits)
+    return _with(base, pilots=fits, verdict=view.verdict(_verdict(fits, int(rank)), limit_held), skipped=max(0, skipped),
+                 window=window)
 
 
 def _parked(parked: Parked | None) -> str | None:
@@ -301,6 +314,7 @@ def render_explanation(e: Explanation, now: float | None = None) -> list[str]:
         lines.append(f"  parked: {e.parked}")
     lines.append(f"  needs cpu {e.cpu}, mem {e.mem} MB, tmp {e.tmp} MB, estimated {e.ete:g} s; "
                  f"score {e.score:.0f} (should start {'now' if e.score <= now else f'in {e.score - now:.0f} s'})")
+    lines.extend(e.fairness)
     if e.task_queue:
         where = "not in it" if e.position is None else f"position {e.position} of {e.queue_length}"
         lines.append(f"  task queue {e.task_queue}: {where}")

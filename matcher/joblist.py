@@ -26,9 +26,8 @@ from itertools import islice
 from typing import Any
 
 from taskqueues.errors import ValidationError
-from taskqueues.store import Store
+from taskqueues.store import Store, reads
 from taskqueues.store.records import Job, JobState
-from taskqueues.store.records import text as _text
 
 __all__ = ["ACTIVE", "FINISHED", "JobFilter", "JobRow", "Listing", "list_jobs", "parse_states", "render_jobs"]
 
@@ -126,7 +125,7 @@ class _Reader:
 
     def __init__(self, store: Store, flt: JobFilter) -> None:
         self.store, self.flt = store, flt
-        self.client, self.keys = store.client, store.keys
+        self.keys = store.keys
         self.range: tuple[int, int] | None = None
         if flt.request is not None:
             rec = store.request(flt.request)  # NotFound names the request
@@ -134,8 +133,8 @@ class _Reader:
         self.queue_tqs: set[str] | None = None
         self.queue_pilots: set[str] = set()
         if flt.queue is not None:
-            index: Any = self.client.zrange(self.keys.qheads(flt.queue), 0, -1, withscores=True)
-            self.queue_tqs = {_text(tq) for tq, score in index if score <= _EMPTY_SCORE}
+            index = reads.zset_page(store, self.keys.qheads(flt.queue), 0, -1)
+            self.queue_tqs = {tq for tq, score in index if score <= _EMPTY_SCORE}
             self.queue_pilots = {name for name, rec in store.pilot_records().items() if rec.get("queue") == flt.queue}
 
     def in_range(self, job: str) -> bool:
@@ -153,9 +152,8 @@ class _Reader:
         first page just large enough for the listing, doubling up to :data:`PAGE` while more are read."""
         start, size = 0, min(PAGE, self.flt.limit + 1)
         while True:
-            page: Any = self.client.zrange(key, start, start + size - 1, desc=reverse, withscores=True)
-            for member, score in page:
-                yield _text(member), float(score)
+            page = reads.zset_page(self.store, key, start, start + size - 1, reverse=reverse)
+            yield from page
             if len(page) < size:
                 return
             start += size
@@ -182,7 +180,7 @@ class _Reader:
             return [self.flt.task_queue]
         if self.queue_tqs is not None:
             return sorted(self.queue_tqs)
-        return sorted(_text(tq) for tq in self.client.hkeys(self.keys.tqdefs))
+        return reads.task_queue_ids(self.store)
 
     def _members(self, tq: str) -> Iterator[tuple[float, str]]:
         for member, score in self.pages(self.keys.tq(tq)):
@@ -195,10 +193,7 @@ class _Reader:
         urgent jobs: about ``limit`` x (waiting jobs / the request's jobs) members, when its jobs are spread
         over the queues' order."""
         assert self.range is not None
-        pipe = self.client.pipeline(transaction=False)
-        for tq in tqs:
-            pipe.zcard(self.keys.tq(tq))
-        waiting = sum(int(n) for n in pipe.execute())
+        waiting = sum(reads.zset_sizes(self.store, [self.keys.tq(tq) for tq in tqs]))
         size = self.range[1] - self.range[0] + 1
         return size * size <= (self.flt.limit + 1) * waiting
 
@@ -227,7 +222,7 @@ class _Reader:
 
     def finished(self) -> Iterator[Job]:
         """Finished jobs, most recent end first."""
-        if self.range is not None and self.range[1] - self.range[0] + 1 < int(self.client.zcard(self.keys.ended)):
+        if self.range is not None and self.range[1] - self.range[0] + 1 < reads.zset_sizes(self.store, [self.keys.ended])[0]:
             jobs = list(self.records(str(i) for i in range(self.range[0], self.range[1] + 1)))
             yield from sorted(jobs, key=lambda j: (-(j.ended or 0.0), -_order(j.id)))
             return

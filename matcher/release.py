@@ -20,8 +20,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from taskqueues.catalog import Catalog
-from taskqueues.errors import PilotfishError
+from taskqueues.errors import NotFound, PilotfishError
 from taskqueues.store import Store
+from taskqueues.store.fairshare import account_tq, job_account
 from taskqueues.store.records import Job, JobState, member_tail, stored_requirements, time_needed
 
 from .limits import MAX_COMMAND_BYTES, check_text
@@ -31,6 +32,15 @@ from .workflow import JobTemplate, evaluate_deferred, render_command
 
 def _outputs_by_name(store: Store, job: Job) -> dict[str, dict[str, Any]]:
     return {dep.name: dep.outputs for dep in store.jobs(list(job.deps))}
+
+
+def account_of_job(store: Store, job: Job) -> tuple[str, str]:
+    """A job's group and owner (:func:`taskqueues.store.fairshare.job_account`), reading its request if need be."""
+    try:
+        record = store.request(job.request) if job.request and "." not in job.tq_id else {}
+    except NotFound:
+        record = {}
+    return job_account(job.tq_id, record)
 
 
 def release_spec(store: Store, catalog: Catalog, job: Job, vo: str) -> dict[str, Any]:
@@ -52,7 +62,9 @@ def release_spec(store: Store, catalog: Catalog, job: Job, vo: str) -> dict[str,
     except PilotfishError as exc:
         return {"error": str(exc)}
     req = placement.requirements
-    spec: dict[str, Any] = {"t": placement.tq_id, "def": placement.tq_def, "queues": list(placement.queues),
+    group, owner = account_of_job(store, job)
+    spec: dict[str, Any] = {"t": account_tq(placement.tq_id, group, owner, job.rule), "def": placement.tq_def,
+                            "queues": list(placement.queues),
                             "m_tail": member_tail(req.cpu, req.mem, req.tmp,
                                                   time_needed(req.wall, job.ete, store.ete_safety_factor)),
                             **stored_requirements(json.dumps(dict(req.values), sort_keys=True, separators=(",", ":")),

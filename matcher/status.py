@@ -38,6 +38,9 @@ class RequestStatus:
     states: dict[str, int]
     examples: dict[str, list[dict[str, str]]] = field(default_factory=dict)
     """Per state, the first few jobs (``id``, ``name``) in id order: filled for one request's view only."""
+    owner: str = ""
+    group: str = ""
+    """Who submitted it and the group charged ("" for a request stored before owners existed)."""
 
     @property
     def final(self) -> bool:
@@ -84,6 +87,8 @@ def _status(request: str, rec: dict[str, Any], jobs: Sequence[Job], examples: in
         jobs=len(jobs),
         states={s: states[s] for s in STATE_ORDER if states[s]},
         examples={s: named[s] for s in STATE_ORDER if s in named},
+        owner=str(rec.get("owner", "")),
+        group=str(rec.get("group", "")),
     )
 
 
@@ -152,7 +157,8 @@ def render_requests(statuses: Sequence[RequestStatus], now: float) -> list[str]:
     lines = []
     for s in statuses:
         states = ", ".join(f"{n} {state}" for state, n in s.states.items()) or "no job"
-        lines.append(f"request {s.id} {s.name!r} priority {s.priority:g}: {s.jobs} jobs ({states})")
+        who = f" owner {s.owner} group {s.group}" if s.owner or s.group else ""
+        lines.append(f"request {s.id} {s.name!r}{who} priority {s.priority:g}: {s.jobs} jobs ({states})")
         lines.append(f"  submitted {_when(s.submitted, now)}")
         for state, listed in s.examples.items():
             more = s.states.get(state, 0) - len(listed)

@@ -45,6 +45,8 @@ from taskqueues.ete import DEFAULT_SPREAD, estimate
 from taskqueues.placement import BACKEND_OPTIONS, INSTANCE_TYPE
 from taskqueues.requirements import CONSUMABLES, Requirements, check_name, check_value, parse_requirements
 from taskqueues.store import Store
+from taskqueues.store.fairshare import DEFAULT_GROUP, account_tq, default_owner
+from taskqueues.store.fairshare import check_name as check_account_name
 from taskqueues.store.records import JobState, NewJob
 
 from .eta import fan_in_bound, live_cores, load_seconds, request_eta
@@ -232,15 +234,19 @@ class Submitter:
                    ete_spread=ctx.settings.ete_spread)
 
     def submit(self, jobs: Sequence[JobSpec], *, name: str = "", priority: float = 0.0,
-               source: str = "") -> Submitted:
+               source: str = "", owner: str = "", group: str = "") -> Submitted:
         """Validate every job, then store the whole request in one atomic step (or nothing).
 
         Every check runs before the first write (the store's one ``submit`` call), so a refused request
         leaves Redis untouched; the refusal lists every problem, after ``source`` (the workflow file).
+        ``owner`` and ``group`` (:mod:`taskqueues.store.fairshare`) default to the local user and "default".
         """
         if not jobs:
             raise SubmissionError([located("the request has no job", field="jobs")], source)
-        problems = _request_problems(name, priority) + [p for spec in jobs for p in _spec_problems(spec)]
+        owner, group = owner or default_owner(), group or DEFAULT_GROUP
+        problems = _request_problems(name, priority) + _problems(lambda: check_account_name(owner, "owner"),
+                                                                 lambda: check_account_name(group, "group"))
+        problems += [p for spec in jobs for p in _spec_problems(spec)]
         if problems:
             raise SubmissionError(problems, source)
         try:
@@ -292,7 +298,7 @@ class Submitter:
             state, reason = doomed.get(job_name, (None, ""))
             new_jobs.append(NewJob(
                 command=spec.command,
-                tq_id=placement.tq_id if placement else "",
+                tq_id=account_tq(placement.tq_id, group, owner, spec.rule) if placement else "",
                 tq_def=placement.tq_def if placement else "",
                 queues=placement.queues if placement and state is None else (),
                 cpu=placement.requirements.cpu if placement else 0,
@@ -317,7 +323,7 @@ class Submitter:
             ))
         request_id = uuid.uuid4().hex[:12]
         record = {"name": name or request_id, "priority": priority, "ts": round(now, 3), "eta": round(eta, 3),
-                  "cp": round(critical, 3), "n": len(jobs)}
+                  "cp": round(critical, 3), "n": len(jobs), "owner": owner, "group": group}
         ids = self.store.submit(new_jobs, request=(request_id, record))
         return Submitted(request_id, dict(zip(order, ids, strict=True)), eta, critical)
 
@@ -454,7 +460,8 @@ def specs_from_workflow(workflow: Any) -> list[JobSpec]:
     return specs
 
 
-def submit_workflow(submitter: Submitter, workflow: Any) -> Submitted:
-    """Submit a loaded workflow as one request, with its priority."""
+def submit_workflow(submitter: Submitter, workflow: Any, *, owner: str = "", group: str = "") -> Submitted:
+    """Submit a loaded workflow as one request, with its priority; ``owner``/``group`` (the CLI's) override
+    the file's."""
     return submitter.submit(specs_from_workflow(workflow), name=workflow.name, priority=workflow.priority,
-                            source=workflow.source)
+                            source=workflow.source, owner=owner or workflow.owner, group=group or workflow.group)

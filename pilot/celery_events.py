@@ -46,6 +46,7 @@ from pilot.agent.observer import Command, PilotInfo, PilotLoad
 from pilot.remote_control import RemoteControl, Reply, celery_mailbox, ok
 from taskqueues import __version__ as PILOTFISH_VERSION
 from taskqueues.store import sentinel
+from taskqueues.store.fairshare import account_of
 from taskqueues.store.records import Job, RunResult
 
 log = logging.getLogger(__name__)
@@ -274,9 +275,7 @@ class CeleryObserver:
                 self._jobs[tid] = job.id
                 while len(self._jobs) > self._remember:
                     self._jobs.popitem(last=False)
-            kwargs = {"job": job.id, "attempt": job.attempt, "requirements": job.requirements}
-            if job.request:
-                kwargs["request"] = job.request
+            kwargs = payload_kwargs(job)
             self._put("task-received", {
                 "uuid": tid, "name": task_name(job), "args": repr([job.command]), "kwargs": repr(kwargs),
                 "retries": job.retries, "root_id": tid, "parent_id": None, "eta": None, "expires": None,
@@ -462,10 +461,21 @@ class CeleryObserver:
         info = self._info
         return {
             "id": tid, "name": task_name(job), "args": [job.command],
-            "kwargs": {"job": job.id, "attempt": job.attempt, "requirements": job.requirements},
+            "kwargs": payload_kwargs(job),
             "type": task_name(job), "hostname": info.name if info else "", "time_start": started,
             "acknowledged": True, "delivery_info": {"routing_key": job.tq_id}, "worker_pid": None,
         }
+
+
+def payload_kwargs(job: Job) -> dict[str, Any]:
+    """A payload task's kwargs as Flower shows them: the job, its attempt, requirements, owner and group
+    (from its task queue's account, :mod:`taskqueues.store.fairshare`) and request."""
+    group, owner, _ = account_of(job.tq_id)
+    kwargs: dict[str, Any] = {"job": job.id, "attempt": job.attempt, "requirements": job.requirements,
+                              "owner": owner, "group": group}
+    if job.request:
+        kwargs["request"] = job.request
+    return kwargs
 
 
 def _failure_text(result: RunResult) -> str:

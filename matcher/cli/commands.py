@@ -13,10 +13,12 @@ import click
 
 from taskqueues import logformat
 from taskqueues.context import Context
-from taskqueues.errors import NotFound, PilotfishError
+from taskqueues.errors import NotFound, PilotfishError, ValidationError
 from taskqueues.settings import Settings
 from taskqueues.store import access, alive, stops
 from taskqueues.store.connection import ping
+from taskqueues.store.fairshare import DEFAULT_GROUP, default_owner
+from taskqueues.store.fairshare import check_name as check_account_name
 from taskqueues.store.keys import Keys
 
 from ..submission import Submitter, submit_workflow
@@ -42,10 +44,18 @@ def config(as_json: bool) -> None:
 @click.option("--remote", is_flag=True, help="Submit through the Celery broker (needs a running matcher).")
 @click.option("--timeout", default=30.0, show_default=True, help="With --remote: seconds to wait for the answer.")
 @click.option("--json", "as_json", is_flag=True)
-def submit(workflow: str, remote: bool, timeout: float, as_json: bool) -> None:
+@click.option("--owner", default="", help="Who submits (default: the file's owner, else the local user).")
+@click.option("--group", default="", help="The group charged (default: the file's group, else \"default\").")
+def submit(workflow: str, remote: bool, timeout: float, as_json: bool, owner: str, group: str) -> None:
     """Submit a workflow file (TOML or JSON) as one request."""
     ctx = Context(Settings.load())
     loaded = load_workflow(workflow)
+    owner, group = owner or loaded.owner or default_owner(), group or loaded.group or DEFAULT_GROUP
+    for value, what in ((owner, "owner"), (group, "group")):
+        try:
+            check_account_name(value, what)
+        except ValidationError as exc:
+            raise click.ClickException(str(exc)) from None
     if remote:
         from ..app.celery_app import configure
 
@@ -53,10 +63,11 @@ def submit(workflow: str, remote: bool, timeout: float, as_json: bool) -> None:
         with open(workflow, "rb") as handle:
             data = handle.read()
         raw = json.loads(data) if workflow.endswith(".json") else __import__("tomllib").loads(data.decode())
+        raw.update(owner=owner, group=group)  # resolved here: the matcher's user is not the submitter
         reply = app.send_task("pilotfish.submit_workflow", args=[raw, workflow]).get(timeout=timeout)
         request, ids, eta = reply["request"], reply["ids"], reply["eta"]
     else:
-        done = submit_workflow(Submitter.of(ctx), loaded)
+        done = submit_workflow(Submitter.of(ctx), loaded, owner=owner, group=group)
         request, ids, eta = done.request, done.ids, done.eta
     if as_json:
         click.echo(json.dumps({"request": request, "ids": ids, "eta": eta}))

@@ -72,14 +72,14 @@ def _register() -> None:
     from pilot.director.command import director
     from pilot.mjf.command import mjf
 
-    from . import commands, job_commands, operator_commands
+    from . import commands, job_commands, operator_commands, shares_command
     from .metrics import metrics
 
     for command in (commands.run, commands.up, commands.down, commands.config, commands.submit, commands.cancel,
                     commands.kill, commands.drain, commands.matcher, commands.health, commands.acl,
                     operator_commands.status,
                     operator_commands.explain, director, pilot, mjf, job_commands.jobs, job_commands.logs,
-                    metrics):
+                    metrics, shares_command.shares):
         main.add_command(command)
 
 

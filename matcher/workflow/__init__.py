@@ -4,6 +4,8 @@ A workflow is a TOML or JSON file (the same model; JSON is for programs that gen
 
     name = "montage-small"
     priority = 0                 # optional: shifts every job's score this many seconds earlier
+    owner = "alice"              # optional: who submits (default: the local user; --owner overrides)
+    group = "analysis"           # optional: the group charged, whose share serves it (default "default")
     [params]                     # request-wide parameters
     n = 4
     [rules.project]              # a rule: a command template, requirement templates, an ETE hint

@@ -8,13 +8,14 @@ from typing import Any
 
 from matcher.limits import MAX_NAME, MAX_PRIORITY, RULE_NAME_RE, RULE_NAME_RULE, check_number, check_text
 from taskqueues.errors import ValidationError, shown
+from taskqueues.store.fairshare import check_name as check_account_name
 
 from .model import Rule
 from .problems import Collector
 
-__all__ = ["IDENT_RE", "RESERVED_PARAMS", "parse_header", "parse_params", "parse_rules"]
+__all__ = ["IDENT_RE", "RESERVED_PARAMS", "parse_header", "parse_identity", "parse_params", "parse_rules"]
 
-_TOP_KEYS = frozenset({"name", "description", "priority", "params", "rules", "jobs"})
+_TOP_KEYS = frozenset({"name", "description", "priority", "params", "rules", "jobs", "owner", "group"})
 _RULE_KEYS = frozenset({"command", "requirements", "ete"})
 RESERVED_PARAMS = frozenset({"job", "deps"})
 IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -43,6 +44,19 @@ def parse_header(data: Mapping[str, Any], out: Collector) -> tuple[str, str, flo
         out.problems.append(str(exc))
         priority = 0
     return name, description, float(priority)
+
+
+def parse_identity(data: Mapping[str, Any], out: Collector) -> tuple[str, str]:
+    """The request's ``owner`` and ``group`` ("" when absent: the submitter's defaults apply)."""
+    found = []
+    for key in ("owner", "group"):
+        value = data.get(key, "")
+        try:
+            found.append(check_account_name(value, key) if value != "" else "")
+        except ValidationError as exc:
+            out.problems.append(str(exc))
+            found.append("")
+    return found[0], found[1]
 
 
 def parse_params(value: object, out: Collector, owner: str, field: str) -> dict[str, object]:

@@ -67,6 +67,9 @@ class Workflow:
     params: dict[str, object] = field(default_factory=dict)
     rules: dict[str, Rule] = field(default_factory=dict)
     description: str = ""
+    #: who submits and the group charged ("" = the submitter's defaults: the local user, group "default")
+    owner: str = ""
+    group: str = ""
 
     def job(self, name: str) -> JobTemplate:
         """The job called ``name`` (KeyError if none)."""

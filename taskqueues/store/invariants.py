@@ -29,7 +29,7 @@ from .records import Job, JobState
 from .records import text as _text
 from .reservations import read_reservations
 
-__all__ = ["Violation", "check", "heads_violations"]
+__all__ = ["Violation", "check", "fair_violations", "heads_violations"]
 
 _SENTINEL = "~" * 65  # the member every heads index and the heads hash hold to stay out of listpacks (_lib.lua)
 _EMPTY = 1e18
@@ -149,6 +149,7 @@ def check(client: redis.Redis, keys: Keys) -> list[Violation]:
     _work(snap, out)
     _records_read_by_the_control_plane(snap, out)
     _reservations(client, keys, snap, out)
+    out += fair_violations(snap.records, _hash(client, keys.fair))
     return sorted(set(out))
 
 
@@ -379,3 +380,33 @@ def _reservations(client: redis.Redis, keys: Keys, snap: _Snapshot, out: list[Vi
                                                         f"member is {r.job}{rec.get('mt')}"))
         if r.start < r.at or not r.pilot:
             out.append(Violation("resv-start", r.queue, f"start {r.start} before it was made ({r.at}), or no pilot"))
+
+
+def fair_violations(records: Mapping[str, Mapping[str, Any]], fair: Mapping[str, str]) -> list[Violation]:
+    """The running counters of the fair hash (``keys.fair``) against the leases that count in them.
+
+    A job leased while a shares policy was stored carries the pilot's queue (``fq``): its cores count in
+    ``r:<group>``, ``r:<group>.<owner>``, ``c:<group>@<site>`` and ``c:<group>@<queue>``, and the job in
+    ``n:<type>``, from its lease to its end (``match.lua``, ``fair_end`` in ``_lib.lua``); nothing else does.
+    """
+    want: dict[str, int] = defaultdict(int)
+    for job, rec in records.items():
+        queue = rec.get("fq")
+        if rec.get("s") not in _LEASED or not isinstance(queue, str):
+            continue
+        found = re.match(r"^[^.]+\.([^.]+)\.([^.]+)\.?(.*)$", str(rec.get("t", "")))
+        group, owner, job_type = found.groups() if found else ("default", "default", "")
+        member = _MEMBER.match(job + str(rec.get("mt", "")))
+        cpu = int(member.group(2)) if member else 0
+        for name in (f"r:{group}", f"r:{group}.{owner}", f"c:{group}@{queue.split('/')[0]}", f"c:{group}@{queue}"):
+            want[name] += cpu
+        if job_type:
+            want[f"n:{job_type}"] += 1
+    out = []
+    for name in sorted(set(want) | {k for k in fair if k[:2] in ("r:", "c:", "n:")}):
+        held = _number(fair.get(name, 0))
+        if held != want.get(name, 0):
+            out.append(Violation("fair-counter", name,
+                                 f"holds {fair.get(name, 0)}, the leases make {want.get(name, 0)}"))
+    return out
+

@@ -62,6 +62,12 @@ submissions and batch-system errors per backend, the pilots' match-latency histo
 | ``P:{vo}:resv`` | hash | catalog queue → its one reservation (match.lua, EASY backfill): ``"<state r|x> <tq> <job>
 <score> <cpu> <mem> <tmp> <need> <start> <at> <pilot>"``, the job a pilot holds cores for and when it should start
 (``x``: expired, held no more) |
+| ``P:{vo}:shares`` | hash | fair-share policy (``taskqueues.store.fairshare``): ``halflife``, ``s:<group>`` /
+``s:<group>.<owner>`` shares, ``l:<group>@<* or site or queue>`` core limits, ``t:<type>`` job limits, and
+``json``: all of them as one JSON object (what match.lua reads) |
+| ``P:{vo}:fair`` | hash | fair-share state: ``u:<account>`` → ``"<decayed core-seconds> <at>"``, ``r:<account>``
+running cores (account = group or ``group.owner``), ``c:<group>@<site or queue>`` running cores there,
+``n:<type>`` running jobs of a type; kept by match.lua and ``fair_end`` (``_lib.lua``) |
 """
 
 from __future__ import annotations
@@ -244,6 +250,14 @@ class Keys:
     def resv(self) -> str:
         return f"{self.base}:resv"
 
+    @property
+    def shares(self) -> str:
+        return f"{self.base}:shares"
+
+    @property
+    def fair(self) -> str:
+        return f"{self.base}:fair"
+
 
 def lua_names() -> dict[str, str]:
     """The key suffixes the Lua scripts append to their key base (ARGV[1] ``"<prefix>:{<vo>}:"``), by the Lua
@@ -257,4 +271,5 @@ def lua_names() -> dict[str, str]:
         ("K_QFLOOR", k.qfloor), ("K_LEASES", k.leases), ("K_PARKED", k.parked), ("K_WORK", k.work),
         ("K_BYRULE", k.byrule("")), ("K_WAKE", k.wake), ("K_RELEASE", k.release_channel),
         ("K_CTL", k.pilot_channel("")), ("K_ENDED", k.ended), ("K_BLOCKED", k.blocked),
-        ("K_LOG", k.log("")), ("K_STATS", k.stats), ("K_RESV", k.resv))}
+        ("K_LOG", k.log("")), ("K_STATS", k.stats), ("K_RESV", k.resv),
+        ("K_SHARES", k.shares), ("K_FAIR", k.fair))}

@@ -295,3 +295,23 @@ def task_queue_summaries(store: Store, tq_ids: Sequence[str]) -> dict[str, TaskQ
         waiting, head, pool = replies[3 * i:3 * i + 3]
         out[tq] = TaskQueueSummary(int(waiting), float(head[0][1]) if head else None, sorted(_text(q) for q in pool))
     return out
+
+
+def zset_page(store: Store, key: str, start: int, stop: int, *, reverse: bool = False) -> list[tuple[str, float]]:
+    """(member, score) of ranks ``start``..``stop`` of a zset of the store (lowest score first, or highest
+    with ``reverse``): the listings page through their indexes with it."""
+    page: Any = store.client.zrange(key, start, stop, desc=reverse, withscores=True)
+    return [(_text(member), float(score)) for member, score in page]
+
+
+def zset_sizes(store: Store, keys: Sequence[str]) -> list[int]:
+    """The sizes of several zsets, in one round trip."""
+    pipe = store.client.pipeline(transaction=False)
+    for key in keys:
+        pipe.zcard(key)
+    return [int(n) for n in pipe.execute()]
+
+
+def task_queue_ids(store: Store) -> list[str]:
+    """Every task queue the store defines, sorted."""
+    return sorted(_text(tq) for tq in store.client.hkeys(store.keys.tqdefs))

@@ -17,6 +17,7 @@ from matcher.submission import JobSpec, Submitter
 from taskqueues.catalog import Catalog
 from taskqueues.errors import NotFound
 from taskqueues.store import Store
+from taskqueues.store.fairshare import default_owner
 from taskqueues.store.records import JobState, PilotOffer, RunResult
 from tests.support.catalogs import QA, QB, TWO_SITES
 from tests.support.polling import wait_until
@@ -92,7 +93,8 @@ def test_status_command_text_and_json(submitter: Submitter, env: dict[str, str])
     runner = CliRunner()
     result = runner.invoke(status, [], env=env)
     assert result.exit_code == 0, result.output
-    assert f"request {request} 'demo' priority 5: 3 jobs (1 blocked, 2 waiting)" in result.output
+    who = f"owner {default_owner()} group default"
+    assert f"request {request} 'demo' {who} priority 5: 3 jobs (1 blocked, 2 waiting)" in result.output
     assert "critical path left 2m30s" in result.output and "eligible queues: A/ce/q" in result.output
     result = runner.invoke(status, ["demo", "--json"], env=env)
     assert result.exit_code == 0, result.output
@@ -122,7 +124,7 @@ def test_status_watch_follows_the_request_until_it_ends(submitter: Submitter, st
     assert proc.returncode == 0
     assert "\x1b" not in out, "no terminal control codes when stdout is no terminal"
     assert out.count("-- ") >= 2 and out.rstrip().endswith("finished")
-    assert f"request {request} 'demo' priority 5: 3 jobs (3 done)" in out
+    assert f"request {request} 'demo' owner {default_owner()} group default priority 5: 3 jobs (3 done)" in out
     assert all(store.job(i).state is JobState.DONE for i in ids.values())
 
 

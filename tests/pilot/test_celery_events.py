@@ -69,7 +69,7 @@ def test_worker_and_task_events_as_celery_sees_them(redis_url: str, events: Even
     assert online["freq"] == 0.4 and online["active"] == 0 and online["processed"] == 0
     assert len(online["loadavg"]) == 3
 
-    ok_job = make_job("101", "sleep 1", name="montage.tile-3")
+    ok_job = make_job("101", "sleep 1", name="montage.tile-3", tq_id="0123abcd.astro.carol")
     bad_job = make_job("102", "exit 3", attempt=2)
     observer.payload_started(info, ok_job)
     observer.heartbeat(info, PilotLoad(used_cpu=1, used_mem=100, running=("101",), processed=0, time_left=3600.0,
@@ -87,7 +87,8 @@ def test_worker_and_task_events_as_celery_sees_them(redis_url: str, events: Even
     assert received["hostname"] == info.name
     assert received["name"] == "montage.tile-3"
     assert received["args"] == "['sleep 1']"
-    assert received["kwargs"] == "{'job': '101', 'attempt': 1, 'requirements': {'cpu': 1, 'mem': 100}}"
+    assert received["kwargs"] == ("{'job': '101', 'attempt': 1, 'requirements': {'cpu': 1, 'mem': 100}, "
+                                  "'owner': 'carol', 'group': 'astro'}")
     assert received["retries"] == 0 and received["root_id"] == ok_id
     assert events.wait("task-received", uuid=bad_id)["name"] == "job102"
     events.wait("task-started", uuid=ok_id)

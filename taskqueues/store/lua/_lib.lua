@@ -488,3 +488,43 @@ end
 local function wake(base)
   if ENQUEUED then redis.call('PUBLISH', base .. K_WAKE, '1') end
 end
+
+-- ==== fair share and running limits (issue 18) ====
+-- A lease taken while shares were configured (match.lua recorded the pilot's queue as fq) ends: its cores
+-- leave the running counters of its group and owner (whose decayed usage is brought up to now first, with
+-- the cores that ran until now), of its group at the site and queue, and its job leaves its type's count.
+-- The fair and shares hashes are built from the key base (the community's hash tag), as match.lua does.
+-- A counter never goes below 0 (one reset by hand while jobs ran). Every script that ends a lease calls it.
+local function fair_end(base, rec, now)
+  local q = rec.fq
+  if type(q) ~= 'string' then return end
+  rec.fq = nil
+  local key = base .. K_FAIR
+  local hl = tonumber(redis.call('HGET', base .. K_SHARES, 'halflife')) or 21600
+  if hl <= 0 then hl = 21600 end
+  local tau = hl / math.log(2)
+  local g, o, ty = string.match(tostring(rec.t), '^[^.]+%.([^.]+)%.([^.]+)%.?(.*)$')
+  if not g then g, o, ty = 'default', 'default', '' end
+  local c = tonumber(string.match(tostring(rec.m), '^[^:]+:(%d+):')) or 0
+  local site = string.match(q, '^([^/]+)/') or q
+  local fields = {'u:' .. g, 'r:' .. g, 'u:' .. g .. '.' .. o, 'r:' .. g .. '.' .. o,
+                  'c:' .. g .. '@' .. site, 'c:' .. g .. '@' .. q}
+  if ty ~= '' then fields[#fields + 1] = 'n:' .. ty end
+  local v = redis.call('HMGET', key, unpack(fields))
+  local out = {}
+  for i = 1, 3, 2 do
+    local u, t = string.match(v[i] or '', '^(%S+) (%S+)$')
+    u, t = tonumber(u) or 0, tonumber(t) or now
+    local r = tonumber(v[i + 1]) or 0
+    local k = math.exp(-math.max(now - t, 0) / tau)
+    u = u * k + r * tau * (1 - k)
+    out[#out + 1] = fields[i] out[#out + 1] = string.format('%.17g %.17g', u, now)
+    out[#out + 1] = fields[i + 1] out[#out + 1] = string.format('%d', math.max(r - c, 0))
+  end
+  for i = 5, #fields do
+    local less = i == 7 and 1 or c
+    out[#out + 1] = fields[i] out[#out + 1] = string.format('%d', math.max((tonumber(v[i]) or 0) - less, 0))
+  end
+  redis.call('HSET', key, unpack(out))
+end
+-- ==== end of the fair-share block ====

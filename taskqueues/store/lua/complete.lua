@@ -2,6 +2,7 @@
 -- into their task queue, or, when a requirement waits for dependency outputs, into the releasing set where
 -- the caller evaluates it (release.lua then enqueues it).
 -- Publishes the ids it put in the releasing set (space-separated) on the release channel (keys.release_channel).
+-- A lease taken under a shares policy gives its cores back to the fair hash's counters (fair_end, _lib.lua).
 -- KEYS[1]  jobs hash
 -- KEYS[2]  leases zset
 -- KEYS[3]  kills hash
@@ -59,6 +60,7 @@ local missing = needkeys()
 if missing then return missing end
 
 add_work(base, -work_of(rec))
+fair_end(base, rec, now)
 rec.s = 'done'
 rec.te = now
 count(base, 'ended:done', 1)

@@ -11,6 +11,7 @@
 -- ARGV[6]  result JSON {"x": exit, "w": wall s, "cpu": cpu s, "pm": peak MB, "why": reason, "o": outputs,
 --          "st": started} (those fields only: they are copied onto the record)
 -- ARGV[7]  "1" to give the job back to its task queue at once (counts as a retry), "0" to fail it
+-- A lease taken under a shares policy gives its cores back to the fair hash's counters (fair_end, _lib.lua).
 -- Returns  {'ok', final state} or {'stale', reason} or {'needkeys', key...}
 SCRIPT = 'fail'
 local base = check_base({'jobs', 'leases', 'kills', 'tqempty', 'releasing'})
@@ -41,6 +42,7 @@ end
 for k, v in pairs(result) do rec[k] = v end
 redis.call('ZREM', KEYS[2], id)
 redis.call('HDEL', KEYS[3], id)
+fair_end(base, rec, now)
 if retry then
   rec.rt = (rec.rt or 0) + 1
   rec.pl = nil

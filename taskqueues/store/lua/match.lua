@@ -35,6 +35,8 @@
 -- ARGV[11] reservation slack (seconds): a reservation whose start passed by this much is dropped
 -- Returns  {id1, record1, id2, record2, ...} (records as stored after the lease: without their id, with the
 --          member's tail as mt; see _lib.lua's load/save)
+--          With shares configured, a lease also records the pilot's queue as fq, and the running counters
+--          and usage of the fair hash grow (see the fair-share block below; _lib.lua's fair_end undoes them)
 -- Arguments are checked in line, a comparison each (NaN fails every one), and a bad call is refused before
 -- anything is read. One bad entry never fails the call: a heads entry that cannot be read is mended from its
 -- task queue; a member that cannot be read, or whose record is missing, unreadable, not waiting or names
@@ -111,6 +113,145 @@ if RV then
 end
 -- (the rest of the reservations' code comes once the walk's tables exist, below)
 
+-- ==== fair share and running limits (issue 18): this block, fs_* calls below, nothing else ====
+-- Active only when the community's shares hash is not empty (`pilotfish shares FILE` writes it; see
+-- taskqueues/fairshare.py for its fields); without it FS is nil and the match is today's, but for one HGET.
+-- Like the task queues, the shares and fair hashes are not declared: built from the key base, they carry the
+-- community's hash tag. A task-queue id "<hash>.<group>.<owner>[.<type>]" names its account
+-- (taskqueues.store.fairshare.account_tq); an id without one belongs to the group and owner "default".
+-- The rule (Slurm's fair-share factor, with running cores counted at once): a group's effective usage is
+-- E = U + R * tau, U its core-seconds decayed with the half-life (tau = half-life / ln 2, updated lazily
+-- from "U t" when R, its running cores, changes), and the group with the lowest E / share that has a head
+-- that fits is served first; inside it, when the group gives its owners shares, the owner with the lowest
+-- E / share; then the most urgent head (today's order). A head whose lease would pass a running limit
+-- (cores of its group overall, at the pilot's site or queue; jobs of its type) is skipped.
+-- With FS the walk reads the whole heads index (its cost grows with the task queues, never the jobs).
+-- The policy is read as one JSON field of the shares hash, and the fair hash field by field when first
+-- needed (a pilot's ACL grants HGET, not HGETALL: taskqueues/store/access.py).
+local FS
+do
+  local text = redis.call('HGET', base .. K_SHARES, 'json')
+  local ok, cfg = pcall(cjson.decode, text or '')
+  if text and ok and type(cfg) == 'table' then
+    FS = {cfg = {}, h = {}, U = {}, E = {}, acct = {}, dirty = {}, owners = {},
+          site = string.match(queue, '^([^/]+)/') or queue, tau = 21600 / math.log(2)}
+    for field, v in pairs(cfg) do
+      FS.cfg[field] = tonumber(v)
+      local g = type(field) == 'string' and string.match(field, '^s:([^.]+)%.')
+      if g then FS.owners[g] = true end
+    end
+    local hl = FS.cfg.halflife
+    if hl and hl > 0 then FS.tau = hl / math.log(2) end
+  end
+end
+-- A field of the fair hash (false when it has none), read once per call.
+local function fs_get(field)
+  local v = FS.h[field]
+  if v == nil then
+    v = redis.call('HGET', base .. K_FAIR, field) or false
+    FS.h[field] = v
+  end
+  return v
+end
+-- The account of a task queue: {group, group.owner, type or false}, cached per call.
+local function fs_acct(tq)
+  local a = FS.acct[tq]
+  if not a then
+    local g, o, ty = string.match(tq, '^[^.]+%.([^.]+)%.([^.]+)%.?(.*)$')
+    if not g then g, o, ty = 'default', 'default', '' end
+    a = {g, g .. '.' .. o, ty ~= '' and ty or false}
+    FS.acct[tq] = a
+  end
+  return a
+end
+local function fs_num(field) return tonumber(fs_get(field)) or 0 end
+-- Effective usage of account a (a group, or group.owner) now: its decayed core-seconds plus its running cores
+-- times tau.
+local function fs_usage(a)
+  local e = FS.E[a]
+  if not e then
+    local u, t = string.match(fs_get('u:' .. a) or '', '^(%S+) (%S+)$')
+    u, t = tonumber(u) or 0, tonumber(t) or now
+    local r = fs_num('r:' .. a)
+    local k = math.exp(-math.max(now - t, 0) / FS.tau)
+    FS.U[a] = u * k + r * FS.tau * (1 - k)
+    e = FS.U[a] + r * FS.tau
+    FS.E[a] = e
+  end
+  return e
+end
+local function fs_share(a, default)
+  local s = FS.cfg['s:' .. a] or default
+  if not s or s <= 0 then return 1e-9 end
+  return s
+end
+-- The rank of a task queue's account: (group's E / share, owner's E / share or 0); lower is served first.
+local function fs_rank(tq)
+  local a = fs_acct(tq)
+  local r1 = fs_usage(a[1]) / fs_share(a[1], FS.cfg['s:*'] or 1)
+  local r2 = 0
+  if FS.owners[a[1]] then r2 = fs_usage(a[2]) / fs_share(a[2], FS.cfg['s:' .. a[1] .. '.*'] or 1) end
+  return r1, r2
+end
+-- Whether leasing `cpu` more cores of task queue tq stays within every running limit.
+local function fs_allowed(tq, c)
+  local a, cfg = fs_acct(tq), FS.cfg
+  local g = a[1]
+  local l = cfg['l:' .. g .. '@*']
+  if l and fs_num('r:' .. g) + c > l then return false end
+  l = cfg['l:' .. g .. '@' .. FS.site]
+  if l and fs_num('c:' .. g .. '@' .. FS.site) + c > l then return false end
+  l = cfg['l:' .. g .. '@' .. queue]
+  if l and fs_num('c:' .. g .. '@' .. queue) + c > l then return false end
+  l = a[3] and cfg['t:' .. a[3]]
+  if l and fs_num('n:' .. a[3]) + 1 > l then return false end
+  return true
+end
+-- Whether entry x (task queue tq, score r) goes before entry b: allowed, then by rank, score, task-queue id.
+local function fs_before(X, x, b)
+  if not fs_allowed(X[x + 1], X[x + 4]) then return false end
+  if not b then return true end
+  local x1, x2 = fs_rank(X[x + 1])
+  local b1, b2 = fs_rank(X[b + 1])
+  if x1 ~= b1 then return x1 < b1 end
+  if x2 ~= b2 then return x2 < b2 end
+  if X[x + 2] ~= X[b + 2] then return X[x + 2] < X[b + 2] end
+  return X[x + 1] < X[b + 1]
+end
+-- A lease of `c` cores from task queue tq begins (sign 1) or is taken back (-1: its record was parked).
+local function fs_take(tq, c, sign)
+  local a, h = fs_acct(tq), FS.h
+  for _, name in ipairs({a[1], a[2]}) do
+    fs_usage(name)
+    local r = fs_num('r:' .. name) + sign * c
+    h['r:' .. name] = r
+    FS.E[name] = FS.U[name] + r * FS.tau
+    FS.dirty[name] = true
+  end
+  local site, here = 'c:' .. a[1] .. '@' .. FS.site, 'c:' .. a[1] .. '@' .. queue
+  h[site] = fs_num(site) + sign * c
+  h[here] = fs_num(here) + sign * c
+  FS.dirty[0] = true
+  if a[3] then h['n:' .. a[3]] = fs_num('n:' .. a[3]) + sign end
+end
+-- The counters this call changed, written once.
+local function fs_write()
+  if not FS.dirty[0] then return end
+  local out, h = {}, FS.h
+  for name in pairs(FS.dirty) do
+    if type(name) == 'string' then
+      out[#out + 1] = 'u:' .. name out[#out + 1] = string.format('%.17g %.17g', FS.U[name], now)
+      out[#out + 1] = 'r:' .. name out[#out + 1] = string.format('%d', h['r:' .. name])
+    end
+  end
+  for field, v in pairs(h) do
+    if type(v) == 'number' and string.sub(field, 1, 2) ~= 'r:' then
+      out[#out + 1] = field out[#out + 1] = string.format('%d', v)
+    end
+  end
+  redis.call('HSET', base .. K_FAIR, unpack(out))
+end
+-- ==== end of the fair-share block ====
 
 -- What a lease adds to a record, and its expiry: made at the first lease (a call that leases nothing, as
 -- for a pilot that nothing fits, costs little more than a trivial script).
@@ -146,6 +287,7 @@ local function leased(raw, tail)
   rec.a = (rec.a or 0) + 1
   rec.pl = pilot
   rec.tm = now
+  if FS then rec.fq = queue end
   local written, text = pcall(cjson.encode, rec)
   if not written then return nil, 'its record cannot be written back' end
   return text
@@ -287,7 +429,7 @@ while got < want do
     local h -- reservations: the most urgent head that fits the pilot's total
     for x = 0, 7 * (n - 1), 7 do
       local r = X[x + 2]
-      if r < EMPTY and (not b or r <= X[b + 2]) then
+      if r < EMPTY and (not b or FS or r <= X[b + 2]) then
         local c = X[x + 4]
         if not c then
           local c1, m1, t1, e1 = string.match(X[x + 3], '^%S+ [^:]+:([^:]+):([^:]+):([^:]+):(%S+)')
@@ -299,23 +441,25 @@ while got < want do
           X[x + 4], X[x + 5], X[x + 6], X[x + 7] = c, m1, t1, e1
         end
         if c <= cpu and X[x + 5] <= mem and X[x + 6] <= tmp and (left < 0 or X[x + 7] <= left)
-            and (not b or r < X[b + 2] or X[x + 1] < X[b + 1])
+            and (FS and fs_before(X, x, b) or not FS and (not b or r < X[b + 2] or X[x + 1] < X[b + 1]))
             and (not rs or r < rscore or (r == rscore and X[x + 1] <= rtq) or now + X[x + 7] <= rs
                  or (c <= ec and X[x + 5] <= em and X[x + 6] <= et)) then -- backfill (reservations)
           b = x
         end
-        if RV and not decided and (not h or r < X[h + 2] or (r == X[h + 2] and X[x + 1] < X[h + 1]))
-            and c <= tc and X[x + 5] <= tm and X[x + 6] <= tt then -- fits the pilot's total (reservations)
+        if RV and not decided and c <= tc and X[x + 5] <= tm and X[x + 6] <= tt -- fits the pilot's total
+            and (FS and fs_before(X, x, h) or not FS and (not h or r < X[h + 2]
+                 or (r == X[h + 2] and X[x + 1] < X[h + 1]))) then -- the first in order (reservations)
           h = x
         end
       end
     end
     if todo then
       b = nil
-    elseif RV and not decided and h and (all or X[h + 2] < bound)
-        and (not b or X[h + 2] < X[b + 2] or (X[h + 2] == X[b + 2] and X[h + 1] < X[b + 1])) and reserve(h) then
+    elseif RV and not decided and h and (all or not FS and X[h + 2] < bound)
+        and (not b or (FS and fs_before(X, h, b)) or not FS and (X[h + 2] < X[b + 2]
+             or (X[h + 2] == X[b + 2] and X[h + 1] < X[b + 1]))) and reserve(h) then
       b = nil -- this pilot now holds cores for h: the pass again, under the reservation
-    elseif b and (all or X[b + 2] < bound) then
+    elseif b and (all or not FS and X[b + 2] < bound) then
       break
     elseif all then
       -- Nothing fits, and every non-empty task queue of the index was read: the queue's floor is theirs.
@@ -381,6 +525,7 @@ while got < want do
   if not id or redis.call('ZREM', key, member) == 0 then
     todo = {b}
   else
+    if FS then fs_take(tq, X[b + 4], 1) end
     cpu, mem, tmp = cpu - X[b + 4], mem - X[b + 5], tmp - X[b + 6]
     if RV then lend(b, id) end -- reservations: before entry b becomes the next head
     local head = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
@@ -396,7 +541,8 @@ while got < want do
       hs[#hs + 1] = tq hs[#hs + 1] = entry
     end
     if not lease then
-      lease = ',"pl":' .. cjson.encode(pilot) .. ',"tm":' .. cjson.encode(now) .. '}'
+      lease = ',"pl":' .. cjson.encode(pilot) .. (FS and ',"fq":' .. cjson.encode(queue) or '') .. ',"tm":'
+        .. cjson.encode(now) .. '}'
       expiry = string.format('%.17g', now + length)
     end
     got = got + 1
@@ -422,6 +568,7 @@ if got > checked then
       pk[#pk + 1] = id
       pk[#pk + 1] = cjson.encode({why = why, t = tq, m = id .. tail, at = now})
       local c, m, t = string.match(tail, '^:(%d+):(%d+):(%d+):')
+      if FS then fs_take(tq, tonumber(c), -1) end
       cpu, mem, tmp = cpu + tonumber(c), mem + tonumber(m), tmp + tonumber(t)
       parked = true
     end
@@ -443,6 +590,7 @@ if #hd > 0 then redis.call('HDEL', heads, unpack(hd)) end
 if #zq > 0 then redis.call('ZADD', qh, unpack(zq)) end
 if #ze > 0 then redis.call('ZADD', KEYS[4], 'NX', unpack(ze)) end
 if pk then redis.call('HSET', KEYS[7], unpack(pk)) end
+if FS then fs_write() end
 if got > 0 then
   redis.call('HSET', jobs, unpack(out))
   redis.call('ZADD', KEYS[3], unpack(ex))

@@ -14,6 +14,7 @@
 --          may take it now), the second waits the base, then twice as long at each retry
 -- ARGV[5]  leases that expired before this time are requeued (optional, default now; "-inf" for none: the
 --          grace after a server restart, while live pilots renew what the outage let expire)
+-- A lease taken under a shares policy gives its cores back to the fair hash's counters (fair_end, _lib.lua).
 -- Returns  {'ok', requeued, failed, restored} or {'needkeys', key...}
 -- A leased or delayed job whose record cannot be read is parked (see _lib.lua's park).
 SCRIPT = 'reap'
@@ -50,6 +51,7 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', cutoff, 'LIMIT'
     redis.call('HDEL', KEYS[4], id)
     local lastpilot = tostring(rec.pl)
     rec.pl = nil
+    fair_end(base, rec, now)
     if kill then
       finish(KEYS[1], KEYS[6], rec, rec.cx and 'cancelled' or 'failed', kill .. ' (pilot lost)', now)
       failed = failed + 1
