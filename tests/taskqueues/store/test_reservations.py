@@ -11,6 +11,7 @@ from matcher.explain import explain
 from taskqueues.catalog import Catalog
 from taskqueues.errors import StoreError
 from taskqueues.store import Store
+from taskqueues.store.fairshare import Policy, publish
 from taskqueues.store.invariants import check
 from taskqueues.store.records import PilotOffer
 from taskqueues.store.reservations import read_reservations
@@ -108,3 +109,16 @@ def test_the_checker_reads_reservations(store: Store) -> None:
     store.client.hset(store.keys.resv, "nowhere/ce/q", text)  # type: ignore[arg-type]
     store.client.hset(store.keys.resv, Q, text)  # type: ignore[arg-type]
     assert [v.kind for v in check(store.client, store.keys)] == ["resv-no-queue"]
+
+
+def test_with_a_shares_policy_the_reservation_goes_to_the_first_head_in_share_order(store: Store) -> None:
+    """Shares and reservations compose: the head reserved is the first the share order serves (here one group,
+    so the most urgent), and backfill still lets only the short job through."""
+    publish(store.client, store.keys, Policy(shares={"default": 1}))
+    wide, narrow, short = store.submit([job("wide", cpu=4, ete=100, score=1), job("narrow", cpu=1, ete=100, score=2),
+                                        job("short", cpu=1, ete=20, score=3)])
+    assert ids(store, offer("p1"), 2) == [short]
+    (r,) = read_reservations(store.client, store.keys)[0]
+    assert (r.pilot, r.job) == ("p1", wide)
+    assert ids(store, offer("p2", running=None)) == [narrow]
+    assert check(store.client, store.keys) == []
