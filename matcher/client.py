@@ -51,8 +51,15 @@ class Request:
 class Client:
     """The store of one community, for submitting and following work from a program."""
 
-    def __init__(self, redis_url: str | None = None, *, vo: str = "default", prefix: str = "pf", catalog: str = "",
-                 settings: Settings | None = None) -> None:
+    def __init__(
+        self,
+        redis_url: str | None = None,
+        *,
+        vo: str = "default",
+        prefix: str = "pf",
+        catalog: str = "",
+        settings: Settings | None = None,
+    ) -> None:
         """``Client(redis_url, vo=...)``: that store (with the control plane's credentials) and ``catalog``, the
         resource catalog file submissions are placed with (empty: the local default, as the CLI's);
         ``Client(settings=...)``: everything from those settings (see :meth:`from_settings`)."""
@@ -87,10 +94,16 @@ class Client:
         """The request's jobs by state, ETA and critical path (``pilotfish status REQUEST``)."""
         return request_status(self.store, self._request_id(request))
 
-    def wait(self, request: Request | str, timeout: float | None = None, *,
-             progress: Callable[[RequestStatus], object] | None = None, poll: float = 1.0,
-             sleep: Callable[[float], object] = time.sleep,
-             clock: Callable[[], float] = time.monotonic) -> RequestStatus:
+    def wait(
+        self,
+        request: Request | str,
+        timeout: float | None = None,
+        *,
+        progress: Callable[[RequestStatus], object] | None = None,
+        poll: float = 1.0,
+        sleep: Callable[[float], object] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> RequestStatus:
         """Wait until every job of the request has ended and return its final status; ``progress`` is called
         with each status read (every ``poll`` seconds). Raises :class:`WaitTimeout` after ``timeout`` seconds."""
         rid = self._request_id(request)
@@ -102,22 +115,41 @@ class Client:
             if status.final:
                 return status
             if deadline is not None and clock() >= deadline:
-                raise WaitTimeout(f"request {rid} has not ended after {timeout:g} s: "
-                                  + ", ".join(f"{n} {s}" for s, n in status.states.items()))
+                raise WaitTimeout(
+                    f"request {rid} has not ended after {timeout:g} s: "
+                    + ", ".join(f"{n} {s}" for s, n in status.states.items())
+                )
             sleep(poll if deadline is None else max(0.0, min(poll, deadline - clock())))
 
     def cancel(self, target: Request | str, reason: str = "cancelled by user") -> str:
         """Cancel a request or one job (``pilotfish cancel``); a line saying what happened."""
         return stop_target(self.store, target.id if isinstance(target, Request) else target, reason)
 
-    def jobs(self, *, request: Request | str | None = None, states: Iterable[str] = (), queue: str | None = None,
-             task_queue: str | None = None, pilot: str | None = None, limit: int = 100) -> list[JobRow]:
+    def jobs(
+        self,
+        *,
+        request: Request | str | None = None,
+        states: Iterable[str] = (),
+        queue: str | None = None,
+        task_queue: str | None = None,
+        pilot: str | None = None,
+        limit: int = 100,
+    ) -> list[JobRow]:
         """Jobs, as ``pilotfish jobs`` lists them (``states`` as ``--state`` takes them; default unfinished)."""
-        return self.listing(request=request, states=states, queue=queue, task_queue=task_queue, pilot=pilot,
-                            limit=limit).rows
+        return self.listing(
+            request=request, states=states, queue=queue, task_queue=task_queue, pilot=pilot, limit=limit
+        ).rows
 
-    def listing(self, *, request: Request | str | None = None, states: Iterable[str] = (), queue: str | None = None,
-                task_queue: str | None = None, pilot: str | None = None, limit: int = 100) -> Listing:
+    def listing(
+        self,
+        *,
+        request: Request | str | None = None,
+        states: Iterable[str] = (),
+        queue: str | None = None,
+        task_queue: str | None = None,
+        pilot: str | None = None,
+        limit: int = 100,
+    ) -> Listing:
         """:meth:`jobs` with whether more jobs matched than ``limit``."""
         rid = self._request_id(request) if request is not None else None
         return list_jobs(self.store, JobFilter(parse_states(states), rid, queue, task_queue, pilot, limit))

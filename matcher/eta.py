@@ -51,8 +51,14 @@ def load_seconds(store: Store, cores: float, extra_work: float = 0.0) -> float:
     return (store.outstanding_work() + extra_work) / max(cores, 1.0)
 
 
-def fan_in_bound(order: Sequence[str], deps: Mapping[str, Iterable[str]], ete: Mapping[str, float],
-                 pressure: Mapping[str, float], core_seconds: Mapping[str, float], cores: float) -> float:
+def fan_in_bound(
+    order: Sequence[str],
+    deps: Mapping[str, Iterable[str]],
+    ete: Mapping[str, float],
+    pressure: Mapping[str, float],
+    core_seconds: Mapping[str, float],
+    cores: float,
+) -> float:
     """Seconds the request needs on ``cores`` at least, from its shape: the largest, over its jobs, of
     ``max(longest chain before the job, work before it / cores) + pressure(job)``.
 
@@ -72,8 +78,9 @@ def fan_in_bound(order: Sequence[str], deps: Mapping[str, Iterable[str]], ete: M
     for job in order:
         ups = list(dict.fromkeys(deps.get(job, ())))
         head[job] = max((head[d] + ete[d] for d in ups), default=0.0)
-        before[job] = max(max((before[d] + core_seconds[d] for d in ups), default=0.0),
-                          sum(core_seconds[d] for d in ups))
+        before[job] = max(
+            max((before[d] + core_seconds[d] for d in ups), default=0.0), sum(core_seconds[d] for d in ups)
+        )
         need = max(need, max(head[job], before[job] / cores) + pressure[job])
     return need
 

@@ -154,8 +154,11 @@ def _fit(job: Job, seconds: float, rec: dict[str, Any]) -> tuple[list[str], list
         if "time_left" not in rec:
             unknown.append("time left unknown")
     elif seconds > left:
-        short.append(f"time left {left:g} s < wall {seconds:g} s" if "wall" in job.requirements else
-                     f"time left {left:g} s < {seconds:g} s needed (estimated run time {job.ete:g} s, with margin)")
+        short.append(
+            f"time left {left:g} s < wall {seconds:g} s"
+            if "wall" in job.requirements
+            else f"time left {left:g} s < {seconds:g} s needed (estimated run time {job.ete:g} s, with margin)"
+        )
     return short, unknown
 
 
@@ -186,29 +189,51 @@ def explain(store: Store, catalog: Catalog, job_id: str, *, now: float | None = 
             raise PilotfishError(f"job {job_id}: its record cannot be read ({exc})") from None
         return _unreadable(job_id, parked)
     member = reads.job_member(store, job_id)
-    need = float(member.rsplit(":", 1)[1]) if member.count(":") == 4 else \
-        float(time_needed(job.requirements.get("wall"), job.ete, store.ete_safety_factor))
+    need = (
+        float(member.rsplit(":", 1)[1])
+        if member.count(":") == 4
+        else float(time_needed(job.requirements.get("wall"), job.ete, store.ete_safety_factor))
+    )
     place = reads.place(store, job_id, job.tq_id, member) if job.tq_id else reads.Place(None, 0, None)
     rank, length, delayed = place.rank, place.length, place.delayed
     eligible = sorted(store.pool(job.tq_id)) if job.tq_id else []
-    base = Explanation(job=job.id, name=job.name, state=job.state.value, request=job.request, reason=job.reason,
-                       task_queue=job.tq_id, score=job.score, ete=job.ete, cpu=job.cpu, mem=job.mem, tmp=job.tmp,
-                       position=rank, queue_length=int(length), eligible=eligible,
-                       ineligible=_ineligible(store, catalog, job, set(eligible)) if job.tq_id else {},
-                       parked=_parked(parked),
-                       reservations=held_for(store.client, store.keys, eligible, job_id, now) if job.tq_id else [])
+    base = Explanation(
+        job=job.id,
+        name=job.name,
+        state=job.state.value,
+        request=job.request,
+        reason=job.reason,
+        task_queue=job.tq_id,
+        score=job.score,
+        ete=job.ete,
+        cpu=job.cpu,
+        mem=job.mem,
+        tmp=job.tmp,
+        position=rank,
+        queue_length=int(length),
+        eligible=eligible,
+        ineligible=_ineligible(store, catalog, job, set(eligible)) if job.tq_id else {},
+        parked=_parked(parked),
+        reservations=held_for(store.client, store.keys, eligible, job_id, now) if job.tq_id else [],
+    )
     view = fair_view(store, job, eligible if job.state is JobState.WAITING else [], now)
     base = _with(base, owner=view.owner, group=view.group, fairness=view.lines())
 
     if job.state is JobState.WAITING and rank is None and delayed is None and parked is not None:
-        return _with(base, verdict=f"parked: {parked.reason}; it waits outside its task queue for an operator "
-                                   f"(repair its record, or cancel it)")
+        return _with(
+            base,
+            verdict=f"parked: {parked.reason}; it waits outside its task queue for an operator "
+            f"(repair its record, or cancel it)",
+        )
     if job.state is not JobState.WAITING:
         return _with(base, verdict=_not_waiting(store, job))
     if rank is None:
         if delayed is not None:
-            return _with(base, verdict=f"requeued ({job.reason or 'lease expired'}); back in its task queue "
-                                       f"after its back-off, in {max(0.0, float(delayed) - now):.0f} s")
+            return _with(
+                base,
+                verdict=f"requeued ({job.reason or 'lease expired'}); back in its task queue "
+                f"after its back-off, in {max(0.0, float(delayed) - now):.0f} s",
+            )
         return _with(base, verdict="waiting but not in its task queue: the next reap or release puts it back")
     if not eligible:
         return _with(base, verdict="no queue is eligible for its task queue: check the catalog reasons")
@@ -248,8 +273,13 @@ def explain(store: Store, catalog: Catalog, job_id: str, *, now: float | None = 
         fits.append(PilotFit(pilot, queue, True, True, reasons, ahead))
     skipped = pilots.total - len(pilots.records) + stopped
     limit_held = not any(f.fits for f in fits) and any(f.reasons == [view.limits.get(f.queue)] for f in fits)
-    return _with(base, pilots=fits, verdict=view.verdict(_verdict(fits, int(rank)), limit_held), skipped=max(0, skipped),
-                 window=window)
+    return _with(
+        base,
+        pilots=fits,
+        verdict=view.verdict(_verdict(fits, int(rank)), limit_held),
+        skipped=max(0, skipped),
+        window=window,
+    )
 
 
 def _parked(parked: Parked | None) -> str | None:
@@ -262,11 +292,25 @@ def _parked(parked: Parked | None) -> str | None:
 
 def _unreadable(job_id: str, parked: Parked) -> Explanation:
     """A parked job whose record cannot be read: only the parked entry is known."""
-    return Explanation(job=job_id, name="", state="unreadable", request="", reason=None, task_queue=parked.task_queue,
-                       score=0.0, ete=0.0, cpu=0, mem=0, tmp=0, position=None, queue_length=0, eligible=[],
-                       ineligible={}, parked=_parked(parked),
-                       verdict=f"parked: {parked.reason}; its record cannot be read: an operator must repair "
-                               f"or delete it")
+    return Explanation(
+        job=job_id,
+        name="",
+        state="unreadable",
+        request="",
+        reason=None,
+        task_queue=parked.task_queue,
+        score=0.0,
+        ete=0.0,
+        cpu=0,
+        mem=0,
+        tmp=0,
+        position=None,
+        queue_length=0,
+        eligible=[],
+        ineligible={},
+        parked=_parked(parked),
+        verdict=f"parked: {parked.reason}; its record cannot be read: an operator must repair or delete it",
+    )
 
 
 def _with(base: Explanation, **changes: Any) -> Explanation:
@@ -280,8 +324,11 @@ def _not_waiting(store: Store, job: Job) -> str:
     if job.state is JobState.RELEASING:
         return "releasing: its requirements are being evaluated before it enters its task queue"
     if job.state in (JobState.MATCHED, JobState.RUNNING):
-        used = "" if job.peak_mem is None or job.cpu_time is None else \
-            f" (so far: peak memory {job.peak_mem:g} MB, CPU {job.cpu_time:g} s)"
+        used = (
+            ""
+            if job.peak_mem is None or job.cpu_time is None
+            else f" (so far: peak memory {job.peak_mem:g} MB, CPU {job.cpu_time:g} s)"
+        )
         return f"not waiting: {job.state.value} on pilot {job.pilot}{used}"
     return f"not waiting: it ended {job.state.value}" + (f" ({job.reason})" if job.reason else "")
 
@@ -293,8 +340,10 @@ def _verdict(fits: list[PilotFit], rank: int) -> str:
     able = [f for f in eligible if f.fits]
     if not able:
         first = eligible[0]
-        return (f"no live pilot in an eligible queue has room for it ({len(eligible)} seen); "
-                f"e.g. {first.pilot}: {'; '.join(first.reasons)}")
+        return (
+            f"no live pilot in an eligible queue has room for it ({len(eligible)} seen); "
+            f"e.g. {first.pilot}: {'; '.join(first.reasons)}"
+        )
     if rank:
         return f"waiting behind {rank} more urgent jobs of its task queue"
     busy = [f for f in able if f.ahead]
@@ -308,12 +357,16 @@ def _verdict(fits: list[PilotFit], rank: int) -> str:
 def render_explanation(e: Explanation, now: float | None = None) -> list[str]:
     """Human lines for :class:`Explanation`."""
     now = time.time() if now is None else now
-    lines = [f"job {e.job}{f' {e.name!r}' if e.name else ''} of request {e.request or '-'}: {e.state}"
-             + (f" ({e.reason})" if e.reason else "")]
+    lines = [
+        f"job {e.job}{f' {e.name!r}' if e.name else ''} of request {e.request or '-'}: {e.state}"
+        + (f" ({e.reason})" if e.reason else "")
+    ]
     if e.parked:
         lines.append(f"  parked: {e.parked}")
-    lines.append(f"  needs cpu {e.cpu}, mem {e.mem} MB, tmp {e.tmp} MB, estimated {e.ete:g} s; "
-                 f"score {e.score:.0f} (should start {'now' if e.score <= now else f'in {e.score - now:.0f} s'})")
+    lines.append(
+        f"  needs cpu {e.cpu}, mem {e.mem} MB, tmp {e.tmp} MB, estimated {e.ete:g} s; "
+        f"score {e.score:.0f} (should start {'now' if e.score <= now else f'in {e.score - now:.0f} s'})"
+    )
     lines.extend(e.fairness)
     if e.task_queue:
         where = "not in it" if e.position is None else f"position {e.position} of {e.queue_length}"

@@ -62,8 +62,10 @@ class FairView:
         out = [f"  owner {self.owner}, group {self.group}"]
         for r in self.groups:
             mark = " <- its group" if r.group == self.group else ""
-            out.append(f"  share: group {r.group}: {r.running} cores running, used {r.used:.1%} of the decayed "
-                       f"core-seconds vs a share of {r.share:.1%} (usage/share {r.rank:.4g}){mark}")
+            out.append(
+                f"  share: group {r.group}: {r.running} cores running, used {r.used:.1%} of the decayed "
+                f"core-seconds vs a share of {r.share:.1%} (usage/share {r.rank:.4g}){mark}"
+            )
         for queue, why in sorted(self.limits.items()):
             out.append(f"  limit at {queue}: {why}")
         return out
@@ -75,8 +77,10 @@ class FairView:
             queue, why = sorted(self.limits.items())[0]
             return f"a running limit holds it: {why} (at {queue})"
         if self.ahead and mine is not None:
-            return (f"its group's share: group {self.group} used {mine.used:.1%} against a share of {mine.share:.1%}; "
-                    f"groups served first: {', '.join(self.ahead)}; then: {verdict}")
+            return (
+                f"its group's share: group {self.group} used {mine.used:.1%} against a share of {mine.share:.1%}; "
+                f"groups served first: {', '.join(self.ahead)}; then: {verdict}"
+            )
         return verdict
 
 
@@ -88,8 +92,17 @@ def group_table(store: Store, policy: Policy, now: float, extra: Sequence[str] =
     usage = {g: state.usage(g) for g in names}
     total_usage = sum(usage.values()) or 1.0
     total_share = sum(policy.share(g) for g in names) or 1.0
-    rows = [GroupRow(g, state.running(g), usage[g], usage[g] / total_usage, policy.share(g) / total_share,
-                     usage[g] / max(policy.share(g), 1e-9)) for g in names]
+    rows = [
+        GroupRow(
+            g,
+            state.running(g),
+            usage[g],
+            usage[g] / total_usage,
+            policy.share(g) / total_share,
+            usage[g] / max(policy.share(g), 1e-9),
+        )
+        for g in names
+    ]
     return sorted(rows, key=lambda r: (r.rank, r.group))
 
 

@@ -102,8 +102,21 @@ class JobRow:
             run = float(job.wall)
         elif job.started is not None:
             run = max(0.0, (job.ended if job.ended is not None else now) - float(job.started))
-        return cls(job.id, job.name, job.request, job.state.value, job.tq_id, job.pilot, job.attempt, job.submitted,
-                   job.started, job.ended, run, job.exit_code, job.reason)
+        return cls(
+            job.id,
+            job.name,
+            job.request,
+            job.state.value,
+            job.tq_id,
+            job.pilot,
+            job.attempt,
+            job.submitted,
+            job.started,
+            job.ended,
+            run,
+            job.exit_code,
+            job.reason,
+        )
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -142,10 +155,13 @@ class _Reader:
 
     def keep(self, job: Job) -> bool:
         flt = self.flt
-        return (job.state in flt.states and self.in_range(job.id)
-                and (flt.task_queue is None or job.tq_id == flt.task_queue)
-                and (flt.pilot is None or job.pilot == flt.pilot)
-                and (self.queue_tqs is None or job.tq_id in self.queue_tqs or job.pilot in self.queue_pilots))
+        return (
+            job.state in flt.states
+            and self.in_range(job.id)
+            and (flt.task_queue is None or job.tq_id == flt.task_queue)
+            and (flt.pilot is None or job.pilot == flt.pilot)
+            and (self.queue_tqs is None or job.tq_id in self.queue_tqs or job.pilot in self.queue_pilots)
+        )
 
     def pages(self, key: str, *, reverse: bool = False) -> Iterator[tuple[str, float]]:
         """(member, score) of a zset, a page at a time (lowest score first, or highest with ``reverse``): the
@@ -203,14 +219,20 @@ class _Reader:
             return  # a waiting job has no pilot
         tqs = self._task_queues()
         if self.range is not None and self._range_is_shorter(tqs):
-            jobs = [j for j in self.records(str(i) for i in range(self.range[0], self.range[1] + 1))
-                    if j.state is JobState.WAITING]
+            jobs = [
+                j
+                for j in self.records(str(i) for i in range(self.range[0], self.range[1] + 1))
+                if j.state is JobState.WAITING
+            ]
             yield from sorted(jobs, key=lambda j: (j.score, _order(j.id)))
             return
         merged = heapq.merge(*(self._members(tq) for tq in tqs))
         yield from (j for j in self.records(job for _, job in merged) if j.state is JobState.WAITING)
-        delayed = [j for j in self.records(member for member, _ in self.pages(self.keys.delayed))
-                   if j.state is JobState.WAITING]
+        delayed = [
+            j
+            for j in self.records(member for member, _ in self.pages(self.keys.delayed))
+            if j.state is JobState.WAITING
+        ]
         yield from sorted(delayed, key=lambda j: (j.score, _order(j.id)))
 
     def releasing(self) -> Iterator[Job]:
@@ -222,7 +244,10 @@ class _Reader:
 
     def finished(self) -> Iterator[Job]:
         """Finished jobs, most recent end first."""
-        if self.range is not None and self.range[1] - self.range[0] + 1 < reads.zset_sizes(self.store, [self.keys.ended])[0]:
+        if (
+            self.range is not None
+            and self.range[1] - self.range[0] + 1 < reads.zset_sizes(self.store, [self.keys.ended])[0]
+        ):
             jobs = list(self.records(str(i) for i in range(self.range[0], self.range[1] + 1)))
             yield from sorted(jobs, key=lambda j: (-(j.ended or 0.0), -_order(j.id)))
             return
@@ -243,9 +268,12 @@ def list_jobs(store: Store, flt: JobFilter | None = None, now: float | None = No
     reader = _Reader(store, flt)
     states = flt.states
     sources: list[tuple[frozenset[JobState], Any]] = [
-        (_LEASED, reader.leased), (frozenset({JobState.WAITING}), reader.waiting),
-        (frozenset({JobState.RELEASING}), reader.releasing), (frozenset({JobState.BLOCKED}), reader.blocked),
-        (FINISHED, reader.finished)]
+        (_LEASED, reader.leased),
+        (frozenset({JobState.WAITING}), reader.waiting),
+        (frozenset({JobState.RELEASING}), reader.releasing),
+        (frozenset({JobState.BLOCKED}), reader.blocked),
+        (FINISHED, reader.finished),
+    ]
     seen: set[str] = set()
     rows: list[JobRow] = []
     now = time.time() if now is None else now
@@ -262,8 +290,20 @@ def list_jobs(store: Store, flt: JobFilter | None = None, now: float | None = No
     return Listing(rows, False)
 
 
-_COLUMNS = ("ID", "NAME", "REQUEST", "STATE", "TASKQUEUE", "PILOT", "ATT", "SUBMITTED", "STARTED", "ENDED",
-            "RUNTIME", "EXIT")
+_COLUMNS = (
+    "ID",
+    "NAME",
+    "REQUEST",
+    "STATE",
+    "TASKQUEUE",
+    "PILOT",
+    "ATT",
+    "SUBMITTED",
+    "STARTED",
+    "ENDED",
+    "RUNTIME",
+    "EXIT",
+)
 
 
 def _stamp(seconds: float | None) -> str:
@@ -279,9 +319,20 @@ def _duration(seconds: float | None) -> str:
 
 def _cells(row: JobRow) -> Sequence[str]:
     name = row.name if len(row.name) <= 24 else row.name[:23] + "~"
-    return (row.id, name or "-", row.request or "-", row.state, row.task_queue or "-", row.pilot or "-",
-            str(row.attempt), _stamp(row.submitted), _stamp(row.started), _stamp(row.ended), _duration(row.run_time),
-            "-" if row.exit_code is None else str(row.exit_code))
+    return (
+        row.id,
+        name or "-",
+        row.request or "-",
+        row.state,
+        row.task_queue or "-",
+        row.pilot or "-",
+        str(row.attempt),
+        _stamp(row.submitted),
+        _stamp(row.started),
+        _stamp(row.ended),
+        _duration(row.run_time),
+        "-" if row.exit_code is None else str(row.exit_code),
+    )
 
 
 def render_jobs(listing: Listing) -> list[str]:

@@ -82,8 +82,11 @@ def check_text(value: object, *, job: str | None, field: str, limit: int, line: 
     try:
         size = len(value.encode("utf-8"))
     except UnicodeEncodeError as exc:
-        raise ValidationError(f"holds a lone surrogate {value[exc.start]!r} at character {exc.start}, which is "
-                              "not text", job=job, field=field) from None
+        raise ValidationError(
+            f"holds a lone surrogate {value[exc.start]!r} at character {exc.start}, which is not text",
+            job=job,
+            field=field,
+        ) from None
     if size > limit:
         raise ValidationError(f"is {size} bytes long, over the limit of {limit}", job=job, field=field)
     if "\x00" in value:

@@ -91,8 +91,15 @@ def where_lines(out: Output) -> list[str]:
     return lines
 
 
-def follow(store: Store, job: str, attempt: int | None = None, streams: Sequence[str] = ("out", "err"), *,
-           poll: float = FOLLOW_POLL, sleep: Callable[[float], object] = time.sleep) -> Iterator[tuple[str, str]]:
+def follow(
+    store: Store,
+    job: str,
+    attempt: int | None = None,
+    streams: Sequence[str] = ("out", "err"),
+    *,
+    poll: float = FOLLOW_POLL,
+    sleep: Callable[[float], object] = time.sleep,
+) -> Iterator[tuple[str, str]]:
     """(stream, text) as a payload prints it, from what was shipped so far until the attempt ends.
 
     Without ``attempt``, a job that has not started yet is waited for (its next attempt is followed).
@@ -118,7 +125,7 @@ def follow(store: Store, job: str, attempt: int | None = None, streams: Sequence
             if done[stream] < start:
                 yield stream, f"[pilotfish: {start - done[stream]} bytes skipped]\n"
                 done[stream] = start
-            text = payload_logs.escaped(decoders[stream].decode(tail.data[done[stream] - start:]))
+            text = payload_logs.escaped(decoders[stream].decode(tail.data[done[stream] - start :]))
             done[stream] = tail.total
             if text:
                 yield stream, text

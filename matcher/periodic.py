@@ -45,8 +45,14 @@ def reap(ctx: Context, batch: int = 500) -> ReapReport:
             break
     parked = ctx.store.newly_parked()
     for p in parked:
-        log.warning("job %s parked: %s (task queue %s, member %r); it waits for an operator: "
-                    "pilotfish explain %s", p.job, p.reason, p.task_queue or "-", p.member, p.job)
+        log.warning(
+            "job %s parked: %s (task queue %s, member %r); it waits for an operator: pilotfish explain %s",
+            p.job,
+            p.reason,
+            p.task_queue or "-",
+            p.member,
+            p.job,
+        )
     requeued, failed, restored = total
     return ReapReport(requeued, failed, restored, len(parked))
 

@@ -50,25 +50,32 @@ def release_spec(store: Store, catalog: Catalog, job: Job, vo: str) -> dict[str,
         command = None
         if job.deferred:
             saved = json.loads(job.deferred)
-            template = JobTemplate(name=job.name, command=saved.get("command", job.command),
-                                   requirements=saved.get("requirements", {}), deferred=saved.get("deferred", {}),
-                                   command_deferred=bool(saved.get("command_deferred")),
-                                   params=saved.get("params", {}))
+            template = JobTemplate(
+                name=job.name,
+                command=saved.get("command", job.command),
+                requirements=saved.get("requirements", {}),
+                deferred=saved.get("deferred", {}),
+                command_deferred=bool(saved.get("command_deferred")),
+                params=saved.get("params", {}),
+            )
             outputs = _outputs_by_name(store, job)
             requirements = evaluate_deferred(template, outputs)
-            command = check_text(render_command(template, outputs), job=job.name or job.id, field="command",
-                                 limit=MAX_COMMAND_BYTES)  # the outputs filled in must leave a runnable command
+            command = check_text(
+                render_command(template, outputs), job=job.name or job.id, field="command", limit=MAX_COMMAND_BYTES
+            )  # the outputs filled in must leave a runnable command
         placement = place(catalog, requirements, job=job.name or job.id, vo=vo)
     except PilotfishError as exc:
         return {"error": str(exc)}
     req = placement.requirements
     group, owner = account_of_job(store, job)
-    spec: dict[str, Any] = {"t": account_tq(placement.tq_id, group, owner, job.rule), "def": placement.tq_def,
-                            "queues": list(placement.queues),
-                            "m_tail": member_tail(req.cpu, req.mem, req.tmp,
-                                                  time_needed(req.wall, job.ete, store.ete_safety_factor)),
-                            **stored_requirements(json.dumps(dict(req.values), sort_keys=True, separators=(",", ":")),
-                                                  req.cpu, req.mem), "e": job.ete}
+    spec: dict[str, Any] = {
+        "t": account_tq(placement.tq_id, group, owner, job.rule),
+        "def": placement.tq_def,
+        "queues": list(placement.queues),
+        "m_tail": member_tail(req.cpu, req.mem, req.tmp, time_needed(req.wall, job.ete, store.ete_safety_factor)),
+        **stored_requirements(json.dumps(dict(req.values), sort_keys=True, separators=(",", ":")), req.cpu, req.mem),
+        "e": job.ete,
+    }
     if command is not None:
         spec["c"] = command
     return spec

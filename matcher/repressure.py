@@ -161,9 +161,11 @@ class _Request:
 
     def __init__(self, records: RecordCache, request: str) -> None:
         self.records = records
-        self.index = dag.DagIndex(deps=_Neighbours(records, request, False),
-                                  dependents=_Neighbours(records, request, True),
-                                  position=_Position(records, request))
+        self.index = dag.DagIndex(
+            deps=_Neighbours(records, request, False),
+            dependents=_Neighbours(records, request, True),
+            position=_Position(records, request),
+        )
         self.ete = _Overlay(records, request, lambda r: r.ete)
         self.pressure = _Overlay(records, request, lambda r: r.pressure)
         self.written: set[str] = set()
@@ -188,9 +190,15 @@ def _remaining(rec: RecordView, pressure: float, now: float) -> float:
     return pressure
 
 
-def repressure(store: Store, *, damping: float = dag.DAMPING, now: float | None = None,
-               batch: int = 10_000, capacity: Callable[[], float] | None = None,
-               spread: float = DEFAULT_SPREAD) -> Report:
+def repressure(
+    store: Store,
+    *,
+    damping: float = dag.DAMPING,
+    now: float | None = None,
+    batch: int = 10_000,
+    capacity: Callable[[], float] | None = None,
+    spread: float = DEFAULT_SPREAD,
+) -> Report:
     """One re-pressure run (see the module docstring); ``batch`` bounds the completions read per run.
 
     ``capacity`` gives the cores that run the work, for an ETA re-computed here (the live pilots' by
@@ -241,10 +249,14 @@ def repressure(store: Store, *, damping: float = dag.DAMPING, now: float | None 
         if request_rec is not None:
             _check_eta(records, request, request_rec, view, frontier.get(request, []), now, cores, report)
 
-    updates = [_update(records.cache[job], view, request_recs.get(request), report.etas.get(request), job,
-                       store.ete_safety_factor)
-               for request, view in views.items() for job in sorted(view.written, key=int)
-               if _unfinished(records.cache.get(job))]
+    updates = [
+        _update(
+            records.cache[job], view, request_recs.get(request), report.etas.get(request), job, store.ete_safety_factor
+        )
+        for request, view in views.items()
+        for job in sorted(view.written, key=int)
+        if _unfinished(records.cache.get(job))
+    ]
     progress = {CURSOR_FIELD: repr(report.cursor_to)} if report.cursor_to is not None else {}
     _write(store, records, updates, report, progress, marks)
     report.records_read = records.read
@@ -268,8 +280,9 @@ def _moved(before: float, after: float, damping: float) -> bool:
     return abs(after - before) > damping * before
 
 
-def _moved_rules(store: Store, rules: Sequence[str], damping: float, marks: dict[str, str],
-                 spread: float = DEFAULT_SPREAD) -> dict[str, RuleStats]:
+def _moved_rules(
+    store: Store, rules: Sequence[str], damping: float, marks: dict[str, str], spread: float = DEFAULT_SPREAD
+) -> dict[str, RuleStats]:
     """Rules whose learnt mean or hint factor moved by more than ``damping``, or whose spread crossed
     ``spread``, since last propagated; records the new marks."""
     if not rules:
@@ -279,7 +292,7 @@ def _moved_rules(store: Store, rules: Sequence[str], damping: float, marks: dict
     raws = reads.cursors(store, fields)
     moved: dict[str, RuleStats] = {}
     for i, rule in enumerate(rules):
-        raw, raw_factor, raw_wide = raws[3 * i:3 * i + 3]
+        raw, raw_factor, raw_wide = raws[3 * i : 3 * i + 3]
         current = stats.get(rule)
         if current is None or current.n == 0:
             continue
@@ -287,16 +300,22 @@ def _moved_rules(store: Store, rules: Sequence[str], damping: float, marks: dict
         # Marks stored before hints were weighed have no factor (1) and no wide flag (not wide).
         before_factor = float(raw_factor) if raw_factor is not None else 1.0
         before_wide = raw_wide is not None and float(raw_wide) == 1
-        if (raw is None or _moved(float(raw), mean, damping) or _moved(before_factor, factor, damping)
-                or before_wide != wide):
+        if (
+            raw is None
+            or _moved(float(raw), mean, damping)
+            or _moved(before_factor, factor, damping)
+            or before_wide != wide
+        ):
             moved[rule] = current
-            marks.update({RULE_MARK + rule: repr(mean), FACTOR_MARK + rule: repr(factor),
-                          WIDE_MARK + rule: str(int(wide))})
+            marks.update(
+                {RULE_MARK + rule: repr(mean), FACTOR_MARK + rule: repr(factor), WIDE_MARK + rule: str(int(wide))}
+            )
     return moved
 
 
-def _reestimate(store: Store, records: RecordCache, moved: Mapping[str, RuleStats],
-                report: Report, spread: float = DEFAULT_SPREAD) -> dict[str, dict[str, float]]:
+def _reestimate(
+    store: Store, records: RecordCache, moved: Mapping[str, RuleStats], report: Report, spread: float = DEFAULT_SPREAD
+) -> dict[str, dict[str, float]]:
     """New estimates of the unfinished jobs of the moved rules, by request (finished ones are forgotten)."""
     members: dict[str, list[str]] = {}
     for rule in moved:
@@ -321,9 +340,16 @@ def _reestimate(store: Store, records: RecordCache, moved: Mapping[str, RuleStat
     return changed
 
 
-def _check_eta(records: RecordCache, request: str, rec: Record, view: _Request,
-               known: Sequence[tuple[str, RecordView]],
-               now: float, cores: Callable[[], float], report: Report) -> None:
+def _check_eta(
+    records: RecordCache,
+    request: str,
+    rec: Record,
+    view: _Request,
+    known: Sequence[tuple[str, RecordView]],
+    now: float,
+    cores: Callable[[], float],
+    report: Report,
+) -> None:
     """Re-store the ETA of a touched request when it moved by more than 1/16 of its remaining time.
 
     ``known`` are its ready and running jobs read so far: they bound the ETA; the request is read whole
@@ -348,8 +374,10 @@ def _check_eta(records: RecordCache, request: str, rec: Record, view: _Request,
     frontier = [(j, r) for j in ids if (r := records.cache.get(j)) is not None and r.state in _FRONTIER]
     if not frontier:
         return
-    exact = now + max(max(_remaining(r, view.pressure[j], now) for j, r in frontier),
-                      _shape_need(records, view, [j for j in ids if _unfinished(records.cache.get(j))], now, cores()))
+    exact = now + max(
+        max(_remaining(r, view.pressure[j], now) for j, r in frontier),
+        _shape_need(records, view, [j for j in ids if _unfinished(records.cache.get(j))], now, cores()),
+    )
     if eta_moved(eta, exact, now):
         report.etas[request] = round(exact, 3)
         view.written.update(j for j in ids if _unfinished(records.cache.get(j)))
@@ -375,8 +403,14 @@ def _shape_need(records: RecordCache, view: _Request, live: Sequence[str], now: 
     return fan_in_bound(live, deps, ete, pressure, work, cores)
 
 
-def _update(rec: RecordView | None, view: _Request, request: Record | None, new_eta: float | None, job: str,
-            ete_safety_factor: float) -> Rescored:
+def _update(
+    rec: RecordView | None,
+    view: _Request,
+    request: Record | None,
+    new_eta: float | None,
+    job: str,
+    ete_safety_factor: float,
+) -> Rescored:
     """The new values of one job: its pressure, estimate, member time and score.
 
     The member's time is :func:`taskqueues.store.records.time_needed`: a job's ``wall`` stays; without one, the
@@ -392,16 +426,28 @@ def _update(rec: RecordView | None, view: _Request, request: Record | None, new_
     return Rescored(job, pressure, ete, need, score)
 
 
-def _write(store: Store, records: RecordCache, updates: Sequence[Rescored], report: Report,
-           progress: Mapping[str, str], marks: Mapping[str, str]) -> None:
+def _write(
+    store: Store,
+    records: RecordCache,
+    updates: Sequence[Rescored],
+    report: Report,
+    progress: Mapping[str, str],
+    marks: Mapping[str, str],
+) -> None:
     """rescore.lua in batches; the request ETAs, the rule marks and the cursor go with the last one."""
-    chunks = [list(updates[i:i + _WRITE_CHUNK]) for i in range(0, len(updates), _WRITE_CHUNK)] or [[]]
+    chunks = [list(updates[i : i + _WRITE_CHUNK]) for i in range(0, len(updates), _WRITE_CHUNK)] or [[]]
     for n, chunk in enumerate(chunks):
         last = n == len(chunks) - 1
         if not chunk and not report.etas and not progress and not marks:
             continue
         waiting = [r.task_queue for u in chunk if (r := records.cache.get(u.job)) and r.state == "waiting"]
-        written, moved = rescore(store, chunk, waiting_tqs=waiting, etas=report.etas if last else None,
-                                 progress=progress if last else None, marks=marks if last else None)
+        written, moved = rescore(
+            store,
+            chunk,
+            waiting_tqs=waiting,
+            etas=report.etas if last else None,
+            progress=progress if last else None,
+            marks=marks if last else None,
+        )
         report.jobs_written += written
         report.members_moved += moved

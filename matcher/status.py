@@ -17,8 +17,17 @@ from taskqueues.errors import NotFound
 from taskqueues.store import Store, reads
 from taskqueues.store.records import Job, JobState, Parked
 
-__all__ = ["RequestStatus", "TaskQueueStatus", "find_request", "render_parked", "render_requests",
-           "render_task_queues", "request_status", "requests_status", "task_queues"]
+__all__ = [
+    "RequestStatus",
+    "TaskQueueStatus",
+    "find_request",
+    "render_parked",
+    "render_requests",
+    "render_task_queues",
+    "request_status",
+    "requests_status",
+    "task_queues",
+]
 
 STATE_ORDER = [s.value for s in JobState]
 
@@ -128,10 +137,15 @@ def task_queues(store: Store) -> list[TaskQueueStatus]:
             requirements = json.loads(defs[tq])
         except ValueError:
             requirements = {"unreadable": defs[tq]}
-        out.append(TaskQueueStatus(
-            id=tq, waiting=summary.waiting, head_score=summary.head_score,
-            requirements=requirements if isinstance(requirements, dict) else {"value": requirements},
-            queues=summary.queues))
+        out.append(
+            TaskQueueStatus(
+                id=tq,
+                waiting=summary.waiting,
+                head_score=summary.head_score,
+                requirements=requirements if isinstance(requirements, dict) else {"value": requirements},
+                queues=summary.queues,
+            )
+        )
     return sorted(out, key=lambda t: (t.head_score is None, t.head_score or 0.0, t.id))
 
 
@@ -188,8 +202,10 @@ def render_parked(parked: Sequence[Parked], shown: int = 10) -> list[str]:
     """Human lines for the parked jobs (none when there are none): how many, and the first few."""
     if not parked:
         return []
-    lines = [f"{len(parked)} jobs parked (a task-queue member or record could not be read; they wait for an "
-             f"operator, outside every task queue): see pilotfish explain <job>"]
+    lines = [
+        f"{len(parked)} jobs parked (a task-queue member or record could not be read; they wait for an "
+        f"operator, outside every task queue): see pilotfish explain <job>"
+    ]
     for p in sorted(parked, key=lambda p: (p.at, p.job))[:shown]:
         lines.append(f"  job {p.job}: {p.reason}" + (f" (task queue {p.task_queue})" if p.task_queue else ""))
     if len(parked) > shown:

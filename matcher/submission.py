@@ -123,8 +123,9 @@ def place(catalog: Catalog, raw: Mapping[str, object], *, job: str, vo: str) -> 
     queue; the option string is normalised first, so spellings of the same options share a task queue.
     """
     if not isinstance(raw, Mapping):
-        raise ValidationError(f"must be a table of names to values, not {type(raw).__name__}", job=job,
-                              field="requirements")
+        raise ValidationError(
+            f"must be a table of names to values, not {type(raw).__name__}", job=job, field="requirements"
+        )
     values = dict(raw)
     hint = values.pop(INSTANCE_TYPE, None)
     if hint is not None:
@@ -134,8 +135,7 @@ def place(catalog: Catalog, raw: Mapping[str, object], *, job: str, vo: str) -> 
     options = _options(values.pop(BACKEND_OPTIONS, None), job)
     req = parse_requirements(values, job=job)
     catalog.check_names(req, job=job, vo=vo)
-    queues = _with_options(_with_shape(catalog.require_eligible(req, job=job, vo=vo), req, hint, job),
-                           options, job)
+    queues = _with_options(_with_shape(catalog.require_eligible(req, job=job, vo=vo), req, hint, job), options, job)
     extras = {k: v for k, v in ((INSTANCE_TYPE, hint), (BACKEND_OPTIONS, options)) if v is not None}
     if not extras:
         return Placement(req, req.tq_id, req.canonical_json(), tuple(q.id for q in queues))
@@ -151,11 +151,17 @@ def _with_shape(queues: list[Queue], req: Requirements, hint: str | None, job: s
     offering = [q for q in queues if any(s.name == hint for s in q.shapes)]
     if not offering:
         raise ValidationError(f"no eligible queue offers the shape {hint!r}", job=job, field=INSTANCE_TYPE)
-    holding = [q for q in offering
-               if any(s.name == hint and s.holds(req.cpu, req.mem, req.tmp, req.wall or 0) for s in q.shapes)]
+    holding = [
+        q
+        for q in offering
+        if any(s.name == hint and s.holds(req.cpu, req.mem, req.tmp, req.wall or 0) for s in q.shapes)
+    ]
     if not holding:
-        raise ValidationError(f"the shape {hint!r} cannot hold cpu={req.cpu} mem={req.mem} MB "
-                              f"tmp={req.tmp} MB wall={req.wall}", job=job, field=INSTANCE_TYPE)
+        raise ValidationError(
+            f"the shape {hint!r} cannot hold cpu={req.cpu} mem={req.mem} MB tmp={req.tmp} MB wall={req.wall}",
+            job=job,
+            field=INSTANCE_TYPE,
+        )
     return holding
 
 
@@ -214,9 +220,17 @@ def pool_of_definition(catalog: Catalog, tq_def: str, *, vo: str) -> list[str]:
 class Submitter:
     """Validates and stores requests for one community."""
 
-    def __init__(self, store: Store, catalog: Catalog, *, vo: str = "default", default_ete: float = DEFAULT_ETE,
-                 clock: Any = time.time, capacity: Callable[[], float] | None = None,
-                 ete_spread: float = DEFAULT_SPREAD) -> None:
+    def __init__(
+        self,
+        store: Store,
+        catalog: Catalog,
+        *,
+        vo: str = "default",
+        default_ete: float = DEFAULT_ETE,
+        clock: Any = time.time,
+        capacity: Callable[[], float] | None = None,
+        ete_spread: float = DEFAULT_SPREAD,
+    ) -> None:
         """``capacity`` gives the cores that run the work (for the load part of the ETA, :mod:`matcher.eta`);
         ``ete_spread`` is the coefficient of variation over which a rule has no say over a job's hint."""
         self.ete_spread = ete_spread
@@ -230,11 +244,24 @@ class Submitter:
     @classmethod
     def of(cls, ctx: Context) -> Submitter:
         """The submitter of a context's store, catalog and settings."""
-        return cls(ctx.store, ctx.catalog, vo=ctx.settings.vo, default_ete=ctx.settings.default_ete,
-                   ete_spread=ctx.settings.ete_spread)
+        return cls(
+            ctx.store,
+            ctx.catalog,
+            vo=ctx.settings.vo,
+            default_ete=ctx.settings.default_ete,
+            ete_spread=ctx.settings.ete_spread,
+        )
 
-    def submit(self, jobs: Sequence[JobSpec], *, name: str = "", priority: float = 0.0,
-               source: str = "", owner: str = "", group: str = "") -> Submitted:
+    def submit(
+        self,
+        jobs: Sequence[JobSpec],
+        *,
+        name: str = "",
+        priority: float = 0.0,
+        source: str = "",
+        owner: str = "",
+        group: str = "",
+    ) -> Submitted:
         """Validate every job, then store the whole request in one atomic step (or nothing).
 
         Every check runs before the first write (the store's one ``submit`` call), so a refused request
@@ -244,8 +271,9 @@ class Submitter:
         if not jobs:
             raise SubmissionError([located("the request has no job", field="jobs")], source)
         owner, group = owner or default_owner(), group or DEFAULT_GROUP
-        problems = _request_problems(name, priority) + _problems(lambda: check_account_name(owner, "owner"),
-                                                                 lambda: check_account_name(group, "group"))
+        problems = _request_problems(name, priority) + _problems(
+            lambda: check_account_name(owner, "owner"), lambda: check_account_name(group, "group")
+        )
         problems += [p for spec in jobs for p in _spec_problems(spec)]
         if problems:
             raise SubmissionError(problems, source)
@@ -272,8 +300,13 @@ class Submitter:
                 problems.append(str(exc))
             text += len(spec.command) + len(spec.key) + len(spec.name) + len(spec.rule)
         if text > MAX_REQUEST_TEXT:
-            problems.append(located(f"the jobs hold {text} characters of text (commands, names, keys, requirements), "
-                                    f"over the limit of {MAX_REQUEST_TEXT}: split the request", field="jobs"))
+            problems.append(
+                located(
+                    f"the jobs hold {text} characters of text (commands, names, keys, requirements), "
+                    f"over the limit of {MAX_REQUEST_TEXT}: split the request",
+                    field="jobs",
+                )
+            )
         if problems:
             raise SubmissionError(problems, source)
 
@@ -282,11 +315,19 @@ class Submitter:
         pressure = dag.pressures(order, deps, ete)
         critical = max(pressure.values(), default=0.0)
         now = self.clock()
-        work = {j.name: 0.0 if j.error else ete[j.name] * (placements[j.name].requirements.cpu
-                                                             if j.name in placements else 1) for j in jobs}
+        work = {
+            j.name: 0.0
+            if j.error
+            else ete[j.name] * (placements[j.name].requirements.cpu if j.name in placements else 1)
+            for j in jobs
+        }
         cores = self.capacity()
-        eta = request_eta(now, critical, load_seconds(self.store, cores, sum(work.values())),
-                          fan_in_bound(order, deps, ete, pressure, work, cores))
+        eta = request_eta(
+            now,
+            critical,
+            load_seconds(self.store, cores, sum(work.values())),
+            fan_in_bound(order, deps, ete, pressure, work, cores),
+        )
         index = {n: i for i, n in enumerate(order)}
         dependents = dag.dependents_of(order, deps)
         doomed = self._doomed(order, by_name, dependents)
@@ -296,34 +337,45 @@ class Submitter:
             spec = by_name[job_name]
             placement = placements.get(job_name)
             state, reason = doomed.get(job_name, (None, ""))
-            new_jobs.append(NewJob(
-                command=spec.command,
-                tq_id=account_tq(placement.tq_id, group, owner, spec.rule) if placement else "",
-                tq_def=placement.tq_def if placement else "",
-                queues=placement.queues if placement and state is None else (),
-                cpu=placement.requirements.cpu if placement else 0,
-                mem=placement.requirements.mem if placement else 0,
-                tmp=placement.requirements.tmp if placement else 0,
-                ete=ete[job_name],
-                score=eta - pressure[job_name] - priority,
-                requirements=json.dumps(dict(placement.requirements.values) if placement else {}, sort_keys=True,
-                                        separators=(",", ":")),
-                name=job_name,
-                max_retries=spec.max_retries,
-                key=spec.key,
-                rule=spec.rule,
-                dependents=tuple(index[d] for d in dependents[job_name]),
-                deps=tuple(index[d] for d in spec.deps),
-                pending=len(set(spec.deps)) if state is None else 0,
-                deferred=deferred_text.get(job_name, ""),
-                pressure=pressure[job_name],
-                state=state,
-                reason=reason,
-                hint=hints.get(job_name),
-            ))
+            new_jobs.append(
+                NewJob(
+                    command=spec.command,
+                    tq_id=account_tq(placement.tq_id, group, owner, spec.rule) if placement else "",
+                    tq_def=placement.tq_def if placement else "",
+                    queues=placement.queues if placement and state is None else (),
+                    cpu=placement.requirements.cpu if placement else 0,
+                    mem=placement.requirements.mem if placement else 0,
+                    tmp=placement.requirements.tmp if placement else 0,
+                    ete=ete[job_name],
+                    score=eta - pressure[job_name] - priority,
+                    requirements=json.dumps(
+                        dict(placement.requirements.values) if placement else {}, sort_keys=True, separators=(",", ":")
+                    ),
+                    name=job_name,
+                    max_retries=spec.max_retries,
+                    key=spec.key,
+                    rule=spec.rule,
+                    dependents=tuple(index[d] for d in dependents[job_name]),
+                    deps=tuple(index[d] for d in spec.deps),
+                    pending=len(set(spec.deps)) if state is None else 0,
+                    deferred=deferred_text.get(job_name, ""),
+                    pressure=pressure[job_name],
+                    state=state,
+                    reason=reason,
+                    hint=hints.get(job_name),
+                )
+            )
         request_id = uuid.uuid4().hex[:12]
-        record = {"name": name or request_id, "priority": priority, "ts": round(now, 3), "eta": round(eta, 3),
-                  "cp": round(critical, 3), "n": len(jobs), "owner": owner, "group": group}
+        record = {
+            "name": name or request_id,
+            "priority": priority,
+            "ts": round(now, 3),
+            "eta": round(eta, 3),
+            "cp": round(critical, 3),
+            "n": len(jobs),
+            "owner": owner,
+            "group": group,
+        }
         ids = self.store.submit(new_jobs, request=(request_id, record))
         return Submitted(request_id, dict(zip(order, ids, strict=True)), eta, critical)
 
@@ -340,11 +392,15 @@ class Submitter:
         for requirement in sorted(later):
             check_name(requirement, job=spec.name)
             if requirement not in CONSUMABLES and requirement not in offered:
-                raise RequirementError(f"no queue of {self.catalog.source} offers {requirement!r} to VO {self.vo!r}",
-                                       job=spec.name, field=requirement)
+                raise RequirementError(
+                    f"no queue of {self.catalog.source} offers {requirement!r} to VO {self.vo!r}",
+                    job=spec.name,
+                    field=requirement,
+                )
 
-    def _estimates(self, jobs: Sequence[JobSpec],
-                   placements: Mapping[str, Placement]) -> tuple[dict[str, float], dict[str, float]]:
+    def _estimates(
+        self, jobs: Sequence[JobSpec], placements: Mapping[str, Placement]
+    ) -> tuple[dict[str, float], dict[str, float]]:
         """Each job's estimate, and the hints the jobs gave (kept on their records)."""
         last, rules = self.store.ete_stats([j.key for j in jobs if j.key], [j.rule for j in jobs if j.rule])
         out: dict[str, float] = {}
@@ -354,14 +410,19 @@ class Submitter:
             hint = spec.ete if spec.ete is not None else (placement.requirements.wall if placement else None)
             if hint is not None:
                 hints[spec.name] = float(hint)
-            out[spec.name], _ = estimate(last.get(spec.key) if spec.key else None,
-                                         rules.get(spec.rule) if spec.rule else None, hint, self.default_ete,
-                                         spread=self.ete_spread)
+            out[spec.name], _ = estimate(
+                last.get(spec.key) if spec.key else None,
+                rules.get(spec.rule) if spec.rule else None,
+                hint,
+                self.default_ete,
+                spread=self.ete_spread,
+            )
         return out, hints
 
     @staticmethod
-    def _doomed(order: Sequence[str], by_name: Mapping[str, JobSpec],
-                dependents: Mapping[str, Sequence[str]]) -> dict[str, tuple[JobState, str]]:
+    def _doomed(
+        order: Sequence[str], by_name: Mapping[str, JobSpec], dependents: Mapping[str, Sequence[str]]
+    ) -> dict[str, tuple[JobState, str]]:
         """Jobs that fail at submission (their template did not evaluate) and, transitively, their dependents."""
         doomed: dict[str, tuple[JobState, str]] = {}
         for job_name in order:
@@ -390,8 +451,10 @@ def _request_problems(name: object, priority: object) -> list[str]:
     """What is wrong with a request's own fields (its name and priority: :mod:`matcher.limits`)."""
     return _problems(
         lambda: check_text(name, job=None, field="name", limit=MAX_NAME, line=True) if name != "" else name,
-        lambda: check_number(priority, job=None, field="priority", low=-MAX_PRIORITY, high=MAX_PRIORITY,
-                             what="a number of seconds"))
+        lambda: check_number(
+            priority, job=None, field="priority", low=-MAX_PRIORITY, high=MAX_PRIORITY, what="a number of seconds"
+        ),
+    )
 
 
 def _spec_problems(spec: JobSpec) -> list[str]:
@@ -404,10 +467,14 @@ def _spec_problems(spec: JobSpec) -> list[str]:
         lambda: check_text(spec.command, job=job, field="command", limit=MAX_COMMAND_BYTES),
         lambda: check_text(spec.key, job=job, field="key", limit=MAX_KEY, line=True) if spec.key else "",
         lambda: _check_rule(spec.rule, job) if spec.rule else "",
-        lambda: spec.ete if spec.ete is None else check_number(spec.ete, job=job, field="ete", low=0, high=MAX_ETE,
-                                                               what="a number of seconds"),
+        lambda: (
+            spec.ete
+            if spec.ete is None
+            else check_number(spec.ete, job=job, field="ete", low=0, high=MAX_ETE, what="a number of seconds")
+        ),
         lambda: _check_retries(spec.max_retries, job),
-        lambda: _check_deps(spec.deps, job))
+        lambda: _check_deps(spec.deps, job),
+    )
 
 
 def _check_job_name(name: object) -> str:
@@ -426,8 +493,9 @@ def _check_rule(rule: object, job: str) -> str:
 
 def _check_retries(retries: object, job: str) -> int:
     if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= MAX_RETRIES:
-        raise ValidationError(f"must be a whole number within 0..{MAX_RETRIES}, not {shown(retries)}", job=job,
-                              field="max_retries")
+        raise ValidationError(
+            f"must be a whole number within 0..{MAX_RETRIES}, not {shown(retries)}", job=job, field="max_retries"
+        )
     return retries
 
 
@@ -443,25 +511,38 @@ def specs_from_workflow(workflow: Any) -> list[JobSpec]:
     for job in workflow.jobs:
         deferred_spec: dict[str, Any] = {}
         if job.deferred or job.command_deferred:
-            deferred_spec = {"deferred": dict(job.deferred), "params": dict(job.params), "command": job.command,
-                             "command_deferred": job.command_deferred, "requirements": dict(job.requirements)}
-        specs.append(JobSpec(
-            name=job.name,
-            command=job.command,
-            requirements=dict(job.requirements),
-            deps=tuple(job.deps),
-            key=job.key or "",
-            rule=job.rule or "",
-            ete=job.ete_hint,
-            deferred=dict(job.deferred) or ({"command": job.command} if job.command_deferred else {}),
-            deferred_spec=deferred_spec,
-            error=job.error,
-        ))
+            deferred_spec = {
+                "deferred": dict(job.deferred),
+                "params": dict(job.params),
+                "command": job.command,
+                "command_deferred": job.command_deferred,
+                "requirements": dict(job.requirements),
+            }
+        specs.append(
+            JobSpec(
+                name=job.name,
+                command=job.command,
+                requirements=dict(job.requirements),
+                deps=tuple(job.deps),
+                key=job.key or "",
+                rule=job.rule or "",
+                ete=job.ete_hint,
+                deferred=dict(job.deferred) or ({"command": job.command} if job.command_deferred else {}),
+                deferred_spec=deferred_spec,
+                error=job.error,
+            )
+        )
     return specs
 
 
 def submit_workflow(submitter: Submitter, workflow: Any, *, owner: str = "", group: str = "") -> Submitted:
     """Submit a loaded workflow as one request, with its priority; ``owner``/``group`` (the CLI's) override
     the file's."""
-    return submitter.submit(specs_from_workflow(workflow), name=workflow.name, priority=workflow.priority,
-                            source=workflow.source, owner=owner or workflow.owner, group=group or workflow.group)
+    return submitter.submit(
+        specs_from_workflow(workflow),
+        name=workflow.name,
+        priority=workflow.priority,
+        source=workflow.source,
+        owner=owner or workflow.owner,
+        group=group or workflow.group,
+    )

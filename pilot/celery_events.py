@@ -82,8 +82,15 @@ class _Sender:
     heartbeats, which Celery's state would flag as clock drift.
     """
 
-    def __init__(self, app: Celery, hostname: str, freq: float, heartbeat_fields: Callable[[], dict[str, Any]],
-                 max_queued: int, max_backoff: float) -> None:
+    def __init__(
+        self,
+        app: Celery,
+        hostname: str,
+        freq: float,
+        heartbeat_fields: Callable[[], dict[str, Any]],
+        max_queued: int,
+        max_backoff: float,
+    ) -> None:
         self.app = app
         self.hostname = hostname
         self.freq = freq
@@ -153,9 +160,14 @@ class _Sender:
                 self.failures += 1
                 self._disconnect()
                 # One warning per outage, not one per retry: a long outage must not flood the pilot's log.
-                log.log(logging.WARNING if backoff == 0.1 else logging.DEBUG,
-                        "pilot %s: cannot send Celery events (%s: %s); retrying every %.0f s at most",
-                        self.hostname, type(exc).__name__, exc, self._max_backoff)
+                log.log(
+                    logging.WARNING if backoff == 0.1 else logging.DEBUG,
+                    "pilot %s: cannot send Celery events (%s: %s); retrying every %.0f s at most",
+                    self.hostname,
+                    type(exc).__name__,
+                    exc,
+                    self._max_backoff,
+                )
                 if self._stop.wait(backoff) and self.failures > 1:
                     # Closing while the broker is away: give up on the backlog rather than hang the exit.
                     break
@@ -170,8 +182,9 @@ class _Sender:
             self._conn = self.app.connection_for_write()
             self._conn.ensure_connection(max_retries=1, interval_start=0)
             # No buffering inside Celery: on failure the event stays in our bounded queue instead.
-            self._dispatcher = EventDispatcher(self._conn, hostname=self.hostname, app=self.app,
-                                               buffer_while_offline=False)
+            self._dispatcher = EventDispatcher(
+                self._conn, hostname=self.hostname, app=self.app, buffer_while_offline=False
+            )
         return self._dispatcher
 
     def _flush(self) -> None:
@@ -219,9 +232,18 @@ class CeleryObserver:
     ``control=False`` sends events only, without answering remote-control commands.
     """
 
-    def __init__(self, broker_url: str, *, freq: float = 2.0, control: bool = True, app: Celery | None = None,
-                 max_queued: int = 10_000, max_backoff: float = 10.0, close_timeout: float = 5.0,
-                 remember: int = 1_000) -> None:
+    def __init__(
+        self,
+        broker_url: str,
+        *,
+        freq: float = 2.0,
+        control: bool = True,
+        app: Celery | None = None,
+        max_queued: int = 10_000,
+        max_backoff: float = 10.0,
+        close_timeout: float = 5.0,
+        remember: int = 1_000,
+    ) -> None:
         self.app = app or Celery("pilotfish-pilot", broker=broker_url, set_as_current=False)
         if app is None:
             self.app.conf.broker_transport_options = sentinel.transport_options(broker_url)
@@ -252,13 +274,19 @@ class CeleryObserver:
             self._info = info
             self._started_at = time.time()
             if self._sender is None:
-                self._sender = _Sender(self.app, info.name, self.freq, self._heartbeat_fields,
-                                       self._max_queued, self._max_backoff)
+                self._sender = _Sender(
+                    self.app, info.name, self.freq, self._heartbeat_fields, self._max_queued, self._max_backoff
+                )
             self._sender.put("worker-online", self._heartbeat_fields())
             self._sender.set_online(True)
             if self._control_enabled and self._control is None:
-                self._control = RemoteControl(self.app.connection_for_read, celery_mailbox(self.app.conf),
-                                              info.name, self, max_backoff=self._max_backoff).start()
+                self._control = RemoteControl(
+                    self.app.connection_for_read,
+                    celery_mailbox(self.app.conf),
+                    info.name,
+                    self,
+                    max_backoff=self._max_backoff,
+                ).start()
         except Exception as exc:
             log.error("pilot %s: Celery events not started: %s", info.name, exc)
 
@@ -276,11 +304,21 @@ class CeleryObserver:
                 while len(self._jobs) > self._remember:
                     self._jobs.popitem(last=False)
             kwargs = payload_kwargs(job)
-            self._put("task-received", {
-                "uuid": tid, "name": task_name(job), "args": repr([job.command]), "kwargs": repr(kwargs),
-                "retries": job.retries, "root_id": tid, "parent_id": None, "eta": None, "expires": None,
-                "timestamp": received,
-            })
+            self._put(
+                "task-received",
+                {
+                    "uuid": tid,
+                    "name": task_name(job),
+                    "args": repr([job.command]),
+                    "kwargs": repr(kwargs),
+                    "retries": job.retries,
+                    "root_id": tid,
+                    "parent_id": None,
+                    "eta": None,
+                    "expires": None,
+                    "timestamp": received,
+                },
+            )
             self._put("task-started", {"uuid": tid, "timestamp": now})
         except Exception as exc:
             log.error("pilot %s: no Celery event for the start of job %s: %s", info.name, job.id, exc)
@@ -298,8 +336,9 @@ class CeleryObserver:
             runtime = result.wall if result.wall > 0 else max(0.0, time.time() - started)
             fields: dict[str, Any] = {"uuid": tid, "runtime": round(runtime, 6), "timestamp": time.time()}
             if signal is not None or state in REVOKED_STATES:
-                fields.update(terminated=True, signum=signal or "SIGTERM", expired=False,
-                              exception=_failure_text(result))
+                fields.update(
+                    terminated=True, signum=signal or "SIGTERM", expired=False, exception=_failure_text(result)
+                )
                 self._put("task-revoked", fields)
             elif state in SUCCEEDED_STATES:
                 fields["result"] = repr(_result_summary(result))
@@ -402,8 +441,12 @@ class CeleryObserver:
             "pid": os.getpid(),
             "clock": str(self.app.clock.value),
             "uptime": round(time.time() - self._started_at),
-            "pool": {"implementation": "pilotfish", "max-concurrency": info.cores if info else 0,
-                     "running": running, "processes": []},
+            "pool": {
+                "implementation": "pilotfish",
+                "max-concurrency": info.cores if info else 0,
+                "running": running,
+                "processes": [],
+            },
             "prefetch_count": 0,
             "broker": broker,
             "rusage": _rusage(),
@@ -414,17 +457,38 @@ class CeleryObserver:
         info = self._info
         if info is None:
             return {}
-        return {"queue": info.queue, "vo": info.vo, "cores": info.cores, "mem_mb": info.mem, "tmp_mb": info.tmp,
-                "batch": info.batch, "batch_id": info.batch_id, "node": info.node, "heartbeat_freq": self.freq}
+        return {
+            "queue": info.queue,
+            "vo": info.vo,
+            "cores": info.cores,
+            "mem_mb": info.mem,
+            "tmp_mb": info.tmp,
+            "batch": info.batch,
+            "batch_id": info.batch_id,
+            "node": info.node,
+            "heartbeat_freq": self.freq,
+        }
 
     def active_queues(self) -> list[dict[str, Any]]:
         info = self._info
         if info is None:
             return []
         # The catalog queue the pilot serves, in the shape of kombu's Queue.as_dict that Flower renders.
-        return [{"name": info.queue, "exchange": {"name": "pilotfish", "type": "direct"}, "routing_key": info.queue,
-                 "durable": True, "exclusive": False, "auto_delete": False, "no_ack": False, "alias": None,
-                 "queue_arguments": None, "binding_arguments": None, "bindings": []}]
+        return [
+            {
+                "name": info.queue,
+                "exchange": {"name": "pilotfish", "type": "direct"},
+                "routing_key": info.queue,
+                "durable": True,
+                "exclusive": False,
+                "auto_delete": False,
+                "no_ack": False,
+                "alias": None,
+                "queue_arguments": None,
+                "binding_arguments": None,
+                "bindings": [],
+            }
+        ]
 
     # -- helpers --------------------------------------------------------------------------------
 
@@ -434,8 +498,12 @@ class CeleryObserver:
         sender = self._sender
         if sender is None:
             return {"sent": 0, "dropped": 0, "failures": 0, "pending": 0}
-        return {"sent": sender.sent, "dropped": sender.dropped, "failures": sender.failures,
-                "pending": sender.pending()}
+        return {
+            "sent": sender.sent,
+            "dropped": sender.dropped,
+            "failures": sender.failures,
+            "pending": sender.pending(),
+        }
 
     def _put(self, type_: str, fields: dict[str, Any]) -> None:
         if self._sender is not None:
@@ -445,25 +513,37 @@ class CeleryObserver:
         with self._lock:
             active, processed = len(self._active), self._processed
         fields: dict[str, Any] = {
-            "freq": self.freq, "active": active, "processed": processed, "loadavg": load_average(),
-            "sw_ident": SW_IDENT, "sw_ver": PILOTFISH_VERSION, "sw_sys": platform.system(),
+            "freq": self.freq,
+            "active": active,
+            "processed": processed,
+            "loadavg": load_average(),
+            "sw_ident": SW_IDENT,
+            "sw_ver": PILOTFISH_VERSION,
+            "sw_sys": platform.system(),
         }
         info, load = self._info, self._load
         if info is not None:
             fields.update(pilot_queue=info.queue, pilot_vo=info.vo, pilot_cores=info.cores)
         if load is not None:
-            fields.update(used_cpu=load.used_cpu, used_mem=load.used_mem, time_left=load.time_left,
-                          draining=load.draining)
+            fields.update(
+                used_cpu=load.used_cpu, used_mem=load.used_mem, time_left=load.time_left, draining=load.draining
+            )
         return fields
 
     def _request_info(self, tid: str, job: Job, started: float) -> dict[str, Any]:
         """A running payload as Celery's ``Request.info`` describes an active task."""
         info = self._info
         return {
-            "id": tid, "name": task_name(job), "args": [job.command],
+            "id": tid,
+            "name": task_name(job),
+            "args": [job.command],
             "kwargs": payload_kwargs(job),
-            "type": task_name(job), "hostname": info.name if info else "", "time_start": started,
-            "acknowledged": True, "delivery_info": {"routing_key": job.tq_id}, "worker_pid": None,
+            "type": task_name(job),
+            "hostname": info.name if info else "",
+            "time_start": started,
+            "acknowledged": True,
+            "delivery_info": {"routing_key": job.tq_id},
+            "worker_pid": None,
         }
 
 
@@ -471,8 +551,13 @@ def payload_kwargs(job: Job) -> dict[str, Any]:
     """A payload task's kwargs as Flower shows them: the job, its attempt, requirements, owner and group
     (from its task queue's account, :mod:`taskqueues.store.fairshare`) and request."""
     group, owner, _ = account_of(job.tq_id)
-    kwargs: dict[str, Any] = {"job": job.id, "attempt": job.attempt, "requirements": job.requirements,
-                              "owner": owner, "group": group}
+    kwargs: dict[str, Any] = {
+        "job": job.id,
+        "attempt": job.attempt,
+        "requirements": job.requirements,
+        "owner": owner,
+        "group": group,
+    }
     if job.request:
         kwargs["request"] = job.request
     return kwargs
@@ -486,8 +571,11 @@ def _failure_text(result: RunResult) -> str:
 
 
 def _result_summary(result: RunResult) -> dict[str, Any]:
-    summary: dict[str, Any] = {"exit_code": result.exit_code, "cpu_time": round(result.cpu_time, 3),
-                               "peak_mem_mb": round(result.peak_mem, 1)}
+    summary: dict[str, Any] = {
+        "exit_code": result.exit_code,
+        "cpu_time": round(result.cpu_time, 3),
+        "peak_mem_mb": round(result.peak_mem, 1),
+    }
     if result.outputs:
         summary["outputs"] = result.outputs
     return summary

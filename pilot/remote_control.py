@@ -96,8 +96,9 @@ def build_handlers(target: ControlTarget, clock: Callable[[], int]) -> _Handlers
     pilot's own ``drain`` command (``app.control.broadcast("drain", destination=[pilot])``).
     """
 
-    def revoke(_state: Any, task_id: Any = None, terminate: bool = False, signal: str | None = None,
-               **_kw: Any) -> Reply:
+    def revoke(
+        _state: Any, task_id: Any = None, terminate: bool = False, signal: str | None = None, **_kw: Any
+    ) -> Reply:
         return target.revoke(_as_list(task_id), bool(terminate), signal or "SIGTERM")
 
     def terminate(_state: Any, signal: str | None = None, task_id: Any = None, **_kw: Any) -> Reply:
@@ -157,9 +158,13 @@ def build_handlers(target: ControlTarget, clock: Callable[[], int]) -> _Handlers
         time_limit=_unsupported("time_limit"),
     )
     # Celery's aliases for the same inspect commands (celery/worker/control.py ``alias=``).
-    handlers.update(dump_active=handlers["active"], dump_reserved=handlers["reserved"],
-                    dump_schedule=handlers["scheduled"], dump_revoked=handlers["revoked"],
-                    dump_conf=handlers["conf"])
+    handlers.update(
+        dump_active=handlers["active"],
+        dump_reserved=handlers["reserved"],
+        dump_schedule=handlers["scheduled"],
+        dump_revoked=handlers["revoked"],
+        dump_conf=handlers["conf"],
+    )
     return handlers
 
 
@@ -189,8 +194,16 @@ class RemoteControl:
     ``poll`` bounds how long a drain waits, hence how fast :meth:`stop` returns.
     """
 
-    def __init__(self, connect: Callable[[], Connection], mailbox: Mailbox, hostname: str,
-                 target: ControlTarget, *, poll: float = 0.5, max_backoff: float = 10.0) -> None:
+    def __init__(
+        self,
+        connect: Callable[[], Connection],
+        mailbox: Mailbox,
+        hostname: str,
+        target: ControlTarget,
+        *,
+        poll: float = 0.5,
+        max_backoff: float = 10.0,
+    ) -> None:
         self.hostname = hostname
         self._connect = connect
         self._mailbox = mailbox
@@ -225,9 +238,14 @@ class RemoteControl:
                 self._ready.clear()
                 self.reconnects += 1
                 # One warning per outage, not one per retry: a long outage must not flood the pilot's log.
-                log.log(logging.WARNING if self._backoff == _FIRST_BACKOFF else logging.DEBUG,
-                        "pilot %s: remote control cannot reach the broker (%s: %s); retrying every %.0f s at most",
-                        self.hostname, type(exc).__name__, exc, self._max_backoff)
+                log.log(
+                    logging.WARNING if self._backoff == _FIRST_BACKOFF else logging.DEBUG,
+                    "pilot %s: remote control cannot reach the broker (%s: %s); retrying every %.0f s at most",
+                    self.hostname,
+                    type(exc).__name__,
+                    exc,
+                    self._max_backoff,
+                )
                 self._stop.wait(self._backoff)
                 self._backoff = min(self._backoff * 2, self._max_backoff)
 
@@ -238,7 +256,8 @@ class RemoteControl:
             mailbox = self._mailbox(conn)
             node: Node = mailbox.Node(self.hostname, handlers=self._handlers, channel=channel)
             consumer = node.listen(  # type: ignore[no-untyped-call]
-                callback=lambda body, message: self._on_message(node, body, message))
+                callback=lambda body, message: self._on_message(node, body, message)
+            )
             try:
                 # The subscription is made by the first drain (kombu's Redis poller subscribes lazily).
                 first = True

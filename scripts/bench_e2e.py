@@ -179,13 +179,29 @@ def pilot_command(url: str, cores: int, workdir: Path, fast_poll: bool) -> list[
     """The pilot as an operator starts it, or this script's ``_pilot`` entry with a 5 ms idle back-off cap."""
     if fast_poll:
         return [sys.executable, str(Path(__file__).resolve()), "_pilot", url, str(cores), str(workdir)]
-    return [sys.executable, "-m", "matcher.cli", "pilot", "--queue", QUEUE, "--redis-url", url, "--cores",
-            str(cores), "--idle-timeout", "3600", "--no-events", "--workdir", str(workdir)]
+    return [
+        sys.executable,
+        "-m",
+        "matcher.cli",
+        "pilot",
+        "--queue",
+        QUEUE,
+        "--redis-url",
+        url,
+        "--cores",
+        str(cores),
+        "--idle-timeout",
+        "3600",
+        "--no-events",
+        "--workdir",
+        str(workdir),
+    ]
 
 
 @contextmanager
-def pilots(url: str, store: Store, count: int, cores: int, base: Path, *, fast_poll: bool = False,
-           timeout: float = 30.0) -> Iterator[list[subprocess.Popen[bytes]]]:
+def pilots(
+    url: str, store: Store, count: int, cores: int, base: Path, *, fast_poll: bool = False, timeout: float = 30.0
+) -> Iterator[list[subprocess.Popen[bytes]]]:
     """``count`` running pilots of ``cores`` cores each, registered in the store; stopped with SIGTERM after."""
     procs: list[subprocess.Popen[bytes]] = []
     logs: list[Path] = []
@@ -195,9 +211,15 @@ def pilots(url: str, store: Store, count: int, cores: int, base: Path, *, fast_p
         for i in range(count):
             log = base / f"pilot-{i}.log"
             with log.open("wb") as out:
-                procs.append(subprocess.Popen(pilot_command(url, cores, base / f"pilot-{i}", fast_poll), cwd=ROOT,
-                                              env=child_env({"JOBSTATUS": str(base / f"jobstatus-{i}")}),
-                                              stdout=out, stderr=subprocess.STDOUT))
+                procs.append(
+                    subprocess.Popen(
+                        pilot_command(url, cores, base / f"pilot-{i}", fast_poll),
+                        cwd=ROOT,
+                        env=child_env({"JOBSTATUS": str(base / f"jobstatus-{i}")}),
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
             logs.append(log)
         deadline = time.monotonic() + timeout
         while len(set(store.pilot_records()) - before) < count:
@@ -221,8 +243,9 @@ def pilots(url: str, store: Store, count: int, cores: int, base: Path, *, fast_p
                 print(f"pilot {proc.pid} ignored SIGTERM for 15 s and was killed:\n{_tail(log)}", file=sys.stderr)
 
 
-def run_pilotfish(context: Context, server: RedisServer, pilot_pids: Sequence[int], n: int, batch: int,
-                  timeout: float = 900.0) -> Throughput:
+def run_pilotfish(
+    context: Context, server: RedisServer, pilot_pids: Sequence[int], n: int, batch: int, timeout: float = 900.0
+) -> Throughput:
     """Submit N ``true`` jobs in requests of ``batch`` and wait until the pilots have run them all."""
     store = context.store
     done_log = store.keys.donelog
@@ -260,11 +283,30 @@ def celery_worker(url: str, concurrency: int, base: Path, timeout: float = 60.0)
     """A stock prefork worker of :data:`app` on ``url``, answering pings; warm-shut down (SIGTERM) after."""
     base.mkdir(parents=True, exist_ok=True)
     log = base / "celery-worker.log"
-    cmd = [sys.executable, "-m", "celery", "-A", "bench_e2e", "worker", "--pool", "prefork", "--concurrency",
-           str(concurrency), "--loglevel", "WARNING", "--hostname", f"bench-e2e-{os.getpid()}@%h"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "bench_e2e",
+        "worker",
+        "--pool",
+        "prefork",
+        "--concurrency",
+        str(concurrency),
+        "--loglevel",
+        "WARNING",
+        "--hostname",
+        f"bench-e2e-{os.getpid()}@%h",
+    ]
     with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parent, env=child_env({BROKER_ENV: url}),
-                                stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=Path(__file__).resolve().parent,
+            env=child_env({BROKER_ENV: url}),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         client = Celery("bench_e2e_control", broker=url, set_as_current=False)
         deadline = time.monotonic() + timeout
@@ -293,8 +335,9 @@ def worker_pids(proc: subprocess.Popen[bytes]) -> list[int]:
         return [proc.pid]
 
 
-def run_celery(url: str, server: RedisServer, worker: subprocess.Popen[bytes], n: int, batch: int,
-               timeout: float = 900.0) -> Throughput:
+def run_celery(
+    url: str, server: RedisServer, worker: subprocess.Popen[bytes], n: int, batch: int, timeout: float = 900.0
+) -> Throughput:
     """Send N :func:`run_true` tasks in batches over one producer and wait until the last one counted."""
     client = redis.Redis.from_url(url)
     counter = f"bench_e2e:{os.getpid()}:{time.monotonic_ns()}"
@@ -375,22 +418,30 @@ def measure_latency(context: Context, pauses: Sequence[float], timeout: float = 
 
 
 def throughput_table(pf: Throughput, cel: Throughput, concurrency: int, layout: str) -> str:
-    rows = [f"{'system':<10} {'jobs':>6} {'C':>3} {'seconds':>8} {'jobs/s':>8} {'submit s':>9} "
-            f"{'1st start s':>11} {'agent CPU s':>11} {'redis CPU s':>11}"]
+    rows = [
+        f"{'system':<10} {'jobs':>6} {'C':>3} {'seconds':>8} {'jobs/s':>8} {'submit s':>9} "
+        f"{'1st start s':>11} {'agent CPU s':>11} {'redis CPU s':>11}"
+    ]
     for t in (pf, cel):
         first = "-" if t.first_start != t.first_start else f"{t.first_start:.3f}"
-        rows.append(f"{t.system:<10} {t.jobs:>6} {concurrency:>3} {t.seconds:>8.2f} {t.rate:>8.0f} "
-                    f"{t.submit_seconds:>9.2f} {first:>11} {t.agent_cpu:>11.2f} {t.redis_cpu:>11.2f}")
+        rows.append(
+            f"{t.system:<10} {t.jobs:>6} {concurrency:>3} {t.seconds:>8.2f} {t.rate:>8.0f} "
+            f"{t.submit_seconds:>9.2f} {first:>11} {t.agent_cpu:>11.2f} {t.redis_cpu:>11.2f}"
+        )
     ratio = pf.rate / cel.rate
-    rows.append(f"Pilotfish ({layout}) / Celery (prefork x {concurrency}): {ratio:.2f}x  "
-                f"(target >= 1.5x: {'met' if ratio >= 1.5 else 'NOT met'})")
+    rows.append(
+        f"Pilotfish ({layout}) / Celery (prefork x {concurrency}): {ratio:.2f}x  "
+        f"(target >= 1.5x: {'met' if ratio >= 1.5 else 'NOT met'})"
+    )
     return "\n".join(rows)
 
 
 def latency_table(trials: Sequence[Trial], label: str) -> str:
     def ms(values: Sequence[float]) -> str:
-        return (f"{statistics.median(values) * 1000:>8.1f} {percentile(values, 0.95) * 1000:>8.1f} "
-                f"{max(values) * 1000:>8.1f}")
+        return (
+            f"{statistics.median(values) * 1000:>8.1f} {percentile(values, 0.95) * 1000:>8.1f} "
+            f"{max(values) * 1000:>8.1f}"
+        )
 
     rows = [f"latency, {label}, {len(trials)} jobs (ms)        median      p95      max"]
     rows.append(f"  submit -> matched (pilot noticed) {ms([t.matched for t in trials])}")
@@ -409,8 +460,15 @@ def _pilot_entry(url: str, cores: str, workdir: str) -> None:
     from pilot.agent.config import PilotConfig
     from pilot.agent.pilot import Pilot
 
-    config = PilotConfig(queue=QUEUE, redis_url=url, cores=int(cores), workdir=Path(workdir), idle_timeout=3600,
-                         backoff_min=0.005, backoff_max=0.005)
+    config = PilotConfig(
+        queue=QUEUE,
+        redis_url=url,
+        cores=int(cores),
+        workdir=Path(workdir),
+        idle_timeout=3600,
+        backoff_min=0.005,
+        backoff_max=0.005,
+    )
     print(f"pilot stopped: {Pilot(config).run()}", file=sys.stderr)
 
 
@@ -425,16 +483,24 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=1000, help="jobs per submit request (and per Celery batch)")
     parser.add_argument("--concurrency", type=int, default=cores, help="total concurrency C [cores of this host]")
     parser.add_argument("--pilots", type=int, default=1, help="pilots sharing the C cores (C must divide evenly)")
-    parser.add_argument("--rounds", type=int, default=1,
-                        help="alternate Pilotfish and Celery this many times; report the round of median ratio")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="alternate Pilotfish and Celery this many times; report the round of median ratio",
+    )
     parser.add_argument("--settle", type=float, default=3.0, help="seconds the pilots idle before the first submit")
     parser.add_argument("--trials", type=int, default=100, help="single-job latency trials (0: skip)")
     parser.add_argument("--pause", type=float, default=1.0, help="seconds between latency trials (pilots idle)")
     parser.add_argument("--seed", type=int, default=None, help="randomise each pause in [0, 2*pause] with this seed")
-    parser.add_argument("--scratch", default=None,
-                        help="directory for the pilots' work areas (payload sandboxes) [the system temp dir]")
-    parser.add_argument("--fast-poll", action="store_true",
-                        help="also measure latency with pilots whose idle back-off is capped at 5 ms")
+    parser.add_argument(
+        "--scratch", default=None, help="directory for the pilots' work areas (payload sandboxes) [the system temp dir]"
+    )
+    parser.add_argument(
+        "--fast-poll",
+        action="store_true",
+        help="also measure latency with pilots whose idle back-off is capped at 5 ms",
+    )
     args = parser.parse_args(argv)
     if min(args.n, args.batch, args.concurrency, args.pilots, args.rounds) < 1:
         parser.error("-n, --batch, --concurrency, --pilots and --rounds must be positive")
@@ -442,9 +508,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error(f"--concurrency {args.concurrency} is not a multiple of --pilots {args.pilots}")
     per_pilot = args.concurrency // args.pilots
     layout = f"{args.pilots} pilot{'s' if args.pilots > 1 else ''} x {per_pilot} core{'s' if per_pilot > 1 else ''}"
-    print(f"host: {cores} usable cores; C = {args.concurrency}; Pilotfish: {layout}; "
-          f"Celery: prefork x {args.concurrency}; {args.n} jobs of `true` each, batches of {args.batch}; "
-          f"scratch {args.scratch or tempfile.gettempdir()}")
+    print(
+        f"host: {cores} usable cores; C = {args.concurrency}; Pilotfish: {layout}; "
+        f"Celery: prefork x {args.concurrency}; {args.n} jobs of `true` each, batches of {args.batch}; "
+        f"scratch {args.scratch or tempfile.gettempdir()}"
+    )
     rng = random.Random(args.seed)
     pauses = [args.pause if args.seed is None else rng.uniform(0, 2 * args.pause) for _ in range(args.trials)]
 
@@ -453,16 +521,21 @@ def main(argv: Sequence[str] | None = None) -> None:
         server = RedisServer(base / "redis").start()
         try:
             context = Context(Settings(redis_url=server.url, state_dir=str(base / "state")))
-            with pilots(server.url, context.store, args.pilots, per_pilot, base / "pf") as procs, \
-                    celery_worker(server.url, args.concurrency, base / "celery") as worker:
+            with (
+                pilots(server.url, context.store, args.pilots, per_pilot, base / "pf") as procs,
+                celery_worker(server.url, args.concurrency, base / "celery") as worker,
+            ):
                 time.sleep(args.settle)
                 rounds: list[tuple[Throughput, Throughput]] = []
                 for number in range(1, args.rounds + 1):
                     pf = run_pilotfish(context, server, [p.pid for p in procs], args.n, args.batch)
                     cel = run_celery(server.url, server, worker, args.n, args.batch)
                     rounds.append((pf, cel))
-                    print(f"round {number}: Pilotfish {pf.rate:.0f} jobs/s, Celery {cel.rate:.0f} jobs/s, "
-                          f"ratio {pf.rate / cel.rate:.2f}", flush=True)
+                    print(
+                        f"round {number}: Pilotfish {pf.rate:.0f} jobs/s, Celery {cel.rate:.0f} jobs/s, "
+                        f"ratio {pf.rate / cel.rate:.2f}",
+                        flush=True,
+                    )
                 trials = measure_latency(context, pauses)
             print()
             pf, cel = sorted(rounds, key=lambda r: r[0].rate / r[1].rate)[len(rounds) // 2]

@@ -88,8 +88,9 @@ class Outcome:
         return self.ended[request] - self.arrived[request]
 
 
-def simulate(client: redis.Redis, arrivals: Sequence[Arrival], policy: Policy | None, *, pilots: int,
-             cores: int) -> Outcome:
+def simulate(
+    client: redis.Redis, arrivals: Sequence[Arrival], policy: Policy | None, *, pilots: int, cores: int
+) -> Outcome:
     """Run the arrivals to completion; see the module docstring."""
     client.flushdb()
     clock = SimClock()
@@ -110,8 +111,10 @@ def simulate(client: redis.Redis, arrivals: Sequence[Arrival], policy: Policy | 
     seq, now, busy_since = 0, 0.0, None
 
     def arrive(a: Arrival) -> None:
-        jobs = [JobSpec(t.name, f"run {t.kind}", {"cpu": 1, "mem": memory_of(t.kind, kinds)}, deps=t.deps,
-                        ete=t.runtime) for t in a.request.tasks]
+        jobs = [
+            JobSpec(t.name, f"run {t.kind}", {"cpu": 1, "mem": memory_of(t.kind, kinds)}, deps=t.deps, ete=t.runtime)
+            for t in a.request.tasks
+        ]
         ids = submitter.submit(jobs, name=a.request.name, owner=a.owner, group=a.group).ids
         out.arrived[a.request.name] = now
         for t in a.request.tasks:
@@ -189,26 +192,42 @@ def flood_scenario(client: redis.Redis, args: argparse.Namespace) -> None:
     rng = random.Random(args.seed)
     shares = {"prod": 50.0, "ana": 30.0, "user": 20.0}
     policy = Policy(halflife=args.halflife, shares=shares)
-    flood = [Task(f"f{i}", "flood", max(1.0, round(rng.lognormvariate(math.log(MEAN_JOB) - 0.18, 0.6), 3)))
-             for i in range(args.flood)]
-    arrivals = [Arrival(0.0, "prod", "prod-bot", Request(f"flood{k // FLOOD_CHUNK}", tuple(flood[k:k + FLOOD_CHUNK])))
-                for k in range(0, len(flood), FLOOD_CHUNK)]
-    late = [Arrival(1800.0, "ana", "alice", cybershake(rng, sgts=4, synth=497, prefix="cy.")),
-            Arrival(2400.0, "user", "bob", random_layered(random.Random(args.seed + 7), layers=12, width=(40, 120),
-                                                          name="layered").requests[0])]
-    late = [Arrival(a.at, a.group, a.owner, Request(n, a.request.tasks))
-            for a, n in zip(late, ("cybershake", "layered"), strict=True)]
+    flood = [
+        Task(f"f{i}", "flood", max(1.0, round(rng.lognormvariate(math.log(MEAN_JOB) - 0.18, 0.6), 3)))
+        for i in range(args.flood)
+    ]
+    arrivals = [
+        Arrival(0.0, "prod", "prod-bot", Request(f"flood{k // FLOOD_CHUNK}", tuple(flood[k : k + FLOOD_CHUNK])))
+        for k in range(0, len(flood), FLOOD_CHUNK)
+    ]
+    late = [
+        Arrival(1800.0, "ana", "alice", cybershake(rng, sgts=4, synth=497, prefix="cy.")),
+        Arrival(
+            2400.0,
+            "user",
+            "bob",
+            random_layered(random.Random(args.seed + 7), layers=12, width=(40, 120), name="layered").requests[0],
+        ),
+    ]
+    late = [
+        Arrival(a.at, a.group, a.owner, Request(n, a.request.tasks))
+        for a, n in zip(late, ("cybershake", "layered"), strict=True)
+    ]
     cores = args.pilots * args.cores
     started = time.monotonic()
     out = simulate(client, arrivals + late, policy, pilots=args.pilots, cores=args.cores)
     took = time.monotonic() - started
-    print(f"== flood: {args.flood} jobs of group prod at t=0, cybershake (ana) at 1800 s, layered (user) at "
-          f"2400 s; {args.pilots} pilots x {args.cores} cores; shares 50/30/20; half-life {args.halflife:g} s; "
-          f"simulated {out.makespan:.0f} s in {took:.0f} s")
+    print(
+        f"== flood: {args.flood} jobs of group prod at t=0, cybershake (ana) at 1800 s, layered (user) at "
+        f"2400 s; {args.pilots} pilots x {args.cores} cores; shares 50/30/20; half-life {args.halflife:g} s; "
+        f"simulated {out.makespan:.0f} s in {took:.0f} s"
+    )
     length = 10 * MEAN_JOB
     total = sum(shares.values())
-    print(f"core-second share per window of {length:.0f} s (10 x mean job), target share in brackets; "
-          "* = every group had a ready job waiting all window")
+    print(
+        f"core-second share per window of {length:.0f} s (10 x mean job), target share in brackets; "
+        "* = every group had a ready job waiting all window"
+    )
     print(f"{'window':>12} " + " ".join(f"{g + f' ({s / total:.0%})':>12}" for g, s in shares.items()))
     worst: dict[str, float] = {}
     for lo, part in windows(out, length):
@@ -224,37 +243,53 @@ def flood_scenario(client: redis.Redis, args: argparse.Namespace) -> None:
     if worst:
         counted = sum(1 for lo, _ in windows(out, length) if in_busy(out, lo, lo + length))
         for g in shares:
-            print(f"share {g}: largest gap over {counted} all-busy windows {worst[g]:.1%} points "
-                  f"(target {SHARE_TOLERANCE:.0%}) {mark(worst[g] <= SHARE_TOLERANCE)}")
+            print(
+                f"share {g}: largest gap over {counted} all-busy windows {worst[g]:.1%} points "
+                f"(target {SHARE_TOLERANCE:.0%}) {mark(worst[g] <= SHARE_TOLERANCE)}"
+            )
     else:
         print("share: no window where every group had a ready job waiting throughout: target not measurable")
     for a in late:
-        solo = simulate(client, [Arrival(0.0, a.group, a.owner, a.request)], policy, pilots=args.pilots,
-                        cores=args.cores).makespan
+        solo = simulate(
+            client, [Arrival(0.0, a.group, a.owner, a.request)], policy, pilots=args.pilots, cores=args.cores
+        ).makespan
         share = shares[a.group] / total
         bound = LATE_TARGET * solo / share
         done = out.completion(a.request.name)
-        print(f"late {a.request.name} ({a.group}, {share:.0%}): completed in {done:.0f} s, alone {solo:.0f} s, "
-              f"ratio {done / solo:.2f}; target <= {LATE_TARGET} x solo / share = {bound:.0f} s "
-              f"({done / bound:.2f}) {mark(done <= bound)}")
-    stretch = {a.request.name: out.completion(a.request.name) / lower_bound(list(a.request.tasks), cores)
-               for a in arrivals + late}
-    for label, names in (("every request", list(stretch)), ("late workflows", [a.request.name for a in late]),
-                         (f"flood ({len(arrivals)} requests)", [a.request.name for a in arrivals])):
+        print(
+            f"late {a.request.name} ({a.group}, {share:.0%}): completed in {done:.0f} s, alone {solo:.0f} s, "
+            f"ratio {done / solo:.2f}; target <= {LATE_TARGET} x solo / share = {bound:.0f} s "
+            f"({done / bound:.2f}) {mark(done <= bound)}"
+        )
+    stretch = {
+        a.request.name: out.completion(a.request.name) / lower_bound(list(a.request.tasks), cores)
+        for a in arrivals + late
+    }
+    for label, names in (
+        ("every request", list(stretch)),
+        ("late workflows", [a.request.name for a in late]),
+        (f"flood ({len(arrivals)} requests)", [a.request.name for a in arrivals]),
+    ):
         values = [stretch[n] for n in names]
-        print(f"stretch, {label}: mean {sum(values) / len(values):.2f}, max {max(values):.2f} "
-              f"({max(names, key=lambda n: stretch[n])})")
+        print(
+            f"stretch, {label}: mean {sum(values) / len(values):.2f}, max {max(values):.2f} "
+            f"({max(names, key=lambda n: stretch[n])})"
+        )
 
 
 def staggered_scenario(client: redis.Redis, args: argparse.Namespace) -> None:
     rng = random.Random(args.seed)
     small = Request("small", tuple(Task(f"s{i}", "small", 271 / 3, (f"s{i - 1}",) if i else ()) for i in range(3)))
-    mix = [Arrival(0.0, "g1", "o1", montage(rng, prefix="m.")),
-           Arrival(600.0, "g2", "o2", epigenomics(rng, prefix="e.")),
-           Arrival(1200.0, "g3", "o3", cybershake(rng, sgts=2, synth=150, prefix="c.")),
-           Arrival(1500.0, "g4", "o4", small)]
-    mix = [Arrival(a.at, a.group, a.owner, Request(n, a.request.tasks))
-           for a, n in zip(mix, ("montage", "epigenomics", "cybershake", "small"), strict=True)]
+    mix = [
+        Arrival(0.0, "g1", "o1", montage(rng, prefix="m.")),
+        Arrival(600.0, "g2", "o2", epigenomics(rng, prefix="e.")),
+        Arrival(1200.0, "g3", "o3", cybershake(rng, sgts=2, synth=150, prefix="c.")),
+        Arrival(1500.0, "g4", "o4", small),
+    ]
+    mix = [
+        Arrival(a.at, a.group, a.owner, Request(n, a.request.tasks))
+        for a, n in zip(mix, ("montage", "epigenomics", "cybershake", "small"), strict=True)
+    ]
     cores = args.stagger_pilots * args.cores
     equal = Policy(halflife=args.halflife, shares={"g1": 1, "g2": 1, "g3": 1, "g4": 1})
     today = simulate(client, mix, None, pilots=args.stagger_pilots, cores=args.cores)
@@ -267,14 +302,18 @@ def staggered_scenario(client: redis.Redis, args: argparse.Namespace) -> None:
         lb = lower_bound(list(a.request.tasks), cores)
         s0, s1 = today.completion(name) / lb, fair.completion(name) / lb
         worst = max(worst, s1)
-        print(f"{name:>12} {a.at:>8.0f} {lb:>9.0f} {today.completion(name):>8.0f} s {s0:>5.2f}x "
-              f"{fair.completion(name):>8.0f} s {s1:>5.2f}x")
+        print(
+            f"{name:>12} {a.at:>8.0f} {lb:>9.0f} {today.completion(name):>8.0f} s {s0:>5.2f}x "
+            f"{fair.completion(name):>8.0f} s {s1:>5.2f}x"
+        )
     for label, o in (("today", today), ("shares", fair)):
         st = [o.completion(a.request.name) / lower_bound(list(a.request.tasks), cores) for a in mix]
         print(f"stretch {label}: mean {sum(st) / len(st):.2f}, max {max(st):.2f}; makespan {o.makespan:.0f} s")
     ratio = fair.makespan / today.makespan
-    print(f"targets: max stretch with shares {worst:.2f} <= {STRETCH_TARGET} {mark(worst <= STRETCH_TARGET)}; "
-          f"makespan shares/today {ratio:.3f} <= {MAKESPAN_TARGET} {mark(ratio <= MAKESPAN_TARGET)}")
+    print(
+        f"targets: max stretch with shares {worst:.2f} <= {STRETCH_TARGET} {mark(worst <= STRETCH_TARGET)}; "
+        f"makespan shares/today {ratio:.3f} <= {MAKESPAN_TARGET} {mark(ratio <= MAKESPAN_TARGET)}"
+    )
 
 
 def main() -> None:

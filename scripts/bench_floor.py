@@ -55,9 +55,14 @@ def worker(url: str, n: int, seed: int, kind: str, out: mp.Queue) -> None:  # ty
     store = Store.from_url(url, lease_seconds=3600)
     pilots = asks(seed, ask == "fill")
     k = store.keys
-    floor = PackedCall(HotLine.of(store.client), load_apart(
-        store.client, "bench_floor", "bench_floor_lease", (Path(__file__).parent / "floor_lease.lua").read_text()),
-        [k.tq(TQ), k.heads, k.qheads(queue_name(0)), k.jobs, k.leases], n_args=12)
+    floor = PackedCall(
+        HotLine.of(store.client),
+        load_apart(
+            store.client, "bench_floor", "bench_floor_lease", (Path(__file__).parent / "floor_lease.lua").read_text()
+        ),
+        [k.tq(TQ), k.heads, k.qheads(queue_name(0)), k.jobs, k.leases],
+        n_args=12,
+    )
 
     def call(i: int) -> int:
         offer, want = pilots[i % len(pilots)]
@@ -88,8 +93,10 @@ def main() -> None:
         server = RedisServer(Path(tmp)).start()
         try:
             client = redis.Redis.from_url(server.url)
-            print(f"redis-server {client.info('server')['redis_version']}; jobs leased per second, "
-                  "% of the trivial FCALL (ceil) measured alongside")
+            print(
+                f"redis-server {client.info('server')['redis_version']}; jobs leased per second, "
+                "% of the trivial FCALL (ceil) measured alongside"
+            )
             print(f"{'clients':>7} {'ceil':>7} | " + " | ".join(f"{k:>12}" for k in kinds))
             stock = Stock(Store(client, lease_seconds=3600), 1)
             runs: dict[str, Run] = {"ceil": (evalsha_worker, lambda i: ()), **{kind: run(kind) for kind in kinds}}
@@ -97,8 +104,10 @@ def main() -> None:
             for procs in (1, 8):
                 tallies = alternate(server.url, stock, args.waiting, args.calls, procs, runs)
                 ceiling = tallies["ceil"].rate
-                print(f"{procs:>7} {ceiling:>7,.0f} | "
-                      + " | ".join(cell(tallies[k].rate, ceiling) for k in kinds), flush=True)
+                print(
+                    f"{procs:>7} {ceiling:>7,.0f} | " + " | ".join(cell(tallies[k].rate, ceiling) for k in kinds),
+                    flush=True,
+                )
                 cpu.append(f"{procs:>7} " + " | ".join(map(cpu_split, tallies.values())))
             print("\nCPU per job leased (per call for ceil), us: client processes / redis-server")
             print(f"{'clients':>7} " + " | ".join(f"{k:>13}" for k in ("ceil", *kinds)))

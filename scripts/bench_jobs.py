@@ -48,8 +48,19 @@ def fill(store: Store, n: int, batch: int, task_queues: int, seed: int = 1) -> l
         for i in range(start, min(n, start + batch)):
             tq = i % task_queues
             queues = (QUEUES[tq % 2],)
-            jobs.append(NewJob(command="true", tq_id=f"tq{tq:03d}", tq_def=json.dumps({"class": tq}), queues=queues,
-                               cpu=1, mem=100, ete=60, score=rng.uniform(0, 1e6), name=f"job-{i}"))
+            jobs.append(
+                NewJob(
+                    command="true",
+                    tq_id=f"tq{tq:03d}",
+                    tq_def=json.dumps({"class": tq}),
+                    queues=queues,
+                    cpu=1,
+                    mem=100,
+                    ete=60,
+                    score=rng.uniform(0, 1e6),
+                    name=f"job-{i}",
+                )
+            )
         request = f"r{start // batch:05d}"
         store.submit(jobs, (request, {"name": request}))
         requests.append(request)
@@ -79,8 +90,10 @@ def main(argv: list[str] | None = None) -> int:
             store = Store(redis.Redis.from_url(server.url, socket_timeout=600))  # a big submission on a busy host
             began = time.perf_counter()
             requests = fill(store, args.n, args.batch, args.task_queues)
-            print(f"filled {args.n} waiting jobs ({len(requests)} requests, {args.task_queues} task queues) in "
-                  f"{time.perf_counter() - began:.1f} s; Redis uses {store.client.info('memory')['used_memory_human']}")
+            print(
+                f"filled {args.n} waiting jobs ({len(requests)} requests, {args.task_queues} task queues) in "
+                f"{time.perf_counter() - began:.1f} s; Redis uses {store.client.info('memory')['used_memory_human']}"
+            )
             middle = requests[len(requests) // 2]
             cases: list[tuple[str, list[str], JobFilter]] = [
                 ("", [], JobFilter(limit=50)),
@@ -91,8 +104,12 @@ def main(argv: list[str] | None = None) -> int:
                 ("--state finished", ["--state", "finished"], JobFilter(parse_states(["finished"]), limit=50)),
                 ("--pilot nobody", ["--pilot", "nobody"], JobFilter(pilot="nobody", limit=50)),
             ]
-            env = {**os.environ, "PILOTFISH_REDIS_URL": server.url, "PILOTFISH_CATALOG": "",
-                   "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+            env = {
+                **os.environ,
+                "PILOTFISH_REDIS_URL": server.url,
+                "PILOTFISH_CATALOG": "",
+                "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+            }
             cli = [sys.executable, "-m", "matcher.cli"]
 
             def run(*extra: str) -> None:

@@ -58,10 +58,19 @@ def make_jobs(tqs: Sequence[int], rng: random.Random, start: int) -> list[NewJob
     jobs = []
     for tq in tqs:
         cpu, mem = SHAPES[tq % len(SHAPES)]
-        jobs.append(NewJob(command=COMMAND, tq_id=tq_id(tq), tq_def=json.dumps({"cpu": cpu, "tq": tq}),
-                           queues=(queue_name(tq % N_QUEUES),), cpu=cpu, mem=mem, ete=rng.choice([60, 600, 3600]),
-                           score=1.7e9 + rng.random() * 1e5,
-                           requirements=json.dumps({"cpu": cpu, "mem": mem}, separators=(",", ":"))))
+        jobs.append(
+            NewJob(
+                command=COMMAND,
+                tq_id=tq_id(tq),
+                tq_def=json.dumps({"cpu": cpu, "tq": tq}),
+                queues=(queue_name(tq % N_QUEUES),),
+                cpu=cpu,
+                mem=mem,
+                ete=rng.choice([60, 600, 3600]),
+                score=1.7e9 + rng.random() * 1e5,
+                requirements=json.dumps({"cpu": cpu, "mem": mem}, separators=(",", ":")),
+            )
+        )
     return jobs
 
 
@@ -70,7 +79,7 @@ def fill(store: Store, tqs: Sequence[int], start: int, batch: int = 1000) -> flo
     rng = random.Random(start)
     t0 = time.perf_counter()
     for off in range(0, len(tqs), batch):
-        store.submit(make_jobs(tqs[off:off + batch], rng, start + off))
+        store.submit(make_jobs(tqs[off : off + batch], rng, start + off))
     return len(tqs) / (time.perf_counter() - t0)
 
 
@@ -78,8 +87,13 @@ def queues_for(cpu: int) -> list[int]:
     """The queues where a pilot with ``cpu`` free cores (and 2000 MB each) fits some job: :func:`make_jobs`
     sends task queue t to queue ``t % N_QUEUES`` with shape ``SHAPES[t % len(SHAPES)]``."""
     period = N_QUEUES * len(SHAPES)
-    return sorted({t % N_QUEUES for t in range(period)
-                   if SHAPES[t % len(SHAPES)][0] <= cpu and SHAPES[t % len(SHAPES)][1] <= cpu * 2000})
+    return sorted(
+        {
+            t % N_QUEUES
+            for t in range(period)
+            if SHAPES[t % len(SHAPES)][0] <= cpu and SHAPES[t % len(SHAPES)][1] <= cpu * 2000
+        }
+    )
 
 
 def pilot_asks(seed: int, fill: bool) -> list[tuple[PilotOffer, int]]:
@@ -94,8 +108,9 @@ def pilot_asks(seed: int, fill: bool) -> list[tuple[PilotOffer, int]]:
     asks = []
     for _ in range(64):
         cpu = rng.choice([1, 2, 4, 8])
-        offer = PilotOffer(f"p{seed}", queue_name(rng.choice(queues_for(cpu))), cpu, cpu * 2000, 0,
-                           rng.choice([1000, 6000]))
+        offer = PilotOffer(
+            f"p{seed}", queue_name(rng.choice(queues_for(cpu))), cpu, cpu * 2000, 0, rng.choice([1000, 6000])
+        )
         asks.append((offer, cpu if fill else 1))
     return asks
 
@@ -121,8 +136,9 @@ def match_worker(url: str, n: int, seed: int, fill: bool, out: mp.Queue) -> None
 def trivial_call(client: redis.Redis) -> PackedCall:
     """The ceiling's script, ``return 1``, called the way the store calls match (pre-packed, on a kept
     connection), so the ceiling measures the server and the round trip, not a difference of client paths."""
-    return PackedCall(HotLine.of(client), load_apart(client, "bench_ceiling", "bench_trivial", "return 1"), [],
-                      n_args=0)
+    return PackedCall(
+        HotLine.of(client), load_apart(client, "bench_ceiling", "bench_trivial", "return 1"), [], n_args=0
+    )
 
 
 def evalsha_worker(url: str, n: int, out: mp.Queue) -> None:  # type: ignore[type-arg]
@@ -221,8 +237,7 @@ Worker = Callable[..., None]  # (url, calls, *extra, out queue), as :func:`paral
 Run = tuple[Worker, Callable[[int], tuple[Any, ...]]]  # a worker, and worker i's extra arguments
 
 
-def alternate(url: str, stock: Stock, size: int, n_total: int, procs: int,
-              kinds: dict[str, Run]) -> dict[str, Tally]:
+def alternate(url: str, stock: Stock, size: int, n_total: int, procs: int, kinds: dict[str, Run]) -> dict[str, Tally]:
     """What each kind of run did, ``n_total`` calls each, in alternating slices, each slice starting with
     ``size`` jobs waiting, with the server's CPU over each slice.
 
@@ -243,15 +258,23 @@ def alternate(url: str, stock: Stock, size: int, n_total: int, procs: int,
     return tallies
 
 
-def side_by_side(url: str, stock: Stock, size: int, n_total: int, procs: int,
-                 seeds: Callable[[int], int]) -> tuple[float, float, float]:
+def side_by_side(
+    url: str, stock: Stock, size: int, n_total: int, procs: int, seeds: Callable[[int], int]
+) -> tuple[float, float, float]:
     """Jobs matched per second by one-job calls and by filling calls, and the trivial-FCALL rate
     (:func:`alternate`). ``seeds(i)`` is worker i's seed."""
-    tallies = alternate(url, stock, size, n_total, procs, {
-        "ceil": (evalsha_worker, lambda i: ()),
-        "one": (match_worker, lambda i: (seeds(i), False)),
-        "fill": (match_worker, lambda i: (seeds(i), True)),
-    })
+    tallies = alternate(
+        url,
+        stock,
+        size,
+        n_total,
+        procs,
+        {
+            "ceil": (evalsha_worker, lambda i: ()),
+            "one": (match_worker, lambda i: (seeds(i), False)),
+            "fill": (match_worker, lambda i: (seeds(i), True)),
+        },
+    )
     return tallies["one"].rate, tallies["fill"].rate, tallies["ceil"].rate
 
 
@@ -271,13 +294,19 @@ def main() -> None:
             version = client.info("server")["redis_version"]
             ceiling1 = parallel(evalsha_worker, server.url, 20000, 1, lambda i: ()).rate
             ceiling8 = parallel(evalsha_worker, server.url, 40000, 8, lambda i: ()).rate
-            print(f"redis-server {version}; trivial FCALL ceiling: {ceiling1:,.0f}/s (1 client), "
-                  f"{ceiling8:,.0f}/s (8 clients)")
-            print("jobs matched per second by one-job calls (one) and by calls asking for as many jobs as the "
-                  "pilot has free cores (fill), with 1 and 8 client processes; % of the trivial-FCALL rate "
-                  "(ceil) measured alongside")
-            print(f"{'tqs':>5} {'waiting':>9} {'submit/s':>9} | {'ceil':>7} {'one':>6} {'%':>4} {'fill':>6} {'%':>4} | "
-                  f"{'ceil 8':>7} {'one 8':>6} {'%':>4} {'fill 8':>6} {'%':>4} | {'bytes/job':>9}")
+            print(
+                f"redis-server {version}; trivial FCALL ceiling: {ceiling1:,.0f}/s (1 client), "
+                f"{ceiling8:,.0f}/s (8 clients)"
+            )
+            print(
+                "jobs matched per second by one-job calls (one) and by calls asking for as many jobs as the "
+                "pilot has free cores (fill), with 1 and 8 client processes; % of the trivial-FCALL rate "
+                "(ceil) measured alongside"
+            )
+            print(
+                f"{'tqs':>5} {'waiting':>9} {'submit/s':>9} | {'ceil':>7} {'one':>6} {'%':>4} {'fill':>6} {'%':>4} | "
+                f"{'ceil 8':>7} {'one 8':>6} {'%':>4} {'fill 8':>6} {'%':>4} | {'bytes/job':>9}"
+            )
             rows = []
             for n_tqs in tq_counts:
                 client.flushall()
@@ -292,16 +321,21 @@ def main() -> None:
                     o1, f1, c1 = side_by_side(server.url, stock, size, args.matches, 1, lambda i: 1)
                     o8, f8, c8 = side_by_side(server.url, stock, size, args.matches * 2, 8, lambda i: 100 + i)
                     rows.append((n_tqs, size, o1, f1, o8, f8))
-                    print(f"{n_tqs:>5} {size:>9,} {rate_submit:>9,.0f} | {c1:>7,.0f} {cell(o1, c1)} {cell(f1, c1)} | "
-                          f"{c8:>7,.0f} {cell(o8, c8)} {cell(f8, c8)} | {mem_per_job:>9,.0f}", flush=True)
+                    print(
+                        f"{n_tqs:>5} {size:>9,} {rate_submit:>9,.0f} | {c1:>7,.0f} {cell(o1, c1)} {cell(f1, c1)} | "
+                        f"{c8:>7,.0f} {cell(o8, c8)} {cell(f8, c8)} | {mem_per_job:>9,.0f}",
+                        flush=True,
+                    )
                 print(f"      (a slice left at least {100 * stock.least:.0f}% of its row's jobs waiting)")
             print()
             for n_tqs in tq_counts:
                 mine = [r for r in rows if r[0] == n_tqs]
                 lo, hi = mine[0], mine[-1]
-                print(f"{n_tqs:>5} task queues: match rate at {hi[1]:,} waiting / at {lo[1]:,}, one / fill: "
-                      f"{hi[2] / lo[2]:.2f} / {hi[3] / lo[3]:.2f} (1 client), "
-                      f"{hi[4] / lo[4]:.2f} / {hi[5] / lo[5]:.2f} (8 clients)")
+                print(
+                    f"{n_tqs:>5} task queues: match rate at {hi[1]:,} waiting / at {lo[1]:,}, one / fill: "
+                    f"{hi[2] / lo[2]:.2f} / {hi[3] / lo[3]:.2f} (1 client), "
+                    f"{hi[4] / lo[4]:.2f} / {hi[5] / lo[5]:.2f} (8 clients)"
+                )
         finally:
             server.stop()
 

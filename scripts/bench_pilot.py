@@ -46,11 +46,22 @@ _FOREIGN = ("SLURM_", "SGE_", "JOB_ID", "NSLOTS", "MACHINEFEATURES", "JOBFEATURE
 
 def submit(store: Store, n: int, command: str) -> list[str]:
     reqs = json.dumps({"cpu": 1, "mem": 10, "tmp": 0})
-    jobs = [NewJob(command=command, tq_id="bench", tq_def=json.dumps({"class": "bench"}), queues=(QUEUE,),
-                   cpu=1, mem=10, score=float(i), requirements=reqs) for i in range(n)]
+    jobs = [
+        NewJob(
+            command=command,
+            tq_id="bench",
+            tq_def=json.dumps({"class": "bench"}),
+            queues=(QUEUE,),
+            cpu=1,
+            mem=10,
+            score=float(i),
+            requirements=reqs,
+        )
+        for i in range(n)
+    ]
     ids: list[str] = []
     for start in range(0, n, 500):
-        ids += store.submit(jobs[start:start + 500])
+        ids += store.submit(jobs[start : start + 500])
     return ids
 
 
@@ -60,9 +71,28 @@ def run_pilot(url: str, workdir: Path, extra: list[str]) -> tuple[float, int, st
     env["PYTHONPATH"] = str(ROOT)
     env["JOBSTATUS"] = str(workdir / "jobstatus")
     started = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "pilot.agent.command", "--redis-url", url, "--queue", QUEUE,
-                             "--cores", "2", "--idle-timeout", "1", "--workdir", str(workdir / "work"), *extra],
-                            cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pilot.agent.command",
+            "--redis-url",
+            url,
+            "--queue",
+            QUEUE,
+            "--cores",
+            "2",
+            "--idle-timeout",
+            "1",
+            "--workdir",
+            str(workdir / "work"),
+            *extra,
+        ],
+        cwd=ROOT,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     peak = 0
     done = threading.Event()
 
@@ -121,8 +151,12 @@ def gaps(stamps: Path, cores: int) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=2000, help="payloads per run")
-    parser.add_argument("--work", type=float, default=0.0,
-                        help="seconds each stamped payload of run 2 sleeps between its stamps (0: none)")
+    parser.add_argument(
+        "--work",
+        type=float,
+        default=0.0,
+        help="seconds each stamped payload of run 2 sleeps between its stamps (0: none)",
+    )
     parser.add_argument("--events", action="store_true", help="run the pilots with --events (Celery observer)")
     args = parser.parse_args()
     extra = ["--events"] if args.events else []
@@ -134,13 +168,14 @@ def main() -> None:
             ids = submit(store, args.n, "true")
             wall, rss, _ = run_pilot(server.url, base / "a", extra)
             rate, span = throughput(store, ids)
-            print(f"run 1: {args.n} x true: {rate:.0f} payloads/s ({span:.2f} s first start to last end, "
-                  f"{wall:.2f} s with start-up and the 1 s idle exit); pilot peak RSS {rss / 1e6:.1f} MB")
+            print(
+                f"run 1: {args.n} x true: {rate:.0f} payloads/s ({span:.2f} s first start to last end, "
+                f"{wall:.2f} s with start-up and the 1 s idle exit); pilot peak RSS {rss / 1e6:.1f} MB"
+            )
 
             stamps = base / "stamps"
             work = f"sleep {args.work}; " if args.work > 0 else ""
-            command = (f"exec bash -c 'echo \"s $EPOCHREALTIME\" >> {stamps}; {work}"
-                       f"echo \"e $EPOCHREALTIME\" >> {stamps}'")
+            command = f'exec bash -c \'echo "s $EPOCHREALTIME" >> {stamps}; {work}echo "e $EPOCHREALTIME" >> {stamps}\''
             ids = submit(store, args.n, command)
             _, rss2, _ = run_pilot(server.url, base / "b", extra)
             rate2, _ = throughput(store, ids)
@@ -148,9 +183,11 @@ def main() -> None:
             p95 = measured[int(0.95 * (len(measured) - 1))]
             median = statistics.median(measured)
             label = f"stamped bash{f' sleeping {args.work:g} s' if work else ''}"
-            print(f"run 2: {args.n} x {label}: {rate2:.0f} payloads/s; gap end -> next start over "
-                  f"{len(measured)} starts: median {median * 1000:.1f} ms, p95 {p95 * 1000:.1f} ms, "
-                  f"max {measured[-1] * 1000:.1f} ms; pilot peak RSS {rss2 / 1e6:.1f} MB")
+            print(
+                f"run 2: {args.n} x {label}: {rate2:.0f} payloads/s; gap end -> next start over "
+                f"{len(measured)} starts: median {median * 1000:.1f} ms, p95 {p95 * 1000:.1f} ms, "
+                f"max {measured[-1] * 1000:.1f} ms; pilot peak RSS {rss2 / 1e6:.1f} MB"
+            )
             ok = median <= 0.020 and max(rss, rss2) <= 80e6
             print(f"targets (median gap <= 20 ms, pilot RSS <= 80 MB): {'met' if ok else 'NOT met'}")
         finally:

@@ -148,12 +148,17 @@ def _system_options(kind: str, log_dir: str) -> dict[str, object] | str:
     env_file = SYSTEM_ENV[kind]
     if not env_file.is_file():
         return f"not up ({env_file} missing: bash scripts/{kind}.sh up)"
-    values = dict(line.split("=", 1) for line in env_file.read_text().splitlines()
-                  if "=" in line and not line.startswith("#"))
+    values = dict(
+        line.split("=", 1) for line in env_file.read_text().splitlines() if "=" in line and not line.startswith("#")
+    )
     if kind == "slurm":
         return {"config": values["SLURM_CONF"], "partition": "debug", "repo_key": "bench:", "log_dir": log_dir}
-    return {"root": values["SGE_ROOT"], "cell": values.get("SGE_CELL", "default"), "repo_key": "bench:",
-            "log_dir": log_dir}
+    return {
+        "root": values["SGE_ROOT"],
+        "cell": values.get("SGE_CELL", "default"),
+        "repo_key": "bench:",
+        "log_dir": log_dir,
+    }
 
 
 def backends_section(enabled: bool, n: int = 50) -> list[str]:
@@ -168,8 +173,11 @@ def backends_section(enabled: bool, n: int = 50) -> list[str]:
     from pilot.backends.slurm import SlurmBackend, SlurmSettings
     from taskqueues.errors import PilotfishError
 
-    lines = ["", f"pilot submission, {n} pilots each (pilot.backends.base.submit_rate)",
-             f"{'backend':<10} {'pilots/s':>10}  note"]
+    lines = [
+        "",
+        f"pilot submission, {n} pilots each (pilot.backends.base.submit_rate)",
+        f"{'backend':<10} {'pilots/s':>10}  note",
+    ]
     # Batch output goes to a directory of its own, removed at the end, never to the current one.
     with tempfile.TemporaryDirectory(prefix="pilotfish-bench-", ignore_cleanup_errors=True) as log_dir:
         for kind in ("local", "slurm", "sge"):
@@ -183,8 +191,11 @@ def backends_section(enabled: bool, n: int = 50) -> list[str]:
                 if isinstance(options, str):
                     lines.append(f"{kind:<10} {'skipped':>10}  {options}")
                     continue
-                backend = (SlurmBackend(SlurmSettings.from_options(options)) if kind == "slurm"
-                           else SgeBackend(SgeSettings.from_options(options)))
+                backend = (
+                    SlurmBackend(SlurmSettings.from_options(options))
+                    if kind == "slurm"
+                    else SgeBackend(SgeSettings.from_options(options))
+                )
                 note = "sbatch round trips" if kind == "slurm" else "qsub round trips"
             try:
                 if not isinstance(backend, LocalBackend):
@@ -209,13 +220,23 @@ AWS_SIZES = {4: "xlarge", 8: "2xlarge", 16: "4xlarge"}
 
 def cmr(*cores: int) -> list[Shape]:
     """The c5/m5/r5 shapes of the given sizes (cores), priced as AWS prices them."""
-    return [Shape(f"{family}.{AWS_SIZES[n]}", cpu=n, mem=n * per_core * GB, tmp=n * 40 * GB, wall=48 * HOUR,
-                  cost=round(n * price, 4))
-            for n in cores for family, (per_core, price) in AWS_PRICE_PER_CORE.items()]
+    return [
+        Shape(
+            f"{family}.{AWS_SIZES[n]}",
+            cpu=n,
+            mem=n * per_core * GB,
+            tmp=n * 40 * GB,
+            wall=48 * HOUR,
+            cost=round(n * price, 4),
+        )
+        for n in cores
+        for family, (per_core, price) in AWS_PRICE_PER_CORE.items()
+    ]
 
 
-def memory_skewed(heavy: int, light: int, mem_gb: tuple[int, int], light_shape: tuple[int, int]
-                  ) -> Callable[[random.Random, float], list[Demand]]:
+def memory_skewed(
+    heavy: int, light: int, mem_gb: tuple[int, int], light_shape: tuple[int, int]
+) -> Callable[[random.Random, float], list[Demand]]:
     """``heavy`` single-core jobs of ``mem_gb`` GB (assembly) beside ``light`` jobs of
     ``light_shape`` = (cores, GB) (alignment): the light ones belong in the heavy pilots' idle cores."""
 
@@ -240,9 +261,12 @@ def lp_section(seed: int, scale: float) -> list[str]:
     """plan / configuration LP per mix (the default catalog's mixes, then the memory-skewed ones)."""
     from config_lp import config_lp_bound
 
-    lines = ["", "configuration LP (scripts/config_lp.py: column generation, HiGHS); target plan/LP <= 1.10",
-             f"{'mix':<22} {'shapes':>6} {'jobs':>5} {'plan $/h':>9} {'LP $/h':>9} {'plan/LP':>8} {'bound':>9} "
-             f"{'bnd/LP':>7} {'cols':>5}"]
+    lines = [
+        "",
+        "configuration LP (scripts/config_lp.py: column generation, HiGHS); target plan/LP <= 1.10",
+        f"{'mix':<22} {'shapes':>6} {'jobs':>5} {'plan $/h':>9} {'LP $/h':>9} {'plan/LP':>8} {'bound':>9} "
+        f"{'bnd/LP':>7} {'cols':>5}",
+    ]
     worst = 0.0
     mixes = [(name, make, CATALOG) for name, make in MIXES.items()]
     mixes += [(name, make, shapes) for name, (make, shapes) in SKEWED.items()]
@@ -252,8 +276,10 @@ def lp_section(seed: int, scale: float) -> list[str]:
         lp = config_lp_bound(demand, shapes)
         bound = lower_bound(demand, shapes).cost
         worst = max(worst, result.cost / lp.cost)
-        lines.append(f"{name:<22} {len(shapes):>6} {len(demand):>5} {result.cost:>9.2f} {lp.cost:>9.2f} "
-                     f"{result.cost / lp.cost:>8.3f} {bound:>9.2f} {bound / lp.cost:>7.3f} {lp.columns:>5}")
+        lines.append(
+            f"{name:<22} {len(shapes):>6} {len(demand):>5} {result.cost:>9.2f} {lp.cost:>9.2f} "
+            f"{result.cost / lp.cost:>8.3f} {bound:>9.2f} {bound / lp.cost:>7.3f} {lp.columns:>5}"
+        )
     lines.append(f"worst plan/LP: {worst:.3f} (target <= 1.10)")
     return lines
 
@@ -264,8 +290,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=1, help="run seeds seed..seed+repeat-1, one table each")
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the number of jobs per mix")
     parser.add_argument("--backends", action="store_true", help="also time pilot submission per backend")
-    parser.add_argument("--lp", action="store_true", help="also compare the plan with the configuration LP "
-                        "(needs scipy: pip install '.[bench]'), memory-skewed c/m/r mixes included")
+    parser.add_argument(
+        "--lp",
+        action="store_true",
+        help="also compare the plan with the configuration LP "
+        "(needs scipy: pip install '.[bench]'), memory-skewed c/m/r mixes included",
+    )
     args = parser.parse_args(argv)
 
     print(f"catalog: {', '.join(f'{s.name} {s.cost:.2f}/h' for s in CATALOG)}")

@@ -145,8 +145,9 @@ def run_round(ctx: Context, n: int, round_no: int, timeout: float) -> tuple[list
     if bad:
         raise BenchError(f"chain {round_no}: {len(bad)} jobs not done, e.g. {bad[0]}")
     if len(watch.entered) != n - 1 or len(watch.left) != n - 1:
-        raise BenchError(f"chain {round_no}: {len(watch.entered)} entries and {len(watch.left)} releases seen, "
-                         f"{n - 1} expected")
+        raise BenchError(
+            f"chain {round_no}: {len(watch.entered)} entries and {len(watch.left)} releases seen, {n - 1} expected"
+        )
     latencies = [left - entered for entered, left in zip(watch.entered, watch.left, strict=True)]
     makespan = max(float(j.ended or 0) for j in jobs) - min(float(j.started or 0) for j in jobs)
     return latencies, makespan
@@ -155,8 +156,9 @@ def run_round(ctx: Context, n: int, round_no: int, timeout: float) -> tuple[list
 def ms(values: Sequence[float]) -> str:
     ordered = sorted(values)
     p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
-    return (f"median {1000 * statistics.median(ordered):.1f} ms, p90 {1000 * p90:.1f} ms, "
-            f"max {1000 * ordered[-1]:.1f} ms")
+    return (
+        f"median {1000 * statistics.median(ordered):.1f} ms, p90 {1000 * p90:.1f} ms, max {1000 * ordered[-1]:.1f} ms"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -175,10 +177,30 @@ def main(argv: Sequence[str] | None = None) -> None:
             ctx.client.config_set("notify-keyspace-events", "Kz")
             env = child_env(server.url)
             cli = [sys.executable, "-m", "matcher.cli"]
-            with process([*cli, "matcher", "--no-beat", "--concurrency", "1", "--loglevel", "WARNING"], env,
-                         base / "worker.log") as worker, \
-                    process([*cli, "pilot", "--queue", QUEUE, "--cores", "1", "--idle-timeout", "3600",
-                             "--no-events", "--workdir", str(base / "pilot")], env, base / "pilot.log") as pilot:
+            with (
+                process(
+                    [*cli, "matcher", "--no-beat", "--concurrency", "1", "--loglevel", "WARNING"],
+                    env,
+                    base / "worker.log",
+                ) as worker,
+                process(
+                    [
+                        *cli,
+                        "pilot",
+                        "--queue",
+                        QUEUE,
+                        "--cores",
+                        "1",
+                        "--idle-timeout",
+                        "3600",
+                        "--no-events",
+                        "--workdir",
+                        str(base / "pilot"),
+                    ],
+                    env,
+                    base / "pilot.log",
+                ) as pilot,
+            ):
                 wait_until(lambda: ctx.client.zcard(ctx.keys.alive("worker")) > 0, "the worker", [worker])
                 wait_until(lambda: ctx.store.pilot_records(), "the pilot", [pilot])
                 time.sleep(1.0)
@@ -186,8 +208,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                 for number in range(1, args.rounds + 1):
                     latencies, makespan = run_round(ctx, args.n, number, args.timeout)
                     everything += latencies
-                    print(f"round {number}: {len(latencies)} releases: {ms(latencies)}; chain of {args.n} "
-                          f"jobs: makespan {makespan:.2f} s", flush=True)
+                    print(
+                        f"round {number}: {len(latencies)} releases: {ms(latencies)}; chain of {args.n} "
+                        f"jobs: makespan {makespan:.2f} s",
+                        flush=True,
+                    )
             print(f"all {len(everything)} releases: {ms(everything)}")
         finally:
             server.stop()

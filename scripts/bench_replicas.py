@@ -25,8 +25,18 @@ from taskqueues.store.redis_server import RedisServer
 
 
 def jobs(n: int) -> list[NewJob]:
-    return [NewJob(command="true", tq_id="tq", tq_def='{"class": "tq"}', queues=("s/c/q",), cpu=1, mem=100,
-                   requirements='{"cpu":1,"mem":100}') for _ in range(n)]
+    return [
+        NewJob(
+            command="true",
+            tq_id="tq",
+            tq_def='{"class": "tq"}',
+            queues=("s/c/q",),
+            cpu=1,
+            mem=100,
+            requirements='{"cpu":1,"mem":100}',
+        )
+        for _ in range(n)
+    ]
 
 
 def rate(store: Store, batch: list[NewJob], calls: int) -> float:

@@ -155,12 +155,28 @@ def memory_of(kind: str, kinds: Sequence[str]) -> int:
 
 def specs(request: Request, kinds: Sequence[str], hints: Mapping[str, float], *, rules: bool = False) -> list[JobSpec]:
     """The request's jobs; with ``rules`` each names its transformation as its rule (run times are learnt)."""
-    return [JobSpec(t.name, f"run {t.kind}", {"cpu": 1, "mem": memory_of(t.kind, kinds)}, deps=t.deps,
-                    ete=hints[t.name], rule=t.kind if rules else "") for t in request.tasks]
+    return [
+        JobSpec(
+            t.name,
+            f"run {t.kind}",
+            {"cpu": 1, "mem": memory_of(t.kind, kinds)},
+            deps=t.deps,
+            ete=hints[t.name],
+            rule=t.kind if rules else "",
+        )
+        for t in request.tasks
+    ]
 
 
-def submit_scored(store: Store, catalog: Catalog, jobs: Sequence[JobSpec], scores: Mapping[str, float], *,
-                  name: str, clock: Callable[[], float]) -> dict[str, str]:
+def submit_scored(
+    store: Store,
+    catalog: Catalog,
+    jobs: Sequence[JobSpec],
+    scores: Mapping[str, float],
+    *,
+    name: str,
+    clock: Callable[[], float],
+) -> dict[str, str]:
     """Store a request like :meth:`Submitter.submit` does, but with the given scores (FIFO, random).
 
     Same DAG check, same placement, same records and one atomic ``Store.submit``; no learnt ETE (the
@@ -176,12 +192,25 @@ def submit_scored(store: Store, catalog: Catalog, jobs: Sequence[JobSpec], score
         spec = by_name[job_name]
         placement = place(catalog, spec.requirements, job=job_name, vo="default")
         req = placement.requirements
-        new_jobs.append(NewJob(command=spec.command, tq_id=placement.tq_id, tq_def=placement.tq_def,
-                               queues=placement.queues, cpu=req.cpu, mem=req.mem, tmp=req.tmp,
-                               ete=float(spec.ete or 0.0), score=scores[job_name],
-                               requirements="{}", name=job_name, max_retries=spec.max_retries,
-                               dependents=tuple(index[d] for d in dependents[job_name]),
-                               deps=tuple(index[d] for d in spec.deps), pending=len(set(spec.deps))))
+        new_jobs.append(
+            NewJob(
+                command=spec.command,
+                tq_id=placement.tq_id,
+                tq_def=placement.tq_def,
+                queues=placement.queues,
+                cpu=req.cpu,
+                mem=req.mem,
+                tmp=req.tmp,
+                ete=float(spec.ete or 0.0),
+                score=scores[job_name],
+                requirements="{}",
+                name=job_name,
+                max_retries=spec.max_retries,
+                dependents=tuple(index[d] for d in dependents[job_name]),
+                deps=tuple(index[d] for d in spec.deps),
+                pending=len(set(spec.deps)),
+            )
+        )
     request_id = uuid.uuid4().hex[:12]
     ids = store.submit(new_jobs, request=(request_id, {"name": name, "priority": 0, "ts": clock(), "n": len(jobs)}))
     return dict(zip(order, ids, strict=True))
@@ -196,8 +225,18 @@ def _scores(policy: str, workload: Workload, rng: random.Random) -> dict[str, fl
     raise ValueError(f"no score rule for policy {policy!r}")
 
 
-def simulate(client: redis.Redis, workload: Workload, policy: str, *, pilots: int = 4, cores: int = 4,
-             noise: float = 0.0, seed: int = 0, submit: str = "submitter", learn: bool = False) -> SimResult:
+def simulate(
+    client: redis.Redis,
+    workload: Workload,
+    policy: str,
+    *,
+    pilots: int = 4,
+    cores: int = 4,
+    noise: float = 0.0,
+    seed: int = 0,
+    submit: str = "submitter",
+    learn: bool = False,
+) -> SimResult:
     """Run ``workload`` to completion under ``policy`` on an emptied Redis database; see the module doc.
 
     ``submit`` = "scored" sends pressure scores through :func:`submit_scored` instead of the Submitter
@@ -216,8 +255,11 @@ def simulate(client: redis.Redis, workload: Workload, policy: str, *, pilots: in
         jobs = specs(request, kinds, hints, rules=learn)
         if policy == "pressure" and submit == "submitter":
             try:
-                ids = Submitter(store, catalog, clock=clock, capacity=lambda: float(pilots * cores)).submit(
-                    jobs, name=request.name).ids
+                ids = (
+                    Submitter(store, catalog, clock=clock, capacity=lambda: float(pilots * cores))
+                    .submit(jobs, name=request.name)
+                    .ids
+                )
             except SubmissionError as exc:
                 raise SimulationError(f"{workload.name}: {exc}") from None
         else:
@@ -239,8 +281,15 @@ def simulate(client: redis.Redis, workload: Workload, policy: str, *, pilots: in
     return _run(store, clock, workload, tasks, pilots, cores, every)
 
 
-def _run(store: Store, clock: SimClock, workload: Workload, tasks: Mapping[str, tuple[Task, str]],
-         pilots: int, cores: int, repressure_every: float | None = None) -> SimResult:
+def _run(
+    store: Store,
+    clock: SimClock,
+    workload: Workload,
+    tasks: Mapping[str, tuple[Task, str]],
+    pilots: int,
+    cores: int,
+    repressure_every: float | None = None,
+) -> SimResult:
     names = {task.name + "@" + req: job_id for job_id, (task, req) in tasks.items()}
     free = {f"pilot{i}": cores for i in range(pilots)}
     running: list[tuple[float, int, str, int, str]] = []  # (end, seq, job id, attempt, pilot)
@@ -356,21 +405,27 @@ def verdict(row: Row) -> str:
 
 
 def print_table(rows: Sequence[Row], noise: bool) -> None:
-    head = (f"{'workload':28} {'jobs':>5} {'CP':>7} {'W/m':>7} {'LB':>7} {'LBe':>7} {'press':>7} {'FIFO':>7}"
-            f" {'random':>7}"
-            + (f" {'p±30%':>7} {'+L':>7}" if noise else "")
-            + f" {'P/LB':>5} {'P/LBe':>5} {'F/P':>5} {'R/P':>5} {'cap':>5}  targets")
+    head = (
+        f"{'workload':28} {'jobs':>5} {'CP':>7} {'W/m':>7} {'LB':>7} {'LBe':>7} {'press':>7} {'FIFO':>7}"
+        f" {'random':>7}"
+        + (f" {'p±30%':>7} {'+L':>7}" if noise else "")
+        + f" {'P/LB':>5} {'P/LBe':>5} {'F/P':>5} {'R/P':>5} {'cap':>5}  targets"
+    )
     print(head)
     print("-" * len(head))
     for r in rows:
         p = r.span("pressure")
-        line = (f"{r.workload.name:28} {len(r.workload.tasks):5d} {r.cp:7.0f} {r.work:7.0f} {r.lb:7.0f} "
-                f"{r.lb_e:7.0f} {p:7.0f} "
-                f"{r.span('fifo'):7.0f} {r.span('random'):7.0f}")
+        line = (
+            f"{r.workload.name:28} {len(r.workload.tasks):5d} {r.cp:7.0f} {r.work:7.0f} {r.lb:7.0f} "
+            f"{r.lb_e:7.0f} {p:7.0f} "
+            f"{r.span('fifo'):7.0f} {r.span('random'):7.0f}"
+        )
         if noise:
             line += f" {r.span('noisy'):7.0f} {r.span('learnt'):7.0f}"
-        line += (f" {p / r.lb:5.2f} {p / r.lb_e:5.2f} {r.span('fifo') / p:5.2f} {r.span('random') / p:5.2f}"
-                 f" {r.cap:5.2f}  {verdict(r)}")
+        line += (
+            f" {p / r.lb:5.2f} {p / r.lb_e:5.2f} {r.span('fifo') / p:5.2f} {r.span('random') / p:5.2f}"
+            f" {r.cap:5.2f}  {verdict(r)}"
+        )
         print(line)
     multi = [r for r in rows if len(r.workload.requests) > 1]
     if multi:
@@ -381,8 +436,10 @@ def print_table(rows: Sequence[Row], noise: bool) -> None:
             for req in r.workload.requests:
                 own = lower_bound(req.tasks, r.cores)
                 ends = "  ".join(f"{pol} {r.results[pol].request_ends[req.name]:5.0f}" for pol in r.results)
-                print(f"  {r.workload.name:28} {req.name:12} alone: CP {critical_path(req.tasks):5.0f}"
-                      f" LB {own:5.0f} | {ends}")
+                print(
+                    f"  {r.workload.name:28} {req.name:12} alone: CP {critical_path(req.tasks):5.0f}"
+                    f" LB {own:5.0f} | {ends}"
+                )
             spans = "  ".join(f"{pol} {res.makespan:5.0f}" for pol, res in r.results.items())
             print(f"  {r.workload.name:28} {'all':12} {'':>5}     LB {r.lb:5.0f} | {spans}")
 
@@ -409,8 +466,17 @@ LEARNT_TARGET = 1.03
 STAGGER = 400.0
 
 
-def _pressure_jobs(store: Store, catalog: Catalog, clock: SimClock, request: Request, kinds: Sequence[str],
-                   hints: Mapping[str, float], *, rules: bool, cores: float) -> dict[str, tuple[Task, str]]:
+def _pressure_jobs(
+    store: Store,
+    catalog: Catalog,
+    clock: SimClock,
+    request: Request,
+    kinds: Sequence[str],
+    hints: Mapping[str, float],
+    *,
+    rules: bool,
+    cores: float,
+) -> dict[str, tuple[Task, str]]:
     """Submit one request through the real Submitter; its jobs by id, as :func:`_run` wants them."""
     jobs = specs(request, kinds, hints, rules=rules)
     try:
@@ -421,8 +487,17 @@ def _pressure_jobs(store: Store, catalog: Catalog, clock: SimClock, request: Req
     return {job_id: (by_name[n], request.name) for n, job_id in ids.items()}
 
 
-def run_arrivals(client: redis.Redis, workload: Workload, arrivals: Sequence[float], hints: Mapping[str, float],
-                 *, pilots: int, cores: int, learn: bool, fresh: bool = True) -> float:
+def run_arrivals(
+    client: redis.Redis,
+    workload: Workload,
+    arrivals: Sequence[float],
+    hints: Mapping[str, float],
+    *,
+    pilots: int,
+    cores: int,
+    learn: bool,
+    fresh: bool = True,
+) -> float:
     """Pressure scheduling where request i arrives at ``arrivals[i]``; returns the makespan from time zero.
 
     The same store, match and completions as :func:`simulate`; ``fresh`` empties the database first, else
@@ -476,8 +551,9 @@ def run_arrivals(client: redis.Redis, workload: Workload, arrivals: Sequence[flo
 def wrong_hints(workload: Workload, seed: int) -> dict[str, float]:
     """Every rule's hints 3x too long or 3x too short (a coin per rule, seeded); run times true."""
     rng = random.Random(seed)
-    factor = {k: WRONG_FACTOR if rng.random() < 0.5 else 1 / WRONG_FACTOR
-              for k in sorted({t.kind for t in workload.tasks})}
+    factor = {
+        k: WRONG_FACTOR if rng.random() < 0.5 else 1 / WRONG_FACTOR for k in sorted({t.kind for t in workload.tasks})
+    }
     return {t.name: t.runtime * factor[t.kind] for t in workload.tasks}
 
 
@@ -486,19 +562,30 @@ def estimate_workloads(seed: int) -> tuple[list[Workload], list[tuple[Workload, 
     rng = random.Random(seed)
     sip = Workload("sipht", (sipht(rng),), tags=frozenset({"scientific"}))
     lig = Workload("ligo", (ligo(rng),), tags=frozenset({"scientific"}))
-    mix = Workload("montage+cybershake (2 req)",
-                   (montage(rng, rows=6, cols=6, prefix="m."), cybershake(rng, sgts=2, synth=150, prefix="c.")))
+    mix = Workload(
+        "montage+cybershake (2 req)",
+        (montage(rng, rows=6, cols=6, prefix="m."), cybershake(rng, sgts=2, synth=150, prefix="c.")),
+    )
     chains = chains_and_fans(random.Random(seed * 1000 + 4), split=True)
-    staggered = Workload("staggered mix (4 req)", (
-        montage(rng, rows=5, cols=5, prefix="m1."), cybershake(rng, sgts=2, synth=100, prefix="c1."),
-        ligo(rng, groups=(4, 6, 8), prefix="l1."), montage(rng, rows=5, cols=5, prefix="m2.")))
+    staggered = Workload(
+        "staggered mix (4 req)",
+        (
+            montage(rng, rows=5, cols=5, prefix="m1."),
+            cybershake(rng, sgts=2, synth=100, prefix="c1."),
+            ligo(rng, groups=(4, 6, 8), prefix="l1."),
+            montage(rng, rows=5, cols=5, prefix="m2."),
+        ),
+    )
     return [sip, lig, mix], [(chains, [0.0, 0.0]), (staggered, [i * STAGGER for i in range(4)])]
 
 
 def estimate_section(client: redis.Redis, seed: int, pilots: int, cores: int) -> list[str]:
     """The two estimate measures (see the comment above), as printable lines."""
-    lines = ["", "Estimates: a learnt rule against correct per-job hints (target learnt/hints <= "
-             f"{LEARNT_TARGET:.2f})", f"{'workload':28} {'hints':>7} {'teach':>7} {'learnt':>7} {'L/H':>6}  target"]
+    lines = [
+        "",
+        f"Estimates: a learnt rule against correct per-job hints (target learnt/hints <= {LEARNT_TARGET:.2f})",
+        f"{'workload':28} {'hints':>7} {'teach':>7} {'learnt':>7} {'L/H':>6}  target",
+    ]
     learnt_rows, wrong_rows = estimate_workloads(seed)
     for w in learnt_rows:
         right = {t.name: t.runtime for t in w.tasks}
@@ -507,25 +594,36 @@ def estimate_section(client: redis.Redis, seed: int, pilots: int, cores: int) ->
         teach = run_arrivals(client, w, zero, right, pilots=pilots, cores=cores, learn=True)
         again = run_arrivals(client, w, zero, right, pilots=pilots, cores=cores, learn=True, fresh=False)
         ratio = again / hints
-        lines.append(f"{w.name:28} {hints:7.0f} {teach:7.0f} {again:7.0f} {ratio:6.3f}  "
-                     + ("ok" if ratio <= LEARNT_TARGET else "MISS"))
-    lines += ["", f"Estimates: hints {WRONG_FACTOR:g}x wrong, recovered within one run by learning",
-              f"{'workload':28} {'right':>7} {'wrong':>7} {'+L':>7} {'recovered':>9}  (wrong/+L per draw)"]
+        lines.append(
+            f"{w.name:28} {hints:7.0f} {teach:7.0f} {again:7.0f} {ratio:6.3f}  "
+            + ("ok" if ratio <= LEARNT_TARGET else "MISS")
+        )
+    lines += [
+        "",
+        f"Estimates: hints {WRONG_FACTOR:g}x wrong, recovered within one run by learning",
+        f"{'workload':28} {'right':>7} {'wrong':>7} {'+L':>7} {'recovered':>9}  (wrong/+L per draw)",
+    ]
     for w, arrivals in wrong_rows:
         right = {t.name: t.runtime for t in w.tasks}
         good = run_arrivals(client, w, arrivals, right, pilots=pilots, cores=cores, learn=False)
         draws = []
         for draw in range(1, WRONG_DRAWS + 1):
             hints = wrong_hints(w, seed * 100 + draw)
-            draws.append((run_arrivals(client, w, arrivals, hints, pilots=pilots, cores=cores, learn=False),
-                          run_arrivals(client, w, arrivals, hints, pilots=pilots, cores=cores, learn=True)))
+            draws.append(
+                (
+                    run_arrivals(client, w, arrivals, hints, pilots=pilots, cores=cores, learn=False),
+                    run_arrivals(client, w, arrivals, hints, pilots=pilots, cores=cores, learn=True),
+                )
+            )
         lost = math.fsum(bad - good for bad, _ in draws)
         won = math.fsum(bad - fixed for bad, fixed in draws)
         # "n/a" where wrong hints cost less than 1 % on average: there is nothing to recover
         share = f"{won / lost:9.0%}" if lost > 0.01 * good * len(draws) else f"{'n/a':>9}"
         bad, fixed = (math.fsum(d[i] for d in draws) / len(draws) for i in (0, 1))
-        lines.append(f"{w.name:28} {good:7.0f} {bad:7.0f} {fixed:7.0f} {share}  "
-                     + " ".join(f"{b:.0f}/{f:.0f}" for b, f in draws))
+        lines.append(
+            f"{w.name:28} {good:7.0f} {bad:7.0f} {fixed:7.0f} {share}  "
+            + " ".join(f"{b:.0f}/{f:.0f}" for b, f in draws)
+        )
     return lines
 
 
@@ -536,16 +634,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cores", type=int, default=4)
     parser.add_argument("--only", action="append", default=[], help="run only workloads whose name contains this")
     parser.add_argument("--no-noise", action="store_true", help="skip the run with ±30%% noise in the hints")
-    parser.add_argument("--estimates", action="store_true", help="also run the estimate rows (learnt rules, "
-                        "3x-wrong hints); --only NONE runs only them")
+    parser.add_argument(
+        "--estimates",
+        action="store_true",
+        help="also run the estimate rows (learnt rules, 3x-wrong hints); --only NONE runs only them",
+    )
     parser.add_argument("--no-mixes", action="store_true", help="skip the heterogeneous workloads (schedule_mix)")
     args = parser.parse_args(argv)
     cores = args.pilots * args.cores
     workloads = [w for w in standard(args.seed) if not args.only or any(o in w.name for o in args.only)]
     from mixes import mixes  # the heterogeneous part (they import this module)
     from schedule_mix import print_mixes, run_mixes
-    mix_list = [] if args.no_mixes else [m for m in mixes(args.seed)
-                                         if not args.only or any(o in m.name for o in args.only)]
+
+    mix_list = (
+        [] if args.no_mixes else [m for m in mixes(args.seed) if not args.only or any(o in m.name for o in args.only)]
+    )
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="bench-schedule-") as tmp:
         server = RedisServer(Path(tmp)).start()
@@ -554,17 +657,29 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows = []
             estimates = estimate_section(client, args.seed, args.pilots, args.cores) if args.estimates else []
             for workload in workloads:
-                results = {pol: simulate(client, workload, pol, pilots=args.pilots, cores=args.cores, seed=args.seed)
-                           for pol in POLICIES}
+                results = {
+                    pol: simulate(client, workload, pol, pilots=args.pilots, cores=args.cores, seed=args.seed)
+                    for pol in POLICIES
+                }
                 if not args.no_noise:
-                    results["noisy"] = simulate(client, workload, "pressure", pilots=args.pilots, cores=args.cores,
-                                                noise=NOISE, seed=args.seed)
-                    results["learnt"] = simulate(client, workload, "pressure", pilots=args.pilots, cores=args.cores,
-                                                 noise=NOISE, seed=args.seed, learn=True)
+                    results["noisy"] = simulate(
+                        client, workload, "pressure", pilots=args.pilots, cores=args.cores, noise=NOISE, seed=args.seed
+                    )
+                    results["learnt"] = simulate(
+                        client,
+                        workload,
+                        "pressure",
+                        pilots=args.pilots,
+                        cores=args.cores,
+                        noise=NOISE,
+                        seed=args.seed,
+                        learn=True,
+                    )
                 if len(workload.requests) > 1:
                     for pol in DIAGNOSTIC:
-                        results[pol] = simulate(client, workload, pol, pilots=args.pilots, cores=args.cores,
-                                                seed=args.seed)
+                        results[pol] = simulate(
+                            client, workload, pol, pilots=args.pilots, cores=args.cores, seed=args.seed
+                        )
                 row = Row(workload, cores, results)
                 shorter = {pol: res.makespan for pol, res in results.items() if res.makespan < row.lb_e - 1e-6}
                 if shorter:  # a schedule below a lower bound: the bound or the simulation is wrong
@@ -578,14 +693,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     print_table(rows, not args.no_noise)
     missed = 0
     if mix_rows:
-        print("\nHeterogeneous mixes (1/2/4/8-core, high-memory jobs, pilots of finite memory, requests arriving"
-              " over time;\nstrict = pressure with the match's reservations off; stretch = a request's completion"
-              " / its own LB alone):\n")
+        print(
+            "\nHeterogeneous mixes (1/2/4/8-core, high-memory jobs, pilots of finite memory, requests arriving"
+            " over time;\nstrict = pressure with the match's reservations off; stretch = a request's completion"
+            " / its own LB alone):\n"
+        )
         missed = print_mixes(mix_rows)
     calls = sum(res.matches for r in rows for res in r.results.values())
     calls += sum(res.matches for _, results in mix_rows for res in results.values())
-    print(f"\n{calls:,} match calls, {time.monotonic() - started:.1f} s wall"
-          + (f"; heterogeneous targets missed: {missed}" if mix_rows else ""))
+    print(
+        f"\n{calls:,} match calls, {time.monotonic() - started:.1f} s wall"
+        + (f"; heterogeneous targets missed: {missed}" if mix_rows else "")
+    )
     for line in estimates:
         print(line)
     return 0

@@ -99,19 +99,30 @@ class Deployment:
         self.base = base
         self.state = base / "state"
         (base / "catalog.toml").write_text(CATALOG.replace("@PILOTS@", str(args.pilots)))
-        self.env = {**os.environ, "PILOTFISH_STATE_DIR": str(self.state),
-                    "PILOTFISH_CATALOG": str(base / "catalog.toml"), "PILOTFISH_LEASE_SECONDS": str(args.lease),
-                    "PILOTFISH_REAP_INTERVAL": str(args.reap_interval),
-                    "PILOTFISH_DIRECTOR_INTERVAL": str(args.director_interval),
-                    "PILOTFISH_PILOT_IDLE_TIMEOUT": str(args.idle_timeout),
-                    "PILOTFISH_FLOWER_PORT": str(_free_port()), "PILOTFISH_BACKOFF_SECONDS": "2"}
+        self.env = {
+            **os.environ,
+            "PILOTFISH_STATE_DIR": str(self.state),
+            "PILOTFISH_CATALOG": str(base / "catalog.toml"),
+            "PILOTFISH_LEASE_SECONDS": str(args.lease),
+            "PILOTFISH_REAP_INTERVAL": str(args.reap_interval),
+            "PILOTFISH_DIRECTOR_INTERVAL": str(args.director_interval),
+            "PILOTFISH_PILOT_IDLE_TIMEOUT": str(args.idle_timeout),
+            "PILOTFISH_FLOWER_PORT": str(_free_port()),
+            "PILOTFISH_BACKOFF_SECONDS": "2",
+        }
         for name in ("PILOTFISH_REDIS_URL", "PILOTFISH_PILOT_REDIS_URL", "PILOTFISH_CONFIG", MARKER):
             self.env.pop(name, None)
         self.settings = Settings.load(env=self.env)
 
     def cli(self, *args: str) -> str:
-        done = subprocess.run([sys.executable, "-m", "matcher.cli", *args], cwd=ROOT, env=self.env,
-                              capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [sys.executable, "-m", "matcher.cli", *args],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         if done.returncode != 0:
             raise SystemExit(f"chaos: pilotfish {' '.join(args)} failed: {done.stderr.strip()}")
         return done.stdout
@@ -172,12 +183,16 @@ def _free_port() -> int:
 def submit(deployment: Deployment, n: int, seconds: float, log: Path) -> list[str]:
     line = f'"$PILOTFISH_JOB_ID $PILOTFISH_ATTEMPT $PILOTFISH_PILOT %s $(date +%%s.%%N)" >> {log}'
     command = f"echo {line % 'start'}; sleep {seconds}; echo {line % 'end'}"
-    jobs = [JobSpec(name=f"c{i}", command=command, ete=seconds, rule=RULE, max_retries=10,
-                    requirements={"cpu": 1, "mem": "50M"}) for i in range(n)]
+    jobs = [
+        JobSpec(
+            name=f"c{i}", command=command, ete=seconds, rule=RULE, max_retries=10, requirements={"cpu": 1, "mem": "50M"}
+        )
+        for i in range(n)
+    ]
     ctx = deployment.context()
     ids: list[str] = []
     for first in range(0, n, 500):  # one request per 500 jobs: the submissions are acknowledged in turn
-        ids += Submitter.of(ctx).submit(jobs[first:first + 500], name=f"chaos-{first}").ids.values()
+        ids += Submitter.of(ctx).submit(jobs[first : first + 500], name=f"chaos-{first}").ids.values()
     return ids
 
 
@@ -191,8 +206,11 @@ def unfinished(deployment: Deployment, ids: list[str]) -> int:
 def held_by(deployment: Deployment, ids: list[str], pilot: str) -> dict[str, int]:
     """The jobs leased to ``pilot`` now (id -> attempt)."""
     try:
-        return {j.id: j.attempt for j in deployment.context().store.jobs(ids)
-                if j.pilot == pilot and j.state in (JobState.MATCHED, JobState.RUNNING)}
+        return {
+            j.id: j.attempt
+            for j in deployment.context().store.jobs(ids)
+            if j.pilot == pilot and j.state in (JobState.MATCHED, JobState.RUNNING)
+        }
     except Exception:  # the store is being restarted
         return {}
 
@@ -251,8 +269,11 @@ def chaos(deployment: Deployment, ids: list[str], args: argparse.Namespace, rng:
                 job, attempt = pilot.split()
                 kill.run = (job, int(attempt))
             kills.append(kill)
-            print(f"chaos: [{len(kills):2}] {kill.at:.2f} kill -9 {kind} (pid {pid}{', ' + pilot if pilot else ''}); "
-                  f"{left} jobs left", file=sys.stderr)
+            print(
+                f"chaos: [{len(kills):2}] {kill.at:.2f} kill -9 {kind} (pid {pid}{', ' + pilot if pilot else ''}); "
+                f"{left} jobs left",
+                file=sys.stderr,
+            )
             if kind in SUPERVISED:
                 time.sleep(args.restart_delay)
                 deployment.cli("up")
@@ -298,8 +319,11 @@ class Figures:
 def tracebacks(logs: Path) -> list[str]:
     """The logs (worker, beat, director, Flower, every pilot) that hold a traceback: a crash, or an error
     that escaped the component's own handling. A killed process leaves none."""
-    return sorted(str(p.relative_to(logs)) for p in logs.rglob("*") if p.is_file()
-                  and "Traceback (most recent call last)" in p.read_text(errors="replace"))
+    return sorted(
+        str(p.relative_to(logs))
+        for p in logs.rglob("*")
+        if p.is_file() and "Traceback (most recent call last)" in p.read_text(errors="replace")
+    )
 
 
 def analyse(deployment: Deployment, ids: list[str], kills: list[Kill], log: Path, seconds: float) -> Figures:
@@ -347,37 +371,55 @@ def analyse(deployment: Deployment, ids: list[str], kills: list[Kill], log: Path
             compound += bool(restarts)
     kinds = {kind: sum(1 for k in kills if k.kind == kind) for kind in KINDS}
     return Figures(
-        jobs=len(ids), kills=kinds, lost=len(ids) - len(done), done_twice=max(0, recorded - len(done)),
-        false_done=false_done, second_runs_living=living, second_runs_after_death=after_death,
+        jobs=len(ids),
+        kills=kinds,
+        lost=len(ids) - len(done),
+        done_twice=max(0, recorded - len(done)),
+        false_done=false_done,
+        second_runs_living=living,
+        second_runs_after_death=after_death,
         started_twice=sum(1 for run in runs.values() if len(run.starts) > 1),
         recovery={kind: (statistics.median(v), max(v)) for kind, v in recovery.items()},
-        requeue=(statistics.median(held), max(held), max(over), compound) if held else None, seconds=seconds,
+        requeue=(statistics.median(held), max(held), max(over), compound) if held else None,
+        seconds=seconds,
         crashed=tracebacks(deployment.state / "logs"),
-        unfinished=[f"job {job.id} {job.state.value} attempt {job.attempt} pilot {job.pilot} ({job.reason}); "
-                    f"runs {runs[job.id]}" for job in jobs.values() if job.state is not JobState.DONE])
+        unfinished=[
+            f"job {job.id} {job.state.value} attempt {job.attempt} pilot {job.pilot} ({job.reason}); "
+            f"runs {runs[job.id]}"
+            for job in jobs.values()
+            if job.state is not JobState.DONE
+        ],
+    )
 
 
 def table(figures: Figures, bound: float, requeue_bound: float) -> tuple[list[str], bool]:
     """The printed table and whether every target was met (``requeue_bound``: a killed pilot's jobs, when no
     Redis restart came in between)."""
     worst = max((m for _, m in figures.recovery.values()), default=0.0)
-    checks = [("lost (never completed)", figures.lost, 0),
-              ("recorded done twice", figures.done_twice, 0),
-              ("done without a completed run", figures.false_done, 0),
-              ("ran to its end twice while the first run's pilot lived", len(figures.second_runs_living), 0),
-              ("logs with a traceback (a crash or an unhandled error)", len(figures.crashed), 0)]
-    rows = [f"jobs {figures.jobs}, {sum(figures.kills.values())} kills in {figures.seconds:.0f} s: "
-            + ", ".join(f"{kind} {n}" for kind, n in figures.kills.items())]
+    checks = [
+        ("lost (never completed)", figures.lost, 0),
+        ("recorded done twice", figures.done_twice, 0),
+        ("done without a completed run", figures.false_done, 0),
+        ("ran to its end twice while the first run's pilot lived", len(figures.second_runs_living), 0),
+        ("logs with a traceback (a crash or an unhandled error)", len(figures.crashed), 0),
+    ]
+    rows = [
+        f"jobs {figures.jobs}, {sum(figures.kills.values())} kills in {figures.seconds:.0f} s: "
+        + ", ".join(f"{kind} {n}" for kind, n in figures.kills.items())
+    ]
     ok = True
     for label, value, target in checks:
         met = value == target
         ok &= met
         rows.append(f"  {label:<62} {value:>6}   target {target}  {'ok' if met else 'MISSED'}")
-    rows.append(f"  {'ran to its end twice after its first run or pilot was killed':<62} "
-                f"{figures.second_runs_after_death:>6}   (at-least-once: counted apart)")
+    rows.append(
+        f"  {'ran to its end twice after its first run or pilot was killed':<62} "
+        f"{figures.second_runs_after_death:>6}   (at-least-once: counted apart)"
+    )
     rows.append(f"  {'started more than once':<62} {figures.started_twice:>6}")
-    rows.append(f"  recovery, kill to the next job start (median / max, s); bound 2 x lease + director interval "
-                f"= {bound:g} s")
+    rows.append(
+        f"  recovery, kill to the next job start (median / max, s); bound 2 x lease + director interval = {bound:g} s"
+    )
     for kind in KINDS:
         if kind in figures.recovery:
             median, most = figures.recovery[kind]
@@ -390,11 +432,15 @@ def table(figures: Figures, bound: float, requeue_bound: float) -> tuple[list[st
         met = excess <= 0
         ok &= met
         label = "a killed pilot's jobs back in their task queue (median / max, s)"
-        rows.append(f"  {label:<62} {median:6.1f} / {most:.1f}   target <= lease + reap + director = "
-                    f"{requeue_bound:g}  {'ok' if met else 'MISSED'}")
+        rows.append(
+            f"  {label:<62} {median:6.1f} / {most:.1f}   target <= lease + reap + director = "
+            f"{requeue_bound:g}  {'ok' if met else 'MISSED'}"
+        )
         if compound:
-            rows.append(f"    ({compound} with a Redis restart before their lease expired: bound + its downtime "
-                        "+ half a lease of grace)")
+            rows.append(
+                f"    ({compound} with a Redis restart before their lease expired: bound + its downtime "
+                "+ half a lease of grace)"
+            )
     return rows, ok
 
 
@@ -411,8 +457,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--restart-delay", type=float, default=0.5, help="a supervisor's delay before `up`")
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--keep-logs", type=Path, default=None,
-                        help="copy the deployment's logs and the payload log here when a target is missed")
+    parser.add_argument(
+        "--keep-logs",
+        type=Path,
+        default=None,
+        help="copy the deployment's logs and the payload log here when a target is missed",
+    )
     args = parser.parse_args(argv)
     if args.pilots < 2:
         parser.error("--pilots must be at least 2")
@@ -427,24 +477,34 @@ def main(argv: list[str] | None = None) -> int:
             started = time.monotonic()
             kills = chaos(deployment, ids, args, rng)
             figures = analyse(deployment, ids, kills, log, time.monotonic() - started)
-            rows, ok = table(figures, 2 * args.lease + args.director_interval,
-                             args.lease + args.reap_interval + args.director_interval)
+            rows, ok = table(
+                figures,
+                2 * args.lease + args.director_interval,
+                args.lease + args.reap_interval + args.director_interval,
+            )
             if not ok and args.keep_logs is not None:
                 shutil.copytree(deployment.state / "logs", args.keep_logs / "logs", dirs_exist_ok=True)
                 shutil.copy(deployment.state / "redis" / "redis.log", args.keep_logs / "redis.log")
                 shutil.copy(log, args.keep_logs / "payloads.log")
         finally:
-            subprocess.run([sys.executable, "-m", "matcher.cli", "down"], cwd=ROOT, env=deployment.env,
-                           capture_output=True, timeout=300)
+            subprocess.run(
+                [sys.executable, "-m", "matcher.cli", "down"],
+                cwd=ROOT,
+                env=deployment.env,
+                capture_output=True,
+                timeout=300,
+            )
     for line in figures.unfinished:
         print(f"chaos: not completed: {line}", file=sys.stderr)
     for line in figures.second_runs_living:
         print(f"chaos: ran twice while its first pilot lived: {line}", file=sys.stderr)
     for name in figures.crashed:
         print(f"chaos: traceback in {name}", file=sys.stderr)
-    print(f"python scripts/chaos.py --jobs {args.jobs} --kills {args.kills} --seed {seed} "
-          f"(lease {args.lease:g} s, reap every {args.reap_interval:g} s, director every {args.director_interval:g} s, "
-          f"{args.pilots} pilots, payloads of {args.payload_seconds:g} s)")
+    print(
+        f"python scripts/chaos.py --jobs {args.jobs} --kills {args.kills} --seed {seed} "
+        f"(lease {args.lease:g} s, reap every {args.reap_interval:g} s, director every {args.director_interval:g} s, "
+        f"{args.pilots} pilots, payloads of {args.payload_seconds:g} s)"
+    )
     print("\n".join(rows))
     print(json.dumps({"ok": ok, "seed": seed}))
     return 0 if ok else 1

@@ -48,8 +48,11 @@ class LpBound:
 
 
 def _kinds(demand: Sequence[Demand], shapes: Sequence[Shape]) -> Counter[Kind]:
-    return Counter((j.cpu, j.mem, j.tmp, j.shape_hint, tuple(j.wall <= s.wall for s in shapes)) for j in demand
-                   if any(shape_holds(s, j) for s in shapes))
+    return Counter(
+        (j.cpu, j.mem, j.tmp, j.shape_hint, tuple(j.wall <= s.wall for s in shapes))
+        for j in demand
+        if any(shape_holds(s, j) for s in shapes)
+    )
 
 
 def _fits(kind: Kind, index: int, shape: Shape) -> bool:
@@ -57,18 +60,25 @@ def _fits(kind: Kind, index: int, shape: Shape) -> bool:
     return walls[index] and hint in (None, shape.name) and cpu <= shape.cpu and mem <= shape.mem and tmp <= shape.tmp
 
 
-def _price(kinds: Sequence[Kind], counts: np.ndarray, duals: np.ndarray, index: int,
-           shape: Shape) -> tuple[float, np.ndarray] | None:
+def _price(
+    kinds: Sequence[Kind], counts: np.ndarray, duals: np.ndarray, index: int, shape: Shape
+) -> tuple[float, np.ndarray] | None:
     """The configuration of ``shape`` of greatest dual value (an exact integer knapsack), or None."""
     usable = [k for k, kind in enumerate(kinds) if duals[k] > TOLERANCE and _fits(kind, index, shape)]
     if not usable:
         return None
     size = np.array([[kinds[k][r] for k in usable] for r in range(3)], dtype=float)
     caps = np.array([shape.cpu, shape.mem, shape.tmp], dtype=float)
-    upper = np.minimum(counts[usable], np.floor(np.min(
-        np.where(size > 0, caps[:, None] / np.where(size > 0, size, 1), np.inf), axis=0)))
-    result = milp(-duals[usable], constraints=LinearConstraint(size, -np.inf, caps),
-                  integrality=np.ones(len(usable)), bounds=Bounds(0, upper))
+    upper = np.minimum(
+        counts[usable],
+        np.floor(np.min(np.where(size > 0, caps[:, None] / np.where(size > 0, size, 1), np.inf), axis=0)),
+    )
+    result = milp(
+        -duals[usable],
+        constraints=LinearConstraint(size, -np.inf, caps),
+        integrality=np.ones(len(usable)),
+        bounds=Bounds(0, upper),
+    )
     if result.x is None:
         return None
     column = np.zeros(len(kinds))
@@ -91,8 +101,10 @@ def config_lp_bound(demand: Sequence[Demand], shapes: Sequence[Shape]) -> LpBoun
     for k, kind in enumerate(kinds):  # one single-kind configuration per kind, on its cheapest shape
         cheapest = min((s for i, s in enumerate(shapes) if _fits(kind, i, s)), key=lambda s: s.cost)
         cpu, mem, tmp = kind[:3]
-        many = min(counts[k], *(cap // need for cap, need in ((cheapest.cpu, cpu), (cheapest.mem, mem),
-                                                              (cheapest.tmp, tmp)) if need > 0))
+        many = min(
+            counts[k],
+            *(cap // need for cap, need in ((cheapest.cpu, cpu), (cheapest.mem, mem), (cheapest.tmp, tmp)) if need > 0),
+        )
         column = np.zeros(len(kinds))
         column[k] = max(1.0, many)
         columns.append(column)

@@ -43,9 +43,23 @@ class Counted:
         self.out = tmp / "callgrind.out"
         self.dumps = 0
         self.proc = subprocess.Popen(
-            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={self.out}", find_redis_server(),
-             "--port", str(self.port), "--save", "", "--appendonly", "no", "--dir", str(tmp)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                "valgrind",
+                "--tool=callgrind",
+                f"--callgrind-out-file={self.out}",
+                find_redis_server(),
+                "--port",
+                str(self.port),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(tmp),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         self.client = redis.Redis(port=self.port)
         for _ in range(300):
             try:

@@ -57,8 +57,14 @@ VARIANTS: dict[str, Values] = {
             "job": {"parallelism": 4, "completions": 8, "activeDeadlineSeconds": 90000},
             "resources": {"cpu": "4", "memory": "16G", "ephemeralStorage": "50G"},
         },
-        "flower": {"ingress": {"enabled": True, "className": "nginx", "host": "flower.pilotfish.test",
-                               "tls": {"enabled": True}}},
+        "flower": {
+            "ingress": {
+                "enabled": True,
+                "className": "nginx",
+                "host": "flower.pilotfish.test",
+                "tls": {"enabled": True},
+            }
+        },
     },
     "existing-secrets-minimal": {
         "redis": {"auth": {"existingSecret": "pf-redis-auth", "existingSecretKey": "pw"}},
@@ -68,37 +74,52 @@ VARIANTS: dict[str, Values] = {
     },
     "external-redis-pilot-url": {
         "redis": {"enabled": False},
-        "externalRedis": {"url": "rediss://pf-control:s3cret@redis.example.org:6380/2",
-                          "pilot": {"url": "rediss://pf-pilot-default:p1lot@redis.example.org:6380/2"}},
+        "externalRedis": {
+            "url": "rediss://pf-control:s3cret@redis.example.org:6380/2",
+            "pilot": {"url": "rediss://pf-pilot-default:p1lot@redis.example.org:6380/2"},
+        },
         "pilots": {"enabled": True},
         "director": {"enabled": True},
     },
     "external-redis-sentinel": {
         "redis": {"enabled": False},
-        "externalRedis": {"url": "sentinel://pf-control:s3cret@s1:26379/0;sentinel://s2:26379;sentinel://s3:26379",
-                          "sentinelMaster": "mymaster",
-                          "pilot": {"url": "sentinel://pf-pilot-default:p1lot@s1:26379/0;sentinel://s2:26379"}},
+        "externalRedis": {
+            "url": "sentinel://pf-control:s3cret@s1:26379/0;sentinel://s2:26379;sentinel://s3:26379",
+            "sentinelMaster": "mymaster",
+            "pilot": {"url": "sentinel://pf-pilot-default:p1lot@s1:26379/0;sentinel://s2:26379"},
+        },
         "pilots": {"enabled": True},
     },
     "external-redis-pilot-secret": {
         "redis": {"enabled": False},
-        "externalRedis": {"existingSecret": "site-redis", "existingSecretKey": "url",
-                          "pilot": {"existingSecret": "site-redis-pilot", "existingSecretKey": "url"}},
+        "externalRedis": {
+            "existingSecret": "site-redis",
+            "existingSecretKey": "url",
+            "pilot": {"existingSecret": "site-redis-pilot", "existingSecretKey": "url"},
+        },
         "pilots": {"enabled": True, "kind": "Job"},
     },
     "redis-image-own-secrets": {
         "vo": "lhcb",
         "prefix": "site1",
-        "redis": {"image": {"repository": "docker.io/library/redis", "tag": "7.4-alpine"},
-                  "auth": {"existingSecret": "pf-redis-auth", "pilot": {"existingSecret": "pf-redis-pilot-auth",
-                                                                         "existingSecretKey": "pw"}},
-                  "database": 3, "appendfsync": "always"},
+        "redis": {
+            "image": {"repository": "docker.io/library/redis", "tag": "7.4-alpine"},
+            "auth": {
+                "existingSecret": "pf-redis-auth",
+                "pilot": {"existingSecret": "pf-redis-pilot-auth", "existingSecretKey": "pw"},
+            },
+            "database": 3,
+            "appendfsync": "always",
+        },
         "pilots": {"enabled": True},
         "director": {"enabled": True},
     },
     "metrics-monitoring": {
-        "metrics": {"enabled": True, "replicas": 2, "serviceMonitor": {"enabled": True,
-                                                                       "labels": {"release": "prometheus"}}},
+        "metrics": {
+            "enabled": True,
+            "replicas": 2,
+            "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
+        },
         "flower": {"ingress": {"enabled": True, "host": "flower.pilotfish.test"}},
         "matcher": {"replicas": 3, "podDisruptionBudget": {"enabled": True, "maxUnavailable": "50%"}},
         "pilots": {"enabled": True},
@@ -121,47 +142,62 @@ class BadValues:
 
 BAD_VALUES: tuple[BadValues, ...] = (
     BadValues("unknown top-level key", {"replicas": 3}, "additional properties 'replicas' not allowed"),
-    BadValues("unknown nested key", {"matcher": {"replica": 3}},
-              "additional properties 'replica' not allowed"),
+    BadValues("unknown nested key", {"matcher": {"replica": 3}}, "additional properties 'replica' not allowed"),
     BadValues("pilot kind outside the enum", {"pilots": {"kind": "CronJob"}}, "/pilots/kind"),
     BadValues("matcher replicas below minimum", {"matcher": {"replicas": 0}}, "minimum: got 0, want 1"),
     BadValues("replicas of the wrong type", {"matcher": {"replicas": "two"}}, "got string, want integer"),
     BadValues("no Redis at all", {"redis": {"enabled": False}}, "/externalRedis"),
-    BadValues("password not URL-safe", {"redis": {"auth": {"password": "p@ss/word"}}},
-              "/redis/auth/password"),
-    BadValues("container without a memory request",
-              {"matcher": {"resources": {"requests": {"memory": None}}}}, "missing property 'memory'"),
-    BadValues("not a Kubernetes quantity", {"pilots": {"resources": {"cpu": "four"}}},
-              "/pilots/resources/cpu"),
+    BadValues("password not URL-safe", {"redis": {"auth": {"password": "p@ss/word"}}}, "/redis/auth/password"),
+    BadValues(
+        "container without a memory request",
+        {"matcher": {"resources": {"requests": {"memory": None}}}},
+        "missing property 'memory'",
+    ),
+    BadValues("not a Kubernetes quantity", {"pilots": {"resources": {"cpu": "four"}}}, "/pilots/resources/cpu"),
     BadValues("database out of range", {"redis": {"database": 16}}, "maximum: got 16, want 15"),
-    BadValues("Flower password with a comma", {"flower": {"auth": {"password": "a,b"}}},
-              "/flower/auth/password"),
+    BadValues("Flower password with a comma", {"flower": {"auth": {"password": "a,b"}}}, "/flower/auth/password"),
     BadValues("queue id not Site/CE/Queue", {"pilots": {"queue": "just-a-queue"}}, "/pilots/queue"),
     BadValues("state dir on /tmp", {"stateDir": "/tmp"}, "/stateDir"),
-    BadValues("both Redis kinds at once", {"externalRedis": {"url": "redis://other:6379/0"}},
-              "externalRedis is set while redis.enabled is true"),
-    BadValues("an external pilots' URL with the bundled store",
-              {"externalRedis": {"pilot": {"url": "redis://other:6379/0"}}},
-              "externalRedis is set while redis.enabled is true"),
-    BadValues("pilot password not URL-safe", {"redis": {"auth": {"pilot": {"password": "p@ss"}}}},
-              "/redis/auth/pilot/password"),
-    BadValues("pilots' password in the control plane's Secret",
-              {"redis": {"auth": {"existingSecret": "auth", "pilot": {"existingSecret": "auth"}}}},
-              "the pilots' password needs a Secret of its own"),
-    BadValues("pilots' URL not redis://",
-              {"redis": {"enabled": False},
-               "externalRedis": {"url": "redis://r:6379/0", "pilot": {"url": "http://r:6379/0"}}},
-              "/externalRedis/pilot/url"),
-    BadValues("pilots' URL in the control plane's Secret",
-              {"redis": {"enabled": False},
-               "externalRedis": {"existingSecret": "urls", "pilot": {"existingSecret": "urls"}}},
-              "the pilots' URL needs a Secret of its own"),
+    BadValues(
+        "both Redis kinds at once",
+        {"externalRedis": {"url": "redis://other:6379/0"}},
+        "externalRedis is set while redis.enabled is true",
+    ),
+    BadValues(
+        "an external pilots' URL with the bundled store",
+        {"externalRedis": {"pilot": {"url": "redis://other:6379/0"}}},
+        "externalRedis is set while redis.enabled is true",
+    ),
+    BadValues(
+        "pilot password not URL-safe",
+        {"redis": {"auth": {"pilot": {"password": "p@ss"}}}},
+        "/redis/auth/pilot/password",
+    ),
+    BadValues(
+        "pilots' password in the control plane's Secret",
+        {"redis": {"auth": {"existingSecret": "auth", "pilot": {"existingSecret": "auth"}}}},
+        "the pilots' password needs a Secret of its own",
+    ),
+    BadValues(
+        "pilots' URL not redis://",
+        {
+            "redis": {"enabled": False},
+            "externalRedis": {"url": "redis://r:6379/0", "pilot": {"url": "http://r:6379/0"}},
+        },
+        "/externalRedis/pilot/url",
+    ),
+    BadValues(
+        "pilots' URL in the control plane's Secret",
+        {"redis": {"enabled": False}, "externalRedis": {"existingSecret": "urls", "pilot": {"existingSecret": "urls"}}},
+        "the pilots' URL needs a Secret of its own",
+    ),
     BadValues("key prefix with a colon", {"prefix": "a:b"}, "/prefix"),
-    BadValues("appendfsync outside always/everysec/no", {"redis": {"appendfsync": "sometimes"}},
-              "/redis/appendfsync"),
-    BadValues("a ServiceMonitor without the metrics it would scrape",
-              {"metrics": {"serviceMonitor": {"enabled": True}}},
-              "metrics.serviceMonitor.enabled needs metrics.enabled"),
+    BadValues("appendfsync outside always/everysec/no", {"redis": {"appendfsync": "sometimes"}}, "/redis/appendfsync"),
+    BadValues(
+        "a ServiceMonitor without the metrics it would scrape",
+        {"metrics": {"serviceMonitor": {"enabled": True}}},
+        "metrics.serviceMonitor.enabled needs metrics.enabled",
+    ),
     BadValues("metrics port out of range", {"metrics": {"port": 70000}}, "/metrics/port"),
 )
 
@@ -196,9 +232,7 @@ def objects_of(values: Values | None = None) -> list[Manifest]:
 
 def lint_problems(values: Values | None = None) -> list[str]:
     """`helm lint --strict` findings of warning level or worse (info, like 'icon is recommended', passes)."""
-    report = helm.lint(
-        CHART, values or {}, strict=True, namespace=NAMESPACE, kube_version="v" + KUBE_VERSIONS[-1]
-    )
+    report = helm.lint(CHART, values or {}, strict=True, namespace=NAMESPACE, kube_version="v" + KUBE_VERSIONS[-1])
     return [f"{m['path']}: {m['error'].strip()}" for m in report["messages"] if m["severity"] >= 2]
 
 
@@ -240,8 +274,13 @@ def policy_problems(objects: list[Manifest]) -> list[str]:
     for obj in objects:
         name = f"{obj['kind']}/{obj['metadata']['name']}"
         labels = obj["metadata"].get("labels", {})
-        for label in ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component",
-                      "app.kubernetes.io/managed-by", "helm.sh/chart"):
+        for label in (
+            "app.kubernetes.io/name",
+            "app.kubernetes.io/instance",
+            "app.kubernetes.io/component",
+            "app.kubernetes.io/managed-by",
+            "helm.sh/chart",
+        ):
             if label not in labels:
                 problems.append(f"{name}: no label {label}")
         if obj["kind"] == "ConfigMap":
@@ -264,21 +303,29 @@ def selection_problems(objects: list[Manifest]) -> list[str]:
     the store's NetworkPolicy the store and lets in every pod of the release, Flower's Flower; a
     ServiceMonitor an existing Service, by a port that Service names."""
     problems = []
-    pods = {obj["metadata"]["name"]: obj["spec"]["template"]["metadata"]["labels"]
-            for obj in objects if pod_spec(obj) is not None}
+    pods = {
+        obj["metadata"]["name"]: obj["spec"]["template"]["metadata"]["labels"]
+        for obj in objects
+        if pod_spec(obj) is not None
+    }
     services = [obj for obj in objects if obj["kind"] == "Service"]
     for obj in objects:
         name = f"{obj['kind']}/{obj['metadata']['name']}"
         component = obj["metadata"]["labels"].get("app.kubernetes.io/component")
         if obj["kind"] in ("PodDisruptionBudget", "NetworkPolicy"):
-            selector = (obj["spec"]["selector"] if obj["kind"] == "PodDisruptionBudget"
-                        else obj["spec"]["podSelector"]).get("matchLabels", {})
+            selector = (
+                obj["spec"]["selector"] if obj["kind"] == "PodDisruptionBudget" else obj["spec"]["podSelector"]
+            ).get("matchLabels", {})
             chosen = [pod for pod, labels in pods.items() if _selects(selector, labels)]
             if not chosen or any(pods[pod].get("app.kubernetes.io/component") != component for pod in chosen):
                 problems.append(f"{name}: selects {chosen}, not the {component} pods")
         if obj["kind"] == "NetworkPolicy" and component == "redis":
-            peers = [peer["podSelector"].get("matchLabels", {}) for rule in obj["spec"].get("ingress", [])
-                     for peer in rule.get("from", []) if "podSelector" in peer]
+            peers = [
+                peer["podSelector"].get("matchLabels", {})
+                for rule in obj["spec"].get("ingress", [])
+                for peer in rule.get("from", [])
+                if "podSelector" in peer
+            ]
             shut_out = [pod for pod, labels in pods.items() if not any(_selects(p, labels) for p in peers)]
             if shut_out:
                 problems.append(f"{name}: pods of the release cannot reach the store: {shut_out}")
@@ -362,8 +409,10 @@ def _env_problems(where: str, container: Mapping[str, Any]) -> list[str]:
             if reference is None:
                 problems.append(f"{where}: {variable['name']} is an inline URL whose password is not a $(VAR)")
             elif reference.group(1) not in from_secrets:
-                problems.append(f"{where}: {variable['name']} uses $({reference.group(1)}), which is no Secret "
-                                "variable defined before it")
+                problems.append(
+                    f"{where}: {variable['name']} uses $({reference.group(1)}), which is no Secret "
+                    "variable defined before it"
+                )
         if "secretKeyRef" in variable.get("valueFrom", {}):
             from_secrets.add(variable["name"])
         elif "password" in variable["name"].lower():
@@ -415,8 +464,10 @@ def pilot_credential_problems(objects: list[Manifest]) -> list[str]:
     for obj in pilots:
         leaked = _secret_refs(pod_spec(obj) or {}, None) & control
         if leaked:
-            problems.append(f"{obj['kind']}/{obj['metadata']['name']}: a pilot pod reads the control plane's "
-                            f"Secret(s) {sorted(leaked)}")
+            problems.append(
+                f"{obj['kind']}/{obj['metadata']['name']}: a pilot pod reads the control plane's "
+                f"Secret(s) {sorted(leaked)}"
+            )
     return problems
 
 
@@ -433,11 +484,11 @@ def kubelet_expand(text: str, env: Mapping[str, str]) -> str:
             out.append("$")
             i += 2
         elif text[i + 1] == "(" and (end := text.find(")", i + 2)) != -1:
-            name = text[i + 2:end]
-            out.append(env[name] if name in env else text[i:end + 1])
+            name = text[i + 2 : end]
+            out.append(env[name] if name in env else text[i : end + 1])
             i = end + 1
         else:
-            out.append(text[i:i + 2])
+            out.append(text[i : i + 2])
             i += 2
     return "".join(out)
 
@@ -474,9 +525,7 @@ def bad_values_problems(chart: helm.Chart | None = None) -> list[str]:
             render(bad.values, chart)
         except helm.HelmError as error:
             if bad.error not in str(error):
-                problems.append(
-                    f"{bad.what}: refused, but not for the expected reason ({bad.error!r}): {error}"
-                )
+                problems.append(f"{bad.what}: refused, but not for the expected reason ({bad.error!r}): {error}")
         else:
             problems.append(f"{bad.what}: values {bad.values} were accepted")
     return problems
@@ -484,8 +533,10 @@ def bad_values_problems(chart: helm.Chart | None = None) -> list[str]:
 
 def main() -> int:
     chart = load_chart()
-    print(f"Helm {helm.helm_sdk_version()} (helm-python-sdk {helm.__version__}), "
-          f"kubernetes-validate {kubernetes_validate.__version__}, chart {CHART}")
+    print(
+        f"Helm {helm.helm_sdk_version()} (helm-python-sdk {helm.__version__}), "
+        f"kubernetes-validate {kubernetes_validate.__version__}, chart {CHART}"
+    )
     failures = 0
     for variant, values in VARIANTS.items():
         objects = objects_of(values)

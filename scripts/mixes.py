@@ -120,8 +120,9 @@ def _shaped(request: Request, shape: Callable[[Task], tuple[int, int]], arrival:
     return MixRequest(request.name, tasks, arrival)
 
 
-def chain_and_bag(rng: random.Random, *, links: int = 16, link: float = 120.0, bag_mean: float = 30.0, bag: int = 0,
-                  cores: int = 16) -> MixRequest:
+def chain_and_bag(
+    rng: random.Random, *, links: int = 16, link: float = 120.0, bag_mean: float = 30.0, bag: int = 0, cores: int = 16
+) -> MixRequest:
     """A chain alternating 1-core and 4-core jobs, beside a bag of 1-core jobs filling the pool for as long."""
     tasks: list[MixTask] = []
     prev: tuple[str, ...] = ()
@@ -137,8 +138,9 @@ def chain_and_bag(rng: random.Random, *, links: int = 16, link: float = 120.0, b
     return MixRequest("chain+bag", tuple(tasks))
 
 
-def layered_mixed(rng: random.Random, *, layers: int = 8, width: tuple[int, int] = (6, 24),
-                  mem: int = 32_000) -> MixRequest:
+def layered_mixed(
+    rng: random.Random, *, layers: int = 8, width: tuple[int, int] = (6, 24), mem: int = 32_000
+) -> MixRequest:
     """A layered DAG whose jobs take 1, 2, 4 or 8 cores, some of them most of a pilot's memory."""
     tasks: list[MixTask] = []
     previous: list[str] = []
@@ -150,21 +152,42 @@ def layered_mixed(rng: random.Random, *, layers: int = 8, width: tuple[int, int]
             job_mem = int(mem * rng.uniform(0.5, 0.9)) if big else 1000 * cpu
             deps = tuple(sorted(set(rng.sample(previous, min(len(previous), rng.randint(1, 3)))))) if previous else ()
             name = f"L{layer}_{i}"
-            tasks.append(MixTask(name, f"k{cpu}{'m' if big else ''}", _runtime(rng, 60.0 * (1 + cpu / 4)), deps,
-                                 cpu, job_mem))
+            tasks.append(
+                MixTask(name, f"k{cpu}{'m' if big else ''}", _runtime(rng, 60.0 * (1 + cpu / 4)), deps, cpu, job_mem)
+            )
             current.append(name)
         previous = current
     return MixRequest("layered", tuple(tasks))
 
 
-_MONTAGE = {"mProjectPP": (1, 2000), "mDiffFit": (1, 1000), "mConcatFit": (2, 4000), "mBgModel": (4, 8000),
-            "mBackground": (1, 2000), "mImgtbl": (1, 1000), "mAdd": (8, 24_000), "mShrink": (4, 8000),
-            "mJPEG": (1, 1000)}
-_CYBERSHAKE = {"ExtractSGT": (8, 24_000), "SeismogramSynthesis": (1, 3000), "PeakValCalcOkaya": (1, 500),
-               "ZipSeis": (2, 2000), "ZipPSA": (2, 2000)}
-_EPIGENOMICS = {"fastqSplit": (2, 2000), "filterContams": (1, 1000), "sol2sanger": (1, 1000),
-                "fastq2bfq": (1, 1000), "map": (4, 12_000), "mapMerge": (2, 4000), "maqIndex": (8, 16_000),
-                "pileup": (4, 8000)}
+_MONTAGE = {
+    "mProjectPP": (1, 2000),
+    "mDiffFit": (1, 1000),
+    "mConcatFit": (2, 4000),
+    "mBgModel": (4, 8000),
+    "mBackground": (1, 2000),
+    "mImgtbl": (1, 1000),
+    "mAdd": (8, 24_000),
+    "mShrink": (4, 8000),
+    "mJPEG": (1, 1000),
+}
+_CYBERSHAKE = {
+    "ExtractSGT": (8, 24_000),
+    "SeismogramSynthesis": (1, 3000),
+    "PeakValCalcOkaya": (1, 500),
+    "ZipSeis": (2, 2000),
+    "ZipPSA": (2, 2000),
+}
+_EPIGENOMICS = {
+    "fastqSplit": (2, 2000),
+    "filterContams": (1, 1000),
+    "sol2sanger": (1, 1000),
+    "fastq2bfq": (1, 1000),
+    "map": (4, 12_000),
+    "mapMerge": (2, 4000),
+    "maqIndex": (8, 16_000),
+    "pileup": (4, 8000),
+}
 _LIGO = {"TmpltBank": (2, 2000), "Inspiral": (4, 6000), "Thinca": (1, 1000), "TrigBank": (1, 1000)}
 
 
@@ -179,14 +202,25 @@ def mixes(seed: int = 1) -> list[Mix]:
     cyber = _shaped(cybershake(rng, sgts=4, synth=200), _by_kind(_CYBERSHAKE))
     epi = _shaped(epigenomics(rng, lanes=4, chunks=12), _by_kind(_EPIGENOMICS))
     lig = _shaped(ligo(rng), _by_kind(_LIGO))
-    staggered = tuple(replace(_shaped(req, _by_kind(table)), name=name, arrival=at) for name, req, table, at in (
-        ("montage", montage(rng, rows=6, cols=6, prefix="m."), _MONTAGE, 0.0),
-        ("epigenomics", epigenomics(rng, lanes=2, chunks=10, prefix="e."), _EPIGENOMICS, 300.0),
-        ("cybershake", cybershake(rng, sgts=2, synth=120, prefix="c."), _CYBERSHAKE, 600.0),
-        ("ligo", ligo(rng, groups=(4, 5, 6), prefix="l."), _LIGO, 900.0)))
+    staggered = tuple(
+        replace(_shaped(req, _by_kind(table)), name=name, arrival=at)
+        for name, req, table, at in (
+            ("montage", montage(rng, rows=6, cols=6, prefix="m."), _MONTAGE, 0.0),
+            ("epigenomics", epigenomics(rng, lanes=2, chunks=10, prefix="e."), _EPIGENOMICS, 300.0),
+            ("cybershake", cybershake(rng, sgts=2, synth=120, prefix="c."), _CYBERSHAKE, 600.0),
+            ("ligo", ligo(rng, groups=(4, 5, 6), prefix="l."), _LIGO, 900.0),
+        )
+    )
     return [
-        Mix("chain1c/4c+bag", (chain_and_bag(rng),), 4, 4, 16_000,
-            "alternating 1c/4c critical chain beside a bag of 1c jobs", target=1.10),
+        Mix(
+            "chain1c/4c+bag",
+            (chain_and_bag(rng),),
+            4,
+            4,
+            16_000,
+            "alternating 1c/4c critical chain beside a bag of 1c jobs",
+            target=1.10,
+        ),
         Mix("layered 1/2/4/8c+mem", (layered_mixed(rng),), 4, 8, 32_000, "layered DAG, high-memory jobs"),
         Mix("montage mixed", (mont,), 4, 8, 32_000, "mAdd 8c/24G, mBgModel 4c"),
         Mix("cybershake mixed", (cyber,), 4, 8, 32_000, "ExtractSGT 8c/24G beside 1c synthesis"),

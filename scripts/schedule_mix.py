@@ -46,8 +46,10 @@ class MixResult:
 
 
 def _jobs(request: MixRequest) -> list[JobSpec]:
-    return [JobSpec(t.name, f"run {t.kind}", {"cpu": t.cpu, "mem": t.mem}, deps=t.deps, ete=t.runtime)
-            for t in request.tasks]  # type: ignore[attr-defined]
+    return [
+        JobSpec(t.name, f"run {t.kind}", {"cpu": t.cpu, "mem": t.mem}, deps=t.deps, ete=t.runtime)
+        for t in request.tasks
+    ]  # type: ignore[attr-defined]
 
 
 def simulate_mix(client: redis.Redis, mix: Mix, policy: str) -> MixResult:
@@ -70,8 +72,11 @@ def simulate_mix(client: redis.Redis, mix: Mix, policy: str) -> MixResult:
             ids = submit_scored(store, catalog, jobs, scores, name=request.name, clock=clock)
         else:
             try:
-                ids = Submitter(store, catalog, clock=clock, capacity=lambda: capacity).submit(
-                    jobs, name=request.name).ids
+                ids = (
+                    Submitter(store, catalog, clock=clock, capacity=lambda: capacity)
+                    .submit(jobs, name=request.name)
+                    .ids
+                )
             except SubmissionError as exc:
                 raise SimulationError(f"{mix.name}: {exc}") from None
         by_name = {t.name: t for t in request.tasks}
@@ -153,8 +158,10 @@ def run_mixes(client: redis.Redis, mixes: Sequence[Mix]) -> list[tuple[Mix, dict
 
 def print_mixes(rows: Sequence[tuple[Mix, dict[str, MixResult]]]) -> int:
     """The heterogeneous table and its targets; returns how many targets were missed."""
-    head = (f"{'mix (pilots x cores, GB)':36} {'jobs':>5} {'LB':>7} {'press':>7} {'strict':>7} {'FIFO':>7}"
-            f" {'P/LB':>5} {'S/LB':>5} {'F/LB':>5} {'F/P':>5}  {'stretch P max/mean':>18} {'F max':>5}  targets")
+    head = (
+        f"{'mix (pilots x cores, GB)':36} {'jobs':>5} {'LB':>7} {'press':>7} {'strict':>7} {'FIFO':>7}"
+        f" {'P/LB':>5} {'S/LB':>5} {'F/LB':>5} {'F/P':>5}  {'stretch P max/mean':>18} {'F max':>5}  targets"
+    )
     print(head)
     print("-" * len(head))
     missed = 0
@@ -168,13 +175,17 @@ def print_mixes(rows: Sequence[tuple[Mix, dict[str, MixResult]]]) -> int:
         verdict.append("≤FIFO " + ("ok" if ok_fifo else "MISS"))
         missed += (not ok_lb) + (not ok_fifo)
         label = f"{mix.name} ({mix.pilots}x{mix.cores}, {mix.mem // 1000})"
-        print(f"{label:36} {len(mix.tasks):5d} {lb:7.0f} {p:7.0f} {s:7.0f} {f:7.0f} {p / lb:5.2f} {s / lb:5.2f}"
-              f" {f / lb:5.2f} {f / p:5.2f}  {max(st):9.2f}/{sum(st) / len(st):<8.2f} "
-              f"{max(res['fifo'].stretch.values()):5.2f}  {', '.join(verdict)}")
+        print(
+            f"{label:36} {len(mix.tasks):5d} {lb:7.0f} {p:7.0f} {s:7.0f} {f:7.0f} {p / lb:5.2f} {s / lb:5.2f}"
+            f" {f / lb:5.2f} {f / p:5.2f}  {max(st):9.2f}/{sum(st) / len(st):<8.2f} "
+            f"{max(res['fifo'].stretch.values()):5.2f}  {', '.join(verdict)}"
+        )
     multi = [(m, r) for m, r in rows if len(m.requests) > 1]
     for mix, res in multi:
         for req in mix.requests:
             parts = "  ".join(f"{pol} {r.stretch[req.name]:.2f}" for pol, r in res.items())
-            print(f"  {mix.name}: {req.name:12} arrives {req.arrival:5.0f}, own LB {request_bound(mix, req):6.0f};"
-                  f" stretch {parts}")
+            print(
+                f"  {mix.name}: {req.name:12} arrives {req.arrival:5.0f}, own LB {request_bound(mix, req):6.0f};"
+                f" stretch {parts}"
+            )
     return missed

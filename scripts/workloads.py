@@ -25,12 +25,34 @@ from dataclasses import dataclass, field
 SPREAD = 0.25
 
 #: Mean run times (s) per transformation, Bharathi et al. 2008, table of task characteristics.
-MONTAGE_RUNTIME = {"mProjectPP": 1.73, "mDiffFit": 0.66, "mConcatFit": 143.26, "mBgModel": 384.49,
-                   "mBackground": 1.72, "mImgtbl": 2.78, "mAdd": 282.37, "mShrink": 66.10, "mJPEG": 0.64}
-CYBERSHAKE_RUNTIME = {"ExtractSGT": 110.58, "SeismogramSynthesis": 79.47, "ZipSeis": 265.73,
-                      "PeakValCalcOkaya": 0.55, "ZipPSA": 195.80}
-EPIGENOMICS_RUNTIME = {"fastqSplit": 34.32, "filterContams": 2.47, "sol2sanger": 0.48, "fastq2bfq": 1.40,
-                       "map": 201.66, "mapMerge": 11.03, "maqIndex": 43.57, "pileup": 55.95}
+MONTAGE_RUNTIME = {
+    "mProjectPP": 1.73,
+    "mDiffFit": 0.66,
+    "mConcatFit": 143.26,
+    "mBgModel": 384.49,
+    "mBackground": 1.72,
+    "mImgtbl": 2.78,
+    "mAdd": 282.37,
+    "mShrink": 66.10,
+    "mJPEG": 0.64,
+}
+CYBERSHAKE_RUNTIME = {
+    "ExtractSGT": 110.58,
+    "SeismogramSynthesis": 79.47,
+    "ZipSeis": 265.73,
+    "PeakValCalcOkaya": 0.55,
+    "ZipPSA": 195.80,
+}
+EPIGENOMICS_RUNTIME = {
+    "fastqSplit": 34.32,
+    "filterContams": 2.47,
+    "sol2sanger": 0.48,
+    "fastq2bfq": 1.40,
+    "map": 201.66,
+    "mapMerge": 11.03,
+    "maqIndex": 43.57,
+    "pileup": 55.95,
+}
 LIGO_RUNTIME = {"TmpltBank": 18.14, "Inspiral": 460.21, "Thinca": 5.37, "TrigBank": 5.11}
 
 
@@ -249,8 +271,16 @@ class _Builder:
 # -- synthetic shapes -----------------------------------------------------------------------------
 
 
-def random_layered(rng: random.Random, *, layers: int = 12, width: tuple[int, int] = (8, 60),
-                   max_deps: int = 3, mean: float = 60.0, sigma: float = 0.8, name: str = "layered") -> Workload:
+def random_layered(
+    rng: random.Random,
+    *,
+    layers: int = 12,
+    width: tuple[int, int] = (8, 60),
+    max_deps: int = 3,
+    mean: float = 60.0,
+    sigma: float = 0.8,
+    name: str = "layered",
+) -> Workload:
     """Random layered DAG: each job depends on 1..max_deps jobs of the layers above (mostly the last one).
 
     Run times are log-normal with a wide spread (``sigma``), so some paths are much longer than others
@@ -272,8 +302,12 @@ def random_layered(rng: random.Random, *, layers: int = 12, width: tuple[int, in
             current.append(job)
         previous.append(current)
     check(tasks)
-    return Workload(name, (Request(name, tuple(tasks)),),
-                    note=f"{len(tasks)} jobs in {layers} layers", tags=frozenset({"synthetic"}))
+    return Workload(
+        name,
+        (Request(name, tuple(tasks)),),
+        note=f"{len(tasks)} jobs in {layers} layers",
+        tags=frozenset({"synthetic"}),
+    )
 
 
 def _chains(rng: random.Random, n_chains: int, length: int, link: float) -> list[Task]:
@@ -290,9 +324,16 @@ def _fan(rng: random.Random, size: int, low: float, high: float) -> list[Task]:
     return [Task(f"fan_{i}", "fan", round(rng.uniform(low, high), 3)) for i in range(size)]
 
 
-def chains_and_fans(rng: random.Random, *, n_chains: int = 4, length: int = 25, link: float = 60.0,
-                    fan: int = 400, fan_runtime: tuple[float, float] = (10.0, 50.0),
-                    split: bool = False) -> Workload:
+def chains_and_fans(
+    rng: random.Random,
+    *,
+    n_chains: int = 4,
+    length: int = 25,
+    link: float = 60.0,
+    fan: int = 400,
+    fan_runtime: tuple[float, float] = (10.0, 50.0),
+    split: bool = False,
+) -> Workload:
     """Long chains beside a wide fan of short independent jobs.
 
     One request (stage order: the first link of every chain and the whole fan, then the chains' later
@@ -305,12 +346,15 @@ def chains_and_fans(rng: random.Random, *, n_chains: int = 4, length: int = 25, 
     if split:
         check(bag)
         check(chains)
-        return Workload("chains+fan (2 req)", (Request("fan", tuple(bag)), Request("chains", tuple(chains))),
-                        note=note + ", fan request first", tags=frozenset({"synthetic", "multi"}))
+        return Workload(
+            "chains+fan (2 req)",
+            (Request("fan", tuple(bag)), Request("chains", tuple(chains))),
+            note=note + ", fan request first",
+            tags=frozenset({"synthetic", "multi"}),
+        )
     tasks = chains[:n_chains] + bag + chains[n_chains:]
     check(tasks)
-    return Workload("chains+fan", (Request("chains+fan", tuple(tasks)),), note=note,
-                    tags=frozenset({"synthetic"}))
+    return Workload("chains+fan", (Request("chains+fan", tuple(tasks)),), note=note, tags=frozenset({"synthetic"}))
 
 
 # -- scientific workflows (Bharathi et al. 2008, Pegasus gallery) ----------------------------------
@@ -415,10 +459,12 @@ def standard(seed: int = 1) -> list[Workload]:
         scientific("cybershake", cyber, "4 SGT, 497 seismograms"),
         scientific("epigenomics", epi, "4 lanes x 24 chunks"),
         scientific("ligo", lig, "8 blocks of 4-12 segments"),
-        Workload("montage+cybershake (2 req)",
-                 (montage(rng, rows=6, cols=6, prefix="m."), cybershake(rng, sgts=2, synth=150, prefix="c.")),
-                 note="a 6x6 Montage and a 150-seismogram CyberShake submitted together",
-                 tags=frozenset({"scientific", "multi"})),
+        Workload(
+            "montage+cybershake (2 req)",
+            (montage(rng, rows=6, cols=6, prefix="m."), cybershake(rng, sgts=2, synth=150, prefix="c.")),
+            note="a 6x6 Montage and a 150-seismogram CyberShake submitted together",
+            tags=frozenset({"scientific", "multi"}),
+        ),
     ]
     for workload in out:
         check(workload.tasks)
@@ -429,9 +475,21 @@ def standard(seed: int = 1) -> list[Workload]:
 
 #: Mean run times (s) of SIPHT's steps, Bharathi et al. 2008. The five Blast steps run one program on
 #: inputs of very different sizes: one rule, ``blast``, whose run times spread from 0.6 s to 3311 s.
-SIPHT_RUNTIME = {"Patser": 0.96, "Patser_concate": 0.03, "Transterm": 32.41, "Findterm": 594.94,
-                 "RNAMotif": 25.69, "Blast": 3311.12, "SRNA": 12.44, "FFN_parse": 0.73, "Blast_synteny": 3.37,
-                 "Blast_candidate": 0.6, "Blast_QRNA": 440.88, "Blast_paralogues": 0.68, "SRNA_annotate": 0.14}
+SIPHT_RUNTIME = {
+    "Patser": 0.96,
+    "Patser_concate": 0.03,
+    "Transterm": 32.41,
+    "Findterm": 594.94,
+    "RNAMotif": 25.69,
+    "Blast": 3311.12,
+    "SRNA": 12.44,
+    "FFN_parse": 0.73,
+    "Blast_synteny": 3.37,
+    "Blast_candidate": 0.6,
+    "Blast_QRNA": 440.88,
+    "Blast_paralogues": 0.68,
+    "SRNA_annotate": 0.14,
+}
 SIPHT_RULE = {step: "blast" if step.startswith("Blast") else step for step in SIPHT_RUNTIME}
 
 
@@ -454,7 +512,9 @@ def sipht(rng: random.Random, *, replicons: int = 24, patsers: int = 12, prefix:
     for r in range(replicons):
         concat = add("Patser_concate", str(r), [add("Patser", f"{r}_{i}") for i in range(patsers)])
         srna = add("SRNA", str(r), [add(step, str(r)) for step in ("Transterm", "Findterm", "RNAMotif", "Blast")])
-        after = [add(step, str(r), (srna,)) for step in ("FFN_parse", "Blast_synteny", "Blast_candidate",
-                                                          "Blast_QRNA", "Blast_paralogues")]
+        after = [
+            add(step, str(r), (srna,))
+            for step in ("FFN_parse", "Blast_synteny", "Blast_candidate", "Blast_QRNA", "Blast_paralogues")
+        ]
         add("SRNA_annotate", str(r), [*after, concat])
     return b.request(f"{prefix}sipht")

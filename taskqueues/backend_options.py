@@ -46,6 +46,7 @@ SLURM_USAGE = (
 
 SGE_USAGE = "sge backend options: -p PRIORITY (an integer in -1023..1024) (-h/--help: this text)"
 
+
 def parse_size_mib(text: str, *, option: str, where: str) -> int:
     """A Slurm-style size (``500``, ``500M``, ``2G``, ``1.5G``; no suffix = MB) in whole MiB, rounded up.
 

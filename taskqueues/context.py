@@ -34,8 +34,9 @@ class Context:
         if self.settings.redis_url:
             return self.settings.redis_url
         state = self.settings.state_dir
-        server = (embedded.ensure(state, self.settings.redis_appendfsync) if self.start_redis
-                  else embedded.running(state))
+        server = (
+            embedded.ensure(state, self.settings.redis_appendfsync) if self.start_redis else embedded.running(state)
+        )
         if server is None:
             raise embedded.NothingRunning(state)
         return embedded.control_url(server)
@@ -54,8 +55,10 @@ class Context:
         if s.pilot_redis_url:
             return s.pilot_redis_url
         if urlsplit(self.redis_url).password:  # an open server has no credentials to keep from pilots
-            log.warning("pilots connect with the control plane's credentials: set pilot_redis_url to a URL of "
-                        "a user with the pilots' rights (README, 'Least privilege')")
+            log.warning(
+                "pilots connect with the control plane's credentials: set pilot_redis_url to a URL of "
+                "a user with the pilots' rights (README, 'Least privilege')"
+            )
         return self.redis_url
 
     @cached_property
@@ -68,9 +71,14 @@ class Context:
 
     @cached_property
     def store(self) -> Store:
-        return Store(self.client, self.keys, lease_seconds=self.settings.lease_seconds,
-                     backoff=self.settings.backoff_seconds, ete_safety_factor=self.settings.ete_safety_factor,
-                     submit_replicas=self.settings.submit_replicas)
+        return Store(
+            self.client,
+            self.keys,
+            lease_seconds=self.settings.lease_seconds,
+            backoff=self.settings.backoff_seconds,
+            ete_safety_factor=self.settings.ete_safety_factor,
+            submit_replicas=self.settings.submit_replicas,
+        )
 
     @cached_property
     def catalog(self) -> Catalog:

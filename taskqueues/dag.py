@@ -205,15 +205,11 @@ def _ete_of(ete: Mapping[str, float], job: str) -> float:
     except KeyError:
         raise ValidationError("no run-time estimate", job=job, field="ete") from None
     if not value >= 0 or value == float("inf"):
-        raise ValidationError(
-            f"run-time estimate must be finite and >= 0, got {value!r}", job=job, field="ete"
-        )
+        raise ValidationError(f"run-time estimate must be finite and >= 0, got {value!r}", job=job, field="ete")
     return value
 
 
-def pressures(
-    order: Sequence[str], deps: Mapping[str, Iterable[str]], ete: Mapping[str, float]
-) -> dict[str, float]:
+def pressures(order: Sequence[str], deps: Mapping[str, Iterable[str]], ete: Mapping[str, float]) -> dict[str, float]:
     """The exact pressure of every job; ``order`` is topological (as :func:`check_dag` returns it)."""
     dependents = dependents_of(order, deps)
     result: dict[str, float] = {}

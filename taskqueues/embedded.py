@@ -88,8 +88,15 @@ def _server(state_dir: str | Path, appendfsync: str = "everysec") -> RedisServer
     port = int(port_file.read_text()) if port_file.exists() else 0
     password = str(credentials(state_dir)["control"])
     acl = _acl_file(directory, password)
-    return RedisServer(directory, port=port, persistent=True, appendfsync=appendfsync, options=("--aclfile", str(acl)),
-                       username=access.CONTROL_USER, password=password)
+    return RedisServer(
+        directory,
+        port=port,
+        persistent=True,
+        appendfsync=appendfsync,
+        options=("--aclfile", str(acl)),
+        username=access.CONTROL_USER,
+        password=password,
+    )
 
 
 def control_url(server: RedisServer) -> str:
@@ -113,9 +120,11 @@ def ensure(state_dir: str | Path, appendfsync: str = "everysec") -> RedisServer:
     server = _server(state_dir, appendfsync)
     pid = server.pid()
     if pid is not None and _alive(pid):
-        raise ConfigError(f"an embedded server (pid {pid}) runs in {server.directory} but refuses this state "
-                          f"directory's credentials (started by an older Pilotfish?): stop it (kill {pid}) and "
-                          "run pilotfish up again")
+        raise ConfigError(
+            f"an embedded server (pid {pid}) runs in {server.directory} but refuses this state "
+            f"directory's credentials (started by an older Pilotfish?): stop it (kill {pid}) and "
+            "run pilotfish up again"
+        )
     try:
         server.start()
     except StoreUnavailable:

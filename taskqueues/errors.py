@@ -33,8 +33,10 @@ def _shown(value: object, limit: int, depth: int) -> str:
     if isinstance(value, dict):
         if depth == 0:
             return "{...}"
-        pairs = [f"{_shown(k, limit // 2, depth - 1)}: {_shown(v, limit // 2, depth - 1)}"
-                 for k, v in itertools.islice(value.items(), _SHOWN_ITEMS)]
+        pairs = [
+            f"{_shown(k, limit // 2, depth - 1)}: {_shown(v, limit // 2, depth - 1)}"
+            for k, v in itertools.islice(value.items(), _SHOWN_ITEMS)
+        ]
         return "{" + ", ".join(pairs) + (", ..." if len(value) > _SHOWN_ITEMS else "") + "}"
     if isinstance(value, list | tuple):
         if depth == 0:

@@ -38,8 +38,16 @@ from typing import Literal, TypeAlias
 
 from taskqueues.errors import ValidationError
 
-__all__ = ["CUMULATIVE_RUNS", "DEFAULT_SPREAD", "EMA_ALPHA", "MIN_VARIANCE", "EteSource", "RuleStats",
-           "estimate", "last_success"]
+__all__ = [
+    "CUMULATIVE_RUNS",
+    "DEFAULT_SPREAD",
+    "EMA_ALPHA",
+    "MIN_VARIANCE",
+    "EteSource",
+    "RuleStats",
+    "estimate",
+    "last_success",
+]
 
 CUMULATIVE_RUNS = 100
 EMA_ALPHA = 1 / CUMULATIVE_RUNS
@@ -138,8 +146,7 @@ class RuleStats:
 
     def to_text(self) -> str:
         """The stored form (complete.lua writes the same): six numbers, floats as ``%.17g`` round-trips."""
-        return " ".join((str(self.n), repr(self.mean), repr(self.var), str(self.hn), repr(self.hlog),
-                         repr(self.hvar)))
+        return " ".join((str(self.n), repr(self.mean), repr(self.var), str(self.hn), repr(self.hlog), repr(self.hvar)))
 
     @classmethod
     def from_text(cls, text: str | bytes) -> RuleStats:
@@ -159,8 +166,14 @@ class RuleStats:
 
     def to_fields(self) -> dict[str, str]:
         """Redis hash fields; ``repr`` of a float round-trips exactly."""
-        return {"n": str(self.n), "mean": repr(self.mean), "var": repr(self.var), "hn": str(self.hn),
-                "hlog": repr(self.hlog), "hvar": repr(self.hvar)}
+        return {
+            "n": str(self.n),
+            "mean": repr(self.mean),
+            "var": repr(self.var),
+            "hn": str(self.hn),
+            "hlog": repr(self.hlog),
+            "hvar": repr(self.hvar),
+        }
 
     @classmethod
     def from_fields(cls, fields: Mapping[str, str] | Mapping[bytes, bytes]) -> RuleStats:
@@ -171,8 +184,14 @@ class RuleStats:
             for k, v in fields.items()
         }
         try:
-            return cls(int(text["n"]), float(text["mean"]), float(text.get("var", 0.0)), int(text.get("hn", 0)),
-                       float(text.get("hlog", 0.0)), float(text.get("hvar", 0.0)))
+            return cls(
+                int(text["n"]),
+                float(text["mean"]),
+                float(text.get("var", 0.0)),
+                int(text.get("hn", 0)),
+                float(text.get("hlog", 0.0)),
+                float(text.get("hvar", 0.0)),
+            )
         except (KeyError, ValueError) as exc:
             raise ValidationError(f"bad stored rule statistics {text!r}: {exc}", field="ete") from None
 

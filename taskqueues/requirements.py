@@ -108,19 +108,13 @@ def check_name(name: object, *, job: str | None = None) -> str:
     characters, at most 256 characters.
     """
     if not isinstance(name, str):
-        raise RequirementError(
-            f"a requirement name must be a string, got {name!r}", job=job, field=repr(name)
-        )
+        raise RequirementError(f"a requirement name must be a string, got {name!r}", job=job, field=repr(name))
     if not name:
         raise RequirementError("a requirement name must not be empty", job=job, field=name)
     if len(name) > MAX_STRING:
-        raise RequirementError(
-            f"a requirement name must be at most {MAX_STRING} characters", job=job, field=name
-        )
+        raise RequirementError(f"a requirement name must be at most {MAX_STRING} characters", job=job, field=name)
     if any(ch.isspace() or not ch.isprintable() for ch in name):
-        raise RequirementError(
-            "a requirement name must not contain blanks or control characters", job=job, field=name
-        )
+        raise RequirementError("a requirement name must not contain blanks or control characters", job=job, field=name)
     return name
 
 
@@ -184,9 +178,7 @@ def check_value(name: str, value: object, *, job: str | None = None) -> Value:
         if not value:
             raise RequirementError("an empty list matches nothing", job=job, field=name)
         if len(value) > MAX_LIST:
-            raise RequirementError(
-                f"a list must have at most {MAX_LIST} values, got {len(value)}", job=job, field=name
-            )
+            raise RequirementError(f"a list must have at most {MAX_LIST} values, got {len(value)}", job=job, field=name)
         for item in value:
             if not isinstance(item, str):
                 raise RequirementError(f"list values must be strings, got {shown(item)}", job=job, field=name)
@@ -205,12 +197,11 @@ def _consumable(name: str, value: object, job: str | None) -> int:
             raise RequirementError(f"cpu must be a whole number of cores, got {shown(value)}", job=job, field=name)
         if isinstance(value, str):
             if not value.strip().isdigit():
-                raise RequirementError(
-                    f"cpu must be a whole number of cores, got {shown(value)}", job=job, field=name
-                )
+                raise RequirementError(f"cpu must be a whole number of cores, got {shown(value)}", job=job, field=name)
             if len(value.strip()) > len(str(MAX_CPU)):  # and int() refuses text of over 4300 digits
-                raise RequirementError(f"cpu must be between 1 and {MAX_CPU} cores, got {shown(value)}", job=job,
-                                       field=name)
+                raise RequirementError(
+                    f"cpu must be between 1 and {MAX_CPU} cores, got {shown(value)}", job=job, field=name
+                )
             value = int(value.strip())
         if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
             raise RequirementError(f"cpu must be a whole number of cores, got {shown(value)}", job=job, field=name)
@@ -223,27 +214,21 @@ def _consumable(name: str, value: object, job: str | None) -> int:
     if name == "wall":
         seconds = parse_duration_s(value, field=name, job=job, maximum=MAX_WALL_S)
         if seconds < 1:
-            raise RequirementError(
-                "wall must be at least one second; leave it out if unknown", job=job, field=name
-            )
+            raise RequirementError("wall must be at least one second; leave it out if unknown", job=job, field=name)
         return seconds
     return parse_size_mb(value, field=name, job=job, maximum=MAX_MEM_MB)
 
 
 def _validate(raw: object, job: str | None) -> dict[str, Value]:
     if not isinstance(raw, Mapping):
-        raise RequirementError(
-            f"requirements must be a mapping of names to values, got {type(raw).__name__}", job=job
-        )
+        raise RequirementError(f"requirements must be a mapping of names to values, got {type(raw).__name__}", job=job)
     if len(raw) > MAX_NAMES:
         raise RequirementError(f"at most {MAX_NAMES} requirement names are allowed, got {len(raw)}", job=job)
     values: dict[str, Value] = {}
     for name in sorted(raw, key=str):
         check_name(name, job=job)
         value = raw[name]
-        values[name] = (
-            _consumable(name, value, job) if name in CONSUMABLES else check_value(name, value, job=job)
-        )
+        values[name] = _consumable(name, value, job) if name in CONSUMABLES else check_value(name, value, job=job)
     return values
 
 
@@ -316,9 +301,7 @@ class Requirements:
 
     def canonical_json(self) -> str:
         """The canonical form as compact JSON with sorted keys: the same text in every process."""
-        return json.dumps(
-            self.canonical(), sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
-        )
+        return json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
 
     @property
     def tq_id(self) -> str:

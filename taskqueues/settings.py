@@ -125,13 +125,22 @@ class Settings:
                 Keys(**{name: getattr(self, name)})
             except ConfigError as exc:
                 raise ConfigError(f"{where(name)}: {exc}") from None
-        for name in ("lease_seconds", "reap_interval", "pool_refresh_interval", "clean_interval",
-                     "director_interval", "repressure_interval", "pilot_idle_timeout", "default_ete"):
+        for name in (
+            "lease_seconds",
+            "reap_interval",
+            "pool_refresh_interval",
+            "clean_interval",
+            "director_interval",
+            "repressure_interval",
+            "pilot_idle_timeout",
+            "default_ete",
+        ):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{where(name)}: {name} must be positive, got {getattr(self, name)!r}")
         if self.redis_appendfsync not in ("always", "everysec", "no"):
-            raise ConfigError(f"{where('redis_appendfsync')}: must be always, everysec or no, "
-                              f"got {self.redis_appendfsync!r}")
+            raise ConfigError(
+                f"{where('redis_appendfsync')}: must be always, everysec or no, got {self.redis_appendfsync!r}"
+            )
         if self.log_format not in ("text", "json"):
             raise ConfigError(f"{where('log_format')}: must be text or json, got {self.log_format!r}")
         if self.metrics_task_queues < 0:
@@ -172,5 +181,8 @@ class Settings:
 
     def items(self) -> list[tuple[str, Any, str]]:
         """(name, value, source) for every setting, for ``pilotfish config``."""
-        return [(f.name, getattr(self, f.name), self.sources.get(f.name, "default"))
-                for f in fields(self) if f.name != "sources"]
+        return [
+            (f.name, getattr(self, f.name), self.sources.get(f.name, "default"))
+            for f in fields(self)
+            if f.name != "sources"
+        ]

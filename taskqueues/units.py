@@ -132,9 +132,7 @@ def _fail(message: str, field: str, job: str | None) -> RequirementError:
 def _check_length(text: str, field: str, job: str | None) -> None:
     """Refuse absurdly long strings before any digit conversion (int() refuses > 4300 digits anyway)."""
     if len(text) > _MAX_TEXT:
-        raise _fail(
-            f"a size or duration string must be at most {_MAX_TEXT} characters, got {len(text)}", field, job
-        )
+        raise _fail(f"a size or duration string must be at most {_MAX_TEXT} characters, got {len(text)}", field, job)
 
 
 def _plain_number(value: object, field: str, job: str | None, what: str) -> Fraction | None:
@@ -150,9 +148,7 @@ def _plain_number(value: object, field: str, job: str | None, what: str) -> Frac
     return None
 
 
-def _check_range(
-    result: int, value: object, field: str, job: str | None, maximum: int | None, unit: str
-) -> int:
+def _check_range(result: int, value: object, field: str, job: str | None, maximum: int | None, unit: str) -> int:
     if result < 0:
         raise _fail(f"must not be negative, got {shown(value)}", field, job)
     if maximum is not None and result > maximum:
@@ -168,17 +164,13 @@ def parse_size_mb(value: object, *, field: str, job: str | None = None, maximum:
     number = _plain_number(value, field, job, "a size")
     if number is None:
         if not isinstance(value, str):
-            raise _fail(
-                f"a size must be a number (MB) or a string like '4G', not {type(value).__name__}", field, job
-            )
+            raise _fail(f"a size must be a number (MB) or a string like '4G', not {type(value).__name__}", field, job)
         _check_length(value, field, job)
         if value.lstrip().startswith("-"):
             raise _fail(f"must not be negative, got {shown(value)}", field, job)
         match = _SIZE_RE.match(value)
         if match is None:
-            raise _fail(
-                f"cannot read {shown(value)} as a size; write e.g. '512M', '4G', '1.5T' or '4Gi'", field, job
-            )
+            raise _fail(f"cannot read {shown(value)} as a size; write e.g. '512M', '4G', '1.5T' or '4Gi'", field, job)
         digits, unit = match.groups()
         factor = _unit_bytes(unit, bare="m", binary_letters=False)
         if factor is None:

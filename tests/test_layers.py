@@ -40,7 +40,7 @@ def _imports(name: str, path: Path) -> set[str]:
             base = node.module or ""
             if node.level:
                 anchor = package.split(".")
-                anchor = anchor[:len(anchor) - node.level + 1]
+                anchor = anchor[: len(anchor) - node.level + 1]
                 base = ".".join([*anchor, base] if base else anchor)
             targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base for alias in node.names]
         for target in targets:
@@ -59,22 +59,27 @@ def _top(name: str) -> str:
 
 
 def test_the_core_imports_nothing_above_it() -> None:
-    bad = sorted(f"{a} -> {b}" for a, deps in GRAPH.items() for b in deps
-                 if _top(a) == "taskqueues" and _top(b) != "taskqueues")
+    bad = sorted(
+        f"{a} -> {b}" for a, deps in GRAPH.items() for b in deps if _top(a) == "taskqueues" and _top(b) != "taskqueues"
+    )
     assert not bad, bad
 
 
 def test_the_pilot_side_imports_no_control_plane() -> None:
-    bad = sorted(f"{a} -> {b}" for a, deps in GRAPH.items() for b in deps
-                 if _top(a) == "pilot" and _top(b) == "matcher")
+    bad = sorted(
+        f"{a} -> {b}" for a, deps in GRAPH.items() for b in deps if _top(a) == "pilot" and _top(b) == "matcher"
+    )
     assert not bad, bad
 
 
 def test_only_the_app_and_the_cli_import_pilot() -> None:
     allowed = ("matcher.app", "matcher.cli")
-    bad = sorted(f"{a} -> {b}" for a, deps in GRAPH.items() for b in deps
-                 if _top(a) == "matcher" and _top(b) == "pilot"
-                 and not any(a == p or a.startswith(p + ".") for p in allowed))
+    bad = sorted(
+        f"{a} -> {b}"
+        for a, deps in GRAPH.items()
+        for b in deps
+        if _top(a) == "matcher" and _top(b) == "pilot" and not any(a == p or a.startswith(p + ".") for p in allowed)
+    )
     assert not bad, bad
 
 
@@ -131,7 +136,12 @@ def test_only_the_store_imports_the_redis_client() -> None:
         if name == "taskqueues.store" or name.startswith("taskqueues.store."):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
-            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            modules = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
             bad += [f"{name} -> {m}" for m in modules if m == "redis" or m.startswith("redis.")]
     assert not bad, bad

@@ -19,6 +19,7 @@ from taskqueues.store.outage import Outage
 
 log = logging.getLogger(__name__)
 
+
 #: Beat's view of the store and broker: one line when an outage starts, one when it ends.
 def _drop_connections() -> None:
     from .celery_app import context

@@ -77,7 +77,8 @@ def configure(ctx: Context) -> Celery:
     app.conf.broker_url = ctx.redis_url
     app.conf.result_backend = ctx.redis_url
     app.conf.broker_transport_options = app.conf.result_backend_transport_options = sentinel.transport_options(
-        ctx.redis_url, s.redis_sentinel_master)
+        ctx.redis_url, s.redis_sentinel_master
+    )
     app.conf.beat_schedule = {
         "reap": {"task": "pilotfish.reap", "schedule": s.reap_interval},
         "refresh-pools": {"task": "pilotfish.refresh_pools", "schedule": s.pool_refresh_interval},
@@ -165,8 +166,7 @@ def reap() -> dict[str, int]:
     report = _periodic(periodic.reap, None)
     if report is None:
         return {}
-    return {"requeued": report.requeued, "failed": report.failed, "restored": report.restored,
-            "parked": report.parked}
+    return {"requeued": report.requeued, "failed": report.failed, "restored": report.restored, "parked": report.parked}
 
 
 def refresh_pools() -> int:

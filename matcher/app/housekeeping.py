@@ -16,8 +16,16 @@ from celery import Celery
 from celery.app.amqp import AMQP
 
 #: The periodic tasks beat schedules (:func:`matcher.app.celery_app.configure`).
-HOUSEKEEPING = frozenset({"pilotfish.reap", "pilotfish.refresh_pools", "pilotfish.clean",
-                          "pilotfish.release_sweep", "pilotfish.repressure", "pilotfish.director"})
+HOUSEKEEPING = frozenset(
+    {
+        "pilotfish.reap",
+        "pilotfish.refresh_pools",
+        "pilotfish.clean",
+        "pilotfish.release_sweep",
+        "pilotfish.repressure",
+        "pilotfish.director",
+    }
+)
 
 _events = {"on": False}
 

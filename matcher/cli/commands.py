@@ -45,7 +45,7 @@ def config(as_json: bool) -> None:
 @click.option("--timeout", default=30.0, show_default=True, help="With --remote: seconds to wait for the answer.")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--owner", default="", help="Who submits (default: the file's owner, else the local user).")
-@click.option("--group", default="", help="The group charged (default: the file's group, else \"default\").")
+@click.option("--group", default="", help='The group charged (default: the file\'s group, else "default").')
 def submit(workflow: str, remote: bool, timeout: float, as_json: bool, owner: str, group: str) -> None:
     """Submit a workflow file (TOML or JSON) as one request."""
     ctx = Context(Settings.load())
@@ -72,7 +72,7 @@ def submit(workflow: str, remote: bool, timeout: float, as_json: bool, owner: st
     if as_json:
         click.echo(json.dumps({"request": request, "ids": ids, "eta": eta}))
     else:
-        when = time.strftime('%H:%M:%S', time.localtime(eta))
+        when = time.strftime("%H:%M:%S", time.localtime(eta))
         click.echo(f"request {request}: {len(ids)} jobs submitted, ETA {when}")
 
 
@@ -97,8 +97,11 @@ def kill(jobs: tuple[str, ...], reason: str) -> None:
 
 @click.command()
 @click.argument("pilots", nargs=-1, required=True)
-@click.option("--shutdown", is_flag=True,
-              help="Give the running payloads back to their task queue now instead of letting them finish.")
+@click.option(
+    "--shutdown",
+    is_flag=True,
+    help="Give the running payloads back to their task queue now instead of letting them finish.",
+)
 @click.option("--reason", default=None, help="Why (shown in the pilot's log and record).")
 def drain(pilots: tuple[str, ...], shutdown: bool, reason: str | None) -> None:
     """Drain PILOTS (names as in Flower): they take no new work, let their payloads finish, then exit."""
@@ -108,8 +111,10 @@ def drain(pilots: tuple[str, ...], shutdown: bool, reason: str | None) -> None:
 
     def one(name: str) -> str:
         if name not in live or live[name].get("stopped"):
-            raise NotFound(f"no live pilot {name!r} (pilots seen within {3 * ctx.settings.lease_seconds:g} s: "
-                           f"{', '.join(sorted(n for n, r in live.items() if not r.get('stopped'))) or 'none'})")
+            raise NotFound(
+                f"no live pilot {name!r} (pilots seen within {3 * ctx.settings.lease_seconds:g} s: "
+                f"{', '.join(sorted(n for n, r in live.items() if not r.get('stopped'))) or 'none'})"
+            )
         stops.request(ctx.client, ctx.keys, name, mode, reason or f"{mode} requested by operator")
         return f"pilot {name}: {'shutting down' if shutdown else 'draining'}"
 
@@ -155,8 +160,16 @@ def matcher(beat: bool, beat_only: bool, concurrency: int, loglevel: str) -> Non
     if beat_only:
         app.start([*banner, "beat", f"--loglevel={loglevel}"])
         return
-    argv = [*banner, "worker", f"--loglevel={loglevel}", f"--concurrency={concurrency}", "--pool=threads",
-            "--without-mingle", "--without-gossip", "-E"]
+    argv = [
+        *banner,
+        "worker",
+        f"--loglevel={loglevel}",
+        f"--concurrency={concurrency}",
+        "--pool=threads",
+        "--without-mingle",
+        "--without-gossip",
+        "-E",
+    ]
     if beat:
         argv.append("--beat")
     app.worker_main(argv)
@@ -192,8 +205,11 @@ def health(component: str | None, check_redis: bool, max_age: float) -> None:
     if seen is None or now - seen > max_age:
         when = "never beat" if seen is None else f"last beat {now - seen:.0f} s ago"
         others = alive.fresh_others(ctx.client, key, name, now - max_age)
-        click.echo(f"{component}: {name} {when} (max age {max_age:.0f} s); {others} other {component} process(es) "
-                   f"beat within it, which do not count for this one", err=True)
+        click.echo(
+            f"{component}: {name} {when} (max age {max_age:.0f} s); {others} other {component} process(es) "
+            f"beat within it, which do not count for this one",
+            err=True,
+        )
         sys.exit(1)
     click.echo(f"{component}: ok ({name}, last beat {now - seen:.0f} s ago)")
 
@@ -204,8 +220,16 @@ def acl_commands(prefix: str, vo: str, db: int, control_password: str, pilot_pas
     pilots' key pattern to other communities' keys."""
     Keys(prefix=prefix, vo=vo)
     control = ["ACL", "SETUSER", access.CONTROL_USER, "reset", "on", f">{control_password}", *access.control_rules()]
-    pilot = ["ACL", "SETUSER", access.pilot_user(vo), "reset", "on", f">{pilot_password}",
-             *access.pilot_rules(prefix, vo, db), f'"{access.broker_selector()}"']
+    pilot = [
+        "ACL",
+        "SETUSER",
+        access.pilot_user(vo),
+        "reset",
+        "on",
+        f">{pilot_password}",
+        *access.pilot_rules(prefix, vo, db),
+        f'"{access.broker_selector()}"',
+    ]
     return [" ".join(control), " ".join(pilot)]
 
 
@@ -231,8 +255,10 @@ def acl(vo: str | None, prefix: str | None, db: int | None) -> None:
     for line in acl_commands(prefix, vo, db, control, pilot):
         click.echo(line)
     click.echo("pilotfish: both users get new passwords; their URLs (put in your host and port):", err=True)
-    for who, user, password in (("control plane", access.CONTROL_USER, control),
-                                ("pilots", access.pilot_user(vo), pilot)):
+    for who, user, password in (
+        ("control plane", access.CONTROL_USER, control),
+        ("pilots", access.pilot_user(vo), pilot),
+    ):
         click.echo(f"  {who + ':':<14} redis://{user}:{password}@HOST:PORT/{db}", err=True)
 
 

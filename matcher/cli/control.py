@@ -52,8 +52,10 @@ def stop_target(store: Store, target: str, reason: str) -> str:
             raise NotFound(f"no request or job {target!r}") from None
     if all(j.state.final for j in jobs):
         states = Counter(j.state.value for j in jobs)
-        raise AlreadyEnded(f"request {target} has already ended ("
-                           + ", ".join(f"{n} {state}" for state, n in sorted(states.items())) + ")")
+        raise AlreadyEnded(
+            f"request {target} has already ended ("
+            + ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
+            + ")"
+        )
     counts = cancel_request(store, target, reason)
-    return (f"request {target}: {counts['ended']} jobs cancelled, {counts['requested']} running jobs asked to "
-            "stop now")
+    return f"request {target}: {counts['ended']} jobs cancelled, {counts['requested']} running jobs asked to stop now"

@@ -54,8 +54,11 @@ def components(ctx: Context) -> list[Component]:
         Component("beat", [*cli, "matcher", "--beat-only", "--loglevel", "WARNING"]),
         Component("director", [*cli, "director", "--log-dir", str(logs / "pilots"), "--stop-pilots-on-exit"]),
         # The broker URL (with the control plane's password) reaches Flower by its environment, never argv.
-        Component("flower", [py, "-m", "celery", "flower", f"--port={s.flower_port}", "--address=127.0.0.1"],
-                  port=s.flower_port),
+        Component(
+            "flower",
+            [py, "-m", "celery", "flower", f"--port={s.flower_port}", "--address=127.0.0.1"],
+            port=s.flower_port,
+        ),
     ]
 
 
@@ -102,8 +105,14 @@ def up(ctx: Context, wait: float = 20.0) -> Iterator[tuple[str, str]]:
         ctx.redis_url  # noqa: B018 - starts the embedded server (Context(start_redis=True))
         yield "redis", "running" if before is not None else "started"
     # The director runs as its own process (its local pilots stop with it), so beat does not run one too.
-    env = {**os.environ, "PILOTFISH_REDIS_URL": ctx.redis_url, "CELERY_BROKER_URL": ctx.redis_url,
-           "PILOTFISH_STATE_DIR": str(state), "PILOTFISH_BEAT_DIRECTOR": "false", MARKER: marker(ctx)}
+    env = {
+        **os.environ,
+        "PILOTFISH_REDIS_URL": ctx.redis_url,
+        "CELERY_BROKER_URL": ctx.redis_url,
+        "PILOTFISH_STATE_DIR": str(state),
+        "PILOTFISH_BEAT_DIRECTOR": "false",
+        MARKER: marker(ctx),
+    }
     env["PILOTFISH_PILOT_REDIS_URL"] = ctx.pilot_redis_url
     started: list[tuple[Component, subprocess.Popen[bytes], float]] = []
     for component in components(ctx):
@@ -111,8 +120,15 @@ def up(ctx: Context, wait: float = 20.0) -> Iterator[tuple[str, str]]:
             yield component.name, "running"
             continue
         with open(state / "logs" / f"{component.name}.log", "ab") as log:
-            process = subprocess.Popen(component.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       env=env, start_new_session=True, cwd=state)
+            process = subprocess.Popen(
+                component.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+                cwd=state,
+            )
         ctime = psutil.Process(process.pid).create_time()
         _pidfile(ctx, component.name).write_text(f"{process.pid} {ctime}")
         started.append((component, process, time.monotonic()))
@@ -126,8 +142,9 @@ def up(ctx: Context, wait: float = 20.0) -> Iterator[tuple[str, str]]:
             if component.port is None and time.monotonic() - at >= ALIVE_AFTER:
                 break
             if time.monotonic() - at > wait:
-                raise PilotfishError(f"{component.name} did not answer on port {component.port} within "
-                                     f"{wait:g} s: see {log_path}")
+                raise PilotfishError(
+                    f"{component.name} did not answer on port {component.port} within {wait:g} s: see {log_path}"
+                )
             time.sleep(0.1)
         yield component.name, "started"
 
@@ -171,8 +188,9 @@ def down(ctx: Context, grace: float = 10.0) -> Iterator[tuple[str, str]]:
     parts = {c.name: running_pid(ctx, c.name) for c in components(ctx)}
     order = [["director"], [name for name in parts if name != "director"]]
     for names in order:
-        live = {name: psutil.Process(pid) for name in names if (pid := parts[name]) is not None
-                and psutil.pid_exists(pid)}
+        live = {
+            name: psutil.Process(pid) for name in names if (pid := parts[name]) is not None and psutil.pid_exists(pid)
+        }
         _stop(list(live.values()), grace)
         for name in names:
             _pidfile(ctx, name).unlink(missing_ok=True)

@@ -16,25 +16,37 @@ __all__ = ["jobs", "logs"]
 
 
 @click.command("jobs")
-@click.option("--state", "states", multiple=True, metavar="STATE",
-              help="A job state, or active (the default: not finished), finished or all; repeat or separate "
-                   "with commas.")
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    metavar="STATE",
+    help="A job state, or active (the default: not finished), finished or all; repeat or separate with commas.",
+)
 @click.option("--request", default=None, help="Only the jobs of this request (id or unique name).")
 @click.option("--queue", default=None, help="Only jobs a catalog queue may run (or ran on one of its pilots).")
 @click.option("--task-queue", default=None, help="Only the jobs of this task queue.")
 @click.option("--pilot", default=None, help="Only jobs leased to or run by this pilot.")
 @click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True, help="At most this many jobs.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON: {\"jobs\": [...], \"more\": bool}.")
-def jobs(states: tuple[str, ...], request: str | None, queue: str | None, task_queue: str | None,
-         pilot: str | None, limit: int, as_json: bool) -> None:
+@click.option("--json", "as_json", is_flag=True, help='Print JSON: {"jobs": [...], "more": bool}.')
+def jobs(
+    states: tuple[str, ...],
+    request: str | None,
+    queue: str | None,
+    task_queue: str | None,
+    pilot: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
     """List jobs, one line each: running first, then waiting (most urgent first), releasing, blocked, and
     finished ones (latest end first)."""
     from ..status import find_request
 
     store = Context().store
     wanted = parse_states(states)
-    flt = JobFilter(wanted, find_request(store, request) if request is not None else None, queue, task_queue,
-                    pilot, limit)
+    flt = JobFilter(
+        wanted, find_request(store, request) if request is not None else None, queue, task_queue, pilot, limit
+    )
     listing = list_jobs(store, flt)
     if as_json:
         click.echo(json.dumps(listing.to_json(), sort_keys=True))

@@ -30,8 +30,11 @@ class _Group(click.Group):
         except (PilotfishError, ClientError) as exc:
             if ctx.obj and ctx.obj.get("verbose"):
                 raise
-            error = exc if isinstance(exc, PilotfishError) else from_exception(
-                exc, _where(), f"running pilotfish {ctx.invoked_subcommand}")
+            error = (
+                exc
+                if isinstance(exc, PilotfishError)
+                else from_exception(exc, _where(), f"running pilotfish {ctx.invoked_subcommand}")
+            )
             click.echo(f"pilotfish: error: {error}", err=True)
             sys.exit(1)
 
@@ -55,9 +58,10 @@ def main(ctx: click.Context, verbose: bool) -> None:
     ctx.obj["verbose"] = verbose
     # Long-running parts log to files, with times; a command a person runs says what it must in one line.
     daemon = ctx.invoked_subcommand in DAEMONS or verbose
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s" if daemon
-                        else "pilotfish: %(levelname)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s" if daemon else "pilotfish: %(levelname)s: %(message)s",
+    )
     if not daemon:
         for level in (logging.WARNING, logging.ERROR):
             logging.addLevelName(level, logging.getLevelName(level).lower())
@@ -75,11 +79,28 @@ def _register() -> None:
     from . import commands, job_commands, operator_commands, shares_command
     from .metrics import metrics
 
-    for command in (commands.run, commands.up, commands.down, commands.config, commands.submit, commands.cancel,
-                    commands.kill, commands.drain, commands.matcher, commands.health, commands.acl,
-                    operator_commands.status,
-                    operator_commands.explain, director, pilot, mjf, job_commands.jobs, job_commands.logs,
-                    metrics, shares_command.shares):
+    for command in (
+        commands.run,
+        commands.up,
+        commands.down,
+        commands.config,
+        commands.submit,
+        commands.cancel,
+        commands.kill,
+        commands.drain,
+        commands.matcher,
+        commands.health,
+        commands.acl,
+        operator_commands.status,
+        operator_commands.explain,
+        director,
+        pilot,
+        mjf,
+        job_commands.jobs,
+        job_commands.logs,
+        metrics,
+        shares_command.shares,
+    ):
         main.add_command(command)
 
 

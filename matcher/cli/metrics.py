@@ -63,16 +63,22 @@ def families(census: Census, vo: str, max_task_queues: int) -> Iterator[Metric]:
         jobs.add_metric([vo, state], n)
     yield jobs
 
-    by_queue = GaugeMetricFamily("pilotfish_queue_jobs", "Jobs by catalog queue: waiting and blocked ones in every "
-                                 "queue their task queue may use, running ones in their pilot's queue",
-                                 labels=["vo", "queue", "state"])
+    by_queue = GaugeMetricFamily(
+        "pilotfish_queue_jobs",
+        "Jobs by catalog queue: waiting and blocked ones in every "
+        "queue their task queue may use, running ones in their pilot's queue",
+        labels=["vo", "queue", "state"],
+    )
     for (queue, state), n in sorted(census.by_queue.items()):
         by_queue.add_metric([vo, queue, state], n)
     yield by_queue
 
-    by_tq = GaugeMetricFamily("pilotfish_task_queue_jobs", f"Jobs by task queue (the largest ones; the others add "
-                              f"up under task_queue=\"{OTHER}\"); running counts matched jobs too",
-                              labels=["vo", "task_queue", "state"])
+    by_tq = GaugeMetricFamily(
+        "pilotfish_task_queue_jobs",
+        f"Jobs by task queue (the largest ones; the others add "
+        f'up under task_queue="{OTHER}"); running counts matched jobs too',
+        labels=["vo", "task_queue", "state"],
+    )
     for (tq, state), n in sorted(capped(census.by_task_queue, max_task_queues).items()):
         by_tq.add_metric([vo, tq, state], n)
     yield by_tq
@@ -82,24 +88,27 @@ def families(census: Census, vo: str, max_task_queues: int) -> Iterator[Metric]:
         ended.add_metric([vo, state], census.counter(stats.ENDED + state))
     yield ended
     for name, field, doc in (
-            ("pilotfish_lease_expiries", stats.LEASE_EXPIRED, "Leases that expired (their pilot died or lost "
-             "contact)"),
-            ("pilotfish_retries", stats.RETRIES, "Jobs put back to wait for another attempt"),
-            ("pilotfish_matches", stats.MATCHED, "Jobs leased to pilots")):
+        ("pilotfish_lease_expiries", stats.LEASE_EXPIRED, "Leases that expired (their pilot died or lost contact)"),
+        ("pilotfish_retries", stats.RETRIES, "Jobs put back to wait for another attempt"),
+        ("pilotfish_matches", stats.MATCHED, "Jobs leased to pilots"),
+    ):
         counter = CounterMetricFamily(name, doc, labels=["vo"])
         counter.add_metric([vo], census.counter(field))
         yield counter
 
-    pilots = GaugeMetricFamily("pilotfish_pilots", "Live pilots (a heartbeat within three leases) by queue and "
-                               "state (idle, busy, draining, stopped)", labels=["vo", "queue", "state"])
+    pilots = GaugeMetricFamily(
+        "pilotfish_pilots",
+        "Live pilots (a heartbeat within three leases) by queue and state (idle, busy, draining, stopped)",
+        labels=["vo", "queue", "state"],
+    )
     for p in census.pilots:
         pilots.add_metric([vo, p.queue, p.state], p.pilots)
     yield pilots
 
     for name, prefix, doc in (
-            ("pilotfish_director_submissions", stats.SUBMITTED, "Pilots the director submitted, by backend"),
-            ("pilotfish_batch_system_errors", stats.ERRORS, "Batch-system calls of the director that failed, "
-             "by backend")):
+        ("pilotfish_director_submissions", stats.SUBMITTED, "Pilots the director submitted, by backend"),
+        ("pilotfish_batch_system_errors", stats.ERRORS, "Batch-system calls of the director that failed, by backend"),
+    ):
         counter = CounterMetricFamily(name, doc, labels=["vo", "backend"])
         for backend, total in sorted(census.with_prefix(prefix).items()):
             counter.add_metric([vo, backend], total)
@@ -107,8 +116,11 @@ def families(census: Census, vo: str, max_task_queues: int) -> Iterator[Metric]:
 
     yield latency(census, vo)
 
-    oldest = GaugeMetricFamily("pilotfish_oldest_waiting_job_age_seconds", "Seconds since the oldest job at the "
-                               "head of a task queue was submitted (0 when no job waits)", labels=["vo"])
+    oldest = GaugeMetricFamily(
+        "pilotfish_oldest_waiting_job_age_seconds",
+        "Seconds since the oldest job at the head of a task queue was submitted (0 when no job waits)",
+        labels=["vo"],
+    )
     oldest.add_metric([vo], census.oldest_waiting or 0.0)
     yield oldest
 
@@ -120,8 +132,11 @@ def latency(census: Census, vo: str) -> HistogramMetricFamily:
     for i, bound in enumerate([*map(repr, stats.MATCH_BUCKETS), "+Inf"]):
         seen += per_bucket.get(str(i), 0.0)
         buckets.append((bound, seen))
-    family = HistogramMetricFamily("pilotfish_match_latency_seconds", "Match calls as pilots timed them, from "
-                                   "the request sent to the reply read", labels=["vo"])
+    family = HistogramMetricFamily(
+        "pilotfish_match_latency_seconds",
+        "Match calls as pilots timed them, from the request sent to the reply read",
+        labels=["vo"],
+    )
     family.add_metric([vo], buckets, sum_value=per_bucket.get("sum", 0.0))
     return family
 
@@ -147,8 +162,13 @@ def registry(ctx: Context) -> CollectorRegistry:
 
 
 @click.command()
-@click.option("--serve", "port", type=click.IntRange(1, 65535), default=None,
-              help="Serve /metrics on this TCP port until stopped, instead of printing once.")
+@click.option(
+    "--serve",
+    "port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Serve /metrics on this TCP port until stopped, instead of printing once.",
+)
 @click.option("--address", default="127.0.0.1", show_default=True, help="Address to serve on (--serve).")
 def metrics(port: int | None, address: str) -> None:
     """Print the Prometheus metrics of the community (or serve them with --serve PORT)."""

@@ -50,9 +50,11 @@ class RunSummary:
     def lines(self) -> list[str]:
         counts = ", ".join(f"{n} {s}" for s in STATE_ORDER if (n := self.states.get(s)))
         util = "n/a" if self.utilisation is None else f"{100 * self.utilisation:.0f}%"
-        out = [f"request {self.request} ({self.name}): {counts}",
-               f"makespan {self.makespan:.1f}s (first start to last end), {self.wall:.1f}s from submission",
-               f"pilots {self.pilots}, utilisation {util} of their cores"]
+        out = [
+            f"request {self.request} ({self.name}): {counts}",
+            f"makespan {self.makespan:.1f}s (first start to last end), {self.wall:.1f}s from submission",
+            f"pilots {self.pilots}, utilisation {util} of their cores",
+        ]
         for job, state, reason in self.failures:
             out.append(f"  {state}: {job}: {reason}")
         return out
@@ -88,9 +90,16 @@ class Progress:
             self.out.write("\n")
 
 
-def run_workflow(ctx: Context, path: str | Path, *, out: IO[str] = sys.stdout, tick: float = 0.25,
-                 director_interval: float = 0.5, timeout: float | None = None,
-                 stop: Callable[[], bool] = lambda: False) -> RunSummary:
+def run_workflow(
+    ctx: Context,
+    path: str | Path,
+    *,
+    out: IO[str] = sys.stdout,
+    tick: float = 0.25,
+    director_interval: float = 0.5,
+    timeout: float | None = None,
+    stop: Callable[[], bool] = lambda: False,
+) -> RunSummary:
     workflow = load_workflow(path)
     started = time.time()
     submitted = submit_workflow(Submitter.of(ctx), workflow)
@@ -142,7 +151,18 @@ def summarise(ctx: Context, request: str, name: str, started: float) -> RunSumma
     end = time.time()
     pilots = [r for r in ctx.store.pilot_records().values() if float(r.get("started", 0)) >= started - 1]
     capacity = sum(int(r.get("cores", 0)) * max(0.0, end - float(r["started"])) for r in pilots)
-    failures = [(j.name or j.id, j.state.value, j.reason or "") for j in jobs
-                if j.state in (JobState.FAILED, JobState.DEP_FAILED, JobState.CANCELLED)]
-    return RunSummary(request, name, states, makespan, time.time() - started, len(pilots),
-                      busy / capacity if capacity > 0 else None, failures)
+    failures = [
+        (j.name or j.id, j.state.value, j.reason or "")
+        for j in jobs
+        if j.state in (JobState.FAILED, JobState.DEP_FAILED, JobState.CANCELLED)
+    ]
+    return RunSummary(
+        request,
+        name,
+        states,
+        makespan,
+        time.time() - started,
+        len(pilots),
+        busy / capacity if capacity > 0 else None,
+        failures,
+    )

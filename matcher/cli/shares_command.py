@@ -35,8 +35,10 @@ def shares(file: str | None, off: bool, as_json: bool) -> None:
     if file:
         policy = read_policy(file)
         publish(store.client, store.keys, policy)
-        click.echo(f"shares policy stored: {len(policy.shares)} groups, {len(policy.cores)} core limits, "
-                   f"{len(policy.jobs)} type limits, half-life {policy.halflife:g} s")
+        click.echo(
+            f"shares policy stored: {len(policy.shares)} groups, {len(policy.cores)} core limits, "
+            f"{len(policy.jobs)} type limits, half-life {policy.halflife:g} s"
+        )
         return
     stored = stored_policy(store.client, store.keys)
     if stored is None:
@@ -45,17 +47,20 @@ def shares(file: str | None, off: bool, as_json: bool) -> None:
     now = store.clock()
     rows = group_table(store, stored, now)
     state = fair_state(store.client, store.keys, now, stored)
-    limits = [{"group": g, "where": w, "limit": n,
-               "running": state.running(g) if w == "*" else state.count(f"c:{g}@{w}")} for (g, w), n in
-              sorted(stored.cores.items())]
+    limits = [
+        {"group": g, "where": w, "limit": n, "running": state.running(g) if w == "*" else state.count(f"c:{g}@{w}")}
+        for (g, w), n in sorted(stored.cores.items())
+    ]
     limits += [{"type": t, "limit": n, "running": state.count(f"n:{t}")} for t, n in sorted(stored.jobs.items())]
     if as_json:
         click.echo(json.dumps({"halflife": stored.halflife, "groups": [r.__dict__ for r in rows], "limits": limits}))
         return
     click.echo(f"half-life {stored.halflife:g} s; served first: the lowest usage/share")
     for r in rows:
-        click.echo(f"group {r.group}: {r.running} cores running, {r.used:.1%} of the decayed core-seconds, "
-                   f"share {r.share:.1%} (usage/share {r.rank:.4g})")
+        click.echo(
+            f"group {r.group}: {r.running} cores running, {r.used:.1%} of the decayed core-seconds, "
+            f"share {r.share:.1%} (usage/share {r.rank:.4g})"
+        )
     for row in limits:
         what = f"group {row['group']} at {row['where']}" if "group" in row else f"type {row['type']}"
         click.echo(f"limit {what}: {row['running']} of {row['limit']} {'cores' if 'group' in row else 'jobs'}")

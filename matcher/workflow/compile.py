@@ -85,13 +85,15 @@ def _compile(raw: Raw, deps: tuple[str, ...], rules: Mapping[str, Rule], out: Co
         own = {}
     merged = {**(rule.requirements if rule else {}), **own}
     if len(merged) > MAX_NAMES:
-        out.add(f"at most {MAX_NAMES} requirement names are allowed, got {len(merged)}", owner=where,
-                field="requirements")
+        out.add(
+            f"at most {MAX_NAMES} requirement names are allowed, got {len(merged)}", owner=where, field="requirements"
+        )
         merged = {}
     for name, value in merged.items():
         if not isinstance(name, str) or not name:
-            out.add(f"a requirement name must be a non-empty string, not {shown(name)}", owner=where,
-                    field="requirements")
+            out.add(
+                f"a requirement name must be a non-empty string, not {shown(name)}", owner=where, field="requirements"
+            )
             continue
         outcome = requirement_value(name, value, env, deps, where, out)
         if isinstance(outcome, Deferred):

@@ -38,8 +38,9 @@ def parse_header(data: Mapping[str, Any], out: Collector) -> tuple[str, str, flo
         description = ""
     priority = data.get("priority", 0)
     try:
-        check_number(priority, job=None, field="priority", low=-MAX_PRIORITY, high=MAX_PRIORITY,
-                     what="a number of seconds")
+        check_number(
+            priority, job=None, field="priority", low=-MAX_PRIORITY, high=MAX_PRIORITY, what="a number of seconds"
+        )
     except ValidationError as exc:
         out.problems.append(str(exc))
         priority = 0
@@ -67,13 +68,17 @@ def parse_params(value: object, out: Collector, owner: str, field: str) -> dict[
     params: dict[str, object] = {}
     for name, item in value.items():
         if not isinstance(name, str) or not IDENT_RE.fullmatch(name):
-            out.add(f"parameter name {shown(name)} must be an identifier (letters, digits, _)", owner=owner,
-                    field=field)
+            out.add(
+                f"parameter name {shown(name)} must be an identifier (letters, digits, _)", owner=owner, field=field
+            )
         elif name in RESERVED_PARAMS:
             out.add(f"parameter name {name!r} is reserved", owner=owner, field=field)
         elif not isinstance(item, str | int | float | bool):
-            out.add(f"parameter {shown(name)} must be a string, a number or a boolean, not {type(item).__name__}",
-                    owner=owner, field=field)
+            out.add(
+                f"parameter {shown(name)} must be a string, a number or a boolean, not {type(item).__name__}",
+                owner=owner,
+                field=field,
+            )
         else:
             params[name] = item
     return params

@@ -98,9 +98,7 @@ def _template_names_safe(template: str) -> set[str]:
         return set()
 
 
-def _foreach(
-    value: object, params: Mapping[str, object], where: str, out: Collector
-) -> list[dict[str, object]] | None:
+def _foreach(value: object, params: Mapping[str, object], where: str, out: Collector) -> list[dict[str, object]] | None:
     """The variable bindings of a foreach (one empty binding when there is none); None after an error."""
     if value is None:
         return [{}]
@@ -127,8 +125,9 @@ def _foreach(
     axes: list[tuple[str, list[object]]] = []
     for name, values in value.items():
         if not isinstance(name, str) or not IDENT_RE.fullmatch(name) or name in RESERVED_PARAMS:
-            out.add(f"variable {shown(name)} must be an identifier and not 'job' or 'deps'", owner=where,
-                    field="foreach")
+            out.add(
+                f"variable {shown(name)} must be an identifier and not 'job' or 'deps'", owner=where, field="foreach"
+            )
             return None
         axis = _axis(values, params, name, where, out)
         if axis is None:
@@ -144,8 +143,7 @@ def _foreach(
     return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(axis for _, axis in axes))]
 
 
-def _axis(values: object, params: Mapping[str, object], name: str, where: str,
-          out: Collector) -> list[object] | None:
+def _axis(values: object, params: Mapping[str, object], name: str, where: str, out: Collector) -> list[object] | None:
     def problem(message: str) -> None:
         out.add(f"variable {name!r}: {message}", owner=where, field="foreach")
 

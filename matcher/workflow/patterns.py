@@ -60,8 +60,12 @@ def resolve_deps(raw: Raw, patterns: Patterns, out: Collector) -> tuple[str, ...
         if PATTERN_CHARS & set(pattern):
             matched = patterns.match(pattern)
             if matched is None:
-                out.add(f"matching the deps patterns of the request tries over {MAX_PATTERN_WORK} job names: "
-                        "name the dependencies, or use fewer distinct patterns", owner=raw.entry, field="deps")
+                out.add(
+                    f"matching the deps patterns of the request tries over {MAX_PATTERN_WORK} job names: "
+                    "name the dependencies, or use fewer distinct patterns",
+                    owner=raw.entry,
+                    field="deps",
+                )
                 return None
             matched = [name for name in matched if name != raw.name]
             if not matched:

@@ -28,8 +28,11 @@ class Collector:
         self.text += size
         if self.text > MAX_REQUEST_TEXT and not self.full:
             self.full = True
-            self.add(f"the request's jobs hold over {MAX_REQUEST_TEXT // 2**20} MiB of text (commands, names, "
-                     "keys, parameters) by this job: split it into smaller requests", owner=owner)
+            self.add(
+                f"the request's jobs hold over {MAX_REQUEST_TEXT // 2**20} MiB of text (commands, names, "
+                "keys, parameters) by this job: split it into smaller requests",
+                owner=owner,
+            )
         return not self.full
 
 

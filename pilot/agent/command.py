@@ -37,56 +37,152 @@ def make_observer(events: bool, config: PilotConfig) -> Observer:
 
 
 @click.command("pilot")
-@click.option("--redis-url", envvar="PILOTFISH_REDIS_URL", default=LOCAL_REDIS_URL, show_default=True,
-              help="The task-queue store (env PILOTFISH_REDIS_URL).")
-@click.option("--vo", envvar="PILOTFISH_VO", default=DEFAULTS.vo, show_default=True,
-              help="Community whose jobs this pilot runs.")
+@click.option(
+    "--redis-url",
+    envvar="PILOTFISH_REDIS_URL",
+    default=LOCAL_REDIS_URL,
+    show_default=True,
+    help="The task-queue store (env PILOTFISH_REDIS_URL).",
+)
+@click.option(
+    "--vo", envvar="PILOTFISH_VO", default=DEFAULTS.vo, show_default=True, help="Community whose jobs this pilot runs."
+)
 @click.option("--queue", required=True, help="Catalog queue id this pilot runs in (site/ce/queue).")
-@click.option("--prefix", envvar="PILOTFISH_PREFIX", default=DEFAULTS.prefix, show_default=True,
-              help="Redis key prefix of the store.")
+@click.option(
+    "--prefix",
+    envvar="PILOTFISH_PREFIX",
+    default=DEFAULTS.prefix,
+    show_default=True,
+    help="Redis key prefix of the store.",
+)
 @click.option("--cores", type=click.IntRange(min=1), default=None, help="Override MJF allocated_CPU.")
 @click.option("--mem", type=click.IntRange(min=0), default=None, help="Override MJF mem_limit_MB (MB).")
 @click.option("--tmp", type=click.IntRange(min=0), default=None, help="Override the scratch space (MB).")
-@click.option("--idle-timeout", type=click.FloatRange(min=0, min_open=True), default=DEFAULTS.pilot_idle_timeout,
-              show_default=True,
-              help="Stop after this many seconds with nothing running and nothing matched.")
-@click.option("--stop-margin", type=click.FloatRange(min=0), default=0.0, show_default=True,
-              help="Seconds kept free before the pilot's end to stop payloads and report.")
-@click.option("--heartbeat", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Seconds between heartbeats [default: lease/3].")
-@click.option("--lease", type=click.FloatRange(min=0, min_open=True), default=DEFAULTS.lease_seconds,
-              show_default=True,
-              help="Lease length the heartbeat renews, seconds.")
-@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Payload sandboxes, logs and $JOBSTATUS [default: ./pilot-work-<pid>].")
-@click.option("--wall", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Seconds this pilot may run (its batch job's wall limit) when MJF and the batch system say nothing.")
+@click.option(
+    "--idle-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=DEFAULTS.pilot_idle_timeout,
+    show_default=True,
+    help="Stop after this many seconds with nothing running and nothing matched.",
+)
+@click.option(
+    "--stop-margin",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Seconds kept free before the pilot's end to stop payloads and report.",
+)
+@click.option(
+    "--heartbeat",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds between heartbeats [default: lease/3].",
+)
+@click.option(
+    "--lease",
+    type=click.FloatRange(min=0, min_open=True),
+    default=DEFAULTS.lease_seconds,
+    show_default=True,
+    help="Lease length the heartbeat renews, seconds.",
+)
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Payload sandboxes, logs and $JOBSTATUS [default: ./pilot-work-<pid>].",
+)
+@click.option(
+    "--wall",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds this pilot may run (its batch job's wall limit) when MJF and the batch system say nothing.",
+)
 @click.option("--max-jobs", type=click.IntRange(min=1), default=None, help="Stop after starting this many jobs.")
 @click.option("--own-machine", is_flag=True, help="Run MJF shutdown_command when the pilot ends (VMs).")
-@click.option("--kill-grace", type=click.FloatRange(min=0), default=5.0, show_default=True,
-              help="Seconds between SIGTERM and SIGKILL of a payload.")
-@click.option("--output-cap", type=click.IntRange(min=0), default=64 * 1024, show_default=True,
-              help="Bytes of each payload's stdout/stderr tail kept in the log directory and in the store.")
-@click.option("--log-interval", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
-              help="Seconds between two shipments of a running payload's new output to the store.")
-@click.option("--mem-tolerance", type=click.FloatRange(min=0), default=0.10, show_default=True,
-              help="Fraction above its memory requirement a payload may use before it is killed.")
-@click.option("--priority-factor", type=int, default=0, show_default=True,
-              help="Integer published as $JOBSTATUS priority_factor (higher is better; its meaning is yours).")
-@click.option("--jobstatus-hold", type=click.FloatRange(min=0), default=DEFAULT_REVERT_HOLD, show_default=True,
-              help="Seconds the other $JOBSTATUS values stay as published after can_postpone_last_job reverts "
-                   "to True (a withdrawn drain); 0: no hold.")
-@click.option("--events/--no-events", default=False, show_default=True,
-              help="Send Celery events and take remote-control commands (Flower).")
-@click.option("--log-format", envvar="PILOTFISH_LOG_FORMAT", type=click.Choice(logformat.FORMATS), default="text",
-              show_default=True, help="Log lines as text, or one JSON object a line (env PILOTFISH_LOG_FORMAT).")
+@click.option(
+    "--kill-grace",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    help="Seconds between SIGTERM and SIGKILL of a payload.",
+)
+@click.option(
+    "--output-cap",
+    type=click.IntRange(min=0),
+    default=64 * 1024,
+    show_default=True,
+    help="Bytes of each payload's stdout/stderr tail kept in the log directory and in the store.",
+)
+@click.option(
+    "--log-interval",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Seconds between two shipments of a running payload's new output to the store.",
+)
+@click.option(
+    "--mem-tolerance",
+    type=click.FloatRange(min=0),
+    default=0.10,
+    show_default=True,
+    help="Fraction above its memory requirement a payload may use before it is killed.",
+)
+@click.option(
+    "--priority-factor",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Integer published as $JOBSTATUS priority_factor (higher is better; its meaning is yours).",
+)
+@click.option(
+    "--jobstatus-hold",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_REVERT_HOLD,
+    show_default=True,
+    help="Seconds the other $JOBSTATUS values stay as published after can_postpone_last_job reverts "
+    "to True (a withdrawn drain); 0: no hold.",
+)
+@click.option(
+    "--events/--no-events",
+    default=False,
+    show_default=True,
+    help="Send Celery events and take remote-control commands (Flower).",
+)
+@click.option(
+    "--log-format",
+    envvar="PILOTFISH_LOG_FORMAT",
+    type=click.Choice(logformat.FORMATS),
+    default="text",
+    show_default=True,
+    help="Log lines as text, or one JSON object a line (env PILOTFISH_LOG_FORMAT).",
+)
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
-def pilot(redis_url: str, vo: str, queue: str, prefix: str, cores: int | None, mem: int | None, tmp: int | None,
-          idle_timeout: float, stop_margin: float, wall: float | None, heartbeat: float | None, lease: float,
-          workdir: Path | None,
-          max_jobs: int | None, own_machine: bool, kill_grace: float, output_cap: int, log_interval: float,
-          mem_tolerance: float, priority_factor: int, jobstatus_hold: float, events: bool, log_format: str,
-          verbose: int) -> None:
+def pilot(
+    redis_url: str,
+    vo: str,
+    queue: str,
+    prefix: str,
+    cores: int | None,
+    mem: int | None,
+    tmp: int | None,
+    idle_timeout: float,
+    stop_margin: float,
+    wall: float | None,
+    heartbeat: float | None,
+    lease: float,
+    workdir: Path | None,
+    max_jobs: int | None,
+    own_machine: bool,
+    kill_grace: float,
+    output_cap: int,
+    log_interval: float,
+    mem_tolerance: float,
+    priority_factor: int,
+    jobstatus_hold: float,
+    events: bool,
+    log_format: str,
+    verbose: int,
+) -> None:
     """Run a pilot: fill this node's cores with the most urgent jobs that fit, until its time is up."""
     level = (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)]
     root = logging.getLogger()
@@ -95,12 +191,28 @@ def pilot(redis_url: str, vo: str, queue: str, prefix: str, cores: int | None, m
     tags = logformat.setup("pilot", log_format, level, vo=vo)
     try:
         config = PilotConfig(
-            queue=queue, redis_url=redis_url, vo=vo, prefix=prefix,
+            queue=queue,
+            redis_url=redis_url,
+            vo=vo,
+            prefix=prefix,
             workdir=workdir if workdir is not None else Path(tempfile.gettempdir()) / f"pilotfish-pilot-{os.getpid()}",
-            cores=cores, mem=mem, tmp=tmp, lease=lease, heartbeat_interval=heartbeat, idle_timeout=idle_timeout,
-            stop_margin=stop_margin, wall=wall, max_jobs=max_jobs, own_machine=own_machine,
-            kill_grace=kill_grace, output_cap=output_cap, log_interval=log_interval, mem_tolerance=mem_tolerance,
-            priority_factor=priority_factor, jobstatus_revert_hold=jobstatus_hold)
+            cores=cores,
+            mem=mem,
+            tmp=tmp,
+            lease=lease,
+            heartbeat_interval=heartbeat,
+            idle_timeout=idle_timeout,
+            stop_margin=stop_margin,
+            wall=wall,
+            max_jobs=max_jobs,
+            own_machine=own_machine,
+            kill_grace=kill_grace,
+            output_cap=output_cap,
+            log_interval=log_interval,
+            mem_tolerance=mem_tolerance,
+            priority_factor=priority_factor,
+            jobstatus_revert_hold=jobstatus_hold,
+        )
         runner = Pilot(config, observer=make_observer(events, config))
         tags.set(pilot=runner.name)
         reason = runner.run()

@@ -121,18 +121,28 @@ class PilotConfig:
         for name in ("cores", "mem", "tmp", "max_jobs"):
             value = getattr(self, name)
             if value is not None and value < (1 if name in ("cores", "max_jobs") else 0):
-                problems.append(f"{name} must be {'positive' if name in ('cores', 'max_jobs') else '>= 0'}, "
-                                f"got {value}")
-        for name in ("lease", "idle_timeout", "mem_sample_interval", "backoff_min", "backoff_max", "command_poll",
-                     "log_interval"):
+                problems.append(
+                    f"{name} must be {'positive' if name in ('cores', 'max_jobs') else '>= 0'}, got {value}"
+                )
+        for name in (
+            "lease",
+            "idle_timeout",
+            "mem_sample_interval",
+            "backoff_min",
+            "backoff_max",
+            "command_poll",
+            "log_interval",
+        ):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be positive, got {getattr(self, name)}")
         for name in ("stop_margin", "kill_grace", "mem_tolerance", "jobstatus_interval", "jobstatus_revert_hold"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.heartbeat_interval is not None and not 0 < self.heartbeat_interval < self.lease:
-            problems.append(f"heartbeat_interval {self.heartbeat_interval} must be positive and below the lease "
-                            f"{self.lease}, or leases expire between heartbeats")
+            problems.append(
+                f"heartbeat_interval {self.heartbeat_interval} must be positive and below the lease "
+                f"{self.lease}, or leases expire between heartbeats"
+            )
         if self.output_cap < 0:
             problems.append(f"output_cap must be >= 0, got {self.output_cap}")
         if self.backoff_min > self.backoff_max:

@@ -63,8 +63,12 @@ class Guardian:
         try:
             # Its own session: a batch system or a local backend that kills the pilot's process group
             # must not kill the guardian with it (the payloads, in sessions of their own, would live on).
-            self.process = subprocess.Popen([sys.executable, "-m", "pilot.agent.guardian", str(read)],
-                                            pass_fds=(read,), stdin=subprocess.DEVNULL, start_new_session=True)
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "pilot.agent.guardian", str(read)],
+                pass_fds=(read,),
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         except OSError as exc:
             os.close(self._write)
             raise GuardianError(f"cannot start the payload guardian: {exc.strerror or exc}") from None

@@ -31,8 +31,15 @@ log = logging.getLogger("pilot.agent")
 class Heartbeat:
     """One pilot's heartbeat: :meth:`beat` when ``state.next_heartbeat`` is due."""
 
-    def __init__(self, state: PilotState, reader: FeatureReader, wake: Wake, processes: Processes,
-                 reports: Reports, control: Control) -> None:
+    def __init__(
+        self,
+        state: PilotState,
+        reader: FeatureReader,
+        wake: Wake,
+        processes: Processes,
+        reports: Reports,
+        control: Control,
+    ) -> None:
         self.state = state
         self.reader = reader
         self.wake = wake
@@ -98,11 +105,23 @@ class Heartbeat:
         ident = state.identity
         cpu, mem, tmp = slots.used()
         return {
-            "name": state.name, "queue": state.config.queue, "node": ident.node,
-            "batch": ident.batch, "batch_id": ident.batch_id, "pid": os.getpid(),
-            "cores": slots.cores, "mem": slots.mem, "tmp": slots.tmp, "used_cpu": cpu, "used_mem": mem,
-            "used_tmp": tmp, "running": sorted(slots.running), "processed": state.processed,
-            "started": round(state.started, 3), "time_left": state.time_left(), "draining": not state.accepting,
+            "name": state.name,
+            "queue": state.config.queue,
+            "node": ident.node,
+            "batch": ident.batch,
+            "batch_id": ident.batch_id,
+            "pid": os.getpid(),
+            "cores": slots.cores,
+            "mem": slots.mem,
+            "tmp": slots.tmp,
+            "used_cpu": cpu,
+            "used_mem": mem,
+            "used_tmp": tmp,
+            "running": sorted(slots.running),
+            "processed": state.processed,
+            "started": round(state.started, 3),
+            "time_left": state.time_left(),
+            "draining": not state.accepting,
         }
 
     def outgoing(self) -> tuple[dict[str, Any], list[float] | None]:
@@ -117,5 +136,11 @@ class Heartbeat:
     def load(self) -> PilotLoad:
         state = self.state
         cpu, mem, _ = state.slots.used()
-        return PilotLoad(used_cpu=cpu, used_mem=mem, running=tuple(sorted(state.slots.running)),
-                         processed=state.processed, time_left=state.time_left(), draining=not state.accepting)
+        return PilotLoad(
+            used_cpu=cpu,
+            used_mem=mem,
+            running=tuple(sorted(state.slots.running)),
+            processed=state.processed,
+            time_left=state.time_left(),
+            draining=not state.accepting,
+        )

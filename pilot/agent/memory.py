@@ -34,8 +34,9 @@ class TreeSample:
 
 def _cpu_seconds(times: Any) -> float:
     """user + system, with the reaped children's share (psutil's Linux ``pcputimes`` carries both)."""
-    return float(times.user + times.system + getattr(times, "children_user", 0.0)
-                 + getattr(times, "children_system", 0.0))
+    return float(
+        times.user + times.system + getattr(times, "children_user", 0.0) + getattr(times, "children_system", 0.0)
+    )
 
 
 def sample_sessions(sessions: set[int]) -> dict[int, TreeSample]:

@@ -62,6 +62,7 @@ class Observer(Protocol):
     def commands(self) -> list[Command]:
         """Commands received since the last call (non-blocking)."""
         ...
+
     def close(self) -> None: ...
 
 

@@ -48,8 +48,9 @@ _LAUNCH = ["/bin/sh", "-c"]
 _SIGNALS_TO_RESET = (signal.SIGPIPE, signal.SIGXFSZ)  # Python ignores them; an ignored signal stays so across exec
 
 
-def spawn_in(cwd: str | os.PathLike[str], argv: list[str], env: dict[str, str], *, stdout: int | None,
-             stderr: int | None) -> int:
+def spawn_in(
+    cwd: str | os.PathLike[str], argv: list[str], env: dict[str, str], *, stdout: int | None, stderr: int | None
+) -> int:
     """Start ``argv`` in a new session, working directory ``cwd``, stdin from /dev/null and stdout/stderr
     on the given descriptors (None: /dev/null); returns its pid.
 
@@ -62,14 +63,16 @@ def spawn_in(cwd: str | os.PathLike[str], argv: list[str], env: dict[str, str], 
     """
     actions: list[tuple[Any, ...]] = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)]
     for target, fd in ((1, stdout), (2, stderr)):
-        actions.append((os.POSIX_SPAWN_DUP2, fd, target) if fd is not None
-                       else (os.POSIX_SPAWN_OPEN, target, os.devnull, os.O_WRONLY, 0))
+        actions.append(
+            (os.POSIX_SPAWN_DUP2, fd, target)
+            if fd is not None
+            else (os.POSIX_SPAWN_OPEN, target, os.devnull, os.O_WRONLY, 0)
+        )
     home = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.chdir(cwd)
         try:
-            return os.posix_spawn(argv[0], argv, env, file_actions=actions, setsid=True,
-                                  setsigdef=_SIGNALS_TO_RESET)
+            return os.posix_spawn(argv[0], argv, env, file_actions=actions, setsid=True, setsigdef=_SIGNALS_TO_RESET)
         finally:
             os.fchdir(home)
     finally:
@@ -110,7 +113,7 @@ class OutputTail:
 
     @property
     def data(self) -> bytes:
-        return bytes(self._buf[-self.cap:]) if self.cap else b""
+        return bytes(self._buf[-self.cap :]) if self.cap else b""
 
     @property
     def dropped(self) -> int:
@@ -184,8 +187,9 @@ def pidfds_supported() -> bool:
 class Payload:
     """The process of one job's attempt, from spawn to :class:`RunResult`."""
 
-    def __init__(self, job: Job, sandbox: PayloadSandbox, *, log_dir: Path, output_cap: int,
-                 guardian: Guardian | None = None) -> None:
+    def __init__(
+        self, job: Job, sandbox: PayloadSandbox, *, log_dir: Path, output_cap: int, guardian: Guardian | None = None
+    ) -> None:
         self.job = job
         self.guardian = guardian
         self.sandbox = sandbox
@@ -222,15 +226,24 @@ class Payload:
 
     def spawn(self, env: dict[str, str]) -> None:
         """Start ``sh -c <command>``; raises :class:`PayloadError` naming the job when it cannot start."""
-        env = {**env, "PILOTFISH_JOB_ID": self.job.id, "PILOTFISH_ATTEMPT": str(self.job.attempt),
-               "PILOTFISH_OUTPUTS": os.fspath(self.outputs_file)}
+        env = {
+            **env,
+            "PILOTFISH_JOB_ID": self.job.id,
+            "PILOTFISH_ATTEMPT": str(self.job.attempt),
+            "PILOTFISH_OUTPUTS": os.fspath(self.outputs_file),
+        }
         pipes: list[tuple[int, int]] = []
         try:
             if self.output_cap > 0:
                 pipes = [os.pipe2(os.O_CLOEXEC), os.pipe2(os.O_CLOEXEC)]
             self.start_wall, self.start_mono = time.time(), time.monotonic()
-            self._pid = spawn_in(self.workdir, [*_LAUNCH, self.job.command], env,
-                                 stdout=pipes[0][1] if pipes else None, stderr=pipes[1][1] if pipes else None)
+            self._pid = spawn_in(
+                self.workdir,
+                [*_LAUNCH, self.job.command],
+                env,
+                stdout=pipes[0][1] if pipes else None,
+                stderr=pipes[1][1] if pipes else None,
+            )
         except OSError as exc:
             for read, write in pipes:
                 os.close(read)
@@ -401,8 +414,7 @@ class Payload:
         else:
             reason = ""
             try:
-                outputs = parse_outputs(self.outputs_file.read_text(errors="replace"),
-                                        f"job {self.job.id} outputs")
+                outputs = parse_outputs(self.outputs_file.read_text(errors="replace"), f"job {self.job.id} outputs")
             except FileNotFoundError:
                 pass
             except OSError as exc:

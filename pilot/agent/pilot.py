@@ -68,22 +68,38 @@ class Pilot:
     ) -> None:
         self.config = config
         identity = config.who()
-        self.store = store if store is not None else Store.from_url(
-            config.redis_url, vo=config.vo, prefix=config.prefix, lease_seconds=config.lease)
+        self.store = (
+            store
+            if store is not None
+            else Store.from_url(config.redis_url, vo=config.vo, prefix=config.prefix, lease_seconds=config.lease)
+        )
         # A store outage shorter than the lease is ridden out: payloads keep running, reports wait, matches
         # back off; two log lines (taskqueues.store.outage), not one per attempt.
         # Retries come often enough to renew every lease well within the grace the reaper gives leases after a
         # server restart (one lease: Store.requeue_expired).
-        outage = Outage(log, f"pilot {identity.name}", first=config.backoff_min,
-                        cap=max(config.backoff_min, min(5.0, config.lease / 4)), on_start=self.store.drop_connections)
+        outage = Outage(
+            log,
+            f"pilot {identity.name}",
+            first=config.backoff_min,
+            cap=max(config.backoff_min, min(5.0, config.lease / 4)),
+            on_start=self.store.drop_connections,
+        )
         self.state = state = PilotState(
-            config, identity, self.store, observer if observer is not None else NullObserver(), outage,
-            started=time.time())
+            config,
+            identity,
+            self.store,
+            observer if observer is not None else NullObserver(),
+            outage,
+            started=time.time(),
+        )
         # --wall (what the director asked the batch system for) is the least trusted source of the wall
         # limit: MJF files and the batch system's own values win (pilot.mjf.source).
         defaults = {} if config.wall is None else {"wall_limit_secs": int(config.wall)}
-        self.reader = reader if reader is not None else FeatureReader.from_environment(
-            workdir=config.workdir, pilot_start=state.started, defaults=defaults)
+        self.reader = (
+            reader
+            if reader is not None
+            else FeatureReader.from_environment(workdir=config.workdir, pilot_start=state.started, defaults=defaults)
+        )
         self.wake = Wake(state)
         self.control = Control(state, self._idle)
         self.processes = Processes(state, self.wake)
@@ -135,23 +151,45 @@ class Pilot:
         state.features = features
         # The pilot's size comes from MJF, read once; the operator's --cores/--mem/--tmp override it.
         disk = features.job.disk_limit_GB
-        state.slots.size(config.cores if config.cores is not None else (features.job.allocated_CPU or 1),
-                         config.mem if config.mem is not None else (features.job.mem_limit_MB or 0),
-                         config.tmp if config.tmp is not None else (math.floor(disk * 1000) if disk else 0))
+        state.slots.size(
+            config.cores if config.cores is not None else (features.job.allocated_CPU or 1),
+            config.mem if config.mem is not None else (features.job.mem_limit_MB or 0),
+            config.tmp if config.tmp is not None else (math.floor(disk * 1000) if disk else 0),
+        )
         state.area = PayloadArea(config.workdir, features, stop_margin=config.stop_margin)
         self.processes.start_guardian()
         self.status.open()
         slots, ident = state.slots, state.identity
         state.info = PilotInfo(
-            name=state.name, queue=config.queue, vo=config.vo, cores=slots.cores, mem=slots.mem, tmp=slots.tmp,
-            started=state.started, batch=ident.batch, batch_id=ident.batch_id, node=ident.node,
-            extra={"pid": os.getpid(), "workdir": os.fspath(config.workdir),
-                   "jobstatus": os.fspath(self.status.directory), "logs": os.fspath(config.logs)})
+            name=state.name,
+            queue=config.queue,
+            vo=config.vo,
+            cores=slots.cores,
+            mem=slots.mem,
+            tmp=slots.tmp,
+            started=state.started,
+            batch=ident.batch,
+            batch_id=ident.batch_id,
+            node=ident.node,
+            extra={
+                "pid": os.getpid(),
+                "workdir": os.fspath(config.workdir),
+                "jobstatus": os.fspath(self.status.directory),
+                "logs": os.fspath(config.logs),
+            },
+        )
         self.wake.open()
         self.wake.listen()
         self.wake.install_signals(self.control.on_signal)
-        log.info("pilot %s: %d cores, %d MB, %d MB scratch, queue %s, time left %s", state.name, slots.cores,
-                 slots.mem, slots.tmp, config.queue, seconds_text(state.time_left()))
+        log.info(
+            "pilot %s: %d cores, %d MB, %d MB scratch, queue %s, time left %s",
+            state.name,
+            slots.cores,
+            slots.mem,
+            slots.tmp,
+            config.queue,
+            seconds_text(state.time_left()),
+        )
         state.notify("pilot_started", state.info)
         self.status.publish()
         self.heartbeat.beat()

@@ -45,8 +45,11 @@ class Processes:
 
     def revive_guardian(self) -> None:
         if self.guardian is not None and self.guardian.revive():
-            log.warning("pilot %s: its payload guardian had died: a new one watches its %d payload(s)",
-                        self.state.name, len(self.state.slots.running))
+            log.warning(
+                "pilot %s: its payload guardian had died: a new one watches its %d payload(s)",
+                self.state.name,
+                len(self.state.slots.running),
+            )
 
     # -- start -------------------------------------------------------------------------------------
 
@@ -56,14 +59,21 @@ class Processes:
         slots = state.slots
         if not slots.fits(job):  # never overcommit, even if the store erred
             cpu, mem, tmp = slots.free()
-            self.give_back(job, f"matched job needs cpu={job.cpu} mem={job.mem} tmp={job.tmp} but "
-                                f"pilot {state.name} has only cpu={cpu} mem={mem} tmp={tmp} free")
+            self.give_back(
+                job,
+                f"matched job needs cpu={job.cpu} mem={job.mem} tmp={job.tmp} but "
+                f"pilot {state.name} has only cpu={cpu} mem={mem} tmp={tmp} free",
+            )
             return None
         assert state.area is not None
         try:
-            sandbox = state.area.payload(f"{job.id}.{job.attempt}", cores=job.cpu,
-                                         mem_MB=self.mem_limit(job) or None, wall_norm=wall_requirement(job),
-                                         disk_GB=job.tmp / 1000 if job.tmp else None)
+            sandbox = state.area.payload(
+                f"{job.id}.{job.attempt}",
+                cores=job.cpu,
+                mem_MB=self.mem_limit(job) or None,
+                wall_norm=wall_requirement(job),
+                disk_GB=job.tmp / 1000 if job.tmp else None,
+            )
         except PilotfishError as exc:
             self.give_back(job, str(exc))
             state.stop_accepting(f"cannot create payload directories: {exc}")
@@ -148,8 +158,11 @@ class Processes:
 
     def usage(self) -> dict[str, JobUsage]:
         """Peak memory (MB) and CPU time of each running payload measured at least once."""
-        return {p.id: JobUsage(p.usage.peak_rss / 1_000_000, p.usage.cpu)
-                for p in self.state.slots.running.values() if p.usage.peak_rss}
+        return {
+            p.id: JobUsage(p.usage.peak_rss / 1_000_000, p.usage.cpu)
+            for p in self.state.slots.running.values()
+            if p.usage.peak_rss
+        }
 
     def mem_limit(self, job: Job) -> int:
         """MB a payload may use: its ``mem`` requirement or, for a job that asked for none, the pilot's whole

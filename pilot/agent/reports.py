@@ -128,8 +128,10 @@ class Reports:
         # must be the whole pilot (a partial view would reserve for jobs that fit it anyway).
         offering = any(sent.want for sent in self.inflight)
         running = None if offering else state.slots.ends(time.monotonic())
-        self.send(PilotOffer(state.name, config.queue, cpu, max(0, mem), max(0, tmp), state.time_left(),
-                             running=running), want)
+        self.send(
+            PilotOffer(state.name, config.queue, cpu, max(0, mem), max(0, tmp), state.time_left(), running=running),
+            want,
+        )
 
     def send_unmatched(self) -> None:
         """At the turn's end: what no match carried goes alone (the successes, the starts that are due)."""
@@ -159,11 +161,16 @@ class Reports:
             if self._channel is None:
                 self._channel = own_connection(store.client)
             exchange = store.send_exchange(
-                state.name, self._channel,
+                state.name,
+                self._channel,
                 starts=[(p.id, p.job.attempt, p.start_wall) for p in starts if p.id not in ended],
-                completions=[(p.id, p.job.attempt, dataclasses.replace(result, started=p.start_wall)
-                              if p in starts else result) for p, result in succeeded],
-                offer=offer, max_jobs=want)
+                completions=[
+                    (p.id, p.job.attempt, dataclasses.replace(result, started=p.start_wall) if p in starts else result)
+                    for p, result in succeeded
+                ],
+                offer=offer,
+                max_jobs=want,
+            )
         except StoreUnavailable as exc:
             self._unreachable(exc, starts, succeeded)
             return
@@ -313,8 +320,13 @@ class Reports:
         return True
 
     def _ended_note(self, payload: Payload, result: RunResult, state: str) -> None:
-        log.info("job %s attempt %d: %s%s", payload.id, payload.job.attempt, state,
-                 f" ({result.reason})" if result.reason else "")
+        log.info(
+            "job %s attempt %d: %s%s",
+            payload.id,
+            payload.job.attempt,
+            state,
+            f" ({result.reason})" if result.reason else "",
+        )
         self.state.notify("payload_ended", self.state.info, payload.job, result, state)
 
     def retry_due(self) -> bool:
@@ -326,8 +338,9 @@ class Reports:
         keep: list[PendingReport] = []
         for pending in self.pending:
             if now >= pending.give_up_at:
-                log.warning("job %s: giving up reporting it; its lease expires and the reaper requeues it",
-                            pending.payload.id)
+                log.warning(
+                    "job %s: giving up reporting it; its lease expires and the reaper requeues it", pending.payload.id
+                )
                 continue
             if not self.report(pending.payload, pending.result) and not force:
                 keep.append(pending)

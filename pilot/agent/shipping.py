@@ -54,18 +54,27 @@ class Shipping:
             new = tail.total - tail.shipped
             if new > 0:
                 data = tail.data
-                chunks[stream] = (data[len(data) - min(new, len(data)):], tail.total)
+                chunks[stream] = (data[len(data) - min(new, len(data)) :], tail.total)
         if not chunks and (live or not any(t.shipped for t in tails.values())):
             return  # nothing new; and a payload that never printed has no log to close
         state = self.state
         config = state.config
         try:
-            refused = payload_logs.ship(state.store, payload.id, payload.job.attempt, state.name,
-                                        cap=config.output_cap, host=state.identity.node,
-                                        directory=os.path.abspath(config.logs), live=live, chunks=chunks)
+            refused = payload_logs.ship(
+                state.store,
+                payload.id,
+                payload.job.attempt,
+                state.name,
+                cap=config.output_cap,
+                host=state.identity.node,
+                directory=os.path.abspath(config.logs),
+                live=live,
+                chunks=chunks,
+            )
         except StoreError as exc:
-            log.warning("job %s: its output was not shipped to the store (%s); it is in %s", payload.id, exc,
-                        config.logs)
+            log.warning(
+                "job %s: its output was not shipped to the store (%s); it is in %s", payload.id, exc, config.logs
+            )
             refused = None
         if refused is not None:
             log.warning("job %s: its output was refused by the store: %s", payload.id, refused)

@@ -44,8 +44,15 @@ class Slots:
     def ends(self, now_mono: float) -> tuple[tuple[float, int, int, int], ...]:
         """What each payload holds and the seconds until its estimated end (0 when overdue): what the match
         reserves cores from (``PilotOffer.running``)."""
-        return tuple((max(0.0, p.start_mono + p.job.ete - now_mono) if p.start_mono else p.job.ete,
-                      p.job.cpu, p.job.mem, p.job.tmp) for p in self.running.values())
+        return tuple(
+            (
+                max(0.0, p.start_mono + p.job.ete - now_mono) if p.start_mono else p.job.ete,
+                p.job.cpu,
+                p.job.mem,
+                p.job.tmp,
+            )
+            for p in self.running.values()
+        )
 
     def fits(self, job: Job) -> bool:
         """Whether ``job`` fits in what is free (never overcommit, even if the store erred)."""

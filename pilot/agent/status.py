@@ -36,9 +36,14 @@ class Status:
         state = self.state
         config = state.config
         directory = config.jobstatus_dir or (os.environ.get("JOBSTATUS") or None)
-        self.jobstatus = JobStatusWriter(directory, allocated_CPU=state.slots.cores, pilot_start=state.started,
-                                         workdir=config.workdir, priority_factor=config.priority_factor,
-                                         revert_hold=config.jobstatus_revert_hold)
+        self.jobstatus = JobStatusWriter(
+            directory,
+            allocated_CPU=state.slots.cores,
+            pilot_start=state.started,
+            workdir=config.workdir,
+            priority_factor=config.priority_factor,
+            revert_hold=config.jobstatus_revert_hold,
+        )
 
     @property
     def directory(self) -> Path:
@@ -109,8 +114,9 @@ class Status:
         if not state.accepting:
             return False
         assert state.features is not None
-        shutdowns = [t for t in (state.features.machine.shutdowntime, state.features.job.shutdowntime_job)
-                     if t is not None]
+        shutdowns = [
+            t for t in (state.features.machine.shutdowntime, state.features.job.shutdowntime_job) if t is not None
+        ]
         if not shutdowns:
             return True
         deadline = min(shutdowns) - state.config.stop_margin

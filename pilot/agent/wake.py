@@ -26,6 +26,7 @@ from taskqueues.store.connection import CONNECTION_LOST, Subscription
 
 log = logging.getLogger("pilot.agent")
 
+
 class Wake:
     """The selector, the signal wake-up descriptor and the subscriptions: :meth:`open` in the pilot's
     setup, :meth:`close` in its teardown."""
@@ -107,8 +108,9 @@ class Wake:
                 while pubsub.message(0.5) is not None:
                     pass
             except Exception as exc:
-                log.warning("pilot %s: no channel of its own (%s): kills and stops wait for its heartbeat",
-                            state.name, exc)
+                log.warning(
+                    "pilot %s: no channel of its own (%s): kills and stops wait for its heartbeat", state.name, exc
+                )
             self._pubsub_sock = pubsub.socket()
             assert self._pubsub_sock is not None
             self._selector.register(self._pubsub_sock, selectors.EVENT_READ, ("work", None))

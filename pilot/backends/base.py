@@ -79,9 +79,7 @@ class PilotRequest:
         if not self.command:
             raise BackendError(f"pilot {self.name!r}: empty command")
         if self.wall <= 0:
-            raise BackendError(
-                f"pilot {self.name!r}: wall must be a positive number of seconds, got {self.wall}"
-            )
+            raise BackendError(f"pilot {self.name!r}: wall must be a positive number of seconds, got {self.wall}")
 
 
 @dataclass(frozen=True)
@@ -206,9 +204,7 @@ def pilot_script(request: PilotRequest, *, job_id_var: str, status_dir: str | No
     lines = ["#!/bin/sh", "# Pilotfish pilot: runs the pilot's command and records how it ended."]
     for key, value in sorted(request.env.items()):
         if not key.isidentifier():
-            raise BackendError(
-                f"pilot {request.name!r}: environment name {key!r} is not a valid variable name"
-            )
+            raise BackendError(f"pilot {request.name!r}: environment name {key!r} is not a valid variable name")
         lines.append(f"export {key}={shlex.quote(value)}")
     if request.workdir:
         lines.append(f"cd {shlex.quote(request.workdir)} || exit 125")
@@ -327,9 +323,7 @@ def submit_rate(
     try:
         for i in range(n):
             ids.append(
-                backend.submit(
-                    PilotRequest(name=f"{name}{i}", command=list(command), shape=pilot_shape, wall=600)
-                )
+                backend.submit(PilotRequest(name=f"{name}{i}", command=list(command), shape=pilot_shape, wall=600))
             )
         elapsed = time.perf_counter() - started
     finally:

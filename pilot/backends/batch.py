@@ -41,8 +41,9 @@ def settings_from_options(cls: type[SettingsT], options: Mapping[str, object], k
     fields = cls.__dataclass_fields__  # type: ignore[attr-defined]
     unknown = sorted(set(options) - set(fields))
     if unknown:
-        raise BackendError(f"{kind} backend: unknown setting(s) {', '.join(unknown)}; "
-                           f"known: {', '.join(sorted(fields))}")
+        raise BackendError(
+            f"{kind} backend: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(fields))}"
+        )
     values: dict[str, object] = {}
     for key, value in options.items():
         type_name = fields[key].type.removesuffix(" | None")
@@ -121,8 +122,9 @@ class ScriptBackend(ABC):
             raise BackendError(f"{self.kind} backend: pilot {request.name!r} not submitted: {exc}") from None
         batch_id = self._batch_id(done.stdout.strip())
         if not batch_id.isdigit():
-            raise BackendError(f"{self.kind} backend: {self.submit_command} answered {done.stdout.strip()!r}, "
-                               "not a job id")
+            raise BackendError(
+                f"{self.kind} backend: {self.submit_command} answered {done.stdout.strip()!r}, not a job id"
+            )
         if status_dir:
             self._status_dirs[batch_id] = status_dir
         self._cache.submitted(batch_id)
@@ -153,11 +155,14 @@ class ScriptBackend(ABC):
         if not wanted:
             return
         self._cancelled.update(wanted)
-        done = run_command([self._bin(self.cancel_command), *wanted], env=self._env,
-                           timeout=self.settings.command_timeout, check=False)
+        done = run_command(
+            [self._bin(self.cancel_command), *wanted], env=self._env, timeout=self.settings.command_timeout, check=False
+        )
         if done.returncode != 0:
-            real = [line for line in (done.stderr + done.stdout).splitlines()
-                    if line.strip() and not self._harmless(line)]
+            real = [
+                line for line in (done.stderr + done.stdout).splitlines() if line.strip() and not self._harmless(line)
+            ]
             if real:
-                raise BackendError(f"{self.kind} backend: {self.cancel_command} {' '.join(wanted)} failed: "
-                                   f"{' '.join(real)}")
+                raise BackendError(
+                    f"{self.kind} backend: {self.cancel_command} {' '.join(wanted)} failed: {' '.join(real)}"
+                )

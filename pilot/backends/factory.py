@@ -53,8 +53,11 @@ class Conversion:
     alone: tuple[str, ...]
 
     def text(self) -> str:
-        consequence = (f"every pilot runs alone, as {', '.join(self.alone)} cannot be mapped here" if self.alone
-                       else "pilots whose resources cannot be mapped here run alone")
+        consequence = (
+            f"every pilot runs alone, as {', '.join(self.alone)} cannot be mapped here"
+            if self.alone
+            else "pilots whose resources cannot be mapped here run alone"
+        )
         return f"{self.kind}" + (f" for {self.where}" if self.where else "") + f" ({self.reason}; {consequence})"
 
 
@@ -68,9 +71,13 @@ def announce(conversions: Sequence[Conversion]) -> None:
     for c in fresh:
         merged.setdefault((c.kind, c.reason, c.alone), []).extend([c.where] if c.where else [])
     if merged:
-        log.warning("batch system not reachable, its queues run on this host with the local backend: %s",
-                    "; ".join(Conversion(kind, ", ".join(where) or None, reason, alone).text()
-                              for (kind, reason, alone), where in merged.items()))
+        log.warning(
+            "batch system not reachable, its queues run on this host with the local backend: %s",
+            "; ".join(
+                Conversion(kind, ", ".join(where) or None, reason, alone).text()
+                for (kind, reason, alone), where in merged.items()
+            ),
+        )
 
 
 def carried_resources(settings: SlurmSettings | SgeSettings) -> dict[str, str]:
@@ -82,8 +89,13 @@ def carried_resources(settings: SlurmSettings | SgeSettings) -> dict[str, str]:
     return carried
 
 
-def make_backend(kind: str, options: Mapping[str, object] | None = None, *, where: str | None = None,
-                 conversions: list[Conversion] | None = None) -> Backend:
+def make_backend(
+    kind: str,
+    options: Mapping[str, object] | None = None,
+    *,
+    where: str | None = None,
+    conversions: list[Conversion] | None = None,
+) -> Backend:
     """The backend of ``kind`` configured by ``options``, or a converted local one (see the module text).
 
     ``where`` names what the backend serves in the conversion warning (the director: its queues); a

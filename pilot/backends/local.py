@@ -86,17 +86,13 @@ class LocalSettings:
             )
         capacity = options.get("capacity", {})
         if not isinstance(capacity, Mapping):
-            raise BackendError(
-                f"local backend: capacity must be a mapping of resource → int, got {capacity!r}"
-            )
+            raise BackendError(f"local backend: capacity must be a mapping of resource → int, got {capacity!r}")
         parsed: dict[str, int] = {}
         for key, value in capacity.items():
             try:
                 parsed[str(key)] = int(value)
             except (TypeError, ValueError):
-                raise BackendError(
-                    f"local backend: capacity {key!r} must be an integer, got {value!r}"
-                ) from None
+                raise BackendError(f"local backend: capacity {key!r} must be an integer, got {value!r}") from None
         return cls(
             capacity=parsed,
             repo_key=str(options.get("repo_key", "")),
@@ -156,9 +152,7 @@ class _Pilot:
     term_sent: float | None = None
     cancelled: bool = False
     wall_exceeded: bool = False
-    status: PilotStatus = field(
-        default_factory=lambda: PilotStatus(PilotState.QUEUED, "waiting for capacity")
-    )
+    status: PilotStatus = field(default_factory=lambda: PilotStatus(PilotState.QUEUED, "waiting for capacity"))
     files: list[IO[bytes]] = field(default_factory=list)
 
     @property
@@ -200,8 +194,13 @@ class LocalBackend:
 
     kind = "local"
 
-    def __init__(self, settings: LocalSettings | None = None, *, converted_from: str | None = None,
-                 carried: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        settings: LocalSettings | None = None,
+        *,
+        converted_from: str | None = None,
+        carried: Mapping[str, str] | None = None,
+    ) -> None:
         """``converted_from``: the batch system this backend stands in for; ``carried``: what that batch
         system's settings ask of every pilot (mapped like the pilot's own resources, before them)."""
         self.settings = settings or LocalSettings()
@@ -314,15 +313,18 @@ class LocalBackend:
             if "pid" not in facts:
                 if facts.get("owner") and _same_process(facts.get("owner"), facts.get("owner_ctime")):
                     return PilotStatus(PilotState.UNKNOWN, f"queued in director process {facts['owner']}")
-                return PilotStatus(PilotState.CANCELLED, "was queued in a director process that is gone: never "
-                                   "started")
+                return PilotStatus(PilotState.CANCELLED, "was queued in a director process that is gone: never started")
             process = _same_process(facts.get("pid"), facts.get("ctime"))
             if process is None:
                 return PilotStatus(PilotState.DONE, "ended while no director watched it")
             needs = {str(k): int(v) for k, v in dict(facts.get("needs") or {}).items()}
             wall = int(facts.get("wall") or 1)
-            request = PilotRequest(name=f"adopted-{batch_id}", command=["(adopted)"], wall=max(1, wall),
-                                   shape=Shape("adopted", cpu=max(1, needs.get("cpu", 1)), mem=needs.get("mem", 0)))
+            request = PilotRequest(
+                name=f"adopted-{batch_id}",
+                command=["(adopted)"],
+                wall=max(1, wall),
+                shape=Shape("adopted", cpu=max(1, needs.get("cpu", 1)), mem=needs.get("mem", 0)),
+            )
             pilot = _Pilot(batch_id, next(_SEQUENCE), request, needs, False, "", adopted=process)
             pilot.started = time.monotonic() - max(0.0, time.time() - process.create_time())
             pilot.status = PilotStatus(PilotState.RUNNING, f"pid {process.pid} (adopted)", None, "localhost")
@@ -341,9 +343,7 @@ class LocalBackend:
             wanted["tmp"] = str(request.shape.tmp)
         wanted.update(request.resources)
         if request.options:
-            wanted.update(
-                parse_options(self.converted_from or "local", request.options, where=f"{where} options")
-            )
+            wanted.update(parse_options(self.converted_from or "local", request.options, where=f"{where} options"))
         needs: dict[str, int] = {}
         unmapped: list[str] = []
         for key, text in wanted.items():
@@ -354,8 +354,7 @@ class LocalBackend:
             if key in _BATCH_ONLY or key not in self._capacity:
                 if not converted:
                     raise BackendError(
-                        f"{where}: resource {key!r} is not in the local capacity "
-                        f"({', '.join(sorted(self._capacity))})"
+                        f"{where}: resource {key!r} is not in the local capacity ({', '.join(sorted(self._capacity))})"
                     )
                 unmapped.append(f"{key}={text}")
                 continue
@@ -368,17 +367,11 @@ class LocalBackend:
                 continue
             if amount > self._capacity[key]:
                 if not converted:
-                    raise BackendError(
-                        f"{where}: needs {key}={amount} but this host has {self._capacity[key]}"
-                    )
+                    raise BackendError(f"{where}: needs {key}={amount} but this host has {self._capacity[key]}")
                 unmapped.append(f"{key}={amount} > {self._capacity[key]}")
                 amount = self._capacity[key]
             needs[key] = max(amount, 0)
-        why = (
-            ("cannot map " + ", ".join(unmapped) + f" from {self.converted_from}; runs alone")
-            if unmapped
-            else ""
-        )
+        why = ("cannot map " + ", ".join(unmapped) + f" from {self.converted_from}; runs alone") if unmapped else ""
         return needs, bool(unmapped), why
 
     def _used(self) -> dict[str, int]:
@@ -417,9 +410,7 @@ class LocalBackend:
             handle.close()
         pilot.files.clear()
         if pilot.cancelled:
-            pilot.status = PilotStatus(
-                PilotState.CANCELLED, "cancelled", code if code >= 0 else None, "localhost"
-            )
+            pilot.status = PilotStatus(PilotState.CANCELLED, "cancelled", code if code >= 0 else None, "localhost")
         elif pilot.wall_exceeded:
             pilot.status = PilotStatus(
                 PilotState.LOST, f"wall time exceeded ({pilot.request.wall} s)", None, "localhost"
@@ -450,11 +441,16 @@ class LocalBackend:
         if pilot.cancelled:
             pilot.status = PilotStatus(PilotState.CANCELLED, "cancelled (adopted)", None, "localhost")
         elif pilot.wall_exceeded:
-            pilot.status = PilotStatus(PilotState.LOST, f"wall time exceeded ({pilot.request.wall} s)", None,
-                                       "localhost")
+            pilot.status = PilotStatus(
+                PilotState.LOST, f"wall time exceeded ({pilot.request.wall} s)", None, "localhost"
+            )
         else:
-            pilot.status = PilotStatus(PilotState.DONE, "ended (adopted from an earlier director: exit status "
-                                       "not known here)", None, "localhost")
+            pilot.status = PilotStatus(
+                PilotState.DONE,
+                "ended (adopted from an earlier director: exit status not known here)",
+                None,
+                "localhost",
+            )
 
     def _fits(self, pilot: _Pilot, used: Mapping[str, int]) -> bool:
         return all(used[key] + amount <= self._capacity[key] for key, amount in pilot.needs.items())

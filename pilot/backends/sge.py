@@ -73,11 +73,33 @@ log = logging.getLogger(__name__)
 
 PRIO_MIN, PRIO_MAX = -1023, 1024
 #: The complexes Grid Engine itself defines with type MEMORY (assumed when ``qconf -sc`` cannot be read).
-_MEMORY_COMPLEXES = frozenset({
-    "h_core", "h_data", "h_fsize", "h_rss", "h_stack", "h_vmem", "s_core", "s_data", "s_fsize", "s_rss", "s_stack",
-    "s_vmem", "mem_free", "mem_total", "mem_used", "swap_free", "swap_rate", "swap_rsvd", "swap_total", "swap_used",
-    "virtual_free", "virtual_total", "virtual_used",
-})
+_MEMORY_COMPLEXES = frozenset(
+    {
+        "h_core",
+        "h_data",
+        "h_fsize",
+        "h_rss",
+        "h_stack",
+        "h_vmem",
+        "s_core",
+        "s_data",
+        "s_fsize",
+        "s_rss",
+        "s_stack",
+        "s_vmem",
+        "mem_free",
+        "mem_total",
+        "mem_used",
+        "swap_free",
+        "swap_rate",
+        "swap_rsvd",
+        "swap_total",
+        "swap_used",
+        "virtual_free",
+        "virtual_total",
+        "virtual_used",
+    }
+)
 _NAME_MAP = str.maketrans(
     {":": ";", "/": "|", "@": "&", "\\": "|", "*": "+", "?": "!", "\n": "_", "\t": "_", "\r": "_", " ": "_"}
 )
@@ -117,9 +139,7 @@ class SgeSettings:
         settings = settings_from_options(cls, options, "sge")
         parse_sge_options(settings.options, where="sge backend setting 'options'")
         if not PRIO_MIN <= settings.default_prio <= PRIO_MAX:
-            raise BackendError(
-                f"sge backend: default_prio {settings.default_prio} is outside {PRIO_MIN}..{PRIO_MAX}"
-            )
+            raise BackendError(f"sge backend: default_prio {settings.default_prio} is outside {PRIO_MIN}..{PRIO_MAX}")
         return settings
 
 
@@ -139,8 +159,12 @@ class SgeBackend(ScriptBackend):
         # SGE_CLUSTER_NAME, which its settings.sh exports and its rc scripts read (qsub/qstat/qdel read no
         # cluster variable: in 8.1.9 the cell picks the cluster). The seed calls it SGE_CLUSTER: site
         # wrappers written for open-lmake read that name, so both are set.
-        for var, value in (("SGE_ROOT", settings.root), ("SGE_CELL", settings.cell),
-                           ("SGE_CLUSTER_NAME", settings.cluster), ("SGE_CLUSTER", settings.cluster)):
+        for var, value in (
+            ("SGE_ROOT", settings.root),
+            ("SGE_CELL", settings.cell),
+            ("SGE_CLUSTER_NAME", settings.cluster),
+            ("SGE_CLUSTER", settings.cluster),
+        ):
             if value:
                 env[var] = value
         super().__init__(settings, env)
@@ -235,8 +259,11 @@ class SgeBackend(ScriptBackend):
         complexes when it cannot be read."""
         if self._complex_types is None:
             qconf = find_binary("qconf", self.settings.bin_dir)
-            done = None if qconf is None else run_command(
-                [qconf, "-sc"], env=self._env, check=False, timeout=self.settings.command_timeout)
+            done = (
+                None
+                if qconf is None
+                else run_command([qconf, "-sc"], env=self._env, check=False, timeout=self.settings.command_timeout)
+            )
             types: dict[str, str] = {}
             for line in done.stdout.splitlines() if done is not None and done.returncode == 0 else ():
                 fields = line.split()
@@ -244,8 +271,11 @@ class SgeBackend(ScriptBackend):
                     types[fields[0]] = types[fields[1]] = fields[2].upper()
             if not types:
                 why = "not found" if done is None else (done.stderr.strip() or f"exit {done.returncode}")
-                log.info("sge backend: qconf -sc unusable (%s); Grid Engine's own memory complexes are taken as "
-                         "MEMORY, other resources as counting MB", why)
+                log.info(
+                    "sge backend: qconf -sc unusable (%s); Grid Engine's own memory complexes are taken as "
+                    "MEMORY, other resources as counting MB",
+                    why,
+                )
                 types = dict.fromkeys(_MEMORY_COMPLEXES, "MEMORY")
             self._complex_types = types
         return self._complex_types
@@ -285,8 +315,7 @@ class SgeBackend(ScriptBackend):
         if "E" in letters:
             return PilotStatus(
                 PilotState.QUEUED,
-                f"error state {letters}: see `qstat -j {batch_id}`; "
-                f"`qmod -cj {batch_id}` clears it{deleting}",
+                f"error state {letters}: see `qstat -j {batch_id}`; `qmod -cj {batch_id}` clears it{deleting}",
                 None,
                 node,
             )
@@ -309,9 +338,7 @@ class SgeBackend(ScriptBackend):
             return PilotStatus(PilotState.CANCELLED, "cancelled; left qstat")
         first = self._vanished_at.setdefault(batch_id, time.monotonic())
         if time.monotonic() - first < self.settings.accounting_grace:
-            return PilotStatus(
-                PilotState.UNKNOWN, "left qstat; waiting for its status file or accounting record"
-            )
+            return PilotStatus(PilotState.UNKNOWN, "left qstat; waiting for its status file or accounting record")
         return PilotStatus(PilotState.LOST, "left qstat with no status file and no accounting record")
 
     def _qacct(self, batch_id: str) -> PilotStatus | None:
@@ -345,9 +372,7 @@ class SgeBackend(ScriptBackend):
         code = int(exit_match.group(0)) if exit_match else None
         if failed:
             if batch_id in self._cancelled:
-                return PilotStatus(
-                    PilotState.CANCELLED, f"cancelled (qacct failed {failed_text})", None, node
-                )
+                return PilotStatus(PilotState.CANCELLED, f"cancelled (qacct failed {failed_text})", None, node)
             return PilotStatus(PilotState.LOST, f"qacct failed {failed_text}; exit_status {code}", None, node)
         if code == 0:
             return PilotStatus(PilotState.DONE, "exit 0 (qacct)", 0, node)

@@ -172,8 +172,10 @@ def resource_name(key: str, where: str) -> str:
     if name not in _FLAGS:
         return key  # a license or gres whose name ends in digits
     if int(match.group(2)) != 0:
-        raise BackendError(f"{where}: resource {key!r} is for component {int(match.group(2))} of a heterogeneous "
-                           f"job; a pilot is one job, so only {name!r} (or {name + '0'!r}) can be given")
+        raise BackendError(
+            f"{where}: resource {key!r} is for component {int(match.group(2))} of a heterogeneous "
+            f"job; a pilot is one job, so only {name!r} (or {name + '0'!r}) can be given"
+        )
     return name
 
 
@@ -244,10 +246,10 @@ class SlurmBackend(ScriptBackend):
                     if not math.isfinite(factor):
                         raise ValueError(factor)
                 except ValueError:
-                    raise BackendError(f"{path}: PriorityParams: nice_factor must be a number, "
-                                       f"got {params['nice_factor']!r}") from None
-        return (DEFAULT_TIME_ORIGIN if origin is None else origin,
-                DEFAULT_NICE_FACTOR if factor is None else factor)
+                    raise BackendError(
+                        f"{path}: PriorityParams: nice_factor must be a number, got {params['nice_factor']!r}"
+                    ) from None
+        return (DEFAULT_TIME_ORIGIN if origin is None else origin, DEFAULT_NICE_FACTOR if factor is None else factor)
 
     # --- availability ------------------------------------------------------------------------------------
 
@@ -341,9 +343,7 @@ class SlurmBackend(ScriptBackend):
                 check=False,
                 timeout=self.settings.command_timeout,
             )
-            self._licenses = (
-                set(re.findall(r"LicenseName=(\S+)", done.stdout)) if done.returncode == 0 else set()
-            )
+            self._licenses = set(re.findall(r"LicenseName=(\S+)", done.stdout)) if done.returncode == 0 else set()
         return self._licenses
 
     def _poll(self, ids: Sequence[str]) -> dict[str, PilotStatus]:
@@ -394,16 +394,12 @@ class SlurmBackend(ScriptBackend):
         if state == "CANCELLED":
             if batch_id in self._cancelled:
                 return PilotStatus(PilotState.CANCELLED, "cancelled", code, node)
-            return PilotStatus(
-                PilotState.LOST, "CANCELLED outside Pilotfish (scancel by someone else)", None, node
-            )
+            return PilotStatus(PilotState.LOST, "CANCELLED outside Pilotfish (scancel by someone else)", None, node)
         if state in _LOST:
             return PilotStatus(PilotState.LOST, f"{state} {why}".strip(), None, node)
         if state in ("FAILED", "SPECIAL_EXIT"):
             if sig:
-                return PilotStatus(
-                    PilotState.LOST, f"{state}: killed by signal {sig} {why}".strip(), None, node
-                )
+                return PilotStatus(PilotState.LOST, f"{state}: killed by signal {sig} {why}".strip(), None, node)
             return PilotStatus(PilotState.FAILED, f"{state}: exit {code} {why}".strip(), code, node)
         return PilotStatus(PilotState.UNKNOWN, f"unexpected Slurm state {state!r} {why}".strip(), None, node)
 
@@ -430,9 +426,7 @@ class SlurmBackend(ScriptBackend):
                 for line in done.stdout.splitlines():
                     fields = line.split("|")
                     if len(fields) == 4 and fields[0] in ids:
-                        out[fields[0]] = self._classify(
-                            fields[0], fields[1], "", fields[2] or None, fields[3]
-                        )
+                        out[fields[0]] = self._classify(fields[0], fields[1], "", fields[2] or None, fields[3])
         for batch_id in ids:
             if batch_id in out:
                 continue
@@ -442,7 +436,5 @@ class SlurmBackend(ScriptBackend):
             elif batch_id in self._cancelled:
                 out[batch_id] = PilotStatus(PilotState.CANCELLED, "cancelled; no longer known to Slurm")
             else:
-                out[batch_id] = PilotStatus(
-                    PilotState.LOST, "no longer known to Slurm and left no exit status"
-                )
+                out[batch_id] = PilotStatus(PilotState.LOST, "no longer known to Slurm and left no exit status")
         return out

@@ -19,8 +19,11 @@ from .service import Director, run_forever
 @click.option("--once", is_flag=True, help="Run one cycle, print what it did, and exit.")
 @click.option("--interval", type=float, default=None, help="Seconds between cycles (default: director_interval).")
 @click.option("--log-dir", type=click.Path(file_okay=False), default=None, help="Where pilots' logs go.")
-@click.option("--stop-pilots-on-exit", is_flag=True,
-              help="Cancel this director's pilots when it stops (a local deployment; not for batch sites).")
+@click.option(
+    "--stop-pilots-on-exit",
+    is_flag=True,
+    help="Cancel this director's pilots when it stops (a local deployment; not for batch sites).",
+)
 def director(once: bool, interval: float | None, log_dir: str | None, stop_pilots_on_exit: bool) -> None:
     """Provision pilots for the waiting demand of every queue of the catalog."""
     ctx = Context(Settings.load())

@@ -44,8 +44,10 @@ def release_idle(client: Client, keys: Keys, rooms: Iterable[Room], live: set[st
     for room in rooms:
         for name, queue in room.idle.items():
             if room.waiting:
-                reason = (f"released by the director: no waiting job of {queue} fits it, and {room.waiting} "
-                          f"pilot(s) wait for room in its batch system")
+                reason = (
+                    f"released by the director: no waiting job of {queue} fits it, and {room.waiting} "
+                    f"pilot(s) wait for room in its batch system"
+                )
                 if stops.request(client, keys, name, "release", reason):
                     asked.append(name)
         for name in room.serving & set(pending):

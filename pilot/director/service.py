@@ -50,8 +50,11 @@ PilotCommand = Callable[[Queue, Shape, int, Settings], list[str]]
 
 # batch_options keys that are not backend settings but resources passed with every pilot (the seed's
 # pass-through resources); any other resource goes in a ``resources`` sub-table (Grid Engine ``-l``).
-PASS_THROUGH = {"slurm": {"gres", "features", "licenses", "reservation", "nodes", "excludes"},
-                "sge": {"hard", "soft"}, "local": set()}
+PASS_THROUGH = {
+    "slurm": {"gres", "features", "licenses", "reservation", "nodes", "excludes"},
+    "sge": {"hard", "soft"},
+    "local": set(),
+}
 
 
 def split_batch_options(queue: Queue) -> tuple[dict[str, object], dict[str, str]]:
@@ -66,11 +69,33 @@ def split_batch_options(queue: Queue) -> tuple[dict[str, object], dict[str, str]
 
 def default_pilot_command(queue: Queue, shape: Shape, wall: int, settings: Settings) -> list[str]:
     """How a pilot is started: this Python, the ``pilotfish pilot`` command, the shape and wall it holds."""
-    return [sys.executable, "-m", "matcher.cli", "pilot", "--queue", queue.id, "--vo", settings.vo,
-            "--prefix", settings.prefix, "--cores", str(shape.cpu), "--mem", str(shape.mem), "--tmp", str(shape.tmp),
-            "--wall", str(wall), "--lease", str(settings.lease_seconds),
-            "--idle-timeout", str(settings.pilot_idle_timeout), "--stop-margin", str(settings.pilot_stop_margin),
-            "--events" if settings.pilot_events else "--no-events"]
+    return [
+        sys.executable,
+        "-m",
+        "matcher.cli",
+        "pilot",
+        "--queue",
+        queue.id,
+        "--vo",
+        settings.vo,
+        "--prefix",
+        settings.prefix,
+        "--cores",
+        str(shape.cpu),
+        "--mem",
+        str(shape.mem),
+        "--tmp",
+        str(shape.tmp),
+        "--wall",
+        str(wall),
+        "--lease",
+        str(settings.lease_seconds),
+        "--idle-timeout",
+        str(settings.pilot_idle_timeout),
+        "--stop-margin",
+        str(settings.pilot_stop_margin),
+        "--events" if settings.pilot_events else "--no-events",
+    ]
 
 
 @dataclass
@@ -94,17 +119,32 @@ class CycleReport:
     skipped: bool = False
 
     def summary(self) -> dict[str, Any]:
-        return {"skipped": self.skipped, "queues": {q: {"demand": r.demand, "submitted": len(r.submitted),
-                                                         "cancelled": len(r.cancelled), "released": len(r.released),
-                                                         "errors": r.errors}
-                                                     for q, r in self.queues.items()}}
+        return {
+            "skipped": self.skipped,
+            "queues": {
+                q: {
+                    "demand": r.demand,
+                    "submitted": len(r.submitted),
+                    "cancelled": len(r.cancelled),
+                    "released": len(r.released),
+                    "errors": r.errors,
+                }
+                for q, r in self.queues.items()
+            },
+        }
 
 
 class Director:
     """One director process: its backends live as long as it does."""
 
-    def __init__(self, ctx: Context, *, pilot_command: PilotCommand = default_pilot_command,
-                 env: dict[str, str] | None = None, log_dir: str | None = None) -> None:
+    def __init__(
+        self,
+        ctx: Context,
+        *,
+        pilot_command: PilotCommand = default_pilot_command,
+        env: dict[str, str] | None = None,
+        log_dir: str | None = None,
+    ) -> None:
         self.ctx = ctx
         self.registry = Registry(ctx.client, ctx.keys)  # the pilots submitted, for a later director to adopt
         self.pilot_command = pilot_command
@@ -147,16 +187,18 @@ class Director:
             options.setdefault("log_dir", self.log_dir)
         return options
 
-    def backend(self, queue: Queue, *, where: str | None = None,
-                conversions: list[Conversion] | None = None) -> Backend:
+    def backend(
+        self, queue: Queue, *, where: str | None = None, conversions: list[Conversion] | None = None
+    ) -> Backend:
         backend = self._backends.get(queue.id)
         if backend is None:
             options = self._options(queue)
             key = self._settings_key(queue, options)
             backend = self._shared.get(key)
             if backend is None:
-                backend = self._shared[key] = make_backend(queue.batch, options, where=where or queue.id,
-                                                           conversions=conversions)
+                backend = self._shared[key] = make_backend(
+                    queue.batch, options, where=where or queue.id, conversions=conversions
+                )
             self._backends[queue.id] = backend
         return backend
 
@@ -230,14 +272,18 @@ class Director:
             room.idle.update(qr.room.idle)
             room.serving |= qr.room.serving
             room.waiting += qr.room.waiting
-        live = {name for name, r in self.ctx.store.pilot_records(3 * self.ctx.settings.lease_seconds).items()
-                if not r.get("stopped")}
+        live = {
+            name
+            for name, r in self.ctx.store.pilot_records(3 * self.ctx.settings.lease_seconds).items()
+            if not r.get("stopped")
+        }
         asked = set(release_idle(self.ctx.client, self.ctx.keys, rooms.values(), live))
         for qr in report.queues.values():
             qr.released = sorted(asked & set(qr.room.idle))
 
-    def _queue_cycle(self, queue: Queue, heads: list[tuple[str, str, int, int, int, float, float]],
-                     claimed: set[str]) -> QueueReport:
+    def _queue_cycle(
+        self, queue: Queue, heads: list[tuple[str, str, int, int, int, float, float]], claimed: set[str]
+    ) -> QueueReport:
         """Plan and provision one queue, one group of demand per backend option string.
 
         Jobs with a ``BackendOptions`` string (open-lmake's ``-b``) need pilots submitted with it, and a
@@ -268,15 +314,23 @@ class Director:
             return out
         now = time.time()
         shapes = [s for s in queue.shapes if self._refused.get((queue.id, s.name), 0.0) <= now] or queue.shapes
-        order = sorted(set(groups) | set(existing),
-                       key=lambda o: (not groups.get(o), min((d.start_by for d in groups.get(o, [])), default=0.0), o))
+        order = sorted(
+            set(groups) | set(existing),
+            key=lambda o: (not groups.get(o), min((d.start_by for d in groups.get(o, [])), default=0.0), o),
+        )
         pilots = sum(len(p) for p in existing.values())
         for options in order:
             mine = existing.get(options, [])
             room = None if queue.max_running is None else max(0, queue.max_running - (pilots - len(mine)))
-            result = plan(groups.get(options, []), shapes, mine, n_max_queued=queue.n_max_queued,
-                          max_running=room, wall_granularity=queue.wall_granularity,
-                          headroom=queue.wall_granularity + self._margin)
+            result = plan(
+                groups.get(options, []),
+                shapes,
+                mine,
+                n_max_queued=queue.n_max_queued,
+                max_running=room,
+                wall_granularity=queue.wall_granularity,
+                headroom=queue.wall_granularity + self._margin,
+            )
             submitted = self._provision(queue, backend, options, result, claimed, out)
             pilots += submitted - len(result.cancel)
             out.room.waiting += submitted + sum(1 for p in mine if p.queued and p.id not in result.cancel)
@@ -290,8 +344,9 @@ class Director:
                     out.room.idle[name] = queue.id
         return out
 
-    def _provision(self, queue: Queue, backend: Backend, options: str, result: Plan, claimed: set[str],
-                   out: QueueReport) -> int:
+    def _provision(
+        self, queue: Queue, backend: Backend, options: str, result: Plan, claimed: set[str], out: QueueReport
+    ) -> int:
         """Submit a plan's new pilots (with ``options``) and cancel its idle queued ones; the pilots submitted."""
         claimed.update(result.placed)
         out.unplaceable.update(result.unplaceable)
@@ -302,25 +357,47 @@ class Director:
             # One granularity step of headroom: a pilot asking for exactly its longest job's wall has a little
             # less than that once it runs, and would never take that job; and the stop margin the pilot keeps.
             planned.wall = min(planned.shape.wall, planned.wall + queue.wall_granularity + self._margin)
-            request = PilotRequest(name=f"{queue.name}-{planned.shape.name}",
-                                   command=self.pilot_command(queue, planned.shape, planned.wall, self.ctx.settings),
-                                   shape=planned.shape, wall=planned.wall, env=self._pilot_env(),
-                                   start_by=planned.start_by, options=options, log_dir=self.log_dir,
-                                   resources=split_batch_options(queue)[1])
+            request = PilotRequest(
+                name=f"{queue.name}-{planned.shape.name}",
+                command=self.pilot_command(queue, planned.shape, planned.wall, self.ctx.settings),
+                shape=planned.shape,
+                wall=planned.wall,
+                env=self._pilot_env(),
+                start_by=planned.start_by,
+                options=options,
+                log_dir=self.log_dir,
+                resources=split_batch_options(queue)[1],
+            )
             try:
                 batch_id = backend.submit(request)
             except BackendError as exc:
                 out.errors.append(str(exc))
                 stats.add(self.ctx.client, self.ctx.keys, stats.ERRORS + backend.kind)
                 self._refused[(queue.id, planned.shape.name)] = time.time() + self.refusal_pause
-                log.warning("queue %s: shape %s refused by the batch system; planning without it for %.0f s: %s",
-                            queue.id, planned.shape.name, self.refusal_pause, exc)
+                log.warning(
+                    "queue %s: shape %s refused by the batch system; planning without it for %.0f s: %s",
+                    queue.id,
+                    planned.shape.name,
+                    self.refusal_pause,
+                    exc,
+                )
                 break
             claimed.update(j.job for j in planned.jobs)
-            self._record(queue, backend, batch_id, {"shape": planned.shape.name, "state": PilotState.QUEUED,
-                                                    "submitted": time.time(), "start_by": planned.start_by,
-                                                    "wall": planned.wall, "jobs": len(planned.jobs),
-                                                    "options": options, **backend.identify(batch_id)})
+            self._record(
+                queue,
+                backend,
+                batch_id,
+                {
+                    "shape": planned.shape.name,
+                    "state": PilotState.QUEUED,
+                    "submitted": time.time(),
+                    "start_by": planned.start_by,
+                    "wall": planned.wall,
+                    "jobs": len(planned.jobs),
+                    "options": options,
+                    **backend.identify(batch_id),
+                },
+            )
             out.submitted.append(batch_id)
             stats.add(self.ctx.client, self.ctx.keys, stats.SUBMITTED + backend.kind)
             submitted += 1
@@ -333,9 +410,13 @@ class Director:
     def _pilot_env(self) -> dict[str, str]:
         s = self.ctx.settings
         # The pilots' own credentials (taskqueues.store.access), never the control plane's.
-        env = {"PILOTFISH_REDIS_URL": self.ctx.pilot_redis_url, "PILOTFISH_VO": s.vo, "PILOTFISH_PREFIX": s.prefix,
-               "PILOTFISH_LEASE_SECONDS": str(s.lease_seconds),
-               "PILOTFISH_PILOT_IDLE_TIMEOUT": str(s.pilot_idle_timeout)}
+        env = {
+            "PILOTFISH_REDIS_URL": self.ctx.pilot_redis_url,
+            "PILOTFISH_VO": s.vo,
+            "PILOTFISH_PREFIX": s.prefix,
+            "PILOTFISH_LEASE_SECONDS": str(s.lease_seconds),
+            "PILOTFISH_PILOT_IDLE_TIMEOUT": str(s.pilot_idle_timeout),
+        }
         if s.catalog:
             env["PILOTFISH_CATALOG"] = s.catalog
         if s.log_format != "text":
@@ -379,14 +460,24 @@ class Director:
             status: PilotStatus | None = states.get(batch_id)
             shape = shapes.get(record.get("shape", ""))
             beat = live.get(batch_id)
-            if status is not None and status.state is PilotState.UNKNOWN and beat is None \
-                    and now - float(record.get("submitted", 0)) > retire_after:
+            if (
+                status is not None
+                and status.state is PilotState.UNKNOWN
+                and beat is None
+                and now - float(record.get("submitted", 0)) > retire_after
+            ):
                 # No backend answers for it and it has not beaten for a while: a pilot whose director died
                 # with the only knowledge of it. Its jobs come back through lease expiry as usual.
-                log.warning("queue %s: pilot %s retired: no batch system answers for it (%s) and no heartbeat "
-                            "for %.0f s", queue.id, batch_id, status.detail, retire_after)
-                status = PilotStatus(PilotState.LOST, f"retired: {status.detail}; no heartbeat for "
-                                     f"{retire_after:.0f} s")
+                log.warning(
+                    "queue %s: pilot %s retired: no batch system answers for it (%s) and no heartbeat for %.0f s",
+                    queue.id,
+                    batch_id,
+                    status.detail,
+                    retire_after,
+                )
+                status = PilotStatus(
+                    PilotState.LOST, f"retired: {status.detail}; no heartbeat for {retire_after:.0f} s"
+                )
             if status is None or shape is None or status.state.final:
                 out.ended[batch_id] = f"{status.state} {status.detail}".strip() if status else "unknown"
                 self.registry.forget(queue.id, backend.kind, [batch_id])
@@ -396,8 +487,13 @@ class Director:
                 if "pid" in facts:
                     self._record(queue, backend, batch_id, {**record, **facts})
             beat = live.get(batch_id)
-            if status.state is PilotState.RUNNING and beat is not None and not beat.get("stopped") \
-                    and not beat.get("draining") and beat.get("name"):
+            if (
+                status.state is PilotState.RUNNING
+                and beat is not None
+                and not beat.get("stopped")
+                and not beat.get("draining")
+                and beat.get("name")
+            ):
                 out.names[batch_id] = str(beat["name"])
             if status.state is PilotState.RUNNING and beat is not None:
                 # What it has free, from its last heartbeat.
@@ -407,11 +503,13 @@ class Director:
                 pilot = ExistingPilot(batch_id, shape, False, cpu, mem, tmp, left)
             elif status.state is PilotState.RUNNING:
                 # Started, no heartbeat yet: it is about to take what fits its whole shape.
-                pilot = ExistingPilot(batch_id, shape, False, shape.cpu, shape.mem, shape.tmp,
-                                      float(record["wall"]) - self._margin)
+                pilot = ExistingPilot(
+                    batch_id, shape, False, shape.cpu, shape.mem, shape.tmp, float(record["wall"]) - self._margin
+                )
             else:
-                pilot = ExistingPilot(batch_id, shape, True, shape.cpu, shape.mem, shape.tmp,
-                                      float(record["wall"]) - self._margin)
+                pilot = ExistingPilot(
+                    batch_id, shape, True, shape.cpu, shape.mem, shape.tmp, float(record["wall"]) - self._margin
+                )
             existing.setdefault(str(record.get("options", "")), []).append(pilot)
         return existing
 
@@ -441,8 +539,15 @@ def run_forever(director: Director, interval: float, stop: threading.Event | Non
             outage.ok()
             for queue, qr in report.queues.items():
                 if qr.submitted or qr.cancelled or qr.released or qr.errors:
-                    log.info("queue %s: demand %d, submitted %d, cancelled %d, released %d, errors %s", queue,
-                             qr.demand, len(qr.submitted), len(qr.cancelled), len(qr.released), qr.errors)
+                    log.info(
+                        "queue %s: demand %d, submitted %d, cancelled %d, released %d, errors %s",
+                        queue,
+                        qr.demand,
+                        len(qr.submitted),
+                        len(qr.cancelled),
+                        len(qr.released),
+                        qr.errors,
+                    )
         except StoreUnavailable as exc:
             delay = outage.failed(exc)
         except PilotfishError as exc:

@@ -34,7 +34,8 @@ def _jobstatus_view(directory: str, features: Features, now: float, lock_timeout
         view["note"] = f"{directory} has no used_CPU: nothing published yet"
         return view
     expected, enforced = formulas.remaining_times(
-        last_exp_job_end=status.last_exp_job_end, last_max_job_end=status.last_max_job_end, now=now)
+        last_exp_job_end=status.last_exp_job_end, last_max_job_end=status.last_max_job_end, now=now
+    )
     allocated = features.job.allocated_CPU
     view["values"] = {
         "used_CPU": status.used_CPU,
@@ -48,35 +49,51 @@ def _jobstatus_view(directory: str, features: Features, now: float, lock_timeout
         "priority_factor": status.priority_factor,
     }
     view["remaining_time"] = {"expected": expected, "enforced": enforced}
-    view["draining_waste"] = None if allocated is None else formulas.draining_waste(
-        allocated_CPU=allocated, used_CPU=status.used_CPU, first_exp_job_end=status.first_exp_job_end,
-        add_final_exp_waste=status.add_final_exp_waste, now=now)
+    view["draining_waste"] = (
+        None
+        if allocated is None
+        else formulas.draining_waste(
+            allocated_CPU=allocated,
+            used_CPU=status.used_CPU,
+            first_exp_job_end=status.first_exp_job_end,
+            add_final_exp_waste=status.add_final_exp_waste,
+            now=now,
+        )
+    )
     view["kill_waste"] = formulas.kill_waste(
-        add_uncom_time=status.add_uncom_time, used_CPU=status.used_CPU,
-        last_job_start=status.last_job_start, now=now)
+        add_uncom_time=status.add_uncom_time, used_CPU=status.used_CPU, last_job_start=status.last_job_start, now=now
+    )
     return view
 
 
 #: The spec's waste formulas (use cases 9-11), with the names of the values they need.
 FORMULAS = {
-    "remaining_time": ("last_exp_job_end - now (expected), last_max_job_end - now (enforced)",
-                       ("last_exp_job_end", "last_max_job_end", "now")),
-    "draining_waste": ("(allocated_CPU - used_CPU) * (first_exp_job_end - now) + add_final_exp_waste",
-                       ("allocated_CPU", "used_CPU", "first_exp_job_end", "add_final_exp_waste", "now")),
-    "kill_waste": ("add_uncom_time + used_CPU * (now - last_job_start)",
-                   ("add_uncom_time", "used_CPU", "last_job_start", "now")),
+    "remaining_time": (
+        "last_exp_job_end - now (expected), last_max_job_end - now (enforced)",
+        ("last_exp_job_end", "last_max_job_end", "now"),
+    ),
+    "draining_waste": (
+        "(allocated_CPU - used_CPU) * (first_exp_job_end - now) + add_final_exp_waste",
+        ("allocated_CPU", "used_CPU", "first_exp_job_end", "add_final_exp_waste", "now"),
+    ),
+    "kill_waste": (
+        "add_uncom_time + used_CPU * (now - last_job_start)",
+        ("add_uncom_time", "used_CPU", "last_job_start", "now"),
+    ),
 }
 
 
 def formulas_view(features: Features, values: dict[str, Any] | None, now: float) -> dict[str, Any]:
     """Each waste formula with the values known for it (None: unknown, as nothing is published)."""
     known: dict[str, Any] = {"now": now, "allocated_CPU": features.job.allocated_CPU, **(values or {})}
-    return {name: {"formula": text, "values": {v: known.get(v) for v in needs}}
-            for name, (text, needs) in FORMULAS.items()}
+    return {
+        name: {"formula": text, "values": {v: known.get(v) for v in needs}} for name, (text, needs) in FORMULAS.items()
+    }
 
 
-def collect(*, workdir: str, stop_margin: float, jobstatus: str | None, lock_timeout: float,
-            now: float | None = None) -> dict[str, Any]:
+def collect(
+    *, workdir: str, stop_margin: float, jobstatus: str | None, lock_timeout: float, now: float | None = None
+) -> dict[str, Any]:
     """Everything ``pilotfish mjf`` shows, as one JSON-ready dictionary."""
     now = time.time() if now is None else now
     features = FeatureReader.from_environment(workdir=workdir).load()
@@ -93,8 +110,7 @@ def collect(*, workdir: str, stop_margin: float, jobstatus: str | None, lock_tim
     elif os.path.isdir(jobstatus):
         report["jobstatus"] = _jobstatus_view(jobstatus, features, now, lock_timeout)
     else:
-        report["jobstatus"] = {"directory": jobstatus, "values": None,
-                               "error": f"{jobstatus} is not a directory"}
+        report["jobstatus"] = {"directory": jobstatus, "values": None, "error": f"{jobstatus} is not a directory"}
     values = report["jobstatus"]["values"] if report["jobstatus"] else None
     report["formulas"] = formulas_view(features, values, now)
     return report
@@ -146,11 +162,14 @@ def render(report: dict[str, Any]) -> str:
         for key, value in status["values"].items():
             lines.append(f"  {key:<22} {value}")
         remaining = status["remaining_time"]
-        lines.append(f"  {'remaining_time':<22} expected {remaining['expected']:.0f} s, "
-                     f"enforced {remaining['enforced']:.0f} s")
+        lines.append(
+            f"  {'remaining_time':<22} expected {remaining['expected']:.0f} s, enforced {remaining['enforced']:.0f} s"
+        )
         draining = status["draining_waste"]
-        lines.append(f"  {'draining_waste':<22} "
-                     + ("unknown (no allocated_CPU)" if draining is None else f"{draining:.0f} CPU s"))
+        lines.append(
+            f"  {'draining_waste':<22} "
+            + ("unknown (no allocated_CPU)" if draining is None else f"{draining:.0f} CPU s")
+        )
         lines.append(f"  {'kill_waste':<22} {status['kill_waste']:.0f} CPU s")
     if features["warnings"]:
         lines.append("warnings:")
@@ -160,14 +179,34 @@ def render(report: dict[str, Any]) -> str:
 
 @click.command("mjf")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
-@click.option("--workdir", default=".", show_default=True, type=click.Path(file_okay=False),
-              help="Work directory whose disk the host fallback measures.")
-@click.option("--stop-margin", default=0.0, show_default=True, type=click.FloatRange(min=0),
-              help="Seconds the pilot keeps for itself before its end.")
-@click.option("--jobstatus", envvar="JOBSTATUS", default=None, type=click.Path(file_okay=False),
-              help="$JOBSTATUS directory to read (default: $JOBSTATUS).")
-@click.option("--lock-timeout", default=10.0, show_default=True, type=click.FloatRange(min=0),
-              help="Seconds to wait for the used_CPU lock.")
+@click.option(
+    "--workdir",
+    default=".",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Work directory whose disk the host fallback measures.",
+)
+@click.option(
+    "--stop-margin",
+    default=0.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Seconds the pilot keeps for itself before its end.",
+)
+@click.option(
+    "--jobstatus",
+    envvar="JOBSTATUS",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="$JOBSTATUS directory to read (default: $JOBSTATUS).",
+)
+@click.option(
+    "--lock-timeout",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Seconds to wait for the used_CPU lock.",
+)
 def mjf(as_json: bool, workdir: str, stop_margin: float, jobstatus: str | None, lock_timeout: float) -> None:
     """Show the Machine/Job Features this pilot sees, where each value comes from, and its $JOBSTATUS."""
     report = collect(workdir=workdir, stop_margin=stop_margin, jobstatus=jobstatus, lock_timeout=lock_timeout)

@@ -305,13 +305,18 @@ def from_sge(env: Mapping[str, str], run: Runner = run_command) -> Derived:
     if slots is not None and slots > 0:
         derived.put("allocated_CPU", slots, "sge")
 
-    for label, resources in (("sge:qstat", _qstat(job_id, run)),
-                             ("sge", _read_spool_config(env.get("SGE_JOB_SPOOL_DIR", "")))):
+    for label, resources in (
+        ("sge:qstat", _qstat(job_id, run)),
+        ("sge", _read_spool_config(env.get("SGE_JOB_SPOOL_DIR", ""))),
+    ):
         if not resources:
             continue
         try:
-            limits = [t for t in (parse_sge_time(resources.get("h_rt", "")),
-                                  parse_sge_time(resources.get("s_rt", ""))) if t is not None]
+            limits = [
+                t
+                for t in (parse_sge_time(resources.get("h_rt", "")), parse_sge_time(resources.get("s_rt", "")))
+                if t is not None
+            ]
             per_slot = parse_sge_memory(resources.get("h_vmem", ""))
         except ValueError as exc:
             derived.warnings.append(f"{label}: cannot read the limits of job {job_id}: {exc}")
@@ -331,6 +336,7 @@ def _qstat(job_id: str, run: Runner) -> dict[str, str]:
 
 
 # ------------------------------------------------------------------------------------------------ host
+
 
 def _cgroup_memory_limit() -> int | None:
     """The cgroup v2 memory limit of this process in bytes, None when unlimited or not visible."""

@@ -188,6 +188,7 @@ class Features:
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready view: ``{"machine": {key: {"value", "source"}}, "job": {...}, ...}``."""
+
         def section(values: dict[str, Value | None]) -> dict[str, dict[str, Value | str | None]]:
             return {key: {"value": value, "source": self.sources.get(key)} for key, value in values.items()}
 

@@ -110,8 +110,10 @@ class JobStatus:
 
     def files(self) -> dict[str, str]:
         """File name -> content, as the spec writes them (integers, "True"/"False")."""
-        return {key: (str(value) if not isinstance(value, bool) else ("True" if value else "False")) + "\n"
-                for key, value in asdict(self).items()}
+        return {
+            key: (str(value) if not isinstance(value, bool) else ("True" if value else "False")) + "\n"
+            for key, value in asdict(self).items()
+        }
 
 
 def compute_status(
@@ -132,13 +134,23 @@ def compute_status(
         raise JobStatusError("$JOBSTATUS: a running payload holds no cores")
     latest = max([last_job_start, *(p.start for p in payloads)])
     if not payloads:
-        return JobStatus(used, math.floor(latest), math.floor(now), math.floor(now), math.floor(now), 0, 0,
-                         can_postpone_last_job, priority_factor)
+        return JobStatus(
+            used,
+            math.floor(latest),
+            math.floor(now),
+            math.floor(now),
+            math.floor(now),
+            0,
+            0,
+            can_postpone_last_job,
+            priority_factor,
+        )
     ends = [min(max(p.expected_end, now), max(p.max_end, now)) for p in payloads]
     first, last = min(ends), max(ends)
     uncommitted = sum(p.cores * (latest - p.start) for p in payloads)
     final_waste = (allocated_CPU - used) * (last - first) + sum(
-        p.cores * (last - end) for p, end in zip(payloads, ends, strict=True))
+        p.cores * (last - end) for p, end in zip(payloads, ends, strict=True)
+    )
     return JobStatus(
         used_CPU=used,
         last_job_start=math.floor(latest),
@@ -165,14 +177,14 @@ def _flock(fd: int, operation: int, timeout: float | None, where: Path) -> None:
             if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
                 raise
         if time.monotonic() >= deadline:
-            raise JobStatusLockTimeout(
-                f"$JOBSTATUS: {where} stayed locked by another process for {timeout:g} s")
+            raise JobStatusLockTimeout(f"$JOBSTATUS: {where} stayed locked by another process for {timeout:g} s")
         time.sleep(0.01)
 
 
 @contextmanager
-def locked(directory: str | os.PathLike[str], *, exclusive: bool, timeout: float | None = None,
-           create: bool = False) -> Iterator[int]:
+def locked(
+    directory: str | os.PathLike[str], *, exclusive: bool, timeout: float | None = None, create: bool = False
+) -> Iterator[int]:
     """Hold the ``used_CPU`` lock of ``directory``; yields the open descriptor of ``used_CPU``.
 
     ``create`` makes the lock file if missing (writers); a reader of a directory without ``used_CPU``
@@ -200,8 +212,7 @@ def _write_atomically(directory: Path, name: str, content: str) -> None:
         raise
 
 
-def write_jobstatus(directory: str | os.PathLike[str], status: JobStatus, *,
-                    timeout: float | None = None) -> None:
+def write_jobstatus(directory: str | os.PathLike[str], status: JobStatus, *, timeout: float | None = None) -> None:
     """Write every file of ``status`` into ``directory`` under the exclusive ``used_CPU`` lock."""
     where = Path(directory)
     files = status.files()
@@ -276,8 +287,7 @@ class JobStatusWriter:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise JobStatusError(
-                f"$JOBSTATUS: cannot create {self.directory}: {exc.strerror or exc}") from None
+            raise JobStatusError(f"$JOBSTATUS: cannot create {self.directory}: {exc.strerror or exc}") from None
         self.allocated_CPU = allocated_CPU
         self.last_job_start = pilot_start
         self.priority_factor = priority_factor

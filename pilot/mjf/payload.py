@@ -74,6 +74,7 @@ def _whole(seconds: float | None) -> int | None:
 
 def _remove_tree(path: str | os.PathLike[str]) -> None:
     """Remove ``path`` (a file or a whole tree), also when a payload left read-only directories in it."""
+
     def retry_writable(func: Callable[..., Any], name: str, _exc: object) -> None:
         parent = os.path.dirname(name)
         os.chmod(parent, os.stat(parent).st_mode | stat.S_IRWXU)
@@ -126,8 +127,9 @@ class PayloadSandbox:
         self._dir_identity = _identity(self.jobfeatures)
         self._jobfeatures_prefix = os.path.join(self.jobfeatures, "")  # plain strings: pathlib costs here
 
-    def assign(self, *, cores: int, mem_MB: int | None, wall_norm: float | None, disk_GB: float | None,
-               start: float) -> None:
+    def assign(
+        self, *, cores: int, mem_MB: int | None, wall_norm: float | None, disk_GB: float | None, start: float
+    ) -> None:
         """Give the slot to a payload of this size that starts at ``start`` (its $JOBFEATURES follows);
         ``wall_norm`` is its own run-time limit in normalised seconds (the job's ``wall`` requirement)."""
         self.cores, self.mem_MB, self.wall_norm, self.disk_GB, self.start = cores, mem_MB, wall_norm, disk_GB, start
@@ -239,16 +241,16 @@ class PayloadSandbox:
     def __enter__(self) -> PayloadSandbox:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.cleanup()
 
 
 class PayloadArea:
     """The pilot's directory of payload sandboxes and, when needed, its local $MACHINEFEATURES copy."""
 
-    def __init__(self, workdir: str | os.PathLike[str], features: Features, *,
-                 stop_margin: float = 0.0) -> None:
+    def __init__(self, workdir: str | os.PathLike[str], features: Features, *, stop_margin: float = 0.0) -> None:
         self.workdir = Path(workdir).absolute()  # payloads get these paths and run elsewhere
         self.stop_margin = stop_margin
         self.features = features
@@ -286,8 +288,16 @@ class PayloadArea:
         for sandbox in list(self._live):
             sandbox.write_jobfeatures(features)
 
-    def payload(self, payload_id: str, *, cores: int, mem_MB: int | None = None, wall_norm: float | None = None,
-                disk_GB: float | None = None, start: float | None = None) -> PayloadSandbox:
+    def payload(
+        self,
+        payload_id: str,
+        *,
+        cores: int,
+        mem_MB: int | None = None,
+        wall_norm: float | None = None,
+        disk_GB: float | None = None,
+        start: float | None = None,
+    ) -> PayloadSandbox:
         """A slot for one payload: its $JOBFEATURES written, its $TMPDIR and work directory empty (a context
         manager that gives the slot back). ``wall_norm``: its own run-time limit, normalised seconds."""
         if cores <= 0:
@@ -307,8 +317,9 @@ class PayloadArea:
         except OSError as exc:
             if sandbox is not None:
                 self._discard(sandbox)
-            raise PayloadAreaError(f"payload {payload_id!r}: cannot create its directories under "
-                                   f"{self.workdir}: {exc.strerror or exc}") from None
+            raise PayloadAreaError(
+                f"payload {payload_id!r}: cannot create its directories under {self.workdir}: {exc.strerror or exc}"
+            ) from None
         self._live.append(sandbox)
         return sandbox
 

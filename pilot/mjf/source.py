@@ -123,8 +123,7 @@ class HttpSource:
     ``requests`` counts the HTTP requests actually sent (cache hits send none), for the operator and tests.
     """
 
-    def __init__(self, base_url: str, *, timeout: float = 5.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, base_url: str, *, timeout: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.base_url = base_url.rstrip("/")
         self.location = self.base_url
         self.timeout = timeout
@@ -236,11 +235,9 @@ class FeatureReader:
     def from_environment(cls, env: Mapping[str, str] | None = None, **kwargs: object) -> FeatureReader:
         """A reader of ``$MACHINEFEATURES`` and ``$JOBFEATURES`` from ``env`` (default: this process's)."""
         env = dict(os.environ if env is None else env)
-        return cls(env.get("MACHINEFEATURES") or None, env.get("JOBFEATURES") or None,
-                   env=env, **kwargs)  # type: ignore[arg-type]
+        return cls(env.get("MACHINEFEATURES") or None, env.get("JOBFEATURES") or None, env=env, **kwargs)  # type: ignore[arg-type]
 
-    def _open(self, location: str | None, variable: str,
-              timeout: float) -> DirectorySource | HttpSource | None:
+    def _open(self, location: str | None, variable: str, timeout: float) -> DirectorySource | HttpSource | None:
         if location is None:
             return None
         try:
@@ -250,15 +247,15 @@ class FeatureReader:
             return None
         if isinstance(source, DirectorySource) and not source.path.is_dir():
             self._location_warnings.append(
-                f"${variable}: directory {location!r} does not exist; no values read from it")
+                f"${variable}: directory {location!r} does not exist; no values read from it"
+            )
         return source
 
     def _warn(self, message: str) -> None:
         log.warning("MJF: %s", message)
         self._warnings.append(message)
 
-    def _read_keys(self, source: DirectorySource | HttpSource | None, prefix: str,
-                   keys: Iterable[str]) -> None:
+    def _read_keys(self, source: DirectorySource | HttpSource | None, prefix: str, keys: Iterable[str]) -> None:
         if source is None:
             return
         label = f"{prefix}:{source.location}"

@@ -41,9 +41,7 @@ class Catalog:
         except OSError as exc:
             raise ConfigError(f"{path}: cannot read the catalog: {exc.strerror or exc}") from None
         except UnicodeDecodeError as exc:
-            raise ConfigError(
-                f"{path}: the catalog is not UTF-8 text ({exc.reason} at byte {exc.start})"
-            ) from None
+            raise ConfigError(f"{path}: the catalog is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
         return cls.loads(text, source=str(path))
 
     @classmethod
@@ -65,10 +63,7 @@ class Catalog:
         """Every queue as ``vo`` sees it, in file order (:mod:`~taskqueues.catalog.inheritance`)."""
         if vo not in self._by_vo:
             self._by_vo[vo] = [
-                resolve(site, ce, queue, vo)
-                for site in self._sites
-                for ce in site.children
-                for queue in ce.children
+                resolve(site, ce, queue, vo) for site in self._sites for ce in site.children for queue in ce.children
             ]
         return list(self._by_vo[vo])
 

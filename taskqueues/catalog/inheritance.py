@@ -19,9 +19,7 @@ __all__ = ["resolve", "walk"]
 
 def resolve(site: Level, ce: Level, queue: Level, vo: str) -> Queue:
     """``queue`` (of ``ce``, of ``site``) as ``vo`` sees it: the most specific level that sets a value wins."""
-    layers = [
-        layer for level in (site, ce, queue) for layer in (level.own, level.per_vo.get(vo)) if layer
-    ]
+    layers = [layer for level in (site, ce, queue) for layer in (level.own, level.per_vo.get(vo)) if layer]
     params: dict[str, Value] = {}
     options: dict[str, object] = {}
     for layer in layers:
@@ -38,9 +36,7 @@ def resolve(site: Level, ce: Level, queue: Level, vo: str) -> Queue:
 
     shapes = nearest("shapes")
     assert isinstance(shapes, tuple), "the reader refuses queues without shapes"
-    n_max_queued, max_running, granularity = (
-        nearest(a) for a in ("n_max_queued", "max_running", "wall_granularity")
-    )
+    n_max_queued, max_running, granularity = (nearest(a) for a in ("n_max_queued", "max_running", "wall_granularity"))
     return Queue(
         id=f"{site.name}/{ce.name}/{queue.name}",
         site=site.name,

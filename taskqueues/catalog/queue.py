@@ -47,9 +47,7 @@ class Queue:
             return None
         wanted = {"cpu": req.cpu, "mem": req.mem, "tmp": req.tmp, "wall": req.wall or 0}
         units = {"cpu": "", "mem": " MB", "tmp": " MB", "wall": " s"}
-        asked = ", ".join(
-            f"{k}={v}{units[k]}" for k, v in wanted.items() if k != "wall" or req.wall is not None
-        )
+        asked = ", ".join(f"{k}={v}{units[k]}" for k, v in wanted.items() if k != "wall" or req.wall is not None)
         short = []
         for shape in self.shapes:
             lacks = [f"{k} {getattr(shape, k)}{units[k]}" for k, v in wanted.items() if getattr(shape, k) < v]

@@ -100,9 +100,7 @@ class Reader:
         own = self.settings(body, path, child_key, False)
         return Level(name, path, own, per_vo, children)
 
-    def settings(
-        self, body: Mapping[str, object], path: KeyPath, child_key: str | None, per_vo: bool
-    ) -> Settings:
+    def settings(self, body: Mapping[str, object], path: KeyPath, child_key: str | None, per_vo: bool) -> Settings:
         result = Settings()
         for key, value in body.items():
             at = (*path, key)
@@ -127,9 +125,7 @@ class Reader:
         if isinstance(value, Mapping):
             raise self.error(at, "unknown table: parameters are numbers, strings or lists of strings")
         if key in CONSUMABLES:
-            raise self.error(
-                at, f"{key!r} is a consumable: give it in the queue's shapes, not as a parameter"
-            )
+            raise self.error(at, f"{key!r} is a consumable: give it in the queue's shapes, not as a parameter")
         if key in _IMPLICIT:
             raise self.error(at, f"{key!r} is set from the table names and cannot be given")
         if key == BANNED_SITE:
@@ -174,9 +170,7 @@ class Reader:
 
     def shapes(self, value: object, at: KeyPath) -> tuple[Shape, ...]:
         if not isinstance(value, list) or not value:
-            raise self.error(
-                at, 'shapes must be a non-empty array of tables ([[...shapes]] or [{ name = "..." }])'
-            )
+            raise self.error(at, 'shapes must be a non-empty array of tables ([[...shapes]] or [{ name = "..." }])')
         shapes: list[Shape] = []
         seen: dict[str, int] = {}
         for index, item in enumerate(value):
@@ -195,9 +189,7 @@ class Reader:
             raise self.error(at, f"a shape must be a table, got {item!r}")
         for key in item:
             if key not in _SHAPE_KEYS:
-                raise self.error(
-                    (*at, key), f"unknown shape key {key!r}; a shape has {', '.join(_SHAPE_KEYS)}"
-                )
+                raise self.error((*at, key), f"unknown shape key {key!r}; a shape has {', '.join(_SHAPE_KEYS)}")
         for key in ("name", "cpu", "mem"):
             if key not in item:
                 raise self.error(at, f"a shape needs {key!r}")
@@ -207,9 +199,7 @@ class Reader:
         self.name(name, (*at, "name"), "shape")
         cpu = item["cpu"]
         if isinstance(cpu, bool) or not isinstance(cpu, int) or not 1 <= cpu <= MAX_CPU:
-            raise self.error(
-                (*at, "cpu"), f"cpu must be a whole number of cores in 1..{MAX_CPU}, got {cpu!r}"
-            )
+            raise self.error((*at, "cpu"), f"cpu must be a whole number of cores in 1..{MAX_CPU}, got {cpu!r}")
         try:
             mem = parse_size_mb(item["mem"], field=dotted((*at, "mem")), maximum=MAX_MEM_MB)
         except RequirementError as exc:

@@ -34,22 +34,80 @@ CONTROL_USER = "pf-control"
 
 #: Commands a pilot runs, directly or inside the store's scripts (taskqueues/store/lua), on its community's keys.
 PILOT_DATA_COMMANDS = (
-    "hget", "hset", "hsetnx", "hmget", "hdel", "zadd", "zrem", "zrange", "zrangebyscore", "zscore", "zcard",
-    "zcount", "smembers", "sadd", "incr", "incrby", "exists", "publish", "hincrby", "hincrbyfloat",
+    "hget",
+    "hset",
+    "hsetnx",
+    "hmget",
+    "hdel",
+    "zadd",
+    "zrem",
+    "zrange",
+    "zrangebyscore",
+    "zscore",
+    "zcard",
+    "zcount",
+    "smembers",
+    "sadd",
+    "incr",
+    "incrby",
+    "exists",
+    "publish",
+    "hincrby",
+    "hincrbyfloat",
 )
 #: The store's functions a pilot calls (taskqueues/store/lua/<name>.lua, function ``pf_<name>``).
 PILOT_FUNCTIONS = ("start", "complete", "fail", "heartbeat", "match", "ship_log")
 #: Commands of the connection; ``script|load`` lets kombu reload its scripts on the broker's keys (a script
 #: runs with the caller's rights, so loading one grants nothing more than these commands).
 PILOT_SESSION_COMMANDS = (
-    "ping", "hello", "auth", "select", "quit", "echo", "client|setname", "client|setinfo", "client|getname",
-    "client|id", "script|load", "script|exists", "multi", "exec", "discard", "time",
-    "subscribe", "unsubscribe", "psubscribe", "punsubscribe", *(f"fcall|pf_{f}" for f in PILOT_FUNCTIONS),
+    "ping",
+    "hello",
+    "auth",
+    "select",
+    "quit",
+    "echo",
+    "client|setname",
+    "client|setinfo",
+    "client|getname",
+    "client|id",
+    "script|load",
+    "script|exists",
+    "multi",
+    "exec",
+    "discard",
+    "time",
+    "subscribe",
+    "unsubscribe",
+    "psubscribe",
+    "punsubscribe",
+    *(f"fcall|pf_{f}" for f in PILOT_FUNCTIONS),
 )
 #: What Celery's events (kombu's Redis transport, fanout and direct exchanges) need of the broker.
-PILOT_BROKER_COMMANDS = ("evalsha", "eval", "lpush", "rpush", "brpop", "rpop", "lpop", "llen", "srem", "sismember",
-                         "smembers", "sadd", "zadd", "zrem", "zrangebyscore", "exists", "expire", "pexpire", "ttl",
-                         "pttl", "set", "get", "del")
+PILOT_BROKER_COMMANDS = (
+    "evalsha",
+    "eval",
+    "lpush",
+    "rpush",
+    "brpop",
+    "rpop",
+    "lpop",
+    "llen",
+    "srem",
+    "sismember",
+    "smembers",
+    "sadd",
+    "zadd",
+    "zrem",
+    "zrangebyscore",
+    "exists",
+    "expire",
+    "pexpire",
+    "ttl",
+    "pttl",
+    "set",
+    "get",
+    "del",
+)
 PILOT_COMMANDS = tuple(dict.fromkeys((*PILOT_SESSION_COMMANDS, *PILOT_DATA_COMMANDS)))
 
 
@@ -65,8 +123,18 @@ def pilot_rules(prefix: str, vo: str, db: int = 0) -> list[str]:
     the store's keys.
     """
     base = f"{prefix}:{{{vo}}}:"
-    return ["resetkeys", f"~{base}*", "resetchannels", f"&{base}wake", f"&{base}release", f"&{base}ctl:*",
-            f"&/{db}.celeryev/*", f"&/{db}.celery.pidbox", "-@all", *(f"+{c}" for c in PILOT_COMMANDS)]
+    return [
+        "resetkeys",
+        f"~{base}*",
+        "resetchannels",
+        f"&{base}wake",
+        f"&{base}release",
+        f"&{base}ctl:*",
+        f"&/{db}.celeryev/*",
+        f"&/{db}.celery.pidbox",
+        "-@all",
+        *(f"+{c}" for c in PILOT_COMMANDS),
+    ]
 
 
 #: Broker keys a pilot touches: kombu's exchange bindings, its own remote-control queue (``<name>.celery.pidbox``
@@ -111,8 +179,10 @@ def apply(client: redis.Redis, user: str, password: str, rules: Sequence[str], *
     """
     version = server_version(client)
     if version < MIN_VERSION:
-        raise ConfigError(f"Redis {version[0]}.{version[1]} cannot hold Pilotfish's ACL users: Redis >= 7.2 or "
-                          "Valkey is needed (ACL selectors)")
+        raise ConfigError(
+            f"Redis {version[0]}.{version[1]} cannot hold Pilotfish's ACL users: Redis >= 7.2 or "
+            "Valkey is needed (ACL selectors)"
+        )
     extra = [broker_selector()] if broker else []
     client.execute_command("ACL", "SETUSER", user, "reset", "on", f">{password}", *rules, *extra)  # type: ignore[no-untyped-call]
 
@@ -135,9 +205,17 @@ def with_credentials(url: str, user: str, password: str) -> str:
 
 
 #: Environment variables that carry credentials, whatever their value looks like.
-SECRET_VARIABLES = frozenset({"PILOTFISH_REDIS_URL", "PILOTFISH_PILOT_REDIS_URL", "PILOTFISH_BROKER_URL",
-                              "REDISCLI_AUTH", "FLOWER_BASIC_AUTH", "CELERY_BROKER_URL",
-                              "CELERY_RESULT_BACKEND"})
+SECRET_VARIABLES = frozenset(
+    {
+        "PILOTFISH_REDIS_URL",
+        "PILOTFISH_PILOT_REDIS_URL",
+        "PILOTFISH_BROKER_URL",
+        "REDISCLI_AUTH",
+        "FLOWER_BASIC_AUTH",
+        "CELERY_BROKER_URL",
+        "CELERY_RESULT_BACKEND",
+    }
+)
 _SECRET_NAME = re.compile(r"PASSWORD|PASSWD|SECRET|TOKEN|CREDENTIAL", re.IGNORECASE)
 _URL_WITH_PASSWORD = re.compile(r"[a-z][a-z0-9+.-]*://[^/@\s:]*:[^/@\s]+@", re.IGNORECASE)
 

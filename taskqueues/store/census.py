@@ -101,7 +101,7 @@ def _take(client: redis.Redis, keys: Keys, live_within: float, now: float) -> Ce
     heads: list[str] = []
     waiting = 0
     for i, tq in enumerate(tqs):
-        n, head, pool = replies[3 * i:3 * i + 3]
+        n, head, pool = replies[3 * i : 3 * i + 3]
         pools[tq] = sorted(text(q) for q in pool)
         if n:
             waiting += int(n)
@@ -139,9 +139,14 @@ def _take(client: redis.Redis, keys: Keys, live_within: float, now: float) -> Ce
         if held_by:
             census.by_queue[str(held_by), "running"] += 1
 
-    census.jobs = {"waiting": waiting + int(delayed), "blocked": max(0, int(census.counter(stats.BLOCKED))),
-                   "releasing": int(releasing), "matched": states["matched"], "running": states["running"],
-                   "parked": int(parked)}
+    census.jobs = {
+        "waiting": waiting + int(delayed),
+        "blocked": max(0, int(census.counter(stats.BLOCKED))),
+        "releasing": int(releasing),
+        "matched": states["matched"],
+        "running": states["running"],
+        "parked": int(parked),
+    }
     submitted = [float(rec["ts"]) for rec in _records(client, keys, heads) if "ts" in rec]
     census.oldest_waiting = max(0.0, now - min(submitted)) if submitted else None
     return census
@@ -151,7 +156,7 @@ def _records(client: redis.Redis, keys: Keys, ids: Iterable[str]) -> Iterable[di
     """The readable records of ``ids``, read a page at a time (one that cannot be read is skipped)."""
     wanted = list(ids)
     for start in range(0, len(wanted), PAGE):
-        for raw in client.hmget(keys.jobs, wanted[start:start + PAGE]):
+        for raw in client.hmget(keys.jobs, wanted[start : start + PAGE]):
             if raw is None:
                 continue
             try:

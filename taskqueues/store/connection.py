@@ -25,10 +25,22 @@ ClientError = redis.RedisError
 
 #: The errors that mean the connection broke or timed out (the store may be back later).
 CONNECTION_LOST: tuple[type[redis.ConnectionError], type[redis.TimeoutError]] = (
-    redis.ConnectionError, redis.TimeoutError)
+    redis.ConnectionError,
+    redis.TimeoutError,
+)
 
-__all__ = ["CONNECTION_LOST", "Client", "ClientError", "Connection", "Subscription", "broken", "connect",
-           "give_back", "own_connection", "ping"]
+__all__ = [
+    "CONNECTION_LOST",
+    "Client",
+    "ClientError",
+    "Connection",
+    "Subscription",
+    "broken",
+    "connect",
+    "give_back",
+    "own_connection",
+    "ping",
+]
 
 
 def connect(url: str, *, master: str | None = None) -> Client:
@@ -65,7 +77,8 @@ class Subscription:
 
     def __init__(self, client: Client, *, ignore_subscribe_messages: bool = False) -> None:
         self._pubsub: Any = client.pubsub(  # type: ignore[no-untyped-call]
-            ignore_subscribe_messages=ignore_subscribe_messages)
+            ignore_subscribe_messages=ignore_subscribe_messages
+        )
 
     def subscribe(self, channel: str) -> None:
         self._pubsub.subscribe(channel)

@@ -53,9 +53,17 @@ class Redoer(Protocol):
 class PendingExchange:
     """Reports and a match written to ``conn`` whose replies are still to be read."""
 
-    def __init__(self, store: Redoer, conn: Connection, pilot: str, starts: Sequence[tuple[str, int, float]],
-                 completions: Sequence[tuple[str, int, RunResult]], offer: PilotOffer | None, max_jobs: int,
-                 commands: Sequence[bytes]) -> None:
+    def __init__(
+        self,
+        store: Redoer,
+        conn: Connection,
+        pilot: str,
+        starts: Sequence[tuple[str, int, float]],
+        completions: Sequence[tuple[str, int, RunResult]],
+        offer: PilotOffer | None,
+        max_jobs: int,
+        commands: Sequence[bytes],
+    ) -> None:
         self.store = store
         self.conn = conn
         self.pilot = pilot
@@ -92,8 +100,9 @@ class PendingExchange:
         """Read every reply (waiting for them if needed) and settle what must be redone alone."""
         replies: list[Any] = []
         if self._count and self.conn._sock is None:  # closed meanwhile (an outage dropped every connection)
-            raise converted(redis.ConnectionError("connection closed before the replies were read"),
-                            self.store.where, _OPERATION)
+            raise converted(
+                redis.ConnectionError("connection closed before the replies were read"), self.store.where, _OPERATION
+            )
         try:
             for _ in range(self._count):
                 try:
@@ -122,7 +131,7 @@ class PendingExchange:
                     refused[job] = str(exc)
             elif _text(reply[0]) == "stale":
                 refused[job] = _text(reply[1])
-        done = replies[len(self.starts):]
+        done = replies[len(self.starts) :]
         for (job, attempt, result), reply in zip(self.completions, done, strict=False):
             if reply is None or _text(reply[0]) == "needkeys":
                 try:

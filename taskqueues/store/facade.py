@@ -86,8 +86,9 @@ class Store:
         self.clock = clock
         self.ete_safety_factor = ete_safety_factor
         if submit_replicas < 0 or not submit_timeout > 0:
-            raise ConfigError(f"submit_replicas must be >= 0 and submit_timeout > 0, got {submit_replicas!r} and "
-                              f"{submit_timeout!r}")
+            raise ConfigError(
+                f"submit_replicas must be >= 0 and submit_timeout > 0, got {submit_replicas!r} and {submit_timeout!r}"
+            )
         self.submit_replicas = submit_replicas
         self.submit_timeout = submit_timeout
         #: A reservation (match.lua) whose start passed by this many seconds holds its pilot's cores no more.
@@ -107,21 +108,33 @@ class Store:
 
     # -- plumbing ---------------------------------------------------------------------------------
 
-    def call_script(self, name: str, keys: Sequence[str], args: Sequence[Any], extra: Iterable[str] = (),
-                    client: redis.Redis | None = None) -> list[Any]:
+    def call_script(
+        self,
+        name: str,
+        keys: Sequence[str],
+        args: Sequence[Any],
+        extra: Iterable[str] = (),
+        client: redis.Redis | None = None,
+    ) -> list[Any]:
         """Run script ``name``; when it names keys it needed and was not given, declare them and rerun.
 
         The heads and qfloor hashes are declared for every script: each one that moves task-queue members
         keeps them exact (``_lib.lua``), and declaring them up front saves that round trip. So is the stats
         hash, which the scripts add their counters to (:mod:`taskqueues.store.stats`).
         """
-        declared = list(dict.fromkeys([*extra, self.keys.heads, self.keys.qfloor, self.keys.ended, self.keys.blocked,
-                                         self.keys.stats]))
+        declared = list(
+            dict.fromkeys(
+                [*extra, self.keys.heads, self.keys.qfloor, self.keys.ended, self.keys.blocked, self.keys.stats]
+            )
+        )
         for _ in range(_MAX_KEY_ROUNDS):
             with guard(self.where, f"running script {name}"):
                 call = self._scripts[name]
-                reply = (call(keys=[*keys, *declared], args=list(args)) if client is None
-                         else call(keys=[*keys, *declared], args=list(args), client=client))
+                reply = (
+                    call(keys=[*keys, *declared], args=list(args))
+                    if client is None
+                    else call(keys=[*keys, *declared], args=list(args), client=client)
+                )
             if reply and _text(reply[0]) == "needkeys":
                 declared.extend(_text(k) for k in reply[1:])
                 continue
@@ -183,9 +196,11 @@ class Store:
             single.close()
         ids = [_text(i) for i in reply[1:]]
         if acked < self.submit_replicas:
-            raise StoreUnavailable(f"jobs {ids[0]}..{ids[-1]} are stored on the primary at {self.where}, but only "
-                                   f"{acked} of {self.submit_replicas} replicas acknowledged them within "
-                                   f"{self.submit_timeout:g} s: a failover now could lose them")
+            raise StoreUnavailable(
+                f"jobs {ids[0]}..{ids[-1]} are stored on the primary at {self.where}, but only "
+                f"{acked} of {self.submit_replicas} replicas acknowledged them within "
+                f"{self.submit_timeout:g} s: a failover now could lose them"
+            )
         return ids
 
     # -- the hot path -----------------------------------------------------------------------------
@@ -195,17 +210,31 @@ class Store:
         call = self._match_calls.get(queue)
         if call is None:
             k = self.keys
-            call = PackedCall(self._line, self._scripts["match"],
-                              [k.jobs, k.qheads(queue), k.leases, k.tqempty, k.heads, k.qfloor, k.parked, k.stats,
-                               k.resv], n_args=11)
+            call = PackedCall(
+                self._line,
+                self._scripts["match"],
+                [k.jobs, k.qheads(queue), k.leases, k.tqempty, k.heads, k.qfloor, k.parked, k.stats, k.resv],
+                n_args=11,
+            )
             self._match_calls[queue] = call
         return call
 
     def match_args(self, offer: PilotOffer, max_jobs: int) -> list[Any]:
         """The ARGV of a match call for this pilot (match.lua's header)."""
         left = -1.0 if offer.time_left is None else max(0.0, offer.time_left)
-        return [self._base, offer.pilot, self.clock(), self.lease_seconds, offer.cpu, offer.mem, offer.tmp,
-                left, max_jobs, running_text(offer.running), self.reservation_slack]
+        return [
+            self._base,
+            offer.pilot,
+            self.clock(),
+            self.lease_seconds,
+            offer.cpu,
+            offer.mem,
+            offer.tmp,
+            left,
+            max_jobs,
+            running_text(offer.running),
+            self.reservation_slack,
+        ]
 
     @staticmethod
     def matched(reply: list[Any]) -> list[Job]:
@@ -219,8 +248,9 @@ class Store:
             try:
                 jobs.append(Job.from_record(reply[i], _text(reply[i - 1])))
             except (ValueError, KeyError, TypeError) as exc:
-                log.warning("job %s leased with a record that cannot be read (%s): left to the reaper",
-                            _text(reply[i - 1]), exc)
+                log.warning(
+                    "job %s leased with a record that cannot be read (%s): left to the reaper", _text(reply[i - 1]), exc
+                )
         return jobs
 
     def match(self, offer: PilotOffer, max_jobs: int = 1) -> list[Job]:
@@ -234,28 +264,47 @@ class Store:
         except redis.RedisError as exc:  # the hot path: the guard's conversion without its context manager
             raise converted(exc, self.where, "running script match") from None
 
-    def exchange(self, pilot: str, *, starts: Sequence[tuple[str, int, float]] = (),
-                 completions: Sequence[tuple[str, int, RunResult]] = (), offer: PilotOffer | None = None,
-                 max_jobs: int = 1) -> Exchange:
+    def exchange(
+        self,
+        pilot: str,
+        *,
+        starts: Sequence[tuple[str, int, float]] = (),
+        completions: Sequence[tuple[str, int, RunResult]] = (),
+        offer: PilotOffer | None = None,
+        max_jobs: int = 1,
+    ) -> Exchange:
         """A pilot's reports and its next match in one round trip (see :class:`PendingExchange`)."""
         conn = self.client.connection_pool.get_connection()
         try:
-            return self.send_exchange(pilot, conn, starts=starts, completions=completions, offer=offer,
-                                      max_jobs=max_jobs).receive()
+            return self.send_exchange(
+                pilot, conn, starts=starts, completions=completions, offer=offer, max_jobs=max_jobs
+            ).receive()
         finally:
             self.client.connection_pool.release(conn)
 
-    def send_exchange(self, pilot: str, conn: Connection, *, starts: Sequence[tuple[str, int, float]] = (),
-                      completions: Sequence[tuple[str, int, RunResult]] = (), offer: PilotOffer | None = None,
-                      max_jobs: int = 1) -> PendingExchange:
+    def send_exchange(
+        self,
+        pilot: str,
+        conn: Connection,
+        *,
+        starts: Sequence[tuple[str, int, float]] = (),
+        completions: Sequence[tuple[str, int, RunResult]] = (),
+        offer: PilotOffer | None = None,
+        max_jobs: int = 1,
+    ) -> PendingExchange:
         """Send a pilot's reports and its next match on ``conn`` without waiting for the replies."""
         k = self.keys
         now = self.clock()
-        commands = [pack_script(self._scripts["start"], [k.jobs, k.leases],
-                                [job, attempt, pilot, now, self.lease_seconds, at]) for job, attempt, at in starts]
-        commands += [pack_script(self._scripts["complete"], self._complete_keys(),
-                                 self._complete_args(job, attempt, pilot, result, now))
-                     for job, attempt, result in completions]
+        commands = [
+            pack_script(self._scripts["start"], [k.jobs, k.leases], [job, attempt, pilot, now, self.lease_seconds, at])
+            for job, attempt, at in starts
+        ]
+        commands += [
+            pack_script(
+                self._scripts["complete"], self._complete_keys(), self._complete_args(job, attempt, pilot, result, now)
+            )
+            for job, attempt, result in completions
+        ]
         if offer is not None:
             commands.append(self._match_call(offer.queue).pack(self.match_args(offer, max_jobs)))
         return PendingExchange(self, conn, pilot, starts, completions, offer, max_jobs, commands)
@@ -273,8 +322,13 @@ class Store:
         self._scripts["match"].reload()
 
     @guarded("renewing a pilot's leases")
-    def heartbeat(self, pilot: str, jobs: Mapping[str, int], record: Mapping[str, Any] | None = None,
-                  usage: Mapping[str, JobUsage] | None = None) -> HeartbeatReply:
+    def heartbeat(
+        self,
+        pilot: str,
+        jobs: Mapping[str, int],
+        record: Mapping[str, Any] | None = None,
+        usage: Mapping[str, JobUsage] | None = None,
+    ) -> HeartbeatReply:
         """Renew the leases of the pilot's jobs (id -> attempt) and store what each has used so far
         (``usage``, on the record's ``pm``/``cpu`` while it runs); returns the kill requests and the jobs
         the pilot no longer holds (their usage is ignored)."""
@@ -292,22 +346,39 @@ class Store:
     def start(self, job: str, attempt: int, pilot: str, at: float | None = None) -> None:
         """The payload of a leased job started (``at``, default now): running, lease renewed."""
         now = self.clock()
-        reply = self.call_script("start", [self.keys.jobs, self.keys.leases],
-                                 [job, attempt, pilot, now, self.lease_seconds, now if at is None else at])
+        reply = self.call_script(
+            "start",
+            [self.keys.jobs, self.keys.leases],
+            [job, attempt, pilot, now, self.lease_seconds, now if at is None else at],
+        )
         self._stale(reply)
 
     @guarded("reporting a success")
     def complete(self, job: str, attempt: int, pilot: str, result: RunResult | None = None) -> list[str]:
         """Record a success; returns the dependents it released (into their task queue or to evaluate)."""
-        reply = self.call_script("complete", self._complete_keys(),
-                                 self._complete_args(job, attempt, pilot, result, self.clock()))
+        reply = self.call_script(
+            "complete", self._complete_keys(), self._complete_args(job, attempt, pilot, result, self.clock())
+        )
         self._stale(reply)
         return [_text(x) for x in reply[1:]]
 
     def _complete_keys(self) -> list[str]:
         k = self.keys
-        return [k.jobs, k.leases, k.kills, k.tqempty, k.releasing, k.donelog, k.etekeys, k.eterules, k.work,
-                *self.floors, k.ended, k.blocked, k.stats]
+        return [
+            k.jobs,
+            k.leases,
+            k.kills,
+            k.tqempty,
+            k.releasing,
+            k.donelog,
+            k.etekeys,
+            k.eterules,
+            k.work,
+            *self.floors,
+            k.ended,
+            k.blocked,
+            k.stats,
+        ]
 
     def _complete_args(self, job: str, attempt: int, pilot: str, result: RunResult | None, now: float) -> list[Any]:
         return [self._base, job, attempt, pilot, now, json.dumps((result or RunResult()).fields())]
@@ -319,9 +390,12 @@ class Store:
         extra: list[str] = [k.work, *self.floors]
         if requeue:
             extra += self.pool_keys([self.job(job).tq_id])
-        reply = self.call_script("fail", [k.jobs, k.leases, k.kills, k.tqempty, k.releasing],
-                           [self._base, job, attempt, pilot, self.clock(), json.dumps(result.fields()),
-                            "1" if requeue else "0"], extra)
+        reply = self.call_script(
+            "fail",
+            [k.jobs, k.leases, k.kills, k.tqempty, k.releasing],
+            [self._base, job, attempt, pilot, self.clock(), json.dumps(result.fields()), "1" if requeue else "0"],
+            extra,
+        )
         self._stale(reply)
         return JobState(_text(reply[1]))
 
@@ -341,8 +415,12 @@ class Store:
             cutoff = self._lease_cutoff(now)
             due = self.client.zrangebyscore(k.delayed, "-inf", now, start=0, num=batch)
             extra = [k.work, k.parked, *self.floors, *self.pool_keys(self._tq_of(due))]
-            reply = self.call_script("reap", [k.jobs, k.leases, k.delayed, k.kills, k.tqempty, k.releasing],
-                                     [self._base, now, self.backoff, batch, cutoff], extra)
+            reply = self.call_script(
+                "reap",
+                [k.jobs, k.leases, k.delayed, k.kills, k.tqempty, k.releasing],
+                [self._base, now, self.backoff, batch, cutoff],
+                extra,
+            )
             counts = int(reply[1]), int(reply[2]), int(reply[3])
             total = [a + b for a, b in zip(total, counts, strict=True)]
             if not counts[0]:
@@ -389,9 +467,12 @@ class Store:
     def cancel(self, job: str, reason: str = "cancelled by user", *, kill: bool = False) -> str:
         """Cancel (or, with ``kill``, kill) a job. Returns what happened: ended, requested, final, unknown."""
         k = self.keys
-        reply = self.call_script("cancel", [k.jobs, k.kills, k.delayed, k.releasing],
-                                 [self._base, job, "kill" if kill else "cancel", reason, self.clock()],
-                                 [k.work, k.parked, *self.floors])
+        reply = self.call_script(
+            "cancel",
+            [k.jobs, k.kills, k.delayed, k.releasing],
+            [self._base, job, "kill" if kill else "cancel", reason, self.clock()],
+            [k.work, k.parked, *self.floors],
+        )
         if _text(reply[0]) == "unknown":
             raise NotFound(f"no job {job!r}")
         return _text(reply[0])
@@ -403,8 +484,9 @@ class Store:
     def refresh_pool(self, tq_id: str, queues: Sequence[str]) -> tuple[int, int]:
         """Replace the SubmitPool of one task queue; returns (queues added, queues removed)."""
         extra = self.pool_keys([tq_id]) + [self.keys.qheads(q) for q in queues] + self.floors + [self.keys.tqdefs]
-        reply = self.call_script("refresh_pool", [self.keys.poolstamp], [self._base, tq_id, self.clock(), *queues],
-                                 extra)
+        reply = self.call_script(
+            "refresh_pool", [self.keys.poolstamp], [self._base, tq_id, self.clock(), *queues], extra
+        )
         return int(reply[1]), int(reply[2])
 
     @guarded("cleaning empty task queues")
@@ -413,8 +495,12 @@ class Store:
         k = self.keys
         cutoff = self.clock() - grace
         cands = [_text(t) for t in self.client.zrangebyscore(k.tqempty, "-inf", cutoff, start=0, num=batch)]
-        reply = self.call_script("clean", [k.tqdefs, k.tqempty, k.poolstamp], [self._base, cutoff, batch],
-                           self.pool_keys(cands) + self.floors)
+        reply = self.call_script(
+            "clean",
+            [k.tqdefs, k.tqempty, k.poolstamp],
+            [self._base, cutoff, batch],
+            self.pool_keys(cands) + self.floors,
+        )
         return [_text(x) for x in reply[1:]]
 
     @guarded("releasing a job")
@@ -424,8 +510,12 @@ class Store:
         extra = [k.work, *self.floors]
         if "error" not in spec:
             extra += self.pool_keys([spec["t"]]) + [k.qheads(q) for q in spec["queues"]]
-        reply = self.call_script("release", [k.jobs, k.tqdefs, k.tqempty, k.poolstamp, k.releasing],
-                           [self._base, job, self.clock(), json.dumps(spec)], extra)
+        reply = self.call_script(
+            "release",
+            [k.jobs, k.tqdefs, k.tqempty, k.poolstamp, k.releasing],
+            [self._base, job, self.clock(), json.dumps(spec)],
+            extra,
+        )
         return JobState(_text(reply[1])) if _text(reply[0]) == "ok" else None
 
     # -- reading ----------------------------------------------------------------------------------
@@ -569,8 +659,11 @@ class Store:
         if ids is None:
             raw = {_text(k): v for k, v in self.client.hgetall(self.keys.parked).items()}
         else:
-            raw = {i: v for i, v in zip(ids, self.client.hmget(self.keys.parked, list(ids)) if ids else [],
-                                        strict=True) if v is not None}
+            raw = {
+                i: v
+                for i, v in zip(ids, self.client.hmget(self.keys.parked, list(ids)) if ids else [], strict=True)
+                if v is not None
+            }
         return {job: Parked.from_entry(job, value) for job, value in raw.items()}
 
     def newly_parked(self) -> list[Parked]:

@@ -154,8 +154,13 @@ class Policy:
 
 
 def _number(value: object, where: str, *, whole: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0 \
-            or (whole and value != int(value)):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+        or (whole and value != int(value))
+    ):
         raise ConfigError(f"{where}: wants a {'whole ' if whole else ''}number above 0, got {value!r}")
     return float(value)
 
@@ -170,8 +175,7 @@ def parse_policy(data: Mapping[str, Any], source: str = "shares") -> Policy:
     """A policy from a parsed shares file; every refusal names the file and the key (README, "Shares")."""
     for key in data:
         if key not in ("halflife", "default_share", "groups", "types"):
-            raise ConfigError(f"{source}: {key}: unknown key; a shares file has halflife, default_share, groups, "
-                              "types")
+            raise ConfigError(f"{source}: {key}: unknown key; a shares file has halflife, default_share, groups, types")
     halflife = DEFAULT_HALFLIFE
     if "halflife" in data:
         raw = data["halflife"]
@@ -207,7 +211,7 @@ def parse_policy(data: Mapping[str, Any], source: str = "shares") -> Policy:
             cores[(group, "*")] = int(_number(spec["max_cores"], f"{where}.max_cores", whole=True))
         for place, n in _table(spec.get("sites", {}), f"{where}.sites").items():
             if not _WHERE_RE.fullmatch(place):
-                raise ConfigError(f"{where}.sites: {place!r} is neither a site nor a queue \"site/ce/queue\"")
+                raise ConfigError(f'{where}.sites: {place!r} is neither a site nor a queue "site/ce/queue"')
             cores[(group, place)] = int(_number(n, f"{where}.sites.{place}", whole=True))
     jobs: dict[str, int] = {}
     for job_type, n in _table(data.get("types", {}), f"{source}: types").items():
@@ -295,11 +299,19 @@ def limit_hit(policy: Policy, state: FairState, tq_id: str, cpu: int, queue: str
     (with the numbers), or None."""
     group, _, job_type = account_of(tq_id)
     site = queue.split("/", 1)[0]
-    checks = [("*", state.running(group), f"group {group} runs {{n}} cores, its limit is {{m}}"),
-              (site, state.count(f"c:{group}@{site}"), f"group {group} runs {{n}} cores at site {site}, "
-                                                        "its limit there is {m}"),
-              (queue, state.count(f"c:{group}@{queue}"), f"group {group} runs {{n}} cores at queue {queue}, "
-                                                          "its limit there is {m}")]
+    checks = [
+        ("*", state.running(group), f"group {group} runs {{n}} cores, its limit is {{m}}"),
+        (
+            site,
+            state.count(f"c:{group}@{site}"),
+            f"group {group} runs {{n}} cores at site {site}, its limit there is {{m}}",
+        ),
+        (
+            queue,
+            state.count(f"c:{group}@{queue}"),
+            f"group {group} runs {{n}} cores at queue {queue}, its limit there is {{m}}",
+        ),
+    ]
     for where, n, text in checks:
         m = policy.cores.get((group, where))
         if m is not None and n + cpu > m:

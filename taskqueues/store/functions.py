@@ -57,8 +57,10 @@ def _register(name: str) -> str:
 def wrapped(function: str, source: str, *, read_only: bool = False) -> str:
     """``source``, a script reading ``KEYS`` and ``ARGV``, as the registration of ``function``."""
     flags = "{'no-writes'}" if read_only else "{}"
-    return (f"redis.register_function{{function_name='{function}', flags={flags},\n"
-            f"callback=function(KEYS, ARGV)\n{source}\nend}}\n")
+    return (
+        f"redis.register_function{{function_name='{function}', flags={flags},\n"
+        f"callback=function(KEYS, ARGV)\n{source}\nend}}\n"
+    )
 
 
 @cache
@@ -134,8 +136,10 @@ class Library:
 
     def missing(self, function: str) -> StoreUnavailable:
         """The error of a call that found ``function`` missing and could not load it."""
-        return StoreUnavailable(f"Redis at {self.where} holds no function {function} (library {library_name()}): "
-                                "the control plane loads it when it first runs a store operation")
+        return StoreUnavailable(
+            f"Redis at {self.where} holds no function {function} (library {library_name()}): "
+            "the control plane loads it when it first runs a store operation"
+        )
 
 
 def _text(value: Any) -> str:

@@ -94,7 +94,7 @@ def _under(client: redis.Redis, prefix: str) -> Iterable[tuple[str, str]]:
     """(key, the rest of its name after ``prefix``) of every key under ``prefix``."""
     for key in client.scan_iter(match=_glob(prefix) + "*", count=1000):
         name = _text(key)
-        yield name, name[len(prefix):]
+        yield name, name[len(prefix) :]
 
 
 def _read(client: redis.Redis, keys: Keys) -> _Snapshot:
@@ -173,8 +173,13 @@ def _members(snap: _Snapshot, out: list[Violation]) -> dict[str, str]:
             if rec["s"] != JobState.WAITING.value:
                 out.append(Violation("member-not-waiting", job, f"its record is {rec['s']}, member of {tq}"))
             if rec.get("t") != tq or job + str(rec.get("mt")) != member:
-                out.append(Violation("member-mismatch", job, f"member {member!r} of {tq}; record t={rec.get('t')!r} "
-                                                            f"mt={rec.get('mt')!r}"))
+                out.append(
+                    Violation(
+                        "member-mismatch",
+                        job,
+                        f"member {member!r} of {tq}; record t={rec.get('t')!r} mt={rec.get('mt')!r}",
+                    )
+                )
             if _number(rec.get("sc")) != score:
                 out.append(Violation("score-mismatch", job, f"score {score!r} in {tq}, {rec.get('sc')!r} on record"))
     return where
@@ -201,8 +206,12 @@ def _jobs(snap: _Snapshot, members: Mapping[str, str], out: list[Violation]) -> 
             listers[str(d)].append(job)
     for job, rec in snap.records.items():
         state = rec["s"]
-        places = {"task queue": job in members, "lease": job in snap.leases, "back-off": job in snap.delayed,
-                  "releasing set": job in snap.releasing}
+        places = {
+            "task queue": job in members,
+            "lease": job in snap.leases,
+            "back-off": job in snap.delayed,
+            "releasing set": job in snap.releasing,
+        }
         allowed: set[str] = set()
         if state == JobState.WAITING.value:
             allowed = {"task queue", "back-off"}
@@ -212,8 +221,13 @@ def _jobs(snap: _Snapshot, members: Mapping[str, str], out: list[Violation]) -> 
         elif state in _LEASED:
             allowed = {"lease"}
             if not places["lease"] or not rec.get("pl") or not isinstance(rec.get("a"), int) or rec["a"] < 1:
-                out.append(Violation("leased-without-lease", job, f"{state}: lease entry {places['lease']}, "
-                                                                 f"pilot {rec.get('pl')!r}, attempt {rec.get('a')!r}"))
+                out.append(
+                    Violation(
+                        "leased-without-lease",
+                        job,
+                        f"{state}: lease entry {places['lease']}, pilot {rec.get('pl')!r}, attempt {rec.get('a')!r}",
+                    )
+                )
         elif state == JobState.RELEASING.value:
             allowed = {"releasing set"}
             if not places["releasing set"]:
@@ -222,15 +236,24 @@ def _jobs(snap: _Snapshot, members: Mapping[str, str], out: list[Violation]) -> 
             unfinished = [d for d in listers[job] if snap.records.get(d, {}).get("s") != JobState.DONE.value]
             ended = [d for d in unfinished if snap.records.get(d, {}).get("s") in _FINAL]
             if rec.get("nd") != len(unfinished) or not unfinished or ended:
-                out.append(Violation("blocked-stuck", job, f"nd={rec.get('nd')!r}, unfinished dependencies "
-                                                           f"{unfinished}, of which ended {ended}"))
+                out.append(
+                    Violation(
+                        "blocked-stuck",
+                        job,
+                        f"nd={rec.get('nd')!r}, unfinished dependencies {unfinished}, of which ended {ended}",
+                    )
+                )
         for place, there in places.items():
             if there and place not in allowed:
                 out.append(Violation("misplaced", job, f"{state} but in the {place}"))
         if job in snap.kills and state not in _LEASED:
             out.append(Violation("kill-of-unleased", job, f"kill request for a {state} job"))
-    for name, entries in (("lease", snap.leases), ("back-off", snap.delayed), ("releasing set", snap.releasing),
-                          ("kill request", snap.kills)):
+    for name, entries in (
+        ("lease", snap.leases),
+        ("back-off", snap.delayed),
+        ("releasing set", snap.releasing),
+        ("kill request", snap.kills),
+    ):
         for job in entries - set(snap.records) - set(snap.unreadable):
             out.append(Violation("entry-without-record", job, f"{name} of an unknown job"))
 
@@ -255,8 +278,9 @@ def _task_queues(snap: _Snapshot, out: list[Violation]) -> None:
             wall = _WALL.search(str(rec.get("r", "")))
             asks = [*(int(found.group(i)) for i in (2, 3, 4)), int(wall.group(1)) if wall else 0]
             if largest is None or any(a > b for a, b in zip(asks, largest, strict=True)):
-                out.append(Violation("largest-below-member", tq, f"tqmax {snap.tqmax.get(tq)!r} < {asks} of "
-                                                                 f"{member!r}"))
+                out.append(
+                    Violation("largest-below-member", tq, f"tqmax {snap.tqmax.get(tq)!r} < {asks} of {member!r}")
+                )
                 break
     for tq in snap.defs:
         if not snap.tqs.get(tq) and tq not in snap.tqempty:
@@ -294,18 +318,39 @@ def _work(snap: _Snapshot, out: list[Violation]) -> None:
 
 #: Fields of a pilot's record (heartbeat.lua) and of a request's (submit.lua) that the control plane reads as
 #: numbers (matcher.eta, matcher.cli.run, matcher.status): None where null is allowed too.
-_PILOT_NUMBERS = {"cores": False, "mem": False, "tmp": False, "used_cpu": False, "used_mem": False,
-                  "used_tmp": False, "started": False, "pid": False, "processed": False, "time_left": True,
-                  "free_cpu": True, "free_mem": True, "free_tmp": True}
-_REQUEST_NUMBERS = {"priority": False, "ts": False, "eta": False, "cp": False, "n": False, "first": False,
-                    "last": False}
+_PILOT_NUMBERS = {
+    "cores": False,
+    "mem": False,
+    "tmp": False,
+    "used_cpu": False,
+    "used_mem": False,
+    "used_tmp": False,
+    "started": False,
+    "pid": False,
+    "processed": False,
+    "time_left": True,
+    "free_cpu": True,
+    "free_mem": True,
+    "free_tmp": True,
+}
+_REQUEST_NUMBERS = {
+    "priority": False,
+    "ts": False,
+    "eta": False,
+    "cp": False,
+    "n": False,
+    "first": False,
+    "last": False,
+}
 
 
 def _records_read_by_the_control_plane(snap: _Snapshot, out: list[Violation]) -> None:
     """Pilot and request records are JSON objects whose numeric fields hold numbers (a text there would fail
     every reader of the pilots or the requests, not only the one it concerns)."""
-    for kind, records, numbers in (("pilot-record", snap.pilots, _PILOT_NUMBERS),
-                                   ("request-record", snap.requests, _REQUEST_NUMBERS)):
+    for kind, records, numbers in (
+        ("pilot-record", snap.pilots, _PILOT_NUMBERS),
+        ("request-record", snap.requests, _REQUEST_NUMBERS),
+    ):
         for name, raw in records.items():
             try:
                 rec = json.loads(raw)
@@ -332,8 +377,7 @@ def heads_violations(client: redis.Redis, keys: Keys, pools: Mapping[str, Iterab
     for tq, pool in pools.items():
         zset: Any = client.zrange(keys.tq(tq), 0, -1, withscores=True)
         entry = client.hget(keys.heads, tq)
-        members[tq] = [tuple(int(x) for x in found.groups()[1:])
-                       for m, _ in zset if (found := _MEMBER.match(_text(m)))]
+        members[tq] = [tuple(int(x) for x in found.groups()[1:]) for m, _ in zset if (found := _MEMBER.match(_text(m)))]
         if not zset:
             if entry is not None:
                 out.append(Violation("heads-of-empty", tq, f"heads entry {_text(entry)!r}"))
@@ -376,8 +420,13 @@ def _reservations(client: redis.Redis, keys: Keys, snap: _Snapshot, out: list[Vi
             continue
         tail = _MEMBER.match(r.job + str(rec.get("mt", "")))
         if tail and tuple(map(int, tail.groups()[1:4])) != (r.cpu, r.mem, r.tmp):
-            out.append(Violation("resv-shape", r.queue, f"holds {r.cpu}:{r.mem}:{r.tmp} for job {r.job}, whose "
-                                                        f"member is {r.job}{rec.get('mt')}"))
+            out.append(
+                Violation(
+                    "resv-shape",
+                    r.queue,
+                    f"holds {r.cpu}:{r.mem}:{r.tmp} for job {r.job}, whose member is {r.job}{rec.get('mt')}",
+                )
+            )
         if r.start < r.at or not r.pilot:
             out.append(Violation("resv-start", r.queue, f"start {r.start} before it was made ({r.at}), or no pilot"))
 
@@ -406,7 +455,7 @@ def fair_violations(records: Mapping[str, Mapping[str, Any]], fair: Mapping[str,
     for name in sorted(set(want) | {k for k in fair if k[:2] in ("r:", "c:", "n:")}):
         held = _number(fair.get(name, 0))
         if held != want.get(name, 0):
-            out.append(Violation("fair-counter", name,
-                                 f"holds {fair.get(name, 0)}, the leases make {want.get(name, 0)}"))
+            out.append(
+                Violation("fair-counter", name, f"holds {fair.get(name, 0)}, the leases make {want.get(name, 0)}")
+            )
     return out
-

@@ -91,8 +91,10 @@ class Keys:
         for label, value in (("prefix", self.prefix), ("vo", self.vo)):
             # Glob characters would widen the pilots' ACL key pattern ~<prefix>:{<vo>}:* beyond one community.
             if not value or any(c in value for c in "{}: \t\n*?[]\\"):
-                raise ConfigError(f"{label} {value!r} must be non-empty, without braces, colons, blanks or glob "
-                                  "characters (* ? [ ] \\)")
+                raise ConfigError(
+                    f"{label} {value!r} must be non-empty, without braces, colons, blanks or glob "
+                    "characters (* ? [ ] \\)"
+                )
 
     @property
     def base(self) -> str:
@@ -265,11 +267,31 @@ def lua_names() -> dict[str, str]:
     constants a script uses in front of it."""
     k = Keys()
     cut = len(k.base) + 1
-    return {name: key[cut:] for name, key in (
-        ("K_JOBS", k.jobs), ("K_TQ", k.tq_prefix), ("K_TQDEFS", k.tqdefs), ("K_TQEMPTY", k.tqempty),
-        ("K_POOL", k.pool_prefix), ("K_TQMAX", k.tqmax), ("K_QH", k.qheads_prefix), ("K_HEADS", k.heads),
-        ("K_QFLOOR", k.qfloor), ("K_LEASES", k.leases), ("K_PARKED", k.parked), ("K_WORK", k.work),
-        ("K_BYRULE", k.byrule("")), ("K_WAKE", k.wake), ("K_RELEASE", k.release_channel),
-        ("K_CTL", k.pilot_channel("")), ("K_ENDED", k.ended), ("K_BLOCKED", k.blocked),
-        ("K_LOG", k.log("")), ("K_STATS", k.stats), ("K_RESV", k.resv),
-        ("K_SHARES", k.shares), ("K_FAIR", k.fair))}
+    return {
+        name: key[cut:]
+        for name, key in (
+            ("K_JOBS", k.jobs),
+            ("K_TQ", k.tq_prefix),
+            ("K_TQDEFS", k.tqdefs),
+            ("K_TQEMPTY", k.tqempty),
+            ("K_POOL", k.pool_prefix),
+            ("K_TQMAX", k.tqmax),
+            ("K_QH", k.qheads_prefix),
+            ("K_HEADS", k.heads),
+            ("K_QFLOOR", k.qfloor),
+            ("K_LEASES", k.leases),
+            ("K_PARKED", k.parked),
+            ("K_WORK", k.work),
+            ("K_BYRULE", k.byrule("")),
+            ("K_WAKE", k.wake),
+            ("K_RELEASE", k.release_channel),
+            ("K_CTL", k.pilot_channel("")),
+            ("K_ENDED", k.ended),
+            ("K_BLOCKED", k.blocked),
+            ("K_LOG", k.log("")),
+            ("K_STATS", k.stats),
+            ("K_RESV", k.resv),
+            ("K_SHARES", k.shares),
+            ("K_FAIR", k.fair),
+        )
+    }

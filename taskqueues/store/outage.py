@@ -19,8 +19,16 @@ import redis
 class Outage:
     """The state of one component's connection to the store (see the module doc)."""
 
-    def __init__(self, log: logging.Logger, who: str, *, first: float = 0.5, cap: float = 30.0,
-                 clock: Callable[[], float] = time.monotonic, on_start: Callable[[], object] = lambda: None) -> None:
+    def __init__(
+        self,
+        log: logging.Logger,
+        who: str,
+        *,
+        first: float = 0.5,
+        cap: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+        on_start: Callable[[], object] = lambda: None,
+    ) -> None:
         """``on_start`` runs when an outage starts: e.g. drop every pooled connection, so that none of those
         to the server that went away is tried again after it is back (each would fail once)."""
         if not 0 < first <= cap:
@@ -43,8 +51,9 @@ class Outage:
         if self.since is None:
             self.since = self.clock()
             self.on_start()
-            self.log.warning("%s: the store is unreachable (%s); retrying with back-off up to %g s",
-                             self.who, error, self.cap)
+            self.log.warning(
+                "%s: the store is unreachable (%s); retrying with back-off up to %g s", self.who, error, self.cap
+            )
         delay = self._delay
         self._delay = min(self.cap, self._delay * 2)
         return delay
@@ -67,8 +76,9 @@ def is_outage(error: BaseException | None) -> bool:
 
     seen = 0
     while error is not None and seen < 10:
-        if isinstance(error, StoreUnavailable | redis.ConnectionError | redis.TimeoutError | OperationalError
-                      | ConnectionError):
+        if isinstance(
+            error, StoreUnavailable | redis.ConnectionError | redis.TimeoutError | OperationalError | ConnectionError
+        ):
             return True
         error = error.__cause__ or error.__context__
         seen += 1

@@ -85,8 +85,12 @@ class PackedCall:
         self.line = line
         self.function = function
         self.keys = list(keys)
-        self._head = (b"*%d\r\n" % (3 + len(keys) + n_args) + _bulk(function.command) + _bulk(function.function)
-                      + _bulk(len(keys)))
+        self._head = (
+            b"*%d\r\n" % (3 + len(keys) + n_args)
+            + _bulk(function.command)
+            + _bulk(function.function)
+            + _bulk(len(keys))
+        )
         self._head += b"".join(_bulk(k) for k in keys)
         self._n_args = n_args
 

@@ -77,12 +77,29 @@ def shown(data: bytes) -> str:
 
 
 @guarded("shipping a payload's output")
-def ship(store: Store, job: str, attempt: int, pilot: str, *, cap: int, host: str, directory: str, live: bool,
-         chunks: Mapping[str, tuple[bytes, int]]) -> str | None:
+def ship(
+    store: Store,
+    job: str,
+    attempt: int,
+    pilot: str,
+    *,
+    cap: int,
+    host: str,
+    directory: str,
+    live: bool,
+    chunks: Mapping[str, tuple[bytes, int]],
+) -> str | None:
     """Append new output of one attempt (stream -> (newest bytes, the stream's total bytes)) to the job's log
     hash; None when stored, else why not (the job is gone, or never had that attempt)."""
-    args: list[Any] = [job, attempt, pilot, store.clock(), cap, json.dumps({"host": host, "dir": directory}),
-                       "1" if live else "0"]
+    args: list[Any] = [
+        job,
+        attempt,
+        pilot,
+        store.clock(),
+        cap,
+        json.dumps({"host": host, "dir": directory}),
+        "1" if live else "0",
+    ]
     for stream, (data, total) in chunks.items():
         args += [stream, data[-cap:] if cap else b"", total]
     reply = store.call_script("ship_log", [store.keys.jobs, store.keys.log(job)], args)
@@ -116,6 +133,13 @@ def read(store: Store, job: str) -> dict[int, AttemptLog]:
             if data is not None:
                 total = fields.get(f"{attempt}:{stream}:n")
                 streams[stream] = StreamTail(bytes(data), int(total) if total is not None else len(data))
-        out[attempt] = AttemptLog(attempt, streams, str(meta.get("pilot", "")), str(meta.get("host", "")),
-                                  str(meta.get("dir", "")), bool(meta.get("live")), float(meta.get("at") or 0))
+        out[attempt] = AttemptLog(
+            attempt,
+            streams,
+            str(meta.get("pilot", "")),
+            str(meta.get("host", "")),
+            str(meta.get("dir", "")),
+            bool(meta.get("live")),
+            float(meta.get("at") or 0),
+        )
     return out

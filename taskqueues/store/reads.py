@@ -124,7 +124,7 @@ class RecordCache:
     def fetch(self, ids: Iterable[str]) -> None:
         todo = [i for i in dict.fromkeys(ids) if i not in self.cache]
         for start in range(0, len(todo), FETCH_CHUNK):
-            chunk = todo[start:start + FETCH_CHUNK]
+            chunk = todo[start : start + FETCH_CHUNK]
             raws = self.client.hmget(self.key, chunk)
             self.read += len(chunk)
             for job, raw in zip(chunk, raws, strict=True):
@@ -137,6 +137,7 @@ class RecordCache:
 
 
 # -- cursors, completions, rules, requests (re-pressure) ----------------------------------------------
+
 
 def cursor(store: Store, name: str) -> str | None:
     """One field of the periodic tasks' cursor hash."""
@@ -178,6 +179,7 @@ def request_records(store: Store, requests: Sequence[str]) -> dict[str, dict[str
 
 
 # -- explain ----------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Place:
@@ -273,6 +275,7 @@ def live_pilots(store: Store, since: float) -> LivePilots:
 
 # -- status -----------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class TaskQueueSummary:
     """A task queue's length, head score (None when empty) and SubmitPool."""
@@ -292,7 +295,7 @@ def task_queue_summaries(store: Store, tq_ids: Sequence[str]) -> dict[str, TaskQ
     replies = pipe.execute() if tq_ids else []
     out = {}
     for i, tq in enumerate(tq_ids):
-        waiting, head, pool = replies[3 * i:3 * i + 3]
+        waiting, head, pool = replies[3 * i : 3 * i + 3]
         out[tq] = TaskQueueSummary(int(waiting), float(head[0][1]) if head else None, sorted(_text(q) for q in pool))
     return out
 

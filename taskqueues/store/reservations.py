@@ -33,8 +33,9 @@ def running_text(running: Iterable[tuple[float, int, int, int]] | None) -> str:
     parts = []
     for d, cpu, mem, tmp in sorted(running):
         if not math.isfinite(d) or min(cpu, mem, tmp) < 0:
-            raise StoreError(f"running job ({d!r}, {cpu!r}, {mem!r}, {tmp!r}): wants a finite end and "
-                             "non-negative resources")
+            raise StoreError(
+                f"running job ({d!r}, {cpu!r}, {mem!r}, {tmp!r}): wants a finite end and non-negative resources"
+            )
         parts.append(f"{max(0.0, d):.3f}:{int(cpu)}:{int(mem)}:{int(tmp)}")
     return " ".join(parts)
 
@@ -61,11 +62,25 @@ class Reservation:
         """A ``keys.resv`` field as match.lua writes it; ValueError when it is not one."""
         parts = text.split(" ", 10)
         if len(parts) != 11 or parts[0] not in ("r", "x"):
-            raise ValueError(f"reservation of {queue}: {text!r} is not '<r|x> <tq> <job> <score> <cpu> <mem> "
-                             "<tmp> <need> <start> <at> <pilot>'")
+            raise ValueError(
+                f"reservation of {queue}: {text!r} is not '<r|x> <tq> <job> <score> <cpu> <mem> "
+                "<tmp> <need> <start> <at> <pilot>'"
+            )
         st, tq, job, score, cpu, mem, tmp, need, start, at, pilot = parts
-        return cls(queue, st == "r", tq, job, float(score), int(cpu), int(mem), int(tmp), int(need), float(start),
-                   float(at), pilot)
+        return cls(
+            queue,
+            st == "r",
+            tq,
+            job,
+            float(score),
+            int(cpu),
+            int(mem),
+            int(tmp),
+            int(need),
+            float(start),
+            float(at),
+            pilot,
+        )
 
 
 def read_reservations(client: redis.Redis, keys: Keys) -> tuple[list[Reservation], dict[str, str]]:
@@ -92,10 +107,14 @@ def held_for(client: redis.Redis, keys: Keys, queues: Iterable[str], job: str, n
         whom = "this job" if r.job == job else f"job {r.job}"
         when = f"in {r.start - now:.0f} s" if r.start > now else f"{now - r.start:.0f} s ago"
         if not r.active:
-            out.append(f"queue {r.queue}: the reservation for {whom} on pilot {r.pilot} expired (its start, "
-                       f"{when}, passed): it holds nothing")
+            out.append(
+                f"queue {r.queue}: the reservation for {whom} on pilot {r.pilot} expired (its start, "
+                f"{when}, passed): it holds nothing"
+            )
             continue
         why = "" if r.job == job else ": there, jobs that would end later than that wait"
-        out.append(f"queue {r.queue}: pilot {r.pilot} holds cores for {whom} ({r.cpu} cores, {r.mem} MB), "
-                   f"reserved to start {when}{why}")
+        out.append(
+            f"queue {r.queue}: pilot {r.pilot} holds cores for {whom} ({r.cpu} cores, {r.mem} MB), "
+            f"reserved to start {when}{why}"
+        )
     return out

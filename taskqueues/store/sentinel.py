@@ -56,8 +56,10 @@ class SentinelURL:
         for part in url.split(";"):
             parts = urlsplit(part.strip())
             if parts.scheme != "sentinel" or not parts.hostname:
-                raise ConfigError(f"redis_url {url!r}: {part!r} is not sentinel://host:port (every ';'-separated "
-                                  "part names one sentinel)")
+                raise ConfigError(
+                    f"redis_url {url!r}: {part!r} is not sentinel://host:port (every ';'-separated "
+                    "part names one sentinel)"
+                )
             try:
                 port = parts.port or SENTINEL_PORT
             except ValueError:
@@ -68,8 +70,12 @@ class SentinelURL:
         path = first.path.strip("/")
         if path and not path.isdigit():
             raise ConfigError(f"redis_url {url!r}: the database {path!r} is not a number")
-        return cls(tuple(sentinels), unquote(first.username) if first.username else None,
-                   unquote(first.password) if first.password else None, int(path or 0))
+        return cls(
+            tuple(sentinels),
+            unquote(first.username) if first.username else None,
+            unquote(first.password) if first.password else None,
+            int(path or 0),
+        )
 
 
 def client(url: str, *, master: str | None = None, **kwargs: Any) -> redis.Redis:
@@ -79,8 +85,14 @@ def client(url: str, *, master: str | None = None, **kwargs: Any) -> redis.Redis
         return redis.Redis.from_url(url, **kwargs)
     parsed = SentinelURL.parse(url)
     sentinel = Sentinel(list(parsed.sentinels), socket_timeout=kwargs.get("socket_timeout", 5.0))  # type: ignore[no-untyped-call]
-    primary: redis.Redis = sentinel.master_for(master_name(master), redis_class=redis.Redis, db=parsed.db,  # type: ignore[no-untyped-call]
-                                               username=parsed.username, password=parsed.password, **kwargs)
+    primary: redis.Redis = sentinel.master_for(
+        master_name(master),
+        redis_class=redis.Redis,
+        db=parsed.db,  # type: ignore[no-untyped-call]
+        username=parsed.username,
+        password=parsed.password,
+        **kwargs,
+    )
     return primary
 
 

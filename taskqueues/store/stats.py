@@ -47,8 +47,22 @@ MATCH_SECONDS_SUM = "match_seconds:sum"
 
 #: Upper bounds (seconds) of the match-latency buckets: a match is a round trip of a fraction of a
 #: millisecond on a quiet server, tens of milliseconds on a loaded one, seconds when something is wrong.
-MATCH_BUCKETS: tuple[float, ...] = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-                                    2.5, 5.0, 10.0)
+MATCH_BUCKETS: tuple[float, ...] = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
 
 
 def add(client: redis.Redis, keys: Keys, field: str, amount: int = 1) -> None:

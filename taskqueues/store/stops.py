@@ -62,8 +62,7 @@ def nudge(client: redis.Redis, keys: Keys, pilot: str) -> None:
     client.publish(keys.pilot_channel(pilot), "1")
 
 
-def request(client: redis.Redis, keys: Keys, pilot: str, mode: str, reason: str,
-            now: float | None = None) -> bool:
+def request(client: redis.Redis, keys: Keys, pilot: str, mode: str, reason: str, now: float | None = None) -> bool:
     """Store a stop request for ``pilot`` and nudge it; False when a request at least as strong was there
     (it stays, and the pilot is not nudged again)."""
     if mode not in MODES:

@@ -12,9 +12,26 @@ from tests.support.paths import ROOT
 
 
 def test_a_small_chaos_run_meets_every_target() -> None:
-    done = subprocess.run([sys.executable, "scripts/chaos.py", "--jobs", "300", "--kills", "12", "--timeout", "80",
-                           "--payload-seconds", "0.2", "--seed", "21"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=150)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "scripts/chaos.py",
+            "--jobs",
+            "300",
+            "--kills",
+            "12",
+            "--timeout",
+            "80",
+            "--payload-seconds",
+            "0.2",
+            "--seed",
+            "21",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
     report = done.stdout + done.stderr
     assert "lost (never completed)" in done.stdout and "max recovery" in done.stdout, report
     kinds = done.stdout.splitlines()[1]

@@ -20,14 +20,22 @@ from tests.support.polling import wait_until
 pytestmark = pytest.mark.timeout(600)  # whole workflows through real pilots (each run bounded at 300 s)
 
 
-def cli(args: list[str], env: dict[str, str], timeout: float = 120,
-        check: bool = True) -> subprocess.CompletedProcess[str]:
+def cli(
+    args: list[str], env: dict[str, str], timeout: float = 120, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     try:
-        done = subprocess.run([sys.executable, "-m", "matcher.cli", *args], cwd=ROOT, env=env, capture_output=True,
-                              text=True, timeout=timeout)
+        done = subprocess.run(
+            [sys.executable, "-m", "matcher.cli", *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
     except subprocess.TimeoutExpired as exc:
-        raise AssertionError(f"pilotfish {' '.join(args)} still running after {timeout} s:\n"
-                             f"{exc.stdout!s}\n{exc.stderr!s}") from None
+        raise AssertionError(
+            f"pilotfish {' '.join(args)} still running after {timeout} s:\n{exc.stdout!s}\n{exc.stderr!s}"
+        ) from None
     if check and done.returncode != 0:
         raise AssertionError(f"pilotfish {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
     return done
@@ -35,12 +43,18 @@ def cli(args: list[str], env: dict[str, str], timeout: float = 120,
 
 @pytest.fixture
 def env(tmp_path: Path, redis_url: str) -> dict[str, str]:
-    return {**os.environ, "PILOTFISH_STATE_DIR": str(tmp_path / "state"), "PILOTFISH_REDIS_URL": redis_url,
-            "PILOTFISH_PILOT_IDLE_TIMEOUT": "20", "PILOTFISH_PILOT_EVENTS": "false"}
+    return {
+        **os.environ,
+        "PILOTFISH_STATE_DIR": str(tmp_path / "state"),
+        "PILOTFISH_REDIS_URL": redis_url,
+        "PILOTFISH_PILOT_IDLE_TIMEOUT": "20",
+        "PILOTFISH_PILOT_EVENTS": "false",
+    }
 
 
-@pytest.mark.parametrize(("example", "catalog"), [("small-dag", ""), ("montage", ""),
-                                                  ("mixed-batch", "examples/catalog.toml")])
+@pytest.mark.parametrize(
+    ("example", "catalog"), [("small-dag", ""), ("montage", ""), ("mixed-batch", "examples/catalog.toml")]
+)
 def test_each_example_runs_to_completion(env: dict[str, str], example: str, catalog: str) -> None:
     done = cli(["run", f"examples/{example}.toml"], {**env, "PILOTFISH_CATALOG": catalog}, timeout=300)
     summary = done.stdout.splitlines()
@@ -53,16 +67,19 @@ def test_each_example_runs_to_completion(env: dict[str, str], example: str, cata
 
 def test_a_failing_job_makes_run_fail_with_its_reason(env: dict[str, str], tmp_path: Path) -> None:
     workflow = tmp_path / "w.toml"
-    workflow.write_text('name = "w"\n[[jobs]]\nname = "bad"\ncommand = "exit 3"\n'
-                        '[[jobs]]\nname = "after"\ncommand = "true"\ndeps = ["bad"]\n')
+    workflow.write_text(
+        'name = "w"\n[[jobs]]\nname = "bad"\ncommand = "exit 3"\n'
+        '[[jobs]]\nname = "after"\ncommand = "true"\ndeps = ["bad"]\n'
+    )
     done = cli(["run", str(workflow)], env, check=False)
     assert done.returncode != 0
     assert "failed: bad: exit code 3" in done.stdout
     assert "dep-failed: after: dependency" in done.stdout
 
 
-def test_kill_9_of_a_pilot_loses_nothing_and_runs_each_job_once(env: dict[str, str], tmp_path: Path,
-                                                                 redis_url: str) -> None:
+def test_kill_9_of_a_pilot_loses_nothing_and_runs_each_job_once(
+    env: dict[str, str], tmp_path: Path, redis_url: str
+) -> None:
     jobs = "".join(f'[[jobs]]\nname = "j{i}"\ncommand = "sleep 1.5"\n' for i in range(8))
     workflow = tmp_path / "w.toml"
     workflow.write_text(f'name = "killme"\n{jobs}')
@@ -74,16 +91,15 @@ def test_kill_9_of_a_pilot_loses_nothing_and_runs_each_job_once(env: dict[str, s
     def killed_a_pilot() -> bool:
         # Kill the pilot that holds a running job (not just any pilot: one that has not matched yet would
         # lose nothing and prove nothing). A local pilot's batch id is in its environment.
-        holders = {json.loads(raw).get("pl") for raw in store.hvals(Keys().jobs)
-                   if json.loads(raw).get("s") == "running"}
-        for pid in subprocess.run(["pgrep", "-f", "matcher.cli pilot"], capture_output=True,
-                                  text=True).stdout.split():
+        holders = {
+            json.loads(raw).get("pl") for raw in store.hvals(Keys().jobs) if json.loads(raw).get("s") == "running"
+        }
+        for pid in subprocess.run(["pgrep", "-f", "matcher.cli pilot"], capture_output=True, text=True).stdout.split():
             try:
                 environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             except OSError:
                 continue
-            batch = next((v.split(b"=", 1)[1].decode() for v in environ
-                          if v.startswith(b"PILOTFISH_BATCH_ID=")), None)
+            batch = next((v.split(b"=", 1)[1].decode() for v in environ if v.startswith(b"PILOTFISH_BATCH_ID=")), None)
             if batch and any(h and h.split("@")[0] == batch for h in holders):
                 os.kill(int(pid), signal.SIGKILL)
                 killed.append(int(pid))
@@ -91,8 +107,9 @@ def test_kill_9_of_a_pilot_loses_nothing_and_runs_each_job_once(env: dict[str, s
         return False
 
     # In a thread, while the run goes on; if it fails, the assertion on ``killed`` below says so.
-    killer = threading.Thread(target=wait_until, args=(killed_a_pilot,),
-                              kwargs={"timeout": 60, "what": "a pilot holding a running job"})
+    killer = threading.Thread(
+        target=wait_until, args=(killed_a_pilot,), kwargs={"timeout": 60, "what": "a pilot holding a running job"}
+    )
     killer.start()
     done = cli(["run", str(workflow)], env, timeout=180)
     killer.join()
@@ -107,16 +124,18 @@ def test_kill_9_of_a_pilot_loses_nothing_and_runs_each_job_once(env: dict[str, s
     assert int(store.zcard(Keys().donelog)) == 8
 
 
-def test_unreachable_batch_systems_are_one_warning_line_naming_their_queues(env: dict[str, str],
-                                                                           tmp_path: Path) -> None:
+def test_unreachable_batch_systems_are_one_warning_line_naming_their_queues(
+    env: dict[str, str], tmp_path: Path
+) -> None:
     """The example catalog with Slurm's and Grid Engine's paths pointing nowhere: one line for the run, in the
     command's format (no time stamp, no logger name), naming every queue that now runs on this host."""
     catalog = (ROOT / "examples" / "catalog.toml").read_text()
     catalog = catalog.replace("/var/tmp/pilotfish-slurm/slurm.conf", str(tmp_path / "nowhere" / "slurm.conf"))
     catalog = catalog.replace("/var/lib/gridengine", str(tmp_path / "nowhere" / "gridengine"))
     (tmp_path / "catalog.toml").write_text(catalog)
-    done = cli(["run", "examples/small-dag.toml"], {**env, "PILOTFISH_CATALOG": str(tmp_path / "catalog.toml")},
-               timeout=300)
+    done = cli(
+        ["run", "examples/small-dag.toml"], {**env, "PILOTFISH_CATALOG": str(tmp_path / "catalog.toml")}, timeout=300
+    )
     warnings = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(warnings) == 1, done.stderr
     [line] = warnings

@@ -51,25 +51,44 @@ class Site:
     def __init__(self, tmp: Path, redis_url: str, **settings: object) -> None:
         self.tmp = tmp
         (tmp / "catalog.toml").write_text(CATALOG)
-        values: dict[str, object] = {"redis_url": redis_url, "pilot_redis_url": redis_url,
-                                     "catalog": str(tmp / "catalog.toml"), "state_dir": str(tmp / "state"),
-                                     "lease_seconds": 3.0, "backoff_seconds": 0.0, "pilot_idle_timeout": 2.0,
-                                     "pilot_events": False, "director_interval": 0.5, **settings}
+        values: dict[str, object] = {
+            "redis_url": redis_url,
+            "pilot_redis_url": redis_url,
+            "catalog": str(tmp / "catalog.toml"),
+            "state_dir": str(tmp / "state"),
+            "lease_seconds": 3.0,
+            "backoff_seconds": 0.0,
+            "pilot_idle_timeout": 2.0,
+            "pilot_events": False,
+            "director_interval": 0.5,
+            **settings,
+        }
         self.settings = Settings().with_(**values)
         self.ctx = Context(self.settings)
         self.env = {**os.environ, **{f"PILOTFISH_{k.upper()}": str(v) for k, v in values.items()}}
         self.directors: list[subprocess.Popen[bytes]] = []
 
     def submit(self, n: int, seconds: float) -> list[str]:
-        jobs = [JobSpec(name=f"j{i}", command=f"sleep {seconds}", ete=seconds,
-                        requirements={"Site": "L", "cpu": 1, "mem": "100M", "wall": "5m"}) for i in range(n)]
+        jobs = [
+            JobSpec(
+                name=f"j{i}",
+                command=f"sleep {seconds}",
+                ete=seconds,
+                requirements={"Site": "L", "cpu": 1, "mem": "100M", "wall": "5m"},
+            )
+            for i in range(n)
+        ]
         return list(Submitter.of(self.ctx).submit(jobs, name="faults").ids.values())
 
     def start_director(self) -> subprocess.Popen[bytes]:
         log = open(self.tmp / f"director-{len(self.directors)}.log", "wb")  # noqa: SIM115 - the process holds it
-        process = subprocess.Popen([sys.executable, "-m", "matcher.cli", "director", "--log-dir",
-                                    str(self.tmp / "logs")], cwd=self.tmp, env=self.env, stdout=log,
-                                   stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "matcher.cli", "director", "--log-dir", str(self.tmp / "logs")],
+            cwd=self.tmp,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         self.directors.append(process)
         return process
 
@@ -128,8 +147,13 @@ def test_a_director_killed_with_its_pilot_does_not_wedge_the_site(site: Site) ->
     os.killpg(pilot, signal.SIGKILL)  # its guardian then kills the payload it ran
     first.wait()
     site.start_director()
-    wait_until(lambda: all(s is JobState.DONE for s in site.states(ids)), timeout=90, interval=0.2,
-               what=site.failure("every job done"), between=site.reap)
+    wait_until(
+        lambda: all(s is JobState.DONE for s in site.states(ids)),
+        timeout=90,
+        interval=0.2,
+        what=site.failure("every job done"),
+        between=site.reap,
+    )
 
 
 def test_a_new_director_counts_the_pilot_a_dead_one_left_and_forgets_it_when_it_ends(site: Site) -> None:
@@ -147,28 +171,54 @@ def test_a_new_director_counts_the_pilot_a_dead_one_left_and_forgets_it_when_it_
         most = max(most, len(site.pilot_pids()))
         site.reap()
 
-    wait_until(lambda: all(s is JobState.DONE for s in site.states(ids)), timeout=60, interval=0.2,
-               what=site.failure("the orphan's work done"), between=sample)
-    wait_until(lambda: not psutil.pid_exists(orphan)
-               or psutil.Process(orphan).status() == psutil.STATUS_ZOMBIE, timeout=30, interval=0.2,
-               what=site.failure("the orphan idled out"), between=sample)
+    wait_until(
+        lambda: all(s is JobState.DONE for s in site.states(ids)),
+        timeout=60,
+        interval=0.2,
+        what=site.failure("the orphan's work done"),
+        between=sample,
+    )
+    wait_until(
+        lambda: not psutil.pid_exists(orphan) or psutil.Process(orphan).status() == psutil.STATUS_ZOMBIE,
+        timeout=30,
+        interval=0.2,
+        what=site.failure("the orphan idled out"),
+        between=sample,
+    )
     assert most == 1, "the adopted pilot counted against max_running = 1: no second pilot beside it"
     more = site.submit(2, 0.2)  # new demand after the orphan is gone: the queue's place is free again
-    wait_until(lambda: all(s is JobState.DONE for s in site.states(more)), timeout=60, interval=0.2,
-               what=site.failure("new work done"), between=sample)
+    wait_until(
+        lambda: all(s is JobState.DONE for s in site.states(more)),
+        timeout=60,
+        interval=0.2,
+        what=site.failure("new work done"),
+        between=sample,
+    )
 
 
-def test_a_pilot_nobody_answers_for_is_retired_after_its_silence(tmp_path: Path, redis_url: str,
-                                                                  caplog: pytest.LogCaptureFixture) -> None:
+def test_a_pilot_nobody_answers_for_is_retired_after_its_silence(
+    tmp_path: Path, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
     """A record no backend can answer for (started on another host) and with no heartbeat is retired, with
     one log line, once it has been silent for pilot_retire_after; until then it counts."""
     site = Site(tmp_path, redis_url, pilot_retire_after=2.0)
     director = Director(site.ctx, log_dir=str(tmp_path / "logs"))
     try:
         key = f"{QUEUE}|local|local-999-1"
-        record = {"shape": "c1", "state": "QUEUED", "submitted": time.time(), "wall": 600, "jobs": 1, "options": "",
-                  "queue": QUEUE, "kind": "local", "batch_id": "local-999-1", "host": "elsewhere.example.org",
-                  "pid": 4242, "ctime": 1.0}
+        record = {
+            "shape": "c1",
+            "state": "QUEUED",
+            "submitted": time.time(),
+            "wall": 600,
+            "jobs": 1,
+            "options": "",
+            "queue": QUEUE,
+            "kind": "local",
+            "batch_id": "local-999-1",
+            "host": "elsewhere.example.org",
+            "pid": 4242,
+            "ctime": 1.0,
+        }
         site.ctx.client.hset(site.ctx.keys.provisioned, key, json.dumps(record))
         site.submit(1, 0.1)
         report = director.cycle().queues[QUEUE]
@@ -197,10 +247,19 @@ def test_a_killed_director_holds_the_director_lock_only_a_few_intervals(site: Si
         ids = site.submit(1, 0.1)
         assert director.cycle().skipped
         assert director.lock_ttl == 10.0
-        wait_until(lambda: not director.cycle().skipped, timeout=director.lock_ttl + 2, interval=0.2,
-                   what=site.failure("provisioned once the dead director's lock expired"))
-        wait_until(lambda: site.states(ids) == [JobState.DONE], timeout=30, interval=0.2,
-                   what=site.failure("the job ran"), between=director.cycle)
+        wait_until(
+            lambda: not director.cycle().skipped,
+            timeout=director.lock_ttl + 2,
+            interval=0.2,
+            what=site.failure("provisioned once the dead director's lock expired"),
+        )
+        wait_until(
+            lambda: site.states(ids) == [JobState.DONE],
+            timeout=30,
+            interval=0.2,
+            what=site.failure("the job ran"),
+            between=director.cycle,
+        )
     finally:
         director.stop_all()
         director.close()
@@ -216,17 +275,46 @@ def test_a_pilot_keeps_its_payload_through_a_redis_outage_shorter_than_its_lease
     log = tmp_path / "pilot.log"
     env = {**os.environ, "PILOTFISH_REDIS_URL": server.url}
     with open(log, "wb") as out:
-        pilot = subprocess.Popen([sys.executable, "-m", "matcher.cli", "pilot", "--queue", "s/c/q", "--lease", "10",
-                                  "--idle-timeout", "3", "--no-events", "--cores", "1", "--mem", "1000",
-                                  "--workdir", str(tmp_path / "work")], env=env, stdout=out, stderr=out)
+        pilot = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "matcher.cli",
+                "pilot",
+                "--queue",
+                "s/c/q",
+                "--lease",
+                "10",
+                "--idle-timeout",
+                "3",
+                "--no-events",
+                "--cores",
+                "1",
+                "--mem",
+                "1000",
+                "--workdir",
+                str(tmp_path / "work"),
+            ],
+            env=env,
+            stdout=out,
+            stderr=out,
+        )
     try:
-        wait_until(lambda: store.job(job_id).state is JobState.RUNNING, timeout=30, interval=0.1,
-                   what=lambda: f"the payload to run: {log.read_text()}")
+        wait_until(
+            lambda: store.job(job_id).state is JobState.RUNNING,
+            timeout=30,
+            interval=0.1,
+            what=lambda: f"the payload to run: {log.read_text()}",
+        )
         pid = server.pid()
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
-        wait_until(lambda: "the store is unreachable" in log.read_text(), timeout=30, interval=0.1,
-                   what="the pilot to notice the outage")
+        wait_until(
+            lambda: "the store is unreachable" in log.read_text(),
+            timeout=30,
+            interval=0.1,
+            what="the pilot to notice the outage",
+        )
         server.start()
         assert pilot.wait(60) == 0, log.read_text()
         record = store.job(job_id)

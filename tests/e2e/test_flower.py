@@ -28,8 +28,11 @@ def pilot(redis_url: str, flower: FlowerServer) -> Iterator[tuple[CeleryObserver
     observer = CeleryObserver(redis_url, freq=FREQ)
     observer.pilot_started(info)
     # Flower subscribes to events a little after it answers HTTP: wait until it has seen the pilot's heartbeats.
-    wait_until(lambda: flower.get("/api/workers?status=1").get(info.name) is True, timeout=15,
-               what="Flower to see the pilot alive")
+    wait_until(
+        lambda: flower.get("/api/workers?status=1").get(info.name) is True,
+        timeout=15,
+        what="Flower to see the pilot alive",
+    )
     yield observer, info
     observer.close()
 
@@ -38,8 +41,11 @@ def run(observer: CeleryObserver, info: PilotInfo, job: Job) -> RunResult:
     observer.payload_started(info, job)
     start = time.monotonic()
     done = subprocess.run(["sh", "-c", job.command], check=False)
-    result = RunResult(exit_code=done.returncode, wall=time.monotonic() - start,
-                       reason="" if done.returncode == 0 else f"exit code {done.returncode}")
+    result = RunResult(
+        exit_code=done.returncode,
+        wall=time.monotonic() - start,
+        reason="" if done.returncode == 0 else f"exit code {done.returncode}",
+    )
     observer.payload_ended(info, job, result, "done" if done.returncode == 0 else "failed")
     return result
 
@@ -55,6 +61,7 @@ def task(flower: FlowerServer, tid: str, state: str) -> dict[str, Any]:
 
 def test_flower_lists_the_pilot_and_its_payloads(flower: FlowerServer, pilot: tuple[CeleryObserver, PilotInfo]) -> None:
     observer, info = pilot
+
     # /api/workers is built from the inspect replies (stats, active_queues, registered, conf).
     def inspected() -> dict[str, Any] | None:
         worker = flower.get("/api/workers?refresh=1").get(info.name)
@@ -84,38 +91,48 @@ def test_flower_lists_the_pilot_and_its_payloads(flower: FlowerServer, pilot: tu
     assert "tile-11" in flower.get("/task/" + task_uuid(info.vo, "11", 1), raw=True)
 
     observer.pilot_stopped(info, "time is up")
-    wait_until(lambda: flower.get("/api/workers?status=1").get(info.name) is False, timeout=10,
-               what="Flower to show the pilot offline")
+    wait_until(
+        lambda: flower.get("/api/workers?status=1").get(info.name) is False,
+        timeout=10,
+        what="Flower to show the pilot offline",
+    )
     assert flower.errors() == []
 
 
 def test_flower_revoke_kills_the_payload_and_shutdown_stops_the_pilot(
-        flower: FlowerServer, pilot: tuple[CeleryObserver, PilotInfo]) -> None:
+    flower: FlowerServer, pilot: tuple[CeleryObserver, PilotInfo]
+) -> None:
     observer, info = pilot
-    wait_until(lambda: flower.get("/api/workers?refresh=1").get(info.name), timeout=15,
-               what="the pilot in /api/workers")
+    wait_until(
+        lambda: flower.get("/api/workers?refresh=1").get(info.name), timeout=15, what="the pilot in /api/workers"
+    )
     job = make_job("21", "sleep 60", name="long-one")
     payload = subprocess.Popen(["sh", "-c", job.command], start_new_session=True)
     observer.payload_started(info, job)
     tid = task_uuid(info.vo, "21", 1)
     try:
         task(flower, tid, "STARTED")
-        active = wait_until(lambda: flower.get(f"/api/workers?refresh=1&workername={info.name}")[info.name]
-                            .get("active"), timeout=10, what="the payload among the pilot's active tasks")
+        active = wait_until(
+            lambda: flower.get(f"/api/workers?refresh=1&workername={info.name}")[info.name].get("active"),
+            timeout=10,
+            what="the payload among the pilot's active tasks",
+        )
         assert [a["id"] for a in active] == [tid]
 
         start = time.monotonic()
         status, body = flower.post(f"/api/task/revoke/{tid}?terminate=true")
         assert status == 200, body
         # What the pilot's loop does with the command: terminate the payload, report it.
-        commands = wait_until(observer.commands, timeout=FREQ, interval=0.01,
-                              what="the kill command within one heartbeat")
+        commands = wait_until(
+            observer.commands, timeout=FREQ, interval=0.01, what="the kill command within one heartbeat"
+        )
         assert commands == [Command("kill", "21", "revoked from Celery/Flower (SIGTERM)")]
         print(f"\nFlower revoke -> Command('kill') in {1000 * (time.monotonic() - start):.0f} ms")
         payload.terminate()
         payload.wait(10)
-        observer.payload_ended(info, job, RunResult(exit_code=payload.returncode, wall=1.0,
-                                                    reason="killed by operator"), "failed")
+        observer.payload_ended(
+            info, job, RunResult(exit_code=payload.returncode, wall=1.0, reason="killed by operator"), "failed"
+        )
         revoked = task(flower, tid, "REVOKED")
         assert revoked["worker"] == info.name
 

@@ -93,11 +93,35 @@ def start_pilot(redis_url: str, tmp_path: Path, batch_id: str) -> PilotProcess:
     log_path = home / "pilot.err"
     with open(log_path, "wb") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "matcher.cli", "pilot", "--queue", QUEUE, "--redis-url", redis_url, "--events",
-             "--cores", str(CORES), "--idle-timeout", str(IDLE_TIMEOUT), "--lease", str(LEASE),
-             "--heartbeat", str(HEARTBEAT), "--kill-grace", str(KILL_GRACE),
-             "--workdir", str(home / "work"), "-v"],
-            cwd=home, env=env, stdout=subprocess.DEVNULL, stderr=err)
+            [
+                sys.executable,
+                "-m",
+                "matcher.cli",
+                "pilot",
+                "--queue",
+                QUEUE,
+                "--redis-url",
+                redis_url,
+                "--events",
+                "--cores",
+                str(CORES),
+                "--idle-timeout",
+                str(IDLE_TIMEOUT),
+                "--lease",
+                str(LEASE),
+                "--heartbeat",
+                str(HEARTBEAT),
+                "--kill-grace",
+                str(KILL_GRACE),
+                "--workdir",
+                str(home / "work"),
+                "-v",
+            ],
+            cwd=home,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
     return PilotProcess(name, proc, log_path)
 
 
@@ -123,6 +147,7 @@ def two_pilots(redis_url: str, tmp_path: Path) -> Iterator[tuple[PilotProcess, P
 
 def flower_task(flower: FlowerServer, tid: str, state: str, timeout: float = 10.0) -> dict[str, Any]:
     """The task as /api/tasks shows it, once it is in ``state``."""
+
     def found() -> dict[str, Any] | None:
         task: dict[str, Any] | None = flower.get("/api/tasks").get(tid)
         return task if task is not None and task.get("state") == state else None
@@ -136,8 +161,9 @@ def alive(flower: FlowerServer, name: str) -> bool | None:
     return status
 
 
-def test_flower_shows_and_steers_real_pilots_running_real_payloads(flower: FlowerServer, redis_url: str,
-                                                                    tmp_path: Path) -> None:
+def test_flower_shows_and_steers_real_pilots_running_real_payloads(
+    flower: FlowerServer, redis_url: str, tmp_path: Path
+) -> None:
     store = Store.from_url(redis_url)
     submitter = Submitter(store, Catalog.local_default(), vo=VO)
 
@@ -168,10 +194,16 @@ def test_flower_shows_and_steers_real_pilots_running_real_payloads(flower: Flowe
         freq = float(workers[a.name]["conf"]["heartbeat_freq"])  # Celery-event heartbeat period of the pilots
 
         # Quick payloads: four successes and one failure (exit 3 fails at once: only give-backs are retried).
-        quick = submitter.submit([JobSpec(f"quick-{i}", "true", {"cpu": 1}, ete=1) for i in range(4)]
-                                 + [JobSpec("exit-three", "exit 3", {"cpu": 1}, ete=1)], name="quick")
-        wait_until(lambda: all(j.state.final for j in store.jobs(list(quick.ids.values()))), timeout=20,
-                   what="the quick jobs to end")
+        quick = submitter.submit(
+            [JobSpec(f"quick-{i}", "true", {"cpu": 1}, ete=1) for i in range(4)]
+            + [JobSpec("exit-three", "exit 3", {"cpu": 1}, ete=1)],
+            name="quick",
+        )
+        wait_until(
+            lambda: all(j.state.final for j in store.jobs(list(quick.ids.values()))),
+            timeout=20,
+            what="the quick jobs to end",
+        )
         for name, job_id in quick.ids.items():
             job = store.job(job_id)
             failing = name == "exit-three"
@@ -203,7 +235,9 @@ def test_flower_shows_and_steers_real_pilots_running_real_payloads(flower: Flowe
         assert flower_task(flower, evicted_tid, "STARTED")["worker"] == other.name
         active = wait_until(
             lambda: flower.get(f"/api/workers?refresh=1&workername={holder.name}")[holder.name].get("active"),
-            timeout=10, what=f"the long payload among {holder.name}'s active tasks")
+            timeout=10,
+            what=f"the long payload among {holder.name}'s active tasks",
+        )
         assert [t["id"] for t in active] == [victim_tid] and active[0]["args"] == ["sleep 30"]
 
         # Terminate a running payload from Flower: gone within one heartbeat, failed in the store.
@@ -211,11 +245,18 @@ def test_flower_shows_and_steers_real_pilots_running_real_payloads(flower: Flowe
         started = time.monotonic()
         status, body = flower.post(f"/api/task/revoke/{victim_tid}?terminate=true")
         assert status == 200, body
-        wait_until(lambda: not any(_alive(p) for p in processes), timeout=HEARTBEAT, interval=0.01,
-                   what="the revoked payload to be gone within one heartbeat")
+        wait_until(
+            lambda: not any(_alive(p) for p in processes),
+            timeout=HEARTBEAT,
+            interval=0.01,
+            what="the revoked payload to be gone within one heartbeat",
+        )
         revoke_s = time.monotonic() - started
-        record = wait_until(lambda: (j := store.job(victim)).state.final and j, timeout=HEARTBEAT,
-                            what="the revoked job's end in the store")
+        record = wait_until(
+            lambda: (j := store.job(victim)).state.final and j,
+            timeout=HEARTBEAT,
+            what="the revoked job's end in the store",
+        )
         assert record.state == JobState.FAILED and record.reason == REVOKE_REASON, (record, context())
         revoked = flower_task(flower, victim_tid, "REVOKED")
         assert revoked["worker"] == holder.name and revoked["exception"] == REVOKE_REASON
@@ -225,20 +266,30 @@ def test_flower_shows_and_steers_real_pilots_running_real_payloads(flower: Flowe
         started = time.monotonic()
         status, body = flower.post("/api/worker/shutdown/" + urllib.parse.quote(other.name))
         assert status == 200, body
-        wait_until(lambda: other.proc.poll() is not None, timeout=HEARTBEAT + KILL_GRACE, interval=0.01,
-                   what=f"{other.name} to exit within one heartbeat plus its kill grace")
+        wait_until(
+            lambda: other.proc.poll() is not None,
+            timeout=HEARTBEAT + KILL_GRACE,
+            interval=0.01,
+            what=f"{other.name} to exit within one heartbeat plus its kill grace",
+        )
         shutdown_s = time.monotonic() - started
         assert other.proc.returncode == 0, context()
         assert not any(_alive(p) for p in processes), "the shut-down pilot left its payload running"
         assert f"pilot {other.name} stopped: Got shutdown from remote" in other.log(), context()
         retried = flower_task(flower, evicted_tid, "RETRY")
         assert retried["worker"] == other.name and "pilot shut down by operator" in retried["exception"]
-        wait_until(lambda: alive(flower, other.name) is False, timeout=2 * freq + 1,
-                   what=f"Flower to show {other.name} offline")
+        wait_until(
+            lambda: alive(flower, other.name) is False,
+            timeout=2 * freq + 1,
+            what=f"Flower to show {other.name} offline",
+        )
 
         # The job given back runs again (next attempt) on the surviving pilot; end it from Flower as well.
-        again = wait_until(lambda: (j := store.job(evicted)).state == JobState.RUNNING and j, timeout=HEARTBEAT + 10,
-                           what="the requeued job to run again")
+        again = wait_until(
+            lambda: (j := store.job(evicted)).state == JobState.RUNNING and j,
+            timeout=HEARTBEAT + 10,
+            what="the requeued job to run again",
+        )
         assert again.pilot == holder.name and again.attempt == running[1].attempt + 1 and again.retries == 1
         again_tid = task_uuid(VO, evicted, again.attempt)
         assert flower_task(flower, again_tid, "STARTED")["worker"] == holder.name
@@ -251,12 +302,16 @@ def test_flower_shows_and_steers_real_pilots_running_real_payloads(flower: Flowe
         # finishes, it takes nothing new, and it exits well before its idle timeout.
         drained = submitter.submit([JobSpec("drained", "sleep 2", {"cpu": 2}, ete=2)], name="drained").ids["drained"]
         wait_until(lambda: store.job(drained).state == JobState.RUNNING, timeout=15, what="the job to drain to run")
-        drain_path = (f"/api/worker/queue/cancel-consumer/{urllib.parse.quote(holder.name)}"
-                      f"?queue={urllib.parse.quote(QUEUE)}")
+        drain_path = (
+            f"/api/worker/queue/cancel-consumer/{urllib.parse.quote(holder.name)}?queue={urllib.parse.quote(QUEUE)}"
+        )
         status, body = flower.post(drain_path)
         assert status == 200 and "draining" in body["message"], body
-        wait_until(lambda: holder.proc.poll() is not None or store.pilot_records()[holder.name]["draining"],
-                   timeout=2 * HEARTBEAT + 1, what=f"{holder.name} to say it drains")
+        wait_until(
+            lambda: holder.proc.poll() is not None or store.pilot_records()[holder.name]["draining"],
+            timeout=2 * HEARTBEAT + 1,
+            what=f"{holder.name} to say it drains",
+        )
         left = submitter.submit([JobSpec("left", "true", {"cpu": 1}, ete=1)], name="left").ids["left"]
         try:
             holder.proc.wait(IDLE_TIMEOUT)
@@ -276,5 +331,7 @@ def test_flower_shows_and_steers_real_pilots_running_real_payloads(flower: Flowe
         assert alive(flower, holder.name) is False
         assert flower.errors() == []
 
-    print(f"\nFlower revoke -> payload gone: {1000 * revoke_s:.0f} ms; "
-          f"Flower shutdown -> pilot exit: {1000 * shutdown_s:.0f} ms")
+    print(
+        f"\nFlower revoke -> payload gone: {1000 * revoke_s:.0f} ms; "
+        f"Flower shutdown -> pilot exit: {1000 * shutdown_s:.0f} ms"
+    )

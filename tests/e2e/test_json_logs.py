@@ -53,22 +53,41 @@ def test_a_pilot_logs_one_json_object_a_line_with_its_pilot_and_job(redis_url: s
     assert lines[-1]["message"].startswith(f"pilot {pilot.pop()} stopped")
 
 
-def test_the_worker_and_beat_log_json_and_so_do_celerys_own_lines(redis_url: str, tmp_path: Path,
-                                                                   real_redis: redis.Redis) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PILOTFISH_REDIS_URL": redis_url, "PILOTFISH_LOG_FORMAT": "json",
-           "PILOTFISH_STATE_DIR": str(tmp_path / "state"), "PILOTFISH_REAP_INTERVAL": "0.3",
-           "PILOTFISH_BEAT_DIRECTOR": "false", "PILOTFISH_VO": "lhcb"}
+def test_the_worker_and_beat_log_json_and_so_do_celerys_own_lines(
+    redis_url: str, tmp_path: Path, real_redis: redis.Redis
+) -> None:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "PILOTFISH_REDIS_URL": redis_url,
+        "PILOTFISH_LOG_FORMAT": "json",
+        "PILOTFISH_STATE_DIR": str(tmp_path / "state"),
+        "PILOTFISH_REAP_INTERVAL": "0.3",
+        "PILOTFISH_BEAT_DIRECTOR": "false",
+        "PILOTFISH_VO": "lhcb",
+    }
     logs = {}
     procs = []
     for name, args in (("worker", ["--no-beat"]), ("beat", ["--beat-only"])):
         logs[name] = tmp_path / f"{name}.log"
         with logs[name].open("wb") as out:
-            procs.append(subprocess.Popen([sys.executable, "-m", "matcher.cli", "matcher", "--concurrency", "1",
-                                           *args], cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT))
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "matcher.cli", "matcher", "--concurrency", "1", *args],
+                    cwd=tmp_path,
+                    env=env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
+            )
     try:
         # The beat sends reap; the worker runs it (it records the server run it saw).
-        wait_until(lambda: real_redis.hexists(Keys(vo="lhcb").cursor, "reap:run"), timeout=60, what="a reap run by the worker")
-        wait_until(lambda: "pilotfish.reap" in logs["worker"].read_text(), timeout=30, what="the worker's line about it")
+        wait_until(
+            lambda: real_redis.hexists(Keys(vo="lhcb").cursor, "reap:run"), timeout=60, what="a reap run by the worker"
+        )
+        wait_until(
+            lambda: "pilotfish.reap" in logs["worker"].read_text(), timeout=30, what="the worker's line about it"
+        )
     finally:
         for proc in procs:
             proc.terminate()
@@ -88,8 +107,9 @@ def test_the_formatter_keeps_the_traceback_and_finds_the_job() -> None:
     try:
         raise RuntimeError("boom")
     except RuntimeError:
-        record = logging.getLogger("x").makeRecord("x", logging.ERROR, "f", 1, "job %s: %s", ("42", "broke"),
-                                                   sys.exc_info())
+        record = logging.getLogger("x").makeRecord(
+            "x", logging.ERROR, "f", 1, "job %s: %s", ("42", "broke"), sys.exc_info()
+        )
     tags.filter(record)
     doc = json.loads(logformat.JsonFormatter().format(record))
     assert doc["component"] == "director" and doc["vo"] == "atlas" and doc["pilot"] == "p-1"

@@ -40,7 +40,7 @@ def test_the_test_command_also_runs_the_static_checks_and_every_test_has_a_timeo
     lint = (ROOT / "scripts" / "lint.sh").read_text()
     for check in ("ruff check .", "ruff format --check", "mypy --strict"):
         assert check in lint, check
-    assert 'PACKAGES=(taskqueues matcher pilot)' in lint
+    assert "PACKAGES=(taskqueues matcher pilot)" in lint
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert any(d.startswith("pytest-timeout") for d in project["project"]["optional-dependencies"]["test"])
     assert project["tool"]["pytest"]["ini_options"]["timeout"] > 0
@@ -70,10 +70,21 @@ def tour_commands() -> list[str]:
 def test_the_first_run_prints_what_the_readme_shows(tmp_path: Path, redis_url: str) -> None:
     shown = re.search(r"```console\n\$ (pilotfish run \S+)\n(.*?)```", README, re.S)
     assert shown is not None
-    env = {**os.environ, "PILOTFISH_STATE_DIR": str(tmp_path), "PILOTFISH_REDIS_URL": redis_url,
-           "PILOTFISH_CATALOG": "", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-m", "matcher.cli", *shown.group(1).split()[1:]], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    env = {
+        **os.environ,
+        "PILOTFISH_STATE_DIR": str(tmp_path),
+        "PILOTFISH_REDIS_URL": redis_url,
+        "PILOTFISH_CATALOG": "",
+        "PYTHONPATH": str(ROOT),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "matcher.cli", *shown.group(1).split()[1:]],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     expected, got = shown.group(2).splitlines(), done.stdout.splitlines()
     pattern = re.compile(r"request \w+ \(small-dag\): 8 (jobs submitted|done)")
@@ -92,8 +103,19 @@ def test_the_tour_runs_as_the_readme_shows(tmp_path: Path, redis_url: str) -> No
     first tile fetch blocks, so there is a running payload to kill and waiting jobs to explain.
     """
     commands = tour_commands()
-    assert [c.split()[1] for c in commands] == ["up", "submit", "status", "status", "jobs", "explain", "kill", "logs",
-                                                "cancel", "metrics", "down"], commands
+    assert [c.split()[1] for c in commands] == [
+        "up",
+        "submit",
+        "status",
+        "status",
+        "jobs",
+        "explain",
+        "kill",
+        "logs",
+        "cancel",
+        "metrics",
+        "down",
+    ], commands
     here = tmp_path / "clone"
     (here / "examples").mkdir(parents=True)
     work = tmp_path / "montage"
@@ -102,15 +124,27 @@ def test_the_tour_runs_as_the_readme_shows(tmp_path: Path, redis_url: str) -> No
         os.mkfifo(work / f"raw_{i}.fits")
     text = (ROOT / "examples" / "montage.toml").read_text()
     (here / "examples" / "montage.toml").write_text(
-        text.replace('work = "/tmp/pilotfish-examples/montage"', f'work = "{work}"'))
-    env = {**pilot_env(tmp_path / "node", cores=1, mem=4000), "PILOTFISH_STATE_DIR": str(tmp_path / "state"),
-           "PILOTFISH_REDIS_URL": redis_url, "PILOTFISH_CATALOG": "", "PILOTFISH_LEASE_SECONDS": "600",
-           "PYTHONPATH": str(ROOT)}
+        text.replace('work = "/tmp/pilotfish-examples/montage"', f'work = "{work}"')
+    )
+    env = {
+        **pilot_env(tmp_path / "node", cores=1, mem=4000),
+        "PILOTFISH_STATE_DIR": str(tmp_path / "state"),
+        "PILOTFISH_REDIS_URL": redis_url,
+        "PILOTFISH_CATALOG": "",
+        "PILOTFISH_LEASE_SECONDS": "600",
+        "PYTHONPATH": str(ROOT),
+    }
     store = Store.from_url(redis_url)
 
     def cli(command: str, ok: bool = True) -> str:
-        done = subprocess.run([sys.executable, "-m", "matcher.cli", *command.split()[1:]], cwd=here, env=env,
-                              capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [sys.executable, "-m", "matcher.cli", *command.split()[1:]],
+            cwd=here,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert (done.returncode == 0) == ok, f"{command}: {done.returncode}\n{done.stdout}{done.stderr}"
         return done.stdout
 
@@ -125,19 +159,41 @@ def test_the_tour_runs_as_the_readme_shows(tmp_path: Path, redis_url: str) -> No
             verb = command.split()[1]
             if verb == "up":
                 pilot = subprocess.Popen(
-                    [sys.executable, "-m", "matcher.cli", "pilot", "--queue", "local/localhost/local", "--cores", "1",
-                     "--idle-timeout", "600", "--lease", "600", "--kill-grace", "1", "--no-events"],
-                    cwd=here, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    [
+                        sys.executable,
+                        "-m",
+                        "matcher.cli",
+                        "pilot",
+                        "--queue",
+                        "local/localhost/local",
+                        "--cores",
+                        "1",
+                        "--idle-timeout",
+                        "600",
+                        "--lease",
+                        "600",
+                        "--kill-grace",
+                        "1",
+                        "--no-events",
+                    ],
+                    cwd=here,
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
             elif verb == "submit":
                 out = cli(command)
                 match = re.fullmatch(r"request (\w+): 42 jobs submitted, ETA \d\d:\d\d:\d\d\n", out)
                 assert match, out
                 request = match.group(1)
-                wait_until(lambda r=request: any(j.state == JobState.RUNNING for j in store.request_jobs(r)),
-                           timeout=60, what="a tile fetch running (blocked on its FIFO)")
+                wait_until(
+                    lambda r=request: any(j.state == JobState.RUNNING for j in store.request_jobs(r)),
+                    timeout=60,
+                    what="a tile fetch running (blocked on its FIFO)",
+                )
             elif verb == "status" and len(command.split()) == 2:
                 out = cli(command)
-                assert f"request {request} 'montage' priority 0: 42 jobs (" in out
+                assert re.search(rf"request {request} 'montage' owner \S+ group default priority 0: 42 jobs \(", out), out
                 assert "critical path left" in out and "ETA" in out and "eligible queues: local/localhost/local" in out
             elif verb == "status":
                 out = cli(command.replace("REQUEST", request))
@@ -155,44 +211,82 @@ def test_the_tour_runs_as_the_readme_shows(tmp_path: Path, redis_url: str) -> No
                 assert out[21].startswith("... more jobs match: raise --limit (now 20)"), out
             elif verb == "logs":
                 argv = command.replace("7", running).split()[1:]
-                shown = subprocess.run([sys.executable, "-m", "matcher.cli", *argv], cwd=here, env=env,
-                                       capture_output=True, text=True, timeout=60)
+                shown = subprocess.run(
+                    [sys.executable, "-m", "matcher.cli", *argv],
+                    cwd=here,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                )
                 assert (shown.returncode, shown.stdout) == (0, ""), shown.stderr  # it printed nothing before the kill
-                assert shown.stderr == (f"job {running} attempt 1: no output was shipped (the payload printed "
-                                        "nothing, or has not yet)\n")
+                assert shown.stderr == (
+                    f"job {running} attempt 1: no output was shipped (the payload printed nothing, or has not yet)\n"
+                )
             elif verb == "explain":
                 out = cli(command.replace("12", waiting)).splitlines()
                 assert out[0].startswith(f"job {waiting} 'mArchiveGet_") and out[0].endswith(": waiting")
                 assert "  eligible queues: local/localhost/local" in out
-                assert any(re.fullmatch(r"  pilot local-\d+@\S+ \(local/localhost/local\): "
-                                        r"free cpu 0 < 1 cores needed", line) for line in out), out
+                assert any(
+                    re.fullmatch(
+                        r"  pilot local-\d+@\S+ \(local/localhost/local\): "
+                        r"free cpu 0 < 1 cores needed",
+                        line,
+                    )
+                    for line in out
+                ), out
                 assert out[-1].startswith("verdict: no live pilot in an eligible queue has room for it"), out
             elif verb == "kill":
                 out = cli(command.replace("7", running))
-                assert re.fullmatch(rf"job {running}: kill sent to pilot local-\d+@\S+, which stops its payload now\n",
-                                    out), out
-                wait_until(lambda j=running: store.job(j).state.final, timeout=30,
-                           what="the killed payload to end (no heartbeat)")
+                assert re.fullmatch(
+                    rf"job {running}: kill sent to pilot local-\d+@\S+, which stops its payload now\n", out
+                ), out
+                wait_until(
+                    lambda j=running: store.job(j).state.final,
+                    timeout=30,
+                    what="the killed payload to end (no heartbeat)",
+                )
                 assert store.job(running).state == JobState.FAILED and store.job(running).reason == "killed by operator"
-                err = subprocess.run([sys.executable, "-m", "matcher.cli", "kill", running], cwd=here, env=env,
-                                     capture_output=True, text=True, timeout=60)
-                assert (err.returncode, err.stderr) == (1, f"pilotfish: error: job {running} has already ended "
-                                                           "(failed)\n")
+                err = subprocess.run(
+                    [sys.executable, "-m", "matcher.cli", "kill", running],
+                    cwd=here,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                )
+                assert (err.returncode, err.stderr) == (
+                    1,
+                    f"pilotfish: error: job {running} has already ended (failed)\n",
+                )
             elif verb == "cancel":
-                wait_until(lambda r=request: any(j.state == JobState.RUNNING for j in store.request_jobs(r)),
-                           timeout=30, what="the pilot on the next tile fetch")
+                wait_until(
+                    lambda r=request: any(j.state == JobState.RUNNING for j in store.request_jobs(r)),
+                    timeout=30,
+                    what="the pilot on the next tile fetch",
+                )
                 out = cli(command.replace("REQUEST", request))
-                assert re.fullmatch(rf"request {request}: \d+ jobs cancelled, [12] running jobs asked to stop now\n",
-                                    out), out
-                wait_until(lambda r=request: all(j.state.final for j in store.request_jobs(r)), timeout=30,
-                           what="every job of the request ended")
+                assert re.fullmatch(
+                    rf"request {request}: \d+ jobs cancelled, [12] running jobs asked to stop now\n", out
+                ), out
+                wait_until(
+                    lambda r=request: all(j.state.final for j in store.request_jobs(r)),
+                    timeout=30,
+                    what="every job of the request ended",
+                )
                 assert "cancelled" in cli(f"pilotfish status {request}")
             elif verb == "metrics":
-                samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-                           for family in text_string_to_metric_families(cli(command)) for s in family.samples}
+                samples = {
+                    (s.name, tuple(sorted(s.labels.items()))): s.value
+                    for family in text_string_to_metric_families(cli(command))
+                    for s in family.samples
+                }
                 assert samples[("pilotfish_store_up", (("vo", "default"),))] == 1
-                ended = {dict(labels)["state"]: v for (name, labels), v in samples.items()
-                         if name == "pilotfish_jobs_ended_total"}
+                ended = {
+                    dict(labels)["state"]: v
+                    for (name, labels), v in samples.items()
+                    if name == "pilotfish_jobs_ended_total"
+                }
                 assert ended["failed"] >= 1 and ended["cancelled"] + ended["dep-failed"] == 42 - 1 - ended["done"]
                 assert samples[("pilotfish_matches_total", (("vo", "default"),))] >= 2
             elif verb == "down":
@@ -217,15 +311,38 @@ def test_the_client_example_runs_as_written(tmp_path: Path, redis_url: str) -> N
     """The README's Python example, run as it is written, against a real Redis and a real pilot."""
     block = next(b for b in re.findall(r"```python\n(.*?)```", README, re.S) if "matcher.client" in b)
     assert len(block.strip().splitlines()) <= 10
-    env = {**pilot_env(tmp_path / "node", cores=2, mem=4000), "PILOTFISH_STATE_DIR": str(tmp_path / "state"),
-           "PILOTFISH_REDIS_URL": redis_url, "PILOTFISH_CATALOG": "", "PYTHONPATH": str(ROOT)}
-    pilot = subprocess.Popen([sys.executable, "-m", "matcher.cli", "pilot", "--queue", "local/localhost/local",
-                              "--cores", "2", "--idle-timeout", "600", "--no-events",
-                              "--workdir", str(tmp_path / "pw")],
-                             cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {
+        **pilot_env(tmp_path / "node", cores=2, mem=4000),
+        "PILOTFISH_STATE_DIR": str(tmp_path / "state"),
+        "PILOTFISH_REDIS_URL": redis_url,
+        "PILOTFISH_CATALOG": "",
+        "PYTHONPATH": str(ROOT),
+    }
+    pilot = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "matcher.cli",
+            "pilot",
+            "--queue",
+            "local/localhost/local",
+            "--cores",
+            "2",
+            "--idle-timeout",
+            "600",
+            "--no-events",
+            "--workdir",
+            str(tmp_path / "pw"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
-        done = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, env=env, capture_output=True, text=True,
-                              timeout=300)
+        done = subprocess.run(
+            [sys.executable, "-c", block], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        )
     finally:
         pilot.terminate()
         pilot.wait(30)

@@ -14,8 +14,11 @@ def _listed() -> list[str]:
 
 
 def _packages() -> set[str]:
-    return {str(init.parent.relative_to(ROOT)) for top in ("taskqueues", "matcher", "pilot")
-            for init in (ROOT / top).rglob("__init__.py")}
+    return {
+        str(init.parent.relative_to(ROOT))
+        for top in ("taskqueues", "matcher", "pilot")
+        for init in (ROOT / top).rglob("__init__.py")
+    }
 
 
 def test_every_package_is_listed_once_and_every_listed_package_exists() -> None:

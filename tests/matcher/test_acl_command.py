@@ -34,8 +34,14 @@ def server(tmp_path: Path) -> Iterator[RedisServer]:
 def acl(*args: str, redis_url: str = "") -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PILOTFISH_REDIS_URL": redis_url}
     env.pop("PILOTFISH_CONFIG", None)
-    return subprocess.run([sys.executable, "-m", "matcher.cli", "acl", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "matcher.cli", "acl", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def described(client: redis.Redis) -> dict[str, str]:
@@ -48,13 +54,16 @@ def test_acl_prints_the_two_users_of_taskqueues_access_for_redis_cli(server: Red
     done = acl("--vo", "lhcb", "--prefix", "site1", "--db", "3")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert [line.split()[:3] for line in lines] == [["ACL", "SETUSER", "pf-control"],
-                                                     ["ACL", "SETUSER", "pf-pilot-lhcb"]]
+    assert [line.split()[:3] for line in lines] == [
+        ["ACL", "SETUSER", "pf-control"],
+        ["ACL", "SETUSER", "pf-pilot-lhcb"],
+    ]
     admin = redis.Redis(port=server.port)
     if shutil.which("redis-cli") or shutil.which("valkey-cli"):
         cli = shutil.which("valkey-cli") or shutil.which("redis-cli")
-        fed = subprocess.run([str(cli), "-p", str(server.port)], input=done.stdout, capture_output=True, text=True,
-                             timeout=60)
+        fed = subprocess.run(
+            [str(cli), "-p", str(server.port)], input=done.stdout, capture_output=True, text=True, timeout=60
+        )
         assert fed.stdout.split() == ["OK", "OK"], fed.stdout + fed.stderr
     else:
         for line in lines:

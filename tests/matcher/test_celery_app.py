@@ -22,8 +22,14 @@ print("ok")
 
 
 def test_importing_the_app_configures_nothing_and_dash_a_finds_it_configured(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PILOTFISH_REDIS_URL": "redis://127.0.0.1:1/0",
-           "PILOTFISH_CONFIG": "/dev/null", "PILOTFISH_STATE_DIR": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-c", CHECK], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=120)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "PILOTFISH_REDIS_URL": "redis://127.0.0.1:1/0",
+        "PILOTFISH_CONFIG": "/dev/null",
+        "PILOTFISH_STATE_DIR": str(tmp_path),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", CHECK], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr

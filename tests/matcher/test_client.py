@@ -13,8 +13,10 @@ from taskqueues.errors import NotFound, PilotfishError, ValidationError
 from taskqueues.settings import Settings
 from taskqueues.store.records import JobState
 
-HELLO = {"name": "hello", "jobs": [{"name": "a", "command": "echo a"}, {"name": "b", "command": "echo b",
-                                                                          "deps": ["a"]}]}
+HELLO = {
+    "name": "hello",
+    "jobs": [{"name": "a", "command": "echo a"}, {"name": "b", "command": "echo b", "deps": ["a"]}],
+}
 
 
 class Ticks:
@@ -49,8 +51,9 @@ def test_wait_reports_progress_and_times_out_naming_the_request(redis_url: str) 
     ticks = Ticks()
     seen: list[dict[str, int]] = []
     with pytest.raises(WaitTimeout, match=f"request {request.id} has not ended after 3 s: 1 blocked, 1 waiting"):
-        client.wait(request, 3, progress=lambda s: seen.append(s.states), poll=1, sleep=ticks.sleep,
-                    clock=lambda: ticks.now)
+        client.wait(
+            request, 3, progress=lambda s: seen.append(s.states), poll=1, sleep=ticks.sleep, clock=lambda: ticks.now
+        )
     assert len(seen) == 4 and seen[0] == {"blocked": 1, "waiting": 1}
     client.cancel(request)
     final = client.wait(request, 3, sleep=ticks.sleep, clock=lambda: ticks.now)

@@ -14,10 +14,15 @@ from tests.support.store import job
 
 
 def cli(redis_url: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PILOTFISH_REDIS_URL": redis_url, "PILOTFISH_STATE_DIR": str(tmp_path),
-           "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "matcher.cli", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=60)
+    env = {
+        **os.environ,
+        "PILOTFISH_REDIS_URL": redis_url,
+        "PILOTFISH_STATE_DIR": str(tmp_path),
+        "PYTHONPATH": str(ROOT),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "matcher.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_kill_and_cancel_of_an_ended_job_fail_and_say_so(redis_url: str, tmp_path: Path) -> None:

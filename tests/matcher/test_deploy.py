@@ -31,16 +31,28 @@ PARTS = ("worker", "beat", "director", "flower")
 class Deployment:
     def __init__(self, tmp: Path) -> None:
         self.state = tmp / "state"
-        self.env = {**os.environ, "PILOTFISH_STATE_DIR": str(self.state), "PILOTFISH_FLOWER_PORT": str(free_port()),
-                    "PILOTFISH_LEASE_SECONDS": "5", "PILOTFISH_REAP_INTERVAL": "1", "PILOTFISH_DIRECTOR_INTERVAL": "1",
-                    "PILOTFISH_PILOT_EVENTS": "false"}
+        self.env = {
+            **os.environ,
+            "PILOTFISH_STATE_DIR": str(self.state),
+            "PILOTFISH_FLOWER_PORT": str(free_port()),
+            "PILOTFISH_LEASE_SECONDS": "5",
+            "PILOTFISH_REAP_INTERVAL": "1",
+            "PILOTFISH_DIRECTOR_INTERVAL": "1",
+            "PILOTFISH_PILOT_EVENTS": "false",
+        }
         self.env.pop("PILOTFISH_REDIS_URL", None)
         self.env.pop(MARKER, None)
         self.ctx = Context(Settings.load(env=self.env))
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run([sys.executable, "-m", "matcher.cli", *args], cwd=ROOT, env=self.env,
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-m", "matcher.cli", *args],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if check:
             assert done.returncode == 0, done.stdout + done.stderr
         return done
@@ -66,23 +78,35 @@ def deployment(tmp_path: Path) -> Iterator[Deployment]:
     made.cli("down", check=False)
 
 
-def test_up_restarts_what_died_and_down_stops_every_process_orphans_included(deployment: Deployment,
-                                                                            tmp_path: Path) -> None:
+def test_up_restarts_what_died_and_down_stops_every_process_orphans_included(
+    deployment: Deployment, tmp_path: Path
+) -> None:
     first = deployment.states(deployment.cli("up").stdout)
     assert all(first[part] == "started" for part in ("redis", *PARTS)), first
     workflow = tmp_path / "long.toml"
     workflow.write_text('name = "long"\n[[jobs]]\nname = "a"\ncommand = "sleep 60"\n')
     deployment.cli("submit", str(workflow))
     client = deployment.client()
-    wait_until(lambda: any(b'"s":"running"' in v for v in client.hvals("pf:{default}:jobs")), timeout=60, interval=0.2,
-               what="a payload running")
+    wait_until(
+        lambda: any(b'"s":"running"' in v for v in client.hvals("pf:{default}:jobs")),
+        timeout=60,
+        interval=0.2,
+        what="a payload running",
+    )
 
     beat, director = deployment.pid("beat"), deployment.pid("director")
     os.kill(beat, signal.SIGKILL)
     os.kill(director, signal.SIGKILL)
     again = deployment.states(deployment.cli("up").stdout)
-    assert again == {"redis": "running", "worker": "running", "beat": "started", "director": "started",
-                     "flower": "running", "Redis": again["Redis"], "Flower": again["Flower"]}, again
+    assert again == {
+        "redis": "running",
+        "worker": "running",
+        "beat": "started",
+        "director": "started",
+        "flower": "running",
+        "Redis": again["Redis"],
+        "Flower": again["Flower"],
+    }, again
     assert deployment.pid("beat") != beat
 
     # Kill the new director too, and go down without an up in between: its pilot (with the guardian and the
@@ -120,11 +144,19 @@ def test_every_part_rides_out_a_redis_outage_with_two_log_lines(deployment: Depl
     wanted = {"worker": "worker:", "beat": "beat:", "director": "director:"}
 
     def settled() -> bool:
-        return all(f"{who} the store answers again" in (logs / f"{part}.log").read_text()
-                   for part, who in wanted.items())
+        return all(
+            f"{who} the store answers again" in (logs / f"{part}.log").read_text() for part, who in wanted.items()
+        )
 
-    wait_until(settled, timeout=60, interval=0.2, what=lambda: "every part said the store answers again: " + " | ".join(
-        f"{part}: {(logs / f'{part}.log').read_text()[-800:]}" for part in wanted))
+    wait_until(
+        settled,
+        timeout=60,
+        interval=0.2,
+        what=lambda: (
+            "every part said the store answers again: "
+            + " | ".join(f"{part}: {(logs / f'{part}.log').read_text()[-800:]}" for part in wanted)
+        ),
+    )
     for part, who in wanted.items():
         text = (logs / f"{part}.log").read_text()
         assert text.count(f"{who} the store is unreachable") == 1, (part, text[-3000:])

@@ -42,8 +42,12 @@ def test_a_chain_needs_its_critical_path() -> None:
 
 def test_work_reached_through_several_paths_counts_once() -> None:
     # a diamond: d depends on b and c, which both depend on a; d cannot start before a, b and c have run
-    tasks = [wl.Task("a", "k", 6.0), wl.Task("b", "k", 2.0, ("a",)), wl.Task("c", "k", 2.0, ("a",)),
-             wl.Task("d", "k", 1.0, ("b", "c", "a"))]
+    tasks = [
+        wl.Task("a", "k", 6.0),
+        wl.Task("b", "k", 2.0, ("a",)),
+        wl.Task("c", "k", 2.0, ("a",)),
+        wl.Task("d", "k", 1.0, ("b", "c", "a")),
+    ]
     # before d: at least max(a + b, a + c, a + b + c (its direct deps)) = 10 core-s on 1 core
     assert bound(tasks, 1) == 11.0
     assert bound(tasks, 1) <= schedules.optimal_makespan(tasks, 1)

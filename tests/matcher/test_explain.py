@@ -1,4 +1,4 @@
-""""Why is this job pending": explain() and the ``explain`` command for known situations, real Redis."""
+""" "Why is this job pending": explain() and the ``explain`` command for known situations, real Redis."""
 
 from __future__ import annotations
 
@@ -34,8 +34,18 @@ VO = "explain-tests"
 pytestmark = pytest.mark.store(keys=Keys(vo=VO))
 
 # A pilot's record as its heartbeat writes it (pilot.agent.heartbeat.Heartbeat.record): its size and what is used.
-FULL = {"queue": QA, "cores": 4, "mem": 8000, "tmp": 1000, "used_cpu": 0, "used_mem": 0, "used_tmp": 0,
-        "time_left": 3600, "running": [], "draining": False}
+FULL = {
+    "queue": QA,
+    "cores": 4,
+    "mem": 8000,
+    "tmp": 1000,
+    "used_cpu": 0,
+    "used_mem": 0,
+    "used_tmp": 0,
+    "time_left": 3600,
+    "running": [],
+    "draining": False,
+}
 
 
 @pytest.fixture(autouse=True)
@@ -94,8 +104,9 @@ def test_a_job_blocked_by_resources(submitter: Submitter, store: Store, catalog:
     assert e.verdict.startswith("no live pilot in an eligible queue has room for it (3 seen); e.g. p1: free cpu 1")
 
 
-def test_a_job_with_a_wall_needs_its_wall_left_whatever_its_estimate(submitter: Submitter, store: Store,
-                                                                      catalog: Catalog) -> None:
+def test_a_job_with_a_wall_needs_its_wall_left_whatever_its_estimate(
+    submitter: Submitter, store: Store, catalog: Catalog
+) -> None:
     sub = submitter.submit([el9("long", ete=5, wall="600s"), el9("short", ete=100, wall="30s", cpu=2)])
     pilot(store, "p", time_left=60)
     assert explain(store, catalog, sub.ids["long"]).pilots[0].reasons == ["time left 60 s < wall 600 s"]
@@ -125,8 +136,7 @@ def test_only_live_pilots_count(submitter: Submitter, store: Store, catalog: Cat
     assert "  (2 pilots not listed: stopped, or no heartbeat within 180 s)" in render_explanation(e, NOW)
 
 
-def test_fit_is_judged_on_what_the_heartbeat_says_is_free(submitter: Submitter, store: Store,
-                                                          catalog: Catalog) -> None:
+def test_fit_is_judged_on_what_the_heartbeat_says_is_free(submitter: Submitter, store: Store, catalog: Catalog) -> None:
     """Issue 20: a 4-core job was said to run now on a 1-core, 2 GB pilot, whose free room showed as
     unknown because the record holds its size and use, not its free room."""
     sub = submitter.submit([el9("wide", cpu=4, mem="7G"), el9("one", cpu=1, mem="1G")])
@@ -142,8 +152,9 @@ def test_fit_is_judged_on_what_the_heartbeat_says_is_free(submitter: Submitter, 
     assert {f.pilot for f in one.pilots if f.fits} == {"small", "busy"}
 
 
-def test_behind_jobs_of_its_task_queue_and_behind_other_heads(submitter: Submitter, store: Store,
-                                                              catalog: Catalog) -> None:
+def test_behind_jobs_of_its_task_queue_and_behind_other_heads(
+    submitter: Submitter, store: Store, catalog: Catalog
+) -> None:
     first = submitter.submit([el9("first", ete=100)], priority=10)  # same task queue, more urgent
     mine = submitter.submit([el9("mine", ete=100)])
     pilot(store, "p")
@@ -175,8 +186,10 @@ def test_jobs_that_are_not_waiting(submitter: Submitter, store: Store, catalog: 
     store.start(a.id, a.attempt, "p")
     assert explain(store, catalog, a.id).verdict == "not waiting: running on pilot p"
     store.heartbeat("p", {a.id: a.attempt}, usage={a.id: JobUsage(312.4, 7.25)})
-    assert explain(store, catalog, a.id).verdict == \
-        "not waiting: running on pilot p (so far: peak memory 312.4 MB, CPU 7.25 s)"
+    assert (
+        explain(store, catalog, a.id).verdict
+        == "not waiting: running on pilot p (so far: peak memory 312.4 MB, CPU 7.25 s)"
+    )
     store.complete(a.id, a.attempt, "p", RunResult(wall=5))
     assert explain(store, catalog, a.id).verdict == "not waiting: it ended done"
     with pytest.raises(NotFound):
@@ -202,8 +215,7 @@ def test_render_and_command(submitter: Submitter, real_redis: redis.Redis, redis
     assert doc["pilots"][0]["reasons"] == ["free cpu 1 < 2 cores needed"] and doc["position"] == 0
 
 
-def test_what_a_pilot_matched_since_its_heartbeat_counts(submitter: Submitter, store: Store,
-                                                          catalog: Catalog) -> None:
+def test_what_a_pilot_matched_since_its_heartbeat_counts(submitter: Submitter, store: Store, catalog: Catalog) -> None:
     """A heartbeat may be older than the pilot's last match: the leased jobs say what it holds now."""
     sub = submitter.submit([el9("first", cpu=4, ete=100), el9("next", cpu=1, ete=100)])
     pilot(store, "p")  # all 4 cores free, as of this heartbeat

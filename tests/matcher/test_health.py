@@ -32,13 +32,25 @@ KEYS = Keys(prefix="pf", vo="default")
 
 @pytest.fixture
 def env(tmp_path: Path, redis_url: str) -> dict[str, str]:
-    return {**os.environ, "PILOTFISH_STATE_DIR": str(tmp_path / "state"), "PILOTFISH_REDIS_URL": redis_url,
-            "PILOTFISH_CONFIG": os.devnull, "PILOTFISH_BEAT_DIRECTOR": "false", "PILOTFISH_PILOT_EVENTS": "false"}
+    return {
+        **os.environ,
+        "PILOTFISH_STATE_DIR": str(tmp_path / "state"),
+        "PILOTFISH_REDIS_URL": redis_url,
+        "PILOTFISH_CONFIG": os.devnull,
+        "PILOTFISH_BEAT_DIRECTOR": "false",
+        "PILOTFISH_PILOT_EVENTS": "false",
+    }
 
 
 def health(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "matcher.cli", "health", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "matcher.cli", "health", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def passes(env: dict[str, str], component: str, *args: str) -> bool:
@@ -57,12 +69,18 @@ def processes() -> Iterator[dict[str, subprocess.Popen[bytes]]]:
             process.wait(timeout=30)
 
 
-def start(processes: dict[str, subprocess.Popen[bytes]], name: str, args: list[str], env: dict[str, str],
-          tmp_path: Path) -> None:
+def start(
+    processes: dict[str, subprocess.Popen[bytes]], name: str, args: list[str], env: dict[str, str], tmp_path: Path
+) -> None:
     (tmp_path / "state").mkdir(exist_ok=True)
     with open(tmp_path / f"{name}.log", "wb") as log:
-        processes[name] = subprocess.Popen([sys.executable, "-m", "matcher.cli", *args], cwd=tmp_path / "state",
-                                           env={**env, "PYTHONPATH": str(ROOT)}, stdout=log, stderr=subprocess.STDOUT)
+        processes[name] = subprocess.Popen(
+            [sys.executable, "-m", "matcher.cli", *args],
+            cwd=tmp_path / "state",
+            env={**env, "PYTHONPATH": str(ROOT)},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
 
 
 # --- the command against planted entries ---------------------------------------------------------------
@@ -89,12 +107,12 @@ def test_another_hosts_fresh_entry_does_not_count(env: dict[str, str], real_redi
     real_redis.zadd(KEYS.alive("director"), {"director@another-pod": time.time()})
     done = health(env, "--component", "director")
     assert done.returncode == 1
-    assert f"director: director@{HOST} never beat (max age 60 s); 1 other director process(es) beat" \
-        in done.stderr
+    assert f"director: director@{HOST} never beat (max age 60 s); 1 other director process(es) beat" in done.stderr
 
 
-def test_a_pilot_is_judged_by_its_own_name_from_the_pod_environment(env: dict[str, str],
-                                                                     real_redis: redis.Redis) -> None:
+def test_a_pilot_is_judged_by_its_own_name_from_the_pod_environment(
+    env: dict[str, str], real_redis: redis.Redis
+) -> None:
     pod = {**env, "PILOTFISH_POD_NAME": "pf-pilot-a", "PILOTFISH_NODE_NAME": "node-1"}
     real_redis.zadd(KEYS.pilotseen, {"k8s-pf-pilot-b@node-1": time.time()})
     done = health(pod, "--component", "pilot")
@@ -104,8 +122,9 @@ def test_a_pilot_is_judged_by_its_own_name_from_the_pod_environment(env: dict[st
 
 
 def test_old_entries_of_gone_pods_are_dropped_by_the_next_write(real_redis: redis.Redis) -> None:
-    real_redis.zadd(KEYS.alive("worker"), {"worker@gone": time.time() - alive.KEEP - 1,
-                                           "worker@sibling": time.time() - 10})
+    real_redis.zadd(
+        KEYS.alive("worker"), {"worker@gone": time.time() - alive.KEEP - 1, "worker@sibling": time.time() - 10}
+    )
     alive.record(real_redis, KEYS, "worker")
     assert set(real_redis.zrange(KEYS.alive("worker"), 0, -1)) == {b"worker@sibling", f"worker@{HOST}".encode()}
 
@@ -121,7 +140,8 @@ def test_redis_down_fails_with_one_line(env: dict[str, str]) -> None:
 
 
 def test_each_component_process_keeps_only_its_own_probe_green(
-        env: dict[str, str], tmp_path: Path, processes: dict[str, subprocess.Popen[bytes]]) -> None:
+    env: dict[str, str], tmp_path: Path, processes: dict[str, subprocess.Popen[bytes]]
+) -> None:
     start(processes, "worker", ["matcher", "--no-beat", "--concurrency", "1", "--loglevel", "WARNING"], env, tmp_path)
     wait_until(lambda: passes(env, "worker"), timeout=60, interval=0.5, what="the worker's own beat")
     # The worker runs every task beat sends, but no longer vouches for beat (nor for a director).
@@ -135,30 +155,52 @@ def test_each_component_process_keeps_only_its_own_probe_green(
 
     # A hung worker fails its probe within a few seconds although beat and the director beat on.
     processes["worker"].send_signal(signal.SIGSTOP)
-    wait_until(lambda: not passes(env, "worker", "--max-age", "4"), timeout=30, interval=0.5,
-               what="the hung worker to fail")
+    wait_until(
+        lambda: not passes(env, "worker", "--max-age", "4"), timeout=30, interval=0.5, what="the hung worker to fail"
+    )
     assert passes(env, "beat", "--max-age", "30") and passes(env, "director", "--max-age", "30")
     processes["worker"].send_signal(signal.SIGCONT)
-    wait_until(lambda: passes(env, "worker", "--max-age", "4"), timeout=30, interval=0.5,
-               what="the worker to beat again")
+    wait_until(
+        lambda: passes(env, "worker", "--max-age", "4"), timeout=30, interval=0.5, what="the worker to beat again"
+    )
 
     # Beat stopped: its probe fails, though the worker is as busy as ever.
     processes["beat"].send_signal(signal.SIGSTOP)
-    wait_until(lambda: not passes(env, "beat", "--max-age", "7"), timeout=30, interval=0.5,
-               what="the hung beat to fail")
+    wait_until(
+        lambda: not passes(env, "beat", "--max-age", "7"), timeout=30, interval=0.5, what="the hung beat to fail"
+    )
     assert passes(env, "worker", "--max-age", "30")
 
 
 def test_a_pilot_process_in_a_pod_keeps_its_own_probe_green(
-        env: dict[str, str], tmp_path: Path, processes: dict[str, subprocess.Popen[bytes]]) -> None:
+    env: dict[str, str], tmp_path: Path, processes: dict[str, subprocess.Popen[bytes]]
+) -> None:
     pod = {**env, "PILOTFISH_POD_NAME": "pf-pilot-x1", "PILOTFISH_NODE_NAME": "node-7", "PILOTFISH_VO": "astro"}
-    start(processes, "pilot", ["pilot", "--queue", "local/localhost/local", "--cores", "1", "--idle-timeout", "120",
-                               "--heartbeat", "1", "--lease", "10"], pod, tmp_path)
+    start(
+        processes,
+        "pilot",
+        [
+            "pilot",
+            "--queue",
+            "local/localhost/local",
+            "--cores",
+            "1",
+            "--idle-timeout",
+            "120",
+            "--heartbeat",
+            "1",
+            "--lease",
+            "10",
+        ],
+        pod,
+        tmp_path,
+    )
     wait_until(lambda: passes(pod, "pilot"), timeout=60, interval=0.5, what="the pilot's own heartbeat")
     sibling = {**pod, "PILOTFISH_POD_NAME": "pf-pilot-x2"}
     done = health(sibling, "--component", "pilot")
     assert done.returncode == 1 and "k8s-pf-pilot-x2@node-7 never beat" in done.stderr
     assert "1 other pilot process(es)" in done.stderr
     processes["pilot"].send_signal(signal.SIGSTOP)
-    wait_until(lambda: not passes(pod, "pilot", "--max-age", "4"), timeout=30, interval=0.5,
-               what="the hung pilot to fail")
+    wait_until(
+        lambda: not passes(pod, "pilot", "--max-age", "4"), timeout=30, interval=0.5, what="the hung pilot to fail"
+    )

@@ -31,16 +31,28 @@ def events(redis_url: str) -> Iterator[EventLog]:
 
 
 def environment(tmp_path: Path, redis_url: str, **extra: str) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT), "PILOTFISH_REDIS_URL": redis_url,
-            "PILOTFISH_STATE_DIR": str(tmp_path / "state"), "PILOTFISH_REAP_INTERVAL": "0.3",
-            "PILOTFISH_BEAT_DIRECTOR": "false", "PILOTFISH_PILOT_EVENTS": "false", **extra}
+    return {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "PILOTFISH_REDIS_URL": redis_url,
+        "PILOTFISH_STATE_DIR": str(tmp_path / "state"),
+        "PILOTFISH_REAP_INTERVAL": "0.3",
+        "PILOTFISH_BEAT_DIRECTOR": "false",
+        "PILOTFISH_PILOT_EVENTS": "false",
+        **extra,
+    }
 
 
 @contextmanager
 def matcher(tmp_path: Path, env: dict[str, str]) -> Iterator[None]:
     log = (tmp_path / "matcher.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "matcher.cli", "matcher", "--concurrency", "1"], cwd=tmp_path,
-                            env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "matcher.cli", "matcher", "--concurrency", "1"],
+        cwd=tmp_path,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         yield
     finally:
@@ -56,8 +68,14 @@ def matcher(tmp_path: Path, env: dict[str, str]) -> Iterator[None]:
 def submit_remote(tmp_path: Path, env: dict[str, str]) -> None:
     workflow = tmp_path / "w.toml"
     workflow.write_text('name = "seen"\n[[jobs]]\nname = "a"\ncommand = "true"\n')
-    done = subprocess.run([sys.executable, "-m", "matcher.cli", "submit", "--remote", str(workflow)], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "matcher.cli", "submit", "--remote", str(workflow)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
 
 
@@ -72,7 +90,8 @@ def task_names(events: EventLog) -> dict[str, str]:
 
 
 def test_housekeeping_tasks_send_no_events_while_a_submission_sends_all(
-        tmp_path: Path, redis_url: str, events: EventLog, real_redis: redis.Redis) -> None:
+    tmp_path: Path, redis_url: str, events: EventLog, real_redis: redis.Redis
+) -> None:
     env = environment(tmp_path, redis_url)
     with matcher(tmp_path, env):
         wait_until(lambda: reaps_seen(real_redis), timeout=60, what="a reap")
@@ -88,11 +107,16 @@ def test_housekeeping_tasks_send_no_events_while_a_submission_sends_all(
     assert every == {submission}, f"tasks other than the submission sent events: {task_names(events)}"
 
 
-def test_a_setting_brings_the_housekeeping_events_back(tmp_path: Path, redis_url: str, events: EventLog,
-                                                       real_redis: redis.Redis) -> None:
+def test_a_setting_brings_the_housekeeping_events_back(
+    tmp_path: Path, redis_url: str, events: EventLog, real_redis: redis.Redis
+) -> None:
     env = environment(tmp_path, redis_url, PILOTFISH_HOUSEKEEPING_EVENTS="true")
     with matcher(tmp_path, env):
-        wait_until(lambda: {"pilotfish.reap", "pilotfish.release_sweep"} <= set(task_names(events).values()), timeout=60, what="the housekeeping tasks' events")
+        wait_until(
+            lambda: {"pilotfish.reap", "pilotfish.release_sweep"} <= set(task_names(events).values()),
+            timeout=60,
+            what="the housekeeping tasks' events",
+        )
         reap = next(u for u, n in task_names(events).items() if n == "pilotfish.reap")
         events.wait("task-succeeded", uuid=reap, timeout=30)
         assert events.of("task-sent", uuid=reap) and events.of("task-received", uuid=reap)

@@ -53,14 +53,24 @@ def test_the_ended_and_blocked_indexes_follow_the_states(store: Store, clock: Fa
     assert store.client.zcard(store.keys.blocked) == 0
     ended = dict(store.client.zrange(store.keys.ended, 0, -1, withscores=True))
     assert {k.decode(): v for k, v in ended.items()} == {
-        done: 1_000_010, failed: 1_000_020, cancelled: 1_000_030, blocked_parent: 1_000_030,
-        blocked_child: 1_000_030}
+        done: 1_000_010,
+        failed: 1_000_020,
+        cancelled: 1_000_030,
+        blocked_parent: 1_000_030,
+        blocked_child: 1_000_030,
+    }
 
 
 def test_the_listing_orders_running_waiting_blocked_then_latest_finished(store: Store, clock: FakeClock) -> None:
     a = store.submit([job("tqA", score=s, name=f"a{s}") for s in (30, 10, 50)], ("r1", {"name": "one"}))
-    b = store.submit([job("tqB", score=20, queues=(Q2,)), job("tqB", score=40, queues=(Q2,), dependents=(2,)),
-                      job("tqB", pending=1, deps=(1,), queues=(Q2,))], ("r2", {"name": "two"}))
+    b = store.submit(
+        [
+            job("tqB", score=20, queues=(Q2,)),
+            job("tqB", score=40, queues=(Q2,), dependents=(2,)),
+            job("tqB", pending=1, deps=(1,), queues=(Q2,)),
+        ],
+        ("r2", {"name": "two"}),
+    )
     [run] = store.match(PilotOffer("p1", Q1, cpu=1, mem=1000), 1)  # the most urgent of q1: a's score 10
     assert run.id == a[1]
     store.start(run.id, 1, "p1")
@@ -84,7 +94,13 @@ def test_the_listing_orders_running_waiting_blocked_then_latest_finished(store: 
     assert listing.more and [r.id for r in listing.rows] == [a[1]]
     row = listing.rows[0]
     assert (row.state, row.pilot, row.attempt, row.request, row.task_queue, row.name) == (
-        "running", "p1", 1, "r1", "tqA", "a10")
+        "running",
+        "p1",
+        1,
+        "r1",
+        "tqA",
+        "a10",
+    )
     assert not list_jobs(store, JobFilter(limit=4)).more
     # The blocked job is released when its dependency completes: it leaves the blocked index.
     [dep] = store.match(PilotOffer("p2", Q2, cpu=1, mem=1000), 1)
@@ -125,8 +141,9 @@ def test_bad_filters_say_what_is_wrong(store: Store) -> None:
 
 def cli(redis_url: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PILOTFISH_REDIS_URL": redis_url, "PILOTFISH_CATALOG": "", "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "matcher.cli", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "matcher.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_the_command_prints_a_table_json_and_clear_errors(redis_url: str) -> None:
@@ -135,10 +152,24 @@ def test_the_command_prints_a_table_json_and_clear_errors(redis_url: str) -> Non
     done = cli(redis_url, "jobs", "--request", "demo")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0].split() == ["ID", "NAME", "REQUEST", "STATE", "TASKQUEUE", "PILOT", "ATT", "SUBMITTED",
-                                "STARTED", "ENDED", "RUNTIME", "EXIT"]
-    assert [line.split()[:4] for line in lines[1:]] == [[made[1], "first", "r1", "waiting"],
-                                                        [made[0], "second", "r1", "waiting"]]
+    assert lines[0].split() == [
+        "ID",
+        "NAME",
+        "REQUEST",
+        "STATE",
+        "TASKQUEUE",
+        "PILOT",
+        "ATT",
+        "SUBMITTED",
+        "STARTED",
+        "ENDED",
+        "RUNTIME",
+        "EXIT",
+    ]
+    assert [line.split()[:4] for line in lines[1:]] == [
+        [made[1], "first", "r1", "waiting"],
+        [made[0], "second", "r1", "waiting"],
+    ]
     doc = json.loads(cli(redis_url, "jobs", "--json", "--limit", "1").stdout)
     assert doc["more"] is True and [j["id"] for j in doc["jobs"]] == [made[1]]
     assert doc["jobs"][0]["state"] == "waiting" and doc["jobs"][0]["task_queue"] == "tqA"
@@ -170,8 +201,7 @@ def test_the_indexes_match_the_records_through_every_script(store: Store, clock:
     for name, (keys, args) in script_calls(store, pop, clock).items():
         if name not in ("match", "renew", "unlock"):
             store._scripts[name](keys=keys, args=args)  # every script once, on the populated store
-    a, b, c = store.submit([job(score=1, max_retries=0, dependents=(1,)), job(pending=1, deps=(0,)),
-                            job(score=2)])
+    a, b, c = store.submit([job(score=1, max_retries=0, dependents=(1,)), job(pending=1, deps=(0,)), job(score=2)])
     leased = store.match(PilotOffer("p9", "site/ce/q1", cpu=64, mem=100_000), 64)
     assert {a, c} <= {j.id for j in leased}
     clock.now += 1_000

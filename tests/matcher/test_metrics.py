@@ -75,8 +75,9 @@ def test_scripts_count_ends_expiries_retries_matches_and_blocked_jobs(any_redis:
 
 def test_a_cancelled_dependency_ends_its_blocked_dependents_as_dep_failed(any_redis: redis.Redis) -> None:
     store = Store(any_redis)
-    first, _, _ = store.submit([job("t1", dependents=(1,)), job("t2", pending=1, dependents=(2,)),
-                                job("t2", pending=1)])
+    first, _, _ = store.submit(
+        [job("t1", dependents=(1,)), job("t2", pending=1, dependents=(2,)), job("t2", pending=1)]
+    )
     store.cancel(first)
     seen = census.take(any_redis, store.keys, live_within=30)
     assert seen.counter("ended:cancelled") == 1 and seen.counter("ended:dep-failed") == 2
@@ -88,8 +89,9 @@ def test_task_queue_series_are_capped_and_the_rest_adds_up_under_other(redis_url
     store.submit([job(f"tq{i}") for i in range(5) for _ in range(i + 1)])
     settings = Settings().with_(redis_url=redis_url, state_dir=str(tmp_path), metrics_task_queues=2)
     samples = parse(generate_latest(registry(Context(settings))).decode())
-    per_tq = {dict(labels)["task_queue"]: v for (name, labels), v in samples.items()
-              if name == "pilotfish_task_queue_jobs"}
+    per_tq = {
+        dict(labels)["task_queue"]: v for (name, labels), v in samples.items() if name == "pilotfish_task_queue_jobs"
+    }
     assert per_tq == {"tq4": 5, "tq3": 4, "other": 1 + 2 + 3}
 
 
@@ -118,11 +120,20 @@ def free_port() -> int:
 def serving(redis_url: str, tmp_path: Path) -> Iterator[str]:
     """``pilotfish metrics --serve PORT`` as a real process; yields its URL once it answers."""
     port = free_port()
-    env = {**os.environ, "PILOTFISH_REDIS_URL": redis_url, "PILOTFISH_STATE_DIR": str(tmp_path / "state"),
-           "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "PILOTFISH_REDIS_URL": redis_url,
+        "PILOTFISH_STATE_DIR": str(tmp_path / "state"),
+        "PYTHONPATH": str(ROOT),
+    }
     log = (tmp_path / "metrics.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "matcher.cli", "metrics", "--serve", str(port)], cwd=tmp_path,
-                            env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "matcher.cli", "metrics", "--serve", str(port)],
+        cwd=tmp_path,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}/metrics"
     try:
         wait_until(lambda: proc.poll() is not None or scrape(url) is not None, timeout=30, what="the metrics server")
@@ -144,19 +155,33 @@ def scrape(url: str) -> Samples | None:
 
 def test_a_served_endpoint_reports_a_real_pilots_work(redis_url: str, tmp_path: Path) -> None:
     store = Store.from_url(redis_url)
-    ids = store.submit([job("tqA", command="true"), job("tqA", command="true"), job("tqA", command="true"),
-                        job("tqA", command="exit 3"),
-                        job("tqLong", command="sleep 60", dependents=(5,)), job("tqA", pending=1),
-                        job("tqBig", cpu=8), job("tqBig", cpu=8)])
+    ids = store.submit(
+        [
+            job("tqA", command="true"),
+            job("tqA", command="true"),
+            job("tqA", command="true"),
+            job("tqA", command="exit 3"),
+            job("tqLong", command="sleep 60", dependents=(5,)),
+            job("tqA", pending=1),
+            job("tqBig", cpu=8),
+            job("tqBig", cpu=8),
+        ]
+    )
     long_job = ids[4]
     env = pilot_env(tmp_path, cores=2, mem=4000)
-    with running_pilot(redis_url, tmp_path, "--idle-timeout", "60", "--heartbeat", "0.3", env=env), \
-            serving(redis_url, tmp_path) as url:
+    with (
+        running_pilot(redis_url, tmp_path, "--idle-timeout", "60", "--heartbeat", "0.3", env=env),
+        serving(redis_url, tmp_path) as url,
+    ):
+
         def settled() -> Samples | None:
             samples = scrape(url)
-            done = samples and value(samples, "pilotfish_jobs_ended_total", state="done") == 3 and \
-                value(samples, "pilotfish_jobs", state="running") == 1 and \
-                (value(samples, "pilotfish_match_latency_seconds_count") or 0) >= 1
+            done = (
+                samples
+                and value(samples, "pilotfish_jobs_ended_total", state="done") == 3
+                and value(samples, "pilotfish_jobs", state="running") == 1
+                and (value(samples, "pilotfish_match_latency_seconds_count") or 0) >= 1
+            )
             return samples if done else None
 
         samples = wait_until(settled, timeout=60, what="the pilot's work in the metrics", interval=0.3)
@@ -177,8 +202,12 @@ def test_a_served_endpoint_reports_a_real_pilots_work(redis_url: str, tmp_path: 
         assert (value(samples, "pilotfish_oldest_waiting_job_age_seconds") or 0) > 0
 
         store.cancel(long_job)  # the pilot kills it; its blocked dependent ends dep-failed
-        samples = wait_until(lambda: (s := scrape(url)) and value(s, "pilotfish_jobs_ended_total",
-                                                                 state="cancelled") == 1 and s, timeout=60, what="the cancelled job in the metrics", interval=0.3)
+        samples = wait_until(
+            lambda: (s := scrape(url)) and value(s, "pilotfish_jobs_ended_total", state="cancelled") == 1 and s,
+            timeout=60,
+            what="the cancelled job in the metrics",
+            interval=0.3,
+        )
         assert value(samples, "pilotfish_jobs_ended_total", state="dep-failed") == 1
         assert value(samples, "pilotfish_jobs", state="blocked") == 0
         assert value(samples, "pilotfish_jobs", state="running") == 0
@@ -187,8 +216,14 @@ def test_a_served_endpoint_reports_a_real_pilots_work(redis_url: str, tmp_path: 
 def test_metrics_without_a_store_is_a_one_line_error(tmp_path: Path) -> None:
     env = {**os.environ, "PILOTFISH_STATE_DIR": str(tmp_path / "state"), "PYTHONPATH": str(ROOT)}
     env.pop("PILOTFISH_REDIS_URL", None)
-    done = subprocess.run([sys.executable, "-m", "matcher.cli", "metrics"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "matcher.cli", "metrics"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 1 and done.stderr.startswith("pilotfish: error:"), done.stderr
 
 

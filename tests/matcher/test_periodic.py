@@ -91,8 +91,7 @@ def test_a_refresh_judges_on_the_largest_job_the_task_queue_holds(store: Store, 
     assert [j.id for j in store.match(PilotOffer("p", "S/ce/small", 4, 4000))] == [again]
 
 
-def test_the_pool_stamp_says_when_the_pool_was_last_computed(store: Store, clock: FakeClock,
-                                                             tmp_path: Path) -> None:
+def test_the_pool_stamp_says_when_the_pool_was_last_computed(store: Store, clock: FakeClock, tmp_path: Path) -> None:
     ctx = context(store, ONE_QUEUE, tmp_path)
     ids = submit(ctx, JobSpec("a", "true", {"mem": "4G"}))
     tq = store.job(ids["a"]).tq_id
@@ -127,8 +126,7 @@ def test_a_task_queue_emptied_by_cancel_is_cleaned(store: Store, clock: FakeCloc
     check_store(store)
 
 
-def test_a_task_queue_whose_blocked_jobs_fail_with_their_dependency_is_cleaned(store: Store,
-                                                                              clock: FakeClock) -> None:
+def test_a_task_queue_whose_blocked_jobs_fail_with_their_dependency_is_cleaned(store: Store, clock: FakeClock) -> None:
     """The dependent's task queue was made at submission and never held a member: when the dependency fails,
     the dependent is dep-failed and nothing would ever empty that task queue again."""
     x, _ = store.submit([job("t", dependents=(1,)), job("dependent", pending=1)])
@@ -158,8 +156,12 @@ def test_a_task_queue_emptied_after_a_re_pressure_move_is_cleaned(store: Store, 
     (jid,) = store.submit([job("t", ete=60, rule="r")])
     body = {"jobs": [{"id": jid, "pr": 5.0, "e": 30.0, "me": 30, "sc": "1.0"}], "marks": {RULE_MARK + "r": "30.0"}}
     k = store.keys
-    reply = store.call_script("rescore", [k.jobs, k.requests, k.cursor], [k.base + ":", json.dumps(body)],
-                              [k.work, *store.floors, *store.pool_keys(["t"])])
+    reply = store.call_script(
+        "rescore",
+        [k.jobs, k.requests, k.cursor],
+        [k.base + ":", json.dumps(body)],
+        [k.work, *store.floors, *store.pool_keys(["t"])],
+    )
     assert int(reply[2]) == 1  # the member moved
     assert [text(m) for m in store.client.zrange(k.tq("t"), 0, -1)] == [f"{jid}:1:100:0:30"]
     store.match(PilotOffer("p", "site/ce/q1", 1, 100))

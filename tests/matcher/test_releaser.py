@@ -37,10 +37,18 @@ CATALOG = """
 shapes = [{ name = "small", cpu = 2, mem = "4G" }]
 """
 
-CHAIN = {"name": "chain", "jobs": [
-    {"name": "size", "command": "echo mb=300 >> $PILOTFISH_OUTPUTS"},
-    {"name": "use", "command": "echo {deps.size.mb}", "deps": ["size"], "requirements": {"mem": "2 * deps.size.mb"}},
-]}
+CHAIN = {
+    "name": "chain",
+    "jobs": [
+        {"name": "size", "command": "echo mb=300 >> $PILOTFISH_OUTPUTS"},
+        {
+            "name": "use",
+            "command": "echo {deps.size.mb}",
+            "deps": ["size"],
+            "requirements": {"mem": "2 * deps.size.mb"},
+        },
+    ],
+}
 
 
 @pytest.fixture
@@ -54,12 +62,32 @@ def ctx(redis_url: str, tmp_path: Path) -> Context:
 def worker(ctx: Context, tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     """``pilotfish matcher --no-beat``: the control plane's worker without beat, so no periodic sweep runs."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PILOTFISH_")}
-    env.update(PYTHONPATH=str(ROOT), PILOTFISH_REDIS_URL=ctx.redis_url, PILOTFISH_CATALOG=ctx.settings.catalog,
-               PILOTFISH_STATE_DIR=ctx.settings.state_dir, PILOTFISH_CONFIG=os.devnull,
-               PILOTFISH_BEAT_DIRECTOR="false")
+    env.update(
+        PYTHONPATH=str(ROOT),
+        PILOTFISH_REDIS_URL=ctx.redis_url,
+        PILOTFISH_CATALOG=ctx.settings.catalog,
+        PILOTFISH_STATE_DIR=ctx.settings.state_dir,
+        PILOTFISH_CONFIG=os.devnull,
+        PILOTFISH_BEAT_DIRECTOR="false",
+    )
     with open(tmp_path / "worker.log", "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "matcher.cli", "matcher", "--no-beat", "--concurrency", "1",
-                                 "--loglevel", "WARNING"], cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "matcher.cli",
+                "matcher",
+                "--no-beat",
+                "--concurrency",
+                "1",
+                "--loglevel",
+                "WARNING",
+            ],
+            cwd=tmp_path,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         yield proc
     finally:
@@ -73,7 +101,8 @@ def listeners(ctx: Context) -> int:
 
 
 def test_a_dependent_waiting_for_outputs_is_released_by_the_worker(
-        ctx: Context, worker: subprocess.Popen[bytes], redis_url: str, tmp_path: Path) -> None:
+    ctx: Context, worker: subprocess.Popen[bytes], redis_url: str, tmp_path: Path
+) -> None:
     """The pilot's environment names no catalog: had it evaluated the dependent itself, the local default
     catalog would have put it in a task queue this pilot's queue does not serve."""
     wait_until(lambda: listeners(ctx) or worker.poll() is not None, timeout=60, what="the worker's releaser")
@@ -105,8 +134,9 @@ try:
 finally:
     print(sorted(m for m in sys.modules if m == "matcher" or m.startswith("matcher.")))
 """
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=pilot_env(tmp_path), capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=pilot_env(tmp_path), capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "[]", done.stdout
     assert "2 payloads processed" in done.stderr
@@ -138,8 +168,9 @@ def test_the_releaser_releases_what_is_announced_and_what_waited(ctx: Context) -
         second = submit_workflow(Submitter.of(ctx), parse_workflow({**CHAIN, "name": "again"}, "<test>")).ids
         (size,) = [j for j in ctx.store.match(PilotOffer("p", QUEUE, 2, 4000), 2) if j.id == second["size"]]
         ctx.store.complete(size.id, size.attempt, "p", RunResult(outputs={"mb": 100}))
-        wait_until(lambda: ctx.store.job(second["use"]).state is JobState.WAITING, timeout=10,
-                   what="the announced release")
+        wait_until(
+            lambda: ctx.store.job(second["use"]).state is JobState.WAITING, timeout=10, what="the announced release"
+        )
         assert ctx.store.job(second["use"]).mem == 200
     finally:
         releaser.stop()

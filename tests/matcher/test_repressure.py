@@ -26,10 +26,13 @@ pytestmark = pytest.mark.store(lease_seconds=600)
 
 # Work runs at site A (EL9); the "training" jobs that teach a rule its run time run at site B (EL8), so
 # the test decides exactly which jobs complete.
-CATALOG = TWO_SITES + """
+CATALOG = (
+    TWO_SITES
+    + """
 [sites.A.ces.ce.queues.r]
 shapes = [{ name = "small", cpu = 4, mem = "8G" }]
 """
+)
 QR = "A/ce/r"
 NOW = 1_000_000.0
 
@@ -39,8 +42,16 @@ def submitter(store: Store, clock: FakeClock) -> Submitter:
     return Submitter(store, Catalog.loads(CATALOG), clock=clock, capacity=lambda: 1e6)  # no load: ETA = critical path
 
 
-def spec(name: str, ete: float, *, rule: str = "", mem: int = 100, deps: tuple[str, ...] = (),
-         wall: str | None = None, **kw: Any) -> JobSpec:
+def spec(
+    name: str,
+    ete: float,
+    *,
+    rule: str = "",
+    mem: int = 100,
+    deps: tuple[str, ...] = (),
+    wall: str | None = None,
+    **kw: Any,
+) -> JobSpec:
     reqs: dict[str, object] = {"Platform": "EL9", "mem": mem, **({"wall": wall} if wall else {})}
     return JobSpec(name, "true", reqs, deps=deps, rule=rule, ete=ete, **kw)
 
@@ -49,8 +60,9 @@ def learn(submitter: Submitter, store: Store, rule: str, *walls: float) -> None:
     """Teach ``rule`` its run times: run jobs of that rule at site B and complete them with ``walls``.
 
     The training jobs give no hint: they teach the rule's run times, not how wrong its hints are."""
-    submitter.submit([JobSpec(f"train{i}", "true", {"Platform": "EL8"}, rule=rule)
-                      for i in range(len(walls))], name="training")
+    submitter.submit(
+        [JobSpec(f"train{i}", "true", {"Platform": "EL8"}, rule=rule) for i in range(len(walls))], name="training"
+    )
     for wall in walls:
         (job,) = store.match(PilotOffer("trainer", QB, 1, 1000))
         store.complete(job.id, job.attempt, "trainer", RunResult(wall=wall))
@@ -112,8 +124,7 @@ def test_a_chain_that_grows_becomes_more_urgent_and_match_follows(submitter: Sub
     assert order == [a.ids["a1"], b.ids["b"], a.ids["x"]]
 
 
-def test_a_job_with_a_wall_keeps_needing_its_wall_when_its_estimate_moves(submitter: Submitter,
-                                                                          store: Store) -> None:
+def test_a_job_with_a_wall_keeps_needing_its_wall_when_its_estimate_moves(submitter: Submitter, store: Store) -> None:
     """Re-pressure moves a job's estimate, its urgency; what it needs from a pilot stays its wall."""
     sub = submitter.submit([spec("w", 10, rule="sim", wall="5m"), spec("n", 10, rule="sim", mem=200)])
     learn(submitter, store, "sim", 1000)
@@ -128,8 +139,7 @@ def test_a_job_with_a_wall_keeps_needing_its_wall_when_its_estimate_moves(submit
 def test_a_raised_head_never_hides_behind_a_stale_index_entry(submitter: Submitter, store: Store) -> None:
     # Three task queues, all eligible at QA and QR; "s" alone heads its own, and re-pressure RAISES its
     # score (its request's ETA moves much later because "long" turns out to take 5000 s).
-    s = submitter.submit([spec("s", 100, rule="sim", mem=100), spec("long", 1000, mem=300, rule="other")],
-                         name="S")
+    s = submitter.submit([spec("s", 100, rule="sim", mem=100), spec("long", 1000, mem=300, rule="other")], name="S")
     t = submitter.submit([spec("t", 50, mem=200), spec("t2", 60, mem=200)], name="T", priority=-5)
     assert score_of(store, s, "s") == NOW + 900 and score_of(store, t, "t") == NOW + 15
     learn(submitter, store, "sim", 10)
@@ -263,8 +273,7 @@ def test_running_jobs_count_what_is_left(submitter: Submitter, store: Store, clo
     assert store.job(r1.id).state is JobState.RUNNING
 
 
-def test_cursor_advances_and_a_second_run_does_nothing(submitter: Submitter, store: Store,
-                                                       clock: FakeClock) -> None:
+def test_cursor_advances_and_a_second_run_does_nothing(submitter: Submitter, store: Store, clock: FakeClock) -> None:
     submitter.submit(chain(["c1", "c2"], 10, "sim"), name="C")
     clock.now += 5
     learn(submitter, store, "sim", 50)
@@ -310,15 +319,17 @@ RUNNER = textwrap.dedent("""
 
 @pytest.fixture
 def two_runners(redis_url: str) -> Iterator[list[subprocess.Popen[str]]]:
-    procs = [subprocess.Popen([sys.executable, "-c", RUNNER, redis_url], stdout=subprocess.PIPE, text=True)
-             for _ in range(2)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", RUNNER, redis_url], stdout=subprocess.PIPE, text=True) for _ in range(2)
+    ]
     yield procs
     for proc in procs:
         proc.kill()
 
 
-def test_concurrent_runs_under_the_lock_do_the_work_once(submitter: Submitter, store: Store,
-                                                         two_runners: list[subprocess.Popen[str]]) -> None:
+def test_concurrent_runs_under_the_lock_do_the_work_once(
+    submitter: Submitter, store: Store, two_runners: list[subprocess.Popen[str]]
+) -> None:
     sub = submitter.submit([*chain(["c1", "c2", "c3"], 10, "sim"), spec("x", 100, mem=300)], name="C")
     learn(submitter, store, "sim", 50)
     wait_until(lambda: int(store.client.get("ready") or 0) == 2, what="both runners waiting for the signal")

@@ -39,9 +39,15 @@ def env(redis_url: str, tmp_path: Path) -> dict[str, str]:
 
 
 def chain_request(submitter: Submitter) -> tuple[str, dict[str, str]]:
-    sub = submitter.submit([JobSpec("a", "true", {"Platform": "EL9"}, ete=100),
-                            JobSpec("b", "true", {"Platform": "EL9"}, deps=("a",), ete=50),
-                            JobSpec("c", "true", {"Platform": "EL8", "mem": "2G"}, ete=30)], name="demo", priority=5)
+    sub = submitter.submit(
+        [
+            JobSpec("a", "true", {"Platform": "EL9"}, ete=100),
+            JobSpec("b", "true", {"Platform": "EL9"}, deps=("a",), ete=50),
+            JobSpec("c", "true", {"Platform": "EL8", "mem": "2G"}, ete=30),
+        ],
+        name="demo",
+        priority=5,
+    )
     return sub.request, sub.ids
 
 
@@ -104,13 +110,18 @@ def test_status_command_text_and_json(submitter: Submitter, env: dict[str, str])
     assert isinstance(result.exception, NotFound)
 
 
-def test_status_watch_follows_the_request_until_it_ends(submitter: Submitter, store: Store,
-                                                         env: dict[str, str], tmp_path: Path) -> None:
+def test_status_watch_follows_the_request_until_it_ends(
+    submitter: Submitter, store: Store, env: dict[str, str], tmp_path: Path
+) -> None:
     request, ids = chain_request(submitter)
     shown = tmp_path / "out"  # a file, as a log would be: no terminal
     with open(shown, "w") as stdout:
-        proc = subprocess.Popen([sys.executable, "-c", "from matcher.cli.operator_commands import status; status()",
-                                 request, "--watch"], env={**os.environ, **env}, stdout=stdout, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "from matcher.cli.operator_commands import status; status()", request, "--watch"],
+            env={**os.environ, **env},
+            stdout=stdout,
+            text=True,
+        )
     try:
         wait_until(lambda: "-- " in shown.read_text(), what="its first view")
         assert proc.poll() is None, "it must keep watching while jobs are unfinished"
@@ -130,8 +141,11 @@ def test_status_watch_follows_the_request_until_it_ends(submitter: Submitter, st
 
 def test_status_of_one_request_names_its_first_jobs_per_state(submitter: Submitter, env: dict[str, str]) -> None:
     """Issue 20: the tour's next commands (``explain 12``, ``kill 12``) need job ids, which status never showed."""
-    sub = submitter.submit([JobSpec(f"w{i}", "true", {"Platform": "EL9"}, ete=10) for i in range(7)]
-                           + [JobSpec("late", "true", {"Platform": "EL9"}, deps=("w0",), ete=10)], name="many")
+    sub = submitter.submit(
+        [JobSpec(f"w{i}", "true", {"Platform": "EL9"}, ete=10) for i in range(7)]
+        + [JobSpec("late", "true", {"Platform": "EL9"}, deps=("w0",), ete=10)],
+        name="many",
+    )
     ids = sub.ids
     result = CliRunner().invoke(status, ["many"], env=env)
     assert result.exit_code == 0, result.output

@@ -53,33 +53,44 @@ def run(store: Store, queue: str, pilot: str = "p", **result: object) -> list[st
 
 
 def test_eligibility_follows_requirements(submitter: Submitter, store: Store) -> None:
-    sub = submitter.submit([JobSpec("a", "true", {"Platform": "EL8"}), JobSpec("b", "true", {"cpu": 8}),
-                            JobSpec("c", "true", {"SoftwareTag": ["AppV2", "AppV9"]})])
+    sub = submitter.submit(
+        [
+            JobSpec("a", "true", {"Platform": "EL8"}),
+            JobSpec("b", "true", {"cpu": 8}),
+            JobSpec("c", "true", {"SoftwareTag": ["AppV2", "AppV9"]}),
+        ]
+    )
     assert [j.id for j in store.match(PilotOffer("p", QA, 16, 64000), max_jobs=9)] == [sub.ids["b"]]
     assert sorted(j.id for j in store.match(PilotOffer("p", QB, 16, 64000), max_jobs=9)) == sorted(
-        [sub.ids["a"], sub.ids["c"]])
+        [sub.ids["a"], sub.ids["c"]]
+    )
 
 
-@pytest.mark.parametrize(("jobs", "message"), [
-    ([], "no job"),
-    ([JobSpec("a", "true", {"Nope": "x"})], "Nope"),
-    ([JobSpec("a", "true", {"cpu": 32})], "no shape holds it"),
-    ([JobSpec("a", "true", {"mem": "-4G"})], "mem"),
-    ([JobSpec("a", "true", deps=("b",))], "b"),
-    ([JobSpec("a", "true", deps=("b",)), JobSpec("b", "true", deps=("a",))], "cycle"),
-    ([JobSpec("a", "true"), JobSpec("a", "true")], "a"),
-    ([JobSpec("a", "true", {"InstanceType": "big", "Platform": "EL8"})], "big"),
-    ([JobSpec("a", "true", {"InstanceType": "small", "cpu": 8})], "cannot hold"),
-])
-def test_bad_requests_store_nothing(submitter: Submitter, real_redis: redis.Redis, jobs: list[JobSpec],
-                                    message: str) -> None:
+@pytest.mark.parametrize(
+    ("jobs", "message"),
+    [
+        ([], "no job"),
+        ([JobSpec("a", "true", {"Nope": "x"})], "Nope"),
+        ([JobSpec("a", "true", {"cpu": 32})], "no shape holds it"),
+        ([JobSpec("a", "true", {"mem": "-4G"})], "mem"),
+        ([JobSpec("a", "true", deps=("b",))], "b"),
+        ([JobSpec("a", "true", deps=("b",)), JobSpec("b", "true", deps=("a",))], "cycle"),
+        ([JobSpec("a", "true"), JobSpec("a", "true")], "a"),
+        ([JobSpec("a", "true", {"InstanceType": "big", "Platform": "EL8"})], "big"),
+        ([JobSpec("a", "true", {"InstanceType": "small", "cpu": 8})], "cannot hold"),
+    ],
+)
+def test_bad_requests_store_nothing(
+    submitter: Submitter, real_redis: redis.Redis, jobs: list[JobSpec], message: str
+) -> None:
     with pytest.raises(SubmissionError, match=message):
         submitter.submit([JobSpec("ok", "true"), *jobs] if jobs else [])
     assert real_redis.dbsize() == 0
 
 
-def test_a_refusal_writes_nothing_even_for_values_the_store_would_choke_on(submitter: Submitter,
-                                                                          real_redis: redis.Redis) -> None:
+def test_a_refusal_writes_nothing_even_for_values_the_store_would_choke_on(
+    submitter: Submitter, real_redis: redis.Redis
+) -> None:
     # Two chained estimates of 1e308 s made an infinite pressure: the store's script then failed after it
     # had written the task queue's definition, its pool and the id counter. Now refused before any write.
     submitter.submit([JobSpec("earlier", "true")])
@@ -90,22 +101,26 @@ def test_a_refusal_writes_nothing_even_for_values_the_store_would_choke_on(submi
     assert snapshot(real_redis) == before
 
 
-@pytest.mark.parametrize(("spec", "field", "fragment"), [
-    (JobSpec("a", "echo \x00"), "command", "holds a NUL character"),
-    (JobSpec("a", "echo \ud800"), "command", "holds a lone surrogate"),
-    (JobSpec("a", "echo " + "x" * 70_000), "command", "over the limit of 65536"),
-    (JobSpec("a", "echo " + "é" * 40_000), "command", "80005 bytes long, over the limit of 65536"),
-    (JobSpec("a", "true", key="in\ud800put"), "key", "holds a lone surrogate"),
-    (JobSpec("a", "true", key="two\nlines"), "key", "control character '\\n'"),
-    (JobSpec("a", "true", rule="a rule"), "rule", "a rule name is 1 to 200"),
-    (JobSpec("a", "true", max_retries=-1), "max_retries", "within 0..100"),
-    (JobSpec("a", "true", ete=float("nan")), "ete", "must be a number of seconds within"),
-    (JobSpec("a", "true", deps="b"), "deps", "must be a list of job names"),  # type: ignore[arg-type]
-    (JobSpec("a\tb", "true"), "name", "holds the control character '\\t'"),
-    (JobSpec("", "true"), "name", "a job name must be a non-empty string"),
-])
-def test_what_the_store_or_a_shell_cannot_carry_is_refused(submitter: Submitter, real_redis: redis.Redis,
-                                                          spec: JobSpec, field: str, fragment: str) -> None:
+@pytest.mark.parametrize(
+    ("spec", "field", "fragment"),
+    [
+        (JobSpec("a", "echo \x00"), "command", "holds a NUL character"),
+        (JobSpec("a", "echo \ud800"), "command", "holds a lone surrogate"),
+        (JobSpec("a", "echo " + "x" * 70_000), "command", "over the limit of 65536"),
+        (JobSpec("a", "echo " + "é" * 40_000), "command", "80005 bytes long, over the limit of 65536"),
+        (JobSpec("a", "true", key="in\ud800put"), "key", "holds a lone surrogate"),
+        (JobSpec("a", "true", key="two\nlines"), "key", "control character '\\n'"),
+        (JobSpec("a", "true", rule="a rule"), "rule", "a rule name is 1 to 200"),
+        (JobSpec("a", "true", max_retries=-1), "max_retries", "within 0..100"),
+        (JobSpec("a", "true", ete=float("nan")), "ete", "must be a number of seconds within"),
+        (JobSpec("a", "true", deps="b"), "deps", "must be a list of job names"),  # type: ignore[arg-type]
+        (JobSpec("a\tb", "true"), "name", "holds the control character '\\t'"),
+        (JobSpec("", "true"), "name", "a job name must be a non-empty string"),
+    ],
+)
+def test_what_the_store_or_a_shell_cannot_carry_is_refused(
+    submitter: Submitter, real_redis: redis.Redis, spec: JobSpec, field: str, fragment: str
+) -> None:
     with pytest.raises(SubmissionError) as info:
         submitter.submit([JobSpec("ok", "true"), spec])
     assert f"{f'job {spec.name!r}, ' if spec.name else ''}field {field!r}: " in str(info.value)
@@ -113,27 +128,42 @@ def test_what_the_store_or_a_shell_cannot_carry_is_refused(submitter: Submitter,
     assert real_redis.dbsize() == 0
 
 
-@pytest.mark.parametrize(("name", "priority", "fragment"), [
-    ("two\nlines", 0.0, "field 'name': holds the control character"),
-    ("ok", float("inf"), "field 'priority': must be a number of seconds within -1e+09..1e+09, not inf"),
-])
-def test_request_name_and_priority_are_checked(submitter: Submitter, real_redis: redis.Redis, name: str,
-                                              priority: float, fragment: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "priority", "fragment"),
+    [
+        ("two\nlines", 0.0, "field 'name': holds the control character"),
+        ("ok", float("inf"), "field 'priority': must be a number of seconds within -1e+09..1e+09, not inf"),
+    ],
+)
+def test_request_name_and_priority_are_checked(
+    submitter: Submitter, real_redis: redis.Redis, name: str, priority: float, fragment: str
+) -> None:
     with pytest.raises(SubmissionError, match=re.escape(fragment)):
         submitter.submit([JobSpec("a", "true")], name=name, priority=priority)
     assert real_redis.dbsize() == 0
 
 
-@pytest.mark.parametrize(("requirements", "field"), [
-    ({"mem": "deps.a.out", "Platform": "EL7"}, "Platform"),  # known now, and no queue has it
-    ({"MaxWidget": "deps.a.out"}, "MaxWidget"),  # deferred, but no queue offers the name
-    ({"mem": "1 / 0", "Nope": "x"}, "Nope"),  # the job fails at load; its other names are still checked
-])
-def test_deferred_and_failed_jobs_are_checked_as_far_as_known(submitter: Submitter, real_redis: redis.Redis,
-                                                             requirements: dict[str, object], field: str) -> None:
-    workflow = parse_workflow({"name": "w", "jobs": [{"name": "a", "command": "true"},
-                                                     {"name": "b", "command": "true", "deps": ["a"],
-                                                      "requirements": requirements}]}, "w.toml")
+@pytest.mark.parametrize(
+    ("requirements", "field"),
+    [
+        ({"mem": "deps.a.out", "Platform": "EL7"}, "Platform"),  # known now, and no queue has it
+        ({"MaxWidget": "deps.a.out"}, "MaxWidget"),  # deferred, but no queue offers the name
+        ({"mem": "1 / 0", "Nope": "x"}, "Nope"),  # the job fails at load; its other names are still checked
+    ],
+)
+def test_deferred_and_failed_jobs_are_checked_as_far_as_known(
+    submitter: Submitter, real_redis: redis.Redis, requirements: dict[str, object], field: str
+) -> None:
+    workflow = parse_workflow(
+        {
+            "name": "w",
+            "jobs": [
+                {"name": "a", "command": "true"},
+                {"name": "b", "command": "true", "deps": ["a"], "requirements": requirements},
+            ],
+        },
+        "w.toml",
+    )
     with pytest.raises(SubmissionError) as info:
         submit_workflow(submitter, workflow)
     assert str(info.value).startswith(f"w.toml: job 'b', field {field!r}: ")
@@ -165,13 +195,18 @@ shapes = [{ name = "small", cpu = 4, mem = "8G" }]
 
 def test_backend_options_restrict_a_job_to_the_queues_whose_backend_accepts_them(store: Store) -> None:
     submitter = Submitter(store, Catalog.loads(KINDS_CATALOG))
-    sub = submitter.submit([JobSpec("slurm", "true", {"BackendOptions": "-w  localhost --qos=high"}),
-                            JobSpec("slurm-again", "true", {"BackendOptions": "--qos=high -w localhost"}),
-                            JobSpec("same", "true", {"BackendOptions": "-w localhost --qos=high"}),
-                            JobSpec("prio", "true", {"BackendOptions": "-p -5"}),
-                            JobSpec("plain", "true")])
-    slurm, again, same, prio, plain = store.jobs([sub.ids[n] for n in ("slurm", "slurm-again", "same", "prio",
-                                                                        "plain")])
+    sub = submitter.submit(
+        [
+            JobSpec("slurm", "true", {"BackendOptions": "-w  localhost --qos=high"}),
+            JobSpec("slurm-again", "true", {"BackendOptions": "--qos=high -w localhost"}),
+            JobSpec("same", "true", {"BackendOptions": "-w localhost --qos=high"}),
+            JobSpec("prio", "true", {"BackendOptions": "-p -5"}),
+            JobSpec("plain", "true"),
+        ]
+    )
+    slurm, again, same, prio, plain = store.jobs(
+        [sub.ids[n] for n in ("slurm", "slurm-again", "same", "prio", "plain")]
+    )
     assert store.pool(plain.tq_id) == {"S/ce/q", "G/ce/q", "L/ce/q"}
     assert store.pool(slurm.tq_id) == {"S/ce/q"}  # -w is no Grid Engine option; local takes none
     assert store.pool(prio.tq_id) == {"G/ce/q"}  # -p -5: a priority for SGE; for Slurm -p lacks its partition
@@ -180,15 +215,19 @@ def test_backend_options_restrict_a_job_to_the_queues_whose_backend_accepts_them
     assert json.loads(store.tq_definitions()[slurm.tq_id])["BackendOptions"] == "-w localhost --qos=high"
 
 
-@pytest.mark.parametrize(("options", "message"), [
-    ("--bogus 1", "unknown option '--bogus'"),
-    ("-c 4", "come from the job's requirements"),
-    ("--mem 2G -p x", "come from the job's requirements"),
-    ("-q 'open", "cannot split"),
-    (["-p", "x"], "option string"),
-])
-def test_backend_options_no_queue_can_honour_are_refused(store: Store, real_redis: redis.Redis,
-                                                         options: object, message: str) -> None:
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ("--bogus 1", "unknown option '--bogus'"),
+        ("-c 4", "come from the job's requirements"),
+        ("--mem 2G -p x", "come from the job's requirements"),
+        ("-q 'open", "cannot split"),
+        (["-p", "x"], "option string"),
+    ],
+)
+def test_backend_options_no_queue_can_honour_are_refused(
+    store: Store, real_redis: redis.Redis, options: object, message: str
+) -> None:
     submitter = Submitter(store, Catalog.loads(KINDS_CATALOG))
     with pytest.raises(SubmissionError, match=message):
         submitter.submit([JobSpec("a", "true", {"BackendOptions": options})])
@@ -203,8 +242,14 @@ def test_backend_options_on_a_local_only_catalog_are_refused(submitter: Submitte
 def test_pressure_puts_the_critical_path_first_across_requests(submitter: Submitter, store: Store) -> None:
     submitter.capacity = lambda: 1e6  # an idle giant: the ETA is the critical path alone
     # Request 1: a long chain (3 x 100 s); request 2: a short job submitted at the same time.
-    chain = submitter.submit([JobSpec("c1", "true", ete=100), JobSpec("c2", "true", deps=("c1",), ete=100),
-                              JobSpec("c3", "true", deps=("c2",), ete=100)], name="chain")
+    chain = submitter.submit(
+        [
+            JobSpec("c1", "true", ete=100),
+            JobSpec("c2", "true", deps=("c1",), ete=100),
+            JobSpec("c3", "true", deps=("c2",), ete=100),
+        ],
+        name="chain",
+    )
     short = submitter.submit([JobSpec("s", "true", ete=10), JobSpec("t", "true", ete=10)], name="short")
     assert chain.critical_path == 300 and chain.eta == 1_000_300
     c1, s = store.jobs([chain.ids["c1"], short.ids["s"]])
@@ -234,13 +279,22 @@ def test_eta_counts_everyone_s_outstanding_work(submitter: Submitter, store: Sto
 
 def test_eta_counts_what_a_join_behind_a_fan_needs(submitter: Submitter, store: Store) -> None:
     submitter.capacity = lambda: 2.0
-    chain = submitter.submit([JobSpec("c1", "true", ete=100), JobSpec("c2", "true", deps=("c1",), ete=100),
-                              JobSpec("c3", "true", deps=("c2",), ete=100)])
+    chain = submitter.submit(
+        [
+            JobSpec("c1", "true", ete=100),
+            JobSpec("c2", "true", deps=("c1",), ete=100),
+            JobSpec("c3", "true", deps=("c2",), ete=100),
+        ]
+    )
     assert chain.eta == 1_000_300
     # Four 100 s jobs, then a 450 s join. Critical path 550, load (300 + 850) / 2 = 575; but on 2 cores
     # the fan takes 200 s before the join can start: 650 s at least.
-    fan = submitter.submit([*(JobSpec(f"f{i}", "true", ete=100) for i in range(4)),
-                            JobSpec("join", "true", deps=tuple(f"f{i}" for i in range(4)), ete=450)])
+    fan = submitter.submit(
+        [
+            *(JobSpec(f"f{i}", "true", ete=100) for i in range(4)),
+            JobSpec("join", "true", deps=tuple(f"f{i}" for i in range(4)), ete=450),
+        ]
+    )
     assert fan.critical_path == 550 and fan.eta == 1_000_650
     assert store.request(fan.request)["eta"] == 1_000_650
     # So its fan does not claim more urgency than the chain's second link (with the load's 575 it would
@@ -259,10 +313,16 @@ def test_dependency_release_is_atomic_with_completion(submitter: Submitter, stor
 
 
 def test_template_failure_fails_that_job_and_its_dependents_only(submitter: Submitter, store: Store) -> None:
-    workflow = parse_workflow({"name": "w", "jobs": [
-        {"name": "bad", "command": "true", "requirements": {"mem": "1 / 0"}},
-        {"name": "after", "command": "true", "deps": ["bad"]},
-        {"name": "fine", "command": "true"}]})
+    workflow = parse_workflow(
+        {
+            "name": "w",
+            "jobs": [
+                {"name": "bad", "command": "true", "requirements": {"mem": "1 / 0"}},
+                {"name": "after", "command": "true", "deps": ["bad"]},
+                {"name": "fine", "command": "true"},
+            ],
+        }
+    )
     sub = submit_workflow(submitter, workflow)
     bad, after, fine = store.jobs([sub.ids["bad"], sub.ids["after"], sub.ids["fine"]])
     assert bad.state is JobState.FAILED and "division" in (bad.reason or "")
@@ -271,10 +331,20 @@ def test_template_failure_fails_that_job_and_its_dependents_only(submitter: Subm
 
 
 def test_deferred_requirements_use_dependency_outputs(submitter: Submitter, store: Store) -> None:
-    workflow = parse_workflow({"name": "w", "jobs": [
-        {"name": "size", "command": "true"},
-        {"name": "use", "command": "echo {deps.size.mb}", "deps": ["size"],
-         "requirements": {"mem": "2 * deps.size.mb"}}]})
+    workflow = parse_workflow(
+        {
+            "name": "w",
+            "jobs": [
+                {"name": "size", "command": "true"},
+                {
+                    "name": "use",
+                    "command": "echo {deps.size.mb}",
+                    "deps": ["size"],
+                    "requirements": {"mem": "2 * deps.size.mb"},
+                },
+            ],
+        }
+    )
     sub = submit_workflow(submitter, workflow)
     (first,) = store.match(PilotOffer("p", QA, 4, 8000))
     released = store.complete(first.id, first.attempt, "p", RunResult(outputs={"mb": 300}))
@@ -285,10 +355,21 @@ def test_deferred_requirements_use_dependency_outputs(submitter: Submitter, stor
 
 
 def test_a_released_job_needs_its_evaluated_wall_from_a_pilot(submitter: Submitter, store: Store) -> None:
-    workflow = parse_workflow({"name": "w", "jobs": [
-        {"name": "size", "command": "true"},
-        {"name": "use", "command": "true", "deps": ["size"], "ete": 5,
-         "requirements": {"wall": "2 * deps.size.secs"}}]})
+    workflow = parse_workflow(
+        {
+            "name": "w",
+            "jobs": [
+                {"name": "size", "command": "true"},
+                {
+                    "name": "use",
+                    "command": "true",
+                    "deps": ["size"],
+                    "ete": 5,
+                    "requirements": {"wall": "2 * deps.size.secs"},
+                },
+            ],
+        }
+    )
     sub = submit_workflow(submitter, workflow)
     (first,) = store.match(PilotOffer("p", QA, 4, 8000))
     released = store.complete(first.id, first.attempt, "p", RunResult(outputs={"secs": 300}))
@@ -309,9 +390,15 @@ def test_the_safety_factor_setting_reaches_what_a_pilot_is_matched_on(redis_url:
 
 
 def test_deferred_evaluation_failure_fails_the_job(submitter: Submitter, store: Store) -> None:
-    workflow = parse_workflow({"name": "w", "jobs": [
-        {"name": "size", "command": "true"},
-        {"name": "use", "command": "true", "deps": ["size"], "requirements": {"mem": "2 * deps.size.mb"}}]})
+    workflow = parse_workflow(
+        {
+            "name": "w",
+            "jobs": [
+                {"name": "size", "command": "true"},
+                {"name": "use", "command": "true", "deps": ["size"], "requirements": {"mem": "2 * deps.size.mb"}},
+            ],
+        }
+    )
     sub = submit_workflow(submitter, workflow)
     (first,) = store.match(PilotOffer("p", QA, 4, 8000))
     store.complete(first.id, first.attempt, "p", RunResult(outputs={}))
@@ -322,8 +409,12 @@ def test_deferred_evaluation_failure_fails_the_job(submitter: Submitter, store: 
 def test_a_released_command_that_no_shell_can_run_fails_the_job(submitter: Submitter, store: Store) -> None:
     # A dependency's output is filled into the command at release: a NUL there was stored, and the pilot
     # then failed to start the payload. The job fails at release instead, saying why.
-    workflow = parse_workflow({"name": "w", "jobs": [
-        {"name": "a", "command": "true"}, {"name": "b", "command": "echo {deps.a.word}", "deps": ["a"]}]})
+    workflow = parse_workflow(
+        {
+            "name": "w",
+            "jobs": [{"name": "a", "command": "true"}, {"name": "b", "command": "echo {deps.a.word}", "deps": ["a"]}],
+        }
+    )
     sub = submit_workflow(submitter, workflow)
     (first,) = store.match(PilotOffer("p", QA, 4, 8000))
     store.complete(first.id, first.attempt, "p", RunResult(outputs={"word": "a\x00b"}))
@@ -341,8 +432,9 @@ def test_run_times_are_learnt_from_successes_only(submitter: Submitter, store: S
     last, rules = store.ete_stats(["k0", "k1", "k2"], ["r"])
     assert last == {"k0": 10, "k1": 20} and rules["r"].n == 2 and rules["r"].mean == 15
     # The next request uses them: key first, then the rule's mean, then the default.
-    sub = submitter.submit([JobSpec("a", "true", rule="r", key="k0"), JobSpec("b", "true", rule="r"),
-                            JobSpec("c", "true")])
+    sub = submitter.submit(
+        [JobSpec("a", "true", rule="r", key="k0"), JobSpec("b", "true", rule="r"), JobSpec("c", "true")]
+    )
     assert [j.ete for j in store.jobs(list(sub.ids.values()))] == [10, 15, 60]
 
 

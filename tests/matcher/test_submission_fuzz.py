@@ -69,9 +69,16 @@ batch = "slurm"
 shapes = [{ name = "small", cpu = 4, mem = "8G" }]
 """
 
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[
-    HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large,
-    HealthCheck.large_base_example])
+FUZZ = settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.large_base_example,
+    ],
+)
 WATCHDOG_SECONDS = 60
 
 
@@ -106,8 +113,10 @@ class Lab:
     def reset(self) -> None:
         """An emptied store holding one earlier request, so a refusal has pools and records to leave alone."""
         self.client.flushall()
-        self.submitter.submit([JobSpec("old", "true", {"Platform": "EL9"}), JobSpec("old2", "true", {"cpu": 2},
-                                                                                     deps=("old",))], name="earlier")
+        self.submitter.submit(
+            [JobSpec("old", "true", {"Platform": "EL9"}), JobSpec("old2", "true", {"cpu": 2}, deps=("old",))],
+            name="earlier",
+        )
 
     def seq(self) -> int:
         return int(self.client.get(self.store.keys.seq) or 0)
@@ -200,7 +209,8 @@ def test_valid_documents_are_stored_whole(lab: Lab, doc: dict[str, Any], kind: s
 @FUZZ
 @given(case=mutated_docs(), kind=KINDS)
 def test_a_hostile_change_is_refused_naming_job_and_field_or_stored_whole(
-        lab: Lab, case: tuple[dict[str, Any], Change], kind: str) -> None:
+    lab: Lab, case: tuple[dict[str, Any], Change], kind: str
+) -> None:
     doc, change = case
     attempt(lab, doc, kind, change.as_written(kind))
 

@@ -72,8 +72,9 @@ def test_worker_and_task_events_as_celery_sees_them(redis_url: str, events: Even
     ok_job = make_job("101", "sleep 1", name="montage.tile-3", tq_id="0123abcd.astro.carol")
     bad_job = make_job("102", "exit 3", attempt=2)
     observer.payload_started(info, ok_job)
-    observer.heartbeat(info, PilotLoad(used_cpu=1, used_mem=100, running=("101",), processed=0, time_left=3600.0,
-                                       draining=False))
+    observer.heartbeat(
+        info, PilotLoad(used_cpu=1, used_mem=100, running=("101",), processed=0, time_left=3600.0, draining=False)
+    )
     ok_result = run_payload(ok_job.command)
     # A heartbeat sent while the payload ran says one task is active, with the pilot's load.
     beat = events.wait("worker-heartbeat", hostname=info.name, active=1)
@@ -87,8 +88,9 @@ def test_worker_and_task_events_as_celery_sees_them(redis_url: str, events: Even
     assert received["hostname"] == info.name
     assert received["name"] == "montage.tile-3"
     assert received["args"] == "['sleep 1']"
-    assert received["kwargs"] == ("{'job': '101', 'attempt': 1, 'requirements': {'cpu': 1, 'mem': 100}, "
-                                  "'owner': 'carol', 'group': 'astro'}")
+    assert received["kwargs"] == (
+        "{'job': '101', 'attempt': 1, 'requirements': {'cpu': 1, 'mem': 100}, 'owner': 'carol', 'group': 'astro'}"
+    )
     assert received["retries"] == 0 and received["root_id"] == ok_id
     assert events.wait("task-received", uuid=bad_id)["name"] == "job102"
     events.wait("task-started", uuid=ok_id)
@@ -112,11 +114,20 @@ def test_worker_and_task_events_as_celery_sees_them(redis_url: str, events: Even
     assert not state.workers[info.name].alive
 
 
-@pytest.mark.parametrize(("state", "event", "celery_state"), [
-    ("waiting", "task-retried", "RETRY"), ("cancelled", "task-revoked", "REVOKED"), ("lost", "task-revoked", "REVOKED"),
-    ("stale", "task-failed", "FAILURE"), ("failed", "task-failed", "FAILURE"), ("done", "task-succeeded", "SUCCESS")])
-def test_each_end_state_maps_to_a_celery_task_state(redis_url: str, events: EventLog, state: str, event: str,
-                                                    celery_state: str) -> None:
+@pytest.mark.parametrize(
+    ("state", "event", "celery_state"),
+    [
+        ("waiting", "task-retried", "RETRY"),
+        ("cancelled", "task-revoked", "REVOKED"),
+        ("lost", "task-revoked", "REVOKED"),
+        ("stale", "task-failed", "FAILURE"),
+        ("failed", "task-failed", "FAILURE"),
+        ("done", "task-succeeded", "SUCCESS"),
+    ],
+)
+def test_each_end_state_maps_to_a_celery_task_state(
+    redis_url: str, events: EventLog, state: str, event: str, celery_state: str
+) -> None:
     info = pilot_info("local-1003@testnode")
     observer = CeleryObserver(redis_url, freq=5.0, control=False)
     observer.pilot_started(info)
@@ -152,7 +163,7 @@ def test_heartbeats_keep_the_pilot_alive_in_celery_state(redis_url: str, events:
     events.wait("worker-offline", hostname=info.name)
     with events._lock:
         kinds = [e["type"] for e in events.events if e.get("hostname") == info.name]
-    assert "worker-heartbeat" not in kinds[kinds.index("worker-offline"):], "heartbeats went on after offline"
+    assert "worker-heartbeat" not in kinds[kinds.index("worker-offline") :], "heartbeats went on after offline"
 
 
 def test_revoke_terminate_shutdown_and_ping_reach_the_observer(redis_url: str, client: Celery) -> None:
@@ -174,8 +185,7 @@ def test_revoke_terminate_shutdown_and_ping_reach_the_observer(redis_url: str, c
         commands = wait_until(observer.commands, timeout=30, interval=0.01, what="the kill command")
         assert commands == [Command("kill", "201", "revoked from Celery/Flower (SIGTERM)")]
 
-        reply = client.control.revoke(tid, terminate=True, signal="SIGKILL", destination=[name], reply=True,
-                                      timeout=2)
+        reply = client.control.revoke(tid, terminate=True, signal="SIGKILL", destination=[name], reply=True, timeout=2)
         assert reply == [{name: {"ok": f"terminate: {tid}"}}]
         assert observer.commands() == [Command("kill", "201", "revoked from Celery/Flower (SIGKILL)")]
         unknown = str(uuid.uuid4())
@@ -184,7 +194,8 @@ def test_revoke_terminate_shutdown_and_ping_reach_the_observer(redis_url: str, c
 
         client.control.shutdown(destination=[name])
         assert wait_until(observer.commands, timeout=2, interval=0.01, what="the shutdown command") == [
-            Command("shutdown", reason="Got shutdown from remote")]
+            Command("shutdown", reason="Got shutdown from remote")
+        ]
     finally:
         observer.close()
 
@@ -215,7 +226,8 @@ def test_inspect_replies_are_what_flower_reads(redis_url: str, client: Celery) -
         assert stats["total"] == {} and isinstance(stats["pid"], int) and "rusage" in stats
         active = inspect.active(safe=True)[name]
         assert [(a["id"], a["name"], a["args"], a["kwargs"]["job"]) for a in active] == [
-            (tid, "render", ["sleep 30"], "301")]
+            (tid, "render", ["sleep 30"], "301")
+        ]
         assert inspect.query_task(tid)[name] == {tid: ["active", active[0]]}
         assert inspect.reserved()[name] == [] and inspect.scheduled()[name] == []
         assert inspect.revoked()[name] == []
@@ -260,10 +272,14 @@ def test_survives_the_broker_going_away(tmp_path: Path) -> None:
         try:
             # The queued task events go out after the reconnection, and heartbeats resume.
             log.wait("worker-heartbeat", timeout=15, hostname=info.name)
-            wait_until(lambda: observer._control is not None and observer._control.wait_ready(0), timeout=15,
-                       what="the remote control to reconnect")
-            assert wait_until(lambda: client.control.ping(destination=[info.name], timeout=1), timeout=15,
-                              what="a ping answer") == [{info.name: {"ok": "pong"}}]
+            wait_until(
+                lambda: observer._control is not None and observer._control.wait_ready(0),
+                timeout=15,
+                what="the remote control to reconnect",
+            )
+            assert wait_until(
+                lambda: client.control.ping(destination=[info.name], timeout=1), timeout=15, what="a ping answer"
+            ) == [{info.name: {"ok": "pong"}}]
             assert observer.sender_stats["pending"] == 0
         finally:
             log.stop()
@@ -290,7 +306,9 @@ def test_event_sending_is_cheap_for_the_pilot_loop(redis_url: str, events: Event
     delivered = time.perf_counter() - start
     observer.close()
     per_event_us = caller / n_events * 1e6
-    print(f"\n{n_events} events: {per_event_us:.1f} us per event in the pilot's thread, "
-          f"all delivered to an EventReceiver after {delivered:.2f} s ({n_events / delivered:.0f} events/s)")
+    print(
+        f"\n{n_events} events: {per_event_us:.1f} us per event in the pilot's thread, "
+        f"all delivered to an EventReceiver after {delivered:.2f} s ({n_events / delivered:.0f} events/s)"
+    )
     assert observer.sender_stats["dropped"] == 0
     assert per_event_us < 200, per_event_us

@@ -53,7 +53,10 @@ def hc() -> ModuleType:
     except ImportError:
         done = subprocess.run(
             ["bash", str(REPO / "scripts" / "helm_check.sh"), "--install-only"],
-            capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHON": sys.executable},
+            capture_output=True,
+            text=True,
+            timeout=900,
+            env={**os.environ, "PYTHON": sys.executable},
         )
         if done.returncode != 0:
             pytest.skip(f"cannot install helm-python-sdk / kubernetes-validate: {done.stderr.strip()[-800:]}")
@@ -100,9 +103,7 @@ def test_every_variant_lints_clean(hc: ModuleType) -> None:
 
 @pytest.mark.parametrize("kube_version", ["1.25.0", "1.33.0"])
 def test_every_variant_matches_the_kubernetes_schemas(hc: ModuleType, kube_version: str) -> None:
-    problems = {
-        name: hc.schema_problems(hc.objects_of(values), kube_version) for name, values in hc.VARIANTS.items()
-    }
+    problems = {name: hc.schema_problems(hc.objects_of(values), kube_version) for name, values in hc.VARIANTS.items()}
     assert not {k: v for k, v in problems.items() if v}
 
 
@@ -131,8 +132,13 @@ def test_the_checks_can_fail(hc: ModuleType) -> None:
 
 
 def test_the_shell_entry_point_runs_every_check(hc: ModuleType) -> None:
-    done = subprocess.run(["bash", str(REPO / "scripts" / "helm_check.sh")], capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "PYTHON": sys.executable})
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts" / "helm_check.sh")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count(": ok") == len(hc.VARIANTS)
     assert f"{len(hc.BAD_VALUES)} refused as expected" in done.stdout
@@ -175,8 +181,9 @@ def test_worker_and_beat_pods_run_no_director_of_their_own(hc: ModuleType) -> No
         for suffix in ("-matcher", "-beat"):
             entry = env_of(container(named(objects, "Deployment", suffix)))["PILOTFISH_BEAT_DIRECTOR"]
             assert entry == {"name": "PILOTFISH_BEAT_DIRECTOR", "value": "false"}
-            settings = Settings.load(path="/dev/null", env={"PILOTFISH_REDIS_URL": "redis://127.0.0.1:1/0",
-                                                            entry["name"]: entry["value"]})
+            settings = Settings.load(
+                path="/dev/null", env={"PILOTFISH_REDIS_URL": "redis://127.0.0.1:1/0", entry["name"]: entry["value"]}
+            )
             assert settings.beat_director is False
             app = celery_app.configure(Context(settings))
             assert "director" not in app.conf.beat_schedule and "reap" in app.conf.beat_schedule
@@ -233,8 +240,9 @@ def test_flower_runs_celery_flower_with_basic_auth_from_a_secret(hc: ModuleType)
 
 
 def test_flower_ingress_and_notes_tell_how_to_reach_it(hc: ModuleType) -> None:
-    rendered = hc.render({"flower": {"ingress": {"enabled": True, "host": "flower.site.test",
-                                                 "tls": {"enabled": True}}}})
+    rendered = hc.render(
+        {"flower": {"ingress": {"enabled": True, "host": "flower.site.test", "tls": {"enabled": True}}}}
+    )
     ingress = named([m["object"] for m in hc.manifests(rendered)], "Ingress", "-flower")
     rule = ingress["spec"]["rules"][0]
     assert rule["host"] == "flower.site.test"
@@ -251,9 +259,11 @@ def test_flower_ingress_and_notes_tell_how_to_reach_it(hc: ModuleType) -> None:
 # --- the store: bundled (Valkey, two ACL users) or external, and where its passwords may appear --------
 
 STORE_VALUES: dict[str, Any] = {
-    "vo": "lhcb", "prefix": "site1",
+    "vo": "lhcb",
+    "prefix": "site1",
     "redis": {"database": 3, "auth": {"password": "Control-pw-1", "pilot": {"password": "Pilot-pw-2"}}},
-    "pilots": {"enabled": True}, "director": {"enabled": True},
+    "pilots": {"enabled": True},
+    "director": {"enabled": True},
 }
 
 
@@ -266,8 +276,9 @@ def broker_selector() -> str:
     return f"({keys} {commands})"
 
 
-def resolved_env(c: dict[str, Any], objects: list[dict[str, Any]],
-                 fields: dict[str, str] | None = None) -> dict[str, str]:
+def resolved_env(
+    c: dict[str, Any], objects: list[dict[str, Any]], fields: dict[str, str] | None = None
+) -> dict[str, str]:
     """A container's environment as the kubelet builds it: Secrets from the rendering, downward-API fields
     from ``fields``, $(VAR) expanded from the variables defined before."""
     from helm_check import kubelet_expand
@@ -286,8 +297,9 @@ def resolved_env(c: dict[str, Any], objects: list[dict[str, Any]],
 
 
 def test_the_store_is_valkey_by_default_append_only_on_a_claim(hc: ModuleType) -> None:
-    objects = hc.objects_of({"redis": {"appendfsync": "always", "persistence": {"size": "20Gi",
-                                                                               "storageClass": "fast"}}})
+    objects = hc.objects_of(
+        {"redis": {"appendfsync": "always", "persistence": {"size": "20Gi", "storageClass": "fast"}}}
+    )
     redis = named(objects, "StatefulSet", "-redis")
     c = container(redis)
     repository, tag = c["image"].rsplit(":", 1)
@@ -343,11 +355,17 @@ def test_pilot_pods_cannot_read_the_control_planes_credentials(hc: ModuleType) -
     cases = [
         {"redis": {"auth": {"password": control_password, "pilot": {"password": pilot_password}}}},
         {"redis": {"auth": {"existingSecret": "ctl", "pilot": {"existingSecret": "plt"}}}},
-        {"redis": {"enabled": False}, "externalRedis": {
-            "url": f"redis://pf-control:{control_password}@r:6379/0",
-            "pilot": {"url": f"redis://pf-pilot-default:{pilot_password}@r:6379/0"}}},
-        {"redis": {"enabled": False}, "externalRedis": {"existingSecret": "ctl-url",
-                                                         "pilot": {"existingSecret": "plt-url"}}},
+        {
+            "redis": {"enabled": False},
+            "externalRedis": {
+                "url": f"redis://pf-control:{control_password}@r:6379/0",
+                "pilot": {"url": f"redis://pf-pilot-default:{pilot_password}@r:6379/0"},
+            },
+        },
+        {
+            "redis": {"enabled": False},
+            "externalRedis": {"existingSecret": "ctl-url", "pilot": {"existingSecret": "plt-url"}},
+        },
     ]
     for values in cases:
         for kind in ("Deployment", "Job"):
@@ -394,8 +412,12 @@ def test_the_rendered_urls_name_each_processs_own_user(hc: ModuleType) -> None:
 
 
 def test_an_external_redis_without_pilot_url_gives_pilots_the_control_url_and_says_so(hc: ModuleType) -> None:
-    values = {"redis": {"enabled": False}, "externalRedis": {"url": "redis://pf-control:c@r:6379/0"},
-              "pilots": {"enabled": True}, "director": {"enabled": True}}
+    values = {
+        "redis": {"enabled": False},
+        "externalRedis": {"url": "redis://pf-control:c@r:6379/0"},
+        "pilots": {"enabled": True},
+        "director": {"enabled": True},
+    }
     rendered = hc.render(values)
     objects = [m["object"] for m in hc.manifests(rendered)]
     ref = env_of(container(named(objects, "Deployment", "-pilot")))["PILOTFISH_REDIS_URL"]["valueFrom"]
@@ -414,8 +436,13 @@ def test_an_external_redis_without_pilot_url_gives_pilots_the_control_url_and_sa
 def test_external_redis_renders_no_store_and_reads_the_urls_from_secrets(hc: ModuleType) -> None:
     url = "rediss://pf-control:ext-secret@redis.example.org:6380/3"
     pilot_url = "rediss://pf-pilot-default:ext-p1lot-secret@redis.example.org:6380/3"
-    objects = hc.objects_of({"redis": {"enabled": False}, "externalRedis": {"url": url, "pilot": {"url": pilot_url}},
-                             "director": {"enabled": True}})
+    objects = hc.objects_of(
+        {
+            "redis": {"enabled": False},
+            "externalRedis": {"url": url, "pilot": {"url": pilot_url}},
+            "director": {"enabled": True},
+        }
+    )
     assert not by_kind(objects, "StatefulSet")
     assert not [o for o in by_kind(objects, "Service") if "redis" in o["metadata"]["name"]]
     assert secret_value(objects, "-external-redis", "redis-url") == url
@@ -425,11 +452,14 @@ def test_external_redis_renders_no_store_and_reads_the_urls_from_secrets(hc: Mod
         assert ref == {"name": "pf-pilotfish-external-redis", "key": "redis-url"}
     director = env_of(container(named(objects, "Deployment", "-director")))
     assert director["PILOTFISH_PILOT_REDIS_URL"]["valueFrom"]["secretKeyRef"] == {
-        "name": "pf-pilotfish-external-redis-pilot", "key": "redis-url"}
+        "name": "pf-pilotfish-external-redis-pilot",
+        "key": "redis-url",
+    }
     assert hc.secret_leaks(objects, "ext-secret") == [] and hc.secret_leaks(objects, "ext-p1lot-secret") == []
 
-    objects = hc.objects_of({"redis": {"enabled": False},
-                             "externalRedis": {"existingSecret": "site-redis", "existingSecretKey": "url"}})
+    objects = hc.objects_of(
+        {"redis": {"enabled": False}, "externalRedis": {"existingSecret": "site-redis", "existingSecretKey": "url"}}
+    )
     assert not [o for o in by_kind(objects, "Secret") if "redis" in o["metadata"]["name"]]
     ref = env_of(container(named(objects, "Deployment", "-matcher")))["PILOTFISH_REDIS_URL"]["valueFrom"]
     assert ref["secretKeyRef"] == {"name": "site-redis", "key": "url"}
@@ -447,9 +477,14 @@ def test_without_any_redis_helm_refuses_and_says_what_to_set(hc: ModuleType) -> 
 
 def test_passwords_appear_only_in_secrets(hc: ModuleType) -> None:
     control, pilot, flower = "Redis-marker-7e1f", "Pilot-marker-3b5a", "Flower-marker-9c2d"
-    objects = hc.objects_of({"redis": {"auth": {"password": control, "pilot": {"password": pilot}}},
-                             "flower": {"auth": {"password": flower}},
-                             "pilots": {"enabled": True}, "director": {"enabled": True}})
+    objects = hc.objects_of(
+        {
+            "redis": {"auth": {"password": control, "pilot": {"password": pilot}}},
+            "flower": {"auth": {"password": flower}},
+            "pilots": {"enabled": True},
+            "director": {"enabled": True},
+        }
+    )
     assert secret_value(objects, "-redis", "redis-password") == control
     assert secret_value(objects, "-redis-pilot", "redis-password") == pilot
     for password in (control, pilot, flower):
@@ -457,9 +492,19 @@ def test_passwords_appear_only_in_secrets(hc: ModuleType) -> None:
 
 
 def test_existing_secrets_are_used_and_none_is_created(hc: ModuleType) -> None:
-    objects = hc.objects_of({"redis": {"auth": {"existingSecret": "r-auth", "existingSecretKey": "pw",
-                                                "pilot": {"existingSecret": "p-auth", "existingSecretKey": "ppw"}}},
-                             "flower": {"auth": {"existingSecret": "f-auth"}}, "pilots": {"enabled": True}})
+    objects = hc.objects_of(
+        {
+            "redis": {
+                "auth": {
+                    "existingSecret": "r-auth",
+                    "existingSecretKey": "pw",
+                    "pilot": {"existingSecret": "p-auth", "existingSecretKey": "ppw"},
+                }
+            },
+            "flower": {"auth": {"existingSecret": "f-auth"}},
+            "pilots": {"enabled": True},
+        }
+    )
     assert by_kind(objects, "Secret") == []
     store = env_of(container(named(objects, "StatefulSet", "-redis")))
     assert store["CONTROL_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "r-auth", "key": "pw"}
@@ -474,14 +519,18 @@ def test_generated_passwords_are_random_and_do_not_roll_the_pods(hc: ModuleType)
     """Offline there is no cluster to look the kept passwords up in, so each rendering generates new ones;
     with a cluster, pilotfish.storedOrRandom reuses the Secret's (not verifiable here)."""
     first, second = hc.objects_of({"pilots": {"enabled": True}}), hc.objects_of({"pilots": {"enabled": True}})
-    passwords = {secret_value(o, suffix, "redis-password") for o in (first, second)
-                 for suffix in ("-redis", "-redis-pilot")}
+    passwords = {
+        secret_value(o, suffix, "redis-password") for o in (first, second) for suffix in ("-redis", "-redis-pilot")
+    }
     assert len(passwords) == 4 and all(len(p) == 32 and p.isalnum() for p in passwords)
     assert len(secret_value(first, "-flower", "password")) == 24
 
     def checksums(objects: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
-        return {o["metadata"]["name"]: o["spec"]["template"]["metadata"]["annotations"]
-                for o in objects if o["kind"] in ("Deployment", "StatefulSet")}
+        return {
+            o["metadata"]["name"]: o["spec"]["template"]["metadata"]["annotations"]
+            for o in objects
+            if o["kind"] in ("Deployment", "StatefulSet")
+        }
 
     assert checksums(first) == checksums(second)
 
@@ -536,8 +585,9 @@ def server_release(binary: str) -> tuple[int, int]:
     return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
 
 
-def start_store(hc: ModuleType, directory: Path, server: str, name: str, values: dict[str, Any]
-                ) -> tuple[subprocess.Popen[str], RenderedStore]:
+def start_store(
+    hc: ModuleType, directory: Path, server: str, name: str, values: dict[str, Any]
+) -> tuple[subprocess.Popen[str], RenderedStore]:
     """Run the rendered store's command with ``server`` on PATH as ``name`` (its data under ``directory``)."""
     from taskqueues.store.redis_server import free_port
 
@@ -552,8 +602,13 @@ def start_store(hc: ModuleType, directory: Path, server: str, name: str, values:
     args = list(c["args"])
     args[args.index("--port") + 1] = str(port)
     args[args.index("--dir") + 1] = str(directory / "data")
-    process = subprocess.Popen([*c["command"], *args, "--bind", "127.0.0.1"], env=env, text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        [*c["command"], *args, "--bind", "127.0.0.1"],
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     return process, RenderedStore(objects, env, port, directory)
 
 
@@ -591,11 +646,14 @@ def test_the_rendered_store_has_exactly_the_users_taskqueues_access_makes(store:
 
     control = store.client(store.url_of("-matcher"))
     for user, password, rules, broker in (
-            (access.CONTROL_USER, "Control-pw-1", access.control_rules(), False),
-            (access.pilot_user("lhcb"), "Pilot-pw-2", access.pilot_rules("site1", "lhcb", 3), True)):
+        (access.CONTROL_USER, "Control-pw-1", access.control_rules(), False),
+        (access.pilot_user("lhcb"), "Pilot-pw-2", access.pilot_rules("site1", "lhcb", 3), True),
+    ):
         access.apply(control, "made-by-access", password, rules, broker=broker)
-        described = {line.split(" ", 2)[1]: line.split(" ", 2)[2] for line in
-                     (raw.decode() for raw in control.execute_command("ACL", "LIST"))}
+        described = {
+            line.split(" ", 2)[1]: line.split(" ", 2)[2]
+            for line in (raw.decode() for raw in control.execute_command("ACL", "LIST"))
+        }
         assert described[user] == described["made-by-access"]
     assert described["default"].startswith("off ")
     with pytest.raises(redis.AuthenticationError):
@@ -624,13 +682,23 @@ def test_pilots_connect_as_their_own_user_and_pilotfish_health_works_with_it(sto
     pilot_url = store.url_of("-pilot")
     assert pilot_url == store.url_of("-director", "PILOTFISH_PILOT_REDIS_URL")
     fields = {"metadata.name": "pf-pilotfish-pilot-abc", "spec.nodeName": "node-1"}
-    env = {**os.environ, **resolved_env(container(named(store.objects, "Deployment", "-pilot")), store.objects, fields),
-           "PILOTFISH_REDIS_URL": pilot_url, "PILOTFISH_STATE_DIR": str(store.directory / "state")}
+    env = {
+        **os.environ,
+        **resolved_env(container(named(store.objects, "Deployment", "-pilot")), store.objects, fields),
+        "PILOTFISH_REDIS_URL": pilot_url,
+        "PILOTFISH_STATE_DIR": str(store.directory / "state"),
+    }
     env.pop("PILOTFISH_CONFIG", None)
 
     def health(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "matcher.cli", "health", *args], cwd=REPO, env=env,
-                              capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "matcher.cli", "health", *args],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
     assert health("--redis").returncode == 0
     never = health("--component", "pilot")
@@ -640,15 +708,22 @@ def test_pilots_connect_as_their_own_user_and_pilotfish_health_works_with_it(sto
     assert done.returncode == 0, done.stderr
     pilot = redis.Redis.from_url(pilot_url)
     control.hset("site1:{atlas}:jobs", "1", "theirs")
-    for command in (("FLUSHALL",), ("CONFIG", "GET", "*"), ("KEYS", "*"), ("HGET", "site1:{atlas}:jobs", "1"),
-                    ("HGET", "pf:{lhcb}:jobs", "1"), ("ACL", "LIST")):
+    for command in (
+        ("FLUSHALL",),
+        ("CONFIG", "GET", "*"),
+        ("KEYS", "*"),
+        ("HGET", "site1:{atlas}:jobs", "1"),
+        ("HGET", "pf:{lhcb}:jobs", "1"),
+        ("ACL", "LIST"),
+    ):
         with pytest.raises(redis.exceptions.NoPermissionError):
             pilot.execute_command(*command)
     assert control.hget("site1:{atlas}:jobs", "1") == b"theirs"
 
 
 def test_the_store_runs_redis_server_when_the_image_has_no_valkey_and_refuses_one_older_than_7_2(
-        hc: ModuleType, tmp_path: Path) -> None:
+    hc: ModuleType, tmp_path: Path
+) -> None:
     from taskqueues.store.redis_server import find_redis_server
 
     server = find_redis_server()
@@ -720,8 +795,9 @@ def test_pilots_as_a_job_run_in_parallel_and_never_restart_in_place(hc: ModuleTy
     assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
     assert "selector" not in job["spec"], "Kubernetes generates a Job's selector"
     assert pilot_resources(container(job)) == {"cpu": "1", "memory": "2G", "ephemeral-storage": "10G"}
-    upgraded = hc.load_chart().render({"pilots": {"enabled": True, "kind": "Job"}}, name="pf",
-                                      namespace="pilotfish", revision=4, is_upgrade=True)
+    upgraded = hc.load_chart().render(
+        {"pilots": {"enabled": True, "kind": "Job"}}, name="pf", namespace="pilotfish", revision=4, is_upgrade=True
+    )
     assert "name: pf-pilotfish-pilot-r4" in upgraded["pilotfish/templates/pilots-job.yaml"]
 
 
@@ -738,7 +814,10 @@ def test_the_default_catalog_loads_and_holds_the_default_pilot_shape(hc: ModuleT
     (shape,) = queue.shapes
     wanted = values["pilots"]["resources"]
     assert (shape.cpu, shape.mem, shape.tmp) == (
-        int(wanted["cpu"]), _mega(wanted["memory"]), _mega(wanted["ephemeralStorage"]))
+        int(wanted["cpu"]),
+        _mega(wanted["memory"]),
+        _mega(wanted["ephemeralStorage"]),
+    )
 
 
 def _mega(quantity: str) -> int:
@@ -749,8 +828,16 @@ def _mega(quantity: str) -> int:
 def test_schema_is_strict_at_every_level(hc: ModuleType) -> None:
     """Every object of values.schema.json with properties refuses unknown keys, except free-form maps."""
     schema = json.loads((CHART / "values.schema.json").read_text())
-    free_form = {"global", "commonLabels", "podSecurityContext", "containerSecurityContext", "podAnnotations",
-                 "nodeSelector", "affinity", "annotations"}
+    free_form = {
+        "global",
+        "commonLabels",
+        "podSecurityContext",
+        "containerSecurityContext",
+        "podAnnotations",
+        "nodeSelector",
+        "affinity",
+        "annotations",
+    }
 
     def walk(node: Any, path: str) -> Iterator[str]:
         if isinstance(node, dict):
@@ -841,12 +928,18 @@ def test_dockerfile_copies_everything_pyproject_needs_and_dockerignore_keeps_it(
     sources = copied_sources()
     needed = {"pyproject.toml", pyproject["project"]["readme"]}
     includes = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
-    packages = {p.name for p in REPO.iterdir() if (p / "__init__.py").exists()
-                and any(fnmatch.fnmatchcase(p.name, pattern) for pattern in includes)}
+    packages = {
+        p.name
+        for p in REPO.iterdir()
+        if (p / "__init__.py").exists() and any(fnmatch.fnmatchcase(p.name, pattern) for pattern in includes)
+    }
     assert packages == {"taskqueues", "matcher", "pilot"}
     assert needed | packages <= set(sources), f"COPY takes {sources}"
-    patterns = [line.strip() for line in (REPO / ".dockerignore").read_text().splitlines()
-                if line.strip() and not line.startswith("#")]
+    patterns = [
+        line.strip()
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     for source in sources:
         assert not dockerignored(source, patterns), f".dockerignore drops {source}, which COPY takes"
     for package in packages:
@@ -880,8 +973,17 @@ def test_the_files_the_dockerfile_copies_build_a_complete_wheel(tmp_path: Path) 
         else:
             # README.md is written by the lead; an empty one stands in so the build reads what exists.
             (context / source).write_text("")
-    command = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir",
-               str(tmp_path / "wheels"), str(context)]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--quiet",
+        "--no-deps",
+        "--wheel-dir",
+        str(tmp_path / "wheels"),
+        str(context),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     (wheel,) = (tmp_path / "wheels").glob("pilotfish-*.whl")

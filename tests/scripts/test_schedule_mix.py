@@ -25,9 +25,16 @@ def test_reservations_keep_the_wide_links_of_a_chain_from_starving(real_redis: r
 
 def test_no_policy_ends_before_the_bounds(real_redis: redis.Redis) -> None:
     rng = random.Random(5)
-    mix = mx.Mix("small", (mx.layered_mixed(rng, layers=4, width=(3, 8)),
-                           mx.MixRequest("late", mx.chain_and_bag(rng, links=2, cores=16).tasks, 200.0)),
-                 2, 8, 32_000)
+    mix = mx.Mix(
+        "small",
+        (
+            mx.layered_mixed(rng, layers=4, width=(3, 8)),
+            mx.MixRequest("late", mx.chain_and_bag(rng, links=2, cores=16).tasks, 200.0),
+        ),
+        2,
+        8,
+        32_000,
+    )
     for policy in sm.MIX_POLICIES:
         result = sm.simulate_mix(real_redis, mix, policy)
         assert result.makespan >= mx.mix_bound(mix) - 1e-6

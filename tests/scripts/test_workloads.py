@@ -54,11 +54,14 @@ def test_ancestor_bound_never_below_the_simple_bound() -> None:
         assert wl.ancestor_bound(tasks, 1) == pytest.approx(wl.total_work(tasks))
 
 
-@pytest.mark.parametrize(("tasks", "message"), [
-    ([wl.Task("a", "k", 1.0), wl.Task("a", "k", 1.0)], "duplicate"),
-    ([wl.Task("a", "k", 1.0, ("b",)), wl.Task("b", "k", 1.0)], "not listed before"),
-    ([wl.Task("a", "k", 0.0)], "run time"),
-])
+@pytest.mark.parametrize(
+    ("tasks", "message"),
+    [
+        ([wl.Task("a", "k", 1.0), wl.Task("a", "k", 1.0)], "duplicate"),
+        ([wl.Task("a", "k", 1.0, ("b",)), wl.Task("b", "k", 1.0)], "not listed before"),
+        ([wl.Task("a", "k", 0.0)], "run time"),
+    ],
+)
 def test_check_rejects_what_the_benchmark_relies_on(tasks: list[wl.Task], message: str) -> None:
     with pytest.raises(wl.WorkloadError, match=message):
         wl.check(tasks)
@@ -85,8 +88,17 @@ def test_generators_are_deterministic_per_seed() -> None:
 def test_montage_structure() -> None:
     tasks = list(wl.montage(random.Random(0), rows=4, cols=5).tasks)
     pairs = 4 * 4 + 3 * 5 + 3 * 4  # right, below, diagonal neighbours
-    assert kinds(tasks) == {"mProjectPP": 20, "mDiffFit": pairs, "mConcatFit": 1, "mBgModel": 1,
-                            "mBackground": 20, "mImgtbl": 1, "mAdd": 1, "mShrink": 1, "mJPEG": 1}
+    assert kinds(tasks) == {
+        "mProjectPP": 20,
+        "mDiffFit": pairs,
+        "mConcatFit": 1,
+        "mBgModel": 1,
+        "mBackground": 20,
+        "mImgtbl": 1,
+        "mAdd": 1,
+        "mShrink": 1,
+        "mJPEG": 1,
+    }
     named = by_name(tasks)
     for t in tasks:
         parents = Counter(named[d].kind for d in t.deps)
@@ -103,8 +115,13 @@ def test_montage_structure() -> None:
 
 def test_cybershake_structure() -> None:
     tasks = list(wl.cybershake(random.Random(0), sgts=3, synth=30).tasks)
-    assert kinds(tasks) == {"ExtractSGT": 3, "SeismogramSynthesis": 30, "PeakValCalcOkaya": 30, "ZipSeis": 1,
-                            "ZipPSA": 1}
+    assert kinds(tasks) == {
+        "ExtractSGT": 3,
+        "SeismogramSynthesis": 30,
+        "PeakValCalcOkaya": 30,
+        "ZipSeis": 1,
+        "ZipPSA": 1,
+    }
     named = by_name(tasks)
     per_sgt = Counter(t.deps[0] for t in tasks if t.kind == "SeismogramSynthesis")
     assert per_sgt == {"ExtractSGT_0": 10, "ExtractSGT_1": 10, "ExtractSGT_2": 10}
@@ -118,8 +135,16 @@ def test_cybershake_structure() -> None:
 
 def test_epigenomics_structure() -> None:
     tasks = list(wl.epigenomics(random.Random(0), lanes=3, chunks=5).tasks)
-    assert kinds(tasks) == {"fastqSplit": 3, "filterContams": 15, "sol2sanger": 15, "fastq2bfq": 15, "map": 15,
-                            "mapMerge": 4, "maqIndex": 1, "pileup": 1}
+    assert kinds(tasks) == {
+        "fastqSplit": 3,
+        "filterContams": 15,
+        "sol2sanger": 15,
+        "fastq2bfq": 15,
+        "map": 15,
+        "mapMerge": 4,
+        "maqIndex": 1,
+        "pileup": 1,
+    }
     named = by_name(tasks)
     # each chunk is a line fastqSplit -> filterContams -> sol2sanger -> fastq2bfq -> map of its own lane
     for lane in range(3):
@@ -128,8 +153,7 @@ def test_epigenomics_structure() -> None:
             while line[-1].deps:
                 assert len(line[-1].deps) == 1
                 line.append(named[line[-1].deps[0]])
-            assert [t.kind for t in reversed(line)] == ["fastqSplit", "filterContams", "sol2sanger", "fastq2bfq",
-                                                         "map"]
+            assert [t.kind for t in reversed(line)] == ["fastqSplit", "filterContams", "sol2sanger", "fastq2bfq", "map"]
             assert line[-1].name == f"fastqSplit_{lane}"
         assert named[f"mapMerge_{lane}"].deps == tuple(f"map_{lane}_{k}" for k in range(5))
     assert named["mapMerge_all"].deps == ("mapMerge_0", "mapMerge_1", "mapMerge_2")
@@ -175,8 +199,9 @@ def test_chains_and_fans_split_into_two_requests() -> None:
     assert [r.name for r in two.requests] == ["fan", "chains"]
     assert sorted(t.name for t in one.tasks) == sorted(t.name for t in two.tasks)
     assert by_name(one.tasks)["chain1_3"].deps == ("chain1_2",)
-    assert wl.critical_path(one.tasks) == pytest.approx(max(
-        sum(t.runtime for t in one.tasks if t.name.startswith(f"chain{c}_")) for c in range(2)))
+    assert wl.critical_path(one.tasks) == pytest.approx(
+        max(sum(t.runtime for t in one.tasks if t.name.startswith(f"chain{c}_")) for c in range(2))
+    )
 
 
 # -- the simulation, end to end on a real redis-server --------------------------------------------
@@ -292,8 +317,9 @@ def test_a_montage_chain_is_not_held_up_by_a_cybershake_fan(real_redis: redis.Re
     serial chain (its ETA was a date it could not keep) and Montage ended ~17 % past the bound.
     """
     rng = random.Random(0)
-    workload = wl.Workload("m+c", (wl.montage(rng, rows=4, cols=4, prefix="m."),
-                                   wl.cybershake(rng, sgts=2, synth=40, prefix="c.")))
+    workload = wl.Workload(
+        "m+c", (wl.montage(rng, rows=4, cols=4, prefix="m."), wl.cybershake(rng, sgts=2, synth=40, prefix="c."))
+    )
     result = bench.simulate(real_redis, workload, "pressure", pilots=2, cores=4)
     assert result.makespan <= 1.02 * wl.energetic_bound(workload.tasks, 8)
 

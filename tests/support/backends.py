@@ -48,8 +48,9 @@ def wait_states(
         last.update(backend.states(ids))
         return dict(last) if done(last) else None
 
-    settled_states: dict[str, PilotStatus] = wait_until(settled, timeout=timeout, interval=0.2,
-                                                        what=lambda: f"states to settle: {last}")
+    settled_states: dict[str, PilotStatus] = wait_until(
+        settled, timeout=timeout, interval=0.2, what=lambda: f"states to settle: {last}"
+    )
     return settled_states
 
 

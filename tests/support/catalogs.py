@@ -89,6 +89,10 @@ QUEUES = {"local": "Test.local/host/q", "slurm": "Test.slurm/ctld/q", "sge": "Te
 
 
 def catalog_text() -> str:
-    return (CATALOG.replace("@SLURM_CONF@", "/var/tmp/pilotfish-slurm/slurm.conf")
-            .replace("@SGE_ROOT@", "/var/lib/gridengine").replace("@TIME_ORIGIN@", TIME_ORIGIN)
-            .replace("@NICE_FACTOR@", str(NICE_FACTOR)).replace("@PRIO_SECONDS@", str(PRIO_SECONDS)))
+    return (
+        CATALOG.replace("@SLURM_CONF@", "/var/tmp/pilotfish-slurm/slurm.conf")
+        .replace("@SGE_ROOT@", "/var/lib/gridengine")
+        .replace("@TIME_ORIGIN@", TIME_ORIGIN)
+        .replace("@NICE_FACTOR@", str(NICE_FACTOR))
+        .replace("@PRIO_SECONDS@", str(PRIO_SECONDS))
+    )

@@ -34,8 +34,16 @@ KINDS = ("local", "slurm", "sge")
 class Rig:
     """Director, store and batch system of one kind, for one test."""
 
-    def __init__(self, kind: str, redis_url: str, tmp: Path, *, pilot_env: dict[str, str] | None = None,
-                 pilot_redis_url: str | None = None, idle_timeout: float = 2.0) -> None:
+    def __init__(
+        self,
+        kind: str,
+        redis_url: str,
+        tmp: Path,
+        *,
+        pilot_env: dict[str, str] | None = None,
+        pilot_redis_url: str | None = None,
+        idle_timeout: float = 2.0,
+    ) -> None:
         self.kind = kind
         self.system = system_env(kind) if kind != "local" else {}
         self.cmd_env = {**os.environ, "PATH": "/usr/bin:/bin:" + os.environ.get("PATH", ""), **self.system}
@@ -45,10 +53,17 @@ class Rig:
         catalog = tmp / "catalog.toml"
         catalog.write_text(catalog_text())
         # Short leases (heartbeat every second), no back-off, pilots leave after 2 s without work (by default).
-        settings = Settings().with_(redis_url=redis_url, pilot_redis_url=pilot_redis_url or redis_url,
-                                    catalog=str(catalog), state_dir=str(tmp / "state"),
-                                    lease_seconds=3.0, backoff_seconds=0.0, pilot_idle_timeout=idle_timeout,
-                                    pilot_events=False, pilot_stop_margin=0.0)  # the walls asked are exact
+        settings = Settings().with_(
+            redis_url=redis_url,
+            pilot_redis_url=pilot_redis_url or redis_url,
+            catalog=str(catalog),
+            state_dir=str(tmp / "state"),
+            lease_seconds=3.0,
+            backoff_seconds=0.0,
+            pilot_idle_timeout=idle_timeout,
+            pilot_events=False,
+            pilot_stop_margin=0.0,
+        )  # the walls asked are exact
         self.ctx = Context(settings)
         self.director = Director(self.ctx, log_dir=str(tmp / "logs"), env=pilot_env)
         self.queue: Queue = self.ctx.catalog.queue(QUEUES[kind], settings.vo)
@@ -94,9 +109,15 @@ class Rig:
             self.cycle()
             return until()
 
-        wait_until(step, timeout=timeout, interval=0.3,
-                   what=lambda: f"{self.kind}: {what}; last cycle: {self.reports[-1].queues[self.queue.id]}; "
-                                f"pilots: {self.provisioned()}; pilot logs: {self.pilot_logs()}")
+        wait_until(
+            step,
+            timeout=timeout,
+            interval=0.3,
+            what=lambda: (
+                f"{self.kind}: {what}; last cycle: {self.reports[-1].queues[self.queue.id]}; "
+                f"pilots: {self.provisioned()}; pilot logs: {self.pilot_logs()}"
+            ),
+        )
 
     def provisioned(self) -> dict[str, dict[str, object]]:
         return self.director.provisioned(self.queue, self.director.backend(self.queue))
@@ -113,8 +134,9 @@ class Rig:
     def states(self, ids: Sequence[str]) -> dict[str, PilotStatus]:
         return self.director.backend(self.queue).states(list(ids))
 
-    def wait_states(self, ids: Sequence[str], done: Callable[[dict[str, PilotStatus]], bool],
-                    timeout: float = 20.0) -> dict[str, PilotStatus]:
+    def wait_states(
+        self, ids: Sequence[str], done: Callable[[dict[str, PilotStatus]], bool], timeout: float = 20.0
+    ) -> dict[str, PilotStatus]:
         last: dict[str, PilotStatus] = {}
 
         def settled() -> dict[str, PilotStatus] | None:
@@ -122,7 +144,8 @@ class Rig:
             return dict(last) if done(last) else None
 
         settled_states: dict[str, PilotStatus] = wait_until(
-            settled, timeout=timeout, interval=0.3, what=lambda: f"{self.kind}: pilot states to settle: {last}")
+            settled, timeout=timeout, interval=0.3, what=lambda: f"{self.kind}: pilot states to settle: {last}"
+        )
         return settled_states
 
     def pilot_logs(self) -> str:
@@ -141,22 +164,59 @@ class Rig:
         backend = self.director.backend(self.queue)
         if isinstance(backend, LocalBackend):
             whole = Shape("all", cpu=backend.capacity()["cpu"], mem=64)
-            self.blockers.append(backend.submit(PilotRequest(name="blocker", command=["sleep", "300"],
-                                                             shape=whole, wall=600)))
+            self.blockers.append(
+                backend.submit(PilotRequest(name="blocker", command=["sleep", "300"], shape=whole, wall=600))
+            )
             self.wait_states(self.blockers, lambda s: s[self.blockers[0]].state is PilotState.RUNNING)
             return
         if self.kind == "slurm":
-            out = self.run("sbatch", "--parsable", "-J", "pftest:blocker", "-p", "debug", "-c",
-                           self.system["PILOTFISH_SLURM_CPUS"], "--mem=100",
-                           "--time=5", "-o", "/dev/null", "--wrap", "sleep 300")
+            out = self.run(
+                "sbatch",
+                "--parsable",
+                "-J",
+                "pftest:blocker",
+                "-p",
+                "debug",
+                "-c",
+                self.system["PILOTFISH_SLURM_CPUS"],
+                "--mem=100",
+                "--time=5",
+                "-o",
+                "/dev/null",
+                "--wrap",
+                "sleep 300",
+            )
             self.blockers.append(out.strip().split(";")[0])
         else:
             slots = self.system["PILOTFISH_SGE_SLOTS"]
-            out = self.run("qsub", "-terse", "-b", "y", "-N", "pftest;blocker", "-pe", "smp", slots, "-l", "h_rt=300",
-                           "-o", "/dev/null", "-e", "/dev/null", "-q", "all.q", "/bin/sleep", "300")
+            out = self.run(
+                "qsub",
+                "-terse",
+                "-b",
+                "y",
+                "-N",
+                "pftest;blocker",
+                "-pe",
+                "smp",
+                slots,
+                "-l",
+                "h_rt=300",
+                "-o",
+                "/dev/null",
+                "-e",
+                "/dev/null",
+                "-q",
+                "all.q",
+                "/bin/sleep",
+                "300",
+            )
             self.blockers.append(out.strip().split(".")[0])
-        wait_until(lambda: self.batch_running(self.blockers[0]), timeout=60, interval=0.3,
-                   what=f"{self.kind}: the blocker {self.blockers[0]} to start (another test holding the node?)")
+        wait_until(
+            lambda: self.batch_running(self.blockers[0]),
+            timeout=60,
+            interval=0.3,
+            what=f"{self.kind}: the blocker {self.blockers[0]} to start (another test holding the node?)",
+        )
 
     def batch_running(self, batch_id: str) -> bool:
         if self.kind == "slurm":
@@ -211,8 +271,12 @@ class Rig:
             # every pilot has ended, or that heartbeat lands in the next test's Redis (seen: a Slurm pilot
             # of one test in the next test's pilot records).
             if self.submitted():
-                wait_until(lambda: all(s.state.final for s in self.states(self.submitted()).values()),
-                           timeout=30, interval=0.3, what=f"{self.kind}: every pilot of the test to end")
+                wait_until(
+                    lambda: all(s.state.final for s in self.states(self.submitted()).values()),
+                    timeout=30,
+                    interval=0.3,
+                    what=f"{self.kind}: every pilot of the test to end",
+                )
         finally:
             backend = self.director.backend(self.queue)
             if isinstance(backend, LocalBackend):

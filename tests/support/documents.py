@@ -43,18 +43,90 @@ HUGE = 1_000_001  # "megabyte strings": over every size limit of the submission 
 
 #: Texts aimed at the template renderer, the expression evaluator, the store's JSON and Redis keys.
 EVIL_TEXT: tuple[str, ...] = (
-    "{__class__}", "{job.__class__}", "{job[0]}", "{0}", "{}", "{job!a}", "{job:{job}}", "{job:>99999}",
-    "{n:c}", "{big:c}", "{neg:c}", "{sur:c}", "{job:c}", "{n:,}", "{job:%}", "{{job}}", "{", "}", "{job",
-    "{deps.j0.out}", "{deps.j0.__class__}", "{deps..}",
-    "__import__('os').system('id')", "().__class__.__bases__[0].__subclasses__()", "job.__class__",
-    "9**9**9", "10**10**10", "2**64", "(1e-18)**-64", "(1e-10)**-40", "tiny ** -64", "0**-1", "(-8)**(1/3)",
-    "1e999", "1e30*1e30", "-1e18*10", "big * big", "round(1e18, 30)", "round(1, 1e9)", "ceil(1e300)",
-    "abs(-9223372036854775808)", "1e30G", "max()", "min(1,)", "1 if 1", "1 if 1 else",
-    "n / 0", "n // 0", "n % 0", "n ** n ** n", "deps.j0.out", "deps.j0.out.x", "deps.j0[0]", "lambda: 1",
-    "%s%s%s%n", "$(rm -rf /)", "${HOME}", "`id`", "'; DROP TABLE jobs; --", '"},"s":"running","a":9,"x":"',
-    '{"s":"running"}', "redis.call('FLUSHALL')", "]]..redis.call('flushall')..[[", "pf:{default}:jobs",
-    "\\u0000", "\x00", "a\x00b", "\ud800", "\udfff", "x\ud83dy", "\n\r\t\x0b\x0c\x1c\x85\u2028", "\u202e",
-    "\U0001f4a5", "", " ", "4G", "-4G", "1:30:00", "2-00:00:00", "1h30m", "1e3", "NaN", "inf", "-0",
+    "{__class__}",
+    "{job.__class__}",
+    "{job[0]}",
+    "{0}",
+    "{}",
+    "{job!a}",
+    "{job:{job}}",
+    "{job:>99999}",
+    "{n:c}",
+    "{big:c}",
+    "{neg:c}",
+    "{sur:c}",
+    "{job:c}",
+    "{n:,}",
+    "{job:%}",
+    "{{job}}",
+    "{",
+    "}",
+    "{job",
+    "{deps.j0.out}",
+    "{deps.j0.__class__}",
+    "{deps..}",
+    "__import__('os').system('id')",
+    "().__class__.__bases__[0].__subclasses__()",
+    "job.__class__",
+    "9**9**9",
+    "10**10**10",
+    "2**64",
+    "(1e-18)**-64",
+    "(1e-10)**-40",
+    "tiny ** -64",
+    "0**-1",
+    "(-8)**(1/3)",
+    "1e999",
+    "1e30*1e30",
+    "-1e18*10",
+    "big * big",
+    "round(1e18, 30)",
+    "round(1, 1e9)",
+    "ceil(1e300)",
+    "abs(-9223372036854775808)",
+    "1e30G",
+    "max()",
+    "min(1,)",
+    "1 if 1",
+    "1 if 1 else",
+    "n / 0",
+    "n // 0",
+    "n % 0",
+    "n ** n ** n",
+    "deps.j0.out",
+    "deps.j0.out.x",
+    "deps.j0[0]",
+    "lambda: 1",
+    "%s%s%s%n",
+    "$(rm -rf /)",
+    "${HOME}",
+    "`id`",
+    "'; DROP TABLE jobs; --",
+    '"},"s":"running","a":9,"x":"',
+    '{"s":"running"}',
+    "redis.call('FLUSHALL')",
+    "]]..redis.call('flushall')..[[",
+    "pf:{default}:jobs",
+    "\\u0000",
+    "\x00",
+    "a\x00b",
+    "\ud800",
+    "\udfff",
+    "x\ud83dy",
+    "\n\r\t\x0b\x0c\x1c\x85\u2028",
+    "\u202e",
+    "\U0001f4a5",
+    "",
+    " ",
+    "4G",
+    "-4G",
+    "1:30:00",
+    "2-00:00:00",
+    "1h30m",
+    "1e3",
+    "NaN",
+    "inf",
+    "-0",
 )
 
 
@@ -65,15 +137,33 @@ def _repeat(shape: tuple[str, str, str], count: int) -> str:
 
 #: Long and deep texts, built when drawn (so that failure reports stay readable): nesting past every
 #: depth limit, chains past the tree limit, numbers of thousands of digits, megabyte strings.
-LONG_TEXT = st.builds(_repeat, st.sampled_from([
-    ("(", "1", ")"), ("-", "1", ""), ("not ", "1", ""), ("1+", "1", ""), ("max(", "1", ")"),
-    ("1 if 1 else ", "1", ""), ("2**", "2", ""), ("9", "", ""), ("1", "0", ""), ("{job}", "", ""), ("a", "", ""),
-    ("\x00", "", ""), ("é", "", ""), ("{big}", "", ""),
-]), st.sampled_from([45, 60, 200, 501, 5000, 70_000, HUGE]))
+LONG_TEXT = st.builds(
+    _repeat,
+    st.sampled_from(
+        [
+            ("(", "1", ")"),
+            ("-", "1", ""),
+            ("not ", "1", ""),
+            ("1+", "1", ""),
+            ("max(", "1", ")"),
+            ("1 if 1 else ", "1", ""),
+            ("2**", "2", ""),
+            ("9", "", ""),
+            ("1", "0", ""),
+            ("{job}", "", ""),
+            ("a", "", ""),
+            ("\x00", "", ""),
+            ("é", "", ""),
+            ("{big}", "", ""),
+        ]
+    ),
+    st.sampled_from([45, 60, 200, 501, 5000, 70_000, HUGE]),
+)
 
 INTS = st.sampled_from([0, 1, -1, 2, 7, 4096, 4097, 2**31, 2**53, 2**53 + 1, 2**63 - 1, -(2**63), 10**30])
-FLOATS = st.sampled_from([0.5, -0.0, 1.5, 1e-300, 5e-324, 1e16, 1e18, 1e300, 1.7976931348623157e308,
-                          math.inf, -math.inf, math.nan])
+FLOATS = st.sampled_from(
+    [0.5, -0.0, 1.5, 1e-300, 5e-324, 1e16, 1e18, 1e300, 1.7976931348623157e308, math.inf, -math.inf, math.nan]
+)
 BIG_INTS = st.builds(Digits, st.sampled_from([4400, 5000, 200_000]))
 TEXT = st.one_of(st.sampled_from(EVIL_TEXT), st.text(max_size=12), LONG_TEXT)
 SCALARS = st.one_of(st.none(), st.booleans(), INTS, FLOATS, BIG_INTS, TEXT)
@@ -88,8 +178,19 @@ JUNK = st.recursive(
 
 # ------------------------------------------------------------------------------------ valid documents
 
-REQUIREMENT_NAMES = ("cpu", "mem", "tmp", "wall", "Platform", "SoftwareTag", "MaxMemory", "InstanceType",
-                     "BackendOptions", "gpu", "ete")
+REQUIREMENT_NAMES = (
+    "cpu",
+    "mem",
+    "tmp",
+    "wall",
+    "Platform",
+    "SoftwareTag",
+    "MaxMemory",
+    "InstanceType",
+    "BackendOptions",
+    "gpu",
+    "ete",
+)
 JOB_FIELDS = ("name", "rule", "command", "params", "requirements", "deps", "key", "ete", "foreach")
 TOP_FIELDS = ("name", "description", "priority", "params", "rules", "jobs")
 
@@ -99,8 +200,7 @@ def valid_docs(draw: st.DrawFn) -> dict[str, Any]:
     """A small workflow every part of the chain accepts: a DAG of 1 to 5 jobs over the test catalog."""
     doc: dict[str, Any] = {"name": "fuzz", "params": {"n": draw(st.integers(1, 4)), "size": "300M"}}
     if draw(st.booleans()):
-        doc["rules"] = {"r": {"command": "echo {job} {n}", "requirements": {"cpu": 1, "mem": "2 * size"},
-                              "ete": "30s"}}
+        doc["rules"] = {"r": {"command": "echo {job} {n}", "requirements": {"cpu": 1, "mem": "2 * size"}, "ete": "30s"}}
     jobs = []
     for index in range(draw(st.integers(1, 5))):
         job: dict[str, Any] = {"name": f"j{index}"}
@@ -108,9 +208,17 @@ def valid_docs(draw: st.DrawFn) -> dict[str, Any]:
             job["rule"] = "r"
         else:
             job["command"] = draw(st.sampled_from(["true", "echo {job}", "sleep 0.{n}", "echo 'a b' > /dev/null"]))
-            job["requirements"] = draw(st.fixed_dictionaries({}, optional={
-                "cpu": st.integers(1, 4), "mem": st.sampled_from(["100M", "1G", 512, "max(100M, size)"]),
-                "Platform": st.sampled_from(["EL9", "EL8"]), "wall": st.sampled_from(["1h", 600])}))
+            job["requirements"] = draw(
+                st.fixed_dictionaries(
+                    {},
+                    optional={
+                        "cpu": st.integers(1, 4),
+                        "mem": st.sampled_from(["100M", "1G", 512, "max(100M, size)"]),
+                        "Platform": st.sampled_from(["EL9", "EL8"]),
+                        "wall": st.sampled_from(["1h", 600]),
+                    },
+                )
+            )
         earlier = [f"j{i}" for i in range(index)]
         if earlier:
             job["deps"] = draw(st.lists(st.sampled_from(earlier), unique=True, max_size=2))
@@ -133,13 +241,13 @@ class Change:
     fields: tuple[str, ...] = ()
     must_refuse: bool = False
 
-
     def as_written(self, kind: str) -> Change:
         """The change as the file tells it: TOML cannot write a lone surrogate, :func:`write_doc` puts U+FFFD."""
         if kind != "toml":
             return self
-        return Change(self.what, tuple(map(_toml_chars, self.jobs)), tuple(map(_toml_chars, self.fields)),
-                      self.must_refuse)
+        return Change(
+            self.what, tuple(map(_toml_chars, self.jobs)), tuple(map(_toml_chars, self.fields)), self.must_refuse
+        )
 
 
 def _toml_chars(text: str) -> str:
@@ -157,10 +265,25 @@ def mutated_docs(draw: st.DrawFn) -> tuple[dict[str, Any], Change]:
     jobs = doc["jobs"]
     job = jobs[draw(st.integers(0, len(jobs) - 1))]
     name = job["name"]
-    kind = draw(st.sampled_from([
-        "job_field", "requirement", "unknown_requirement", "unknown_top", "unknown_job_field", "self_dep",
-        "cycle", "unknown_dep", "duplicate", "template", "expression", "top_field", "rule_field",
-    ]))
+    kind = draw(
+        st.sampled_from(
+            [
+                "job_field",
+                "requirement",
+                "unknown_requirement",
+                "unknown_top",
+                "unknown_job_field",
+                "self_dep",
+                "cycle",
+                "unknown_dep",
+                "duplicate",
+                "template",
+                "expression",
+                "top_field",
+                "rule_field",
+            ]
+        )
+    )
     if kind == "job_field":
         field = draw(st.sampled_from(JOB_FIELDS))
         job[field] = value = draw(JUNK)
@@ -222,10 +345,14 @@ def junk_docs(draw: st.DrawFn) -> Any:
     """Shapeless documents: junk at the top, or the right keys holding junk."""
     if draw(st.booleans()):
         return draw(JUNK)
-    jobs = draw(st.one_of(JUNK, st.lists(st.dictionaries(st.sampled_from(JOB_FIELDS) | TEXT, JUNK, max_size=5),
-                                         max_size=3)))
-    return {"name": draw(st.one_of(st.just("w"), JUNK)), "jobs": jobs,
-            **draw(st.dictionaries(st.sampled_from(TOP_FIELDS[1:]) | TEXT, JUNK, max_size=2))}
+    jobs = draw(
+        st.one_of(JUNK, st.lists(st.dictionaries(st.sampled_from(JOB_FIELDS) | TEXT, JUNK, max_size=5), max_size=3))
+    )
+    return {
+        "name": draw(st.one_of(st.just("w"), JUNK)),
+        "jobs": jobs,
+        **draw(st.dictionaries(st.sampled_from(TOP_FIELDS[1:]) | TEXT, JUNK, max_size=2)),
+    }
 
 
 # -------------------------------------------------------------------------------------------- writing
@@ -283,8 +410,9 @@ def write_doc(doc: Any, directory: Path, kind: str) -> Path:
     if kind == "json":
         path.write_text(_json(doc), encoding="utf-8", errors="surrogatepass")
     elif isinstance(doc, dict):
-        path.write_text("".join(f"{_toml_text(str(k))} = {_toml(v)}\n" for k, v in doc.items() if v is not None),
-                        encoding="utf-8")
+        path.write_text(
+            "".join(f"{_toml_text(str(k))} = {_toml(v)}\n" for k, v in doc.items() if v is not None), encoding="utf-8"
+        )
     else:
         path.write_text(f"value = {_toml(doc)}\n", encoding="utf-8")
     return path

@@ -38,11 +38,25 @@ class FlowerServer:
         env = dict(os.environ, FLOWER_UNAUTHENTICATED_API="true")
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "celery", "--broker", self.broker_url, "flower",
-                 f"--port={self.port}", "--address=127.0.0.1", "--inspect_timeout=1000"],
-                stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        wait_until(self._answers, timeout=timeout, interval=0.1,
-                   what=lambda: f"flower to answer on {self.url}: {self.log()}")
+                [
+                    sys.executable,
+                    "-m",
+                    "celery",
+                    "--broker",
+                    self.broker_url,
+                    "flower",
+                    f"--port={self.port}",
+                    "--address=127.0.0.1",
+                    "--inspect_timeout=1000",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        wait_until(
+            self._answers, timeout=timeout, interval=0.1, what=lambda: f"flower to answer on {self.url}: {self.log()}"
+        )
         return self
 
     def _answers(self) -> bool:
@@ -127,25 +141,45 @@ class EventLog:
 
     def of(self, type_: str, **match: Any) -> list[dict[str, Any]]:
         with self._lock:
-            return [e for e in self.events
-                    if e["type"] == type_ and all(e.get(k) == v for k, v in match.items())]
+            return [e for e in self.events if e["type"] == type_ and all(e.get(k) == v for k, v in match.items())]
 
     def wait(self, type_: str, timeout: float = 10.0, **match: Any) -> dict[str, Any]:
-        found: list[dict[str, Any]] = wait_until(lambda: self.of(type_, **match), timeout=timeout,
-                                                 what=f"a {type_} event with {match}")
+        found: list[dict[str, Any]] = wait_until(
+            lambda: self.of(type_, **match), timeout=timeout, what=f"a {type_} event with {match}"
+        )
         return found[0]
 
 
 def pilot_info(name: str = "local-4242@testnode", **overrides: Any) -> PilotInfo:
-    fields: dict[str, Any] = dict(name=name, queue="site-a/ce-1/short", vo="alice", cores=2, mem=2000, tmp=1000,
-                                  started=time.time(), batch="local", batch_id="4242", node="testnode")
+    fields: dict[str, Any] = dict(
+        name=name,
+        queue="site-a/ce-1/short",
+        vo="alice",
+        cores=2,
+        mem=2000,
+        tmp=1000,
+        started=time.time(),
+        batch="local",
+        batch_id="4242",
+        node="testnode",
+    )
     fields.update(overrides)
     return PilotInfo(**fields)
 
 
 def make_job(job_id: str, command: str, attempt: int = 1, name: str = "", **overrides: Any) -> Job:
-    fields: dict[str, Any] = dict(id=job_id, state=JobState.RUNNING, attempt=attempt, tq_id="tq-1", command=command,
-                                  requirements={"cpu": 1, "mem": 100}, score=0.0, ete=1.0,
-                                  submitted=time.time() - 1, name=name, matched=time.time() - 0.1)
+    fields: dict[str, Any] = dict(
+        id=job_id,
+        state=JobState.RUNNING,
+        attempt=attempt,
+        tq_id="tq-1",
+        command=command,
+        requirements={"cpu": 1, "mem": 100},
+        score=0.0,
+        ete=1.0,
+        submitted=time.time() - 1,
+        name=name,
+        matched=time.time() - 0.1,
+    )
     fields.update(overrides)
     return Job(**fields)

@@ -16,8 +16,17 @@ from tests.support.paths import ROOT
 QUEUE = "site/ce/q1"
 
 # Variables that would make the pilot believe it runs in a batch job or read the test runner's MJF.
-_FOREIGN = ("SLURM_", "SGE_", "JOB_ID", "NSLOTS", "PE_HOSTFILE", "MACHINEFEATURES", "JOBFEATURES", "JOBSTATUS",
-            "PILOTFISH_BATCH_ID")
+_FOREIGN = (
+    "SLURM_",
+    "SGE_",
+    "JOB_ID",
+    "NSLOTS",
+    "PE_HOSTFILE",
+    "MACHINEFEATURES",
+    "JOBFEATURES",
+    "JOBSTATUS",
+    "PILOTFISH_BATCH_ID",
+)
 
 
 def write_features(directory: Path, **values: object) -> Path:
@@ -34,21 +43,32 @@ def write_features(directory: Path, **values: object) -> Path:
     return directory
 
 
-def pilot_env(tmp_path: Path, *, cores: int = 2, mem: int = 4000, disk_gb: float = 10,
-              machine: dict[str, object] | None = None, job: dict[str, object] | None = None) -> dict[str, str]:
+def pilot_env(
+    tmp_path: Path,
+    *,
+    cores: int = 2,
+    mem: int = 4000,
+    disk_gb: float = 10,
+    machine: dict[str, object] | None = None,
+    job: dict[str, object] | None = None,
+) -> dict[str, str]:
     """An environment with our own $MACHINEFEATURES/$JOBFEATURES/$JOBSTATUS and no batch-system variables."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(_FOREIGN)}
     mf = write_features(tmp_path / "mf", hs06=10.0, **(machine or {}))
-    jf = write_features(tmp_path / "jf", allocated_CPU=cores, mem_limit_MB=mem, disk_limit_GB=disk_gb,
-                        **(job or {}))
-    env.update(MACHINEFEATURES=str(mf), JOBFEATURES=str(jf), JOBSTATUS=str(tmp_path / "jobstatus"),
-               PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""))
+    jf = write_features(tmp_path / "jf", allocated_CPU=cores, mem_limit_MB=mem, disk_limit_GB=disk_gb, **(job or {}))
+    env.update(
+        MACHINEFEATURES=str(mf),
+        JOBFEATURES=str(jf),
+        JOBSTATUS=str(tmp_path / "jobstatus"),
+        PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
+    )
     return env
 
 
 @contextmanager
-def running_pilot(redis_url: str, tmp_path: Path, *args: str, env: dict[str, str] | None = None,
-                  name: str = "pilot") -> Iterator[subprocess.Popen[str]]:
+def running_pilot(
+    redis_url: str, tmp_path: Path, *args: str, env: dict[str, str] | None = None, name: str = "pilot"
+) -> Iterator[subprocess.Popen[str]]:
     """``python -m pilot.agent.command`` as a real subprocess; killed if still alive when the block ends.
 
     Its stderr goes to ``tmp_path/<name>.err`` (printed by :func:`finish` on failure).
@@ -56,9 +76,25 @@ def running_pilot(redis_url: str, tmp_path: Path, *args: str, env: dict[str, str
     env = env if env is not None else pilot_env(tmp_path)
     err = open(tmp_path / f"{name}.err", "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pilot.agent.command", "--redis-url", redis_url, "--queue", QUEUE,
-         "--workdir", str(tmp_path / f"{name}-work"), "-v", *args],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err, text=True)
+        [
+            sys.executable,
+            "-m",
+            "pilot.agent.command",
+            "--redis-url",
+            redis_url,
+            "--queue",
+            QUEUE,
+            "--workdir",
+            str(tmp_path / f"{name}-work"),
+            "-v",
+            *args,
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=err,
+        text=True,
+    )
     try:
         yield proc
     finally:
@@ -89,8 +125,10 @@ def pilot_log(tmp_path: Path, name: str = "pilot") -> str:
 def stamped(command: str, timeline: Path, cpu: int) -> str:
     """Wrap ``command`` so the payload itself appends its start and end (with its cores) to ``timeline``."""
     stamp = "date +%s.%N"
-    return (f'echo "s $({stamp}) $PILOTFISH_JOB_ID {cpu}" >> {timeline}; {command}; '
-            f'echo "e $({stamp}) $PILOTFISH_JOB_ID {cpu}" >> {timeline}')
+    return (
+        f'echo "s $({stamp}) $PILOTFISH_JOB_ID {cpu}" >> {timeline}; {command}; '
+        f'echo "e $({stamp}) $PILOTFISH_JOB_ID {cpu}" >> {timeline}'
+    )
 
 
 def read_timeline(path: Path) -> list[tuple[float, str, str, int]]:

@@ -11,8 +11,14 @@ import pytest
 T = TypeVar("T")
 
 
-def wait_until(condition: Callable[[], T], *, timeout: float = 30.0, interval: float = 0.05,
-               what: str | Callable[[], str] = "", between: Callable[[], object] | None = None) -> T:
+def wait_until(
+    condition: Callable[[], T],
+    *,
+    timeout: float = 30.0,
+    interval: float = 0.05,
+    what: str | Callable[[], str] = "",
+    between: Callable[[], object] | None = None,
+) -> T:
     """Call ``condition`` every ``interval`` seconds until it returns something true, and return that.
 
     After ``timeout`` seconds (a bound for a busy machine, never a measurement) the test fails with

@@ -21,11 +21,13 @@ MASTER = "pfmaster"
 
 def quietly(condition: Callable[[], bool]) -> Callable[[], bool]:
     """``condition``, false while the servers refuse connections (a failover under way)."""
+
     def asked() -> bool:
         try:
             return bool(condition())
         except (redis.RedisError, OSError):
             return False
+
     return asked
 
 
@@ -44,14 +46,19 @@ class SentinelSet:
 
     def start(self) -> SentinelSet:
         self.primary = RedisServer(self.directory / "primary").start()
-        self.replica = RedisServer(self.directory / "replica",
-                                   options=("--replicaof", "127.0.0.1", str(self.primary.port))).start()
-        wait_until(quietly(lambda: redis.Redis(port=self.replica.port).info("replication")
-                 .get("master_link_status") == "up"), what="the replica's link")
+        self.replica = RedisServer(
+            self.directory / "replica", options=("--replicaof", "127.0.0.1", str(self.primary.port))
+        ).start()
+        wait_until(
+            quietly(lambda: redis.Redis(port=self.replica.port).info("replication").get("master_link_status") == "up"),
+            what="the replica's link",
+        )
         for i in range(3):
             self._start_sentinel(i)
         for port in self.sentinel_ports:
-            wait_until(quietly(lambda port=port: self._ready(port)), what=f"sentinel {port} to see the others and the replica")
+            wait_until(
+                quietly(lambda port=port: self._ready(port)), what=f"sentinel {port} to see the others and the replica"
+            )
         return self
 
     def _start_sentinel(self, i: int) -> None:
@@ -59,12 +66,26 @@ class SentinelSet:
         folder.mkdir(parents=True)
         port = free_port()
         conf = folder / "sentinel.conf"
-        conf.write_text(f"port {port}\nbind 127.0.0.1\ndir {folder}\n"
-                        f"sentinel monitor {MASTER} 127.0.0.1 {self.primary.port} 2\n"
-                        f"sentinel down-after-milliseconds {MASTER} 1000\n"
-                        f"sentinel failover-timeout {MASTER} 10000\n")
-        subprocess.run([find_redis_server(), str(conf), "--sentinel", "--daemonize", "yes",
-                        "--pidfile", str(folder / "pid"), "--logfile", str(folder / "log")], check=True)
+        conf.write_text(
+            f"port {port}\nbind 127.0.0.1\ndir {folder}\n"
+            f"sentinel monitor {MASTER} 127.0.0.1 {self.primary.port} 2\n"
+            f"sentinel down-after-milliseconds {MASTER} 1000\n"
+            f"sentinel failover-timeout {MASTER} 10000\n"
+        )
+        subprocess.run(
+            [
+                find_redis_server(),
+                str(conf),
+                "--sentinel",
+                "--daemonize",
+                "yes",
+                "--pidfile",
+                str(folder / "pid"),
+                "--logfile",
+                str(folder / "log"),
+            ],
+            check=True,
+        )
         wait_until(quietly(lambda: (folder / "pid").exists()), what="a sentinel's pid file")
         self.sentinel_ports.append(port)
         self.sentinel_pids.append(int((folder / "pid").read_text()))

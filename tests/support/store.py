@@ -17,13 +17,34 @@ from tests.support.clock import FakeClock
 from tests.support.keyspace import dump_all, restore_all
 
 
-def job(tq: str = "tqA", *, cpu: int = 1, mem: int = 100, tmp: int = 0, ete: float = 0, score: float = 0,
-        queues: tuple[str, ...] = ("site/ce/q1",), command: str = "true", wall: int | None = None,
-        **kw: object) -> NewJob:
+def job(
+    tq: str = "tqA",
+    *,
+    cpu: int = 1,
+    mem: int = 100,
+    tmp: int = 0,
+    ete: float = 0,
+    score: float = 0,
+    queues: tuple[str, ...] = ("site/ce/q1",),
+    command: str = "true",
+    wall: int | None = None,
+    **kw: object,
+) -> NewJob:
     exact: dict[str, int] = {"cpu": cpu, "mem": mem, "tmp": tmp, **({"wall": wall} if wall else {})}
     reqs = json.dumps(exact, separators=(",", ":"))
-    return NewJob(command=command, tq_id=tq, tq_def=json.dumps({"class": tq}), queues=queues, cpu=cpu, mem=mem,
-                  tmp=tmp, ete=ete, score=score, requirements=reqs, **kw)  # type: ignore[arg-type]
+    return NewJob(
+        command=command,
+        tq_id=tq,
+        tq_def=json.dumps({"class": tq}),
+        queues=queues,
+        cpu=cpu,
+        mem=mem,
+        tmp=tmp,
+        ete=ete,
+        score=score,
+        requirements=reqs,
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 def check_heads(store: Store, pools: dict[str, tuple[str, ...]]) -> None:
@@ -41,13 +62,13 @@ def check_store(store: Store) -> None:
 class Population:
     """A store with a job in every state a script acts on (ids by role), and the clock it runs on."""
 
-    waiting: str   # A2, task queue "a", behind the matched one
-    matched: str   # A1, leased to p1, attempt 1
-    running: str   # X, task queue "b", running on p1, with a blocked dependent
-    blocked: str   # D, task queue "c", waiting for X
+    waiting: str  # A2, task queue "a", behind the matched one
+    matched: str  # A1, leased to p1, attempt 1
+    running: str  # X, task queue "b", running on p1, with a blocked dependent
+    blocked: str  # D, task queue "c", waiting for X
     releasing: str  # E, deferred, released by the completion of Y
-    done: str      # Y
-    delayed: str   # Z, task queue "z": its lease expired, back in its task queue after a back-off
+    done: str  # Y
+    delayed: str  # Z, task queue "z": its lease expired, back in its task queue after a back-off
 
 
 PILOT = "p1"
@@ -60,11 +81,17 @@ def populate(store: Store) -> Population:
     pending for the running job, a lock held. The store's clock must be a :class:`FakeClock` (it moves 31 s)."""
     clock = store.clock
     assert isinstance(clock, FakeClock)
-    a1, a2, x, d, y, e, z = store.submit([
-        job("a", score=1, rule="r", key="k1", ete=60), job("a", score=5, ete=60),
-        job("b", score=2, dependents=(3,)), job("c", pending=1),
-        job("d", score=3, dependents=(5,)), job("e", pending=1, deferred='{"deferred": {}}'),
-        job("z", score=4, cpu=2)])
+    a1, a2, x, d, y, e, z = store.submit(
+        [
+            job("a", score=1, rule="r", key="k1", ete=60),
+            job("a", score=5, ete=60),
+            job("b", score=2, dependents=(3,)),
+            job("c", pending=1),
+            job("d", score=3, dependents=(5,)),
+            job("e", pending=1, deferred='{"deferred": {}}'),
+            job("z", score=4, cpu=2),
+        ]
+    )
     for want in (a1, x, y, z):
         (m,) = store.match(OFFER)
         assert m.id == want, (m.id, want)
@@ -98,6 +125,7 @@ def script_calls(store: Store, pop: Population, clock: FakeClock) -> dict[str, C
         def spy(keys: list[Any], args: list[Any]) -> Any:
             calls[name] = (list(keys), list(args))
             return scripts[name](keys=keys, args=args)
+
         store._scripts[name] = spy  # type: ignore[assignment]
         try:
             run()
@@ -105,24 +133,60 @@ def script_calls(store: Store, pop: Population, clock: FakeClock) -> dict[str, C
             store._scripts[name] = scripts[name]
             restore_all(client, saved)
 
-    record("submit", lambda: store.submit([job("a", score=5), job("f", score=6, dependents=(2,)),
-                                           job("g", pending=1)], request=("req1", {"name": "demo", "n": 3})))
+    record(
+        "submit",
+        lambda: store.submit(
+            [job("a", score=5), job("f", score=6, dependents=(2,)), job("g", pending=1)],
+            request=("req1", {"name": "demo", "n": 3}),
+        ),
+    )
     record("start", lambda: store.start(pop.matched, 1, PILOT))
     record("complete", lambda: store.complete(pop.running, 1, PILOT, RunResult(wall=7, outputs={"n": 1})))
     record("fail", lambda: store.fail(pop.matched, 1, PILOT, RunResult(reason="preempted"), requeue=True))
-    record("heartbeat", lambda: store.heartbeat(PILOT, {pop.matched: 1, pop.running: 1},
-                                                {"queue": QUEUE, "cores": 8, "time_left": None}))
+    record(
+        "heartbeat",
+        lambda: store.heartbeat(
+            PILOT, {pop.matched: 1, pop.running: 1}, {"queue": QUEUE, "cores": 8, "time_left": None}
+        ),
+    )
     record("cancel", lambda: store.cancel(pop.waiting, "no longer needed"))
     record("refresh_pool", lambda: store.refresh_pool("a", [QUEUE, "site/ce/q2"]))
-    record("release", lambda: store.release(pop.releasing, {
-        "t": "e", "def": '{"class":"e"}', "queues": [QUEUE], "m_tail": ":2:200:0:30", "e": 30, "sc": "7.0"}))
-    body = {"jobs": [{"id": pop.waiting, "pr": 5.0, "e": 30.0, "me": 30, "sc": "1.5"}],
-            "requests": {}, "progress": {"repressure": "1000.0"}, "marks": {"repressure:rule:r": "30.0"}}
-    record("rescore", lambda: store.call_script("rescore", [k.jobs, k.requests, k.cursor],
-                                                [k.base + ":", json.dumps(body)],
-                                                [k.work, *store.floors, *store.pool_keys(["a"])]))
-    record("ship_log", lambda: payload_logs.ship(store, pop.running, 1, PILOT, cap=1024, host="node", directory="/logs",
-                                                 live=True, chunks={"out": (b"hello\n", 6), "err": (b"\xff", 9)}))
+    record(
+        "release",
+        lambda: store.release(
+            pop.releasing,
+            {"t": "e", "def": '{"class":"e"}', "queues": [QUEUE], "m_tail": ":2:200:0:30", "e": 30, "sc": "7.0"},
+        ),
+    )
+    body = {
+        "jobs": [{"id": pop.waiting, "pr": 5.0, "e": 30.0, "me": 30, "sc": "1.5"}],
+        "requests": {},
+        "progress": {"repressure": "1000.0"},
+        "marks": {"repressure:rule:r": "30.0"},
+    }
+    record(
+        "rescore",
+        lambda: store.call_script(
+            "rescore",
+            [k.jobs, k.requests, k.cursor],
+            [k.base + ":", json.dumps(body)],
+            [k.work, *store.floors, *store.pool_keys(["a"])],
+        ),
+    )
+    record(
+        "ship_log",
+        lambda: payload_logs.ship(
+            store,
+            pop.running,
+            1,
+            PILOT,
+            cap=1024,
+            host="node",
+            directory="/logs",
+            live=True,
+            chunks={"out": (b"hello\n", 6), "err": (b"\xff", 9)},
+        ),
+    )
     now = clock.now
     clock.now += 10_000  # every lease expired, every emptied task queue past its grace period
     try:

@@ -57,14 +57,26 @@ def test_the_embedded_server_is_private(state: Path) -> None:
 def test_a_pilot_user_may_run_the_pilot_and_nothing_else(state: Path) -> None:
     server = embedded.ensure(state)
     control = redis.Redis.from_url(embedded.control_url(server))
-    pilot = redis.Redis.from_url(embedded.pilot_url(state, control, embedded.control_url(server), prefix="pf",
-                                                    vo="lhcb"))
+    pilot = redis.Redis.from_url(
+        embedded.pilot_url(state, control, embedded.control_url(server), prefix="pf", vo="lhcb")
+    )
     control.hset("pf:{atlas}:jobs", "1", "theirs")
     control.hset("pf:{lhcb}:jobs", "1", "ours")
     assert pilot.hget("pf:{lhcb}:jobs", "1") == b"ours"
-    refused = [("FLUSHALL",), ("FLUSHDB",), ("CONFIG", "GET", "*"), ("KEYS", "*"), ("SCAN", "0"),
-               ("DEL", "pf:{lhcb}:jobs"), ("HGET", "pf:{atlas}:jobs", "1"), ("HSET", "pf:{atlas}:jobs", "1", "x"),
-               ("ACL", "LIST"), ("SHUTDOWN",), ("CLIENT", "KILL", "ID", "1"), ("SCRIPT", "FLUSH")]
+    refused = [
+        ("FLUSHALL",),
+        ("FLUSHDB",),
+        ("CONFIG", "GET", "*"),
+        ("KEYS", "*"),
+        ("SCAN", "0"),
+        ("DEL", "pf:{lhcb}:jobs"),
+        ("HGET", "pf:{atlas}:jobs", "1"),
+        ("HSET", "pf:{atlas}:jobs", "1", "x"),
+        ("ACL", "LIST"),
+        ("SHUTDOWN",),
+        ("CLIENT", "KILL", "ID", "1"),
+        ("SCRIPT", "FLUSH"),
+    ]
     for command in refused:
         with pytest.raises(redis.exceptions.NoPermissionError):
             pilot.execute_command(*command)
@@ -85,10 +97,15 @@ def test_a_pilot_user_may_run_the_pilot_and_nothing_else(state: Path) -> None:
 
 def test_a_run_on_the_embedded_server_needs_nothing_the_pilot_user_lacks(state: Path) -> None:
     server = embedded.ensure(state)  # started here, so the run leaves it running and its ACL log can be read
-    env = {**os.environ, "PILOTFISH_STATE_DIR": str(state), "PILOTFISH_REDIS_URL": "",
-           "PILOTFISH_PILOT_EVENTS": "true"}
-    done = subprocess.run([sys.executable, "-m", "matcher.cli", "run", "examples/small-dag.toml"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=180)
+    env = {**os.environ, "PILOTFISH_STATE_DIR": str(state), "PILOTFISH_REDIS_URL": "", "PILOTFISH_PILOT_EVENTS": "true"}
+    done = subprocess.run(
+        [sys.executable, "-m", "matcher.cli", "run", "examples/small-dag.toml"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     control = redis.Redis.from_url(embedded.control_url(server))
     users = {entry.decode().split()[1] for entry in control.execute_command("ACL", "LIST")}
@@ -100,20 +117,33 @@ def test_a_run_on_the_embedded_server_needs_nothing_the_pilot_user_lacks(state: 
 
 def test_run_stops_the_embedded_server_it_started_and_only_that_one(state: Path) -> None:
     env = {**os.environ, "PILOTFISH_STATE_DIR": str(state), "PILOTFISH_REDIS_URL": ""}
-    done = subprocess.run([sys.executable, "-m", "matcher.cli", "run", "examples/small-dag.toml"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=180)
+    done = subprocess.run(
+        [sys.executable, "-m", "matcher.cli", "run", "examples/small-dag.toml"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert done.returncode == 0, done.stderr
     assert embedded.running(state) is None
     embedded.ensure(state)
-    done = subprocess.run([sys.executable, "-m", "matcher.cli", "run", "examples/small-dag.toml"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=180)
+    done = subprocess.run(
+        [sys.executable, "-m", "matcher.cli", "run", "examples/small-dag.toml"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert done.returncode == 0, done.stderr
     assert embedded.running(state) is not None, "a server it did not start keeps running"
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_payloads_never_see_the_store_credentials(kind: str, redis_url: str, real_redis: redis.Redis,
-                                                   tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_payloads_never_see_the_store_credentials(
+    kind: str, redis_url: str, real_redis: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """On every backend's pilot command: the pilot connects as its ACL user; its payloads get neither
     that URL nor any other secret of the pilot's environment; and the pilot gets none of the director's
     (Slurm exports the submitting environment to the job)."""
@@ -124,8 +154,13 @@ def test_payloads_never_see_the_store_credentials(kind: str, redis_url: str, rea
     real_redis.execute_command("ACL", "LOG", "RESET")
     rig: Rig | None = None
     try:
-        rig = Rig(kind, redis_url, tmp_path, pilot_redis_url=access.with_credentials(redis_url, user, password),
-                  pilot_env={"SITE_API_TOKEN": "tok-" + password, "BENIGN": "kept"})
+        rig = Rig(
+            kind,
+            redis_url,
+            tmp_path,
+            pilot_redis_url=access.with_credentials(redis_url, user, password),
+            pilot_env={"SITE_API_TOKEN": "tok-" + password, "BENIGN": "kept"},
+        )
         dump, pilot_dump = tmp_path / "payload-env", tmp_path / "pilot-env"
         command = f"env > {dump}; tr '\\0' '\\n' < /proc/$PPID/environ > {pilot_dump}"
         sub = rig.submit([dataclasses.replace(rig.job("dump", seconds=0.1), command=command)])
@@ -176,8 +211,9 @@ def test_a_pilot_user_ships_output_for_its_own_community_only(state: Path) -> No
 
     server = embedded.ensure(state)
     control = redis.Redis.from_url(embedded.control_url(server))
-    pilot = redis.Redis.from_url(embedded.pilot_url(state, control, embedded.control_url(server), prefix="pf",
-                                                    vo="lhcb"))
+    pilot = redis.Redis.from_url(
+        embedded.pilot_url(state, control, embedded.control_url(server), prefix="pf", vo="lhcb")
+    )
     [ours] = Store(control, Keys(vo="lhcb")).submit([job()])
     [theirs] = Store(control, Keys(vo="atlas")).submit([job()])
     control.execute_command("ACL", "LOG", "RESET")

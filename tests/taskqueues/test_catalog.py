@@ -88,9 +88,7 @@ def test_example_matches_a_mixed_batch() -> None:
     ]
     gpu = parse_requirements({"Tag": "GPU", "cpu": 8, "mem": "16G", "GPUModel": ["A100", "H100"]}, job="g")
     assert [q.id for q in catalog.eligible_queues(gpu)] == ["LCG.CERN.ch/gpu01.cern.ch/gpu"]
-    anywhere = parse_requirements(
-        {"cpu": 1, "mem": "1G", "BannedSite": ["LCG.CERN.ch", "LCG.RAL.uk"]}, job="a"
-    )
+    anywhere = parse_requirements({"cpu": 1, "mem": "1G", "BannedSite": ["LCG.CERN.ch", "LCG.RAL.uk"]}, job="a")
     assert [q.id for q in catalog.eligible_queues(anywhere)] == ["local/localhost/local"]
 
 
@@ -175,9 +173,7 @@ def test_vo_section_beats_its_level_but_not_a_more_specific_level() -> None:
     atlas = catalog.queue("S/C/Q", vo="atlas")
     assert atlas.max_running == 2 and atlas.params["Extra"] == ("x", "y")
     assert "Extra" not in catalog.queue("S/C/Q").params
-    assert catalog.queue("S/C/Q", vo="cms") == catalog.queue(
-        "S/C/Q"
-    )  # a VO with no section sees the all-VO view
+    assert catalog.queue("S/C/Q", vo="cms") == catalog.queue("S/C/Q")  # a VO with no section sees the all-VO view
 
 
 def test_shapes_are_taken_from_the_nearest_level_not_merged() -> None:
@@ -578,9 +574,7 @@ def test_quoted_names_are_shown_quoted() -> None:
         + SHAPE.replace("sites.S", 'sites."LCG.CERN.ch"')
     )
     message = error_of(text)
-    assert message.startswith(f'cat.toml:{marked_line(text)}: sites."LCG.CERN.ch".ces.C.queues.Q.batch:'), (
-        message
-    )
+    assert message.startswith(f'cat.toml:{marked_line(text)}: sites."LCG.CERN.ch".ces.C.queues.Q.batch:'), message
 
 
 def test_load_names_the_file(tmp_path: Path) -> None:

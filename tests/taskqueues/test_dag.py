@@ -71,8 +71,10 @@ def test_cycle_lists_its_path() -> None:
 def test_self_dependency_and_two_separate_cycles_all_reported() -> None:
     error = dag_error(["a", "b", "c", "x"], {"a": ["a"], "b": ["c"], "c": ["b"]})
     assert "job 'a', field 'deps': cycle: a -> a" in error.problems
-    assert any(problem in error.problems for problem in ("job 'b', field 'deps': cycle: b -> c -> b",
-                                                         "job 'c', field 'deps': cycle: c -> b -> c"))
+    assert any(
+        problem in error.problems
+        for problem in ("job 'b', field 'deps': cycle: b -> c -> b", "job 'c', field 'deps': cycle: c -> b -> c")
+    )
     assert len(error.problems) == 2
 
 

@@ -23,15 +23,34 @@ EXAMPLE = str(ROOT / "examples" / "small-dag.toml")
 
 
 def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "matcher.cli", *args], cwd=ROOT, env={**os.environ, **env},
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "matcher.cli", *args],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
-@pytest.mark.parametrize("command", [("status",), ("status", "abc"), ("explain", "12"), ("cancel", "12"),
-                                     ("kill", "12"), ("submit", EXAMPLE), ("health",), ("health", "--redis")])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("status",),
+        ("status", "abc"),
+        ("explain", "12"),
+        ("cancel", "12"),
+        ("kill", "12"),
+        ("submit", EXAMPLE),
+        ("health",),
+        ("health", "--redis"),
+    ],
+)
 def test_every_command_answers_an_unreachable_redis_in_one_line(command: tuple[str, ...], tmp_path: Path) -> None:
-    done = cli(*command, env={"PILOTFISH_REDIS_URL": "redis://someone:s3cret@127.0.0.1:1/0",
-                              "PILOTFISH_STATE_DIR": str(tmp_path)})
+    done = cli(
+        *command,
+        env={"PILOTFISH_REDIS_URL": "redis://someone:s3cret@127.0.0.1:1/0", "PILOTFISH_STATE_DIR": str(tmp_path)},
+    )
     assert done.returncode == 1, done
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
@@ -41,19 +60,26 @@ def test_every_command_answers_an_unreachable_redis_in_one_line(command: tuple[s
 
 
 def test_verbose_shows_the_traceback(tmp_path: Path) -> None:
-    done = cli("-v", "status", env={"PILOTFISH_REDIS_URL": "redis://127.0.0.1:1/0",
-                                    "PILOTFISH_STATE_DIR": str(tmp_path)})
+    done = cli(
+        "-v", "status", env={"PILOTFISH_REDIS_URL": "redis://127.0.0.1:1/0", "PILOTFISH_STATE_DIR": str(tmp_path)}
+    )
     assert done.returncode != 0 and "Traceback" in done.stderr
 
 
-@pytest.mark.parametrize(("variable", "value", "named"), [("PILOTFISH_PREFIX", "a:b", "$PILOTFISH_PREFIX"),
-                                                          ("PILOTFISH_VO", "a{b}", "$PILOTFISH_VO"),
-                                                          ("PILOTFISH_LEASE_SECONDS", "0", "lease_seconds"),
-                                                          ("PILOTFISH_REDIS_APPENDFSYNC", "sometimes",
-                                                           "$PILOTFISH_REDIS_APPENDFSYNC")])
+@pytest.mark.parametrize(
+    ("variable", "value", "named"),
+    [
+        ("PILOTFISH_PREFIX", "a:b", "$PILOTFISH_PREFIX"),
+        ("PILOTFISH_VO", "a{b}", "$PILOTFISH_VO"),
+        ("PILOTFISH_LEASE_SECONDS", "0", "lease_seconds"),
+        ("PILOTFISH_REDIS_APPENDFSYNC", "sometimes", "$PILOTFISH_REDIS_APPENDFSYNC"),
+    ],
+)
 def test_a_bad_setting_is_one_line_naming_it(variable: str, value: str, named: str, tmp_path: Path) -> None:
-    done = cli("status", env={variable: value, "PILOTFISH_REDIS_URL": "redis://127.0.0.1:1/0",
-                              "PILOTFISH_STATE_DIR": str(tmp_path)})
+    done = cli(
+        "status",
+        env={variable: value, "PILOTFISH_REDIS_URL": "redis://127.0.0.1:1/0", "PILOTFISH_STATE_DIR": str(tmp_path)},
+    )
     assert done.returncode == 1
     [line] = done.stderr.strip().splitlines()
     assert line.startswith("pilotfish: error: ") and named in line, line
@@ -72,8 +98,11 @@ def test_the_store_names_the_server_without_its_password_and_the_operation() -> 
     client = redis.Redis.from_url("redis://pilot:pa55@127.0.0.1:1/3")
     store = Store(client)
     assert store.where == "redis://pilot@127.0.0.1:1/3"
-    with pytest.raises(StoreUnavailable, match=r"^cannot reach Redis at redis://pilot@127.0.0.1:1/3 "
-                                               r"\(connection refused\) while reading a request$"):
+    with pytest.raises(
+        StoreUnavailable,
+        match=r"^cannot reach Redis at redis://pilot@127.0.0.1:1/3 "
+        r"\(connection refused\) while reading a request$",
+    ):
         store.request("r")
     with pytest.raises(StoreUnavailable, match="while running script cancel"):
         store.cancel("1")

@@ -100,8 +100,9 @@ runs = st.lists(st.tuples(times, st.one_of(st.none(), times)), min_size=0, max_s
 
 
 @given(runs, times, st.floats(min_value=0.0, max_value=5.0))
-def test_an_estimate_lies_between_what_its_sources_say(history: list[tuple[float, float | None]], hint: float,
-                                                       spread: float) -> None:
+def test_an_estimate_lies_between_what_its_sources_say(
+    history: list[tuple[float, float | None]], hint: float, spread: float
+) -> None:
     """Never outside the rule's mean and the corrected hint: a blend, not an extrapolation."""
     stats = learnt(history)
     value, source = estimate(None, stats, hint, 60.0, spread=spread)
@@ -114,8 +115,9 @@ def test_an_estimate_lies_between_what_its_sources_say(history: list[tuple[float
 
 
 @given(runs, times)
-def test_over_the_threshold_the_estimate_is_the_corrected_hint(history: list[tuple[float, float | None]],
-                                                               hint: float) -> None:
+def test_over_the_threshold_the_estimate_is_the_corrected_hint(
+    history: list[tuple[float, float | None]], hint: float
+) -> None:
     stats = learnt(history)
     cv = stats.cv
     value, _ = estimate(None, stats, hint, 60.0)
@@ -161,20 +163,27 @@ def test_a_learnt_wide_rule_keeps_the_jobs_hints(submitter: Submitter, store: St
     _, rules = store.ete_stats([], ["blast"])
     expected = learnt([(w, w) for w in walls.values()])
     assert rules["blast"].to_text() == expected.to_text()  # complete.lua and RuleStats agree to the bit
-    sub = submitter.submit([JobSpec("short", "true", rule="blast", ete=2.2),
-                            JobSpec("long", "true", rule="blast", ete=3100.0)], name="again")
+    sub = submitter.submit(
+        [JobSpec("short", "true", rule="blast", ete=2.2), JobSpec("long", "true", rule="blast", ete=3100.0)],
+        name="again",
+    )
     ete = {j.name: j.ete for j in store.jobs(list(sub.ids.values()))}
     assert ete == {"short": pytest.approx(2.2), "long": pytest.approx(3100.0)}
     assert store.job(sub.ids["long"]).score < store.job(sub.ids["short"]).score  # the long one first
 
 
 def test_re_pressure_corrects_hints_wrong_by_one_factor_and_keeps_the_wide_rule_s_hints(
-        submitter: Submitter, store: Store, clock: FakeClock) -> None:
+    submitter: Submitter, store: Store, clock: FakeClock
+) -> None:
     # every hint of "align" is 3x too long; its runs still differ widely, so its mean must not be taken
     # (at site B only: they wait while the teaching jobs run at site A)
-    waiting = submitter.submit([JobSpec("w_short", "true", {"Platform": "EL8"}, rule="align", ete=6.0),
-                                JobSpec("w_long", "true", {"Platform": "EL8"}, rule="align", ete=9000.0)],
-                               name="later")
+    waiting = submitter.submit(
+        [
+            JobSpec("w_short", "true", {"Platform": "EL8"}, rule="align", ete=6.0),
+            JobSpec("w_long", "true", {"Platform": "EL8"}, rule="align", ete=9000.0),
+        ],
+        name="later",
+    )
     walls = {"t_short": 2.0, "t_long": 3000.0, "t_mid": 300.0}
     submitter.submit([JobSpec(n, "true", rule="align", ete=3 * w) for n, w in walls.items()], name="teach")
     run_all(store, walls)

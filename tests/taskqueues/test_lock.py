@@ -56,8 +56,10 @@ def test_only_one_process_holds_the_lock_at_a_time(redis_url: str, real_redis: r
 
 def test_a_crashed_holder_blocks_others_only_until_the_ttl(redis_url: str, real_redis: redis.Redis) -> None:
     # A real process takes the lock and dies without releasing it (a ttl that outlives its exit on a busy machine).
-    code = ("import sys, redis; from taskqueues.store.keys import Keys; from taskqueues.store.lock import Lock; "
-            "sys.exit(0 if Lock(redis.Redis.from_url(sys.argv[1]), Keys().lock('beat'), 3).acquire() else 3)")
+    code = (
+        "import sys, redis; from taskqueues.store.keys import Keys; from taskqueues.store.lock import Lock; "
+        "sys.exit(0 if Lock(redis.Redis.from_url(sys.argv[1]), Keys().lock('beat'), 3).acquire() else 3)"
+    )
     assert subprocess.run([sys.executable, "-c", code, redis_url], timeout=30).returncode == 0
     with locked(real_redis, Keys(), "beat", ttl=5) as got:
         assert not got

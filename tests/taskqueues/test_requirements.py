@@ -154,9 +154,7 @@ def test_clock_and_unit_forms_agree(d: int, h: int, m: int, s: int) -> None:
 # ----------------------------------------------------------------------------------------- bucket
 
 
-@pytest.mark.parametrize(
-    ("n", "b"), [(9, 10), (100, 112), (1025, 1280), (1000, 1024), (4000, 4096), (16, 16)]
-)
+@pytest.mark.parametrize(("n", "b"), [(9, 10), (100, 112), (1025, 1280), (1000, 1024), (4000, 4096), (16, 16)])
 def test_bucket_examples(n: int, b: int) -> None:
     assert bucket(n) == b
 
@@ -292,9 +290,7 @@ def test_parsing_is_idempotent() -> None:
         ({"N" * 257: "x"}, "N" * 257, "at most 256"),
     ],
 )
-def test_every_validation_error_names_field_and_job(
-    raw: dict[str, object], field: str, fragment: str
-) -> None:
+def test_every_validation_error_names_field_and_job(raw: dict[str, object], field: str, fragment: str) -> None:
     with pytest.raises(RequirementError) as caught:
         parse_requirements(raw, job="job-42")
     assert fragment in str(caught.value)
@@ -447,9 +443,7 @@ def test_max_prefix_needs_resource_at_least_as_large() -> None:
 def test_min_prefix_needs_resource_at_most_as_large() -> None:
     assert mismatch({"MinDiskSpeed": 100}, {"MinDiskSpeed": 100}) is None
     assert mismatch({"MinDiskSpeed": 100}, {"MinDiskSpeed": 50}) is None
-    assert (
-        mismatch({"MinDiskSpeed": 100}, {"MinDiskSpeed": 101}) == "MinDiskSpeed: wants <= 100, queue has 101"
-    )
+    assert mismatch({"MinDiskSpeed": 100}, {"MinDiskSpeed": 101}) == "MinDiskSpeed: wants <= 100, queue has 101"
 
 
 def test_comparisons_read_resource_strings_and_lists() -> None:
@@ -467,10 +461,7 @@ def test_comparisons_read_resource_strings_and_lists() -> None:
 
 def test_banned_site() -> None:
     wants = {"BannedSite": ("LCG.CERN.ch", "LCG.RAL.uk")}
-    assert (
-        mismatch(wants, {"Site": "LCG.CERN.ch"})
-        == "BannedSite: bans 'LCG.CERN.ch', queue has Site 'LCG.CERN.ch'"
-    )
+    assert mismatch(wants, {"Site": "LCG.CERN.ch"}) == "BannedSite: bans 'LCG.CERN.ch', queue has Site 'LCG.CERN.ch'"
     assert mismatch(wants, {"Site": "local"}) is None
     assert mismatch(wants, {}) is None  # BannedSite needs nothing on the resource
     assert mismatch({"BannedSite": "local"}, {"Site": "local"}) is not None

@@ -39,9 +39,7 @@ def _apply_unit(amount: Fraction, unit: str, kind: Kind, text: str, pos: int | N
     if kind == "duration":
         factor: Fraction | int | None = DURATION_UNITS.get(unit)
         if factor is None:
-            raise ExprError(
-                f"size unit {unit!r} in a duration (use s, m, h, d or w)", expression=text, position=pos
-            )
+            raise ExprError(f"size unit {unit!r} in a duration (use s, m, h, d or w)", expression=text, position=pos)
     else:
         size = SIZE_UNITS.get(unit)
         factor = None if size is None else to_mb(size)
@@ -245,4 +243,3 @@ def evaluate(
     if isinstance(result, float) and result.is_integer():
         return int(result)
     return result
-

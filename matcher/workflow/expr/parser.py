@@ -244,4 +244,3 @@ def names(text: str) -> set[str]:
 def dep_refs(text: str) -> set[tuple[str, str]]:
     """The ``(job, value)`` pairs of the dependency outputs ``text`` reads."""
     return {(node.job, node.value) for node in walk(parse(text)) if isinstance(node, DepRef)}
-

@@ -51,9 +51,7 @@ def _template_fields(template: str) -> tuple[_Field, ...]:
     try:
         pieces = list(Formatter().parse(template))
     except ValueError as exc:
-        raise ExprError(
-            f"bad braces ({exc}); write {{{{ and }}}} for literal braces", expression=template
-        ) from None
+        raise ExprError(f"bad braces ({exc}); write {{{{ and }}}} for literal braces", expression=template) from None
     fields: list[_Field] = []
     for literal, name, spec, conversion in pieces:
         if name is None:
@@ -61,9 +59,7 @@ def _template_fields(template: str) -> tuple[_Field, ...]:
             continue
         dep_match = DEP_RE.fullmatch(name)
         if name == "" or name.isdigit():
-            raise ExprError(
-                "positional placeholders ({} or {0}) are not allowed; name them", expression=template
-            )
+            raise ExprError("positional placeholders ({} or {0}) are not allowed; name them", expression=template)
         if dep_match is None and not _PLACEHOLDER_RE.fullmatch(name):
             raise ExprError(
                 f"placeholder {{{name}}}: attribute and index access are not allowed",
@@ -72,14 +68,10 @@ def _template_fields(template: str) -> tuple[_Field, ...]:
             )
         spec = spec or ""
         if "{" in spec or "}" in spec:
-            raise ExprError(
-                f"placeholder {{{name}}}: nested placeholders are not allowed", expression=template
-            )
+            raise ExprError(f"placeholder {{{name}}}: nested placeholders are not allowed", expression=template)
         spec_match = _FORMAT_SPEC_RE.fullmatch(spec)
         if spec_match is None:
-            raise ExprError(
-                f"placeholder {{{name}}}: bad format spec {shown(spec)}", expression=template, name=name
-            )
+            raise ExprError(f"placeholder {{{name}}}: bad format spec {shown(spec)}", expression=template, name=name)
         for part in ("width", "precision"):
             digits = spec_match.group(part)
             if digits and int(digits) > MAX_FORMAT_WIDTH:
@@ -139,9 +131,7 @@ def render(
                 )
             outputs = deps.get(job, {})
             if key not in outputs:
-                raise ExprError(
-                    f"dependency {job!r} did not report {key!r}", expression=template, name=field.name
-                )
+                raise ExprError(f"dependency {job!r} did not report {key!r}", expression=template, name=field.name)
             value = outputs[key]
         else:
             if field.name not in params:
@@ -158,9 +148,7 @@ def render(
         try:
             out.append(format(value, field.spec))
         except (ValueError, OverflowError) as exc:  # OverflowError: "{n:c}" of a number past U+10FFFF
-            raise ExprError(
-                f"placeholder {{{field.name}}}: {exc}", expression=template, name=field.name
-            ) from None
+            raise ExprError(f"placeholder {{{field.name}}}: {exc}", expression=template, name=field.name) from None
         size += len(out[-1])
     if size > MAX_RENDERED:
         raise ExprError(f"renders to more than {MAX_RENDERED} characters", expression=template)

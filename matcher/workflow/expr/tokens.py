@@ -76,9 +76,7 @@ def tokenize(text: str) -> list[Token]:
         if text.startswith("deps.", pos):
             dep = DEP_RE.match(text, pos)
             if dep is None or (dep.end() < end and (text[dep.end()] == "." or text[dep.end()] == "[")):
-                raise ExprError(
-                    "a dependency output is written deps.<job>.<value>", expression=text, position=pos
-                )
+                raise ExprError("a dependency output is written deps.<job>.<value>", expression=text, position=pos)
             tokens.append(Token("dep", dep.group(), pos, job=dep.group(1), value=dep.group(2)))
             pos = dep.end()
             continue
@@ -86,9 +84,7 @@ def tokenize(text: str) -> list[Token]:
         if ident is not None:
             word = ident.group()
             if word in _FORBIDDEN_WORDS:
-                raise ExprError(
-                    f"{word!r} is not part of the language", expression=text, position=pos, name=word
-                )
+                raise ExprError(f"{word!r} is not part of the language", expression=text, position=pos, name=word)
             after = ident.end()
             if after < end and text[after] in ".[":
                 raise ExprError(
@@ -110,4 +106,3 @@ def tokenize(text: str) -> list[Token]:
             raise ExprError(what, expression=text, position=pos)
     tokens.append(Token("end", "", end))
     return tokens
-

@@ -138,4 +138,3 @@ def walk(node: Node) -> list[Node]:
         found.append(current)
         stack.extend(children(current))
     return found
-

@@ -72,8 +72,14 @@ def plan(
     if headroom > 0:
         real = {s.name: s for s in shapes}
         usable = [replace(s, wall=max(0, s.wall - headroom)) for s in shapes]
-        result = plan(demand, usable, existing, n_max_queued=n_max_queued, max_running=max_running,
-                      wall_granularity=wall_granularity)
+        result = plan(
+            demand,
+            usable,
+            existing,
+            n_max_queued=n_max_queued,
+            max_running=max_running,
+            wall_granularity=wall_granularity,
+        )
         for opened in result.new:
             opened.shape = real[opened.shape.name]
         for name, why in result.unplaceable.items():

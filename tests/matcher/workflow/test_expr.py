@@ -301,19 +301,47 @@ def _expression(leaves: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
     """Expressions of the language's grammar over ``leaves``: every operator, call and conditional."""
     binary = st.sampled_from(["+", "-", "*", "/", "//", "%", "**", "<", "==", "!=", " and ", " or "])
     powers = st.tuples(leaves, leaves).map(lambda t: f"{t[0]} ** {t[1]}")  # the costly operator, often
-    return st.recursive(leaves | powers, lambda inner: st.one_of(
-        st.tuples(inner, binary, inner).map(lambda t: f"{t[0]}{t[1]}{t[2]}"),
-        st.tuples(st.sampled_from(["-", "+", "not "]), inner).map("".join),
-        inner.map(lambda e: f"({e})"),
-        st.tuples(st.sampled_from(["min", "max", "ceil", "floor", "round", "abs"]),
-                  st.lists(inner, min_size=1, max_size=3)).map(lambda t: f"{t[0]}({', '.join(t[1])})"),
-        st.tuples(inner, inner, inner).map(lambda t: f"{t[0]} if {t[1]} else {t[2]}"),
-    ), max_leaves=12)
+    return st.recursive(
+        leaves | powers,
+        lambda inner: st.one_of(
+            st.tuples(inner, binary, inner).map(lambda t: f"{t[0]}{t[1]}{t[2]}"),
+            st.tuples(st.sampled_from(["-", "+", "not "]), inner).map("".join),
+            inner.map(lambda e: f"({e})"),
+            st.tuples(
+                st.sampled_from(["min", "max", "ceil", "floor", "round", "abs"]),
+                st.lists(inner, min_size=1, max_size=3),
+            ).map(lambda t: f"{t[0]}({', '.join(t[1])})"),
+            st.tuples(inner, inner, inner).map(lambda t: f"{t[0]} if {t[1]} else {t[2]}"),
+        ),
+        max_leaves=12,
+    )
 
 
-EXTREMES = st.sampled_from(["0", "1", "9", "64", "-64", "65", "-19", "0.5", "1e-30", "1e30", "1e18",
-                            "999999999999999999", "4G", "1Pi", "2w", "big", "tiny", "neg", "text", "big9",
-                            "deps.j.out"])
+EXTREMES = st.sampled_from(
+    [
+        "0",
+        "1",
+        "9",
+        "64",
+        "-64",
+        "65",
+        "-19",
+        "0.5",
+        "1e-30",
+        "1e30",
+        "1e18",
+        "999999999999999999",
+        "4G",
+        "1Pi",
+        "2w",
+        "big",
+        "tiny",
+        "neg",
+        "text",
+        "big9",
+        "deps.j.out",
+    ]
+)
 
 
 @settings(max_examples=400)

@@ -416,13 +416,22 @@ def test_load_errors_name_the_file(tmp_path: Path) -> None:
         load_workflow(binary)
 
 
-@pytest.mark.parametrize(("name", "text", "fragment"), [
-    ("long.json", '{"name": "w", "jobs": [], "priority": 1' + "0" * 5000 + "}", "JSON syntax: a number is too long"),
-    ("deep.json", '{"name": "w", "jobs": ' + "[" * 99_999 + "]" * 99_999 + "}", "JSON syntax: arrays or tables"),
-    ("deep.toml", 'name = "w"\njobs = ' + "[" * 99_999 + "]" * 99_999 + "\n", "TOML syntax: arrays or tables"),
-], ids=["long-int", "deep-json", "deep-toml"])
-def test_values_no_python_object_can_hold_are_refused_by_the_loader(tmp_path: Path, name: str, text: str,
-                                                                    fragment: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "text", "fragment"),
+    [
+        (
+            "long.json",
+            '{"name": "w", "jobs": [], "priority": 1' + "0" * 5000 + "}",
+            "JSON syntax: a number is too long",
+        ),
+        ("deep.json", '{"name": "w", "jobs": ' + "[" * 99_999 + "]" * 99_999 + "}", "JSON syntax: arrays or tables"),
+        ("deep.toml", 'name = "w"\njobs = ' + "[" * 99_999 + "]" * 99_999 + "\n", "TOML syntax: arrays or tables"),
+    ],
+    ids=["long-int", "deep-json", "deep-toml"],
+)
+def test_values_no_python_object_can_hold_are_refused_by_the_loader(
+    tmp_path: Path, name: str, text: str, fragment: str
+) -> None:
     # An integer of 5000 digits (over Python's limit for int() of text) raised ValueError, and arrays
     # nested past the recursion limit RecursionError, out of load_workflow.
     path = tmp_path / name
@@ -442,32 +451,45 @@ def test_a_small_file_that_expands_past_the_text_limit_is_refused_while_it_expan
 
 
 def test_patterns_are_resolved_by_their_literal_head_and_bounded() -> None:
-    fan = wf(jobs=[job("part_{i}_{j}", foreach={"i": "range(50)", "j": "range(20)"}),
-                   job("merge_{i}", deps=["part_{i}_*"], foreach={"i": "range(50)"})])
+    fan = wf(
+        jobs=[
+            job("part_{i}_{j}", foreach={"i": "range(50)", "j": "range(20)"}),
+            job("merge_{i}", deps=["part_{i}_*"], foreach={"i": "range(50)"}),
+        ]
+    )
     assert fan.job("merge_7").deps == tuple(f"part_7_{j}" for j in range(20))
     # A pattern that starts with a wildcard tries every name: 2000 distinct ones over 4000 jobs is too much.
-    found = problems(jobs=[job("a_{i}", foreach={"i": "range(2000)"}), job("b_{i}", deps=["*a_{i}"],
-                                                                          foreach={"i": "range(2000)"})])
-    assert any("field 'deps': matching the deps patterns of the request tries over 1000000 job names" in problem
-               for problem in found), found[:3]
+    found = problems(
+        jobs=[job("a_{i}", foreach={"i": "range(2000)"}), job("b_{i}", deps=["*a_{i}"], foreach={"i": "range(2000)"})]
+    )
+    assert any(
+        "field 'deps': matching the deps patterns of the request tries over 1000000 job names" in problem
+        for problem in found
+    ), found[:3]
 
 
 def test_dependency_edges_are_limited() -> None:
-    found = problems(jobs=[job("s_{i}", foreach={"i": "range(1000)"}),
-                           job("m_{i}", deps=["s_*"], foreach={"i": "range(1100)"})])
+    found = problems(
+        jobs=[job("s_{i}", foreach={"i": "range(1000)"}), job("m_{i}", deps=["s_*"], foreach={"i": "range(1100)"})]
+    )
     assert found == ["job 'm_1000', field 'deps': the request has over 1000000 dependency edges by this job"]
 
 
-@pytest.mark.parametrize(("data", "fragment"), [
-    ({"name": "two\nlines", "jobs": [job("a")]}, "field 'name': holds the control character '\\n'"),
-    ({"name": "n" * 201, "jobs": [job("a")]}, "field 'name': is 201 characters long, over the limit of 200"),
-    ({"priority": 1e10, "jobs": [job("a")]}, "field 'priority': must be a number of seconds within -1e+09..1e+09"),
-    ({"rules": {"a rule": {"command": "x"}}, "jobs": [job("a")]}, "rule 'a rule': a rule name is 1 to 200"),
-    ({"jobs": [job("a", ete="2 * 365d")]}, None),
-    ({"jobs": [job("a", ete=2 * 365 * 86400)]}, "job 'a', field 'ete': must be a number of seconds within 0.."),
-    ({"jobs": [job("a", requirements={f"N{i}": 1 for i in range(65)})]},
-     "job 'a', field 'requirements': at most 64 requirement names are allowed, got 65"),
-])
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    [
+        ({"name": "two\nlines", "jobs": [job("a")]}, "field 'name': holds the control character '\\n'"),
+        ({"name": "n" * 201, "jobs": [job("a")]}, "field 'name': is 201 characters long, over the limit of 200"),
+        ({"priority": 1e10, "jobs": [job("a")]}, "field 'priority': must be a number of seconds within -1e+09..1e+09"),
+        ({"rules": {"a rule": {"command": "x"}}, "jobs": [job("a")]}, "rule 'a rule': a rule name is 1 to 200"),
+        ({"jobs": [job("a", ete="2 * 365d")]}, None),
+        ({"jobs": [job("a", ete=2 * 365 * 86400)]}, "job 'a', field 'ete': must be a number of seconds within 0.."),
+        (
+            {"jobs": [job("a", requirements={f"N{i}": 1 for i in range(65)})]},
+            "job 'a', field 'requirements': at most 64 requirement names are allowed, got 65",
+        ),
+    ],
+)
 def test_request_fields_are_within_their_limits(data: dict[str, Any], fragment: str | None) -> None:
     if fragment is None:  # an expression out of range fails that job alone, as any evaluation failure
         assert wf(**data).jobs[0].error == "ete: '2 * 365d' gives 63072000 s, outside 0..3.1536e+07"

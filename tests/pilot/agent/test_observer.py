@@ -63,8 +63,12 @@ class Recorder:
 def make_pilot(tmp_path: Path, store: Store, observer: object, **config: object) -> Pilot:
     mf = write_features(tmp_path / "mf", hs06=10.0)
     jf = write_features(tmp_path / "jf", allocated_CPU=2, mem_limit_MB=4000, disk_limit_GB=10)
-    settings: dict[str, object] = {"idle_timeout": 0.5, "identity": Identity("local", "t1", "node"),
-                                   "jobstatus_dir": tmp_path / "jobstatus", **config}
+    settings: dict[str, object] = {
+        "idle_timeout": 0.5,
+        "identity": Identity("local", "t1", "node"),
+        "jobstatus_dir": tmp_path / "jobstatus",
+        **config,
+    }
     pilot_config = PilotConfig(queue=QUEUE, workdir=tmp_path / "work", **settings)  # type: ignore[arg-type]
     reader = FeatureReader(str(mf), str(jf), env={}, workdir=tmp_path)
     return Pilot(pilot_config, store, observer=observer, reader=reader)  # type: ignore[arg-type]
@@ -81,8 +85,7 @@ def test_observer_sees_every_event_in_order(redis_url: str, tmp_path: Path) -> N
     assert names[-2:] == ["pilot_stopped", "close"]
     for i in ids:
         start = recorder.calls.index(("payload_started", i))
-        end = next(n for n, (name, value) in enumerate(recorder.calls)
-                   if name == "payload_ended" and value[0] == i)  # type: ignore[index]
+        end = next(n for n, (name, value) in enumerate(recorder.calls) if name == "payload_ended" and value[0] == i)  # type: ignore[index]
         assert start < end
     ended = recorder.ended()
     assert ended[ids[0]][0] == "done" and ended[ids[1]][0] == "failed"
@@ -95,8 +98,9 @@ def test_observer_sees_every_event_in_order(redis_url: str, tmp_path: Path) -> N
 
 def test_operator_kill_and_drain(redis_url: str, tmp_path: Path) -> None:
     store = Store.from_url(redis_url)
-    victim, survivor, later = store.submit([job(command="sleep 60", score=0), job(command="sleep 1", score=1),
-                                            job(command="true", score=2)])
+    victim, survivor, later = store.submit(
+        [job(command="sleep 60", score=0), job(command="sleep 1", score=1), job(command="true", score=2)]
+    )
     recorder = Recorder()
     recorder.scripted = [(victim, Command("kill", victim)), (survivor, Command("drain"))]
     pilot = make_pilot(tmp_path, store, recorder, idle_timeout=30, kill_grace=1)
@@ -140,8 +144,7 @@ def test_a_broken_observer_never_stops_payloads(redis_url: str, tmp_path: Path) 
 
 
 @pytest.mark.timeout(120)
-def test_without_pidfds_sigchld_wakes_the_loop(redis_url: str, tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_pidfds_sigchld_wakes_the_loop(redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Kernels older than 5.3 have no pidfd_open; we simulate one by making it unavailable (the only stand-in
     in these tests). Exits must still be noticed at once: every periodic wake-up of the loop (operator-command
     poll, memory sample, heartbeat, $JOBSTATUS) is an hour apart here, so 20 payloads noticed by polling alone
@@ -150,7 +153,16 @@ def test_without_pidfds_sigchld_wakes_the_loop(redis_url: str, tmp_path: Path,
     store = Store.from_url(redis_url, lease_seconds=3 * 3600)
     ids = store.submit([job(command="true", score=i) for i in range(20)])
     hour = 3600.0
-    pilot = make_pilot(tmp_path, store, Recorder(), idle_timeout=0.3, lease=3 * hour, heartbeat_interval=hour,
-                       command_poll=hour, mem_sample_interval=hour, jobstatus_interval=hour)
+    pilot = make_pilot(
+        tmp_path,
+        store,
+        Recorder(),
+        idle_timeout=0.3,
+        lease=3 * hour,
+        heartbeat_interval=hour,
+        command_poll=hour,
+        mem_sample_interval=hour,
+        jobstatus_interval=hour,
+    )
     assert pilot.run().startswith("idle")
     assert [store.job(i).state for i in ids] == [JobState.DONE] * 20

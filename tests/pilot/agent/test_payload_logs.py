@@ -30,8 +30,9 @@ def store(redis_url: str) -> Store:
 
 def cli(redis_url: str, *args: str) -> subprocess.CompletedProcess[bytes]:
     env = {**os.environ, "PILOTFISH_REDIS_URL": redis_url, "PILOTFISH_CATALOG": "", "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "matcher.cli", *args], cwd=ROOT, env=env, capture_output=True,
-                          timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "matcher.cli", *args], cwd=ROOT, env=env, capture_output=True, timeout=60
+    )
 
 
 def run_all(store: Store, redis_url: str, tmp_path: Path, jobs: list[NewJob], *args: str) -> list[str]:
@@ -43,9 +44,15 @@ def run_all(store: Store, redis_url: str, tmp_path: Path, jobs: list[NewJob], *a
 
 
 def test_output_is_shipped_with_the_end_and_shown_escaped(store: Store, redis_url: str, tmp_path: Path) -> None:
-    ok, bad = run_all(store, redis_url, tmp_path, [
-        job(command="echo hello; printf 'caf\\303\\251 \\377\\376 \\033[2J\\r end\\n'; echo oops >&2"),
-        job(command="echo partial; echo broken >&2; exit 3")])
+    ok, bad = run_all(
+        store,
+        redis_url,
+        tmp_path,
+        [
+            job(command="echo hello; printf 'caf\\303\\251 \\377\\376 \\033[2J\\r end\\n'; echo oops >&2"),
+            job(command="echo partial; echo broken >&2; exit 3"),
+        ],
+    )
     assert store.job(ok).state is JobState.DONE and store.job(bad).state is JobState.FAILED
     shown = cli(redis_url, "logs", ok)
     assert shown.returncode == 0, shown.stderr
@@ -62,8 +69,12 @@ def test_output_is_shipped_with_the_end_and_shown_escaped(store: Store, redis_ur
 
 def test_every_attempt_keeps_its_own_tail(store: Store, redis_url: str, tmp_path: Path) -> None:
     """The first attempt is killed from outside (given back: requeued), the second succeeds."""
-    [twice] = run_all(store, redis_url, tmp_path, [
-        job(command='echo "attempt $PILOTFISH_ATTEMPT"; [ "$PILOTFISH_ATTEMPT" = 1 ] && kill -TERM $$; true')])
+    [twice] = run_all(
+        store,
+        redis_url,
+        tmp_path,
+        [job(command='echo "attempt $PILOTFISH_ATTEMPT"; [ "$PILOTFISH_ATTEMPT" = 1 ] && kill -TERM $$; true')],
+    )
     record = store.job(twice)
     assert (record.state, record.attempt) == (JobState.DONE, 2)
     assert cli(redis_url, "logs", twice, "--attempt", "1", "--stream", "stdout").stdout == b"attempt 1\n"
@@ -75,8 +86,9 @@ def test_every_attempt_keeps_its_own_tail(store: Store, redis_url: str, tmp_path
 
 def test_a_killed_payload_ships_what_it_printed(store: Store, redis_url: str, tmp_path: Path) -> None:
     [victim] = store.submit([job(command="echo before the kill; exec sleep 60")])
-    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--kill-grace", "1",
-                       env=pilot_env(tmp_path, cores=1)) as proc:
+    with running_pilot(
+        redis_url, tmp_path, "--idle-timeout", "1", "--kill-grace", "1", env=pilot_env(tmp_path, cores=1)
+    ) as proc:
         wait_until(lambda: store.job(victim).state is JobState.RUNNING, timeout=60, what="the payload to run")
         store.kill(victim)
         wait_until(lambda: store.job(victim).state.final, timeout=60, what="the kill")
@@ -87,11 +99,13 @@ def test_a_killed_payload_ships_what_it_printed(store: Store, redis_url: str, tm
 
 def test_follow_prints_a_running_payload_until_it_ends(store: Store, redis_url: str, tmp_path: Path) -> None:
     flag = tmp_path / "go-on"
-    [job_id] = store.submit([job(command=f"echo first; while [ ! -e {flag} ]; do sleep 0.05; done; "
-                                         "printf 'second\\n\\377'")])
+    [job_id] = store.submit(
+        [job(command=f"echo first; while [ ! -e {flag} ]; do sleep 0.05; done; printf 'second\\n\\377'")]
+    )
     seen: list[tuple[str, str]] = []
-    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--log-interval", "0.1",
-                       env=pilot_env(tmp_path, cores=1)) as proc:
+    with running_pilot(
+        redis_url, tmp_path, "--idle-timeout", "1", "--log-interval", "0.1", env=pilot_env(tmp_path, cores=1)
+    ) as proc:
         for stream, text in follow(store, job_id, poll=0.05):
             if not seen:
                 assert not store.job(job_id).state.final, "the first line came before the payload ended"
@@ -104,12 +118,13 @@ def test_follow_prints_a_running_payload_until_it_ends(store: Store, redis_url: 
     assert (followed.returncode, followed.stdout) == (0, b"first\nsecond\n\\xff"), followed.stderr
 
 
-def test_huge_binary_output_without_newlines_stays_capped(store: Store, redis_url: str, real_redis: redis.Redis,
-                                                          tmp_path: Path) -> None:
-    command = ("head -c 3000000 /dev/urandom; head -c 2000000 /dev/zero | tr '\\0' x; "
-               "head -c 4000000 /dev/urandom >&2")
-    [noisy] = run_all(store, redis_url, tmp_path, [job(command=command)], "--output-cap", "4096",
-                      "--log-interval", "0.1")
+def test_huge_binary_output_without_newlines_stays_capped(
+    store: Store, redis_url: str, real_redis: redis.Redis, tmp_path: Path
+) -> None:
+    command = "head -c 3000000 /dev/urandom; head -c 2000000 /dev/zero | tr '\\0' x; head -c 4000000 /dev/urandom >&2"
+    [noisy] = run_all(
+        store, redis_url, tmp_path, [job(command=command)], "--output-cap", "4096", "--log-interval", "0.1"
+    )
     assert store.job(noisy).state is JobState.DONE
     usage = real_redis.memory_usage(store.keys.log(noisy))
     assert usage is not None and usage < 4 * 4096, usage
@@ -138,7 +153,11 @@ def test_bad_input_is_named(store: Store, redis_url: str) -> None:
     with pytest.raises(ValidationError):
         output(store, waiting, 0)
     # The store refuses a shipment for a job that does not exist (no log hash without its record).
-    assert payload_logs.ship(store, "424242", 1, "p", cap=10, host="h", directory="/d", live=False,
-                             chunks={"out": (b"x", 1)}) == "unknown job 424242"
+    assert (
+        payload_logs.ship(
+            store, "424242", 1, "p", cap=10, host="h", directory="/d", live=False, chunks={"out": (b"x", 1)}
+        )
+        == "unknown job 424242"
+    )
     assert not store.client.exists(store.keys.log("424242"))
     assert QUEUE

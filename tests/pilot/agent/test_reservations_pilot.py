@@ -43,14 +43,31 @@ def test_a_four_core_job_starts_while_one_core_jobs_keep_arriving(redis_url: str
         more = min(BACKLOG - waiting, BAG - len(submitted))
         if more > 0:
             base = len(submitted)
-            submitted.extend(store.submit([job("narrow", cpu=1, mem=100, ete=sleep(base + i), score=100 + base + i,
-                                               command=f"sleep {sleep(base + i)}") for i in range(more)]))
+            submitted.extend(
+                store.submit(
+                    [
+                        job(
+                            "narrow",
+                            cpu=1,
+                            mem=100,
+                            ete=sleep(base + i),
+                            score=100 + base + i,
+                            command=f"sleep {sleep(base + i)}",
+                        )
+                        for i in range(more)
+                    ]
+                )
+            )
 
     env = pilot_env(tmp_path, cores=4, mem=4000)
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "2", env=env) as proc:
         feed()
         # the pilot is full of 1-core jobs before the 4-core one arrives
-        wait_until(lambda: (feed(), sum(j.state is JobState.RUNNING for j in store.jobs(submitted)) == 4)[1], timeout=30, what="four 1-core jobs running")
+        wait_until(
+            lambda: (feed(), sum(j.state is JobState.RUNNING for j in store.jobs(submitted)) == 4)[1],
+            timeout=30,
+            what="four 1-core jobs running",
+        )
         (wide,) = store.submit([job("wide", cpu=4, mem=100, ete=0.5, score=0, command="sleep 0.5")])
         seen: list[str] = []
 
@@ -65,7 +82,9 @@ def test_a_four_core_job_starts_while_one_core_jobs_keep_arriving(redis_url: str
         left = BAG - len(submitted)
         log = ""
         if finished_first:
-            wait_until(lambda: all(j.state.final for j in store.jobs(submitted)), timeout=120, what="the 1-core jobs done")
+            wait_until(
+                lambda: all(j.state.final for j in store.jobs(submitted)), timeout=120, what="the 1-core jobs done"
+            )
             log = finish(proc, tmp_path, 60)
     assert finished_first, f"the 4-core job starved: {BAG} 1-core jobs went first\n{log}"
     assert left > 0

@@ -42,17 +42,18 @@ def states(store: Store, ids: list[str]) -> list[JobState]:
 
 def time_left_at_most(store: Store, pid: int, seconds: float) -> bool:
     """The last heartbeat of the pilot ``pid`` says it has at most ``seconds`` left (it read a shutdown time)."""
-    return any(r.get("pid") == pid and r.get("time_left") is not None
-               and float(r["time_left"]) <= seconds  # type: ignore[arg-type]
-               for r in store.pilot_records().values())
+    return any(
+        r.get("pid") == pid and r.get("time_left") is not None and float(r["time_left"]) <= seconds  # type: ignore[arg-type]
+        for r in store.pilot_records().values()
+    )
 
 
-def test_packs_payloads_of_different_sizes_without_overcommitting(store: Store, redis_url: str,
-                                                                  tmp_path: Path) -> None:
+def test_packs_payloads_of_different_sizes_without_overcommitting(store: Store, redis_url: str, tmp_path: Path) -> None:
     timeline = tmp_path / "timeline"
     sizes = [3, 1, 2, 1, 1, 2, 1, 3, 1, 2, 1, 1]
-    ids = store.submit([job(cpu=c, mem=100, command=stamped("sleep 0.3", timeline, c), score=i)
-                        for i, c in enumerate(sizes)])
+    ids = store.submit(
+        [job(cpu=c, mem=100, command=stamped("sleep 0.3", timeline, c), score=i) for i, c in enumerate(sizes)]
+    )
     env = pilot_env(tmp_path, cores=3, mem=4000)
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", env=env) as proc:
         log = finish(proc, tmp_path, 60)
@@ -86,8 +87,10 @@ def test_scratch_is_reserved_too(store: Store, redis_url: str, tmp_path: Path) -
 
 
 def test_payload_over_its_memory_limit_is_killed(store: Store, redis_url: str, tmp_path: Path) -> None:
-    hog = f"{sys.executable} -c 'import time; b = bytearray(300 * 10**6); b[::4096] = b\"x\" * len(b[::4096]); " \
-          "time.sleep(60)'"
+    hog = (
+        f'{sys.executable} -c \'import time; b = bytearray(300 * 10**6); b[::4096] = b"x" * len(b[::4096]); '
+        "time.sleep(60)'"
+    )
     [hog_id] = store.submit([job(mem=100, command=hog)])
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--kill-grace", "1") as proc:
         log = finish(proc, tmp_path, 30)
@@ -98,11 +101,12 @@ def test_payload_over_its_memory_limit_is_killed(store: Store, redis_url: str, t
     assert record.peak_mem is not None and record.peak_mem > 110
 
 
-def test_a_payload_that_asked_for_no_memory_is_held_to_the_pilots(store: Store, redis_url: str,
-                                                                  tmp_path: Path) -> None:
+def test_a_payload_that_asked_for_no_memory_is_held_to_the_pilots(store: Store, redis_url: str, tmp_path: Path) -> None:
     seen = tmp_path / "seen"
-    hog = f"cat $JOBFEATURES/mem_limit_MB > {seen}; {sys.executable} -c 'import time; b = bytearray(400 * 10**6); " \
-          "b[::4096] = b\"x\" * len(b[::4096]); time.sleep(60)'"
+    hog = (
+        f"cat $JOBFEATURES/mem_limit_MB > {seen}; {sys.executable} -c 'import time; b = bytearray(400 * 10**6); "
+        'b[::4096] = b"x" * len(b[::4096]); time.sleep(60)\''
+    )
     [hog_id] = store.submit([job(mem=0, command=hog)])
     env = pilot_env(tmp_path, cores=1, mem=250)
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--kill-grace", "1", env=env) as proc:
@@ -129,9 +133,11 @@ def test_kill_request_from_the_store(store: Store, redis_url: str, tmp_path: Pat
 def test_heartbeat_reports_the_usage_of_a_running_payload(store: Store, redis_url: str, tmp_path: Path) -> None:
     # Grows by 40 MB (written, so resident) and burns CPU every step, for about 6 s; the store must see both
     # rise while it runs.
-    grower = f"{sys.executable} -c 'import time\nkeep = []\nfor _ in range(12):\n" \
-             "    keep.append(b\"x\" * (40 * 10**6))\n    end = time.process_time() + 0.25\n" \
-             "    while time.process_time() < end: pass\n    time.sleep(0.25)'"
+    grower = (
+        f"{sys.executable} -c 'import time\nkeep = []\nfor _ in range(12):\n"
+        '    keep.append(b"x" * (40 * 10**6))\n    end = time.process_time() + 0.25\n'
+        "    while time.process_time() < end: pass\n    time.sleep(0.25)'"
+    )
     [jid] = store.submit([job(mem=1000, command=grower)])
     seen: list[tuple[float, float]] = []
 
@@ -154,13 +160,13 @@ def test_heartbeat_reports_the_usage_of_a_running_payload(store: Store, redis_ur
     assert final.cpu_time is not None and final.cpu_time >= max(cpus) and 2.5 <= final.cpu_time < 10
 
 
-def test_a_payload_that_ignores_sigterm_is_killed_after_the_grace(store: Store, redis_url: str,
-                                                                  tmp_path: Path) -> None:
+def test_a_payload_that_ignores_sigterm_is_killed_after_the_grace(store: Store, redis_url: str, tmp_path: Path) -> None:
     termed = tmp_path / "termed"
     stubborn = f"trap 'echo TERM >> {termed}' TERM; while true; do sleep 0.1; done"
     [victim] = store.submit([job(command=stubborn)])
-    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--lease", "3", "--heartbeat", "0.3",
-                       "--kill-grace", "2") as proc:
+    with running_pilot(
+        redis_url, tmp_path, "--idle-timeout", "1", "--lease", "3", "--heartbeat", "0.3", "--kill-grace", "2"
+    ) as proc:
         wait_until(lambda: store.job(victim).state == JobState.RUNNING, timeout=10, what="the job to run")
         asked = time.time()
         assert store.kill(victim) == "requested"
@@ -234,8 +240,9 @@ def test_after_a_withdrawn_drain_jobstatus_holds_its_values_then_publishes_them_
         now = read_jobstatus(env["JOBSTATUS"])
         return now is not None and now.used_CPU == 1 and now.can_postpone_last_job is postpone and now
 
-    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--heartbeat", "0.3", "--jobstatus-hold", "6",
-                       env=env) as proc:
+    with running_pilot(
+        redis_url, tmp_path, "--idle-timeout", "1", "--heartbeat", "0.3", "--jobstatus-hold", "6", env=env
+    ) as proc:
         before = wait_until(lambda: status(True), timeout=10, what="the payload running")
         shutdown = int(time.time() + 12)  # its payload (20 s expected) cannot end before: the pilot drains
         write_features(mf, shutdowntime=shutdown)
@@ -243,10 +250,15 @@ def test_after_a_withdrawn_drain_jobstatus_holds_its_values_then_publishes_them_
         assert drained.last_max_job_end == shutdown and drained.last_max_job_end < before.last_max_job_end
         write_features(mf, shutdowntime=None)  # withdrawn
         reverted = wait_until(lambda: status(True), timeout=5, what="can_postpone_last_job True again")
-        assert (reverted.first_exp_job_end, reverted.last_max_job_end) == \
-            (drained.first_exp_job_end, drained.last_max_job_end)
-        fresh = wait_until(lambda: (s := status(True)) and s.last_max_job_end != drained.last_max_job_end and s,
-                           timeout=20, what="the values published fresh after the hold")
+        assert (reverted.first_exp_job_end, reverted.last_max_job_end) == (
+            drained.first_exp_job_end,
+            drained.last_max_job_end,
+        )
+        fresh = wait_until(
+            lambda: (s := status(True)) and s.last_max_job_end != drained.last_max_job_end and s,
+            timeout=20,
+            what="the values published fresh after the hold",
+        )
         assert fresh.first_exp_job_end == before.first_exp_job_end
         assert fresh.last_max_job_end == before.last_max_job_end
         proc.send_signal(signal.SIGTERM)
@@ -258,8 +270,11 @@ def test_sigterm_gives_every_payload_back_at_once(store: Store, redis_url: str, 
     env = pilot_env(tmp_path, cores=2)
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "30", env=env) as proc:
         wait_until(lambda: states(store, ids) == [JobState.RUNNING] * 2, timeout=10, what="both jobs running")
-        status = wait_until(lambda: (s := read_jobstatus(env["JOBSTATUS"])) and s.used_CPU == 2 and s, timeout=2,
-                            what="used_CPU 2 in $JOBSTATUS")
+        status = wait_until(
+            lambda: (s := read_jobstatus(env["JOBSTATUS"])) and s.used_CPU == 2 and s,
+            timeout=2,
+            what="used_CPU 2 in $JOBSTATUS",
+        )
         assert status.can_postpone_last_job is True
         proc.send_signal(signal.SIGTERM)
         log = finish(proc, tmp_path, 15)
@@ -278,8 +293,9 @@ def test_a_payload_killed_from_outside_is_given_back(store: Store, redis_url: st
     # A batch system's scancel/qdel signals every process of the job: the payload may die before the pilot
     # hears of it. That is not the job's failure.
     # Nor is a kill -9 by an operator or the OOM killer (its retry limit ends a job every attempt of which dies).
-    (signalled, killed, crashed) = store.submit([job(command="kill -TERM $$"), job(command="kill -KILL $$"),
-                                                 job(command="exit 3")])
+    (signalled, killed, crashed) = store.submit(
+        [job(command="kill -TERM $$"), job(command="kill -KILL $$"), job(command="exit 3")]
+    )
     env = pilot_env(tmp_path, cores=3)
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--max-jobs", "3", env=env) as proc:
         log = finish(proc, tmp_path, 15)
@@ -295,10 +311,12 @@ def test_sigkill_loses_nothing(redis_url: str, tmp_path: Path) -> None:
     done_file = tmp_path / "done"
     ids = store.submit([job(command=f"sleep 1.5 && echo $PILOTFISH_JOB_ID >> {done_file}") for _ in range(4)])
     env = pilot_env(tmp_path, cores=2)
-    with running_pilot(redis_url, tmp_path, "--lease", "1", "--heartbeat", "0.3", "--idle-timeout", "30",
-                       env=env, name="first") as first:
-        wait_until(lambda: sum(s == JobState.RUNNING for s in states(store, ids)) == 2, timeout=10,
-                   what="two jobs running")
+    with running_pilot(
+        redis_url, tmp_path, "--lease", "1", "--heartbeat", "0.3", "--idle-timeout", "30", env=env, name="first"
+    ) as first:
+        wait_until(
+            lambda: sum(s == JobState.RUNNING for s in states(store, ids)) == 2, timeout=10, what="two jobs running"
+        )
         payloads = psutil.Process(first.pid).children()
         first.send_signal(signal.SIGKILL)  # the batch system kills the whole job: the pilot and its payloads
         for payload in payloads:
@@ -321,24 +339,30 @@ def test_payloads_die_with_a_sigkilled_pilot(store: Store, redis_url: str, tmp_p
     """The guardian kills each payload's whole group (a background child too) when the pilot dies by SIGKILL."""
     pids = tmp_path / "pids"
     late = tmp_path / "late"
-    ids = store.submit([job(command=f"sleep 30 & echo $! $$ >> {pids}; sleep 3; touch {late}; wait")
-                        for _ in range(2)])
+    ids = store.submit([job(command=f"sleep 30 & echo $! $$ >> {pids}; sleep 3; touch {late}; wait") for _ in range(2)])
     env = pilot_env(tmp_path, cores=2)
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "30", env=env) as proc:
-        wait_until(lambda: pids.exists() and len(pids.read_text().split()) == 4, timeout=10,
-                   what="both payloads started")
+        wait_until(
+            lambda: pids.exists() and len(pids.read_text().split()) == 4, timeout=10, what="both payloads started"
+        )
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     payload_pids = [int(p) for p in pids.read_text().split()]
-    wait_until(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
-                             for p in payload_pids), timeout=5, what="the payloads of the dead pilot killed")
+    wait_until(
+        lambda: (
+            not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in payload_pids)
+        ),
+        timeout=5,
+        what="the payloads of the dead pilot killed",
+    )
     assert not late.exists(), "a payload went on after its pilot died"
     # Still leased to the dead pilot (started or not yet reported so) until the reaper requeues them.
     assert set(states(store, ids)) <= {JobState.MATCHED, JobState.RUNNING}
 
 
-def test_a_killed_guardian_is_replaced_and_the_payloads_still_die_with_their_pilot(store: Store, redis_url: str,
-                                                                                    tmp_path: Path) -> None:
+def test_a_killed_guardian_is_replaced_and_the_payloads_still_die_with_their_pilot(
+    store: Store, redis_url: str, tmp_path: Path
+) -> None:
     """kill -9 of the guardian alone: at its next heartbeat the pilot starts a new one watching the same
     payloads, so a later SIGKILL of the pilot still takes its payloads with it."""
     pids = tmp_path / "pids"
@@ -361,16 +385,21 @@ def test_a_killed_guardian_is_replaced_and_the_payloads_still_die_with_their_pil
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     payload = int(pids.read_text().split()[0])
-    wait_until(lambda: not psutil.pid_exists(payload) or psutil.Process(payload).status() == psutil.STATUS_ZOMBIE,
-               timeout=5, what="the payload of the dead pilot killed by the new guardian")
+    wait_until(
+        lambda: not psutil.pid_exists(payload) or psutil.Process(payload).status() == psutil.STATUS_ZOMBIE,
+        timeout=5,
+        what="the payload of the dead pilot killed by the new guardian",
+    )
     assert store.job(jid).state is JobState.RUNNING  # its lease expires; the reaper requeues it
 
 
 def test_outputs_sandbox_and_jobstatus(store: Store, redis_url: str, tmp_path: Path) -> None:
     seen = tmp_path / "seen"
-    command = (f'echo "$TMPDIR $PWD $(cat $JOBFEATURES/allocated_CPU) $PILOTFISH_CPU $OMP_NUM_THREADS '
-               f'$(cat $JOBFEATURES/mem_limit_MB)" > {seen}; touch $TMPDIR/scratch; '
-               'printf "A=1.5\\nB=text\\nN=42\\n# comment\\n" >> $PILOTFISH_OUTPUTS; echo to-stdout')
+    command = (
+        f'echo "$TMPDIR $PWD $(cat $JOBFEATURES/allocated_CPU) $PILOTFISH_CPU $OMP_NUM_THREADS '
+        f'$(cat $JOBFEATURES/mem_limit_MB)" > {seen}; touch $TMPDIR/scratch; '
+        'printf "A=1.5\\nB=text\\nN=42\\n# comment\\n" >> $PILOTFISH_OUTPUTS; echo to-stdout'
+    )
     [first] = store.submit([job(cpu=2, mem=300, command=command)])
     env = pilot_env(tmp_path, cores=2)
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", env=env) as proc:
@@ -393,9 +422,11 @@ def test_jobstatus_while_running(store: Store, redis_url: str, tmp_path: Path) -
     store.submit([job(cpu=1, ete=30, command="sleep 2")])
     env = pilot_env(tmp_path, cores=2, job={"wall_limit_secs": 600, "jobstart_secs": int(time.time())})
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--priority-factor", "7", env=env) as proc:
+
         def published() -> object:
             status = read_jobstatus(env["JOBSTATUS"])
             return status if status is not None and status.used_CPU == 1 else None
+
         status = wait_until(published, timeout=10, what="used_CPU 1 in $JOBSTATUS")
         now = time.time()
         assert status.can_postpone_last_job is True
@@ -423,8 +454,9 @@ def test_max_jobs(store: Store, redis_url: str, tmp_path: Path) -> None:
 
 def test_wall_limit_of_a_job(store: Store, redis_url: str, tmp_path: Path) -> None:
     spec = job(command="sleep 60")
-    [slow] = store.submit([spec.__class__(**{**spec.__dict__, "requirements": json.dumps(
-        {"cpu": 1, "mem": 100, "tmp": 0, "wall": 1})})])
+    [slow] = store.submit(
+        [spec.__class__(**{**spec.__dict__, "requirements": json.dumps({"cpu": 1, "mem": 100, "tmp": 0, "wall": 1})})]
+    )
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--kill-grace", "1") as proc:
         finish(proc, tmp_path, 30)
     record = store.job(slow)
@@ -432,15 +464,17 @@ def test_wall_limit_of_a_job(store: Store, redis_url: str, tmp_path: Path) -> No
     assert record.reason == "wall time limit 1 s exceeded"
 
 
-def test_a_pilot_takes_the_jobs_whose_wall_fits_its_time_left_not_their_estimate(store: Store, redis_url: str,
-                                                                                 tmp_path: Path) -> None:
+def test_a_pilot_takes_the_jobs_whose_wall_fits_its_time_left_not_their_estimate(
+    store: Store, redis_url: str, tmp_path: Path
+) -> None:
     """Issue 19: a pilot with --wall 60 took a job of wall 600 s estimated at 5 s, to give it 59 s in
     $JOBFEATURES, and refused one of wall 30 s estimated at 100 s. Now the wall decides; a payload's
     wall_limit_secs stays the smaller of its wall and the pilot's end."""
     seen = tmp_path / "seen"
-    record = f'cat $JOBFEATURES/wall_limit_secs >> {seen}'
-    long_wall, short_wall = store.submit([job(wall=600, ete=5, score=1, command=record),
-                                          job("tqB", wall=30, ete=100, score=2, command=record)])
+    record = f"cat $JOBFEATURES/wall_limit_secs >> {seen}"
+    long_wall, short_wall = store.submit(
+        [job(wall=600, ete=5, score=1, command=record), job("tqB", wall=30, ete=100, score=2, command=record)]
+    )
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--wall", "60") as proc:
         log = finish(proc, tmp_path, 30)
     assert states(store, [long_wall, short_wall]) == [JobState.WAITING, JobState.DONE], log
@@ -451,14 +485,20 @@ def test_wall_requirement_is_normalised_seconds(store: Store, redis_url: str, tm
     # On a node twice as fast as the reference, 4 normalised seconds are 2 real ones: the payload's
     # $JOBFEATURES, the pilot's $JOBSTATUS and the kill all say so.
     seen = tmp_path / "seen"
-    spec = job(command=f'echo "$(cat $JOBFEATURES/wall_limit_secs) $(cat $JOBFEATURES/wall_limit_secs_lrms)" '
-                       f'> {seen}; sleep 60')
-    [slow] = store.submit([spec.__class__(**{**spec.__dict__, "requirements": json.dumps(
-        {"cpu": 1, "mem": 100, "tmp": 0, "wall": 4})})])
+    spec = job(
+        command=f'echo "$(cat $JOBFEATURES/wall_limit_secs) $(cat $JOBFEATURES/wall_limit_secs_lrms)" '
+        f"> {seen}; sleep 60"
+    )
+    [slow] = store.submit(
+        [spec.__class__(**{**spec.__dict__, "requirements": json.dumps({"cpu": 1, "mem": 100, "tmp": 0, "wall": 4})})]
+    )
     env = pilot_env(tmp_path, cores=1, job={"cpufactor_lrms": 2})
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", "--kill-grace", "1", env=env) as proc:
-        status = wait_until(lambda: (s := read_jobstatus(env["JOBSTATUS"])) and s.used_CPU == 1 and s, timeout=10,
-                            what="used_CPU 1 in $JOBSTATUS")
+        status = wait_until(
+            lambda: (s := read_jobstatus(env["JOBSTATUS"])) and s.used_CPU == 1 and s,
+            timeout=10,
+            what="used_CPU 1 in $JOBSTATUS",
+        )
         assert status.last_max_job_end - status.last_job_start in (1, 2, 3)  # 2 s, floored on both sides
         log = finish(proc, tmp_path, 30)
     assert seen.read_text().split() == ["2", "4"]
@@ -495,9 +535,24 @@ def test_pilot_record_and_name(store: Store, redis_url: str, tmp_path: Path) -> 
 
 
 def test_unreachable_redis_is_one_clear_line(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "pilot.agent.command", "--redis-url", "redis://127.0.0.1:1/0",
-                           "--queue", QUEUE, "--workdir", str(tmp_path / "w")], cwd=ROOT,
-                          env=pilot_env(tmp_path), capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pilot.agent.command",
+            "--redis-url",
+            "redis://127.0.0.1:1/0",
+            "--queue",
+            QUEUE,
+            "--workdir",
+            str(tmp_path / "w"),
+        ],
+        cwd=ROOT,
+        env=pilot_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr

@@ -45,8 +45,9 @@ def test_a_kill_reaches_the_payload_before_the_next_heartbeat(store: Store, redi
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", *SLOW, env=env) as proc:
         wait_until(lambda: store.job(victim).state == JobState.RUNNING, timeout=WINDOW, what="the job to run")
         assert store.kill(victim) == "requested"
-        wait_until(lambda: store.job(victim).state.final, timeout=WINDOW,
-                   what="the killed payload to end (no heartbeat comes)")
+        wait_until(
+            lambda: store.job(victim).state.final, timeout=WINDOW, what="the killed payload to end (no heartbeat comes)"
+        )
         log = finish(proc, tmp_path, WINDOW)
     record = store.job(victim)
     assert record.state == JobState.FAILED and record.reason == "killed by operator", log
@@ -62,8 +63,9 @@ def test_a_release_stops_an_idle_pilot_at_once(store: Store, redis_url: str, tmp
     assert stops.read(store.client, store.keys, name) is None, "the request it acted on is gone"
 
 
-def test_a_busy_pilot_finishes_its_payload_before_it_releases_itself(store: Store, redis_url: str,
-                                                                     tmp_path: Path) -> None:
+def test_a_busy_pilot_finishes_its_payload_before_it_releases_itself(
+    store: Store, redis_url: str, tmp_path: Path
+) -> None:
     marker = tmp_path / "finished"
     [busy] = store.submit([job(command=f"sleep 2; touch {marker}")])
     name, env = named_env(tmp_path, "release-busy")
@@ -119,8 +121,9 @@ def test_a_draining_pilot_can_still_be_shut_down(store: Store, redis_url: str, t
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "3000", *SLOW, env=env) as proc:
         wait_until(lambda: store.job(long).state == JobState.RUNNING, timeout=WINDOW, what="the job to run")
         stops.request(store.client, store.keys, name, "drain", "drained by operator")
-        wait_until(lambda: "takes no more jobs" in pilot_log(tmp_path), timeout=WINDOW,
-                   what="the pilot to say it drains")
+        wait_until(
+            lambda: "takes no more jobs" in pilot_log(tmp_path), timeout=WINDOW, what="the pilot to say it drains"
+        )
         stops.request(store.client, store.keys, name, "shutdown", "shut down by operator")
         log = finish(proc, tmp_path, WINDOW)
     assert store.job(long).state == JobState.WAITING, log

@@ -61,8 +61,10 @@ def test_over_limit_and_reason() -> None:
 
 def test_sample_sums_the_whole_session(tmp_path: Path) -> None:
     """Two python processes of 100 MB each, one in the background, in one new session."""
-    hold = f"{sys.executable} -c 'b = bytearray(100 * 10**6); b[::4096] = b\"x\" * len(b[::4096]); " \
-           f"open(\"{tmp_path}/r\" + str(__import__(\"os\").getpid()), \"w\").close(); __import__(\"time\").sleep(30)'"
+    hold = (
+        f'{sys.executable} -c \'b = bytearray(100 * 10**6); b[::4096] = b"x" * len(b[::4096]); '
+        f'open("{tmp_path}/r" + str(__import__("os").getpid()), "w").close(); __import__("time").sleep(30)\''
+    )
     proc = subprocess.Popen(["/bin/sh", "-c", f"{hold} & {hold}; wait"], start_new_session=True)
     try:
         wait_until(lambda: len(list(tmp_path.glob("r*"))) == 2, timeout=10, what="both processes to hold their memory")
@@ -80,8 +82,17 @@ def test_sample_sums_the_whole_session(tmp_path: Path) -> None:
 
 
 def _job(command: str, *, cpu: int = 1, mem: int = 0, attempt: int = 1) -> Job:
-    return Job(id="17", state=JobState.MATCHED, attempt=attempt, tq_id="tq", command=command,
-               requirements={"cpu": cpu, "mem": mem}, score=0.0, ete=0.0, submitted=time.time())
+    return Job(
+        id="17",
+        state=JobState.MATCHED,
+        attempt=attempt,
+        tq_id="tq",
+        command=command,
+        requirements={"cpu": cpu, "mem": mem},
+        score=0.0,
+        ete=0.0,
+        submitted=time.time(),
+    )
 
 
 def _area(tmp_path: Path) -> PayloadArea:
@@ -119,8 +130,10 @@ def test_payload_environment_exit_and_logs(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     logs.mkdir()
     sandbox = area.payload("17.1", cores=2, mem_MB=300)
-    command = ('echo "$PILOTFISH_JOB_ID $PILOTFISH_ATTEMPT $PILOTFISH_CPU $PILOTFISH_MEM $(pwd)"; '
-               'echo oops >&2; echo X=1 > "$PILOTFISH_OUTPUTS"; exit 3')
+    command = (
+        'echo "$PILOTFISH_JOB_ID $PILOTFISH_ATTEMPT $PILOTFISH_CPU $PILOTFISH_MEM $(pwd)"; '
+        'echo oops >&2; echo X=1 > "$PILOTFISH_OUTPUTS"; exit 3'
+    )
     payload = Payload(_job(command, cpu=2, mem=300), sandbox, log_dir=logs, output_cap=1024)
     payload.spawn(sandbox.env())
     _run(payload)
@@ -159,8 +172,7 @@ def test_terminated_payload_and_leftover_processes(tmp_path: Path) -> None:
     area = _area(tmp_path)
     sandbox = area.payload("17.1", cores=1)
     pidfile = tmp_path / "bg"
-    payload = Payload(_job(f"sleep 60 & echo $! > {pidfile}; sleep 60"), sandbox, log_dir=tmp_path,
-                      output_cap=0)
+    payload = Payload(_job(f"sleep 60 & echo $! > {pidfile}; sleep 60"), sandbox, log_dir=tmp_path, output_cap=0)
     payload.spawn(sandbox.env())
     wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(), timeout=10, what="the background pid")
     background = int(pidfile.read_text())
@@ -168,11 +180,13 @@ def test_terminated_payload_and_leftover_processes(tmp_path: Path) -> None:
     _run(payload)
     result = payload.result()
     assert result.exit_code is None and result.reason == "killed by operator"
+
     def gone() -> bool:
         try:
             return psutil.Process(background).status() == psutil.STATUS_ZOMBIE
         except psutil.NoSuchProcess:
             return True
+
     wait_until(gone, timeout=5, what="the background process to die")
     sandbox.cleanup()
 
@@ -218,10 +232,11 @@ def test_config_defaults_and_errors(tmp_path: Path) -> None:
 
 
 def test_identity_from_environment() -> None:
-    assert identity_from_environment({"SLURM_JOB_ID": "77", "SLURMD_NODENAME": "n07"}) == Identity(
-        "slurm", "77", "n07")
-    assert identity_from_environment({"JOB_ID": "5", "SGE_TASK_ID": "3", "NSLOTS": "2", "HOSTNAME": "w1.x"}
-                                     ).name == "sge-5.3@w1"
+    assert identity_from_environment({"SLURM_JOB_ID": "77", "SLURMD_NODENAME": "n07"}) == Identity("slurm", "77", "n07")
+    assert (
+        identity_from_environment({"JOB_ID": "5", "SGE_TASK_ID": "3", "NSLOTS": "2", "HOSTNAME": "w1.x"}).name
+        == "sge-5.3@w1"
+    )
     assert identity_from_environment({"PILOTFISH_BATCH_ID": "local-10-2"}).batch_id == "10-2"
     pod = {"PILOTFISH_POD_NAME": "pf-pilot-7c9-x2", "PILOTFISH_NODE_NAME": "node-3"}
     assert identity_from_environment(pod).name == "k8s-pf-pilot-7c9-x2@node-3"

@@ -257,18 +257,25 @@ def test_converted_backend_carries_the_batch_settings_and_runs_what_they_ask_alo
     empty_bin = tmp_path / "bin"
     empty_bin.mkdir()
     reset_conversion_warnings()
-    settings = {"bin_dir": str(empty_bin), "partition": "long", "qos": "high", "options": "-C avx2",
-                "local": {"capacity": {"cpu": 4}}}
+    settings = {
+        "bin_dir": str(empty_bin),
+        "partition": "long",
+        "qos": "high",
+        "options": "-C avx2",
+        "local": {"capacity": {"cpu": 4}},
+    }
     with caplog.at_level(logging.WARNING, logger="pilot.backends.factory"):
         backend = make_backend("slurm", settings, where="Site/ce/q")
-    assert isinstance(backend, LocalBackend) and backend.carried == {"partition": "long", "qos": "high",
-                                                                      "features": "avx2"}
+    assert isinstance(backend, LocalBackend) and backend.carried == {
+        "partition": "long",
+        "qos": "high",
+        "features": "avx2",
+    }
     [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert "Site/ce/q" in warning and "every pilot runs alone" in warning, warning
     assert all(f"{k}={v}" in warning for k, v in backend.carried.items()), warning
     try:
-        ids = [backend.submit(PilotRequest(f"p{i}", span_command(tmp_path, f"p{i}", 0.4), SMALL, 60))
-               for i in range(3)]
+        ids = [backend.submit(PilotRequest(f"p{i}", span_command(tmp_path, f"p{i}", 0.4), SMALL, 60)) for i in range(3)]
         assert "cannot map partition=long" in backend.states(ids[:1])[ids[0]].detail
         wait_states(backend, ids, all_final, timeout=30)
         assert max_overlap(spans(tmp_path)) == 1, spans(tmp_path)  # 3 one-core pilots on 4 cores, one at a time

@@ -45,8 +45,13 @@ def _outputs_stay_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
 def make_sge(env: dict[str, str], **settings: object) -> SgeBackend:
     return SgeBackend(
         SgeSettings.from_options(
-            {"root": env["SGE_ROOT"], "cell": env["SGE_CELL"], "bin_dir": env["PILOTFISH_SGE_BIN"],
-             "log_dir": str(Path.cwd() / "logs"), **settings}
+            {
+                "root": env["SGE_ROOT"],
+                "cell": env["SGE_CELL"],
+                "bin_dir": env["PILOTFISH_SGE_BIN"],
+                "log_dir": str(Path.cwd() / "logs"),
+                **settings,
+            }
         )
     )
 
@@ -150,12 +155,20 @@ def test_resource_names_and_cell_cluster_settings_reach_grid_engine(sge_env: dic
     for name in ("qsub", "qstat", "qdel", "qacct"):
         real = Path(sge_env["PILOTFISH_SGE_BIN"]) / name
         wrapper = wrappers / name
-        wrapper.write_text(f"#!/bin/sh\necho {name} $SGE_ROOT $SGE_CELL $SGE_CLUSTER_NAME $SGE_CLUSTER >> {seen}\n"
-                           f'exec {real} "$@"\n')
+        wrapper.write_text(
+            f'#!/bin/sh\necho {name} $SGE_ROOT $SGE_CELL $SGE_CLUSTER_NAME $SGE_CLUSTER >> {seen}\nexec {real} "$@"\n'
+        )
         wrapper.chmod(0o755)
-    backend = make_sge(sge_env, bin_dir=str(wrappers), cluster="pf-cluster", cpu_resource="m_core",
-                       mem_resource="h_data", tmp_resource="h_fsize", log_dir=str(tmp_path / "logs"),
-                       poll_interval=0.2)
+    backend = make_sge(
+        sge_env,
+        bin_dir=str(wrappers),
+        cluster="pf-cluster",
+        cpu_resource="m_core",
+        mem_resource="h_data",
+        tmp_resource="h_fsize",
+        log_dir=str(tmp_path / "logs"),
+        poll_interval=0.2,
+    )
     request = PilotRequest("res", ["true"], Shape("s", cpu=2, mem=400, tmp=300), wall=600, workdir=str(tmp_path))
     batch_id = backend.submit(request)
     try:
@@ -168,8 +181,9 @@ def test_resource_names_and_cell_cluster_settings_reach_grid_engine(sge_env: dic
         backend.cancel([batch_id])
     calls = seen.read_text().splitlines()
     assert {c.split()[0] for c in calls} >= {"qsub", "qstat"}, calls
-    assert all(c.split()[1:] == [sge_env["SGE_ROOT"], sge_env["SGE_CELL"], "pf-cluster", "pf-cluster"]
-               for c in calls), calls
+    assert all(
+        c.split()[1:] == [sge_env["SGE_ROOT"], sge_env["SGE_CELL"], "pf-cluster", "pf-cluster"] for c in calls
+    ), calls
 
 
 @pytest.mark.sge
@@ -182,9 +196,10 @@ def test_memory_and_scratch_are_recorded_as_the_shape_s_mb(sge_env: dict[str, st
     shape = Shape("s", cpu=slots + 1, mem=(slots + 1) * 1000, tmp=300)
     memory = make_sge(sge_env, tmp_resource="h_fsize")
     counted = make_sge(sge_env, cpu_resource="m_core", mem_resource="m_thread", tmp_resource="m_socket")
-    ids = [memory.submit(PilotRequest("bytes", ["true"], shape, 60, workdir=str(tmp_path))),
-           counted.submit(PilotRequest("mb", ["true"], Shape("s", cpu=1, mem=4000, tmp=300), 60,
-                                       workdir=str(tmp_path)))]
+    ids = [
+        memory.submit(PilotRequest("bytes", ["true"], shape, 60, workdir=str(tmp_path))),
+        counted.submit(PilotRequest("mb", ["true"], Shape("s", cpu=1, mem=4000, tmp=300), 60, workdir=str(tmp_path))),
+    ]
     try:
         in_bytes, in_mb = (recorded_requests(sge_env, batch_id) for batch_id in ids)
         assert in_bytes["h_vmem"] == 1000 * 10**6  # per slot: (slots + 1) x 1000 MB over slots + 1 slots

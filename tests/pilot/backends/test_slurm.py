@@ -62,8 +62,14 @@ def _outputs_stay_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
 
 def make_slurm(env: dict[str, str], **settings: object) -> SlurmBackend:
     return SlurmBackend(
-        SlurmSettings.from_options({"config": env["SLURM_CONF"], "bin_dir": env["PILOTFISH_SLURM_BIN"],
-                                    "log_dir": str(Path.cwd() / "logs"), **settings})
+        SlurmSettings.from_options(
+            {
+                "config": env["SLURM_CONF"],
+                "bin_dir": env["PILOTFISH_SLURM_BIN"],
+                "log_dir": str(Path.cwd() / "logs"),
+                **settings,
+            }
+        )
     )
 
 
@@ -112,15 +118,19 @@ def test_nice_parameters_default_to_slurm_conf_priority_params(slurm_env: dict[s
     """The seed: time_origin and nice_factor come from PriorityParams in the configuration file when the backend
     settings do not give them (Slurm spells the key PriorityParameters); settings still win."""
     conf = tmp_path / "slurm.conf"
-    conf.write_text(Path(slurm_env["SLURM_CONF"]).read_text()
-                    + '\nPriorityParameters="time_origin=2024-06-01 00:00 +00:00,nice_factor=0.25"\n')
+    conf.write_text(
+        Path(slurm_env["SLURM_CONF"]).read_text()
+        + '\nPriorityParameters="time_origin=2024-06-01 00:00 +00:00,nice_factor=0.25"\n'
+    )
     origin_ts = datetime(2024, 6, 1, tzinfo=UTC).timestamp()
     start_by = time.time() + 3600
     from_conf = make_slurm(slurm_env, config=str(conf), use_nice=True)
     assert (from_conf.time_origin, from_conf.nice_factor) == ("2024-06-01 00:00 +00:00", 0.25)
     given = make_slurm(slurm_env, config=str(conf), use_nice=True, nice_factor=0.5)
-    ids = {"conf": from_conf.submit(PilotRequest("conf", ["true"], SMALL, 60, start_by=start_by)),
-           "given": given.submit(PilotRequest("given", ["true"], SMALL, 60, start_by=start_by))}
+    ids = {
+        "conf": from_conf.submit(PilotRequest("conf", ["true"], SMALL, 60, start_by=start_by)),
+        "given": given.submit(PilotRequest("given", ["true"], SMALL, 60, start_by=start_by)),
+    }
     nice = {name: int(scontrol_job(slurm_env, batch_id)["Nice"]) for name, batch_id in ids.items()}
     assert nice == {"conf": round((start_by - origin_ts) * 0.25), "given": round((start_by - origin_ts) * 0.5)}
     wait_states(from_conf, list(ids.values()), all_final)
@@ -146,8 +156,9 @@ def test_repo_key_defaults_to_the_repository_base_name(slurm_env: dict[str, str]
 def test_indexed_resource_names_are_read_as_the_seed_s_table_says(slurm_env: dict[str, str]) -> None:
     """gres0, partition0... are gres, partition... (no index = index 0), not licenses or gres named partition0."""
     backend = make_slurm(slurm_env, poll_interval=0.2)
-    request = PilotRequest("indexed", ["true"], SMALL, 60,
-                           resources={"partition0": "debug", "nodes0": slurm_env["PILOTFISH_SLURM_NODE"]})
+    request = PilotRequest(
+        "indexed", ["true"], SMALL, 60, resources={"partition0": "debug", "nodes0": slurm_env["PILOTFISH_SLURM_NODE"]}
+    )
     assert not any(a.startswith("--gres") for a in backend.submit_args(request))
     batch_id = backend.submit(request)
     job = scontrol_job(slurm_env, batch_id)
@@ -156,17 +167,26 @@ def test_indexed_resource_names_are_read_as_the_seed_s_table_says(slurm_env: dic
 
 
 def test_resource_names_and_priority_params_without_a_cluster(tmp_path: Path) -> None:
-    assert [resource_name(k, "p") for k in ("gres0", "partition", "reserv0", "licence0", "matlab2", "gpu")] == \
-        ["gres", "partition", "reservation", "licenses", "matlab2", "gpu"]
+    assert [resource_name(k, "p") for k in ("gres0", "partition", "reserv0", "licence0", "matlab2", "gpu")] == [
+        "gres",
+        "partition",
+        "reservation",
+        "licenses",
+        "matlab2",
+        "gpu",
+    ]
     with pytest.raises(BackendError, match=r"'gres1' is for component 1 of a heterogeneous job"):
         resource_name("gres1", "pilot 'p'")
     with pytest.raises(BackendError, match=r"resources 'gres' and 'gres0' both name 'gres'"):
         SlurmBackend(SlurmSettings(bin_dir="/usr/bin")).submit_args(
-            PilotRequest("p", ["true"], SMALL, 60, resources={"gres": "gpu:1", "gres0": "gpu:2"}))
+            PilotRequest("p", ["true"], SMALL, 60, resources={"gres": "gpu:1", "gres0": "gpu:2"})
+        )
     conf = tmp_path / "slurm.conf"
-    conf.write_text("# PriorityParameters=time_origin=1999-01-01 00:00\n"
-                    "PriorityParameters=nice_factor=3 # a comment\n"
-                    'priorityparams = "time_origin=2024-01-01 00:00,nice_factor=2,other=x"\n')
+    conf.write_text(
+        "# PriorityParameters=time_origin=1999-01-01 00:00\n"
+        "PriorityParameters=nice_factor=3 # a comment\n"
+        'priorityparams = "time_origin=2024-01-01 00:00,nice_factor=2,other=x"\n'
+    )
     assert priority_params(conf) == {"time_origin": "2024-01-01 00:00", "nice_factor": "2", "other": "x"}
     assert priority_params(tmp_path / "missing") == {}
     conf.write_text("PriorityParameters=nice_factor=fast\n")

@@ -30,8 +30,9 @@ ALL = [pytest.param(kind, marks=_marks(kind), id=kind) for kind in KINDS]
 
 
 @pytest.fixture
-def rig(request: pytest.FixtureRequest, redis_url: str, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> Iterator[Rig]:
+def rig(
+    request: pytest.FixtureRequest, redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Rig]:
     # Pilots start in the submitter's directory (sbatch, qsub -cwd, Popen): keep their work dirs in tmp_path.
     monkeypatch.chdir(tmp_path)
     made = Rig(request.param, redis_url, tmp_path)
@@ -111,8 +112,7 @@ def test_queued_pilots_are_cancelled_in_the_batch_system_when_their_demand_goes(
     states = rig.wait_states(first.submitted, lambda s: all(x.state.final for x in s.values()))
     assert all(s.state is PilotState.CANCELLED for s in states.values()), states
     if rig.kind == "slurm":
-        assert {b: rig.scontrol(b)["JobState"] for b in first.submitted} == dict.fromkeys(first.submitted,
-                                                                                            "CANCELLED")
+        assert {b: rig.scontrol(b)["JobState"] for b in first.submitted} == dict.fromkeys(first.submitted, "CANCELLED")
     elif rig.kind == "sge":
         listed = rig.run("qstat", "-u", "*")
         assert not [b for b in first.submitted if f" {b} " in f" {listed} "], listed

@@ -65,22 +65,37 @@ def settings_for(tmp_path: Path, redis_url: str, catalog: str) -> Settings:
     empty = tmp_path / "empty-bin"
     empty.mkdir(exist_ok=True)
     path.write_text(catalog.replace("@EMPTY@", str(empty)))
-    return Settings().with_(redis_url=redis_url, pilot_redis_url=redis_url, catalog=str(path),
-                            state_dir=str(tmp_path / "state"),
-                            lease_seconds=3.0, backoff_seconds=0.0, pilot_idle_timeout=2.0, pilot_events=False,
-                            pilot_stop_margin=0.0)  # the walls asked below are exact (see test_stop_margin.py)
+    return Settings().with_(
+        redis_url=redis_url,
+        pilot_redis_url=redis_url,
+        catalog=str(path),
+        state_dir=str(tmp_path / "state"),
+        lease_seconds=3.0,
+        backoff_seconds=0.0,
+        pilot_idle_timeout=2.0,
+        pilot_events=False,
+        pilot_stop_margin=0.0,
+    )  # the walls asked below are exact (see test_stop_margin.py)
 
 
 def job(name: str, site: str, *, ete: float = 1.0, seconds: float = 0.5, wall: str | None = "5m") -> JobSpec:
-    return JobSpec(name=name, command=f"sleep {seconds}", ete=ete,
-                   requirements={"Site": site, "cpu": 1, "mem": "100M", **({"wall": wall} if wall else {})})
+    return JobSpec(
+        name=name,
+        command=f"sleep {seconds}",
+        ete=ete,
+        requirements={"Site": site, "cpu": 1, "mem": "100M", **({"wall": wall} if wall else {})},
+    )
 
 
 def wait_pilots_stopped(ctx: Context) -> None:
     """Until every pilot has written its last heartbeat record (it idles out after 2 s): a pilot the test
     started outlives the test otherwise, and that record lands in the next test's Redis."""
-    wait_until(lambda: all(r.get("stopped") for r in ctx.store.pilot_records().values()), timeout=60, interval=0.3,
-               what="the pilots stopped")
+    wait_until(
+        lambda: all(r.get("stopped") for r in ctx.store.pilot_records().values()),
+        timeout=60,
+        interval=0.3,
+        what="the pilots stopped",
+    )
 
 
 @pytest.fixture
@@ -126,8 +141,13 @@ def test_a_missing_batch_system_is_converted_once_when_the_director_is_configure
         assert all("runs alone" in s.detail for s in states.values() if s.state is PilotState.RUNNING), states
 
         ids = list(sub.ids.values())
-        wait_until(lambda: all(j.state is JobState.DONE for j in ctx.store.jobs(ids)), timeout=60, interval=0.3,
-                   what="both jobs done", between=director.cycle)
+        wait_until(
+            lambda: all(j.state is JobState.DONE for j in ctx.store.jobs(ids)),
+            timeout=60,
+            interval=0.3,
+            what="both jobs done",
+            between=director.cycle,
+        )
     finally:
         director.stop_all()
         director.close()
@@ -165,8 +185,10 @@ def test_max_running_caps_a_queues_pilots_across_cycles(ctx: Context, in_tmp: Pa
         director.close()
 
 
-@pytest.mark.parametrize(("ete", "needs", "wall"), [(100.0, None, 240), (20.0, None, 120), (350.0, None, 600),
-                                                   (30.0, "5m", 360), (590.0, "2m", 180)])
+@pytest.mark.parametrize(
+    ("ete", "needs", "wall"),
+    [(100.0, None, 240), (20.0, None, 120), (350.0, None, 600), (30.0, "5m", 360), (590.0, "2m", 180)],
+)
 def test_the_wall_a_pilot_asks_is_what_its_jobs_need_rounded_with_headroom_and_capped(
     ctx: Context, in_tmp: Path, ete: float, needs: str | None, wall: int
 ) -> None:
@@ -222,12 +244,15 @@ def test_the_queue_with_the_most_urgent_job_is_planned_first_and_takes_the_share
     director = Director(ctx, pilot_command=Placeholders(), log_dir=str(in_tmp / "logs"))
     try:
         Submitter.of(ctx).submit([job("anywhere", "A")], name="shared")
-        Submitter.of(ctx).submit([JobSpec(name="only-b", command="true", requirements={"Site": "B", "cpu": 1})],
-                             name="urgent", priority=600.0)
-        anywhere = Submitter.of(ctx).submit([JobSpec(name="either", command="true", requirements={"cpu": 1})],
-                                        name="either")
-        assert ctx.store.pool(ctx.store.jobs(list(anywhere.ids.values()))[0].tq_id) == {"A/host/first",
-                                                                                       "B/host/second"}
+        Submitter.of(ctx).submit(
+            [JobSpec(name="only-b", command="true", requirements={"Site": "B", "cpu": 1})],
+            name="urgent",
+            priority=600.0,
+        )
+        anywhere = Submitter.of(ctx).submit(
+            [JobSpec(name="either", command="true", requirements={"cpu": 1})], name="either"
+        )
+        assert ctx.store.pool(ctx.store.jobs(list(anywhere.ids.values()))[0].tq_id) == {"A/host/first", "B/host/second"}
         report = director.cycle()
         assert list(report.queues) == ["B/host/second", "A/host/first"], report.summary()
         assert len(report.queues["B/host/second"].submitted) == 1, report.summary()
@@ -246,24 +271,38 @@ def test_the_queue_with_the_most_urgent_job_is_planned_first_and_takes_the_share
 
 def cli_env(ctx: Context) -> dict[str, str]:
     s = ctx.settings
-    return {**os.environ, "PYTHONPATH": str(ROOT), "PILOTFISH_REDIS_URL": s.redis_url,
-            "PILOTFISH_CATALOG": str(s.catalog), "PILOTFISH_STATE_DIR": s.state_dir,
-            "PILOTFISH_LEASE_SECONDS": "3", "PILOTFISH_BACKOFF_SECONDS": "0",
-            "PILOTFISH_PILOT_IDLE_TIMEOUT": "2", "PILOTFISH_PILOT_EVENTS": "false"}
+    return {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "PILOTFISH_REDIS_URL": s.redis_url,
+        "PILOTFISH_CATALOG": str(s.catalog),
+        "PILOTFISH_STATE_DIR": s.state_dir,
+        "PILOTFISH_LEASE_SECONDS": "3",
+        "PILOTFISH_BACKOFF_SECONDS": "0",
+        "PILOTFISH_PILOT_IDLE_TIMEOUT": "2",
+        "PILOTFISH_PILOT_EVENTS": "false",
+    }
 
 
 def test_pilotfish_director_once_provisions_and_its_pilot_runs_the_job(ctx: Context, in_tmp: Path) -> None:
     sub = Submitter.of(ctx).submit([job("once", "L")], name="once")
-    done = subprocess.run([sys.executable, "-m", "matcher.cli", "director", "--once", "--log-dir",
-                           str(in_tmp / "logs")], cwd=in_tmp, env=cli_env(ctx), capture_output=True, text=True,
-                          timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "matcher.cli", "director", "--once", "--log-dir", str(in_tmp / "logs")],
+        cwd=in_tmp,
+        env=cli_env(ctx),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert summary["queues"]["L/host/q"]["submitted"] == 1 and summary["queues"]["L/host/q"]["demand"] == 1, summary
     # The pilot outlives the command (its own session) and runs the job.
     [job_id] = sub.ids.values()
-    wait_until(lambda: ctx.store.jobs([job_id])[0].state is JobState.DONE, timeout=60, interval=0.3,
-               what="the job done")
+    wait_until(
+        lambda: ctx.store.jobs([job_id])[0].state is JobState.DONE, timeout=60, interval=0.3, what="the job done"
+    )
     assert list((in_tmp / "logs").glob("pfl-q-c1-local-*.out")), "the pilot's log is in --log-dir"
     assert {p.name for p in in_tmp.iterdir()} <= {"catalog.toml", "empty-bin", "logs", "state"}, "written to the cwd"
     wait_pilots_stopped(ctx)
@@ -273,8 +312,13 @@ def test_pilotfish_director_once_provisions_and_its_pilot_runs_the_job(ctx: Cont
 def worker(ctx: Context, in_tmp: Path) -> Iterator[subprocess.Popen[bytes]]:
     """``pilotfish matcher --no-beat``: a real Celery worker on the test's Redis, nothing scheduled."""
     log = (in_tmp / "worker.log").open("wb")
-    process = subprocess.Popen([sys.executable, "-m", "matcher.cli", "matcher", "--no-beat", "--concurrency", "1"],
-                               cwd=in_tmp, env=cli_env(ctx), stdout=log, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "matcher.cli", "matcher", "--no-beat", "--concurrency", "1"],
+        cwd=in_tmp,
+        env=cli_env(ctx),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         yield process
     finally:
@@ -295,8 +339,9 @@ def test_the_celery_director_task_provisions_and_its_pilot_runs_the_job(
     client = Celery("pilotfish-test", broker=ctx.redis_url)
     try:
         client.send_task("pilotfish.director")
-        wait_until(lambda: ctx.store.jobs([job_id])[0].state is JobState.DONE, timeout=90, interval=0.3,
-                   what="the job done")
+        wait_until(
+            lambda: ctx.store.jobs([job_id])[0].state is JobState.DONE, timeout=90, interval=0.3, what="the job done"
+        )
     finally:
         client.close()
     assert worker.poll() is None, (in_tmp / "worker.log").read_text()[-2000:]

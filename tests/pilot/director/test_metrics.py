@@ -25,9 +25,15 @@ __all__ = ["ctx", "in_tmp"]  # fixtures, imported for pytest
 def test_the_director_counts_its_submissions_and_it_and_its_pilots_log_json(ctx: Context, in_tmp: Path) -> None:
     sub = Submitter.of(ctx).submit([job("once", "L")], name="once")
     env = {**cli_env(ctx), "PILOTFISH_LOG_FORMAT": "json"}
-    done = subprocess.run([sys.executable, "-m", "matcher.cli", "-v", "director", "--once", "--log-dir",
-                           str(in_tmp / "logs")], cwd=in_tmp, env=env, capture_output=True, text=True, timeout=60,
-                          check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "matcher.cli", "-v", "director", "--once", "--log-dir", str(in_tmp / "logs")],
+        cwd=in_tmp,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     lines = json_lines(done.stderr)
     assert lines and {line["component"] for line in lines} == {"director"}, done.stderr
@@ -38,8 +44,15 @@ def test_the_director_counts_its_submissions_and_it_and_its_pilots_log_json(ctx:
     pilot_lines = json_lines(pilot_log.read_text())
     assert {line["component"] for line in pilot_lines} == {"pilot"}, pilot_log.read_text()
 
-    shown = subprocess.run([sys.executable, "-m", "matcher.cli", "metrics"], cwd=in_tmp, env=cli_env(ctx),
-                           capture_output=True, text=True, timeout=60, check=True).stdout
+    shown = subprocess.run(
+        [sys.executable, "-m", "matcher.cli", "metrics"],
+        cwd=in_tmp,
+        env=cli_env(ctx),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
     samples = parse(shown)
     assert value(samples, "pilotfish_director_submissions_total", backend="local") == 1
     assert value(samples, "pilotfish_jobs_ended_total", state="done") == 1

@@ -42,8 +42,9 @@ def job(name: str, cpu: int = 1, mem: int = 2 * GB, **kw: object) -> Demand:
     return Demand(name, cpu, mem, **kw)  # type: ignore[arg-type]
 
 
-def running(pid: str, shape: str, cpu: int, mem: int, *, queued: bool = False,
-            time_left: float = 3600.0) -> ExistingPilot:
+def running(
+    pid: str, shape: str, cpu: int, mem: int, *, queued: bool = False, time_left: float = 3600.0
+) -> ExistingPilot:
     return ExistingPilot(pid, BY_NAME[shape], queued, cpu, mem, BY_NAME[shape].tmp, time_left)
 
 
@@ -364,8 +365,9 @@ def test_plans_are_valid_with_existing_pilots_and_caps(
     existing = []
     for i, (name, queued, used, left) in enumerate(pilots):
         s = BY_NAME[name]
-        existing.append(ExistingPilot(f"p{i}", s, queued, int(s.cpu * used), int(s.mem * used), int(s.tmp * used),
-                                      left))
+        existing.append(
+            ExistingPilot(f"p{i}", s, queued, int(s.cpu * used), int(s.mem * used), int(s.tmp * used), left)
+        )
     result = plan(demand, CATALOG, existing, n_max_queued=n_max_queued, max_running=max_running)
     assert_valid(result, demand, existing)
     if n_max_queued is not None:

@@ -15,9 +15,11 @@ from tests.support.scripts import script
 GB = 1000
 HOUR = 3600.0
 #: AWS's c5/m5/r5.2xlarge: 8 cores with 16, 32 or 64 GB.
-CMR = [Shape("c5.2xlarge", cpu=8, mem=16 * GB, tmp=0, wall=48 * HOUR, cost=0.34),
-       Shape("m5.2xlarge", cpu=8, mem=32 * GB, tmp=0, wall=48 * HOUR, cost=0.384),
-       Shape("r5.2xlarge", cpu=8, mem=64 * GB, tmp=0, wall=48 * HOUR, cost=0.504)]
+CMR = [
+    Shape("c5.2xlarge", cpu=8, mem=16 * GB, tmp=0, wall=48 * HOUR, cost=0.34),
+    Shape("m5.2xlarge", cpu=8, mem=32 * GB, tmp=0, wall=48 * HOUR, cost=0.384),
+    Shape("r5.2xlarge", cpu=8, mem=64 * GB, tmp=0, wall=48 * HOUR, cost=0.504),
+]
 
 
 def test_memory_pilots_are_packed_tight_and_their_idle_cores_take_the_light_jobs() -> None:
@@ -46,8 +48,9 @@ def test_the_configuration_lp_is_a_bound_tighter_than_the_per_resource_one() -> 
 
 
 @pytest.mark.parametrize("seed", [1, 5])  # the old planner was at 1.097 and 1.110 on the last mix
-@pytest.mark.parametrize("mix", ["12-30GB+2c/4GB cmr x3", "12-30GB+2c/4GB cmr x6", "16-30GB+2c/2GB cmr x3",
-                                 "6-14GB+1c/2GB cmr x6"])
+@pytest.mark.parametrize(
+    "mix", ["12-30GB+2c/4GB cmr x3", "12-30GB+2c/4GB cmr x6", "16-30GB+2c/2GB cmr x3", "6-14GB+1c/2GB cmr x6"]
+)
 def test_memory_skewed_plans_stay_within_ten_per_cent_of_the_lp(mix: str, seed: int) -> None:
     pytest.importorskip("scipy")
     bench_provision = script("bench_provision")

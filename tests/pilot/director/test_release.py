@@ -33,8 +33,9 @@ def _marks(kind: str) -> list[pytest.MarkDecorator]:
 
 
 @pytest.fixture
-def rig(request: pytest.FixtureRequest, redis_url: str, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> Iterator[Rig]:
+def rig(
+    request: pytest.FixtureRequest, redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Rig]:
     monkeypatch.chdir(tmp_path)
     made = Rig(request.param, redis_url, tmp_path, idle_timeout=IDLE_TIMEOUT, pilot_env={"PYTHONPATH": str(ROOT)})
     try:
@@ -58,8 +59,11 @@ def test_an_idle_pilot_no_job_fits_is_released_when_another_shape_waits(rig: Rig
 
     # A 2-core job: the idle 1-core pilot cannot take it, a c2 pilot is planned, the c1 pilot goes.
     second = list(rig.submit([rig.job("two", cpu=2, seconds=0.5)]).ids.values())
-    rig.drive(lambda: all_final(rig.jobs(second)) and small in rig.ended(), 90,
-              "the 2-core job done and the idle 1-core pilot gone")
+    rig.drive(
+        lambda: all_final(rig.jobs(second)) and small in rig.ended(),
+        90,
+        "the 2-core job done and the idle 1-core pilot gone",
+    )
     assert any(rig.reports[-k].queues[rig.queue.id].released for k in range(1, len(rig.reports) + 1))
     assert "released by the director" in rig.pilot_logs()
     assert [j.state for j in rig.jobs(first + second)] == [JobState.DONE, JobState.DONE]

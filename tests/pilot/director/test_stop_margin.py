@@ -28,8 +28,9 @@ def test_the_pilot_command_carries_the_stop_margin(tmp_path: Path, redis_url: st
 
 
 @pytest.mark.parametrize(("margin", "wall"), [(0.0, 180), (90.0, 270), (30.5, 211)])
-def test_the_wall_asked_keeps_the_stop_margin(tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch,
-                                              margin: float, wall: int) -> None:
+def test_the_wall_asked_keeps_the_stop_margin(
+    tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch, margin: float, wall: int
+) -> None:
     """A job of wall 2m: 120 s rounded to 60, one step of headroom, and the margin (whole seconds, up)."""
     monkeypatch.chdir(tmp_path)
     ctx = Context(settings_for(tmp_path, redis_url, CATALOG).with_(pilot_stop_margin=margin))
@@ -44,8 +45,9 @@ def test_the_wall_asked_keeps_the_stop_margin(tmp_path: Path, redis_url: str, mo
         director.close()
 
 
-def test_a_job_that_would_need_the_margin_is_unplaceable(tmp_path: Path, redis_url: str,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_job_that_would_need_the_margin_is_unplaceable(
+    tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     ctx = Context(settings_for(tmp_path, redis_url, CATALOG).with_(pilot_stop_margin=120.0))
     placeholders = Placeholders()
@@ -63,6 +65,10 @@ def test_a_job_that_would_need_the_margin_is_unplaceable(tmp_path: Path, redis_u
 
 def test_the_pilots_defaults_are_the_settings_defaults() -> None:
     defaults, config = Settings(), PilotConfig(queue="s/c/q")
-    assert (config.vo, config.prefix, config.lease, config.idle_timeout) == \
-        (defaults.vo, defaults.prefix, defaults.lease_seconds, defaults.pilot_idle_timeout)
+    assert (config.vo, config.prefix, config.lease, config.idle_timeout) == (
+        defaults.vo,
+        defaults.prefix,
+        defaults.lease_seconds,
+        defaults.pilot_idle_timeout,
+    )
     assert config.redis_url == LOCAL_REDIS_URL  # the pilot's store when none is named (no embedded server to find)

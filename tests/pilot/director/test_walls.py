@@ -24,8 +24,9 @@ from tests.support.polling import wait_until
 LONG_ETE = 300.0
 
 
-def drive(director: Director, ctx: Context, walls: dict[str, int], until: Callable[[], bool], timeout: float,
-          what: str) -> None:
+def drive(
+    director: Director, ctx: Context, walls: dict[str, int], until: Callable[[], bool], timeout: float, what: str
+) -> None:
     """Director cycles every 0.3 s until ``until()``; ``walls`` collects the wall of every pilot submitted."""
 
     def cycle() -> None:
@@ -35,16 +36,24 @@ def drive(director: Director, ctx: Context, walls: dict[str, int], until: Callab
             records = director.provisioned(queue, director.backend(queue))
             walls.update({b: int(records[b]["wall"]) for b in report.submitted})
 
-    wait_until(until, timeout=timeout, interval=0.3, what=lambda: f"{what}; pilots: {ctx.store.pilot_records()}",
-               between=cycle)
+    wait_until(
+        until, timeout=timeout, interval=0.3, what=lambda: f"{what}; pilots: {ctx.store.pilot_records()}", between=cycle
+    )
 
 
 def test_a_long_job_gets_a_pilot_sized_for_it_and_the_idle_short_pilot_makes_room(
-        tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
-    settings = Settings().with_(redis_url=redis_url, catalog="", state_dir=str(tmp_path / "state"),
-                                lease_seconds=3.0, backoff_seconds=0.0, pilot_idle_timeout=600.0,
-                                pilot_events=False)
+    settings = Settings().with_(
+        redis_url=redis_url,
+        catalog="",
+        state_dir=str(tmp_path / "state"),
+        lease_seconds=3.0,
+        backoff_seconds=0.0,
+        pilot_idle_timeout=600.0,
+        pilot_events=False,
+    )
     ctx = Context(settings)  # the local default catalog: one queue, one shape of this whole host
     director = Director(ctx, log_dir=str(tmp_path / "logs"))
     walls: dict[str, int] = {}

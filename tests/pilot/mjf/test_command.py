@@ -15,9 +15,15 @@ from tests.support.paths import ROOT as REPO
 
 
 def run_mjf(env: dict[str, str], *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", "from pilot.mjf.command import mjf; mjf()", *args],
-                          env={"PATH": os.environ["PATH"], **env}, cwd=REPO, capture_output=True,
-                          text=True, check=check, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-c", "from pilot.mjf.command import mjf; mjf()", *args],
+        env={"PATH": os.environ["PATH"], **env},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=check,
+        timeout=60,
+    )
 
 
 def site(tmp_path: Path, now: int) -> dict[str, str]:
@@ -39,12 +45,17 @@ def test_json_report(tmp_path: Path) -> None:
     env = site(tmp_path, now)
     status_dir = tmp_path / "status"
     writer = JobStatusWriter(status_dir, allocated_CPU=8, pilot_start=now - 1000)
-    writer.publish([RunningPayload(cores=2, start=now - 500, expected_end=now + 1000, max_end=now + 2000),
-                    RunningPayload(cores=4, start=now - 100, expected_end=now + 500, max_end=now + 2500)],
-                   now=now)
+    writer.publish(
+        [
+            RunningPayload(cores=2, start=now - 500, expected_end=now + 1000, max_end=now + 2000),
+            RunningPayload(cores=4, start=now - 100, expected_end=now + 500, max_end=now + 2500),
+        ],
+        now=now,
+    )
     env["JOBSTATUS"] = str(status_dir)
-    report: dict[str, Any] = json.loads(run_mjf(env, "--json", "--stop-margin", "100",
-                                                "--workdir", str(tmp_path)).stdout)
+    report: dict[str, Any] = json.loads(
+        run_mjf(env, "--json", "--stop-margin", "100", "--workdir", str(tmp_path)).stdout
+    )
     at = report["now"]
     job, machine = report["features"]["job"], report["features"]["machine"]
     assert machine["hs06"] == {"value": 320.0, "source": f"machinefeatures:{env['MACHINEFEATURES']}"}
@@ -78,8 +89,18 @@ def test_table_report_without_jobstatus(tmp_path: Path) -> None:
     lines = out.splitlines()
     assert "JOBSTATUS        (not set)" in lines
     at = lines.index("  waste formulas (nothing published: unknown values shown as ?):")
-    assert lines[at + 3].split() == ["draining_waste", "(allocated_CPU", "-", "used_CPU)", "*", "(first_exp_job_end",
-                                     "-", "now)", "+", "add_final_exp_waste"]
+    assert lines[at + 3].split() == [
+        "draining_waste",
+        "(allocated_CPU",
+        "-",
+        "used_CPU)",
+        "*",
+        "(first_exp_job_end",
+        "-",
+        "now)",
+        "+",
+        "add_final_exp_waste",
+    ]
     assert lines[at + 4].strip().startswith("with allocated_CPU=8, used_CPU=?, first_exp_job_end=?")
     assert lines[at + 5].split()[0] == "kill_waste"
 

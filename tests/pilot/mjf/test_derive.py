@@ -56,8 +56,13 @@ def no_command(argv: Sequence[str]) -> str | None:
 
 
 def test_slurm_environment() -> None:
-    env = {"SLURM_JOB_ID": "4242", "SLURM_CPUS_ON_NODE": "4", "SLURM_MEM_PER_NODE": "4096",
-           "SLURM_JOB_START_TIME": "1714550400", "SLURM_JOB_END_TIME": "1714554000"}
+    env = {
+        "SLURM_JOB_ID": "4242",
+        "SLURM_CPUS_ON_NODE": "4",
+        "SLURM_MEM_PER_NODE": "4096",
+        "SLURM_JOB_START_TIME": "1714550400",
+        "SLURM_JOB_END_TIME": "1714554000",
+    }
     derived = derive.from_slurm(env)  # the real runner: scontrol answers nothing for this job here
     assert derived.values["allocated_CPU"] == 4
     assert derived.values["mem_limit_MB"] == 4294  # 4096 MiB = 4294.97 MB, floored
@@ -67,13 +72,13 @@ def test_slurm_environment() -> None:
 
 
 def test_slurm_memory_per_cpu_and_cpu_lists() -> None:
-    env = {"SLURM_JOB_ID": "1", "SLURM_JOB_CPUS_PER_NODE": "4(x2),2", "SLURM_NODEID": "2",
-           "SLURM_MEM_PER_CPU": "1000"}
+    env = {"SLURM_JOB_ID": "1", "SLURM_JOB_CPUS_PER_NODE": "4(x2),2", "SLURM_NODEID": "2", "SLURM_MEM_PER_CPU": "1000"}
     derived = derive.from_slurm(env, no_command)
     assert derived.values["allocated_CPU"] == 2
     assert derived.values["mem_limit_MB"] == 2097  # 2 x 1000 MiB
-    derived = derive.from_slurm({"SLURM_JOB_ID": "1", "SLURM_CPUS_PER_TASK": "3", "SLURM_NTASKS": "2",
-                                 "SLURM_MEM_PER_NODE": "2G"}, no_command)
+    derived = derive.from_slurm(
+        {"SLURM_JOB_ID": "1", "SLURM_CPUS_PER_TASK": "3", "SLURM_NTASKS": "2", "SLURM_MEM_PER_NODE": "2G"}, no_command
+    )
     assert derived.values["allocated_CPU"] == 6
     assert derived.values["mem_limit_MB"] == 2147
     assert "wall_limit_secs" not in derived.values
@@ -85,16 +90,28 @@ def test_not_in_slurm_or_sge_gives_nothing() -> None:
 
 
 def test_bad_slurm_values_warn_instead_of_failing() -> None:
-    derived = derive.from_slurm({"SLURM_JOB_ID": "1", "SLURM_CPUS_ON_NODE": "four",
-                                 "SLURM_MEM_PER_NODE": "lots", "SLURM_JOB_START_TIME": "x"}, no_command)
+    derived = derive.from_slurm(
+        {"SLURM_JOB_ID": "1", "SLURM_CPUS_ON_NODE": "four", "SLURM_MEM_PER_NODE": "lots", "SLURM_JOB_START_TIME": "x"},
+        no_command,
+    )
     assert derived.values == {}
     assert len(derived.warnings) == 3 and all(w.startswith("slurm") for w in derived.warnings)
 
 
-@pytest.mark.parametrize(("text", "seconds"), [
-    ("30", 1800), ("30:15", 1815), ("1:00:00", 3600), ("2-12", 216000), ("2-12:30", 217800),
-    ("1-02:00:00", 93600), ("UNLIMITED", None), ("INFINITE", None), ("Partition_Limit", ValueError),
-])
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("30", 1800),
+        ("30:15", 1815),
+        ("1:00:00", 3600),
+        ("2-12", 216000),
+        ("2-12:30", 217800),
+        ("1-02:00:00", 93600),
+        ("UNLIMITED", None),
+        ("INFINITE", None),
+        ("Partition_Limit", ValueError),
+    ],
+)
 def test_slurm_durations(text: str, seconds: int | type[Exception] | None) -> None:
     if seconds is ValueError:
         with pytest.raises(ValueError):
@@ -151,9 +168,17 @@ def test_qstat_output_gives_limits_and_start() -> None:
     assert derived.sources["wall_limit_secs"] == "sge:qstat"
 
 
-@pytest.mark.parametrize(("text", "size"), [("2G", 2 * 2**30), ("2g", 2 * 10**9), ("512M", 512 * 2**20),
-                                            ("1000", 1000), ("INFINITY", None),
-                                            ("4.1g", 4_100_000_000)])  # exactly: a float gave 4099999999
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("2G", 2 * 2**30),
+        ("2g", 2 * 10**9),
+        ("512M", 512 * 2**20),
+        ("1000", 1000),
+        ("INFINITY", None),
+        ("4.1g", 4_100_000_000),
+    ],
+)  # exactly: a float gave 4099999999
 def test_sge_memory_units(text: str, size: int | None) -> None:
     assert derive.parse_sge_memory(text) == size
 
@@ -184,18 +209,34 @@ def test_host_jobstart_defaults_to_this_process_start(tmp_path: Path) -> None:
 
 def run_reader(env: dict[str, str], workdir: Path) -> dict[str, dict[str, object]]:
     """Read features in a real subprocess whose environment is exactly ``env`` (plus PATH)."""
-    code = ("import json; from pilot.mjf.source import read_features; "
-            f"f = read_features(workdir={str(workdir)!r}); "
-            "print(json.dumps({'values': {**f.as_dict()['job'], **f.as_dict()['machine']}}))")
-    done = subprocess.run([sys.executable, "-c", code], env={"PATH": os.environ["PATH"], **env},
-                          cwd=ROOT, capture_output=True, text=True, check=True)
+    code = (
+        "import json; from pilot.mjf.source import read_features; "
+        f"f = read_features(workdir={str(workdir)!r}); "
+        "print(json.dumps({'values': {**f.as_dict()['job'], **f.as_dict()['machine']}}))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={"PATH": os.environ["PATH"], **env},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     values: dict[str, dict[str, object]] = json.loads(done.stdout)["values"]
     return values
 
 
 def test_sources_in_a_slurm_job_subprocess(tmp_path: Path) -> None:
-    values = run_reader({"SLURM_JOB_ID": "31", "SLURM_CPUS_ON_NODE": "2", "SLURM_MEM_PER_CPU": "500",
-                         "SLURM_JOB_START_TIME": "1714550400", "SLURM_JOB_END_TIME": "1714557600"}, tmp_path)
+    values = run_reader(
+        {
+            "SLURM_JOB_ID": "31",
+            "SLURM_CPUS_ON_NODE": "2",
+            "SLURM_MEM_PER_CPU": "500",
+            "SLURM_JOB_START_TIME": "1714550400",
+            "SLURM_JOB_END_TIME": "1714557600",
+        },
+        tmp_path,
+    )
     assert values["allocated_CPU"] == {"value": 2, "source": "slurm"}
     assert values["mem_limit_MB"] == {"value": 1048, "source": "slurm"}
     assert values["wall_limit_secs"] == {"value": 7200, "source": "slurm"}

@@ -11,12 +11,26 @@ from pilot.mjf.features import JOB_KEYS, MACHINE_KEYS, MalformedValue, parse_val
 from pilot.mjf.source import FeatureReader, FeatureSourceError, open_source, read_features
 from taskqueues.errors import ConfigError
 
-MACHINE = {"hs06": "123.5", "shutdowntime": "2000000000", "jobslots": "16", "phys_cores": "8",
-           "log_cores": "16", "shutdown_command": "/usr/local/bin/halt-vm\n"}
-JOB = {"cpufactor_lrms": "2.5", "cpu_limit_secs_lrms": "720000", "cpu_limit_secs": "288000",
-       "wall_limit_secs_lrms": "90000", "wall_limit_secs": "36000", "disk_limit_GB": "20.5",
-       "jobstart_secs": "1700000000", "mem_limit_MB": "16000", "allocated_CPU": "8",
-       "shutdowntime_job": "1700030000"}
+MACHINE = {
+    "hs06": "123.5",
+    "shutdowntime": "2000000000",
+    "jobslots": "16",
+    "phys_cores": "8",
+    "log_cores": "16",
+    "shutdown_command": "/usr/local/bin/halt-vm\n",
+}
+JOB = {
+    "cpufactor_lrms": "2.5",
+    "cpu_limit_secs_lrms": "720000",
+    "cpu_limit_secs": "288000",
+    "wall_limit_secs_lrms": "90000",
+    "wall_limit_secs": "36000",
+    "disk_limit_GB": "20.5",
+    "jobstart_secs": "1700000000",
+    "mem_limit_MB": "16000",
+    "allocated_CPU": "8",
+    "shutdowntime_job": "1700030000",
+}
 
 
 def write_dir(path: Path, values: dict[str, str]) -> Path:
@@ -31,11 +45,11 @@ def mjf_dirs(tmp_path: Path) -> tuple[Path, Path]:
     return write_dir(tmp_path / "machine", MACHINE), write_dir(tmp_path / "job", JOB)
 
 
-def reader(machine: Path | str | None, job: Path | str | None, tmp_path: Path,
-           **kwargs: object) -> FeatureReader:
+def reader(machine: Path | str | None, job: Path | str | None, tmp_path: Path, **kwargs: object) -> FeatureReader:
     # An explicit, empty batch environment: the host may itself run inside Slurm or SGE.
-    return FeatureReader(None if machine is None else str(machine), None if job is None else str(job),
-                         env={}, workdir=tmp_path, **kwargs)  # type: ignore[arg-type]
+    return FeatureReader(
+        None if machine is None else str(machine), None if job is None else str(job), env={}, workdir=tmp_path, **kwargs
+    )  # type: ignore[arg-type]
 
 
 def test_every_key_is_read_with_its_type_and_labelled(mjf_dirs: tuple[Path, Path], tmp_path: Path) -> None:
@@ -71,10 +85,19 @@ def test_read_features_uses_the_environment_variables(mjf_dirs: tuple[Path, Path
     assert features.job.allocated_CPU == 8 and features.machine.jobslots == 16
 
 
-@pytest.mark.parametrize(("key", "text"), [
-    ("hs06", "fast"), ("jobslots", "2.5"), ("mem_limit_MB", "-1"), ("allocated_CPU", "0"),
-    ("disk_limit_GB", "nan"), ("shutdowntime", ""), ("wall_limit_secs", "inf"), ("shutdown_command", "  \n"),
-])
+@pytest.mark.parametrize(
+    ("key", "text"),
+    [
+        ("hs06", "fast"),
+        ("jobslots", "2.5"),
+        ("mem_limit_MB", "-1"),
+        ("allocated_CPU", "0"),
+        ("disk_limit_GB", "nan"),
+        ("shutdowntime", ""),
+        ("wall_limit_secs", "inf"),
+        ("shutdown_command", "  \n"),
+    ],
+)
 def test_malformed_values_are_rejected(key: str, text: str) -> None:
     with pytest.raises(MalformedValue):
         parse_value(key, text)
@@ -89,7 +112,8 @@ def test_lenient_but_exact_parsing() -> None:
 
 
 def test_malformed_file_warns_naming_source_and_key_and_is_absent(
-        mjf_dirs: tuple[Path, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    mjf_dirs: tuple[Path, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     machine, job = mjf_dirs
     (machine / "hs06").write_text("very fast")
     (job / "mem_limit_MB").write_text("4GB")
@@ -128,8 +152,9 @@ def test_unknown_default_is_a_config_error(tmp_path: Path) -> None:
 def test_trust_order_mjf_then_batch_then_host_then_default(tmp_path: Path) -> None:
     job = write_dir(tmp_path / "job", {"allocated_CPU": "3"})
     env = {"SLURM_JOB_ID": "77", "SLURM_CPUS_ON_NODE": "6", "SLURM_MEM_PER_NODE": "1000"}
-    features = FeatureReader(None, str(job), env=env, workdir=tmp_path,
-                             defaults={"wall_limit_secs": 7200, "mem_limit_MB": 1}).load()
+    features = FeatureReader(
+        None, str(job), env=env, workdir=tmp_path, defaults={"wall_limit_secs": 7200, "mem_limit_MB": 1}
+    ).load()
     assert (features.job.allocated_CPU, features.source("allocated_CPU")) == (3, f"jobfeatures:{job}")
     assert (features.job.mem_limit_MB, features.source("mem_limit_MB")) == (1048, "slurm")
     assert features.source("log_cores") == "host"
@@ -139,8 +164,15 @@ def test_trust_order_mjf_then_batch_then_host_then_default(tmp_path: Path) -> No
 
 
 def test_real_limits_derived_from_normalised_ones_divide_by_cpufactor(tmp_path: Path) -> None:
-    job = write_dir(tmp_path / "job", {"cpufactor_lrms": "2", "wall_limit_secs_lrms": "7200",
-                                       "cpu_limit_secs_lrms": "28800", "jobstart_secs": "1000"})
+    job = write_dir(
+        tmp_path / "job",
+        {
+            "cpufactor_lrms": "2",
+            "wall_limit_secs_lrms": "7200",
+            "cpu_limit_secs_lrms": "28800",
+            "jobstart_secs": "1000",
+        },
+    )
     env = {"SLURM_JOB_ID": "5", "SLURM_JOB_START_TIME": "1000", "SLURM_JOB_END_TIME": "99999"}
     features = FeatureReader(None, str(job), env=env, workdir=tmp_path).load()
     # The site's own normalised limit beats the batch system's: 7200 / 2 real seconds.
@@ -153,8 +185,7 @@ def test_real_limits_derived_from_normalised_ones_divide_by_cpufactor(tmp_path: 
 
 def test_time_left_follows_shutdowntime_moving_closer(tmp_path: Path) -> None:
     machine = write_dir(tmp_path / "m", {"hs06": "100"})
-    job = write_dir(tmp_path / "j", {"jobstart_secs": "10000", "wall_limit_secs": "86400",
-                                     "cpufactor_lrms": "0.5"})
+    job = write_dir(tmp_path / "j", {"jobstart_secs": "10000", "wall_limit_secs": "86400", "cpufactor_lrms": "0.5"})
     mjf = reader(machine, job, tmp_path)
     now = 20000.0
     assert mjf.load().time_left(now, stop_margin=600) == 10000 + 86400 - now - 600

@@ -12,11 +12,17 @@ def test_remaining_time_both_forms() -> None:
 
 def test_draining_waste() -> None:
     # 16 cores, 10 used, first payload ends in 600 s, 12000 CPU s already expected after it.
-    assert formulas.draining_waste(allocated_CPU=16, used_CPU=10, first_exp_job_end=1600,
-                                   add_final_exp_waste=12000, now=1000) == 6 * 600 + 12000
+    assert (
+        formulas.draining_waste(
+            allocated_CPU=16, used_CPU=10, first_exp_job_end=1600, add_final_exp_waste=12000, now=1000
+        )
+        == 6 * 600 + 12000
+    )
     # A full pilot wastes nothing until its first payload ends.
-    assert formulas.draining_waste(allocated_CPU=4, used_CPU=4, first_exp_job_end=2000,
-                                   add_final_exp_waste=50, now=1000) == 50
+    assert (
+        formulas.draining_waste(allocated_CPU=4, used_CPU=4, first_exp_job_end=2000, add_final_exp_waste=50, now=1000)
+        == 50
+    )
 
 
 def test_kill_waste() -> None:
@@ -34,14 +40,22 @@ def test_normalisation_direction_follows_the_spec_table() -> None:
 
 
 def test_earliest_end_and_time_left() -> None:
-    assert formulas.earliest_end(jobstart_secs=1000, wall_limit_secs=3600, shutdowntime_job=None,
-                                 shutdowntime=None) == 4600
-    assert formulas.earliest_end(jobstart_secs=1000, wall_limit_secs=3600, shutdowntime_job=4000,
-                                 shutdowntime=4500) == 4000
-    assert formulas.earliest_end(jobstart_secs=None, wall_limit_secs=3600, shutdowntime_job=None,
-                                 shutdowntime=3000) == 3000
-    assert formulas.earliest_end(jobstart_secs=1000, wall_limit_secs=None, shutdowntime_job=None,
-                                 shutdowntime=None) is None
+    assert (
+        formulas.earliest_end(jobstart_secs=1000, wall_limit_secs=3600, shutdowntime_job=None, shutdowntime=None)
+        == 4600
+    )
+    assert (
+        formulas.earliest_end(jobstart_secs=1000, wall_limit_secs=3600, shutdowntime_job=4000, shutdowntime=4500)
+        == 4000
+    )
+    assert (
+        formulas.earliest_end(jobstart_secs=None, wall_limit_secs=3600, shutdowntime_job=None, shutdowntime=3000)
+        == 3000
+    )
+    assert (
+        formulas.earliest_end(jobstart_secs=1000, wall_limit_secs=None, shutdowntime_job=None, shutdowntime=None)
+        is None
+    )
     assert formulas.time_left(4600, now=4000, stop_margin=100) == 500
     assert formulas.time_left(4600, now=4550, stop_margin=100) == 0
     assert formulas.time_left(None, now=4000) is None

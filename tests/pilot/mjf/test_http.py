@@ -39,7 +39,8 @@ class MJFServer:
                 if inm or ims:
                     server.conditional[self.path] += 1
                 unchanged = (use_etag and inm == etag) or (
-                    not use_etag and ims is not None and ims == headers.get("Last-Modified"))
+                    not use_etag and ims is not None and ims == headers.get("Last-Modified")
+                )
                 self.send_response(304 if unchanged else 200)
                 for name, value in headers.items():
                     if name != "X-Validator":
@@ -160,8 +161,13 @@ def test_expires_is_measured_against_the_server_date(server: MJFServer) -> None:
     source = HttpSource(f"{server.url}/m", clock=lambda: clock[0])
     # Date and Expires from a server whose clock is a year behind ours: 120 s of freshness all the same.
     date = time.time() - 365 * 86400
-    server.put("/m/jobslots", "8", Date=formatdate(date, usegmt=True),
-               Expires=formatdate(date + 120, usegmt=True), X_Validator="none")
+    server.put(
+        "/m/jobslots",
+        "8",
+        Date=formatdate(date, usegmt=True),
+        Expires=formatdate(date + 120, usegmt=True),
+        X_Validator="none",
+    )
     source.read("jobslots")
     clock[0] = 100
     source.read("jobslots")
@@ -178,8 +184,7 @@ def test_unreachable_server_keeps_last_value_or_is_absent(server: MJFServer, tmp
     server.close()
     features = mjf.refresh()
     assert features.machine.shutdowntime == 2000000000
-    assert any(f"{server.url}/m/shutdowntime" in w and "keeping the last value" in w
-               for w in features.warnings)
+    assert any(f"{server.url}/m/shutdowntime" in w and "keeping the last value" in w for w in features.warnings)
     fresh = FeatureReader(f"{server.url}/m", None, env={}, workdir=tmp_path, timeout=2).load()
     assert fresh.machine.shutdowntime is None
     assert any("treated as absent" in w for w in fresh.warnings)

@@ -51,8 +51,15 @@ def test_known_sequence_of_starts_and_ends(tmp_path: Path) -> None:
     ]
     for now, running, expected in steps:
         status = writer.publish(running, now=now)
-        got = (status.used_CPU, status.last_job_start, status.first_exp_job_end, status.last_exp_job_end,
-               status.last_max_job_end, status.add_uncom_time, status.add_final_exp_waste)
+        got = (
+            status.used_CPU,
+            status.last_job_start,
+            status.first_exp_job_end,
+            status.last_exp_job_end,
+            status.last_max_job_end,
+            status.add_uncom_time,
+            status.add_final_exp_waste,
+        )
         assert got == expected, f"at {now}"
         assert read_jobstatus(writer.directory) == status
         assert status.priority_factor == 3 and status.can_postpone_last_job is True
@@ -64,16 +71,31 @@ def test_formulas_agree_with_the_integrals_they_stand_for() -> None:
     status = compute_status(running, allocated_CPU=8, last_job_start=1000, now=1400)
     for now in (1400, 1500, 1750):
         lost_if_killed = sum(p.cores * (now - p.start) for p in running)
-        assert formulas.kill_waste(add_uncom_time=status.add_uncom_time, used_CPU=status.used_CPU,
-                                   last_job_start=status.last_job_start, now=now) == lost_if_killed
+        assert (
+            formulas.kill_waste(
+                add_uncom_time=status.add_uncom_time,
+                used_CPU=status.used_CPU,
+                last_job_start=status.last_job_start,
+                now=now,
+            )
+            == lost_if_killed
+        )
         last = max(p.expected_end for p in running)
         idle_if_drained = (8 - 7) * (last - now) + sum(p.cores * (last - p.expected_end) for p in running)
-        assert formulas.draining_waste(allocated_CPU=8, used_CPU=status.used_CPU,
-                                       first_exp_job_end=status.first_exp_job_end,
-                                       add_final_exp_waste=status.add_final_exp_waste,
-                                       now=now) == idle_if_drained
-    assert formulas.draining_waste(allocated_CPU=8, used_CPU=7, first_exp_job_end=1800,
-                                   add_final_exp_waste=4300, now=1500) == 4600
+        assert (
+            formulas.draining_waste(
+                allocated_CPU=8,
+                used_CPU=status.used_CPU,
+                first_exp_job_end=status.first_exp_job_end,
+                add_final_exp_waste=status.add_final_exp_waste,
+                now=now,
+            )
+            == idle_if_drained
+        )
+    assert (
+        formulas.draining_waste(allocated_CPU=8, used_CPU=7, first_exp_job_end=1800, add_final_exp_waste=4300, now=1500)
+        == 4600
+    )
     assert formulas.kill_waste(add_uncom_time=1000, used_CPU=7, last_job_start=1400, now=1500) == 1700
 
 
@@ -146,8 +168,9 @@ def test_false_again_ends_the_hold_and_a_zero_hold_holds_nothing(tmp_path: Path)
     assert writer.hold_until == 1600
     writer.can_postpone_last_job = False  # drains again during the hold: the real values, at once
     clock.now = 1400
-    assert writer.publish([A, B]) == compute_status([A, B], allocated_CPU=8, last_job_start=1300, now=1400,
-                                                    can_postpone_last_job=False)
+    assert writer.publish([A, B]) == compute_status(
+        [A, B], allocated_CPU=8, last_job_start=1300, now=1400, can_postpone_last_job=False
+    )
     assert writer.hold_until is None
     unheld = JobStatusWriter(tmp_path / "b", allocated_CPU=8, pilot_start=1000, revert_hold=0, clock=clock)
     unheld.can_postpone_last_job = False
@@ -188,8 +211,13 @@ with locked(sys.argv[1], exclusive=sys.argv[2] == "ex", create=True):
 
 def hold_lock(directory: Path, mode: str) -> subprocess.Popen[str]:
     """A real second process holding the used_CPU lock until its stdin gets a line."""
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(directory), mode], cwd=REPO,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(directory), mode],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout is not None and holder.stdout.readline() == "held\n"
     return holder
 
@@ -245,8 +273,9 @@ def test_a_reader_process_waits_for_the_writer(tmp_path: Path) -> None:
     JobStatusWriter(tmp_path, allocated_CPU=8, pilot_start=1000).publish([A, B], now=1300)
     code = "import sys; from pilot.mjf.jobstatus import read_jobstatus; print(read_jobstatus(sys.argv[1]).used_CPU)"
     with locked(tmp_path, exclusive=True):
-        reader = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], cwd=REPO,
-                                  stdout=subprocess.PIPE, text=True)
+        reader = subprocess.Popen(
+            [sys.executable, "-c", code, str(tmp_path)], cwd=REPO, stdout=subprocess.PIPE, text=True
+        )
         wait_until(lambda: blocked_on_a_lock(reader.pid), what="the reader blocked on the lock")
         assert reader.poll() is None
     out, _ = reader.communicate(timeout=10)

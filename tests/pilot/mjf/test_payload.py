@@ -26,12 +26,19 @@ def write_dir(path: Path, values: dict[str, str]) -> Path:
 
 @pytest.fixture
 def site(tmp_path: Path) -> tuple[Path, Path]:
-    machine = write_dir(tmp_path / "site-machine",
-                        {"hs06": "400", "jobslots": "8", "shutdowntime": "1000000"})
-    job = write_dir(tmp_path / "site-job", {"jobstart_secs": "100000", "wall_limit_secs": "86400",
-                                            "cpufactor_lrms": "1.5", "allocated_CPU": "8",
-                                            "mem_limit_MB": "32000", "disk_limit_GB": "100",
-                                            "cpu_limit_secs": "600000"})
+    machine = write_dir(tmp_path / "site-machine", {"hs06": "400", "jobslots": "8", "shutdowntime": "1000000"})
+    job = write_dir(
+        tmp_path / "site-job",
+        {
+            "jobstart_secs": "100000",
+            "wall_limit_secs": "86400",
+            "cpufactor_lrms": "1.5",
+            "allocated_CPU": "8",
+            "mem_limit_MB": "32000",
+            "disk_limit_GB": "100",
+            "cpu_limit_secs": "600000",
+        },
+    )
     return machine, job
 
 
@@ -54,20 +61,24 @@ def test_payload_lifecycle_with_a_real_subprocess(site: tuple[Path, Path], tmp_p
     area = PayloadArea(tmp_path / "work", features, stop_margin=300)
     assert area.machinefeatures_dir == machine  # a local site directory is passed through, kept live
     # The job's wall requirement is normalised: 5400 reference seconds are 3600 real ones at CPU factor 1.5.
-    with area.payload("job 42/attempt 1", cores=2, mem_MB=4000, wall_norm=5400, disk_GB=5.5,
-                      start=150000) as sandbox:
+    with area.payload("job 42/attempt 1", cores=2, mem_MB=4000, wall_norm=5400, disk_GB=5.5, start=150000) as sandbox:
         values = read_dir(sandbox.jobfeatures)
         assert values == {
-            "allocated_CPU": "2", "mem_limit_MB": "4000", "wall_limit_secs": "3600",
-            "wall_limit_secs_lrms": "5400", "cpu_limit_secs": "7200", "cpu_limit_secs_lrms": "10800",
-            "jobstart_secs": "150000", "disk_limit_GB": "5.5",
-            "shutdowntime_job": str(100000 + 86400 - 300), "cpufactor_lrms": "1.5",
+            "allocated_CPU": "2",
+            "mem_limit_MB": "4000",
+            "wall_limit_secs": "3600",
+            "wall_limit_secs_lrms": "5400",
+            "cpu_limit_secs": "7200",
+            "cpu_limit_secs_lrms": "10800",
+            "jobstart_secs": "150000",
+            "disk_limit_GB": "5.5",
+            "shutdowntime_job": str(100000 + 86400 - 300),
+            "cpufactor_lrms": "1.5",
         }
         env = sandbox.env({"PATH": os.environ["PATH"], "JOBSTATUS": "/pilot/status", "HOME": "/root"})
         assert "JOBSTATUS" not in env and env["HOME"] == "/root"
         done = subprocess.run(["/bin/sh", "-c", SCRIPT], env=env, capture_output=True, text=True, check=True)
-        assert done.stdout.split("\n")[:3] == [
-            "cores=2 omp=2 cpu=2 mem=4000", "tmp=5500 jobstatus=unset hs06=400", "0"]
+        assert done.stdout.split("\n")[:3] == ["cores=2 omp=2 cpu=2 mem=4000", "tmp=5500 jobstatus=unset hs06=400", "0"]
         assert (sandbox.tmpdir / "deep" / "locked" / "file").exists()
         assert stat.S_IMODE(sandbox.tmpdir.stat().st_mode) == 0o700
         root = sandbox.root
@@ -116,7 +127,8 @@ def test_a_slot_that_cannot_be_cleaned_is_replaced(site: tuple[Path, Path], tmp_
 
 
 def test_payload_wall_is_capped_by_the_pilot_end_and_defaults_to_the_pilots_share(
-        site: tuple[Path, Path], tmp_path: Path) -> None:
+    site: tuple[Path, Path], tmp_path: Path
+) -> None:
     machine, job = site
     features = FeatureReader(str(machine), str(job), env={}, workdir=tmp_path).load()
     area = PayloadArea(tmp_path / "work", features)

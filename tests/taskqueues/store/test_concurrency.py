@@ -29,8 +29,10 @@ def drain(url: str, pilot: int, out: mp.Queue) -> None:  # type: ignore[type-arg
 
 def test_eight_matchers_never_share_a_job(redis_url: str) -> None:
     store = Store.from_url(redis_url)
-    specs = [job(f"tq{i % 20}", score=i % 7, cpu=1 + i % 3, mem=100 * (1 + i % 4),
-                 queues=QUEUES if i % 5 else QUEUES[:1]) for i in range(3000)]
+    specs = [
+        job(f"tq{i % 20}", score=i % 7, cpu=1 + i % 3, mem=100 * (1 + i % 4), queues=QUEUES if i % 5 else QUEUES[:1])
+        for i in range(3000)
+    ]
     ids = set(store.submit(specs))
     ctx = mp.get_context("spawn")
     out: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
@@ -43,4 +45,3 @@ def test_eight_matchers_never_share_a_job(redis_url: str) -> None:
     matched = [jid for r in results for jid in r]
     assert len(matched) == len(set(matched)), "a job was matched twice"
     assert set(matched) == ids
-

@@ -62,10 +62,12 @@ def test_a_request_carries_its_owner_and_group(submitter: Submitter, store: Stor
     assert store.request(plain.request)["group"] == "default" and store.request(plain.request)["owner"]
 
 
-@pytest.mark.parametrize(("owner", "group", "bad"), [("al ice", "prod", "'al ice'"), ("alice", "a.b", "'a.b'"),
-                                                     ("-x", "prod", "'-x'")])
-def test_a_bad_owner_or_group_is_refused_by_name(submitter: Submitter, store: Store, owner: str, group: str,
-                                                 bad: str) -> None:
+@pytest.mark.parametrize(
+    ("owner", "group", "bad"), [("al ice", "prod", "'al ice'"), ("alice", "a.b", "'a.b'"), ("-x", "prod", "'-x'")]
+)
+def test_a_bad_owner_or_group_is_refused_by_name(
+    submitter: Submitter, store: Store, owner: str, group: str, bad: str
+) -> None:
     with pytest.raises(SubmissionError) as refused:
         submitter.submit([el9("a")], owner=owner, group=group)
     assert bad in str(refused.value) and "is not a name" in str(refused.value)
@@ -73,8 +75,9 @@ def test_a_bad_owner_or_group_is_refused_by_name(submitter: Submitter, store: St
 
 
 def test_a_workflow_file_names_its_owner_and_group() -> None:
-    workflow = parse_workflow({"name": "w", "owner": "carol", "group": "astro",
-                               "jobs": [{"name": "a", "command": "true"}]})
+    workflow = parse_workflow(
+        {"name": "w", "owner": "carol", "group": "astro", "jobs": [{"name": "a", "command": "true"}]}
+    )
     assert (workflow.owner, workflow.group) == ("carol", "astro")
     with pytest.raises(WorkflowError, match="group 'no/slash' is not a name"):
         parse_workflow({"name": "w", "group": "no/slash", "jobs": [{"name": "a", "command": "true"}]})
@@ -82,20 +85,25 @@ def test_a_workflow_file_names_its_owner_and_group() -> None:
 
 def test_a_shares_file_is_validated_key_by_key(tmp_path: Path) -> None:
     path = tmp_path / "shares.toml"
-    path.write_text('halflife = "1h"\n[groups.prod]\nshare = 50\nmax_cores = 100\n[groups.prod.sites]\n'
-                    '"A" = 20\n"A/ce/q" = 8\n[groups.prod.owners]\nalice = 2\n[groups.ana]\nshare = 30\n'
-                    '[types]\nreco = 5\n')
+    path.write_text(
+        'halflife = "1h"\n[groups.prod]\nshare = 50\nmax_cores = 100\n[groups.prod.sites]\n'
+        '"A" = 20\n"A/ce/q" = 8\n[groups.prod.owners]\nalice = 2\n[groups.ana]\nshare = 30\n'
+        "[types]\nreco = 5\n"
+    )
     policy = read_policy(path)
     assert policy.halflife == 3600 and policy.shares == {"prod": 50, "ana": 30}
     assert policy.cores == {("prod", "*"): 100, ("prod", "A"): 20, ("prod", "A/ce/q"): 8}
     assert policy.owner_shares == {("prod", "alice"): 2} and policy.jobs == {"reco": 5}
     assert Policy.from_fields(policy.fields()) == policy
-    for data, said in [({"groups": {"prod": {"share": -1}}}, "groups.prod.share: wants a number above 0"),
-                       ({"groups": {"p.q": {}}}, "groups.p.q: group 'p.q' is not a name"),
-                       ({"groups": {"prod": {"sites": {"a b": 3}}}}, "'a b' is neither a site nor a queue"),
-                       ({"groups": {"prod": {"quota": 3}}}, "groups.prod.quota: unknown key"),
-                       ({"types": {"reco": 2.5}}, "types.reco: wants a whole number"),
-                       ({"halflife": "soon"}, "halflife:"), ({"share": 1}, "share: unknown key")]:
+    for data, said in [
+        ({"groups": {"prod": {"share": -1}}}, "groups.prod.share: wants a number above 0"),
+        ({"groups": {"p.q": {}}}, "groups.p.q: group 'p.q' is not a name"),
+        ({"groups": {"prod": {"sites": {"a b": 3}}}}, "'a b' is neither a site nor a queue"),
+        ({"groups": {"prod": {"quota": 3}}}, "groups.prod.quota: unknown key"),
+        ({"types": {"reco": 2.5}}, "types.reco: wants a whole number"),
+        ({"halflife": "soon"}, "halflife:"),
+        ({"share": 1}, "share: unknown key"),
+    ]:
         with pytest.raises(ConfigError, match=said.replace(".", r"\.").replace("(", r"\(")):
             parse_policy(data, "f.toml")
 
@@ -112,8 +120,22 @@ def test_groups_are_served_by_share_and_limits_hold(submitter: Submitter, store:
     assert sum(account_of(j.tq_id)[0] == "ana" for j in got) == 8, "ana's limit of 8 cores at site A"
     e = explain(store, Catalog.loads(TWO_SITES), late.ids["a39"])
     assert "group ana runs 8 cores at site A, its limit there is 8" in "\n".join(e.fairness)
-    store.heartbeat("p3", {}, {"queue": QA, "cores": 4, "mem": 8000, "tmp": 1000, "used_cpu": 0, "used_mem": 0,
-                              "used_tmp": 0, "time_left": 3600, "running": [], "draining": False})
+    store.heartbeat(
+        "p3",
+        {},
+        {
+            "queue": QA,
+            "cores": 4,
+            "mem": 8000,
+            "tmp": 1000,
+            "used_cpu": 0,
+            "used_mem": 0,
+            "used_tmp": 0,
+            "time_left": 3600,
+            "running": [],
+            "draining": False,
+        },
+    )
     e = explain(store, Catalog.loads(TWO_SITES), late.ids["a39"])
     assert e.verdict.startswith("a running limit holds it: group ana runs 8 cores at site A, its limit there is 8")
     text = "\n".join(render_explanation(e, NOW))
@@ -127,14 +149,16 @@ def test_explain_names_the_groups_served_first(submitter: Submitter, store: Stor
     publish(store.client, store.keys, Policy(shares={"prod": 1, "ana": 1}))
     store.client.hset(store.keys.fair, mapping={"u:ana": f"5000 {NOW}"})  # ana ran recently, prod did not
     e = explain(store, Catalog.loads(TWO_SITES), late.ids["a"])
-    assert e.verdict.startswith("its group's share: group ana used 100.0% against a share of 50.0%; "
-                                "groups served first: prod")
+    assert e.verdict.startswith(
+        "its group's share: group ana used 100.0% against a share of 50.0%; groups served first: prod"
+    )
     (got,) = store.match(PilotOffer("p", QA, 1, 64000))
     assert account_of(got.tq_id)[0] == "prod", "prod goes first although ana's job is far more urgent"
 
 
-def test_the_shares_command_stores_shows_and_removes(store: Store, tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch, redis_url: str) -> None:
+def test_the_shares_command_stores_shows_and_removes(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, redis_url: str
+) -> None:
     monkeypatch.setenv("PILOTFISH_REDIS_URL", redis_url)
     monkeypatch.setenv("PILOTFISH_VO", VO)
     path = tmp_path / "s.toml"

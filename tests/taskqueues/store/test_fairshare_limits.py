@@ -13,8 +13,9 @@ from taskqueues.store.records import PilotOffer
 from tests.support.store import check_store, job
 
 QUEUES = ("s1/c/a", "s2/c/b")
-POLICY = Policy(shares={"g1": 1, "g2": 1, "g3": 1}, cores={("g1", "*"): 7, ("g2", "s2"): 5, ("g3", "s1/c/a"): 3},
-                jobs={"reco": 4})
+POLICY = Policy(
+    shares={"g1": 1, "g2": 1, "g3": 1}, cores={("g1", "*"): 7, ("g2", "s2"): 5, ("g3", "s1/c/a"): 3}, jobs={"reco": 4}
+)
 
 
 def hold(url: str, pilot: int, out: mp.Queue) -> None:  # type: ignore[type-arg]

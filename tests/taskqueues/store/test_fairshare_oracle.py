@@ -26,11 +26,19 @@ from tests.support.store import check_heads, check_store, job
 
 QUEUES = ["s1/c/q0", "s1/c/q1", "s2/c/q2"]
 TQS = {  # task queue (with its account) -> its eligible queues
-    "ta.g1.alice": ("s1/c/q0",), "tb.g1.bob.reco": ("s1/c/q0", "s1/c/q1"), "tc.g2.carol": ("s1/c/q1", "s2/c/q2"),
-    "td.g3.dave.reco": tuple(QUEUES), "te": tuple(QUEUES),
+    "ta.g1.alice": ("s1/c/q0",),
+    "tb.g1.bob.reco": ("s1/c/q0", "s1/c/q1"),
+    "tc.g2.carol": ("s1/c/q1", "s2/c/q2"),
+    "td.g3.dave.reco": tuple(QUEUES),
+    "te": tuple(QUEUES),
 }
-POLICY = Policy(halflife=100.0, shares={"g1": 5, "g2": 3, "g3": 2}, owner_shares={("g1", "alice"): 2, ("g1", "bob"): 1},
-                cores={("g1", "*"): 4, ("g2", "s2"): 2, ("g3", "s1/c/q0"): 1}, jobs={"reco": 2})
+POLICY = Policy(
+    halflife=100.0,
+    shares={"g1": 5, "g2": 3, "g3": 2},
+    owner_shares={("g1", "alice"): 2, ("g1", "bob"): 1},
+    cores={("g1", "*"): 4, ("g2", "s2"): 2, ("g3", "s1/c/q0"): 1},
+    jobs={"reco": 2},
+)
 TAU = POLICY.halflife / math.log(2)
 
 
@@ -76,8 +84,11 @@ class Oracle:
         site = queue.split("/")[0]
         leased = [x for x in self.jobs.values() if x.state == "matched"]
         mine = [x for x in leased if account_of(x.tq)[0] == group]
-        for where, held in (("*", mine), (site, [x for x in mine if x.queue.split("/")[0] == site]),
-                            (queue, [x for x in mine if x.queue == queue])):
+        for where, held in (
+            ("*", mine),
+            (site, [x for x in mine if x.queue.split("/")[0] == site]),
+            (queue, [x for x in mine if x.queue == queue]),
+        ):
             limit = POLICY.cores.get((group, where))
             if limit is not None and sum(x.cpu for x in held) + j.cpu > limit:
                 return False
@@ -105,15 +116,18 @@ class Oracle:
 
 def close(a: tuple, b: tuple) -> bool:
     """Two keys equal up to float rounding in their usage parts."""
-    return all(math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-6) for x, y in zip(a[:2], b[:2], strict=True)) \
+    return (
+        all(math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-6) for x, y in zip(a[:2], b[:2], strict=True))
         and a[2:] == b[2:]
+    )
 
 
 job_st = st.tuples(st.sampled_from(sorted(TQS)), st.integers(0, 5), st.integers(1, 3), st.sampled_from([100, 300]))
 op_st = st.one_of(
     st.tuples(st.just("submit"), st.lists(job_st, min_size=1, max_size=6)),
-    st.tuples(st.just("match"), st.sampled_from(QUEUES), st.integers(0, 6), st.sampled_from([150, 1000]),
-              st.integers(1, 4)),
+    st.tuples(
+        st.just("match"), st.sampled_from(QUEUES), st.integers(0, 6), st.sampled_from([150, 1000]), st.integers(1, 4)
+    ),
     st.tuples(st.just("complete"), st.integers(0, 50)),
     st.tuples(st.just("wait"), st.sampled_from([1, 7, 60, 250])),
     st.tuples(st.just("expire")),
@@ -130,8 +144,9 @@ def test_share_rule_agrees_with_the_oracle(real_redis: redis.Redis, ops: list[tu
     oracle = Oracle()
     for op in ops:
         if op[0] == "submit":
-            specs = [job(tq, score=score, cpu=cpu, mem=mem, queues=TQS[tq], max_retries=1)
-                     for tq, score, cpu, mem in op[1]]
+            specs = [
+                job(tq, score=score, cpu=cpu, mem=mem, queues=TQS[tq], max_retries=1) for tq, score, cpu, mem in op[1]
+            ]
             for jid, (tq, score, cpu, mem) in zip(store.submit(specs), op[1], strict=True):
                 oracle.jobs[jid] = OracleJob(jid, tq, score, cpu, mem)
         elif op[0] == "match":

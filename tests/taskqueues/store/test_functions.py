@@ -75,9 +75,11 @@ def test_a_replica_holds_the_library(tmp_path: Path) -> None:
 
 
 def test_an_older_version_is_replaced_whole(real_redis: redis.Redis) -> None:
-    old = ("#!lua name=pilotfish_000000000000\n"
-           "redis.register_function('pf_match', function(KEYS, ARGV) return {'old'} end)\n"
-           "redis.register_function('pf_gone', function(KEYS, ARGV) return 1 end)\n")
+    old = (
+        "#!lua name=pilotfish_000000000000\n"
+        "redis.register_function('pf_match', function(KEYS, ARGV) return {'old'} end)\n"
+        "redis.register_function('pf_gone', function(KEYS, ARGV) return 1 end)\n"
+    )
     real_redis.function_flush()
     real_redis.function_load(old)
     functions.Library.of(real_redis).checked = False  # a process starting with the new code
@@ -104,8 +106,9 @@ def test_a_pilot_calls_only_its_functions_and_loads_none(redis_server: RedisServ
     assert len(Store(pilot).match(offer())) == 1
 
 
-def test_a_pilot_finding_no_library_waits_for_the_control_plane(redis_server: RedisServer,
-                                                                 real_redis: redis.Redis) -> None:
+def test_a_pilot_finding_no_library_waits_for_the_control_plane(
+    redis_server: RedisServer, real_redis: redis.Redis
+) -> None:
     pilot = Store(pilot_client(redis_server, real_redis))
     Store(real_redis).submit([job(queues=(Q,))])
     real_redis.function_flush()

@@ -34,37 +34,142 @@ from tests.support.store import Call, populate, script_calls
 #: ARGV index of each script's JSON argument.
 JSON_ARG = {"submit": 2, "complete": 5, "fail": 5, "heartbeat": 3, "release": 3, "rescore": 1}
 
-BAD_TEXT = ["", "nan", "NaN", "-nan", "inf", "-inf", "Infinity", "1e400", "-1e400", "-1", "0", "-0", "1.5", "2",
-            "1e18", "1e308", "9" * 40, " 5", "5 ", "0x10", "abc", "ü", "\x00", "a:b", "a b", "{", "}", "[]", "{}",
-            "null", "true", "x" * 5000, "1", "waiting", "running", "kill", "cancel"]
+BAD_TEXT = [
+    "",
+    "nan",
+    "NaN",
+    "-nan",
+    "inf",
+    "-inf",
+    "Infinity",
+    "1e400",
+    "-1e400",
+    "-1",
+    "0",
+    "-0",
+    "1.5",
+    "2",
+    "1e18",
+    "1e308",
+    "9" * 40,
+    " 5",
+    "5 ",
+    "0x10",
+    "abc",
+    "ü",
+    "\x00",
+    "a:b",
+    "a b",
+    "{",
+    "}",
+    "[]",
+    "{}",
+    "null",
+    "true",
+    "x" * 5000,
+    "1",
+    "waiting",
+    "running",
+    "kill",
+    "cancel",
+]
 STATES = ["waiting", "running", "matched", "done", "blocked", "releasing", "failed", "dep-failed", "cancelled", ""]
 NUMBERS = [0, 1, 2, -1, 0.5, 60, 1e20, -1e20, 2**63, float("nan"), float("inf"), float("-inf"), "1", "x", None]
 #: Fields a bad call might carry or retype, each with values it might plausibly (or wrongly) hold: the state,
 #: lease and placement fields of a record, its dependencies, a result's, a release's, a pilot record's.
 FIELDS: dict[str, list[Any]] = {
-    "s": STATES, "a": NUMBERS, "pl": ["p1", "p9", "", None, 1], "tm": NUMBERS, "st": NUMBERS, "te": NUMBERS,
-    "ts": NUMBERS, "rt": NUMBERS, "mr": NUMBERS, "t": ["a", "b", "e", "zz", "", "a:b", "a b", 5, None],
-    "m": ["1:1:1:0:1", ":1:1:0:1", ""], "mt": [":1:1:0:1", ":1:100:0:0", ":x", ""],
+    "s": STATES,
+    "a": NUMBERS,
+    "pl": ["p1", "p9", "", None, 1],
+    "tm": NUMBERS,
+    "st": NUMBERS,
+    "te": NUMBERS,
+    "ts": NUMBERS,
+    "rt": NUMBERS,
+    "mr": NUMBERS,
+    "t": ["a", "b", "e", "zz", "", "a:b", "a b", 5, None],
+    "m": ["1:1:1:0:1", ":1:1:0:1", ""],
+    "mt": [":1:1:0:1", ":1:100:0:0", ":x", ""],
     "m_tail": [":1:1:0:1", ":1:100:0:60", ":x:1:0:1", ":1:1:0", ":-1:1:0:1", ":1e400:1:0:1", ":9999999999:1:0:1", ""],
-    "sc": ["1.0", "nan", "inf", "1e30", " 1", "0x1", "", 1.0, None], "e": NUMBERS, "pr": NUMBERS, "me": NUMBERS,
-    "nd": NUMBERS, "dl": [[], [0], [1], [2], [7], [-1], ["1"], [1, 1], {}], "dpl": [[], [0], [1], [2], [7], [0, 0]],
-    "dn": [["1"], []], "dx": [1, 0, True, "1"], "df": ["{}", "[]", "x", 1], "r": ["{}", '{"wall":1}', "[1]", "x", 1],
-    "rn": ["c", "m", "cm", "x", 1], "c": ["true", "", 1, None], "q": ["req1", "", "a b", 1], "ru": ["r", "", 1],
-    "n": ["x", 1], "k": ["k", 1], "why": ["x", "", 1], "x": NUMBERS, "w": NUMBERS, "cpu": NUMBERS, "pm": NUMBERS,
-    "o": ["{}", '{"a": 1}', "[]", "x", 1], "id": ["1", "2", "3", "99", "", "1:2", 1], "error": ["x", "", 1, None],
-    "queues": [[], ["site/ce/q1"], ["x"], ["a b"], "site/ce/q1", [1]], "def": ["{}", "[]", "x", 1],
-    "jobs": [[], {}, [{}], "x"], "tqs": [{}, [], {"zz": {"def": "{}", "queues": []}}],
-    "request": [None, {}, {"id": "r2", "rec": {}}, {"id": "req1", "rec": {}}], "rec": [{}, [], {"first": 1}],
-    "first": NUMBERS, "last": NUMBERS, "requests": [{}, {"req1": 1}, {"req1": "x"}, []],
-    "progress": [{}, {"repressure": "x"}, {"repressure": 1e300}], "marks": [{}, {"x": "nan"}, {"x": 1}],
-    "cores": NUMBERS, "queue": ["site/ce/q1", 1, None], "time_left": NUMBERS, "draining": [True, 1, None],
-    "running": [[], "x"], "priority": NUMBERS, "eta": NUMBERS, "cp": NUMBERS, "name": ["x", 1, None],
+    "sc": ["1.0", "nan", "inf", "1e30", " 1", "0x1", "", 1.0, None],
+    "e": NUMBERS,
+    "pr": NUMBERS,
+    "me": NUMBERS,
+    "nd": NUMBERS,
+    "dl": [[], [0], [1], [2], [7], [-1], ["1"], [1, 1], {}],
+    "dpl": [[], [0], [1], [2], [7], [0, 0]],
+    "dn": [["1"], []],
+    "dx": [1, 0, True, "1"],
+    "df": ["{}", "[]", "x", 1],
+    "r": ["{}", '{"wall":1}', "[1]", "x", 1],
+    "rn": ["c", "m", "cm", "x", 1],
+    "c": ["true", "", 1, None],
+    "q": ["req1", "", "a b", 1],
+    "ru": ["r", "", 1],
+    "n": ["x", 1],
+    "k": ["k", 1],
+    "why": ["x", "", 1],
+    "x": NUMBERS,
+    "w": NUMBERS,
+    "cpu": NUMBERS,
+    "pm": NUMBERS,
+    "o": ["{}", '{"a": 1}', "[]", "x", 1],
+    "id": ["1", "2", "3", "99", "", "1:2", 1],
+    "error": ["x", "", 1, None],
+    "queues": [[], ["site/ce/q1"], ["x"], ["a b"], "site/ce/q1", [1]],
+    "def": ["{}", "[]", "x", 1],
+    "jobs": [[], {}, [{}], "x"],
+    "tqs": [{}, [], {"zz": {"def": "{}", "queues": []}}],
+    "request": [None, {}, {"id": "r2", "rec": {}}, {"id": "req1", "rec": {}}],
+    "rec": [{}, [], {"first": 1}],
+    "first": NUMBERS,
+    "last": NUMBERS,
+    "requests": [{}, {"req1": 1}, {"req1": "x"}, []],
+    "progress": [{}, {"repressure": "x"}, {"repressure": 1e300}],
+    "marks": [{}, {"x": "nan"}, {"x": 1}],
+    "cores": NUMBERS,
+    "queue": ["site/ce/q1", 1, None],
+    "time_left": NUMBERS,
+    "draining": [True, 1, None],
+    "running": [[], "x"],
+    "priority": NUMBERS,
+    "eta": NUMBERS,
+    "cp": NUMBERS,
+    "name": ["x", 1, None],
 }
 
 #: The fields whose wrong value would break the store if it got in: a record's state, lease and placement, a
 #: member's tail, a score, dependencies; picked more often than the others.
-DANGEROUS = ["s", "a", "pl", "tm", "st", "t", "m", "mt", "m_tail", "sc", "nd", "dl", "dpl", "dn", "dx", "e", "me",
-             "id", "rt", "mr", "queues", "def", "cores", "time_left", "first", "last", "pr", "w"]
+DANGEROUS = [
+    "s",
+    "a",
+    "pl",
+    "tm",
+    "st",
+    "t",
+    "m",
+    "mt",
+    "m_tail",
+    "sc",
+    "nd",
+    "dl",
+    "dpl",
+    "dn",
+    "dx",
+    "e",
+    "me",
+    "id",
+    "rt",
+    "mr",
+    "queues",
+    "def",
+    "cores",
+    "time_left",
+    "first",
+    "last",
+    "pr",
+    "w",
+]
 DANGEROUS_SET = set(DANGEROUS)
 UNICODE = ["ü", "日本", "\u202e", "\ud7ff", "e\u0301"]
 
@@ -75,11 +180,12 @@ def text(rnd: random.Random) -> str:
     if how == 0:
         return rnd.choice(BAD_TEXT)
     if how == 1:
-        return repr(rnd.choice([rnd.uniform(-1e20, 1e20), rnd.randint(-10**20, 10**20), float("nan"), 1e300]))
+        return repr(rnd.choice([rnd.uniform(-1e20, 1e20), rnd.randint(-(10**20), 10**20), float("nan"), 1e300]))
     if how == 2:
         return str(rnd.randint(-5, 10))
-    return "".join(rnd.choice(["a", "1", ":", " ", "{", "}", '"', "\\", "\x00", *UNICODE])
-                   for _ in range(rnd.randrange(12)))
+    return "".join(
+        rnd.choice(["a", "1", ":", " ", "{", "}", '"', "\\", "\x00", *UNICODE]) for _ in range(rnd.randrange(12))
+    )
 
 
 def json_value(rnd: random.Random, depth: int = 0) -> Any:
@@ -90,7 +196,7 @@ def json_value(rnd: random.Random, depth: int = 0) -> Any:
     if how == 1:
         return rnd.choice([True, False])
     if how == 2:
-        return rnd.choice([rnd.randint(-2**70, 2**70), rnd.randint(-3, 10)])
+        return rnd.choice([rnd.randint(-(2**70), 2**70), rnd.randint(-3, 10)])
     if how == 3:
         return rnd.choice([rnd.uniform(-1e300, 1e300), float("nan"), float("inf"), -0.0, 0.5])
     if how in (4, 5):
@@ -137,7 +243,7 @@ def objects(value: Any) -> list[dict[str, Any]]:
 def mutated_json(rnd: random.Random, text_: str) -> str:
     """``text_`` (a JSON document) with one to three fields of its objects set, deleted or retyped."""
     if rnd.random() < 0.05:
-        return text_[:rnd.randrange(max(1, len(text_)))]  # not JSON any more
+        return text_[: rnd.randrange(max(1, len(text_)))]  # not JSON any more
     body = json.loads(text_)
     for _ in range(rnd.randint(1, 3)):
         if not objects(body):  # an earlier mutation left no object
@@ -190,9 +296,24 @@ def mutated_call(rnd: random.Random, name: str, call: Call, keys: Keys) -> tuple
             elif how == "foreign":
                 ks[i] = ks[i].replace("{default}", "{atlas}")
             elif how == "role":
-                ks[i] = rnd.choice([keys.jobs, keys.leases, keys.delayed, keys.heads, keys.qfloor, keys.tqempty,
-                                    keys.tqdefs, keys.parked, keys.work, keys.seq, keys.pilots, keys.cursor,
-                                    keys.tq("a"), keys.lock("beat")])
+                ks[i] = rnd.choice(
+                    [
+                        keys.jobs,
+                        keys.leases,
+                        keys.delayed,
+                        keys.heads,
+                        keys.qfloor,
+                        keys.tqempty,
+                        keys.tqdefs,
+                        keys.parked,
+                        keys.work,
+                        keys.seq,
+                        keys.pilots,
+                        keys.cursor,
+                        keys.tq("a"),
+                        keys.lock("beat"),
+                    ]
+                )
             else:
                 ks.append(rnd.choice(["pf:{atlas}:jobs", keys.tq("zz"), keys.requests]))
             done.append(f"keys: {how} {i}")
@@ -208,15 +329,20 @@ EXAMPLES = {"submit": 700, "rescore": 700, "release": 400, "complete": 300, "fai
 
 
 @pytest.mark.parametrize("name", scripts.names())
-def test_a_bad_call_is_refused_or_does_its_job(world: tuple[Store, dict[bytes, bytes], dict[str, Call]],
-                                               name: str) -> None:
+def test_a_bad_call_is_refused_or_does_its_job(
+    world: tuple[Store, dict[bytes, bytes], dict[str, Call]], name: str
+) -> None:
     """Choices are made with a Random that hypothesis seeds (its own draws favour first elements and small
     numbers, which left most fields of a payload untouched)."""
     store, snapshot, calls = world
     client = store.client
 
-    @settings(max_examples=EXAMPLES.get(name, 150), deadline=None, database=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @settings(
+        max_examples=EXAMPLES.get(name, 150),
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
     @given(rnd=st.randoms(use_true_random=False))
     def one_call(rnd: random.Random) -> None:
         restore_all(client, snapshot)

@@ -25,11 +25,39 @@ from tests.support.store import job
 
 def test_every_key_builder_carries_the_hash_tag() -> None:
     keys = Keys(prefix="pf", vo="lhcb")
-    built = [keys.jobs, keys.seq, keys.tq("x"), keys.tqdefs, keys.tqempty, keys.pool("x"), keys.poolstamp,
-             keys.qheads("a/b/c"), keys.leases, keys.delayed, keys.kills, keys.releasing, keys.donelog,
-             keys.requests, keys.etekeys, keys.eterules, keys.byrule("r"), keys.cursor, keys.pilots, keys.pilotseen,
-             keys.heads, keys.qfloor, keys.wake, keys.pilot_channel("slurm-1@n1"), keys.stops, keys.tqmax,
-             keys.parked, keys.ended, keys.blocked, keys.log("12"), keys.stats]
+    built = [
+        keys.jobs,
+        keys.seq,
+        keys.tq("x"),
+        keys.tqdefs,
+        keys.tqempty,
+        keys.pool("x"),
+        keys.poolstamp,
+        keys.qheads("a/b/c"),
+        keys.leases,
+        keys.delayed,
+        keys.kills,
+        keys.releasing,
+        keys.donelog,
+        keys.requests,
+        keys.etekeys,
+        keys.eterules,
+        keys.byrule("r"),
+        keys.cursor,
+        keys.pilots,
+        keys.pilotseen,
+        keys.heads,
+        keys.qfloor,
+        keys.wake,
+        keys.pilot_channel("slurm-1@n1"),
+        keys.stops,
+        keys.tqmax,
+        keys.parked,
+        keys.ended,
+        keys.blocked,
+        keys.log("12"),
+        keys.stats,
+    ]
     assert {key_slot(k.encode()) for k in built} == {key_slot(b"{lhcb}")}
     assert key_slot(Keys(vo="atlas").jobs.encode()) != key_slot(b"{lhcb}")
 
@@ -45,9 +73,11 @@ def test_every_script_call_declares_keys_of_one_slot(real_redis: redis.Redis) ->
     store = Store(real_redis, Keys(vo="lhcb"), lease_seconds=10, backoff=1, clock=clock)
     calls: list[tuple[str, list[Any]]] = []
     for name, script in [(n, s) for n, s in store._scripts.items() if n != "match"]:
+
         def spy(keys: list[Any], args: list[Any], _name: str = name, _script: Any = script) -> Any:
             calls.append((_name, list(keys)))
             return _script(keys=keys, args=args)
+
         store._scripts[name] = spy  # type: ignore[assignment]
 
     _, b, c = store.submit([job("t1", dependents=(1,)), job("t2", pending=1), job("t3", queues=("x/y/z",))])
@@ -70,8 +100,9 @@ def test_every_script_call_declares_keys_of_one_slot(real_redis: redis.Redis) ->
     clock.now += 100
     store.clean(grace=1)
     store.release(b, {"error": "nothing to release"})
-    payload_logs.ship(store, m.id, m.attempt, "p", cap=10, host="h", directory="/d", live=False,
-                      chunks={"out": (b"x", 1)})
+    payload_logs.ship(
+        store, m.id, m.attempt, "p", cap=10, host="h", directory="/d", live=False, chunks={"out": (b"x", 1)}
+    )
     # unlock/renew take the lock's own key (keys.lock, checked above), not the store's.
     assert {name for name, _ in calls} == set(scripts.names()) - {"unlock", "renew"}
     slot = key_slot(b"{lhcb}")
@@ -97,9 +128,14 @@ def cluster_port() -> int:
 def split_cluster(tmp_path: Path) -> Iterator[tuple[redis.Redis, redis.Redis]]:
     """Two real redis-servers in cluster mode: the first serves only the slot of ``{lhcb}``, the second
     every other slot."""
-    nodes = [RedisServer(tmp_path / name, cluster_port(), options=(
-        "--cluster-enabled", "yes", "--cluster-config-file", str(tmp_path / name / "nodes.conf")))
-        for name in ("a", "b")]
+    nodes = [
+        RedisServer(
+            tmp_path / name,
+            cluster_port(),
+            options=("--cluster-enabled", "yes", "--cluster-config-file", str(tmp_path / name / "nodes.conf")),
+        )
+        for name in ("a", "b")
+    ]
     try:
         for node in nodes:
             node.start()
@@ -108,8 +144,11 @@ def split_cluster(tmp_path: Path) -> Iterator[tuple[redis.Redis, redis.Redis]]:
         a.execute_command("CLUSTER", "ADDSLOTS", slot)
         b.execute_command("CLUSTER", "ADDSLOTS", *(s for s in range(16384) if s != slot))
         a.execute_command("CLUSTER", "MEET", "127.0.0.1", nodes[1].port)
-        wait_until(lambda: all(b"cluster_state:ok" in c.execute_command("CLUSTER", "INFO") for c in (a, b)),
-                   timeout=20, what="the two-node cluster to come up")
+        wait_until(
+            lambda: all(b"cluster_state:ok" in c.execute_command("CLUSTER", "INFO") for c in (a, b)),
+            timeout=20,
+            what="the two-node cluster to come up",
+        )
         yield a, b
     finally:
         for node in nodes:

@@ -23,7 +23,10 @@ from tests.support.store import check_heads, job
 
 QUEUES = ["s/c/q0", "s/c/q1", "s/c/q2"]
 TQS = {  # task queue -> its eligible queues
-    "ta": ("s/c/q0",), "tb": ("s/c/q0", "s/c/q1"), "tc": ("s/c/q1", "s/c/q2"), "td": tuple(QUEUES),
+    "ta": ("s/c/q0",),
+    "tb": ("s/c/q0", "s/c/q1"),
+    "tc": ("s/c/q1", "s/c/q2"),
+    "td": tuple(QUEUES),
 }
 
 
@@ -61,12 +64,23 @@ class Oracle:
         return min(heads, key=lambda h: (h[0], h[1]))[2] if heads else None
 
 
-job_st = st.tuples(st.sampled_from(sorted(TQS)), st.integers(0, 5), st.integers(1, 4),
-                   st.sampled_from([100, 200, 400]), st.sampled_from([0, 60, 600]))
+job_st = st.tuples(
+    st.sampled_from(sorted(TQS)),
+    st.integers(0, 5),
+    st.integers(1, 4),
+    st.sampled_from([100, 200, 400]),
+    st.sampled_from([0, 60, 600]),
+)
 op_st = st.one_of(
     st.tuples(st.just("submit"), st.lists(job_st, min_size=1, max_size=6)),
-    st.tuples(st.just("match"), st.sampled_from(QUEUES), st.integers(0, 4), st.sampled_from([0, 150, 250, 1000]),
-              st.sampled_from([None, 30, 100, 1000]), st.integers(1, 3)),
+    st.tuples(
+        st.just("match"),
+        st.sampled_from(QUEUES),
+        st.integers(0, 4),
+        st.sampled_from([0, 150, 250, 1000]),
+        st.sampled_from([None, 30, 100, 1000]),
+        st.integers(1, 3),
+    ),
     st.tuples(st.just("complete"), st.integers(0, 50)),
     st.tuples(st.just("expire")),
 )
@@ -81,8 +95,10 @@ def test_match_agrees_with_the_oracle(real_redis: redis.Redis, ops: list[tuple])
     oracle = Oracle()
     for op in ops:
         if op[0] == "submit":
-            specs = [job(tq, score=score, cpu=cpu, mem=mem, ete=ete, queues=TQS[tq], max_retries=1)
-                     for tq, score, cpu, mem, ete in op[1]]
+            specs = [
+                job(tq, score=score, cpu=cpu, mem=mem, ete=ete, queues=TQS[tq], max_retries=1)
+                for tq, score, cpu, mem, ete in op[1]
+            ]
             for jid, (tq, score, cpu, mem, ete) in zip(store.submit(specs), op[1], strict=True):
                 oracle.jobs[jid] = OracleJob(jid, tq, score, cpu, mem, ete)
         elif op[0] == "match":
@@ -145,8 +161,9 @@ class ReservingOracle(Oracle):
         return out
 
     @staticmethod
-    def shadow(free: list[int], running: list[tuple[float, int, int]], job: OracleJob,
-               now: float) -> tuple[float, int, int] | None:
+    def shadow(
+        free: list[int], running: list[tuple[float, int, int]], job: OracleJob, now: float
+    ) -> tuple[float, int, int] | None:
         cpu, mem = free
         if job.cpu <= cpu and job.mem <= mem:
             return now, cpu - job.cpu, mem - job.mem
@@ -156,8 +173,16 @@ class ReservingOracle(Oracle):
                 return now + d, cpu - job.cpu, mem - job.mem
         return None
 
-    def match(self, queue: str, pilot: str, free: list[int], left: float | None, n: int,
-              running: list[tuple[float, int, int]], now: float) -> list[str]:
+    def match(
+        self,
+        queue: str,
+        pilot: str,
+        free: list[int],
+        left: float | None,
+        n: int,
+        running: list[tuple[float, int, int]],
+        now: float,
+    ) -> list[str]:
         running = sorted(running)
         total = [free[0] + sum(r[1] for r in running), free[1] + sum(r[2] for r in running)]
         heads = self.heads(queue)
@@ -178,8 +203,9 @@ class ReservingOracle(Oracle):
         while len(got) < n:
             heads = self.heads(queue)
 
-            def allowed(j: OracleJob, hold: tuple[float, int, int] | None = hold,
-                        r: OracleReservation | None = r) -> bool:
+            def allowed(
+                j: OracleJob, hold: tuple[float, int, int] | None = hold, r: OracleReservation | None = r
+            ) -> bool:
                 if not (j.cpu <= free[0] and j.mem <= free[1] and (left is None or j.ete <= left)):
                     return False
                 if hold is None or r is None or (j.score, j.tq) <= (r.job.score, r.job.tq):
@@ -196,8 +222,9 @@ class ReservingOracle(Oracle):
                 keep = s is None or (left is not None and s[0] - now + h.ete > left)
                 if not keep and r is not None:
                     same = r.job is h
-                    keep = (same and (r.pilot == pilot or (r.active and s[0] >= r.start))) or \
-                        (not same and r.active and r.job.score <= h.score)
+                    keep = (same and (r.pilot == pilot or (r.active and s[0] >= r.start))) or (
+                        not same and r.active and r.job.score <= h.score
+                    )
                 if not keep:
                     assert s is not None
                     r = self.resv[queue] = OracleReservation(h, s[0], pilot)
@@ -223,37 +250,53 @@ class ReservingOracle(Oracle):
         return got
 
 
-running_st = st.lists(st.tuples(st.sampled_from([0, 20, 50, 100, 700]), st.integers(1, 3), st.sampled_from([0, 100])),
-                      max_size=3)
+running_st = st.lists(
+    st.tuples(st.sampled_from([0, 20, 50, 100, 700]), st.integers(1, 3), st.sampled_from([0, 100])), max_size=3
+)
 resv_op_st = st.one_of(
     st.tuples(st.just("submit"), st.lists(job_st, min_size=1, max_size=6)),
-    st.tuples(st.just("match"), st.sampled_from(QUEUES), st.sampled_from(["p", "p2"]), st.integers(0, 4),
-              st.sampled_from([0, 150, 250, 1000]), st.sampled_from([None, 100, 1000]), st.integers(1, 3), running_st),
+    st.tuples(
+        st.just("match"),
+        st.sampled_from(QUEUES),
+        st.sampled_from(["p", "p2"]),
+        st.integers(0, 4),
+        st.sampled_from([0, 150, 250, 1000]),
+        st.sampled_from([None, 100, 1000]),
+        st.integers(1, 3),
+        running_st,
+    ),
     st.tuples(st.just("complete"), st.integers(0, 50)),
     st.tuples(st.just("tick"), st.sampled_from([10, 40])),
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
-          phases=[Phase.generate])  # shrinking a failure here took over five minutes: the example is printed as is
+@settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+    phases=[Phase.generate],
+)  # shrinking a failure here took over five minutes: the example is printed as is
 @given(ops=st.lists(resv_op_st, min_size=1, max_size=25))
 def test_match_with_reservations_agrees_with_the_oracle(real_redis: redis.Redis, ops: list[tuple]) -> None:
     real_redis.flushall()
     clock = FakeClock()
-    store = Store(real_redis, lease_seconds=1e6, backoff=1, clock=clock, reservation_slack=SLACK,
-                  ete_safety_factor=1)
+    store = Store(real_redis, lease_seconds=1e6, backoff=1, clock=clock, reservation_slack=SLACK, ete_safety_factor=1)
     oracle = ReservingOracle()
     leased_by: dict[str, str] = {}
     for op in ops:
         if op[0] == "submit":
-            specs = [job(tq, score=score, cpu=cpu, mem=mem, ete=ete, queues=TQS[tq], max_retries=1)
-                     for tq, score, cpu, mem, ete in op[1]]
+            specs = [
+                job(tq, score=score, cpu=cpu, mem=mem, ete=ete, queues=TQS[tq], max_retries=1)
+                for tq, score, cpu, mem, ete in op[1]
+            ]
             for jid, (tq, score, cpu, mem, ete) in zip(store.submit(specs), op[1], strict=True):
                 oracle.jobs[jid] = OracleJob(jid, tq, score, cpu, mem, ete)
         elif op[0] == "match":
             _, queue, pilot, cpu, mem, left, n, running = op
-            got = store.match(PilotOffer(pilot, queue, cpu, mem, 0, left,
-                                         running=tuple((d, c, m, 0) for d, c, m in running)), max_jobs=n)
+            got = store.match(
+                PilotOffer(pilot, queue, cpu, mem, 0, left, running=tuple((d, c, m, 0) for d, c, m in running)),
+                max_jobs=n,
+            )
             expected = oracle.match(queue, pilot, [cpu, mem], left, n, list(running), clock.now)
             leased_by.update((jid, pilot) for jid in expected)
             assert [j.id for j in got] == expected

@@ -106,8 +106,9 @@ def test_reap_parks_a_leased_job_whose_record_cannot_be_read(store: Store, clock
     assert store.job(other).state is JobState.WAITING
 
 
-def test_operators_see_a_parked_job(store: Store, clock: FakeClock, tmp_path: Path,
-                                    caplog: pytest.LogCaptureFixture) -> None:
+def test_operators_see_a_parked_job(
+    store: Store, clock: FakeClock, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """explain says it is parked and why, status counts it, and the periodic reap logs it once."""
     bad, *_ = store.submit([job("a", score=1, queues=(QA,)), job("b", score=2, queues=(QA,))])
     store.client.hset(store.keys.jobs, bad, json.dumps({"s": "running", "mt": ":1:100:0:0", "t": "a"}))
@@ -145,15 +146,19 @@ def test_cancel_clears_a_parked_job(store: Store) -> None:
     assert text(store.client.hget(store.keys.jobs, bad)).count('"cancelled"') == 1
 
 
-def test_the_other_views_survive_what_cannot_be_read(store: Store, tmp_path: Path,
-                                                     caplog: pytest.LogCaptureFixture) -> None:
+def test_the_other_views_survive_what_cannot_be_read(
+    store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """Status, the director's demand, re-pressure and the pool refresh go on past a damaged record, member or
     definition (each used to fail on it, for every request, queue or task queue)."""
     catalog = Catalog.loads(TWO_SITES)
     ctx = Context(Settings(state_dir=str(tmp_path)))
     ctx.__dict__.update(store=store, catalog=catalog)
-    ids = Submitter(store, catalog, clock=store.clock, capacity=lambda: 1e6).submit(
-        [JobSpec("a", "true", {"Platform": "EL9"}), JobSpec("b", "true", {"Platform": "EL9"}, deps=("a",))]).ids
+    ids = (
+        Submitter(store, catalog, clock=store.clock, capacity=lambda: 1e6)
+        .submit([JobSpec("a", "true", {"Platform": "EL9"}), JobSpec("b", "true", {"Platform": "EL9"}, deps=("a",))])
+        .ids
+    )
     store.client.hset(store.keys.jobs, ids["b"], "{garbage")
     tq = store.job(ids["a"]).tq_id
     store.client.zadd(store.keys.tq(tq), {"junk": 1e9})

@@ -42,8 +42,13 @@ def ids(store: Store, o: PilotOffer, n: int = 1) -> list[str]:
 
 
 def test_the_pilot_holds_its_free_core_for_the_wide_job_and_lets_only_short_jobs_through(store: Store) -> None:
-    wide, narrow, short = store.submit([job("wide", cpu=4, ete=100, score=1), job("narrow", cpu=1, ete=100, score=2),
-                                        job("short", cpu=1, ete=20, score=3)])
+    wide, narrow, short = store.submit(
+        [
+            job("wide", cpu=4, ete=100, score=1),
+            job("narrow", cpu=1, ete=100, score=2),
+            job("short", cpu=1, ete=20, score=3),
+        ]
+    )
     assert ids(store, offer("p1"), 2) == [short]  # 20 s x 1.5 ends before the reserved start in 50 s
     (r,) = read_reservations(store.client, store.keys)[0]
     assert (r.pilot, r.job, r.start - store.clock()) == ("p1", wide, 50.0)
@@ -62,8 +67,13 @@ def test_a_pilot_that_frees_sooner_takes_the_reservation_over(store: Store) -> N
 
 
 def test_a_reservation_whose_start_passed_by_the_slack_holds_nothing(store: Store) -> None:
-    _, narrow, other = store.submit([job("wide", cpu=4, ete=100, score=1), job("narrow", cpu=1, ete=100, score=2),
-                                     job("other", cpu=1, ete=100, score=3)])
+    _, narrow, other = store.submit(
+        [
+            job("wide", cpu=4, ete=100, score=1),
+            job("narrow", cpu=1, ete=100, score=2),
+            job("other", cpu=1, ete=100, score=3),
+        ]
+    )
     assert ids(store, offer("p1")) == []
     store.clock.now += 50 + 31  # type: ignore[attr-defined]
     assert ids(store, offer("p1")) == [narrow]  # its estimate was wrong: expired, and not made again here
@@ -79,7 +89,8 @@ def test_explain_names_the_pilot_holding_cores(store: Store) -> None:
     ids(store, offer("p1"))
     catalog = Catalog.loads(CATALOG)
     assert explain(store, catalog, wide).reservations == [
-        f"queue {Q}: pilot p1 holds cores for this job (4 cores, 100 MB), reserved to start in 50 s"]
+        f"queue {Q}: pilot p1 holds cores for this job (4 cores, 100 MB), reserved to start in 50 s"
+    ]
     (line,) = explain(store, catalog, narrow).reservations
     assert f"holds cores for job {wide}" in line and "jobs that would end later than that wait" in line
 
@@ -115,8 +126,13 @@ def test_with_a_shares_policy_the_reservation_goes_to_the_first_head_in_share_or
     """Shares and reservations compose: the head reserved is the first the share order serves (here one group,
     so the most urgent), and backfill still lets only the short job through."""
     publish(store.client, store.keys, Policy(shares={"default": 1}))
-    wide, narrow, short = store.submit([job("wide", cpu=4, ete=100, score=1), job("narrow", cpu=1, ete=100, score=2),
-                                        job("short", cpu=1, ete=20, score=3)])
+    wide, narrow, short = store.submit(
+        [
+            job("wide", cpu=4, ete=100, score=1),
+            job("narrow", cpu=1, ete=100, score=2),
+            job("short", cpu=1, ete=20, score=3),
+        ]
+    )
     assert ids(store, offer("p1"), 2) == [short]
     (r,) = read_reservations(store.client, store.keys)[0]
     assert (r.pilot, r.job) == ("p1", wide)

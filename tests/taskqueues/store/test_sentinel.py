@@ -43,11 +43,17 @@ def test_a_run_completes_across_a_failover(tmp_path: Path) -> None:
         env = {**pilot_env(tmp_path), sentinel.MASTER_VARIABLE: MASTER}
         first = deployment.primary.pid()
         assert first is not None
-        with running_pilot(deployment.url, tmp_path, "--lease", "6", "--idle-timeout", "30", env=env, name="a"), \
-                running_pilot(deployment.url, tmp_path, "--lease", "6", "--idle-timeout", "30", env=env, name="b"):
-            wait_until(quietly(lambda: sum(j.state is JobState.DONE for j in store.jobs(ids)) >= 4), what="a few jobs done")
+        with (
+            running_pilot(deployment.url, tmp_path, "--lease", "6", "--idle-timeout", "30", env=env, name="a"),
+            running_pilot(deployment.url, tmp_path, "--lease", "6", "--idle-timeout", "30", env=env, name="b"),
+        ):
+            wait_until(
+                quietly(lambda: sum(j.state is JobState.DONE for j in store.jobs(ids)) >= 4), what="a few jobs done"
+            )
             os.kill(first, signal.SIGKILL)
-            wait_until(quietly(lambda: deployment.primary_port() == deployment.replica.port), what="the replica promoted")
+            wait_until(
+                quietly(lambda: deployment.primary_port() == deployment.replica.port), what="the replica promoted"
+            )
 
             def finished() -> bool:
                 try:
@@ -60,6 +66,7 @@ def test_a_run_completes_across_a_failover(tmp_path: Path) -> None:
                 wait_until(quietly(finished), timeout=50, what="every job done after the failover")
             except AssertionError:
                 from collections import Counter
+
                 logs = "".join((tmp_path / f"{n}.err").read_text()[-3000:] for n in "ab")
                 raise AssertionError(f"{Counter(j.state.value for j in store.jobs(ids))}\n{logs}") from None
         promoted = redis.Redis(port=deployment.replica.port)
@@ -84,7 +91,10 @@ def test_the_celery_broker_takes_the_same_url_across_a_failover(tmp_path: Path) 
         with app.connection_for_write() as conn:
             queue = conn.SimpleQueue("pf-test")
             queue.put({"n": 1})
-        wait_until(quietly(lambda: redis.Redis(port=deployment.replica.port).llen("pf-test") == 1), what="the message on the replica")
+        wait_until(
+            quietly(lambda: redis.Redis(port=deployment.replica.port).llen("pf-test") == 1),
+            what="the message on the replica",
+        )
         first = deployment.primary.pid()
         assert first is not None
         os.kill(first, signal.SIGKILL)

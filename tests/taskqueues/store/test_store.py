@@ -42,8 +42,9 @@ def consistent(request: pytest.FixtureRequest) -> Iterator[None]:
         check_store(store)
 
 
-def offer(cpu: int = 8, mem: int = 10_000, tmp: int = 10_000, queue: str = Q1, left: float | None = None,
-          pilot: str = "p1") -> PilotOffer:
+def offer(
+    cpu: int = 8, mem: int = 10_000, tmp: int = 10_000, queue: str = Q1, left: float | None = None, pilot: str = "p1"
+) -> PilotOffer:
     return PilotOffer(pilot=pilot, queue=queue, cpu=cpu, mem=mem, tmp=tmp, time_left=left)
 
 
@@ -108,8 +109,9 @@ def test_eligibility_comes_from_the_pool(store: Store) -> None:
 
 
 def test_stale_index_after_a_match_through_another_queue(store: Store) -> None:
-    a1, a2, b1 = store.submit([job("a", queues=(Q1, Q2), score=1), job("a", queues=(Q1, Q2), score=10),
-                               job("b", queues=(Q1,), score=5)])
+    a1, a2, b1 = store.submit(
+        [job("a", queues=(Q1, Q2), score=1), job("a", queues=(Q1, Q2), score=10), job("b", queues=(Q1,), score=5)]
+    )
     assert [j.id for j in store.match(offer(queue=Q2))] == [a1]  # Q1's index still says 1 for "a"
     assert [j.id for j in store.match(offer(queue=Q1))] == [b1]
     assert [j.id for j in store.match(offer(queue=Q1))] == [a2]
@@ -118,8 +120,10 @@ def test_stale_index_after_a_match_through_another_queue(store: Store) -> None:
 def test_a_stale_index_entry_is_raised_by_a_walk_that_reads_past_it(store: Store) -> None:
     """A one-job call reads a page of 3 entries: "a" (stale at 1), t0 (10) and t1 (11). a's real head (50) is
     past the page's last index score, so its entry is raised there, and t0 is leased."""
-    ids = store.submit([job("a", queues=(Q1, Q2), score=1), job("a", queues=(Q1, Q2), score=50)]
-                       + [job(f"t{i}", score=10 + i) for i in range(5)])
+    ids = store.submit(
+        [job("a", queues=(Q1, Q2), score=1), job("a", queues=(Q1, Q2), score=50)]
+        + [job(f"t{i}", score=10 + i) for i in range(5)]
+    )
     assert [j.id for j in store.match(offer(queue=Q2))] == [ids[0]]
     index = store.keys.qheads(Q1)
     assert store.client.zscore(index, "a") == 1
@@ -155,8 +159,14 @@ def test_a_match_that_redis_refuses_is_a_store_error(store: Store) -> None:
 
 
 def test_fill_in_one_call_repeats_on_what_is_left(store: Store) -> None:
-    ids = store.submit([job("four", cpu=4, score=1), job("one", cpu=1, score=2), job("one", cpu=1, score=3),
-                        job("two", cpu=2, score=4)])
+    ids = store.submit(
+        [
+            job("four", cpu=4, score=1),
+            job("one", cpu=1, score=2),
+            job("one", cpu=1, score=3),
+            job("two", cpu=2, score=4),
+        ]
+    )
     got = store.match(offer(cpu=6), max_jobs=10)
     assert [j.id for j in got] == [ids[0], ids[1], ids[2]]  # 4 + 1 + 1; the 2-core job no longer fits
 
@@ -282,8 +292,12 @@ def test_exchange_carries_starts_completions_and_the_next_match_in_one_call(stor
     first = store.exchange("p1", offer=offer(cpu=1), max_jobs=1)
     assert [j.id for j in first.matched] == [ids[0]] and not first.refused and not first.released
     clock.now += 2
-    second = store.exchange("p1", starts=[(ids[0], 1, clock.now - 1)],
-                            completions=[(ids[0], 1, RunResult(exit_code=0, wall=1.0))], offer=offer(cpu=1))
+    second = store.exchange(
+        "p1",
+        starts=[(ids[0], 1, clock.now - 1)],
+        completions=[(ids[0], 1, RunResult(exit_code=0, wall=1.0))],
+        offer=offer(cpu=1),
+    )
     # The completion released y into its task queue. It needed y's task-queue keys, which the call had not
     # declared, so it was redone alone after the match of the same call: that match gave z, not y.
     assert second.released == [ids[2]] and not second.refused
@@ -300,8 +314,7 @@ def test_a_short_payload_reports_its_start_inside_its_completion(store: Store, c
     assert done.state is JobState.DONE and done.started == clock.now - 0.5 and done.ended == clock.now
 
 
-def test_an_exchange_declares_every_key_a_plain_completion_needs(store: Store,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_exchange_declares_every_key_a_plain_completion_needs(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     """Only a completion that releases dependents may need a second round trip; a plain one must not."""
     a, b = store.submit([job(score=1), job(score=2)])
     store.exchange("p1", offer=offer(cpu=1))
@@ -397,8 +410,14 @@ def test_idle_pilots_are_woken_when_work_enters_a_task_queue(store: Store) -> No
 def test_heads_follow_every_operation(store: Store, clock: FakeClock) -> None:
     pools = {"a": (Q1,), "b": (Q1, Q2)}
     both = (Q1, Q2)
-    a1, a2, b1, b2 = store.submit([job("a", cpu=2, score=3), job("a", cpu=1, score=7),
-                                   job("b", cpu=4, score=1, queues=both), job("b", cpu=1, score=9, queues=both)])
+    a1, a2, b1, b2 = store.submit(
+        [
+            job("a", cpu=2, score=3),
+            job("a", cpu=1, score=7),
+            job("b", cpu=4, score=1, queues=both),
+            job("b", cpu=1, score=9, queues=both),
+        ]
+    )
     check_heads(store, pools)
     (m,) = store.match(offer(queue=Q2))  # b's head leaves through Q2: Q1's index entry for b is now low
     assert m.id == b1
@@ -444,24 +463,32 @@ def test_the_lease_rewrites_only_its_own_fields(store: Store) -> None:
     tricky = 'echo \'"s":"waiting","a":7,"pl":"x","tm":1}\' {"a":'
     (jid,) = store.submit([job(command=tricky, score=2)])
     (m,) = store.match(offer())
-    assert (m.id, m.command, m.state, m.attempt, m.pilot, m.matched) == (jid, tricky, JobState.MATCHED, 1, "p1",
-                                                                          store.clock())
+    assert (m.id, m.command, m.state, m.attempt, m.pilot, m.matched) == (
+        jid,
+        tricky,
+        JobState.MATCHED,
+        1,
+        "p1",
+        store.clock(),
+    )
     assert store.job(jid) == m
     store.fail(jid, 1, "p1", RunResult(reason="preempted"), requeue=True)
     (again,) = store.match(offer())  # the record now carries an old "tm": the script decodes it instead
     assert (again.command, again.attempt, again.retries) == (tricky, 2, 1)
 
 
-@pytest.mark.parametrize("requirements, cpu, mem", [
-    ('{"cpu":2,"mem":100}', 2, 100),
-    ('{"Site":"A","cpu":2,"mem":100}', 2, 100),
-    ('{"Site":"A"}', 1, 0),
-    ('{"cpu":2,"mem":100.5}', 2, 100),
-    ('{"cpu":4}', 2, 0),
-    ("{}", 1, 0),
-])
-def test_records_keep_cpu_and_mem_once_and_read_back_exact(store: Store, requirements: str, cpu: int,
-                                                           mem: int) -> None:
+@pytest.mark.parametrize(
+    "requirements, cpu, mem",
+    [
+        ('{"cpu":2,"mem":100}', 2, 100),
+        ('{"Site":"A","cpu":2,"mem":100}', 2, 100),
+        ('{"Site":"A"}', 1, 0),
+        ('{"cpu":2,"mem":100.5}', 2, 100),
+        ('{"cpu":4}', 2, 0),
+        ("{}", 1, 0),
+    ],
+)
+def test_records_keep_cpu_and_mem_once_and_read_back_exact(store: Store, requirements: str, cpu: int, mem: int) -> None:
     fields = stored_requirements(requirements, cpu, mem)
     assert read_requirements({**fields, "mt": f":{cpu}:{mem}:0:0"}) == json.loads(requirements)
     new = NewJob(command="c", tq_id="t", tq_def="{}", queues=(Q1,), cpu=cpu, mem=mem, requirements=requirements)

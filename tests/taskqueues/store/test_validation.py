@@ -57,23 +57,49 @@ def test_submit_refuses_a_job_born_running_with_no_lease(world: tuple[Store, Pop
 
     def running(body: Any) -> None:
         body["jobs"][0]["s"] = "running"
-    refused(store, "submit", keys, edit_json(args, 2, running),
-            r"^submit: ARGV\[3\] \(payload\)\.jobs\[0\]\.s: wants a state a job is born in \(waiting, blocked, "
-            r"failed, dep-failed\), got \"running\"$")
+
+    refused(
+        store,
+        "submit",
+        keys,
+        edit_json(args, 2, running),
+        r"^submit: ARGV\[3\] \(payload\)\.jobs\[0\]\.s: wants a state a job is born in \(waiting, blocked, "
+        r"failed, dep-failed\), got \"running\"$",
+    )
     with pytest.raises(StoreError, match=r"^script submit refused the call: ARGV\[3\] \(payload\)\.jobs\[0\]\.s: "):
-        store.submit([NewJob(command="c", tq_id="t", tq_def="{}", queues=("site/ce/q1",), cpu=1, mem=1,
-                             state=JobState.RUNNING)])
+        store.submit(
+            [NewJob(command="c", tq_id="t", tq_def="{}", queues=("site/ce/q1",), cpu=1, mem=1, state=JobState.RUNNING)]
+        )
 
 
-@pytest.mark.parametrize("field, value", [("pl", "p9"), ("a", 3), ("tm", 1.0), ("st", 1.0), ("x", 0),
-                                          ("m", "1:1:1:1:1"), ("mt", ":1:1:1:1"), ("dn", ["1"]), ("cx", 1),
-                                          ("id", "77"), ("rt", 9)])
-def test_submit_refuses_a_field_a_new_job_may_not_carry(world: tuple[Store, Population, dict[str, Call]],
-                                                        field: str, value: object) -> None:
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("pl", "p9"),
+        ("a", 3),
+        ("tm", 1.0),
+        ("st", 1.0),
+        ("x", 0),
+        ("m", "1:1:1:1:1"),
+        ("mt", ":1:1:1:1"),
+        ("dn", ["1"]),
+        ("cx", 1),
+        ("id", "77"),
+        ("rt", 9),
+    ],
+)
+def test_submit_refuses_a_field_a_new_job_may_not_carry(
+    world: tuple[Store, Population, dict[str, Call]], field: str, value: object
+) -> None:
     store, _, calls = world
     keys, args = calls["submit"]
-    refused(store, "submit", keys, edit_json(args, 2, lambda b: b["jobs"][1].update({field: value})),
-            rf"^submit: ARGV\[3\] \(payload\)\.jobs\[1\]: may not carry the field \"{field}\"$")
+    refused(
+        store,
+        "submit",
+        keys,
+        edit_json(args, 2, lambda b: b["jobs"][1].update({field: value})),
+        rf"^submit: ARGV\[3\] \(payload\)\.jobs\[1\]: may not carry the field \"{field}\"$",
+    )
 
 
 def test_reap_refuses_a_nan_back_off_and_leaves_the_lease(real_redis: redis.Redis, clock: FakeClock) -> None:
@@ -86,8 +112,11 @@ def test_reap_refuses_a_nan_back_off_and_leaves_the_lease(real_redis: redis.Redi
     store.backoff = math.nan
     clock.now += 31
     before = dump_all(real_redis)
-    with pytest.raises(StoreError, match=r'^script reap refused the call: ARGV\[3\] \(back-off\): wants a number in '
-                                         r'\[0, 10000000\], got "nan"$'):
+    with pytest.raises(
+        StoreError,
+        match=r"^script reap refused the call: ARGV\[3\] \(back-off\): wants a number in "
+        r'\[0, 10000000\], got "nan"$',
+    ):
         store.requeue_expired()
     assert dump_all(real_redis) == before
     assert store.job(ids[0]).state is JobState.MATCHED
@@ -139,12 +168,24 @@ CASES: list[tuple[str, int, Any, str]] = [
     ("clean", 2, "0", r"^clean: ARGV\[3\] \(batch size\)"),
     ("clean", 1, "nan", r"^clean: ARGV\[2\] \(cutoff\)"),
     ("release", 3, '{"error": "x", "t": "a"}', r'^release: ARGV\[4\] \(release\): may not carry the field "t"$'),
-    ("release", 3, '{"t": "e", "def": "{}", "queues": [], "m_tail": ":1:1:1", "e": 1}',
-     r"^release: ARGV\[4\] \(release\)\.m_tail: wants \":cpu:mem:tmp:ete\""),
-    ("release", 3, '{"t": "e", "def": "{}", "queues": [], "m_tail": ":1:1:0:1", "e": 1, "s": "running"}',
-     r'^release: ARGV\[4\] \(release\): may not carry the field "s"$'),
-    ("rescore", 1, '{"jobs": [{"id": "2", "pr": 1, "e": 1, "me": 1, "sc": "nan"}]}',
-     r"^rescore: ARGV\[2\] \(payload\)\.jobs\[0\]\.sc: wants a score"),
+    (
+        "release",
+        3,
+        '{"t": "e", "def": "{}", "queues": [], "m_tail": ":1:1:1", "e": 1}',
+        r"^release: ARGV\[4\] \(release\)\.m_tail: wants \":cpu:mem:tmp:ete\"",
+    ),
+    (
+        "release",
+        3,
+        '{"t": "e", "def": "{}", "queues": [], "m_tail": ":1:1:0:1", "e": 1, "s": "running"}',
+        r'^release: ARGV\[4\] \(release\): may not carry the field "s"$',
+    ),
+    (
+        "rescore",
+        1,
+        '{"jobs": [{"id": "2", "pr": 1, "e": 1, "me": 1, "sc": "nan"}]}',
+        r"^rescore: ARGV\[2\] \(payload\)\.jobs\[0\]\.sc: wants a score",
+    ),
     ("rescore", 1, '{"jobs": [], "marks": {"x": "high"}}', r"^rescore: ARGV\[2\] \(payload\)\.marks\.x"),
     ("renew", 1, "-1", r"^renew: ARGV\[2\] \(time to live\)"),
     ("unlock", 0, "", r"^unlock: ARGV\[1\] \(token\)"),
@@ -153,16 +194,33 @@ CASES: list[tuple[str, int, Any, str]] = [
 
 
 @pytest.mark.parametrize("name, i, value, message", CASES, ids=[f"{c[0]}-{c[1]}-{c[2]!s:.12}" for c in CASES])
-def test_a_bad_argument_is_refused_and_changes_nothing(world: tuple[Store, Population, dict[str, Call]], name: str,
-                                                       i: int, value: Any, message: str) -> None:
+def test_a_bad_argument_is_refused_and_changes_nothing(
+    world: tuple[Store, Population, dict[str, Call]], name: str, i: int, value: Any, message: str
+) -> None:
     store, _, calls = world
     refused(store, name, *argv(calls, name, i, value), message)
 
 
-@pytest.mark.parametrize("name", ["submit", "match", "start", "complete", "fail", "heartbeat", "reap", "cancel",
-                                  "refresh_pool", "clean", "release", "rescore"])
-def test_keys_of_the_wrong_role_or_community_are_refused(world: tuple[Store, Population, dict[str, Call]],
-                                                         name: str) -> None:
+@pytest.mark.parametrize(
+    "name",
+    [
+        "submit",
+        "match",
+        "start",
+        "complete",
+        "fail",
+        "heartbeat",
+        "reap",
+        "cancel",
+        "refresh_pool",
+        "clean",
+        "release",
+        "rescore",
+    ],
+)
+def test_keys_of_the_wrong_role_or_community_are_refused(
+    world: tuple[Store, Population, dict[str, Call]], name: str
+) -> None:
     store, _, calls = world
     keys, args = calls[name]
     swapped = [keys[1], keys[0], *keys[2:]]
@@ -175,10 +233,20 @@ def test_keys_of_the_wrong_role_or_community_are_refused(world: tuple[Store, Pop
 def test_dependency_indexes_out_of_range_are_refused(world: tuple[Store, Population, dict[str, Call]]) -> None:
     store, _, calls = world
     keys, args = calls["submit"]
-    refused(store, "submit", keys, edit_json(args, 2, lambda b: b["jobs"][1].update(dl=[7])),
-            r"^submit: ARGV\[3\] \(payload\)\.jobs\[1\]\.dl\[0\]: wants an integer in \[2, 2\], got 7$")
-    refused(store, "submit", keys, edit_json(args, 2, lambda b: b["jobs"][2].update(dpl=[2])),
-            r"^submit: ARGV\[3\] \(payload\)\.jobs\[2\]\.dpl\[0\]: wants an integer in \[0, 1\], got 2$")
+    refused(
+        store,
+        "submit",
+        keys,
+        edit_json(args, 2, lambda b: b["jobs"][1].update(dl=[7])),
+        r"^submit: ARGV\[3\] \(payload\)\.jobs\[1\]\.dl\[0\]: wants an integer in \[2, 2\], got 7$",
+    )
+    refused(
+        store,
+        "submit",
+        keys,
+        edit_json(args, 2, lambda b: b["jobs"][2].update(dpl=[2])),
+        r"^submit: ARGV\[3\] \(payload\)\.jobs\[2\]\.dpl\[0\]: wants an integer in \[0, 1\], got 2$",
+    )
 
 
 def test_a_job_blocked_with_nothing_to_release_it_is_refused(any_redis: redis.Redis) -> None:
@@ -200,14 +268,17 @@ def test_a_lock_is_renewed_only_with_a_positive_time_to_live(real_redis: redis.R
     lock = Lock(real_redis, store.keys.lock("beat"), 5)
     assert lock.acquire()
     refused(store, "renew", [lock.key], [lock.token, "0"], r"^renew: ARGV\[2\] \(time to live\)")
-    refused(store, "unlock", [store.keys.jobs], [lock.token], r'^unlock: KEYS\[1\]: wants a lock key')
+    refused(store, "unlock", [store.keys.jobs], [lock.token], r"^unlock: KEYS\[1\]: wants a lock key")
     assert lock.renew() and lock.release()
 
 
 def test_a_store_call_with_a_bad_offer_is_a_store_error_naming_the_argument(any_redis: redis.Redis) -> None:
     store = Store(any_redis)
-    with pytest.raises(StoreError, match=r"^script match refused the call: ARGV\[5\] \(free cores\) wants a number in "
-                                         r"\[0, 1e15\], got \["):
+    with pytest.raises(
+        StoreError,
+        match=r"^script match refused the call: ARGV\[5\] \(free cores\) wants a number in "
+        r"\[0, 1e15\], got \[",
+    ):
         store.match(PilotOffer(PILOT, "site/ce/q1", math.nan, 100))  # type: ignore[arg-type]
     with pytest.raises(StoreError, match=r"^script complete refused the call: ARGV\[6\] \(result\)\.w: "):
         store.complete("1", 1, PILOT, RunResult(wall=math.inf))
