@@ -193,7 +193,8 @@ def test_the_tour_runs_as_the_readme_shows(tmp_path: Path, redis_url: str) -> No
                 )
             elif verb == "status" and len(command.split()) == 2:
                 out = cli(command)
-                assert re.search(rf"request {request} 'montage' owner \S+ group default priority 0: 42 jobs \(", out), out
+                line = rf"request {request} 'montage' owner \S+ group default priority 0: 42 jobs \("
+                assert re.search(line, out), out
                 assert "critical path left" in out and "ETA" in out and "eligible queues: local/localhost/local" in out
             elif verb == "status":
                 out = cli(command.replace("REQUEST", request))
