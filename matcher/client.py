@@ -83,11 +83,14 @@ class Client:
     def _request_id(self, request: Request | str) -> str:
         return request.id if isinstance(request, Request) else find_request(self.store, request)
 
-    def submit(self, workflow: Mapping[str, Any] | str | Path) -> Request:
+    def submit(
+        self, workflow: Mapping[str, Any] | str | Path, *, owner: str | None = None, group: str | None = None
+    ) -> Request:
         """Submit a workflow (a mapping as a workflow file holds it, or the path of a ``.toml``/``.json`` file)
-        as one request; a WorkflowError names every problem and nothing is stored."""
+        as one request; a WorkflowError names every problem and nothing is stored. ``owner``/``group`` override
+        the workflow's (default: the local user, group ``default``; shares and limits count by them)."""
         loaded = load_workflow(workflow) if isinstance(workflow, str | Path) else parse_workflow(workflow, "<dict>")
-        done = submit_workflow(Submitter.of(self.context), loaded)
+        done = submit_workflow(Submitter.of(self.context), loaded, owner=owner or "", group=group or "")
         return Request(done.request, loaded.name, dict(done.ids), done.eta)
 
     def status(self, request: Request | str) -> RequestStatus:

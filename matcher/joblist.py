@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import islice
 from typing import Any
 
-from taskqueues.errors import ValidationError
+from taskqueues.errors import NotFound, ValidationError
 from taskqueues.store import Store, reads
+from taskqueues.store.fairshare import job_account
 from taskqueues.store.records import Job, JobState
 
 __all__ = ["ACTIVE", "FINISHED", "JobFilter", "JobRow", "Listing", "list_jobs", "parse_states", "render_jobs"]
@@ -84,6 +85,8 @@ class JobRow:
     id: str
     name: str
     request: str
+    owner: str
+    group: str
     state: str
     task_queue: str
     pilot: str | None
@@ -96,7 +99,8 @@ class JobRow:
     reason: str | None
 
     @classmethod
-    def of(cls, job: Job, now: float) -> JobRow:
+    def of(cls, job: Job, now: float, account: tuple[str, str]) -> JobRow:
+        """``account``: the job's (group, owner) (:func:`taskqueues.store.fairshare.job_account`)."""
         run: float | None = None
         if job.wall is not None and job.state.final:
             run = float(job.wall)
@@ -106,6 +110,8 @@ class JobRow:
             job.id,
             job.name,
             job.request,
+            account[1],
+            account[0],
             job.state.value,
             job.tq_id,
             job.pilot,
@@ -276,6 +282,16 @@ def list_jobs(store: Store, flt: JobFilter | None = None, now: float | None = No
     ]
     seen: set[str] = set()
     rows: list[JobRow] = []
+    requests: dict[str, Mapping[str, Any]] = {}
+
+    def account(job: Job) -> tuple[str, str]:
+        if job.request not in requests and "." not in job.tq_id:
+            try:
+                requests[job.request] = store.request(job.request)
+            except NotFound:
+                requests[job.request] = {}
+        return job_account(job.tq_id, requests.get(job.request, {}))
+
     now = time.time() if now is None else now
     for covers, source in sources:
         if not covers & states:
@@ -286,7 +302,7 @@ def list_jobs(store: Store, flt: JobFilter | None = None, now: float | None = No
             if len(rows) == flt.limit:
                 return Listing(rows, True)
             seen.add(job.id)
-            rows.append(JobRow.of(job, now))
+            rows.append(JobRow.of(job, now, account(job)))
     return Listing(rows, False)
 
 
@@ -294,6 +310,8 @@ _COLUMNS = (
     "ID",
     "NAME",
     "REQUEST",
+    "OWNER",
+    "GROUP",
     "STATE",
     "TASKQUEUE",
     "PILOT",
@@ -323,6 +341,8 @@ def _cells(row: JobRow) -> Sequence[str]:
         row.id,
         name or "-",
         row.request or "-",
+        row.owner,
+        row.group,
         row.state,
         row.task_queue or "-",
         row.pilot or "-",

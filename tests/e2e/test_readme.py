@@ -204,9 +204,10 @@ def test_the_tour_runs_as_the_readme_shows(tmp_path: Path, redis_url: str) -> No
                 assert store.job(running).state == JobState.RUNNING and store.job(waiting).state == JobState.WAITING
             elif verb == "jobs":
                 out = cli(command.replace("REQUEST", request)).splitlines()
-                assert out[0].split()[:4] == ["ID", "NAME", "REQUEST", "STATE"], out
-                assert out[1].split()[0] == running and out[1].split()[3] == "running", out
-                shown_states = [line.split()[3] for line in out[2:21]]  # waiting (most urgent first), then blocked
+                assert out[0].split()[:6] == ["ID", "NAME", "REQUEST", "OWNER", "GROUP", "STATE"], out
+                assert out[1].split()[0] == running and out[1].split()[5] == "running", out
+                assert out[1].split()[4] == "default", out
+                shown_states = [line.split()[5] for line in out[2:21]]  # waiting (most urgent first), then blocked
                 waits = shown_states.count("waiting")
                 assert waits >= 5 and shown_states == ["waiting"] * waits + ["blocked"] * (19 - waits), out
                 assert out[21].startswith("... more jobs match: raise --limit (now 20)"), out

@@ -90,3 +90,17 @@ def test_from_settings_uses_the_settings_the_cli_reads(redis_url: str, monkeypat
     assert Client(redis_url, vo="lhcb").status(request.id).jobs == 2
     assert Client.from_settings(Settings(redis_url=redis_url)).store.keys.vo == "default"
     assert client.store.job(request.ids["a"]).state is JobState.WAITING
+
+
+def test_owner_and_group_reach_the_request_and_every_job_row(redis_url: str) -> None:
+    """The blocked job is in no task queue yet: its account comes from its request's record; the waiting one's
+    from its task queue (which names its account)."""
+    client = Client(redis_url)
+    request = client.submit(HELLO, owner="alice", group="ana")
+    rows = client.jobs(request=request)
+    assert {(r.name, r.state, r.owner, r.group) for r in rows} == {
+        ("a", "waiting", "alice", "ana"),
+        ("b", "blocked", "alice", "ana"),
+    }
+    with pytest.raises(ValidationError, match="al ice"):
+        client.submit(HELLO, owner="al ice")

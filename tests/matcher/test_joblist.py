@@ -156,6 +156,8 @@ def test_the_command_prints_a_table_json_and_clear_errors(redis_url: str) -> Non
         "ID",
         "NAME",
         "REQUEST",
+        "OWNER",
+        "GROUP",
         "STATE",
         "TASKQUEUE",
         "PILOT",
@@ -166,9 +168,9 @@ def test_the_command_prints_a_table_json_and_clear_errors(redis_url: str) -> Non
         "RUNTIME",
         "EXIT",
     ]
-    assert [line.split()[:4] for line in lines[1:]] == [
-        [made[1], "first", "r1", "waiting"],
-        [made[0], "second", "r1", "waiting"],
+    assert [line.split()[:6] for line in lines[1:]] == [  # a request stored without an account: the defaults
+        [made[1], "first", "r1", "default", "default", "waiting"],
+        [made[0], "second", "r1", "default", "default", "waiting"],
     ]
     doc = json.loads(cli(redis_url, "jobs", "--json", "--limit", "1").stdout)
     assert doc["more"] is True and [j["id"] for j in doc["jobs"]] == [made[1]]
