@@ -313,7 +313,8 @@ def worker_main(url: str, names: list[str], seed: int, payload_seconds: float, i
                           "matched": worker.matched, "completed": worker.completed, "refused": worker.refused,
                           "exchanges": worker.exchanges, "idle_exchanges": worker.idle_exchanges,
                           "beats": worker.beats, "woken": woken, "busy": busy,
-                          "held": sum(len(p.running) + len(p.done) for p in worker.pilots)}))
+                          "held": sum(len(p.running) + len(p.done) for p in worker.pilots),
+                          "cores": sum(p.cpu for p in worker.pilots)}))
     except StaleReport as exc:  # pragma: no cover - a bench that lost leases says so
         out.put(("error", str(exc)))
     except Exception as exc:
@@ -350,6 +351,7 @@ class Row:
     idle_calls: float  # FCALLs per second while idle
     idle_usec: float  # microseconds per FCALL while idle
     rate: float  # jobs leased per second under load
+    offered: float  # jobs per second the pilots would run if every match were answered at once
     p50: float
     p99: float
     load_core: float  # server CPU seconds per second under load
@@ -422,7 +424,8 @@ def measure(url: str, store: Store, n: int, procs: int, seconds: float, payload_
     calls = calls1 - calls0
     busiest = max((r["busy"] for r in results), default=0.0)
     return Row(n, waiting, (cpu1 - cpu0) / seconds, calls / seconds, (usec1 - usec0) / max(1, calls),
-               sum(r["window_jobs"] for r in results) / seconds, percentile(latencies, 0.5),
+               sum(r["window_jobs"] for r in results) / seconds,
+               sum(r["cores"] for r in results) / payload_seconds, percentile(latencies, 0.5),
                percentile(latencies, 0.99), (cpu3 - cpu2) / seconds, busiest, server_bytes / n, client_bytes / n,
                percentile(woken, 0.99), sum(r["matched"] for r in results), sum(r["completed"] for r in results),
                m1 - m0, d1 - d0, sum(r["held"] for r in results), errors)
@@ -472,7 +475,8 @@ def report(rows: list[Row], jobs: int, seconds: float, payload_seconds: float, p
         print(line)
     for r in rows:
         ok = r.p99 < LATENCY_TARGET
-        line = (f"load: {r.pilots:,} pilots, {r.rate:,.0f} jobs leased/s, p99 match latency {1000 * r.p99:.2f} ms, "
+        line = (f"load: {r.pilots:,} pilots, {r.rate:,.0f} jobs leased/s of {r.offered:,.0f} asked, "
+                f"p99 match latency {1000 * r.p99:.2f} ms, "
                 f"server {100 * r.load_core:.0f}% of a core, busiest pilot process {100 * r.client_core:.0f}%")
         if r.pilots < 5000:
             print(line + " (the target is judged at 5,000 pilots and more)")
@@ -480,14 +484,18 @@ def report(rows: list[Row], jobs: int, seconds: float, payload_seconds: float, p
         line += f", target < {1000 * LATENCY_TARGET:.0f} ms: {verdict(ok)}"
         if not ok:
             bounds = []
-            if r.load_core > 0.8:
+            if r.rate < 0.8 * r.offered:
+                bounds.append(f"one Lua thread: the pilots' cores ask for {r.offered:,.0f} jobs/s (cores / payload "
+                              f"seconds), the server leased {r.rate:,.0f}/s at {100 * r.load_core:.0f}% of a core "
+                              "(the rest of this 2-core machine runs the pilots): exchanges queue behind each other")
+            elif r.load_core > 0.8:
                 bounds.append(f"one Lua thread: the server busy {100 * r.load_core:.0f}% of a core")
             if r.client_core > 0.8:
                 bounds.append(f"the client: the busiest pilot process used {100 * r.client_core:.0f}% of a core "
                               "on this 2-core machine (its own queueing is in the latency)")
             if r.fanout_p99 > LATENCY_TARGET:
-                bounds.append(f"pub/sub fan-out: one wake reached the last pilots after {1000 * r.fanout_p99:.0f} ms, "
-                              f"and all {r.pilots:,} match at once")
+                bounds.append(f"pub/sub fan-out: one wake reached the last pilots after {1000 * r.fanout_p99:.0f} ms "
+                              f"(then all {r.pilots:,} match at once; the window starts {SETTLE:g} s later)")
             if not bounds:
                 bounds.append("queueing: the exchanges in flight wait behind each other on the server's one thread")
             line += "; bound: " + "; ".join(bounds)
