@@ -1,0 +1,46 @@
+"""Smoke test of scripts/bench_pilots.py: a tiny run (5 pilots, 200 jobs, 1 s windows) against its own real
+redis-server, in a fresh interpreter as the script runs; so the benchmark cannot rot between runs. The
+figures are not checked (this machine may be busy with other tests); what is checked is the table's shape
+and that its counts agree: every job the pilots leased was completed, and the server counted as much.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.scripts import SCRIPTS
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def run_bench(*args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPTS / "bench_pilots.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_bench_pilots_prints_a_consistent_table() -> None:
+    out = run_bench("--pilots", "5,8", "--jobs", "200", "--seconds", "1", "--payload-seconds", "0.2")
+    assert "scaled down from 10^6 by --jobs 200" in out
+    lines = out.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.split()[:2] == ["pilots", "waiting"])
+    rows = [line.replace("|", " ").split() for line in lines[head + 1 : head + 3]]
+    assert [row[0] for row in rows] == ["5", "8"]
+    for row in rows:
+        assert len(row) == 16
+        matched, completed, server_matched, server_done = (int(x.replace(",", "")) for x in row[-4:])
+        assert matched == completed == server_matched == server_done
+    assert int(rows[0][1]) == 200  # the first row starts with every job waiting
+    assert int(rows[1][1].replace(",", "")) == 200 - int(rows[0][-4])  # the second with what the first left
+    assert int(rows[0][-4]) + int(rows[1][-4]) > 0  # woken by the wake channel, the pilots leased jobs
+    assert "5 pilots: counts consistent" in out and "8 pilots: counts consistent" in out
+    assert out.count("idle: ") == 2 and out.count("load: ") == 2
