@@ -84,6 +84,11 @@ def test_kill_9_of_a_pilot_loses_nothing_and_runs_each_job_once(
     workflow = tmp_path / "w.toml"
     workflow.write_text(f'name = "killme"\n{jobs}')
     env = {**env, "PILOTFISH_LEASE_SECONDS": "3", "PILOTFISH_BACKOFF_SECONDS": "0.5"}
+    # With a shares policy stored, so the match counts each account's running cores: the killed pilot's
+    # leases must give theirs back when they expire, or its group would be charged for them forever.
+    shares = tmp_path / "shares.toml"
+    shares.write_text('halflife = "1s"\n[groups.default]\nshare = 1\nmax_cores = 4\n[groups.other]\nshare = 1\n')
+    cli(["shares", str(shares)], env)
     killed: list[int] = []
 
     store = redis.Redis.from_url(redis_url)
@@ -122,6 +127,8 @@ def test_kill_9_of_a_pilot_loses_nothing_and_runs_each_job_once(
     # Completion is recorded once per job: its last attempt completed; an orphaned payload of the killed
     # pilot may have finished too, but its report could not be accepted (the pilot died with it).
     assert int(store.zcard(Keys().donelog)) == 8
+    running = {k.decode(): v.decode() for k, v in store.hgetall(Keys().fair).items() if k.startswith(b"r:")}
+    assert running and set(running.values()) == {"0"}, f"running cores still charged after the run: {running}"
 
 
 def test_unreachable_batch_systems_are_one_warning_line_naming_their_queues(
