@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from taskqueues.settings import Settings
 from taskqueues.store import Store, census
 from taskqueues.store.keys import Keys
 from taskqueues.store.records import PilotOffer, RunResult
+from taskqueues.store.redis_server import RedisServer
 from taskqueues.store.stats import MATCH_BUCKETS, LatencyHistogram
 from tests.support.clock import FakeClock
 from tests.support.paths import ROOT
@@ -117,9 +119,10 @@ def free_port() -> int:
 
 
 @contextmanager
-def serving(redis_url: str, tmp_path: Path) -> Iterator[str]:
-    """``pilotfish metrics --serve PORT`` as a real process; yields its URL once it answers."""
-    port = free_port()
+def serving(redis_url: str, tmp_path: Path, port: int | None = None) -> Iterator[str]:
+    """``pilotfish metrics --serve PORT`` (a free port when none is given) as a real process; yields its URL once
+    it answers."""
+    port = port or free_port()
     env = {
         **os.environ,
         "PILOTFISH_REDIS_URL": redis_url,
@@ -211,6 +214,51 @@ def test_a_served_endpoint_reports_a_real_pilots_work(redis_url: str, tmp_path: 
         assert value(samples, "pilotfish_jobs_ended_total", state="dep-failed") == 1
         assert value(samples, "pilotfish_jobs", state="blocked") == 0
         assert value(samples, "pilotfish_jobs", state="running") == 0
+
+
+def test_the_exporter_rides_out_a_redis_outage_and_a_kill_9_without_resetting_a_counter(tmp_path: Path) -> None:
+    """The counters live in the store, not in the exporter: through a Redis outage a scrape says the store is
+    down (one warning line, no traceback) and the exporter lives on; killed -9 and started again on the same
+    port, it reports the same counters (Prometheus sees no reset)."""
+    server = RedisServer(tmp_path / "redis", persistent=True).start()
+    try:
+        store = Store.from_url(server.url, lease_seconds=10)
+        a, _ = store.submit([job("t1"), job("t1")])
+        [m] = store.match(PilotOffer("p", "site/ce/q1", 1, 1000))
+        store.complete(a, m.attempt, "p", RunResult(wall=1))
+        port = free_port()
+
+        def counted(samples: Samples | None) -> bool:
+            return bool(
+                samples
+                and value(samples, "pilotfish_store_up") == 1
+                and value(samples, "pilotfish_matches_total") == 1
+                and value(samples, "pilotfish_jobs_ended_total", state="done") == 1
+                and value(samples, "pilotfish_jobs", state="waiting") == 1
+            )
+
+        with serving(server.url, tmp_path, port) as url:
+            assert counted(scrape(url))
+            server.stop()
+            down = scrape(url)
+            assert down is not None and value(down, "pilotfish_store_up") == 0
+            assert value(down, "pilotfish_matches_total") is None, "no stale counters while the store is down"
+            server.start()
+            wait_until(lambda: counted(scrape(url)), timeout=30, what="the counters back after the outage")
+            pid = int(
+                subprocess.run(
+                    ["pgrep", "-f", f"metrics --serve {port}"], capture_output=True, text=True
+                ).stdout.split()[0]
+            )
+            os.kill(pid, signal.SIGKILL)
+            wait_until(lambda: scrape(url) is None, timeout=10, what="the killed exporter gone")
+        log = (tmp_path / "metrics.log").read_text()
+        assert "Traceback" not in log, log
+        assert "the store did not answer" in log, log
+        with serving(server.url, tmp_path, port) as url:  # the same port at once, the same counters
+            assert counted(scrape(url))
+    finally:
+        server.stop()
 
 
 def test_metrics_without_a_store_is_a_one_line_error(tmp_path: Path) -> None:
