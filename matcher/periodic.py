@@ -17,6 +17,7 @@ import logging
 from dataclasses import dataclass
 
 from taskqueues.context import Context
+from taskqueues.store import retention
 from taskqueues.store.records import Largest
 
 from .release import sweep
@@ -98,13 +99,19 @@ def refresh_pools(ctx: Context) -> int:
 
 
 def clean(ctx: Context) -> list[str]:
-    """Forget task queues (and their pools) empty for longer than the grace period."""
+    """Forget task queues (and their pools) empty for longer than the grace period, and, past the job
+    retention, requests whose jobs all ended (:mod:`taskqueues.store.retention`); returns the task queues."""
     removed: list[str] = []
     while True:
         batch = ctx.store.clean(ctx.settings.clean_grace)
         removed += batch
         if not batch:
-            return removed
+            break
+    if ctx.settings.job_retention > 0:
+        gone = retention.forget_ended(ctx.store, ctx.store.clock() - ctx.settings.job_retention)
+        if gone.jobs:
+            log.info("retention: forgot %d requests and %d jobs in all", gone.requests, gone.jobs)
+    return removed
 
 
 def release_sweep(ctx: Context) -> int:

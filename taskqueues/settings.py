@@ -59,6 +59,9 @@ class Settings:
     pool_refresh_interval: float = 900.0
     clean_interval: float = 600.0
     clean_grace: float = 600.0
+    # Requests whose jobs all ended are forgotten this long (seconds) after their last end, with their jobs'
+    # records and payload output, by the clean task; 0 keeps them for ever (taskqueues.store.retention).
+    job_retention: float = 2592000.0
     director_interval: float = 10.0
     beat_director: bool = True
     repressure_interval: float = 30.0
@@ -165,7 +168,7 @@ class Settings:
                 return int(str(value))
             if kind == "float":
                 number = float(str(value))
-                if number < 0:
+                if not number >= 0:  # NaN too
                     raise ValueError("must be >= 0")
                 return number
             if not isinstance(value, str):

@@ -91,6 +91,7 @@ def families(census: Census, vo: str, max_task_queues: int) -> Iterator[Metric]:
         ("pilotfish_lease_expiries", stats.LEASE_EXPIRED, "Leases that expired (their pilot died or lost contact)"),
         ("pilotfish_retries", stats.RETRIES, "Jobs put back to wait for another attempt"),
         ("pilotfish_matches", stats.MATCHED, "Jobs leased to pilots"),
+        ("pilotfish_jobs_forgotten", stats.FORGOTTEN, "Ended jobs forgotten by the retention (job_retention)"),
     ):
         counter = CounterMetricFamily(name, doc, labels=["vo"])
         counter.add_metric([vo], census.counter(field))

@@ -11,6 +11,7 @@ counts its submissions and the batch systems' errors per backend (:func:`add`).
 | ``lease_expired`` | reap.lua | leases that expired (their pilot died or lost contact) |
 | ``retries`` | reap.lua, fail.lua | jobs put back to wait for another attempt |
 | ``matched`` | match.lua | jobs leased to pilots |
+| ``forgotten`` | forget.lua | ended jobs forgotten by the retention (``taskqueues.store.retention``) |
 | ``blocked`` | submit.lua, complete.lua, finish | jobs waiting for their dependencies now (a gauge) |
 | ``blocked:<tq>`` | the same | the same, per task queue (the field goes when it reaches 0) |
 | ``submitted:<backend>`` | the director | pilots submitted to a batch system |
@@ -38,6 +39,7 @@ ENDED = "ended:"
 LEASE_EXPIRED = "lease_expired"
 RETRIES = "retries"
 MATCHED = "matched"
+FORGOTTEN = "forgotten"
 BLOCKED = "blocked"
 BLOCKED_IN = "blocked:"
 SUBMITTED = "submitted:"

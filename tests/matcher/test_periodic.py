@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from matcher import periodic
-from matcher.repressure import RULE_MARK
+from matcher.repressure import RULE_MARK, repressure
 from matcher.submission import JobSpec, Submitter
 from taskqueues.catalog import Catalog
 from taskqueues.context import Context
@@ -178,3 +178,29 @@ def test_periodic_clean_forgets_what_the_scripts_marked(store: Store, clock: Fak
     clock.now += GRACE + 1
     assert periodic.clean(ctx) == [tq]
     assert store.tq_definitions() == {} and store.pool(tq) == set()
+
+
+def test_periodic_clean_forgets_requests_past_the_retention_once_re_pressure_learnt(
+    store: Store, clock: FakeClock, tmp_path: Path
+) -> None:
+    """A real submission run to its end, then the clean task with a one-hour retention: the request stays
+    until re-pressure has read its completions and the hour has passed, then goes whole; learnt run times stay."""
+    ctx = context(store, ONE_QUEUE, tmp_path)
+    ctx.__dict__["settings"] = Settings(state_dir=str(tmp_path), clean_grace=GRACE, job_retention=3600)
+    ids = submit(ctx, JobSpec("a", "true", {"cpu": 1}, rule="r"), JobSpec("b", "true", {"cpu": 1}, deps=("a",)))
+    request = store.job(ids["a"]).request
+    offer = PilotOffer("p", "S/ce/only", 4, 4000)
+    for name in ("a", "b"):
+        periodic.release_sweep(ctx)
+        [m] = store.match(offer)
+        assert m.id == ids[name]
+        clock.now += 10
+        store.complete(m.id, m.attempt, "p", RunResult(wall=10))
+    clock.now += 3601
+    periodic.clean(ctx)
+    assert store.request(request), "re-pressure has not read the completions yet"
+    repressure(store)
+    periodic.clean(ctx)
+    assert store.jobs(list(ids.values())) == [] and request not in store.requests()
+    assert "r" in store.ete_stats([], ["r"])[1]
+    check_store(store)

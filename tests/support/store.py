@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from taskqueues.store import Store, payload_logs
+from taskqueues.store import Store, payload_logs, retention
 from taskqueues.store.invariants import check, heads_violations
 from taskqueues.store.lock import Lock
 from taskqueues.store.records import NewJob, PilotOffer, RunResult
@@ -192,6 +192,7 @@ def script_calls(store: Store, pop: Population, clock: FakeClock) -> dict[str, C
     try:
         record("reap", lambda: store.requeue_expired())
         record("clean", lambda: store.clean(grace=600))
+        record("forget", lambda: retention.forget_ended(store, clock.now))
         # with what the pilot runs, so that a reservation may be made (match.lua's "Reservations")
         busy = dataclasses.replace(OFFER, cpu=1, running=((30.0, 1, 100, 0), (60.0, 2, 200, 0)))
         calls["match"] = (store._match_call(QUEUE).keys, store.match_args(busy, 4))
