@@ -8,6 +8,7 @@ command. ``--verbose`` shows the traceback instead.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 from typing import Any
@@ -22,7 +23,18 @@ from taskqueues.store.guard import from_exception, shown_url
 
 
 class _Group(click.Group):
-    """Turns our errors into one clear line (or a traceback with --verbose)."""
+    """Turns our errors into one clear line (or a traceback with --verbose); finds its commands in
+    :data:`COMMANDS`, importing each one's module when it is asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module, attribute = COMMANDS[cmd_name]
+        command: click.Command = getattr(importlib.import_module(module), attribute)
+        return command
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -71,40 +83,32 @@ def main(ctx: click.Context, verbose: bool) -> None:
 DAEMONS = frozenset({"matcher", "director", "pilot"})
 
 
-def _register() -> None:
-    from pilot.agent.command import pilot
-    from pilot.director.command import director
-    from pilot.mjf.command import mjf
+#: Every command: its name, and the module and attribute that define it. A command's module is imported only
+#: when that command runs (or ``--help`` lists them all): a pilot starting on a worker node, or a quick
+#: ``pilotfish status``, does not pay for importing the director, the metrics exporter or the workflow parser.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("matcher.cli.commands", "run"),
+    "up": ("matcher.cli.commands", "up"),
+    "down": ("matcher.cli.commands", "down"),
+    "config": ("matcher.cli.commands", "config"),
+    "submit": ("matcher.cli.commands", "submit"),
+    "cancel": ("matcher.cli.commands", "cancel"),
+    "kill": ("matcher.cli.commands", "kill"),
+    "drain": ("matcher.cli.commands", "drain"),
+    "matcher": ("matcher.cli.commands", "matcher"),
+    "health": ("matcher.cli.commands", "health"),
+    "acl": ("matcher.cli.commands", "acl"),
+    "status": ("matcher.cli.operator_commands", "status"),
+    "explain": ("matcher.cli.operator_commands", "explain"),
+    "director": ("pilot.director.command", "director"),
+    "pilot": ("pilot.agent.command", "pilot"),
+    "mjf": ("pilot.mjf.command", "mjf"),
+    "jobs": ("matcher.cli.job_commands", "jobs"),
+    "logs": ("matcher.cli.job_commands", "logs"),
+    "metrics": ("matcher.cli.metrics", "metrics"),
+    "shares": ("matcher.cli.shares_command", "shares"),
+}
 
-    from . import commands, job_commands, operator_commands, shares_command
-    from .metrics import metrics
-
-    for command in (
-        commands.run,
-        commands.up,
-        commands.down,
-        commands.config,
-        commands.submit,
-        commands.cancel,
-        commands.kill,
-        commands.drain,
-        commands.matcher,
-        commands.health,
-        commands.acl,
-        operator_commands.status,
-        operator_commands.explain,
-        director,
-        pilot,
-        mjf,
-        job_commands.jobs,
-        job_commands.logs,
-        metrics,
-        shares_command.shares,
-    ):
-        main.add_command(command)
-
-
-_register()
 
 if __name__ == "__main__":
     main()
