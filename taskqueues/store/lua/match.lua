@@ -96,19 +96,19 @@ local rs, rtq, rscore, ec, em, et -- while this pilot holds it: start, task queu
 local decided, reserve, lend
 local tc, tm, tt = cpu, mem, tmp -- the pilot's total: free + what its running jobs hold
 if RV then
-  local prev = 0
-  for d, c, m, t in string.gmatch(ARGV[10], '(%S+):(%d+):(%d+):(%d+)') do
-    d = tonumber(d)
+  -- One anchored find per running job (no second pass to count them), the totals added on the way.
+  local text, pos, prev = ARGV[10], 1, 0
+  while pos <= #text do
+    local _, e, d, c, m, t = string.find(text, '^([^:%s]+):(%d+):(%d+):(%d+) ?', pos)
+    d = e and tonumber(d)
     if not (d and d >= prev and d <= 1e12) then
       return redis.error_reply('match: ARGV[10] (running jobs) wants "d:cpu:mem:tmp" by d ascending, got '
         .. cjson.encode(ARGV[10]))
     end
-    prev = d
-    PD[#PD + 1] = d PD[#PD + 1] = tonumber(c) PD[#PD + 1] = tonumber(m) PD[#PD + 1] = tonumber(t)
-  end
-  if #PD / 4 ~= select(2, string.gsub(ARGV[10], '%S+', '')) then
-    return redis.error_reply('match: ARGV[10] (running jobs) wants "d:cpu:mem:tmp" by d ascending, got '
-      .. cjson.encode(ARGV[10]))
+    c, m, t = tonumber(c), tonumber(m), tonumber(t)
+    local k = #PD
+    PD[k + 1], PD[k + 2], PD[k + 3], PD[k + 4] = d, c, m, t
+    tc, tm, tt, prev, pos = tc + c, tm + m, tt + t, d, e + 1
   end
 end
 -- (the rest of the reservations' code comes once the walk's tables exist, below)
@@ -339,7 +339,6 @@ if RV then
     end
     return nil
   end
-  for i = 1, #PD, 4 do tc, tm, tt = tc + PD[i + 1], tm + PD[i + 2], tt + PD[i + 3] end
   local function hold()
     rs, ec, em, et = shadow(R.c, R.m, R.t)
     if rs then rtq, rscore = R.tq, R.score else R, rdirty = nil, true end
