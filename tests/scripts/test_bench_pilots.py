@@ -46,9 +46,9 @@ def test_bench_pilots_prints_a_consistent_table() -> None:
     assert int(rows[0][-4]) + int(rows[1][-4]) > 0  # woken by the wake channel, the pilots leased jobs
     assert "5 pilots: counts consistent" in out and "8 pilots: counts consistent" in out
     assert out.count("idle: ") == 2 and out.count("load: ") == 2
-    side = next(i for i, line in enumerate(lines) if line.split()[:3] == ["pilots", "|", "fcall/s"])
+    side = next(i for i, line in enumerate(lines) if line.split()[:4] == ["pilots", "pay", "s", "loadavg"])
     for line, pilots in zip(lines[side + 1 : side + 3], ["5", "8"], strict=True):
         cells = line.replace("|", " ").split()
-        assert cells[0] == pilots and len(cells) == 10
-        assert int(cells[6].replace(",", "")) > 0 and float(cells[8]) > 0  # the probe exchanged; its p99
-        assert float(cells[3]) > 0  # the server spent time inside commands in the load window
+        assert cells[:2] == [pilots, "0.2"] and len(cells) == 12
+        assert int(cells[8].replace(",", "")) > 0 and float(cells[10]) > 0  # the probe exchanged; its p99
+        assert float(cells[5]) > 0  # the server spent time inside commands in the load window
