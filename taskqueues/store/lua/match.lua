@@ -20,7 +20,9 @@
 -- heads hash, never a task-queue zset, to decide: only the task queue it leases from is touched. The index
 -- is read once per call, a page at a time, into one flat table; every write to the index, the heads, the
 -- records and the leases is made once at the end, one command each, however many jobs the call leased.
--- Tables, closures and their upvalues cost as much as Redis commands here: few of each, and one loop.
+-- Tables, closures and their upvalues cost as much as Redis commands here: few of each, and one loop. What a
+-- call does not use it does not build: the fair-share block's closures only with a policy stored, and a
+-- pilot below its queue's floor stops walking once its reservation is decided (or no job fits its total).
 -- ARGV[1]  key base "<prefix>:{<vo>}:"
 -- ARGV[2]  pilot id
 -- ARGV[3]  now (unix seconds)
@@ -29,7 +31,7 @@
 -- ARGV[8]  seconds left (negative = unbounded), compared with each member's need: the seconds the job must
 --          find left, its wall or its estimate with a safety factor (taskqueues.store.records.time_needed)
 -- ARGV[9]  how many jobs at most
--- ARGV[10] what the pilot runs, for reservations: "d:cpu:mem:tmp" per running job, blank-separated, by d
+-- ARGV[10] what the pilot runs, for reservations: "d:cpu:mem:tmp" per running job, one blank apart, by d
 --          ascending (d = seconds until its estimated end, 0 if overdue); "" when it runs nothing; "-" turns
 --          reservations off for this call (the match of old, strict)
 -- ARGV[11] reservation slack (seconds): a reservation whose start passed by this much is dropped
