@@ -13,7 +13,9 @@ alongside each match measurement, in alternating slices with the same number of 
 machine shared with other work the load moves within a run, and each row's "%" compares its match rate
 with the ceiling measured next to it. Each slice starts with the row's number of jobs waiting, and makes
 at most a tenth as many calls.
+With ``--running`` every pilot has 8 cores and says what it runs (reservations on, as real pilots send it).
 Usage: python scripts/bench_match.py [--sizes 10000,100000,1000000] [--tqs 10,100,1000] [--matches 4000]
+       [--running]
 """
 
 from __future__ import annotations
@@ -96,22 +98,25 @@ def queues_for(cpu: int) -> list[int]:
     )
 
 
-def pilot_asks(seed: int, fill: bool) -> list[tuple[PilotOffer, int]]:
+def pilot_asks(seed: int, fill: bool, running: bool = False) -> list[tuple[PilotOffer, int]]:
     """64 pilots with 1, 2, 4 or 8 free cores and what each asks for: with ``fill``, as many jobs as it has
     free cores, as a pilot does (pilot.agent.reports), else one. Each pilot is at a queue where jobs of some
     shape fit its cores, as a director places pilots (pilot.director sizes them for the waiting work): a
     1-core pilot at a queue whose every job needs 8 cores would ask in vain forever. Whether a head fits
     the pilot's time left (1000 s or 6000 s, against jobs estimated at 60, 600 or 3600 s without a wall, so
     needing 1.5 times that left: 90, 900 or 5400 s; the same fits as 700 s or 4000 s against the
-    estimates alone) is left to chance."""
+    estimates alone) is left to chance. With ``running``, each pilot has its own id and 8 cores and says what
+    it runs, as pilots do (their offers carry it: reservations): ``8 - cpu`` 1-core jobs ending within 60 to
+    3600 s; without, the 64 share one id and send no running list (reservations off: the strict match)."""
     rng = random.Random(seed)
     asks = []
     for _ in range(64):
         cpu = rng.choice([1, 2, 4, 8])
-        offer = PilotOffer(
-            f"p{seed}", queue_name(rng.choice(queues_for(cpu))), cpu, cpu * 2000, 0, rng.choice([1000, 6000])
-        )
-        asks.append((offer, cpu if fill else 1))
+        queue, left = queue_name(rng.choice(queues_for(cpu))), rng.choice([1000, 6000])
+        busy = tuple((float(rng.randint(60, 3600)), 1, 2000, 0) for _ in range(8 - cpu)) if running else None
+        # with what they run, pilots are told apart (a reservation is held by one of them)
+        pilot = f"p{seed}.{len(asks)}" if running else f"p{seed}"
+        asks.append((PilotOffer(pilot, queue, cpu, cpu * 2000, 0, left, busy), cpu if fill else 1))
     return asks
 
 
@@ -126,10 +131,10 @@ def timed(call: Callable[[int], int], n: int, out: mp.Queue) -> None:  # type: i
     out.put((time.perf_counter() - t0, got, time.process_time() - cpu))
 
 
-def match_worker(url: str, n: int, seed: int, fill: bool, out: mp.Queue) -> None:  # type: ignore[type-arg]
+def match_worker(url: str, n: int, seed: int, fill: bool, running: bool, out: mp.Queue) -> None:  # type: ignore[type-arg]
     """``n`` match calls of the pilots of :func:`pilot_asks`; counts the jobs leased."""
     store = Store.from_url(url, lease_seconds=3600)
-    asks = pilot_asks(seed, fill)
+    asks = pilot_asks(seed, fill, running)
     timed(lambda i: len(store.match(*asks[i % len(asks)])), n, out)
 
 
@@ -259,10 +264,11 @@ def alternate(url: str, stock: Stock, size: int, n_total: int, procs: int, kinds
 
 
 def side_by_side(
-    url: str, stock: Stock, size: int, n_total: int, procs: int, seeds: Callable[[int], int]
+    url: str, stock: Stock, size: int, n_total: int, procs: int, seeds: Callable[[int], int], running: bool = False
 ) -> tuple[float, float, float]:
     """Jobs matched per second by one-job calls and by filling calls, and the trivial-FCALL rate
-    (:func:`alternate`). ``seeds(i)`` is worker i's seed."""
+    (:func:`alternate`). ``seeds(i)`` is worker i's seed; ``running``: the pilots say what they run
+    (:func:`pilot_asks`)."""
     tallies = alternate(
         url,
         stock,
@@ -271,8 +277,8 @@ def side_by_side(
         procs,
         {
             "ceil": (evalsha_worker, lambda i: ()),
-            "one": (match_worker, lambda i: (seeds(i), False)),
-            "fill": (match_worker, lambda i: (seeds(i), True)),
+            "one": (match_worker, lambda i: (seeds(i), False, running)),
+            "fill": (match_worker, lambda i: (seeds(i), True, running)),
         },
     )
     return tallies["one"].rate, tallies["fill"].rate, tallies["ceil"].rate
@@ -283,6 +289,11 @@ def main() -> None:
     parser.add_argument("--sizes", default="10000,100000,1000000")
     parser.add_argument("--tqs", default="10,100,1000")
     parser.add_argument("--matches", type=int, default=4000, help="matches per measurement")
+    parser.add_argument(
+        "--running",
+        action="store_true",
+        help="pilots say what they run, as real pilots do (reservations on); without, the strict match",
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     tq_counts = [int(s) for s in args.tqs.split(",")]
@@ -318,8 +329,10 @@ def main() -> None:
                     rate_submit = stock.top_up(size)
                     # every record stored so far, waiting or leased by the rows before
                     mem_per_job = (stored(client) - mem0) / stock.submitted
-                    o1, f1, c1 = side_by_side(server.url, stock, size, args.matches, 1, lambda i: 1)
-                    o8, f8, c8 = side_by_side(server.url, stock, size, args.matches * 2, 8, lambda i: 100 + i)
+                    o1, f1, c1 = side_by_side(server.url, stock, size, args.matches, 1, lambda i: 1, args.running)
+                    o8, f8, c8 = side_by_side(
+                        server.url, stock, size, args.matches * 2, 8, lambda i: 100 + i, args.running
+                    )
                     rows.append((n_tqs, size, o1, f1, o8, f8))
                     print(
                         f"{n_tqs:>5} {size:>9,} {rate_submit:>9,.0f} | {c1:>7,.0f} {cell(o1, c1)} {cell(f1, c1)} | "

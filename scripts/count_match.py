@@ -9,8 +9,10 @@ run it on each. Kernel time (the socket reads and writes) is not counted. Needs 
 Each row is ``<task queues>:<kind>``: a fresh store with 20,000 waiting jobs in that many task queues (the
 jobs and pilots of bench_match.py), 400 calls to warm up, then ``--calls`` calls counted. Kinds: ``fill``
 asks for as many jobs as the pilot has free cores, ``one`` for one job, ``trivial`` is the ceiling's
-``return 1``. Prints the instructions per call and per job matched.
-Usage: python scripts/count_match.py [--rows 10:fill,1000:fill,1000:one,10:trivial] [--calls 300]
+``return 1``. A kind ending in ``+r`` (``fill+r``, ``one+r``) has its pilots say what they run, as real pilots
+do (bench_match.pilot_asks with ``running``: reservations on). Prints the instructions per call and per job
+matched.
+Usage: python scripts/count_match.py [--rows 10:fill,1000:fill,1000:one,1000:fill+r,10:trivial] [--calls 300]
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ def row(server: Counted, n_tqs: int, kind: str, calls: int) -> tuple[float, floa
     client.flushall()
     Stock(Store(client, lease_seconds=3600), n_tqs).top_up(20_000)
     store = Store(client, lease_seconds=3600)
-    asks = pilot_asks(1, kind == "fill")
+    asks = pilot_asks(1, kind.startswith("fill"), kind.endswith("+r"))
     trivial = trivial_call(client)
 
     def call(i: int) -> int:
@@ -110,7 +112,7 @@ def row(server: Counted, n_tqs: int, kind: str, calls: int) -> tuple[float, floa
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", default="10:fill,1000:fill,1000:one,10:trivial")
+    parser.add_argument("--rows", default="10:fill,1000:fill,1000:one,1000:fill+r,1000:one+r,10:trivial")
     parser.add_argument("--calls", type=int, default=300)
     args = parser.parse_args()
     if not shutil.which("valgrind"):

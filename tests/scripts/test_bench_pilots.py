@@ -1,7 +1,8 @@
 """Smoke test of scripts/bench_pilots.py: a tiny run (5 pilots, 200 jobs, 1 s windows) against its own real
 redis-server, in a fresh interpreter as the script runs; so the benchmark cannot rot between runs. The
-figures are not checked (this machine may be busy with other tests); what is checked is the table's shape
-and that its counts agree: every job the pilots leased was completed, and the server counted as much.
+figures are not checked (this machine may be busy with other tests); what is checked is the tables' shape
+and that the counts agree: every job the pilots leased was completed, and the server counted as much; the
+probe pilot (its own process) measured its latency, and the server side of the load window was read.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def test_bench_pilots_prints_a_consistent_table() -> None:
     rows = [line.replace("|", " ").split() for line in lines[head + 1 : head + 3]]
     assert [row[0] for row in rows] == ["5", "8"]
     for row in rows:
-        assert len(row) == 16
+        assert len(row) == 17
+        assert float(row[8]) > 0  # the probe's p99: a pilot of its own process exchanged in the window
         matched, completed, server_matched, server_done = (int(x.replace(",", "")) for x in row[-4:])
         assert matched == completed == server_matched == server_done
     assert int(rows[0][1]) == 200  # the first row starts with every job waiting
@@ -44,3 +46,9 @@ def test_bench_pilots_prints_a_consistent_table() -> None:
     assert int(rows[0][-4]) + int(rows[1][-4]) > 0  # woken by the wake channel, the pilots leased jobs
     assert "5 pilots: counts consistent" in out and "8 pilots: counts consistent" in out
     assert out.count("idle: ") == 2 and out.count("load: ") == 2
+    side = next(i for i, line in enumerate(lines) if line.split()[:4] == ["pilots", "pay", "s", "loadavg"])
+    for line, pilots in zip(lines[side + 1 : side + 3], ["5", "8"], strict=True):
+        cells = line.replace("|", " ").split()
+        assert cells[:2] == [pilots, "0.2"] and len(cells) == 12
+        assert int(cells[8].replace(",", "")) > 0 and float(cells[10]) > 0  # the probe exchanged; its p99
+        assert float(cells[5]) > 0  # the server spent time inside commands in the load window

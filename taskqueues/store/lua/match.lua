@@ -20,7 +20,9 @@
 -- heads hash, never a task-queue zset, to decide: only the task queue it leases from is touched. The index
 -- is read once per call, a page at a time, into one flat table; every write to the index, the heads, the
 -- records and the leases is made once at the end, one command each, however many jobs the call leased.
--- Tables, closures and their upvalues cost as much as Redis commands here: few of each, and one loop.
+-- Tables, closures and their upvalues cost as much as Redis commands here: few of each, and one loop. What a
+-- call does not use it does not build: the fair-share block's closures only with a policy stored, and a
+-- pilot below its queue's floor stops walking once its reservation is decided (or no job fits its total).
 -- ARGV[1]  key base "<prefix>:{<vo>}:"
 -- ARGV[2]  pilot id
 -- ARGV[3]  now (unix seconds)
@@ -29,7 +31,7 @@
 -- ARGV[8]  seconds left (negative = unbounded), compared with each member's need: the seconds the job must
 --          find left, its wall or its estimate with a safety factor (taskqueues.store.records.time_needed)
 -- ARGV[9]  how many jobs at most
--- ARGV[10] what the pilot runs, for reservations: "d:cpu:mem:tmp" per running job, blank-separated, by d
+-- ARGV[10] what the pilot runs, for reservations: "d:cpu:mem:tmp" per running job, one blank apart, by d
 --          ascending (d = seconds until its estimated end, 0 if overdue); "" when it runs nothing; "-" turns
 --          reservations off for this call (the match of old, strict)
 -- ARGV[11] reservation slack (seconds): a reservation whose start passed by this much is dropped
@@ -96,19 +98,19 @@ local rs, rtq, rscore, ec, em, et -- while this pilot holds it: start, task queu
 local decided, reserve, lend
 local tc, tm, tt = cpu, mem, tmp -- the pilot's total: free + what its running jobs hold
 if RV then
-  local prev = 0
-  for d, c, m, t in string.gmatch(ARGV[10], '(%S+):(%d+):(%d+):(%d+)') do
-    d = tonumber(d)
+  -- One anchored find per running job (no second pass to count them), the totals added on the way.
+  local text, pos, prev = ARGV[10], 1, 0
+  while pos <= #text do
+    local _, e, d, c, m, t = string.find(text, '^([^:%s]+):(%d+):(%d+):(%d+) ?', pos)
+    d = e and tonumber(d)
     if not (d and d >= prev and d <= 1e12) then
       return redis.error_reply('match: ARGV[10] (running jobs) wants "d:cpu:mem:tmp" by d ascending, got '
         .. cjson.encode(ARGV[10]))
     end
-    prev = d
-    PD[#PD + 1] = d PD[#PD + 1] = tonumber(c) PD[#PD + 1] = tonumber(m) PD[#PD + 1] = tonumber(t)
-  end
-  if #PD / 4 ~= select(2, string.gsub(ARGV[10], '%S+', '')) then
-    return redis.error_reply('match: ARGV[10] (running jobs) wants "d:cpu:mem:tmp" by d ascending, got '
-      .. cjson.encode(ARGV[10]))
+    c, m, t = tonumber(c), tonumber(m), tonumber(t)
+    local k = #PD
+    PD[k + 1], PD[k + 2], PD[k + 3], PD[k + 4] = d, c, m, t
+    tc, tm, tt, prev, pos = tc + c, tm + m, tt + t, d, e + 1
   end
 end
 -- (the rest of the reservations' code comes once the walk's tables exist, below)
@@ -129,10 +131,12 @@ end
 -- The policy is read as one JSON field of the shares hash, and the fair hash field by field when first
 -- needed (a pilot's ACL grants HGET, not HGETALL: taskqueues/store/access.py).
 local FS
+local fs_before, fs_take, fs_write -- the block's entry points, made only with FS: closures cost on every call
 do
   local text = redis.call('HGET', base .. K_SHARES, 'json')
-  local ok, cfg = pcall(cjson.decode, text or '')
-  if text and ok and type(cfg) == 'table' then
+  local ok, cfg = false, nil
+  if text then ok, cfg = pcall(cjson.decode, text) end
+  if ok and type(cfg) == 'table' then
     FS = {cfg = {}, h = {}, U = {}, E = {}, acct = {}, dirty = {}, owners = {},
           site = string.match(queue, '^([^/]+)/') or queue, tau = 21600 / math.log(2)}
     for field, v in pairs(cfg) do
@@ -144,112 +148,114 @@ do
     if hl and hl > 0 then FS.tau = hl / math.log(2) end
   end
 end
--- A field of the fair hash (false when it has none), read once per call.
-local function fs_get(field)
-  local v = FS.h[field]
-  if v == nil then
-    v = redis.call('HGET', base .. K_FAIR, field) or false
-    FS.h[field] = v
-  end
-  return v
-end
--- The account of a task queue: {group, group.owner, type or false}, cached per call.
-local function fs_acct(tq)
-  local a = FS.acct[tq]
-  if not a then
-    local g, o, ty = string.match(tq, '^[^.]+%.([^.]+)%.([^.]+)%.?(.*)$')
-    if not g then g, o, ty = 'default', 'default', '' end
-    a = {g, g .. '.' .. o, ty ~= '' and ty or false}
-    FS.acct[tq] = a
-  end
-  return a
-end
-local function fs_num(field) return tonumber(fs_get(field)) or 0 end
--- Effective usage of account a (a group, or group.owner) now: its decayed core-seconds plus its running cores
--- times tau.
-local function fs_usage(a)
-  local e = FS.E[a]
-  if not e then
-    local u, t = string.match(fs_get('u:' .. a) or '', '^(%S+) (%S+)$')
-    u, t = tonumber(u) or 0, tonumber(t) or now
-    local r = fs_num('r:' .. a)
-    local k = math.exp(-math.max(now - t, 0) / FS.tau)
-    FS.U[a] = u * k + r * FS.tau * (1 - k)
-    e = FS.U[a] + r * FS.tau
-    FS.E[a] = e
-  end
-  return e
-end
-local function fs_share(a, default)
-  local s = FS.cfg['s:' .. a] or default
-  if not s or s <= 0 then return 1e-9 end
-  return s
-end
--- The rank of a task queue's account: (group's E / share, owner's E / share or 0); lower is served first.
-local function fs_rank(tq)
-  local a = fs_acct(tq)
-  local r1 = fs_usage(a[1]) / fs_share(a[1], FS.cfg['s:*'] or 1)
-  local r2 = 0
-  if FS.owners[a[1]] then r2 = fs_usage(a[2]) / fs_share(a[2], FS.cfg['s:' .. a[1] .. '.*'] or 1) end
-  return r1, r2
-end
--- Whether leasing `cpu` more cores of task queue tq stays within every running limit.
-local function fs_allowed(tq, c)
-  local a, cfg = fs_acct(tq), FS.cfg
-  local g = a[1]
-  local l = cfg['l:' .. g .. '@*']
-  if l and fs_num('r:' .. g) + c > l then return false end
-  l = cfg['l:' .. g .. '@' .. FS.site]
-  if l and fs_num('c:' .. g .. '@' .. FS.site) + c > l then return false end
-  l = cfg['l:' .. g .. '@' .. queue]
-  if l and fs_num('c:' .. g .. '@' .. queue) + c > l then return false end
-  l = a[3] and cfg['t:' .. a[3]]
-  if l and fs_num('n:' .. a[3]) + 1 > l then return false end
-  return true
-end
--- Whether entry x (task queue tq, score r) goes before entry b: allowed, then by rank, score, task-queue id.
-local function fs_before(X, x, b)
-  if not fs_allowed(X[x + 1], X[x + 4]) then return false end
-  if not b then return true end
-  local x1, x2 = fs_rank(X[x + 1])
-  local b1, b2 = fs_rank(X[b + 1])
-  if x1 ~= b1 then return x1 < b1 end
-  if x2 ~= b2 then return x2 < b2 end
-  if X[x + 2] ~= X[b + 2] then return X[x + 2] < X[b + 2] end
-  return X[x + 1] < X[b + 1]
-end
--- A lease of `c` cores from task queue tq begins (sign 1) or is taken back (-1: its record was parked).
-local function fs_take(tq, c, sign)
-  local a, h = fs_acct(tq), FS.h
-  for _, name in ipairs({a[1], a[2]}) do
-    fs_usage(name)
-    local r = fs_num('r:' .. name) + sign * c
-    h['r:' .. name] = r
-    FS.E[name] = FS.U[name] + r * FS.tau
-    FS.dirty[name] = true
-  end
-  local site, here = 'c:' .. a[1] .. '@' .. FS.site, 'c:' .. a[1] .. '@' .. queue
-  h[site] = fs_num(site) + sign * c
-  h[here] = fs_num(here) + sign * c
-  FS.dirty[0] = true
-  if a[3] then h['n:' .. a[3]] = fs_num('n:' .. a[3]) + sign end
-end
--- The counters this call changed, written once.
-local function fs_write()
-  if not FS.dirty[0] then return end
-  local out, h = {}, FS.h
-  for name in pairs(FS.dirty) do
-    if type(name) == 'string' then
-      out[#out + 1] = 'u:' .. name out[#out + 1] = string.format('%.17g %.17g', FS.U[name], now)
-      out[#out + 1] = 'r:' .. name out[#out + 1] = string.format('%d', h['r:' .. name])
+if FS then
+  -- A field of the fair hash (false when it has none), read once per call.
+  local function fs_get(field)
+    local v = FS.h[field]
+    if v == nil then
+      v = redis.call('HGET', base .. K_FAIR, field) or false
+      FS.h[field] = v
     end
+    return v
   end
-  for field, v in pairs(h) do
-    if type(v) == 'number' and string.sub(field, 1, 2) ~= 'r:' then
-      out[#out + 1] = field out[#out + 1] = string.format('%d', v)
+  -- The account of a task queue: {group, group.owner, type or false}, cached per call.
+  local function fs_acct(tq)
+    local a = FS.acct[tq]
+    if not a then
+      local g, o, ty = string.match(tq, '^[^.]+%.([^.]+)%.([^.]+)%.?(.*)$')
+      if not g then g, o, ty = 'default', 'default', '' end
+      a = {g, g .. '.' .. o, ty ~= '' and ty or false}
+      FS.acct[tq] = a
     end
+    return a
   end
-  redis.call('HSET', base .. K_FAIR, unpack(out))
+  local function fs_num(field) return tonumber(fs_get(field)) or 0 end
+  -- Effective usage of account a (a group, or group.owner) now: its decayed core-seconds plus its running cores
+  -- times tau.
+  local function fs_usage(a)
+    local e = FS.E[a]
+    if not e then
+      local u, t = string.match(fs_get('u:' .. a) or '', '^(%S+) (%S+)$')
+      u, t = tonumber(u) or 0, tonumber(t) or now
+      local r = fs_num('r:' .. a)
+      local k = math.exp(-math.max(now - t, 0) / FS.tau)
+      FS.U[a] = u * k + r * FS.tau * (1 - k)
+      e = FS.U[a] + r * FS.tau
+      FS.E[a] = e
+    end
+    return e
+  end
+  local function fs_share(a, default)
+    local s = FS.cfg['s:' .. a] or default
+    if not s or s <= 0 then return 1e-9 end
+    return s
+  end
+  -- The rank of a task queue's account: (group's E / share, owner's E / share or 0); lower is served first.
+  local function fs_rank(tq)
+    local a = fs_acct(tq)
+    local r1 = fs_usage(a[1]) / fs_share(a[1], FS.cfg['s:*'] or 1)
+    local r2 = 0
+    if FS.owners[a[1]] then r2 = fs_usage(a[2]) / fs_share(a[2], FS.cfg['s:' .. a[1] .. '.*'] or 1) end
+    return r1, r2
+  end
+  -- Whether leasing `cpu` more cores of task queue tq stays within every running limit.
+  local function fs_allowed(tq, c)
+    local a, cfg = fs_acct(tq), FS.cfg
+    local g = a[1]
+    local l = cfg['l:' .. g .. '@*']
+    if l and fs_num('r:' .. g) + c > l then return false end
+    l = cfg['l:' .. g .. '@' .. FS.site]
+    if l and fs_num('c:' .. g .. '@' .. FS.site) + c > l then return false end
+    l = cfg['l:' .. g .. '@' .. queue]
+    if l and fs_num('c:' .. g .. '@' .. queue) + c > l then return false end
+    l = a[3] and cfg['t:' .. a[3]]
+    if l and fs_num('n:' .. a[3]) + 1 > l then return false end
+    return true
+  end
+  -- Whether entry x (task queue tq, score r) goes before entry b: allowed, then by rank, score, task-queue id.
+  fs_before = function(X, x, b)
+    if not fs_allowed(X[x + 1], X[x + 4]) then return false end
+    if not b then return true end
+    local x1, x2 = fs_rank(X[x + 1])
+    local b1, b2 = fs_rank(X[b + 1])
+    if x1 ~= b1 then return x1 < b1 end
+    if x2 ~= b2 then return x2 < b2 end
+    if X[x + 2] ~= X[b + 2] then return X[x + 2] < X[b + 2] end
+    return X[x + 1] < X[b + 1]
+  end
+  -- A lease of `c` cores from task queue tq begins (sign 1) or is taken back (-1: its record was parked).
+  fs_take = function(tq, c, sign)
+    local a, h = fs_acct(tq), FS.h
+    for _, name in ipairs({a[1], a[2]}) do
+      fs_usage(name)
+      local r = fs_num('r:' .. name) + sign * c
+      h['r:' .. name] = r
+      FS.E[name] = FS.U[name] + r * FS.tau
+      FS.dirty[name] = true
+    end
+    local site, here = 'c:' .. a[1] .. '@' .. FS.site, 'c:' .. a[1] .. '@' .. queue
+    h[site] = fs_num(site) + sign * c
+    h[here] = fs_num(here) + sign * c
+    FS.dirty[0] = true
+    if a[3] then h['n:' .. a[3]] = fs_num('n:' .. a[3]) + sign end
+  end
+  -- The counters this call changed, written once.
+  fs_write = function()
+    if not FS.dirty[0] then return end
+    local out, h = {}, FS.h
+    for name in pairs(FS.dirty) do
+      if type(name) == 'string' then
+        out[#out + 1] = 'u:' .. name out[#out + 1] = string.format('%.17g %.17g', FS.U[name], now)
+        out[#out + 1] = 'r:' .. name out[#out + 1] = string.format('%d', h['r:' .. name])
+      end
+    end
+    for field, v in pairs(h) do
+      if type(v) == 'number' and string.sub(field, 1, 2) ~= 'r:' then
+        out[#out + 1] = field out[#out + 1] = string.format('%d', v)
+      end
+    end
+    redis.call('HSET', base .. K_FAIR, unpack(out))
+  end
 end
 -- ==== end of the fair-share block ====
 
@@ -335,7 +341,6 @@ if RV then
     end
     return nil
   end
-  for i = 1, #PD, 4 do tc, tm, tt = tc + PD[i + 1], tm + PD[i + 2], tt + PD[i + 3] end
   local function hold()
     rs, ec, em, et = shadow(R.c, R.m, R.t)
     if rs then rtq, rscore = R.tq, R.score else R, rdirty = nil, true end
@@ -388,8 +393,10 @@ end
 
 repeat
 while got < want do
-  -- (a pilot that runs jobs walks on: a reservation may be due; see "Reservations")
-  if f1 and #PD == 0 and (cpu < f1 or mem < f2 or tmp < f3 or (left >= 0 and left < f4)) then break end
+  -- Below the floor nothing fits what is free. A pilot that runs jobs walks on while a reservation may be
+  -- due (see "Reservations"): until the call has decided it, if some head may fit the pilot's total.
+  if f1 and ((left >= 0 and left < f4) or (cpu < f1 or mem < f2 or tmp < f3)
+      and (#PD == 0 or decided or tc < f1 or tm < f2 or tt < f3)) then break end
   -- The entry of the most urgent head that fits what is free (ties go to the smaller task-queue id, as
   -- ZRANGE orders equal scores), reading pages until no entry left unread can beat it.
   local b
@@ -459,6 +466,8 @@ while got < want do
         and (not b or (FS and fs_before(X, h, b)) or not FS and (X[h + 2] < X[b + 2]
              or (X[h + 2] == X[b + 2] and X[h + 1] < X[b + 1]))) and reserve(h) then
       b = nil -- this pilot now holds cores for h: the pass again, under the reservation
+    elseif decided and not b and f1 and (cpu < f1 or mem < f2 or tmp < f3) then
+      break -- decided, and below the floor: no page left can bring a head that fits what is free
     elseif b and (all or not FS and X[b + 2] < bound) then
       break
     elseif all then

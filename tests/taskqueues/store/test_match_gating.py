@@ -1,0 +1,86 @@
+"""match.lua pays only for what a call uses: a pilot below its queue's floor stops walking the index once its
+reservation is decided (or when no job can fit its total), and no shares policy means the strict match. What
+a call leases and reserves stays what the full walk gives (the brute-force comparison of every case is
+tests/taskqueues/store/test_oracle.py); how many index pages a call reads is counted by the server
+(``INFO commandstats``: commands a function runs are counted as if a client sent them)."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from taskqueues.store import Store
+from taskqueues.store.fairshare import Policy, publish
+from taskqueues.store.invariants import check
+from taskqueues.store.records import PilotOffer
+from taskqueues.store.reservations import read_reservations
+from tests.support.clock import FakeClock
+from tests.support.store import job
+
+Q = "site/ce/q1"
+
+
+@pytest.fixture
+def store(real_redis: redis.Redis) -> Store:
+    return Store(real_redis, clock=FakeClock(), reservation_slack=30)
+
+
+def busy(pilot: str, free: int, ends: float = 50.0, held: int = 3) -> PilotOffer:
+    """A pilot with ``free`` cores free and ``held`` 1-core jobs ending in ``ends`` seconds."""
+    return PilotOffer(pilot, Q, free, 4000, 0, None, running=((ends, 1, 100, 0),) * held)
+
+
+def pages_read(store: Store, offer: PilotOffer) -> tuple[list[str], int]:
+    """The jobs a call leased, and how many index pages (ZRANGEBYSCORE) it read."""
+    store.client.config_resetstat()
+    got = [j.id for j in store.match(offer)]
+    stats = store.client.info("commandstats").get("cmdstat_zrangebyscore", {})
+    return got, int(stats.get("calls", 0))
+
+
+def two_core_queues(store: Store, n: int) -> list[str]:
+    """``n`` task queues of one 2-core job each, the first the most urgent; a walk by an idle 1-core pilot
+    has set the queue's floor (2 cores)."""
+    ids = store.submit([job(f"tq{i:02d}", cpu=2, ete=100, score=i) for i in range(n)])
+    assert pages_read(store, PilotOffer("idle", Q, 1, 4000, 0, None, running=()))[0] == []
+    return ids
+
+
+def test_a_busy_pilot_below_the_floor_still_reserves_the_head_that_fits_its_total(store: Store) -> None:
+    first, *_ = two_core_queues(store, 3)
+    assert pages_read(store, busy("p1", free=1))[0] == []
+    (r,) = read_reservations(store.client, store.keys)[0]
+    assert (r.pilot, r.job) == ("p1", first)
+    assert pages_read(store, busy("p2", free=1, ends=10.0))[0] == []  # frees sooner: takes it over
+    assert read_reservations(store.client, store.keys)[0][0].pilot == "p2"
+    assert check(store.client, store.keys) == []
+
+
+def test_once_its_reservation_is_decided_a_pilot_below_the_floor_reads_no_more_pages(store: Store) -> None:
+    first, *_ = two_core_queues(store, 40)
+    assert pages_read(store, busy("p1", free=1)) == ([], 1)  # the first page holds the head to reserve
+    assert read_reservations(store.client, store.keys)[0][0].job == first
+    assert pages_read(store, busy("p2", free=1, ends=90.0)) == ([], 1)  # decided: p1 frees sooner
+
+
+def test_a_pilot_whose_total_fits_no_job_reads_no_page(store: Store) -> None:
+    two_core_queues(store, 40)
+    assert pages_read(store, busy("p1", free=0, held=1)) == ([], 0)  # 1 core in all: every job wants 2
+    assert read_reservations(store.client, store.keys) == ([], {})
+
+
+def test_without_a_shares_policy_or_with_one_that_cannot_be_read_the_match_is_strict(store: Store) -> None:
+    def lease(tq: str, score: float) -> tuple[str, bool]:
+        """Submit a job, and which job a pilot is leased then, and whether its record names a fair queue."""
+        store.submit([job(tq, score=score)])
+        (got,) = pages_read(store, busy("p1", free=1))[0]
+        return got, b'"fq":' in (store.client.hget(store.keys.jobs, got) or b"")
+
+    store.submit([job("tqA.g1.o1", score=1)])
+    publish(store.client, store.keys, Policy(shares={"g1": 1, "g2": 1}))
+    store.client.hset(store.keys.fair, "r:g1", 5)  # g1 runs 5 cores: g2 goes first
+    assert lease("tqB.g2.o2", 2) == ("2", True)
+    publish(store.client, store.keys, None)
+    assert lease("tqB.g2.o2", 2) == ("1", False)  # no policy: the most urgent
+    store.client.hset(store.keys.shares, "json", "not json")
+    assert lease("tqA.g1.o1", 1) == ("4", False)  # unreadable: strict again
