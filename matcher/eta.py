@@ -85,5 +85,19 @@ def fan_in_bound(
     return need
 
 
+#: An ETA is re-stored only when it moves by more than this share of the time left (re-pressure).
+ETA_FRACTION = 1 / 16
+
+
+def eta_moved(old: float, new: float, now: float) -> bool:
+    """True when an ETA moved by more than 1/16 of the remaining time (the longer of the old and the new).
+
+    Taking the longer of the two makes the rule symmetric (growing from 100 s to 107 s left counts like
+    shrinking from 107 s to 100 s), and a request already late (its ETA past) counts any move: its
+    stored ETA says nothing about what is left.
+    """
+    return abs(new - old) > max(old - now, new - now, 0.0) * ETA_FRACTION
+
+
 def request_eta(now: float, critical_path: float, load: float, fan_in: float = 0.0) -> float:
     return now + max(critical_path, load, fan_in)
