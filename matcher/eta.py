@@ -14,8 +14,9 @@ date the request cannot keep; its scores then claim an urgency it does not have 
 another request's critical path (``scripts/bench_schedule.py``, Montage beside CyberShake).
 
 The load is counted once, at submission: the work already waiting then is ahead of the new request.
-Re-pressure re-computes a request's critical-path and fan-in needs when learnt run times move them, not
-its load. Re-evaluating everyone's load for every request at each run would give all load-bound
+Re-pressure re-computes a request's critical-path and fan-in needs when learnt run times move them; its
+load it only corrects, by how much the estimates it summed were wrong (:mod:`matcher.repressure_load`),
+never re-evaluates. Re-evaluating everyone's load for every request at each run would give all load-bound
 requests one shared ETA and order their jobs by pressure alone: shorter makespans for requests sent
 together, but a short request sent before a long one would then end with it (in a model of the same
 list scheduling over random mixes of two or three workflows: makespan -2.4 %, mean request completion

@@ -27,7 +27,9 @@ never to the number of jobs stored:
    jobs, as at submission: a join behind a fan waits for the fan's work on the cores), the ETA re-stored
    and every unfinished job of the request re-scored (the hysteresis keeps this rare: the one O(request)
    step, and it is the one the brief of the ETA asks for, since all of the request's scores move with
-   it). The load part of the submission's ETA is not re-evaluated: see :mod:`matcher.eta`;
+   it). The load part of the submission's ETA is not re-evaluated (:mod:`matcher.eta`), only corrected:
+   the work re-estimated in step 3 moves the load of its request and of every request sent after it
+   (:mod:`matcher.repressure_load`), which may re-store their ETAs and re-score them whole too;
 6. write back with ``rescore.lua`` in batches: new pressure, estimate and score per job, task-queue
    members moved, heads indexes set to the real heads; then the request ETAs, the per-rule marks and
    the cursor (last, so a crash only makes the next run redo idempotent work).
