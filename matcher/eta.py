@@ -14,8 +14,9 @@ date the request cannot keep; its scores then claim an urgency it does not have 
 another request's critical path (``scripts/bench_schedule.py``, Montage beside CyberShake).
 
 The load is counted once, at submission: the work already waiting then is ahead of the new request.
-Re-pressure re-computes a request's critical-path and fan-in needs when learnt run times move them, not
-its load. Re-evaluating everyone's load for every request at each run would give all load-bound
+Re-pressure re-computes a request's critical-path and fan-in needs when learnt run times move them; its
+load it only corrects, by how much the estimates it summed were wrong (:mod:`matcher.repressure_load`),
+never re-evaluates. Re-evaluating everyone's load for every request at each run would give all load-bound
 requests one shared ETA and order their jobs by pressure alone: shorter makespans for requests sent
 together, but a short request sent before a long one would then end with it (in a model of the same
 list scheduling over random mixes of two or three workflows: makespan -2.4 %, mean request completion
@@ -83,6 +84,20 @@ def fan_in_bound(
         )
         need = max(need, max(head[job], before[job] / cores) + pressure[job])
     return need
+
+
+#: An ETA is re-stored only when it moves by more than this share of the time left (re-pressure).
+ETA_FRACTION = 1 / 16
+
+
+def eta_moved(old: float, new: float, now: float) -> bool:
+    """True when an ETA moved by more than 1/16 of the remaining time (the longer of the old and the new).
+
+    Taking the longer of the two makes the rule symmetric (growing from 100 s to 107 s left counts like
+    shrinking from 107 s to 100 s), and a request already late (its ETA past) counts any move: its
+    stored ETA says nothing about what is left.
+    """
+    return abs(new - old) > max(old - now, new - now, 0.0) * ETA_FRACTION
 
 
 def request_eta(now: float, critical_path: float, load: float, fan_in: float = 0.0) -> float:

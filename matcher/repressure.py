@@ -27,7 +27,9 @@ never to the number of jobs stored:
    jobs, as at submission: a join behind a fan waits for the fan's work on the cores), the ETA re-stored
    and every unfinished job of the request re-scored (the hysteresis keeps this rare: the one O(request)
    step, and it is the one the brief of the ETA asks for, since all of the request's scores move with
-   it). The load part of the submission's ETA is not re-evaluated: see :mod:`matcher.eta`;
+   it). The load part of the submission's ETA is not re-evaluated (:mod:`matcher.eta`), only corrected:
+   the work re-estimated in step 3 moves the load of its request and of every request sent after it
+   (:mod:`matcher.repressure_load`), which may re-store their ETAs and re-score them whole too;
 6. write back with ``rescore.lua`` in batches: new pressure, estimate and score per job, task-queue
    members moved, heads indexes set to the real heads; then the request ETAs, the per-rule marks and
    the cursor (last, so a crash only makes the next run redo idempotent work).
@@ -50,7 +52,8 @@ from taskqueues.store.reads import RecordCache, RecordView
 from taskqueues.store.records import time_needed
 from taskqueues.store.rescore import Rescored, rescore
 
-from .eta import fan_in_bound, live_cores
+from .eta import ETA_FRACTION, eta_moved, fan_in_bound, live_cores
+from .repressure_load import shift_loads, work_moved
 
 __all__ = ["CURSOR_FIELD", "LOCK_NAME", "RULE_MARK", "Report", "eta_moved", "repressure", "repressure_locked"]
 
@@ -59,7 +62,6 @@ RULE_MARK = "repressure:rule:"
 FACTOR_MARK = "repressure:factor:"
 WIDE_MARK = "repressure:wide:"
 LOCK_NAME = "repressure"
-ETA_FRACTION = 1 / 16
 _FINAL = frozenset({"done", "failed", "cancelled", "dep-failed"})
 _FRONTIER = frozenset({"waiting", "releasing", "matched", "running"})
 _WRITE_CHUNK = 200
@@ -81,6 +83,7 @@ class Report:
     jobs_written: int = 0
     members_moved: int = 0
     etas: dict[str, float] = field(default_factory=dict)
+    loads: dict[str, float] = field(default_factory=dict)
     forgotten: int = 0
     records_read: int = 0
 
@@ -171,16 +174,6 @@ class _Request:
         self.written: set[str] = set()
 
 
-def eta_moved(old: float, new: float, now: float) -> bool:
-    """True when an ETA moved by more than 1/16 of the remaining time (the longer of the old and the new).
-
-    Taking the longer of the two makes the rule symmetric (growing from 100 s to 107 s left counts like
-    shrinking from 107 s to 100 s), and a request already late (its ETA past) counts any move: its
-    stored ETA says nothing about what is left.
-    """
-    return abs(new - old) > max(old - now, new - now, 0.0) * ETA_FRACTION
-
-
 def _remaining(rec: RecordView, pressure: float, now: float) -> float:
     """What a ready or running job still needs, to the request's targets."""
     if rec.state in ("matched", "running"):
@@ -248,6 +241,23 @@ def repressure(
         request_rec = request_recs.get(request)
         if request_rec is not None:
             _check_eta(records, request, request_rec, view, frontier.get(request, []), now, cores, report)
+    moved_work = work_moved(records, changed)
+    shifted = shift_loads(
+        store,
+        moved_work,
+        request_recs,
+        report.etas,
+        now,
+        cores() if moved_work else 1.0,
+        lambda q, rec: _shape_date(records, views.get(q) or _Request(records, q), rec, now, cores()),
+    )
+    report.loads = shifted.loads
+    for request, eta in shifted.etas.items():
+        live = _live_ids(records, shifted.records[request])
+        if live:  # a finished request's ETA schedules nothing
+            report.etas[request] = eta
+            request_recs.setdefault(request, shifted.records[request])
+            views.setdefault(request, _Request(records, request)).written.update(live)
 
     updates = [
         _update(
@@ -368,19 +378,29 @@ def _check_eta(
     earlier = held and now + new_need < eta and eta_moved(eta, now + new_need, now)
     if not (later or earlier):
         return
-    first, last = int(rec["first"]), int(rec["last"])
-    ids = [str(i) for i in range(first, last + 1)]
-    records.fetch(ids)
-    frontier = [(j, r) for j in ids if (r := records.cache.get(j)) is not None and r.state in _FRONTIER]
-    if not frontier:
-        return
-    exact = now + max(
-        max(_remaining(r, view.pressure[j], now) for j, r in frontier),
-        _shape_need(records, view, [j for j in ids if _unfinished(records.cache.get(j))], now, cores()),
-    )
-    if eta_moved(eta, exact, now):
+    exact = _shape_date(records, view, rec, now, cores())
+    if exact is not None and eta_moved(eta, exact, now):
         report.etas[request] = round(exact, 3)
-        view.written.update(j for j in ids if _unfinished(records.cache.get(j)))
+        view.written.update(_live_ids(records, rec))
+
+
+def _live_ids(records: RecordCache, rec: Record) -> list[str]:
+    """The unfinished jobs of a request, read whole (its ids are consecutive)."""
+    ids = [str(i) for i in range(int(rec["first"]), int(rec["last"]) + 1)]
+    records.fetch(ids)
+    return [j for j in ids if _unfinished(records.cache.get(j))]
+
+
+def _shape_date(records: RecordCache, view: _Request, rec: Record, now: float, cores: float) -> float | None:
+    """The date a request's own shape needs from now (critical path of its ready and running jobs, and the
+    fan-in bound of its unfinished ones), read whole; None when none of its jobs is ready or running."""
+    live = _live_ids(records, rec)
+    frontier = [(j, r) for j in live if (r := records.cache.get(j)) is not None and r.state in _FRONTIER]
+    if not frontier:
+        return None
+    return now + max(
+        max(_remaining(r, view.pressure[j], now) for j, r in frontier), _shape_need(records, view, live, now, cores)
+    )
 
 
 def _shape_need(records: RecordCache, view: _Request, live: Sequence[str], now: float, cores: float) -> float:
@@ -438,7 +458,7 @@ def _write(
     chunks = [list(updates[i : i + _WRITE_CHUNK]) for i in range(0, len(updates), _WRITE_CHUNK)] or [[]]
     for n, chunk in enumerate(chunks):
         last = n == len(chunks) - 1
-        if not chunk and not report.etas and not progress and not marks:
+        if not chunk and not report.etas and not report.loads and not progress and not marks:
             continue
         waiting = [r.task_queue for u in chunk if (r := records.cache.get(u.job)) and r.state == "waiting"]
         written, moved = rescore(
@@ -446,6 +466,7 @@ def _write(
             chunk,
             waiting_tqs=waiting,
             etas=report.etas if last else None,
+            loads=report.loads if last else None,
             progress=progress if last else None,
             marks=marks if last else None,
         )

@@ -18,7 +18,9 @@ every problem before storing anything (a refused request writes nothing: the sto
 5. pressures along the DAG give each job its score: ``ETA(request) - pressure(job) - priority``, the
    date by which it should start (lower is more urgent, one scale for every request); the ETA counts
    the critical path, what the request's shape needs on the cores (a long job behind a wide fan) and
-   the load of everyone's outstanding work (:mod:`matcher.eta`).
+   the load of everyone's outstanding work (:mod:`matcher.eta`); the request's record keeps the date
+   that load gave (``load``) and the cores it counted (``cores``): re-pressure moves that date when the
+   estimates it summed are corrected (:mod:`matcher.repressure_load`).
 
 A job whose template failed to evaluate is stored as failed with the reason, and the jobs depending on
 it as dep-failed; the rest of the request runs. Requirements that read dependency outputs are kept
@@ -322,12 +324,8 @@ class Submitter:
             for j in jobs
         }
         cores = self.capacity()
-        eta = request_eta(
-            now,
-            critical,
-            load_seconds(self.store, cores, sum(work.values())),
-            fan_in_bound(order, deps, ete, pressure, work, cores),
-        )
+        load = load_seconds(self.store, cores, sum(work.values()))
+        eta = request_eta(now, critical, load, fan_in_bound(order, deps, ete, pressure, work, cores))
         index = {n: i for i, n in enumerate(order)}
         dependents = dag.dependents_of(order, deps)
         doomed = self._doomed(order, by_name, dependents)
@@ -372,6 +370,8 @@ class Submitter:
             "ts": round(now, 3),
             "eta": round(eta, 3),
             "cp": round(critical, 3),
+            "load": round(now + load, 3),
+            "cores": round(cores, 3),
             "n": len(jobs),
             "owner": owner,
             "group": group,

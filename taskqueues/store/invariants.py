@@ -338,6 +338,8 @@ _REQUEST_NUMBERS = {
     "ts": False,
     "eta": False,
     "cp": False,
+    "load": False,
+    "cores": False,
     "n": False,
     "first": False,
     "last": False,

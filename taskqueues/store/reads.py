@@ -318,3 +318,9 @@ def zset_sizes(store: Store, keys: Sequence[str]) -> list[int]:
 def task_queue_ids(store: Store) -> list[str]:
     """Every task queue the store defines, sorted."""
     return sorted(_text(tq) for tq in store.client.hkeys(store.keys.tqdefs))
+
+
+def all_request_records(store: Store) -> dict[str, dict[str, Any]]:
+    """Every request record (re-pressure's load step: the requests submitted after one whose work moved)."""
+    raw: Any = store.client.hgetall(store.keys.requests)
+    return {_text(k): json.loads(v) for k, v in raw.items()}

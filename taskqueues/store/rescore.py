@@ -1,8 +1,8 @@
 """Writing back what re-pressure computed: ``rescore.lua`` and the form of its entries.
 
 Re-pressure (``matcher.repressure``) works out each touched job's new pressure, run-time estimate, member
-need and score; :func:`rescore` stores one batch of them, with the requests' re-stored ETAs and the run's
-progress marks, in one atomic step (the script's header says what it does with each).
+need and score; :func:`rescore` stores one batch of them, with the requests' re-stored ETAs and load dates
+and the run's progress marks, in one atomic step (the script's header says what it does with each).
 """
 
 from __future__ import annotations
@@ -44,15 +44,19 @@ def rescore(
     *,
     waiting_tqs: Iterable[str] = (),
     etas: Mapping[str, float] | None = None,
+    loads: Mapping[str, float] | None = None,
     progress: Mapping[str, str] | None = None,
     marks: Mapping[str, str] | None = None,
 ) -> tuple[int, int]:
     """Store one batch; ``waiting_tqs`` are the task queues of the waiting jobs among them (their members
-    move). Returns (jobs rewritten, task-queue members moved)."""
+    move); ``loads`` are new load dates of requests (:mod:`matcher.eta`). Returns (jobs rewritten, task-queue
+    members moved)."""
     keys = store.keys
     body: dict[str, Any] = {"jobs": [j.entry() for j in jobs]}
-    if etas is not None or progress is not None or marks is not None:
+    if etas is not None or loads is not None or progress is not None or marks is not None:
         body.update(requests=dict(etas or {}), progress=dict(progress or {}), marks=dict(marks or {}))
+        if loads:
+            body["loads"] = dict(loads)
     reply = store.call_script(
         "rescore",
         [keys.jobs, keys.requests, keys.cursor],

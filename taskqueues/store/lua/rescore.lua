@@ -1,7 +1,7 @@
 -- rescore: write back what re-pressure computed (learnt run times moved): each job's new pressure, run-time
 -- estimate and score; a job waiting in its task queue moves there (the score, and the need its estimate
 -- makes when it has no wall, are its member's: ZREM the old member, ZADD the new one). Then requests'
--- re-stored ETAs and the task's progress marks.
+-- re-stored ETAs and load dates, and the task's progress marks.
 -- Heads index: the walk in match.lua tolerates an index entry BELOW its task queue's real head (it raises
 -- it and walks again) but never one ABOVE it (the task queue would be skipped while it holds the most
 -- urgent job). A re-score may lower a head (ZADD LT would do) or raise it (an LT entry would then stay
@@ -9,14 +9,15 @@
 -- every task queue touched we set the entry of each queue of its SubmitPool to the real head score read
 -- here, in the same atomic step: never above, and not needlessly below.
 -- KEYS[1]  jobs hash
--- KEYS[2]  requests hash   (request id -> record JSON; "eta" is rewritten)
+-- KEYS[2]  requests hash   (request id -> record JSON; "eta" and "load" are rewritten)
 -- KEYS[3]  cursor hash     (periodic tasks' progress)
 -- KEYS[4..] the work counter, the heads, qfloor, tqempty and tqmax hashes; task queues, SubmitPools and
 --           heads indexes of the waiting jobs re-scored here
 -- ARGV[1]  key base "<prefix>:{<vo>}:"
 -- ARGV[2]  JSON {"jobs": [{"id": str, "pr": pressure, "e": ete, "me": the member's need,
 --                          "sc": score as text}],
---                "requests": {id: eta}, "progress": {field: value} (kept only if greater than stored),
+--                "requests": {id: eta}, "loads": {id: the date its load gives (matcher.eta)},
+--                "progress": {field: value} (kept only if greater than stored),
 --                "marks": {field: value} (set as given)}; values of progress and marks are numbers
 -- Returns  {'ok', jobs rewritten, task-queue members moved} or {'needkeys', key...}
 -- A job found final (it ended since the caller read it) is left alone; a job matched or running keeps its
@@ -25,8 +26,8 @@ SCRIPT = 'rescore'
 local base = check_base({'jobs', 'requests', 'cursor'})
 check_count(2, true)
 local payload = check_json('ARGV[2] (payload)', ARGV[2])
-if check_fields('ARGV[2] (payload)', payload, {jobs = 'array', requests = 'any', progress = 'any', marks = 'any'},
-    {'jobs'}) then
+if check_fields('ARGV[2] (payload)', payload,
+    {jobs = 'array', requests = 'any', loads = 'any', progress = 'any', marks = 'any'}, {'jobs'}) then
   for i, j in ipairs(payload.jobs) do
     check_fields('ARGV[2] (payload).jobs[' .. (i - 1) .. ']', j,
       {id = 'job', pr = 'signed', e = 'ete', me = 'count', sc = 'score'}, {'id', 'pr', 'e', 'me', 'sc'})
@@ -34,13 +35,14 @@ if check_fields('ARGV[2] (payload)', payload, {jobs = 'array', requests = 'any',
       problem('ARGV[2] (payload).jobs[' .. (i - 1) .. '].me', 'wants at most ' .. MAX_ETE .. ', got ' .. j.me)
     end
   end
-  for _, field in ipairs({'requests', 'progress', 'marks'}) do
+  for _, field in ipairs({'requests', 'loads', 'progress', 'marks'}) do
     local where = 'ARGV[2] (payload).' .. field
     local map = payload[field]
+    local dated = field == 'requests' or field == 'loads'
     if map ~= nil and not is_object(map) then problem(where, 'wants an object, got ' .. shown(map)) map = {} end
     for k, v in pairs(map or {}) do
-      check_text(where, k, field == 'requests' and PATTERN.request or PATTERN.name, 256)
-      check_number(where .. '.' .. k, v, -MAX_TIME, MAX_TIME, false, field ~= 'requests')
+      check_text(where, k, dated and PATTERN.request or PATTERN.name, 256)
+      check_number(where .. '.' .. k, v, -MAX_TIME, MAX_TIME, false, not dated)
     end
   end
 end
@@ -91,11 +93,18 @@ for tq in pairs(retouched) do
   end
 end
 sync_heads(base, 0) -- a move within a task queue never empties it: no time to mark it with
-for id, eta in pairs(payload.requests or {}) do
+local dated = {}
+for id, eta in pairs(payload.requests or {}) do dated[id] = {eta = eta} end
+for id, load in pairs(payload.loads or {}) do
+  dated[id] = dated[id] or {}
+  dated[id].load = load
+end
+for id, new in pairs(dated) do
   local raw = redis.call('HGET', KEYS[2], id)
   if raw then
     local rec = cjson.decode(raw)
-    rec.eta = eta
+    rec.eta = new.eta or rec.eta
+    rec.load = new.load or rec.load
     redis.call('HSET', KEYS[2], id, cjson.encode(rec))
   end
 end

@@ -31,7 +31,7 @@ local NEW = {s = 'any', t = 'any', m_tail = 'tail', sc = 'score', c = 'text', r 
              dpl = 'array', nd = 'count', dx = 'one', df = 'json', pr = 'signed', why = 'text', te = 'time'}
 local INITIAL = {waiting = true, blocked = true, failed = true, ['dep-failed'] = true}
 local REQUEST = {name = 'text', priority = 'signed', ts = 'time', eta = 'signed', cp = 'amount', n = 'count',
-                 owner = 'name', group = 'name'}
+                 owner = 'name', group = 'name', load = 'signed', cores = 'amount'}
 if check_fields('ARGV[3] (payload)', payload, {tqs = 'any', jobs = 'array', request = 'any'}, {'tqs', 'jobs'}) then
   local jobs, tqs = payload.jobs, payload.tqs
   if #jobs == 0 then problem('ARGV[3] (payload).jobs', 'holds no job') end
