@@ -63,7 +63,7 @@ class Context:
 
     @cached_property
     def client(self) -> Client:
-        return connect(self.redis_url, master=self.settings.redis_sentinel_master)
+        return connect(self.redis_url, master=self.settings.redis_sentinel_master, community=self.keys.base)
 
     @cached_property
     def keys(self) -> Keys:

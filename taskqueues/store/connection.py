@@ -43,10 +43,12 @@ __all__ = [
 ]
 
 
-def connect(url: str, *, master: str | None = None) -> Client:
+def connect(url: str, *, master: str | None = None, community: str | None = None) -> Client:
     """A client of the server at ``url`` (it connects when first used); a Sentinel URL gives a client of the
-    primary named ``master`` (:mod:`taskqueues.store.sentinel`), found again after a failover."""
-    return sentinel.client(url, master=master)
+    primary named ``master`` (:mod:`taskqueues.store.sentinel`), found again after a failover; a Cluster URL
+    one of the primary owning the slot of ``community`` (its key base: :mod:`taskqueues.store.cluster`),
+    followed when the slot moves."""
+    return sentinel.client(url, master=master, community=community)
 
 
 def ping(client: Client) -> None:

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 import redis
 
 from ..errors import PilotfishError, StoreAccessDenied, StoreError, StoreUnavailable
+from . import cluster
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -41,6 +42,8 @@ def shown_url(url: str) -> str:
 
 def client_url(client: redis.Redis) -> str:
     """Where ``client`` connects, as a URL without password."""
+    if cluster.is_slot_client(client):
+        return cluster.where(client)
     kw = client.connection_pool.connection_kwargs
     user = f"{kw['username']}@" if kw.get("username") else ""
     service = getattr(client.connection_pool, "service_name", None)

@@ -1,0 +1,109 @@
+"""Redis Cluster: three communities on three primaries, real pilots, slots moved under them mid-run.
+
+A real 3-primary cluster (tests/support/cluster.py); each community's keys live in the slot of its hash tag
+``{vo}``, one on each primary. Pilots of every community run jobs while one community's slot is moved the way
+``valkey-cli --cluster reshard`` moves it (SETSLOT IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE) and another's
+with Valkey's atomic slot migration; every job of every community ends done, its payload run exactly once,
+and every store stays consistent (taskqueues.store.invariants). The control plane's part is the reaper
+(Store.requeue_expired), run as the worker runs it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from taskqueues.errors import ConfigError
+from taskqueues.store import Store, access, cluster
+from taskqueues.store.guard import client_url
+from taskqueues.store.keys import Keys
+from taskqueues.store.records import JobState
+from tests.support.cluster import cluster_set
+from tests.support.pilots import QUEUE, pilot_env, running_pilot
+from tests.support.polling import wait_until
+from tests.support.sentinel import quietly
+from tests.support.store import check_store, job
+
+#: Communities whose hash tags fall on three different primaries (slots 15495, 3300, 7365 of 16384 in thirds).
+COMMUNITIES = ("a", "b", "c")
+JOBS = 24
+
+
+def test_the_url_names_nodes_and_credentials() -> None:
+    parsed = cluster.ClusterURL.parse("redis+cluster://u:p%40w@h1:7000,h2,[::1]:7002/0")
+    assert parsed.nodes == (("h1", 7000), ("h2", 6379), ("::1", 7002))
+    assert (parsed.username, parsed.password, parsed.tls) == ("u", "p@w", False)
+    assert cluster.ClusterURL.parse("rediss+cluster://h1:1").tls
+    for bad, why in (
+        ("redis+cluster://h1:1/3", "only database 0"),
+        ("redis+cluster://h1:1,h2:x", "bad port"),
+        ("redis+cluster://h1:1,,h2:2", "is not host:port"),
+        ("redis+cluster://h1:1?timeout=3", "takes no query"),
+    ):
+        with pytest.raises(ConfigError, match=why):
+            cluster.ClusterURL.parse(bad)
+    with pytest.raises(ConfigError, match="serves one community"):
+        cluster.client("redis+cluster://h1:1", None)
+
+
+def _payload(ran: Path) -> str:
+    return f"echo $PILOTFISH_JOB_ID >> {ran}; sleep 0.4"
+
+
+def test_three_communities_ride_out_slot_migrations(tmp_path: Path) -> None:
+    with cluster_set(tmp_path / "cluster") as deployment:
+        keys = {vo: Keys(vo=vo) for vo in COMMUNITIES}
+        stores = {vo: Store(cluster.client(deployment.url, keys[vo].base), keys[vo]) for vo in COMMUNITIES}
+        slots = {vo: cluster.slot_of(stores[vo].client) for vo in COMMUNITIES}
+        first = {vo: deployment.owner(slots[vo]) for vo in COMMUNITIES}
+        assert sorted(first.values()) == [0, 1, 2]
+        assert client_url(stores["a"].client) == deployment.url + f" (slot {slots['a']})"
+        ids = {
+            vo: stores[vo].submit(
+                [job(queues=(QUEUE,), command=_payload(tmp_path / f"ran-{vo}"), name=f"{vo}{i}") for i in range(JOBS)]
+            )
+            for vo in COMMUNITIES
+        }
+        # Community a's pilots use their own ACL user, made on every node: no CLUSTER command among its rights.
+        for i in range(len(deployment.nodes)):
+            access.apply(deployment.admin(i), access.pilot_user("a"), "pw-a", access.pilot_rules("pf", "a"))
+        urls = {vo: deployment.url for vo in COMMUNITIES}
+        urls["a"] = deployment.url.replace("://", "://pf-pilot-a:pw-a@")
+        env = pilot_env(tmp_path)
+
+        def done(vo: str) -> int:
+            return sum(j.state is JobState.DONE for j in stores[vo].jobs(ids[vo]))
+
+        def finished() -> bool:
+            for store in stores.values():
+                store.requeue_expired()
+            return all(done(vo) == JOBS for vo in COMMUNITIES)
+
+        with ExitStack() as pilots:
+            for vo in COMMUNITIES:
+                for n in range(2):
+                    pilots.enter_context(
+                        running_pilot(urls[vo], tmp_path, "--vo", vo, "--idle-timeout", "30", env=env, name=f"{vo}{n}")
+                    )
+            wait_until(lambda: done("a") >= 3 and done("b") >= 3, what="a few jobs of a and b done")
+            moved = deployment.migrate_classic(slots["a"], first["a"], (first["a"] + 1) % 3)
+            deployment.migrate_atomic(slots["b"], first["b"], (first["b"] + 1) % 3)
+            assert done("a") < JOBS and done("b") < JOBS, "the slots moved after the run"
+            try:
+                wait_until(quietly(finished), timeout=50, what="every job of every community done")
+            except AssertionError:
+                states = {vo: Counter(j.state.value for j in stores[vo].jobs(ids[vo])) for vo in COMMUNITIES}
+                logs = "".join((tmp_path / f"{vo}{n}.err").read_text()[-2000:] for vo in "ab" for n in range(2))
+                raise AssertionError(f"{states}\n{logs}") from None
+        assert moved > 0
+        for vo in COMMUNITIES:
+            ran = Counter((tmp_path / f"ran-{vo}").read_text().split())
+            assert ran == Counter(ids[vo]), f"community {vo}: every payload ran exactly once"
+            check_store(stores[vo])
+        for vo in ("a", "b"):  # the moved slots: all their keys on the new owner, none left behind
+            assert deployment.owner(slots[vo]) == (first[vo] + 1) % 3
+            old = deployment.admin(first[vo])
+            assert old.execute_command("CLUSTER", "COUNTKEYSINSLOT", slots[vo]) == 0
