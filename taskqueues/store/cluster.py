@@ -70,26 +70,28 @@ class ClusterURL:
 
     @classmethod
     def parse(cls, url: str) -> ClusterURL:
+        """The URL's parts; a bad form is a :class:`ConfigError` naming the URL (without its password)."""
         scheme, _, rest = url.partition("://")
+        credentials, at, where = rest.rpartition("@")
+        user, _, password = credentials.partition(":")
+        shown = f"{scheme}://{user}{at}{where}"
         if scheme not in SCHEMES:
-            raise ConfigError(f"redis_url {url!r}: a Cluster URL starts with redis+cluster:// or rediss+cluster://")
-        credentials, _, hosts = rest.rpartition("@")
-        hosts, _, path = hosts.partition("/")
-        if "?" in path or "?" in hosts or "#" in path:
-            raise ConfigError(f"redis_url {url!r}: a Cluster URL takes no query (user and password go before '@')")
+            raise ConfigError(f"redis_url {shown!r}: a Cluster URL starts with redis+cluster:// or rediss+cluster://")
+        hosts, _, path = where.partition("/")
+        if "?" in where or "#" in where:
+            raise ConfigError(f"redis_url {shown!r}: a Cluster URL takes no query (user and password go before '@')")
         if path.strip("/") not in ("", "0"):
-            raise ConfigError(f"redis_url {url!r}: a cluster has only database 0, not {path.strip('/')!r}")
+            raise ConfigError(f"redis_url {shown!r}: a cluster has only database 0, not {path.strip('/')!r}")
         nodes: list[tuple[str, int]] = []
         for part in hosts.split(","):
             parts = urlsplit(f"//{part.strip()}")
             try:
                 port = parts.port or DEFAULT_PORT
             except ValueError:
-                raise ConfigError(f"redis_url {url!r}: {part!r} has a bad port") from None
+                raise ConfigError(f"redis_url {shown!r}: {part!r} has a bad port") from None
             if not parts.hostname:
-                raise ConfigError(f"redis_url {url!r}: {part!r} is not host:port (nodes are ','-separated)")
+                raise ConfigError(f"redis_url {shown!r}: {part!r} is not host:port (nodes are ','-separated)")
             nodes.append((parts.hostname, port))
-        user, _, password = credentials.partition(":")
         return cls(tuple(nodes), unquote(user) or None, unquote(password) or None, scheme == SCHEMES[1])
 
 

@@ -33,3 +33,30 @@ def test_importing_the_app_configures_nothing_and_dash_a_finds_it_configured(tmp
         [sys.executable, "-c", CHECK], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+BROKER_APART = """
+import matcher.app.celery_app as module
+from celery.app.utils import find_app
+app = find_app("matcher.app")
+assert app.conf.broker_url == app.conf.result_backend == "sentinel://127.0.0.1:2", app.conf.broker_url
+assert app.conf.broker_transport_options == {"master_name": "pfm"}, app.conf.broker_transport_options
+assert module.context().redis_url.startswith("redis+cluster://")
+print("ok")
+"""
+
+
+def test_a_cluster_store_takes_celerys_broker_apart(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "PILOTFISH_REDIS_URL": "redis+cluster://127.0.0.1:1,127.0.0.1:3",
+        "PILOTFISH_BROKER_URL": "sentinel://127.0.0.1:2",
+        "PILOTFISH_REDIS_SENTINEL_MASTER": "pfm",
+        "PILOTFISH_CONFIG": "/dev/null",
+        "PILOTFISH_STATE_DIR": str(tmp_path),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", BROKER_APART], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
