@@ -11,17 +11,20 @@ and every store stays consistent (taskqueues.store.invariants). The control plan
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
-from taskqueues.errors import ConfigError
+from taskqueues.errors import ConfigError, StoreUnavailable
 from taskqueues.store import Store, access, cluster
+from taskqueues.store.connection import Subscription
+from taskqueues.store.functions import library_name
 from taskqueues.store.guard import client_url
 from taskqueues.store.keys import Keys
-from taskqueues.store.records import JobState
-from tests.support.cluster import cluster_set
+from taskqueues.store.records import JobState, PilotOffer
+from tests.support.cluster import ClusterSet, cluster_set
 from tests.support.pilots import QUEUE, pilot_env, running_pilot
 from tests.support.polling import wait_until
 from tests.support.sentinel import quietly
@@ -107,3 +110,51 @@ def test_three_communities_ride_out_slot_migrations(tmp_path: Path) -> None:
             assert deployment.owner(slots[vo]) == (first[vo] + 1) % 3
             old = deployment.admin(first[vo])
             assert old.execute_command("CLUSTER", "COUNTKEYSINSLOT", slots[vo]) == 0
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterSet]:
+    with cluster_set(tmp_path_factory.mktemp("cluster")) as started:
+        yield started
+
+
+def _store(deployment: ClusterSet, vo: str, url: str = "") -> Store:
+    keys = Keys(vo=vo)
+    return Store(cluster.client(url or deployment.url, keys.base), keys)
+
+
+def test_the_library_is_on_every_primary_and_reloaded_where_lost(deployment: ClusterSet) -> None:
+    store = _store(deployment, "lib")
+    store.submit([job(queues=(QUEUE,))])
+    for i in range(len(deployment.nodes)):
+        listed = deployment.admin(i).function_list(library=library_name())
+        assert len(listed) == 1, f"node {i} holds the library"
+    owner = deployment.owner(cluster.slot_of(store.client))
+    deployment.admin(owner).function_flush()  # as a primary that joined after the load holds none
+    pilot_url = deployment.url.replace("://", "://pf-pilot-lib:pw@")
+    for i in range(len(deployment.nodes)):
+        access.apply(deployment.admin(i), access.pilot_user("lib"), "pw", access.pilot_rules("pf", "lib"))
+    with pytest.raises(StoreUnavailable, match="holds no function pf_start"):
+        _store(deployment, "lib", pilot_url).start("1", 1, "p")  # a pilot waits for the control plane
+    assert [j.id for j in store.match(_offer())] == ["1"]  # the control plane loads it again and goes on
+    assert len(deployment.admin(owner).function_list(library=library_name())) == 1
+
+
+def test_a_subscription_hears_its_community_after_the_slot_moved(deployment: ClusterSet) -> None:
+    store = _store(deployment, "wake")
+    slot = cluster.slot_of(store.client)
+    listener = Subscription(store.client, ignore_subscribe_messages=True)
+    listener.subscribe(store.keys.wake)
+    assert listener.message(timeout=0.5) is None
+    owner = deployment.owner(slot)
+    deployment.migrate_atomic(slot, owner, (owner + 1) % len(deployment.nodes))
+    store.submit([job(queues=(QUEUE,))])  # publishes on the wake channel, from the slot's new owner
+    heard = None
+    for _ in range(20):
+        heard = heard or listener.message(timeout=0.5)
+    assert heard is not None and heard["channel"] == store.keys.wake.encode()
+    listener.close()
+
+
+def _offer() -> PilotOffer:
+    return PilotOffer(pilot="p1", queue=QUEUE, cpu=1, mem=1000)
