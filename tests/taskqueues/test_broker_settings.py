@@ -30,7 +30,7 @@ def test_celerys_broker_cannot_be_a_cluster(name: str) -> None:
 
 def test_a_bad_cluster_url_is_refused_with_what_is_wrong() -> None:
     env = {"PILOTFISH_REDIS_URL": "redis+cluster://u:secret@10.0.0.1:6379/2", "PILOTFISH_BROKER_URL": "redis://b/0"}
-    with pytest.raises(ConfigError, match="redis\\+cluster://u@10.0.0.1:6379/2': a cluster has only database 0"):
+    with pytest.raises(ConfigError, match=r"redis\+cluster://u@10\.0\.0\.1:6379/2': a cluster has only database 0"):
         Settings.load("/dev/null", env=env)
 
 
