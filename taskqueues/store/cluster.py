@@ -72,9 +72,9 @@ class ClusterURL:
     def parse(cls, url: str) -> ClusterURL:
         """The URL's parts; a bad form is a :class:`ConfigError` naming the URL (without its password)."""
         scheme, _, rest = url.partition("://")
-        credentials, at, where = rest.rpartition("@")
+        credentials, _, where = rest.rpartition("@")
         user, _, password = credentials.partition(":")
-        shown = f"{scheme}://{user}{at}{where}"
+        shown = shown_url(url)
         if scheme not in SCHEMES:
             raise ConfigError(f"redis_url {shown!r}: a Cluster URL starts with redis+cluster:// or rediss+cluster://")
         hosts, _, path = where.partition("/")
@@ -93,6 +93,13 @@ class ClusterURL:
                 raise ConfigError(f"redis_url {shown!r}: {part!r} is not host:port (nodes are ','-separated)")
             nodes.append((parts.hostname, port))
         return cls(tuple(nodes), unquote(user) or None, unquote(password) or None, scheme == SCHEMES[1])
+
+
+def shown_url(url: str) -> str:
+    """``url`` without its password (the user name stays)."""
+    scheme, _, rest = url.partition("://")
+    credentials, at, where = rest.rpartition("@")
+    return f"{scheme}://{credentials.partition(':')[0]}{at}{where}"
 
 
 class SlotMigrating(redis.ConnectionError):

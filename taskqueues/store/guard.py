@@ -29,6 +29,8 @@ R = TypeVar("R")
 
 def shown_url(url: str) -> str:
     """``url`` without its password (the user name stays: it says which ACL user was refused)."""
+    if cluster.is_cluster(url):
+        return cluster.shown_url(url)
     parts = urlsplit(url)
     if parts.password is None:
         return url

@@ -23,7 +23,7 @@ from taskqueues.errors import ConfigError, StoreUnavailable
 from taskqueues.store import Store, access, cluster
 from taskqueues.store.connection import Subscription
 from taskqueues.store.functions import library_name
-from taskqueues.store.guard import client_url
+from taskqueues.store.guard import client_url, shown_url
 from taskqueues.store.keys import Keys
 from taskqueues.store.records import JobState, PilotOffer
 from tests.support.cluster import ClusterSet, cluster_set
@@ -183,3 +183,10 @@ def test_a_subscription_hears_its_community_after_the_slot_moved(deployment: Clu
 
 def _offer() -> PilotOffer:
     return PilotOffer(pilot="p1", queue=QUEUE, cpu=1, mem=1000)
+
+
+def test_messages_show_a_cluster_url_without_its_password() -> None:
+    assert (
+        shown_url("redis+cluster://pf-control:s3cret@r1:6379,r2:6379") == "redis+cluster://pf-control@r1:6379,r2:6379"
+    )
+    assert shown_url("rediss+cluster://r1:6379,r2:6379") == "rediss+cluster://r1:6379,r2:6379"
