@@ -187,7 +187,6 @@ class SlotPool(ConnectionPool):
 
     def __init__(self, url: str, slot: int, **kwargs: Any) -> None:
         parsed = ClusterURL.parse(url)
-        self.cluster_url = url
         self.topology = Topology(parsed, slot)
         kwargs.setdefault("connection_class", _SlotSSLConnection if parsed.tls else _SlotConnection)
         super().__init__(username=parsed.username, password=parsed.password, topology=self.topology, **kwargs)
@@ -198,20 +197,23 @@ def redirected(exc: BaseException) -> bool:
     return isinstance(exc, AskError | TryAgainError | ClusterDownError)
 
 
-def patiently(call: Callable[[], T], slot: int, *, patience: float = PATIENCE) -> T:
-    """``call()``, sent again while the slot answers a redirection (``MOVED`` at once, the others after a
-    wait growing to a quarter of a second), at most ``patience`` seconds."""
+def patiently(call: Callable[[], T], slot: int) -> T:
+    """``call()``, sent again while the slot answers a redirection: at once after the first ``MOVED`` (the
+    connection learnt the new owner, and the next send goes there), else after a wait growing to a quarter of
+    a second; at most ``patience`` seconds."""
+    patience = PATIENCE
     deadline = time.monotonic() + patience
     wait = _FIRST_WAIT
+    followed = False
     while True:
         try:
             return call()
         except (AskError, TryAgainError, ClusterDownError) as exc:
-            moved = isinstance(exc, MovedError)  # the connection learnt the new owner: the next send goes there
-            if time.monotonic() + (0 if moved else wait) > deadline:
-                raise SlotMigrating(f"slot {slot} is still migrating after {patience:g} s ({exc})") from None
-            if moved:
+            if isinstance(exc, MovedError) and not followed:
+                followed = True
                 continue
+            if time.monotonic() + wait > deadline:
+                raise SlotMigrating(f"slot {slot} is still migrating after {patience:g} s ({exc})") from None
             time.sleep(wait)
             wait = min(2 * wait, _LONGEST_WAIT)
 
@@ -252,10 +254,8 @@ class _SlotPipeline(Pipeline):
 def client(url: str, community: str | None, **kwargs: Any) -> SlotClient:
     """A client of the primary owning ``community``'s slot (a key or hash tag base: ``pf:{vo}``)."""
     if community is None:
-        raise ConfigError(f"redis_url {url!r} names a Redis Cluster: a client of it serves one community")
-    slot = key_slot(community.encode())
-    pool_options = {k: kwargs.pop(k) for k in ("max_connections",) if k in kwargs}
-    return SlotClient(connection_pool=SlotPool(url, slot, **kwargs, **pool_options))
+        raise ConfigError(f"redis_url {shown_url(url)!r} names a Redis Cluster: a client of it serves one community")
+    return SlotClient(connection_pool=SlotPool(url, key_slot(community.encode()), **kwargs))
 
 
 def is_slot_client(client: redis.Redis) -> bool:

@@ -69,23 +69,32 @@ class ClusterSet:
     def migrate_classic(self, slot: int, source: int, target: int) -> int:
         """Move ``slot`` as ``valkey-cli --cluster reshard`` does: IMPORTING/MIGRATING, MIGRATE of its keys (a
         batch at a time), SETSLOT NODE on both sides; returns the number of keys moved."""
+        moved = self.start_classic(slot, source, target)
+        self.end_classic(slot, source, target)
+        return moved
+
+    def start_classic(self, slot: int, source: int, target: int) -> int:
+        """The first half of :meth:`migrate_classic`: the slot marked on both sides and its keys moved."""
         src, dst = self.admin(source), self.admin(target)
-        src_id, dst_id = self.node_id(source), self.node_id(target)
-        dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
-        src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+        dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", self.node_id(source))
+        src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", self.node_id(target))
         moved = 0
         while True:
             keys = src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
             if not keys:
-                break
+                return moved
             src.execute_command("MIGRATE", "127.0.0.1", self.nodes[target].port, "", 0, 5000, "KEYS", *keys)
             moved += len(keys)
+
+    def end_classic(self, slot: int, source: int, target: int) -> None:
+        """The second half of :meth:`migrate_classic`: the slot given to ``target`` on every node."""
+        src, dst = self.admin(source), self.admin(target)
+        dst_id = self.node_id(target)
         for side in (dst, src):
             side.execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
         for i in range(self.size):
             if i not in (source, target):
                 self.admin(i).execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
-        return moved
 
     def migrate_atomic(self, slot: int, source: int, target: int) -> None:
         """Move ``slot`` with Valkey 9's atomic slot migration (``CLUSTER MIGRATESLOTS``), and wait for its end."""

@@ -190,3 +190,19 @@ def test_messages_show_a_cluster_url_without_its_password() -> None:
         shown_url("redis+cluster://pf-control:s3cret@r1:6379,r2:6379") == "redis+cluster://pf-control@r1:6379,r2:6379"
     )
     assert shown_url("rediss+cluster://r1:6379,r2:6379") == "rediss+cluster://r1:6379,r2:6379"
+
+
+def test_a_slot_left_migrating_is_an_outage_until_the_move_ends(
+    deployment: ClusterSet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _store(deployment, "stuck")
+    [submitted] = store.submit([job(queues=(QUEUE,))])
+    slot = cluster.slot_of(store.client)
+    source = deployment.owner(slot)
+    target = (source + 1) % len(deployment.nodes)
+    assert deployment.start_classic(slot, source, target) > 0  # every key on the target, the slot not yet
+    monkeypatch.setattr(cluster, "PATIENCE", 0.3)
+    with pytest.raises(StoreUnavailable, match=f"slot {slot} is still migrating after 0.3 s"):
+        store.match(_offer())  # the source answers ASK: the call waits for the move's end, then gives up
+    deployment.end_classic(slot, source, target)
+    assert [j.id for j in store.match(_offer())] == [submitted]  # MOVED: followed to the new owner
