@@ -143,6 +143,9 @@ class _SlotConnection(Connection):
     def __init__(self, **kwargs: Any) -> None:
         self.topology: Topology = kwargs.pop("topology")
         self.generation = -1
+        #: Held by one user for ordered traffic with replies read later (a pilot's exchanges): not moved to
+        #: the slot's new owner when it sends, only by :func:`follow` when no reply is due.
+        self.held = False
         super().__init__(**kwargs)  # type: ignore[no-untyped-call]
 
     def connect(self) -> None:
@@ -165,7 +168,7 @@ class _SlotConnection(Connection):
         raise last or redis.ConnectionError("a Cluster URL with no node")
 
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        if self._sock is not None and self.generation != self.topology.generation:
+        if self._sock is not None and self.generation != self.topology.generation and not self.held:
             self.connect()  # the slot moved since this connection was made: to its new owner first
         super().send_packed_command(command, check_health)  # type: ignore[no-untyped-call]
 
@@ -190,6 +193,19 @@ class SlotPool(ConnectionPool):
         self.topology = Topology(parsed, slot)
         kwargs.setdefault("connection_class", _SlotSSLConnection if parsed.tls else _SlotConnection)
         super().__init__(username=parsed.username, password=parsed.password, topology=self.topology, **kwargs)
+
+
+def hold(conn: Connection) -> None:
+    """Mark a connection taken out of its pool for ordered traffic (see :attr:`_SlotConnection.held`)."""
+    if isinstance(conn, _SlotConnection):
+        conn.held = True
+
+
+def follow(conn: Connection) -> None:
+    """Move a held connection to its slot's owner if the slot moved since it connected (no reply may be due
+    on it: they would be lost); it reconnects when next used."""
+    if isinstance(conn, _SlotConnection) and conn.generation != conn.topology.generation:
+        conn.disconnect()  # type: ignore[no-untyped-call]
 
 
 def redirected(exc: BaseException) -> bool:

@@ -15,7 +15,7 @@ from typing import Any
 import redis
 from redis.connection import Connection
 
-from . import sentinel
+from . import cluster, sentinel
 
 #: The client of one server (what :class:`~taskqueues.store.Store` is built on).
 Client = redis.Redis
@@ -37,6 +37,7 @@ __all__ = [
     "Subscription",
     "broken",
     "connect",
+    "follow",
     "give_back",
     "own_connection",
     "ping",
@@ -65,7 +66,14 @@ def own_connection(client: Client) -> Connection:
     """A connection taken out of the client's pool for one user's ordered traffic (give it back with
     :func:`give_back`)."""
     conn: Connection = client.connection_pool.get_connection()
+    cluster.hold(conn)
     return conn
+
+
+def follow(conn: Connection) -> None:
+    """Before sending on a connection of one's own with no reply due: on a Redis Cluster, move it to the
+    community's primary if the slot moved (until then its scripts answer ``MOVED`` and are redone alone)."""
+    cluster.follow(conn)
 
 
 def give_back(client: Client, conn: Connection) -> None:

@@ -21,7 +21,7 @@ import pytest
 
 from taskqueues.errors import ConfigError, StoreUnavailable
 from taskqueues.store import Store, access, cluster
-from taskqueues.store.connection import Subscription
+from taskqueues.store.connection import Subscription, follow, give_back, own_connection
 from taskqueues.store.functions import library_name
 from taskqueues.store.guard import client_url, shown_url
 from taskqueues.store.keys import Keys
@@ -118,6 +118,10 @@ def test_three_communities_ride_out_slot_migrations(tmp_path: Path) -> None:
                 states = {vo: Counter(j.state.value for j in stores[vo].jobs(ids[vo])) for vo in COMMUNITIES}
                 logs = "".join((tmp_path / f"{vo}{n}.err").read_text()[-2000:] for vo in "ab" for n in range(2))
                 raise AssertionError(f"{states}\n{logs}") from None
+            # Community a's pilots run their scripts on the slot's new owner (as their ACL user).
+            new_owner = deployment.admin((first["a"] + 1) % 3)
+            clients = new_owner.client_list()
+            assert any(c["user"] == "pf-pilot-a" and c["cmd"].startswith("fcall") for c in clients), clients
         assert moved > 0
         runs = {vo: _runs(tmp_path / f"ran-{vo}") for vo in COMMUNITIES}
         for vo in COMMUNITIES:
@@ -206,3 +210,23 @@ def test_a_slot_left_migrating_is_an_outage_until_the_move_ends(
         store.match(_offer())  # the source answers ASK: the call waits for the move's end, then gives up
     deployment.end_classic(slot, source, target)
     assert [j.id for j in store.match(_offer())] == [submitted]  # MOVED: followed to the new owner
+
+
+def test_a_pilots_own_connection_follows_the_slot_when_no_reply_is_due(deployment: ClusterSet) -> None:
+    store = _store(deployment, "own")
+    first, second = store.submit([job(queues=(QUEUE,)), job(queues=(QUEUE,))])
+    slot = cluster.slot_of(store.client)
+    owner = deployment.owner(slot)
+    channel = own_connection(store.client)
+    store.send_exchange("p1", channel, offer=_offer()).receive()  # connects it to the owner
+    target = (owner + 1) % len(deployment.nodes)
+    deployment.migrate_atomic(slot, owner, target)
+    assert store.job(first).state is JobState.MATCHED  # the client learns the new owner (MOVED)
+    # Replies may still be due on the channel: it stays, its scripts answer MOVED and are redone alone.
+    assert [j.id for j in store.send_exchange("p1", channel, offer=_offer()).receive().matched] == [second]
+    assert channel.port == deployment.nodes[owner].port
+    follow(channel)  # nothing due: to the new owner
+    store.send_exchange("p1", channel, starts=[(first, 1, 0.0)]).receive()
+    assert channel.port == deployment.nodes[target].port
+    assert store.job(first).state is JobState.RUNNING
+    give_back(store.client, channel)
