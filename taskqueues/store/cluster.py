@@ -14,7 +14,9 @@ works unchanged, and addresses the right node. The URL names a few nodes of the 
 resharding, or a replica promoted by the cluster's own failover):
 
 * ``MOVED`` names the new owner: the connection that read it records it, every connection of the pool
-  reconnects there before its next command, and the command is sent again (it did not run);
+  reconnects there before its next command, and the command is sent again (it did not run). A connection
+  held for ordered traffic whose replies are read later (a pilot's exchanges: :func:`hold`) moves only when
+  its user says no reply is due (:func:`follow`); until then its scripts answer ``MOVED`` and are redone alone;
 * ``ASK`` and ``TRYAGAIN`` come during a classic migration (``CLUSTER SETSLOT ... MIGRATING``), while the slot's
   keys are on their way: a script of several keys cannot run on either side then, so the call is sent again
   to the owner after a short wait until the slot's move is over (``MOVED``), at most :data:`PATIENCE` seconds;
