@@ -1019,6 +1019,8 @@ def test_a_cluster_store_keeps_celerys_broker_apart(hc: ModuleType) -> None:
         assert env[name]["valueFrom"]["secretKeyRef"] == {"name": "pf-pilotfish-broker-pilot", "key": "broker-url"}
     for password in ("s3cret", "p1lot", "b40ker", "b1lot"):
         assert hc.secret_leaks(objects, password) == []
+    notes = hc.render(values)["pilotfish/templates/NOTES.txt"]
+    assert "A Redis Cluster: one community per slot" in notes and "Secret pf-pilotfish-broker (key broker-url)" in notes
     # Without a broker apart, Flower watches the store's Redis as before.
     plain = hc.objects_of({})
     assert "$(PILOTFISH_REDIS_URL)" in container(named(plain, "Deployment", "-flower"))["args"]
