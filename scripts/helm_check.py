@@ -90,6 +90,30 @@ VARIANTS: dict[str, Values] = {
         },
         "pilots": {"enabled": True},
     },
+    "external-redis-cluster": {
+        "redis": {"enabled": False},
+        "externalRedis": {
+            "url": "redis+cluster://pf-control:s3cret@r1:6379,r2:6379,r3:6379",
+            "pilot": {"url": "redis+cluster://pf-pilot-default:p1lot@r1:6379,r2:6379,r3:6379"},
+            "sentinelMaster": "broker",
+            "broker": {
+                "url": "sentinel://pf-control:b40ker@s1:26379/0;sentinel://s2:26379",
+                "pilot": {"url": "sentinel://pf-pilot-default:b1lot@s1:26379/0;sentinel://s2:26379"},
+            },
+        },
+        "pilots": {"enabled": True},
+        "director": {"enabled": True},
+    },
+    "external-redis-cluster-secrets": {
+        "redis": {"enabled": False},
+        "externalRedis": {
+            "existingSecret": "site-cluster",
+            "cluster": True,
+            "pilot": {"existingSecret": "site-cluster-pilot"},
+            "broker": {"existingSecret": "site-broker", "existingSecretKey": "url"},
+        },
+        "pilots": {"enabled": True, "kind": "Job"},
+    },
     "external-redis-pilot-secret": {
         "redis": {"enabled": False},
         "externalRedis": {
@@ -192,6 +216,24 @@ BAD_VALUES: tuple[BadValues, ...] = (
         "the pilots' URL needs a Secret of its own",
     ),
     BadValues("key prefix with a colon", {"prefix": "a:b"}, "/prefix"),
+    BadValues(
+        "a Cluster store without a broker apart",
+        {"redis": {"enabled": False}, "externalRedis": {"url": "redis+cluster://r1:6379,r2:6379"}},
+        "externalRedis names a Redis Cluster, which Celery's Redis transport cannot use as its broker",
+    ),
+    BadValues(
+        "a Cluster store in a Secret without a broker apart",
+        {"redis": {"enabled": False}, "externalRedis": {"existingSecret": "urls", "cluster": True}},
+        "externalRedis names a Redis Cluster",
+    ),
+    BadValues(
+        "a broker on a Redis Cluster",
+        {
+            "redis": {"enabled": False},
+            "externalRedis": {"url": "redis+cluster://r1:6379", "broker": {"url": "redis+cluster://r2:6379"}},
+        },
+        "/externalRedis/broker/url",
+    ),
     BadValues("appendfsync outside always/everysec/no", {"redis": {"appendfsync": "sometimes"}}, "/redis/appendfsync"),
     BadValues(
         "a ServiceMonitor without the metrics it would scrape",
@@ -449,7 +491,7 @@ def pilot_credential_problems(objects: list[Manifest]) -> list[str]:
     """Pilot pods that can read the control plane's Redis credentials: a Secret that a control-plane
     process reads its PILOTFISH_REDIS_URL (or its password) from, or the store reads pf-control's password
     from, referenced in any way by a pilot pod."""
-    control_variables = {"PILOTFISH_REDIS_URL", "PILOTFISH_REDIS_PASSWORD", "CONTROL_PASSWORD"}
+    control_variables = {"PILOTFISH_REDIS_URL", "PILOTFISH_REDIS_PASSWORD", "CONTROL_PASSWORD", "PILOTFISH_BROKER_URL"}
     control: set[str] = set()
     pilots = []
     for obj in objects:

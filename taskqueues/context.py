@@ -42,6 +42,17 @@ class Context:
         return embedded.control_url(server)
 
     @cached_property
+    def broker_url(self) -> str:
+        """Celery's broker and result backend: ``broker_url``, else the store's Redis."""
+        return self.settings.broker_url or self.redis_url
+
+    @cached_property
+    def pilot_broker_url(self) -> str:
+        """The broker pilots send their events to when it is not their store's Redis (``pilot_broker_url``,
+        else ``broker_url``); empty when it is."""
+        return self.settings.pilot_broker_url or self.settings.broker_url
+
+    @cached_property
     def where(self) -> str:
         """The Redis URL as messages show it (no password)."""
         return shown_url(self.settings.redis_url) if self.settings.redis_url else shown_url(self.redis_url)
@@ -63,7 +74,7 @@ class Context:
 
     @cached_property
     def client(self) -> Client:
-        return connect(self.redis_url, master=self.settings.redis_sentinel_master)
+        return connect(self.redis_url, master=self.settings.redis_sentinel_master, community=self.keys.base)
 
     @cached_property
     def keys(self) -> Keys:

@@ -9,6 +9,9 @@ came from; ``pilotfish config`` prints both.
 estimate times this factor (at least 1): it must find that much time left in a pilot, which kills it at its
 end. A job's ``wall`` is what it needs; the estimate alone only makes urgency (pressure, ETA).
 
+``broker_url`` empty means Celery's broker and result backend are ``redis_url``; a Redis Cluster ``redis_url``
+(:mod:`taskqueues.store.cluster`) needs one apart, a standalone or Sentinel-managed Redis.
+
 ``redis_url`` empty means the embedded default: a private redis-server whose data lives in
 ``state_dir`` (see :mod:`taskqueues.embedded`). ``catalog`` empty means the local default catalog: one
 queue on this host.
@@ -86,6 +89,13 @@ class Settings:
     redis_sentinel_master: str = "mymaster"
     # A submission is acknowledged once this many replicas hold it (WAIT): 0 = as soon as the primary does.
     submit_replicas: int = 0
+    # Celery's broker and result backend; empty: redis_url. Needed apart when redis_url names a Redis Cluster
+    # (redis+cluster://h1:6379,h2:6379): Celery's Redis transport cannot use one, so the broker stays on a
+    # standalone or Sentinel-managed Redis (sentinel://...; its primary is redis_sentinel_master).
+    broker_url: str = ""
+    # What pilots send their Celery events to when broker_url is set (their own ACL user on the broker);
+    # empty: broker_url.
+    pilot_broker_url: str = ""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     @classmethod
@@ -150,6 +160,25 @@ class Settings:
             raise ConfigError(f"{where('metrics_task_queues')}: must be >= 0, got {self.metrics_task_queues}")
         if not 0 < self.flower_port < 65536:
             raise ConfigError(f"{where('flower_port')}: not a TCP port: {self.flower_port}")
+        self._check_broker(where)
+
+    def _check_broker(self, where: Any) -> None:
+        """A Cluster ``redis_url`` needs a ``broker_url`` apart, and that one cannot be a Cluster."""
+        from taskqueues.store.cluster import ClusterURL, is_cluster
+
+        if is_cluster(self.redis_url):
+            ClusterURL.parse(self.redis_url)  # a bad form is refused here, naming what is wrong
+            if not self.broker_url:
+                raise ConfigError(
+                    f"{where('redis_url')}: names a Redis Cluster, which Celery's Redis transport cannot use as its "
+                    "broker: set broker_url to a standalone (redis://) or Sentinel-managed (sentinel://) Redis"
+                )
+        for name in ("broker_url", "pilot_broker_url"):
+            if is_cluster(getattr(self, name)):
+                raise ConfigError(
+                    f"{where(name)}: Celery's Redis transport cannot use a Redis Cluster: name a standalone "
+                    "(redis://) or Sentinel-managed (sentinel://) Redis"
+                )
 
     @classmethod
     def _convert(cls, key: str, value: object, where: str) -> Any:

@@ -74,10 +74,10 @@ def configure(ctx: Context) -> Celery:
     _context = ctx
     app = get_app()
     s = ctx.settings
-    app.conf.broker_url = ctx.redis_url
-    app.conf.result_backend = ctx.redis_url
+    app.conf.broker_url = ctx.broker_url
+    app.conf.result_backend = ctx.broker_url
     app.conf.broker_transport_options = app.conf.result_backend_transport_options = sentinel.transport_options(
-        ctx.redis_url, s.redis_sentinel_master
+        ctx.broker_url, s.redis_sentinel_master
     )
     app.conf.beat_schedule = {
         "reap": {"task": "pilotfish.reap", "schedule": s.reap_interval},

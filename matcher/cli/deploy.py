@@ -108,7 +108,7 @@ def up(ctx: Context, wait: float = 20.0) -> Iterator[tuple[str, str]]:
     env = {
         **os.environ,
         "PILOTFISH_REDIS_URL": ctx.redis_url,
-        "CELERY_BROKER_URL": ctx.redis_url,
+        "CELERY_BROKER_URL": ctx.broker_url,
         "PILOTFISH_STATE_DIR": str(state),
         "PILOTFISH_BEAT_DIRECTOR": "false",
         MARKER: marker(ctx),

@@ -22,17 +22,25 @@ from pilot.mjf.jobstatus import DEFAULT_REVERT_HOLD
 from taskqueues import logformat
 from taskqueues.errors import PilotfishError
 from taskqueues.settings import LOCAL_REDIS_URL
+from taskqueues.store.cluster import is_cluster
 
 
-def make_observer(events: bool, config: PilotConfig) -> Observer:
-    """The observer for ``--events``: Celery events and remote control (``pilot.celery_events``)."""
+def make_observer(events: bool, config: PilotConfig, broker_url: str = "") -> Observer:
+    """The observer for ``--events``: Celery events and remote control (``pilot.celery_events``) on the broker,
+    ``broker_url`` if given, else the store's Redis (which cannot be a Redis Cluster: Celery cannot use one)."""
     if not events:
         return NullObserver()
+    broker_url = broker_url or config.redis_url
+    if is_cluster(broker_url):
+        raise click.ClickException(
+            "--events needs a Celery broker apart from a Redis Cluster store: give --broker-url "
+            "(env PILOTFISH_BROKER_URL), a standalone or Sentinel-managed Redis"
+        )
     try:
         from pilot.celery_events import CeleryObserver  # type: ignore[import-not-found,unused-ignore]
     except ImportError as exc:
         raise click.ClickException(f"--events needs pilot.celery_events, which cannot be imported: {exc}") from None
-    observer: Observer = CeleryObserver(config.redis_url)
+    observer: Observer = CeleryObserver(broker_url)
     return observer
 
 
@@ -143,6 +151,12 @@ def make_observer(events: bool, config: PilotConfig) -> Observer:
     "to True (a withdrawn drain); 0: no hold.",
 )
 @click.option(
+    "--broker-url",
+    envvar="PILOTFISH_BROKER_URL",
+    default="",
+    help="Celery's broker for --events (env PILOTFISH_BROKER_URL); empty: --redis-url.",
+)
+@click.option(
     "--events/--no-events",
     default=False,
     show_default=True,
@@ -179,6 +193,7 @@ def pilot(
     mem_tolerance: float,
     priority_factor: int,
     jobstatus_hold: float,
+    broker_url: str,
     events: bool,
     log_format: str,
     verbose: int,
@@ -213,7 +228,7 @@ def pilot(
             priority_factor=priority_factor,
             jobstatus_revert_hold=jobstatus_hold,
         )
-        runner = Pilot(config, observer=make_observer(events, config))
+        runner = Pilot(config, observer=make_observer(events, config, broker_url))
         tags.set(pilot=runner.name)
         reason = runner.run()
     except PilotfishError as exc:

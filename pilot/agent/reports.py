@@ -32,7 +32,7 @@ from pilot.agent.slots import Amount
 from pilot.agent.state import PilotState
 from pilot.agent.wake import Wake
 from taskqueues.errors import StaleReport, StoreError, StoreUnavailable
-from taskqueues.store.connection import Connection, give_back, own_connection
+from taskqueues.store.connection import Connection, follow, give_back, own_connection
 from taskqueues.store.exchange import PendingExchange
 from taskqueues.store.records import PilotOffer, RunResult
 
@@ -160,6 +160,8 @@ class Reports:
         try:
             if self._channel is None:
                 self._channel = own_connection(store.client)
+            elif not self.inflight:
+                follow(self._channel)  # a Cluster slot that moved: to its new owner while no reply is due
             exchange = store.send_exchange(
                 state.name,
                 self._channel,

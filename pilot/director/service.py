@@ -421,8 +421,11 @@ class Director:
             env["PILOTFISH_CATALOG"] = s.catalog
         if s.log_format != "text":
             env["PILOTFISH_LOG_FORMAT"] = s.log_format
-        if sentinel.is_sentinel(self.ctx.pilot_redis_url):
+        broker = self.ctx.pilot_broker_url
+        if sentinel.is_sentinel(self.ctx.pilot_redis_url) or sentinel.is_sentinel(broker):
             env[sentinel.MASTER_VARIABLE] = s.redis_sentinel_master
+        if broker:  # Celery's broker apart from the store (a Redis Cluster's): the pilots' events go there
+            env["PILOTFISH_BROKER_URL"] = broker
         return {**env, **self.env}
 
     @property

@@ -15,7 +15,7 @@ from typing import Any
 import redis
 from redis.connection import Connection
 
-from . import sentinel
+from . import cluster, sentinel
 
 #: The client of one server (what :class:`~taskqueues.store.Store` is built on).
 Client = redis.Redis
@@ -37,16 +37,19 @@ __all__ = [
     "Subscription",
     "broken",
     "connect",
+    "follow",
     "give_back",
     "own_connection",
     "ping",
 ]
 
 
-def connect(url: str, *, master: str | None = None) -> Client:
+def connect(url: str, *, master: str | None = None, community: str | None = None) -> Client:
     """A client of the server at ``url`` (it connects when first used); a Sentinel URL gives a client of the
-    primary named ``master`` (:mod:`taskqueues.store.sentinel`), found again after a failover."""
-    return sentinel.client(url, master=master)
+    primary named ``master`` (:mod:`taskqueues.store.sentinel`), found again after a failover; a Cluster URL
+    one of the primary owning the slot of ``community`` (its key base: :mod:`taskqueues.store.cluster`),
+    followed when the slot moves."""
+    return sentinel.client(url, master=master, community=community)
 
 
 def ping(client: Client) -> None:
@@ -63,7 +66,14 @@ def own_connection(client: Client) -> Connection:
     """A connection taken out of the client's pool for one user's ordered traffic (give it back with
     :func:`give_back`)."""
     conn: Connection = client.connection_pool.get_connection()
+    cluster.hold(conn)
     return conn
+
+
+def follow(conn: Connection) -> None:
+    """Before sending on a connection of one's own with no reply due: on a Redis Cluster, move it to the
+    community's primary if the slot moved (until then its scripts answer ``MOVED`` and are redone alone)."""
+    cluster.follow(conn)
 
 
 def give_back(client: Client, conn: Connection) -> None:

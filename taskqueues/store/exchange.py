@@ -11,8 +11,9 @@ The pilot does not have to wait: it keeps its exchanges on one connection of its
 them in the order they were sent), watches the socket with its selector and calls :meth:`receive` when
 :meth:`ready` says the replies are there. A completion that releases dependents into task queues it did
 not declare is redone alone when its reply is read, after the match of the same exchange (which so did
-not see those dependents); so is any function Redis had lost (a flush, or a server without the data):
-scripts that ask for keys write nothing before asking.
+not see those dependents); so is any function Redis had lost (a flush, or a server without the data), and any
+script a Redis Cluster node redirected (the community's slot moved: ``MOVED``, ``ASK``, ``TRYAGAIN``): scripts
+that ask for keys write nothing before asking, and a redirected one did not run.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import redis
 from redis.connection import Connection
 
 from ..errors import StaleReport, StoreError
+from . import cluster
 from .functions import not_found
 from .guard import converted
 from .packed import reconnect
@@ -99,6 +101,7 @@ class PendingExchange:
     def receive(self) -> Exchange:
         """Read every reply (waiting for them if needed) and settle what must be redone alone."""
         replies: list[Any] = []
+        lost = False
         if self._count and self.conn._sock is None:  # closed meanwhile (an outage dropped every connection)
             raise converted(
                 redis.ConnectionError("connection closed before the replies were read"), self.store.where, _OPERATION
@@ -108,14 +111,16 @@ class PendingExchange:
                 try:
                     replies.append(self.conn.read_response())
                 except redis.ResponseError as exc:
-                    replies.append(None if not_found(exc) else exc)
+                    lost = lost or not_found(exc)
+                    # Not run: the function was lost, or the community's slot moves (taskqueues.store.cluster).
+                    replies.append(None if not_found(exc) or cluster.redirected(exc) else exc)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             self.conn.disconnect()  # type: ignore[no-untyped-call]
             raise converted(exc, self.store.where, _OPERATION) from None
         errors = [r for r in replies if isinstance(r, Exception)]
         if errors:
             raise StoreError(f"a script of a pilot's exchange failed: {errors[0]}")
-        if None in replies:
+        if lost:
             self.store.reload_scripts()
         return self._settle(replies)
 

@@ -100,7 +100,8 @@ class Store(StoreReads):
 
     @classmethod
     def from_url(cls, url: str, *, vo: str = "default", prefix: str = "pf", **kwargs: Any) -> Store:
-        return cls(sentinel.client(url), Keys(prefix=prefix, vo=vo), **kwargs)
+        keys = Keys(prefix=prefix, vo=vo)
+        return cls(sentinel.client(url, community=keys.base), keys, **kwargs)
 
     # -- plumbing ---------------------------------------------------------------------------------
 

@@ -11,9 +11,11 @@ today.
 Redis keeps functions with the data (RDB and AOF) and sends them to replicas, so a restart, a failover or
 a replica promoted by Sentinel answers every ``FCALL`` without a reload: no NOSCRIPT. The library is
 loaded (:meth:`Library.ensure`) by the control plane's first call of a function in a process, when the
-server holds another version or none: the loaded version is read once per process and connection pool,
-and a different one is replaced in one transaction (``FUNCTION DELETE`` of the older ``pilotfish_*`` libraries,
-``FUNCTION LOAD REPLACE`` of this one). The function names carry no version, so the pilots' ACL can name
+server holds another version or none (on a Redis Cluster: on every primary, so that a community's slot finds
+it wherever it moves; a primary that joined later answers "not found", and the call loads it everywhere
+again): the loaded version is read once per process and connection pool, and a different one is replaced
+in one transaction (``FUNCTION DELETE`` of the older ``pilotfish_*`` libraries, ``FUNCTION LOAD REPLACE`` of
+this one). The function names carry no version, so the pilots' ACL can name
 them (``+fcall|pf_match``: :mod:`taskqueues.store.access`) and a chart can list them. A pilot (a client whose
 user is a ``pf-pilot-<vo>``) may not load functions (it could replace the code the control plane runs) and
 does not look at what is loaded; when it finds a function missing it waits for the control plane as for
@@ -32,7 +34,7 @@ from typing import Any, ClassVar
 import redis
 
 from ..errors import StoreUnavailable
-from . import access, scripts
+from . import access, cluster, scripts
 from .guard import client_url
 
 LIBRARY_PREFIX = "pilotfish_"
@@ -117,17 +119,12 @@ class Library:
         loaded when the server holds this version already."""
         if not self.loads:
             return False
-        name = library_name()
         try:
-            listed = client.function_list(library=LIBRARY_PREFIX + "*")
-            held = [_text(dict(zip(entry[::2], entry[1::2], strict=False))[b"library_name"]) for entry in listed]
-            if not (only_if_missing and held == [name]):
-                pipe = client.pipeline(transaction=True)
-                for old in held:
-                    if old != name:
-                        pipe.function_delete(old)
-                pipe.function_load(code(), replace=True)
-                pipe.execute()
+            if cluster.is_slot_client(client):  # every primary, so a slot that moves finds it there
+                for primary in cluster.primaries(client):
+                    _load_on(primary, only_if_missing=only_if_missing)
+            else:
+                _load_on(client, only_if_missing=only_if_missing)
         except redis.exceptions.NoPermissionError:
             self.checked = True  # a pilot: the control plane loads the library
             return False
@@ -140,6 +137,20 @@ class Library:
             f"Redis at {self.where} holds no function {function} (library {library_name()}): "
             "the control plane loads it when it first runs a store operation"
         )
+
+
+def _load_on(client: redis.Redis, *, only_if_missing: bool) -> None:
+    """:meth:`Library.load` on one server."""
+    name = library_name()
+    listed = client.function_list(library=LIBRARY_PREFIX + "*")
+    held = [_text(dict(zip(entry[::2], entry[1::2], strict=False))[b"library_name"]) for entry in listed]
+    if not (only_if_missing and held == [name]):
+        pipe = client.pipeline(transaction=True)
+        for old in held:
+            if old != name:
+                pipe.function_delete(old)
+        pipe.function_load(code(), replace=True)
+        pipe.execute()
 
 
 def _text(value: Any) -> str:

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 import redis
 
 from ..errors import PilotfishError, StoreAccessDenied, StoreError, StoreUnavailable
+from . import cluster
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -28,6 +29,8 @@ R = TypeVar("R")
 
 def shown_url(url: str) -> str:
     """``url`` without its password (the user name stays: it says which ACL user was refused)."""
+    if cluster.is_cluster(url):
+        return cluster.shown_url(url)
     parts = urlsplit(url)
     if parts.password is None:
         return url
@@ -41,6 +44,8 @@ def shown_url(url: str) -> str:
 
 def client_url(client: redis.Redis) -> str:
     """Where ``client`` connects, as a URL without password."""
+    if cluster.is_slot_client(client):
+        return cluster.where(client)
     kw = client.connection_pool.connection_kwargs
     user = f"{kw['username']}@" if kw.get("username") else ""
     service = getattr(client.connection_pool, "service_name", None)

@@ -2,7 +2,7 @@
 
 All keys of one community (VO) carry the Redis Cluster hash tag ``{vo}``, so every Lua script's keys
 land in one slot and the store can be partitioned across a Redis Cluster by community without a
-rewrite. ``tests/test_keys.py`` checks it for every key builder.
+rewrite (:mod:`taskqueues.store.cluster`). ``tests/test_keys.py`` checks it for every key builder.
 
 | key | type | content |
 |---|---|---|

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import redis
 from redis.connection import AbstractConnection
 
+from . import cluster
 from .functions import Function, not_found
 
 
@@ -103,6 +104,12 @@ class PackedCall:
     def __call__(self, args: Sequence[Any]) -> Any:
         packed = self.pack(args)
         self.function.library.ensure(self.function.client)
+        client = self.function.client
+        if cluster.is_slot_client(client):  # sent again while the community's slot moves
+            return cluster.patiently(lambda: self._send(packed), cluster.slot_of(client))
+        return self._send(packed)
+
+    def _send(self, packed: bytes) -> Any:
         conn = self.line.connection()
         try:
             conn.send_packed_command([packed])  # type: ignore[no-untyped-call]

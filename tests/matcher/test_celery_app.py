@@ -21,15 +21,41 @@ print("ok")
 """
 
 
-def test_importing_the_app_configures_nothing_and_dash_a_finds_it_configured(tmp_path: Path) -> None:
+def _passes(check: str, tmp_path: Path, **settings: str) -> None:
+    """``check`` run by a fresh interpreter with these ``PILOTFISH_*`` settings prints "ok"."""
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
-        "PILOTFISH_REDIS_URL": "redis://127.0.0.1:1/0",
         "PILOTFISH_CONFIG": "/dev/null",
         "PILOTFISH_STATE_DIR": str(tmp_path),
+        **{f"PILOTFISH_{name.upper()}": value for name, value in settings.items()},
     }
     done = subprocess.run(
-        [sys.executable, "-c", CHECK], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", check], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_importing_the_app_configures_nothing_and_dash_a_finds_it_configured(tmp_path: Path) -> None:
+    _passes(CHECK, tmp_path, redis_url="redis://127.0.0.1:1/0")
+
+
+BROKER_APART = """
+import matcher.app.celery_app as module
+from celery.app.utils import find_app
+app = find_app("matcher.app")
+assert app.conf.broker_url == app.conf.result_backend == "sentinel://127.0.0.1:2", app.conf.broker_url
+assert app.conf.broker_transport_options == {"master_name": "pfm"}, app.conf.broker_transport_options
+assert module.context().redis_url.startswith("redis+cluster://")
+print("ok")
+"""
+
+
+def test_a_cluster_store_takes_celerys_broker_apart(tmp_path: Path) -> None:
+    _passes(
+        BROKER_APART,
+        tmp_path,
+        redis_url="redis+cluster://127.0.0.1:1,127.0.0.1:3",
+        broker_url="sentinel://127.0.0.1:2",
+        redis_sentinel_master="pfm",
+    )

@@ -995,3 +995,33 @@ def test_the_files_the_dockerfile_copies_build_a_complete_wheel(tmp_path: Path) 
     assert lua <= names
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "pilotfish = matcher.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+
+
+def test_a_cluster_store_keeps_celerys_broker_apart(hc: ModuleType) -> None:
+    """A Redis Cluster store: every control-plane process reads the broker's URL from a Secret of its own,
+    Flower watches that broker, pilots send their events with the pilots' broker URL, and no object holds a
+    password outside a Secret."""
+    values = hc.VARIANTS["external-redis-cluster"]
+    objects = hc.objects_of(values)
+    ext = values["externalRedis"]
+    assert secret_value(objects, "-broker", "broker-url") == ext["broker"]["url"]
+    assert secret_value(objects, "-broker-pilot", "broker-url") == ext["broker"]["pilot"]["url"]
+    assert secret_value(objects, "-external-redis", "redis-url") == ext["url"]
+    for suffix in ("-matcher", "-beat", "-flower", "-director"):
+        env = env_of(container(named(objects, "Deployment", suffix)))
+        ref = env["PILOTFISH_BROKER_URL"]["valueFrom"]["secretKeyRef"]
+        assert ref == {"name": "pf-pilotfish-broker", "key": "broker-url"}, suffix
+        assert env["PILOTFISH_REDIS_SENTINEL_MASTER"]["value"] == "broker"
+    assert "$(PILOTFISH_BROKER_URL)" in container(named(objects, "Deployment", "-flower"))["args"]
+    director = env_of(container(named(objects, "Deployment", "-director")))
+    pilot = env_of(container(named(objects, "Deployment", "-pilot")))
+    for env, name in ((director, "PILOTFISH_PILOT_BROKER_URL"), (pilot, "PILOTFISH_BROKER_URL")):
+        assert env[name]["valueFrom"]["secretKeyRef"] == {"name": "pf-pilotfish-broker-pilot", "key": "broker-url"}
+    for password in ("s3cret", "p1lot", "b40ker", "b1lot"):
+        assert hc.secret_leaks(objects, password) == []
+    notes = hc.render(values)["pilotfish/templates/NOTES.txt"]
+    assert "A Redis Cluster: one community per slot" in notes and "Secret pf-pilotfish-broker (key broker-url)" in notes
+    # Without a broker apart, Flower watches the store's Redis as before.
+    plain = hc.objects_of({})
+    assert "$(PILOTFISH_REDIS_URL)" in container(named(plain, "Deployment", "-flower"))["args"]
+    assert "PILOTFISH_BROKER_URL" not in env_of(container(named(plain, "Deployment", "-matcher")))

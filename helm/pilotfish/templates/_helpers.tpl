@@ -115,6 +115,35 @@ generates a fresh value each time. Call with (dict "ctx" $ "name" SECRET "key" K
 {{- if .Values.externalRedis.pilot.existingSecret }}{{ .Values.externalRedis.pilot.existingSecretKey }}{{ else }}redis-url{{ end }}
 {{- end }}
 
+{{/* Name and key of the Secret holding Celery's broker URL apart from the store, and of the pilots' one. */}}
+{{- define "pilotfish.broker.secretName" -}}
+{{- default (printf "%s-broker" (include "pilotfish.fullname" .)) .Values.externalRedis.broker.existingSecret }}
+{{- end }}
+
+{{- define "pilotfish.broker.secretKey" -}}
+{{- if .Values.externalRedis.broker.existingSecret }}{{ .Values.externalRedis.broker.existingSecretKey }}{{ else }}broker-url{{ end }}
+{{- end }}
+
+{{- define "pilotfish.broker.pilotSecretName" -}}
+{{- default (printf "%s-broker-pilot" (include "pilotfish.fullname" .)) .Values.externalRedis.broker.pilot.existingSecret }}
+{{- end }}
+
+{{- define "pilotfish.broker.pilotSecretKey" -}}
+{{- if .Values.externalRedis.broker.pilot.existingSecret }}{{ .Values.externalRedis.broker.pilot.existingSecretKey }}{{ else }}broker-url{{ end }}
+{{- end }}
+
+{{/* "true" when Celery's broker is a Redis apart from the store (externalRedis.broker). */}}
+{{- define "pilotfish.brokerApart" -}}
+{{- $b := .Values.externalRedis.broker }}
+{{- if and (not .Values.redis.enabled) (or $b.url $b.existingSecret) }}true{{ end }}
+{{- end }}
+
+{{/* "true" when the external store is a Redis Cluster (its URL says so, or externalRedis.cluster). */}}
+{{- define "pilotfish.storeIsCluster" -}}
+{{- $ext := .Values.externalRedis }}
+{{- if and (not .Values.redis.enabled) (or $ext.cluster (regexMatch "^rediss?\\+cluster://" $ext.url)) }}true{{ end }}
+{{- end }}
+
 {{/*
 "true" when the pilots have credentials of their own: always with the bundled store (its pf-pilot-<vo> user),
 with an external Redis only when externalRedis.pilot is set. Otherwise pilots get the control plane's URL.
@@ -137,7 +166,8 @@ a Secret holding the control plane's credentials, naming the values to set.
 {{- if and (not .Values.redis.enabled) (not $ext.url) (not $ext.existingSecret) }}
 {{- fail "redis.enabled is false: set externalRedis.url, or externalRedis.existingSecret (with externalRedis.existingSecretKey), to the Redis the components should use" }}
 {{- end }}
-{{- if and .Values.redis.enabled (or $ext.url $ext.existingSecret $ext.pilot.url $ext.pilot.existingSecret) }}
+{{- $broker := $ext.broker }}
+{{- if and .Values.redis.enabled (or $ext.url $ext.existingSecret $ext.pilot.url $ext.pilot.existingSecret $ext.cluster $broker.url $broker.existingSecret $broker.pilot.url $broker.pilot.existingSecret) }}
 {{- fail "externalRedis is set while redis.enabled is true: set redis.enabled=false to use the external Redis, or clear externalRedis" }}
 {{- end }}
 {{- if and .Values.redis.auth.existingSecret (eq .Values.redis.auth.existingSecret .Values.redis.auth.pilot.existingSecret) }}
@@ -145,6 +175,12 @@ a Secret holding the control plane's credentials, naming the values to set.
 {{- end }}
 {{- if and $ext.existingSecret (eq $ext.existingSecret $ext.pilot.existingSecret) }}
 {{- fail "externalRedis.pilot.existingSecret names the Secret of the control plane's URL (externalRedis.existingSecret): the pilots' URL needs a Secret of its own, so that pilot pods never reference the control plane's" }}
+{{- end }}
+{{- if and (include "pilotfish.storeIsCluster" .) (not (include "pilotfish.brokerApart" .)) }}
+{{- fail "externalRedis names a Redis Cluster, which Celery's Redis transport cannot use as its broker: set externalRedis.broker.url, or externalRedis.broker.existingSecret, to a standalone (redis://) or Sentinel-managed (sentinel://) Redis" }}
+{{- end }}
+{{- if and $broker.existingSecret (has $broker.existingSecret (list $broker.pilot.existingSecret $ext.pilot.existingSecret)) }}
+{{- fail "externalRedis.broker.existingSecret is also a pilots' Secret: the broker URL with the control plane's credentials needs a Secret of its own, so that pilot pods never reference it" }}
 {{- end }}
 {{- end }}
 
@@ -200,6 +236,23 @@ externalRedis.pilot gives pilots the control plane's URL (NOTES.txt says so).
       key: {{ include "pilotfish.externalRedis.pilotSecretKey" $ }}
 {{- end }}
 {{- end }}
+{{- if include "pilotfish.brokerApart" $ }}
+{{- if $control }}
+- name: PILOTFISH_BROKER_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "pilotfish.broker.secretName" $ }}
+      key: {{ include "pilotfish.broker.secretKey" $ }}
+{{- end }}
+{{- $pb := $.Values.externalRedis.broker.pilot }}
+{{- if and (or $pb.url $pb.existingSecret) (ne .role "control") }}
+- name: {{ ternary "PILOTFISH_BROKER_URL" "PILOTFISH_PILOT_BROKER_URL" (eq .role "pilot") }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "pilotfish.broker.pilotSecretName" $ }}
+      key: {{ include "pilotfish.broker.pilotSecretKey" $ }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -245,7 +298,7 @@ pilots. Call with (dict "ctx" $ "role" ROLE), ROLE as in pilotfish.redisEnv.
 {{- $ := .ctx }}
 {{- $auth := list $.Values.redis.enabled $.Values.redis.auth $.Values.externalRedis }}
 {{- if and (eq .role "pilot") (include "pilotfish.pilotsHaveOwnUser" $) }}
-{{- $auth = list $.Values.redis.enabled $.Values.redis.auth.pilot $.Values.externalRedis.pilot }}
+{{- $auth = list $.Values.redis.enabled $.Values.redis.auth.pilot $.Values.externalRedis.pilot $.Values.externalRedis.broker.pilot }}
 {{- end }}
 checksum/catalog: {{ $.Values.catalog | sha256sum }}
 checksum/redis-auth: {{ $auth | toJson | sha256sum }}
