@@ -15,6 +15,7 @@ the settings name a Redis, configures it from them.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -66,6 +67,22 @@ def context() -> Context:
     if _context is None:
         _context = Context(Settings.load())
     return _context
+
+
+def _own_context_after_fork() -> None:
+    """A forked child (the beat ``pilotfish matcher`` embeds) builds a context of its own on first use.
+
+    It must not use the parent's Redis clients: another thread of the parent (the releaser, the worker's
+    heartbeat) may have held a connection pool's lock at the fork, and redis-py's reset of a pool in a child
+    takes that lock, which nobody will ever release there: beat then hung in its first liveness write and
+    sent no task at all, for ever.
+    """
+    global _context
+    if _context is not None:
+        _context = Context(_context.settings, start_redis=False)
+
+
+os.register_at_fork(after_in_child=_own_context_after_fork)
 
 
 def configure(ctx: Context) -> Celery:

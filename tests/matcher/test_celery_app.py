@@ -59,3 +59,43 @@ def test_a_cluster_store_takes_celerys_broker_apart(tmp_path: Path) -> None:
         broker_url="sentinel://127.0.0.1:2",
         redis_sentinel_master="pfm",
     )
+
+
+FORK = """
+import os, signal, sys, threading
+import matcher.app.celery_app as module
+from taskqueues.context import Context
+ctx = Context()
+module.configure(ctx)
+ctx.client.ping()
+pool = ctx.client.connection_pool
+held, fork_done = threading.Event(), threading.Event()
+
+
+def busy():  # another thread of the worker (the releaser, its heartbeat) in the middle of a command
+    with pool._lock:
+        held.set()
+        fork_done.wait()
+
+
+threading.Thread(target=busy).start()
+held.wait()
+pid = os.fork()
+if pid == 0:
+    signal.alarm(20)  # a child that hangs dies of it
+    module.context().client.ping()
+    module.context().store.drop_connections()
+    os._exit(0)
+fork_done.set()
+_, status = os.waitpid(pid, 0)
+code = os.waitstatus_to_exitcode(status)
+print("ok" if code == 0 else f"the child exited {code}")
+"""
+
+
+def test_a_forked_child_of_the_worker_uses_redis_even_if_a_pool_was_locked_at_the_fork(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """The embedded beat is forked from the worker: a pool lock held by another thread at that moment made
+    its first liveness write wait for ever (beat sent no task at all: the housekeeping-events flake)."""
+    _passes(FORK, tmp_path, redis_url=redis_url)

@@ -14,7 +14,7 @@ from taskqueues.store.invariants import check, heads_violations
 from taskqueues.store.lock import Lock
 from taskqueues.store.records import NewJob, PilotOffer, RunResult
 from tests.support.clock import FakeClock
-from tests.support.keyspace import dump_all, restore_all
+from tests.support.keyspace import dump_all, restore_all, text
 
 
 def job(
@@ -51,6 +51,23 @@ def check_heads(store: Store, pools: dict[str, tuple[str, ...]]) -> None:
     """heads holds each non-empty task queue's real head and a floor under all its members; every queue
     floor is under all members of the task queues of its pool; index scores are never above real heads."""
     assert heads_violations(store.client, store.keys, pools) == []
+
+
+def check_pools(store: Store, pools: dict[str, tuple[str, ...]]) -> None:
+    """Each task queue of ``pools`` has the stored pool it was submitted with. With that, :func:`check_store`
+    (``invariants.check``) runs :func:`check_heads`'s checks on exactly these pools (the heads of task queues
+    never submitted are checked empty either way): a test that runs both would read the heads twice."""
+    client = store.client
+    stored = {tq: {text(q) for q in client.smembers(store.keys.pool(tq))} for tq in pools}
+    assert stored == {tq: set(queues) for tq, queues in pools.items()}, stored
+
+
+def check_states(store: Store, expected: dict[str, str]) -> None:
+    """Every job of ``expected`` (id -> state) exists and is in that state, read in one round trip (the
+    oracle tests check this after every operation)."""
+    found = {j.id: j.state.value for j in store.jobs(list(expected))}
+    wrong = {jid: (found.get(jid), state) for jid, state in expected.items() if found.get(jid) != state}
+    assert not wrong and len(found) == len(expected), wrong
 
 
 def check_store(store: Store) -> None:

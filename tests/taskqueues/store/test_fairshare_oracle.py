@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 
 from taskqueues.store import Store
 from taskqueues.store.fairshare import Policy, account_of, publish
-from taskqueues.store.records import JobState, PilotOffer, member_tail
+from taskqueues.store.records import PilotOffer, member_tail
 from tests.support.clock import FakeClock
-from tests.support.store import check_heads, check_store, job
+from tests.support.store import check_pools, check_states, check_store, job
 
 QUEUES = ["s1/c/q0", "s1/c/q1", "s2/c/q2"]
 TQS = {  # task queue (with its account) -> its eligible queues
@@ -182,12 +182,11 @@ def test_share_rule_agrees_with_the_oracle(real_redis: redis.Redis, ops: list[tu
                     j.state = "waiting" if j.retries <= 1 else "failed"
             clock.now += 5
             store.requeue_expired()
-        for jid, j in oracle.jobs.items():
-            assert store.job(jid).state == JobState(j.state), jid
+        check_states(store, {jid: j.state for jid, j in oracle.jobs.items()})
         fair = {k.decode(): v.decode() for k, v in real_redis.hgetall(store.keys.fair).items()}
         for account in ("g1", "g2", "g3", "default", "g1.alice", "g1.bob", "g2.carol", "g3.dave"):
             assert int(fair.get(f"r:{account}", 0)) == oracle.running(account), account
         leased_reco = sum(1 for j in oracle.jobs.values() if j.state == "matched" and j.tq.endswith(".reco"))
         assert int(fair.get("n:reco", 0)) == leased_reco
-        check_heads(store, TQS)
-        check_store(store)
+        check_pools(store, {j.tq: TQS[j.tq] for j in oracle.jobs.values()})
+        check_store(store)  # the heads too, on the pools check_pools confirms

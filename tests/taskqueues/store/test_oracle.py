@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 
 from taskqueues.store import Store
 from taskqueues.store.invariants import check
-from taskqueues.store.records import JobState, PilotOffer, member_tail
+from taskqueues.store.records import PilotOffer, member_tail
 from taskqueues.store.records import text as _text
 from tests.support.clock import FakeClock
-from tests.support.store import check_heads, job
+from tests.support.store import check_heads, check_pools, check_states, job
 
 QUEUES = ["s/c/q0", "s/c/q1", "s/c/q2"]
 TQS = {  # task queue -> its eligible queues
@@ -128,8 +128,7 @@ def test_match_agrees_with_the_oracle(real_redis: redis.Redis, ops: list[tuple])
                 if j.state == "matched":
                     j.retries += 1
                     j.state = "waiting" if j.retries <= 1 else "failed"
-        for jid, j in oracle.jobs.items():
-            assert store.job(jid).state == JobState(j.state), jid
+        check_states(store, {jid: j.state for jid, j in oracle.jobs.items()})
         check_heads(store, TQS)
 
 
@@ -311,5 +310,5 @@ def test_match_with_reservations_agrees_with_the_oracle(real_redis: redis.Redis,
                 target.state = "done"
         else:
             clock.now += op[1]
-        assert check(real_redis, store.keys) == []
-        check_heads(store, TQS)
+        assert check(real_redis, store.keys) == []  # the heads too, on the pools check_pools confirms
+        check_pools(store, {j.tq: TQS[j.tq] for j in oracle.jobs.values()})
