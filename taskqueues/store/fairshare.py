@@ -42,6 +42,7 @@ import redis
 from ..errors import ConfigError, ValidationError
 from ..units import parse_duration_s
 from .keys import Keys
+from .records import text as _text
 
 NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,63}")
 NAME_RULE = "1 to 64 letters, digits, '_' or '-', not starting with '-'"
@@ -232,10 +233,6 @@ def read_policy(path: str | Path) -> Policy:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     return parse_policy(data, str(path))
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def publish(client: redis.Redis, keys: Keys, policy: Policy | None) -> None:

@@ -36,6 +36,7 @@ import redis
 from ..errors import StoreUnavailable
 from . import access, cluster, scripts
 from .guard import client_url
+from .records import text as _text
 
 LIBRARY_PREFIX = "pilotfish_"
 FUNCTION_PREFIX = "pf_"
@@ -151,10 +152,6 @@ def _load_on(client: redis.Redis, *, only_if_missing: bool) -> None:
                 pipe.function_delete(old)
         pipe.function_load(code(), replace=True)
         pipe.execute()
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class Function:

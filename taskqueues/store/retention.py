@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .guard import guarded
+from .records import text
 
 if TYPE_CHECKING:
     from .facade import Store
@@ -51,7 +52,7 @@ def _forget(store: Store, cutoff: float, request: str, jobs: list[str]) -> tuple
     reply = store.call_script(
         "forget", [k.jobs, k.requests, k.donelog, k.cursor, k.kills], [k.base + ":", repr(cutoff), request, *jobs]
     )
-    status = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
+    status = text(reply[0])
     return status, int(reply[1]) if status == "ok" else 0
 
 
@@ -64,10 +65,7 @@ def forget_ended(store: Store, cutoff: float) -> Forgotten:
     tried: set[str] = set()
     offset = 0
     while True:
-        page = [
-            m.decode() if isinstance(m, bytes) else str(m)
-            for m in store.client.zrangebyscore(k.ended, "-inf", f"({cutoff!r}", start=offset, num=PAGE)
-        ]
+        page = [text(m) for m in store.client.zrangebyscore(k.ended, "-inf", f"({cutoff!r}", start=offset, num=PAGE)]
         if not page:
             return out
         out.examined += len(page)

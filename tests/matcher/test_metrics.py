@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -24,7 +23,7 @@ from taskqueues.settings import Settings
 from taskqueues.store import Store, census
 from taskqueues.store.keys import Keys
 from taskqueues.store.records import PilotOffer, RunResult
-from taskqueues.store.redis_server import RedisServer
+from taskqueues.store.redis_server import RedisServer, free_port
 from taskqueues.store.stats import MATCH_BUCKETS, LatencyHistogram
 from tests.support.clock import FakeClock
 from tests.support.paths import ROOT
@@ -110,12 +109,6 @@ def test_the_latency_histogram_sends_what_it_saw_once() -> None:
     assert hist.take() is None
     hist.give_back(taken)
     assert hist.take() == taken
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager
