@@ -10,7 +10,10 @@ library is used in the store package only.
 from __future__ import annotations
 
 import socket
-from typing import Any
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 import redis
 from redis.connection import Connection
@@ -34,6 +37,7 @@ __all__ = [
     "Client",
     "ClientError",
     "Connection",
+    "PerPool",
     "Subscription",
     "broken",
     "connect",
@@ -42,6 +46,27 @@ __all__ = [
     "own_connection",
     "ping",
 ]
+
+
+T = TypeVar("T")
+
+
+class PerPool(Generic[T]):
+    """One value per connection pool, made by ``make`` from the first client asked about that pool, and gone
+    with the pool: what every store on one client shares (the held hot-path connections, the loaded library)."""
+
+    def __init__(self, make: Callable[[Client], T]) -> None:
+        self._make = make
+        self._made: weakref.WeakKeyDictionary[Any, T] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def of(self, client: Client) -> T:
+        pool = client.connection_pool
+        with self._lock:
+            value = self._made.get(pool)
+            if value is None:
+                value = self._made[pool] = self._make(client)
+            return value
 
 
 def connect(url: str, *, master: str | None = None, community: str | None = None) -> Client:

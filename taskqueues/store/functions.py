@@ -25,16 +25,15 @@ an outage (:class:`~taskqueues.errors.StoreUnavailable`).
 from __future__ import annotations
 
 import hashlib
-import threading
-import weakref
 from collections.abc import Sequence
 from functools import cache
-from typing import Any, ClassVar
+from typing import Any
 
 import redis
 
 from ..errors import StoreUnavailable
 from . import access, cluster, scripts
+from .connection import PerPool
 from .guard import client_url
 from .records import text as _text
 
@@ -88,9 +87,6 @@ class Library:
     """This version of the library on the server of one connection pool (:meth:`of`): loaded at most once
     per process unless the server loses it."""
 
-    _libraries: ClassVar[weakref.WeakKeyDictionary[Any, Library]] = weakref.WeakKeyDictionary()
-    _lock: ClassVar[threading.Lock] = threading.Lock()
-
     def __init__(self, client: redis.Redis) -> None:
         self.where = client_url(client)
         user = client.connection_pool.connection_kwargs.get("username") or ""
@@ -100,12 +96,7 @@ class Library:
 
     @classmethod
     def of(cls, client: redis.Redis) -> Library:
-        pool = client.connection_pool
-        with cls._lock:
-            library = cls._libraries.get(pool)
-            if library is None:
-                library = cls._libraries[pool] = cls(client)
-            return library
+        return _LIBRARIES.of(client)
 
     def ensure(self, client: redis.Redis) -> None:
         """Load this version unless the server holds it already (one round trip then, once per process)."""
@@ -138,6 +129,9 @@ class Library:
             f"Redis at {self.where} holds no function {function} (library {library_name()}): "
             "the control plane loads it when it first runs a store operation"
         )
+
+
+_LIBRARIES: PerPool[Library] = PerPool(Library)
 
 
 def _load_on(client: redis.Redis, *, only_if_missing: bool) -> None:

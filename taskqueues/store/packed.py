@@ -14,12 +14,13 @@ import os
 import threading
 import weakref
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 import redis
 from redis.connection import AbstractConnection
 
 from . import cluster
+from .connection import PerPool
 from .functions import Function, not_found
 
 
@@ -42,21 +43,13 @@ class HotLine:
     fork); a connection that failed is disconnected and reconnects on its next use.
     """
 
-    _lines: ClassVar[weakref.WeakKeyDictionary[Any, HotLine]] = weakref.WeakKeyDictionary()
-    _lock: ClassVar[threading.Lock] = threading.Lock()
-
     def __init__(self, pool: redis.ConnectionPool) -> None:
         self._pool = weakref.ref(pool)  # the line lives in a mapping keyed by its pool: no strong cycle
         self._local = threading.local()
 
     @classmethod
     def of(cls, client: redis.Redis) -> HotLine:
-        pool = client.connection_pool
-        with cls._lock:
-            line = cls._lines.get(pool)
-            if line is None:
-                line = cls._lines[pool] = cls(pool)
-            return line
+        return _LINES.of(client)
 
     def connection(self) -> AbstractConnection:
         local = self._local
@@ -70,6 +63,9 @@ class HotLine:
         elif conn._sock is None:
             reconnect(conn)
         return conn
+
+
+_LINES: PerPool[HotLine] = PerPool(lambda client: HotLine(client.connection_pool))
 
 
 def reconnect(conn: AbstractConnection) -> None:
