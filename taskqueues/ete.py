@@ -21,8 +21,11 @@ hint whose rule has run at least twice takes the inverse-variance blend of the r
 variance: its coefficient of variation squared) and its corrected hint (relative variance: the variance
 of the rule's log hint ratios), except that a rule whose run times spread widely (coefficient of
 variation over ``spread``, a setting) has no say over a per-job hint: its mean would erase the very
-differences between its jobs that the hints carry. Until a rule has run twice its spread is unknown
-and its mean is taken, as in the seed.
+differences between its jobs that the hints carry. Until a rule has run twice its spread is unknown:
+a hinted job then takes its own hint corrected by the one run's ratio (one run says as much about how
+wrong the hints are as about the rule's mean, and the hint keeps what tells the jobs apart: a single run
+time given to every job would erase it), and a job without a hint, or a rule whose run had none, the
+rule's mean, as in the seed.
 
 Failed, cancelled and killed runs never count: a job that crashed after 2 s says nothing about how
 long it takes to succeed. These are pure values and functions; ``complete.lua`` keeps the same
@@ -220,9 +223,11 @@ def estimate(
     if rule is None or rule.n == 0:
         return (hint, "hint") if hint is not None else (_check_time(default, "the default ETE"), "default")
     cv = rule.cv
-    if hint is None or cv is None:
+    if hint is None:
         return rule.mean, "rule"
     corrected = hint * rule.hint_factor
+    if cv is None:  # one run: its hint ratio corrects this job's hint, which keeps what tells the jobs apart
+        return (corrected, "hint") if rule.hn else (rule.mean, "rule")
     if cv > _check_finite(spread, "the ETE spread threshold", 0.0):
         return corrected, "hint"
     if rule.hn < SPREAD_RUNS:  # the hints' worth is not known yet: the rule's mean, as in the seed

@@ -68,8 +68,17 @@ def test_without_a_hint_the_rule_s_mean_is_taken_as_in_the_seed() -> None:
     assert estimate(None, WIDE, None, 60.0) == (WIDE.mean, "rule")
 
 
-def test_until_the_spread_is_known_the_rule_s_mean_is_taken() -> None:
+def test_after_one_run_a_hinted_job_keeps_its_own_hint_corrected_by_that_run_s_ratio() -> None:
+    # one run, hinted 10 s, took 100 s: the spread is unknown, but the hints are 10x short; a job hinted
+    # 50 s is then expected at 500 s, not at the one run's 100 s (which would erase what tells the jobs apart)
     one = learnt([(100.0, 10.0)])
+    assert one.cv is None
+    assert estimate(None, one, 50.0, 60.0) == (pytest.approx(500.0), "hint")
+    assert estimate(None, one, None, 60.0) == (100.0, "rule")
+
+
+def test_until_the_spread_is_known_a_rule_whose_run_had_no_hint_gives_its_mean() -> None:
+    one = learnt([(100.0, None)])
     assert one.cv is None and estimate(None, one, 10.0, 60.0) == (100.0, "rule")
 
 
