@@ -252,6 +252,8 @@ def repressure(
         lambda q, rec: _shape_date(records, views.get(q) or _Request(records, q), rec, now, cores()),
     )
     report.loads = shifted.loads
+    for request in shifted.held:
+        del report.etas[request]
     for request, eta in shifted.etas.items():
         live = _live_ids(records, shifted.records[request])
         if live:  # a finished request's ETA schedules nothing

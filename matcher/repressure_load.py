@@ -56,6 +56,8 @@ class LoadShift:
     etas: dict[str, float] = field(default_factory=dict)
     loads: dict[str, float] = field(default_factory=dict)
     records: dict[str, Record] = field(default_factory=dict)
+    #: Requests whose ETA re-pressure would re-store from the shape side but whose load holds the stored one.
+    held: set[str] = field(default_factory=set)
 
 
 def work_moved(records: RecordCache, changed: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
@@ -99,9 +101,13 @@ def shift_loads(
             out.loads[request] = round(new, 3)
         eta = float(rec["eta"])
         target = _target(request, rec, eta, old, new, etas.get(request), shape)
-        if target is not None and target != etas.get(request, eta) and eta_moved(eta, target, now):
+        if target is None or target == etas.get(request, eta):
+            continue
+        if eta_moved(eta, target, now):
             out.etas[request] = round(target, 3)
             out.records[request] = rec
+        elif request in etas:
+            out.held.add(request)
     return out
 
 

@@ -63,3 +63,19 @@ def test_a_requests_eta_never_drops_below_its_load_when_its_shape_shrinks(two: S
     # Its path now takes 200 s, but the 800 core-s sent before it are still ahead: its load, 500 s.
     assert store.request(s.request)["eta"] == NOW + 500 and store.job(s.ids["s1"]).score == NOW + 300
     assert report.etas == {s.request: NOW + 500} and report.loads[s.request] == NOW + 500
+
+
+def test_a_shrunk_shape_does_not_pull_an_eta_below_a_load_that_did_not_move(store: Store, clock: FakeClock) -> None:
+    # 1,000 cores: W's 600,000 core-s ahead of S make S's load 600.6 s, just over its chain's 600 s. When
+    # "sim" turns out to take 100 s, S's path needs 200 s but its load moves by only 0.4 s (not counted):
+    # the ETA stays the load's. (It used to be re-stored at the shape's 200 s: the load step, finding the
+    # load's ETA unchanged against the stored one, left the shape's lower value in place.)
+    wide = Submitter(store, Catalog.loads(CATALOG), clock=clock, capacity=lambda: 1000.0)
+    wide.submit([spec(f"w{i}", 60_000, mem=300) for i in range(10)], name="W")
+    s = wide.submit([spec("s1", 300, rule="sim"), spec("s2", 300, rule="sim", deps=("s1",))], name="S")
+    assert s.eta == NOW + 600.6
+    learn(wide, store, "sim", 100)
+    report = repressure(store, capacity=lambda: 1000.0)
+    assert s.request not in report.etas and s.request not in report.loads
+    assert store.request(s.request)["eta"] == NOW + 600.6
+    assert store.job(s.ids["s1"]).score == NOW + 600.6 - 200
