@@ -338,3 +338,15 @@ def test_learning_runs_the_product_s_re_pressure_at_the_beat(real_redis: redis.R
     last_beat = bench.T0 + every * math.floor(result.makespan / every)
     logged = real_redis.zrangebyscore(store.keys.donelog, "-inf", last_beat, withscores=True)
     assert float(real_redis.hget(store.keys.cursor, "repressure") or 0) == max(t for _, t in logged)
+
+
+def test_the_recovery_share_pools_draws_and_seeds_and_says_when_nothing_was_lost() -> None:
+    row = bench.WrongRow
+    # seed a: wrong hints lost 100 s over two draws, learning won back 50; seed b: lost 20, won 30
+    a = row("mix", 1000.0, 1000.0, ((1080.0, 1040.0), (1020.0, 1010.0)))
+    b = row("mix", 1000.0, 1000.0, ((1020.0, 990.0), (1000.0, 1000.0)))
+    assert bench.recovered([a, b]) == pytest.approx((50 + 30) / (100 + 20))
+    # wrong hints that cost less than half a per cent on average: nothing to recover
+    assert bench.recovered([row("mix", 1000.0, 1000.0, ((1004.0, 1000.0), (1000.0, 1000.0)))]) is None
+    low, high = bench.interval([a, b], random.Random(1))
+    assert low == pytest.approx(0.5) and high == pytest.approx(1.5)  # a alone, b alone
