@@ -1009,6 +1009,10 @@ def test_a_cluster_store_keeps_celerys_broker_apart(hc: ModuleType) -> None:
         assert hc.secret_leaks(objects, password) == []
     notes = hc.render(values)["pilotfish/templates/NOTES.txt"]
     assert "A Redis Cluster: one community per slot" in notes and "Secret pf-pilotfish-broker (key broker-url)" in notes
+    assert "BROKER CREDENTIALS" not in notes
+    # Without the pilots' broker URL, the director hands pilots the control plane's: the notes say so.
+    alone = {**values, "externalRedis": {**ext, "broker": {"url": ext["broker"]["url"]}}}
+    assert "THE\nCONTROL PLANE'S BROKER CREDENTIALS" in hc.render(alone)["pilotfish/templates/NOTES.txt"]
     # Without a broker apart, Flower watches the store's Redis as before.
     plain = hc.objects_of({})
     assert "$(PILOTFISH_REDIS_URL)" in container(named(plain, "Deployment", "-flower"))["args"]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
+from taskqueues.context import Context
 from taskqueues.errors import ConfigError
 from taskqueues.settings import Settings
 
@@ -36,3 +39,24 @@ def test_a_bad_cluster_url_is_refused_with_what_is_wrong() -> None:
 
 def test_the_default_broker_is_the_store() -> None:
     assert Settings.load("/dev/null", env={"PILOTFISH_REDIS_URL": "redis://a:6379/0"}).broker_url == ""
+
+
+def test_pilots_without_a_broker_url_of_their_own_get_the_control_planes_and_a_warning_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def pilots_broker(**env: str) -> str:
+        settings = Settings.load("/dev/null", env={"PILOTFISH_REDIS_URL": "redis://a:6379/0", **env})
+        return Context(settings).pilot_broker_url
+
+    with caplog.at_level(logging.WARNING, logger="taskqueues.context"):
+        assert pilots_broker(PILOTFISH_BROKER_URL="redis://pf-control:s3cret@b:6379/0").endswith("s3cret@b:6379/0")
+        assert "control plane's broker credentials: set pilot_broker_url" in caplog.text
+        caplog.clear()
+        own = "redis://pf-pilot-default:p@b:6379/0"
+        assert (
+            pilots_broker(PILOTFISH_BROKER_URL="redis://pf-control:s3cret@b:6379/0", PILOTFISH_PILOT_BROKER_URL=own)
+            == own
+        )
+        assert pilots_broker(PILOTFISH_BROKER_URL="redis://b:6379/0") == "redis://b:6379/0"  # no credentials to keep
+        assert pilots_broker() == ""  # the store's Redis is the broker: pilot_redis_url covers it
+        assert caplog.text == ""
