@@ -688,7 +688,7 @@ def wrong_section(seed: int, seeds: int, pilots: int, cores: int) -> list[str]:
     shares: dict[str, float | None] = {}
     rng = random.Random(seed)
     for i, name in enumerate(r.name for r in per_seed[0]):
-        rows = [rows[i] for rows in per_seed]
+        rows = [seed_rows[i] for seed_rows in per_seed]
         n = len(rows) * WRONG_DRAWS
         right = math.fsum(r.right for r in rows) / len(rows)
         bad = math.fsum(b for r in rows for b, _ in r.draws) / n
