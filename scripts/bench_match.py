@@ -188,6 +188,12 @@ def server_cpu(client: redis.Redis) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
+def fcall_stats(client: redis.Redis) -> tuple[int, int]:
+    """(calls, microseconds) of FCALL the server has counted so far (INFO commandstats)."""
+    stats = client.info("commandstats").get("cmdstat_fcall", {})
+    return int(stats.get("calls", 0)), int(stats.get("usec", 0))
+
+
 @dataclass
 class Tally:
     """What some calls did (jobs leased, or calls for the ceiling), over how many seconds, and the CPU

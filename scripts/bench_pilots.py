@@ -64,7 +64,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_match import fill, queue_name, queues_for, server_cpu  # noqa: E402
+from bench_match import fcall_stats, fill, queue_name, queues_for, server_cpu  # noqa: E402
 
 from pilot.agent.config import PilotConfig  # noqa: E402
 from taskqueues.errors import StaleReport  # noqa: E402
@@ -423,12 +423,6 @@ def percentile(values: list[float], q: float) -> float:
         return float("nan")
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def fcall_stats(client: redis.Redis) -> tuple[int, int]:
-    """(calls, microseconds) of FCALL so far."""
-    stats = client.info("commandstats").get("cmdstat_fcall", {})
-    return int(stats.get("calls", 0)), int(stats.get("usec", 0))
 
 
 def command_usec(client: redis.Redis) -> tuple[int, int, int]:

@@ -33,7 +33,7 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_match import Stock, pilot_asks
+from bench_match import Stock, fcall_stats, pilot_asks
 
 from taskqueues.store import Store
 from taskqueues.store.functions import load_apart
@@ -48,32 +48,26 @@ def source_at(revision: str) -> str:
     """match.lua of ``revision`` (or a file of that name), as the loader sends it."""
     if Path(revision).is_file():
         text = Path(revision).read_text()
-        return prelude(text) + text
-    text = subprocess.run(
-        ["git", "-C", str(ROOT), "show", f"{revision}:taskqueues/store/lua/match.lua"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    else:
+        text = subprocess.run(
+            ["git", "-C", str(ROOT), "show", f"{revision}:taskqueues/store/lua/match.lua"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
     return prelude(text) + text
-
-
-def fcall_usec(client: redis.Redis) -> tuple[int, int]:
-    """(calls, microseconds) of FCALL the server has counted since its last reset."""
-    stats = client.info("commandstats").get("cmdstat_fcall", {})
-    return int(stats.get("calls", 0)), int(stats.get("usec", 0))
 
 
 def block(store: Store, calls: dict[str, PackedCall], kind: str, n: int) -> tuple[float, float]:
     """µs of server time per call, and jobs per call, of ``n`` calls of one version."""
     asks = pilot_asks(1, kind.startswith("fill"), kind.endswith("+r"))
     client = store.client
-    c0, u0 = fcall_usec(client)
+    c0, u0 = fcall_stats(client)
     got = 0
     for i in range(n):
         offer, want = asks[i % len(asks)]
         got += len(calls[offer.queue](store.match_args(offer, want))) // 2
-    c1, u1 = fcall_usec(client)
+    c1, u1 = fcall_stats(client)
     return (u1 - u0) / max(c1 - c0, 1), got / n
 
 
