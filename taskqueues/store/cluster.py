@@ -53,6 +53,8 @@ DEFAULT_PORT = 6379
 #: How long a call waits for a slot's migration to end (``ASK``, ``TRYAGAIN``, ``CLUSTERDOWN``) before it fails.
 PATIENCE = 15.0
 _FIRST_WAIT, _LONGEST_WAIT = 0.005, 0.25
+#: A node's answers that the slot is elsewhere or on its way (``MOVED`` is an ``AskError``): the call did not run.
+_REDIRECTIONS = (AskError, TryAgainError, ClusterDownError)
 
 T = TypeVar("T")
 
@@ -212,26 +214,25 @@ def follow(conn: Connection) -> None:
 
 def redirected(exc: BaseException) -> bool:
     """Whether ``exc`` is a node's answer that the slot is elsewhere or on its way (the call did not run)."""
-    return isinstance(exc, AskError | TryAgainError | ClusterDownError)
+    return isinstance(exc, _REDIRECTIONS)
 
 
 def patiently(call: Callable[[], T], slot: int) -> T:
     """``call()``, sent again while the slot answers a redirection: at once after the first ``MOVED`` (the
     connection learnt the new owner, and the next send goes there), else after a wait growing to a quarter of
-    a second; at most ``patience`` seconds."""
-    patience = PATIENCE
-    deadline = time.monotonic() + patience
+    a second; at most :data:`PATIENCE` seconds."""
+    deadline = time.monotonic() + PATIENCE
     wait = _FIRST_WAIT
     followed = False
     while True:
         try:
             return call()
-        except (AskError, TryAgainError, ClusterDownError) as exc:
+        except _REDIRECTIONS as exc:
             if isinstance(exc, MovedError) and not followed:
                 followed = True
                 continue
             if time.monotonic() + wait > deadline:
-                raise SlotMigrating(f"slot {slot} is still migrating after {patience:g} s ({exc})") from None
+                raise SlotMigrating(f"slot {slot} is still migrating after {PATIENCE:g} s ({exc})") from None
             time.sleep(wait)
             wait = min(2 * wait, _LONGEST_WAIT)
 

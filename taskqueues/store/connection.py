@@ -74,7 +74,9 @@ def connect(url: str, *, master: str | None = None, community: str | None = None
     primary named ``master`` (:mod:`taskqueues.store.sentinel`), found again after a failover; a Cluster URL
     one of the primary owning the slot of ``community`` (its key base: :mod:`taskqueues.store.cluster`),
     followed when the slot moves."""
-    return sentinel.client(url, master=master, community=community)
+    if cluster.is_cluster(url):
+        return cluster.client(url, community)
+    return sentinel.client(url, master=master)
 
 
 def ping(client: Client) -> None:

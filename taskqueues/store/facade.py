@@ -21,7 +21,8 @@ import redis
 from redis.connection import Connection
 
 from ..errors import ConfigError, NotFound, StaleReport, StoreError, StoreUnavailable
-from . import functions, sentinel
+from . import functions
+from .connection import connect
 from .exchange import PendingExchange
 from .guard import client_url, converted, guard, guarded
 from .keys import Keys
@@ -101,7 +102,7 @@ class Store(StoreReads):
     @classmethod
     def from_url(cls, url: str, *, vo: str = "default", prefix: str = "pf", **kwargs: Any) -> Store:
         keys = Keys(prefix=prefix, vo=vo)
-        return cls(sentinel.client(url, community=keys.base), keys, **kwargs)
+        return cls(connect(url, community=keys.base), keys, **kwargs)
 
     # -- plumbing ---------------------------------------------------------------------------------
 

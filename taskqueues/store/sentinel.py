@@ -25,7 +25,6 @@ import redis
 from redis.sentinel import Sentinel
 
 from ..errors import ConfigError
-from . import cluster
 
 MASTER_VARIABLE = "PILOTFISH_REDIS_SENTINEL_MASTER"
 DEFAULT_MASTER = "mymaster"
@@ -79,12 +78,9 @@ class SentinelURL:
         )
 
 
-def client(url: str, *, master: str | None = None, community: str | None = None, **kwargs: Any) -> redis.Redis:
-    """A client of ``url``: ``redis://``, ``rediss://``, ``unix://`` as redis-py reads them, ``sentinel://``
-    (the primary named ``master``: :func:`master_name`), or ``redis+cluster://`` (the primary owning the slot
-    of ``community``, a community's key base: :mod:`taskqueues.store.cluster`)."""
-    if cluster.is_cluster(url):
-        return cluster.client(url, community, **kwargs)
+def client(url: str, *, master: str | None = None, **kwargs: Any) -> redis.Redis:
+    """A client of ``url``: ``redis://``, ``rediss://``, ``unix://`` as redis-py reads them, or ``sentinel://``
+    (the primary named ``master``: :func:`master_name`)."""
     if not is_sentinel(url):
         return redis.Redis.from_url(url, **kwargs)
     parsed = SentinelURL.parse(url)
