@@ -251,15 +251,14 @@ def repressure(
         cores() if moved_work else 1.0,
         lambda q, rec: _shape_date(records, views.get(q) or _Request(records, q), rec, now, cores()),
     )
-    report.loads = shifted.loads
-    for request in shifted.held:
-        del report.etas[request]
-    for request, eta in shifted.etas.items():
-        live = _live_ids(records, shifted.records[request])
-        if live:  # a finished request's ETA schedules nothing
-            report.etas[request] = eta
-            request_recs.setdefault(request, shifted.records[request])
-            views.setdefault(request, _Request(records, request)).written.update(live)
+    report.loads, report.etas = shifted.loads, shifted.etas
+    for request, request_rec in shifted.records.items():
+        live = _live_ids(records, request_rec)
+        if not live:  # a finished request's ETA schedules nothing
+            del report.etas[request]
+            continue
+        request_recs.setdefault(request, request_rec)
+        views.setdefault(request, _Request(records, request)).written.update(live)
 
     updates = [
         _update(

@@ -51,13 +51,13 @@ Record = dict[str, Any]
 
 @dataclass
 class LoadShift:
-    """What the load step decided: ETAs to re-store, load dates to store, and the records it read."""
+    """What the load step decided: every ETA to re-store (those re-pressure's shape step chose, unless the load
+    holds the stored one, and the load's own), load dates to store, and the records of the requests whose ETA
+    the load step re-stores."""
 
     etas: dict[str, float] = field(default_factory=dict)
     loads: dict[str, float] = field(default_factory=dict)
     records: dict[str, Record] = field(default_factory=dict)
-    #: Requests whose ETA re-pressure would re-store from the shape side but whose load holds the stored one.
-    held: set[str] = field(default_factory=set)
 
 
 def work_moved(records: RecordCache, changed: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
@@ -84,7 +84,7 @@ def shift_loads(
     ``touched``: the records re-pressure read; ``etas``: the ETAs it re-stores from the shape side;
     ``shape(request, record)``: the date the request's own shape needs from now (None: nothing left);
     ``cores``: the live cores, to tell whether the moves are worth reading the requests for."""
-    out = LoadShift()
+    out = LoadShift(etas=dict(etas))
     cores = max(cores, 1.0)
     shifting = any(abs(w) / cores >= MIN_SHIFT for w in moved.values())
     requests: Mapping[str, Record] = reads.all_request_records(store) if shifting else touched
@@ -106,8 +106,8 @@ def shift_loads(
         if eta_moved(eta, target, now):
             out.etas[request] = round(target, 3)
             out.records[request] = rec
-        elif request in etas:
-            out.held.add(request)
+        else:  # the stored ETA stands (the load holds it against a lower one from the shape)
+            out.etas.pop(request, None)
     return out
 
 
