@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from functools import cached_property
-from urllib.parse import urlsplit
 
 from taskqueues.catalog import Catalog
 from taskqueues.store import Store
@@ -51,7 +50,7 @@ class Context:
         """The broker pilots send their events to when it is not their store's Redis (``pilot_broker_url``,
         else ``broker_url``); empty when it is."""
         s = self.settings
-        if s.broker_url and not s.pilot_broker_url and _has_password(s.broker_url):
+        if s.broker_url and not s.pilot_broker_url and shown_url(s.broker_url) != s.broker_url:
             log.warning(
                 "pilots send their events with the control plane's broker credentials: set pilot_broker_url to "
                 "a URL of a user with the pilots' broker rights (README, 'Least privilege')"
@@ -71,7 +70,7 @@ class Context:
             return embedded.pilot_url(s.state_dir, self.client, self.redis_url, prefix=s.prefix, vo=s.vo)
         if s.pilot_redis_url:
             return s.pilot_redis_url
-        if _has_password(self.redis_url):  # an open server has no credentials to keep from pilots
+        if shown_url(self.redis_url) != self.redis_url:  # an open server has no credentials to keep from pilots
             log.warning(
                 "pilots connect with the control plane's credentials: set pilot_redis_url to a URL of "
                 "a user with the pilots' rights (README, 'Least privilege')"
@@ -100,8 +99,3 @@ class Context:
     @cached_property
     def catalog(self) -> Catalog:
         return Catalog.load(self.settings.catalog) if self.settings.catalog else Catalog.local_default()
-
-
-def _has_password(url: str) -> bool:
-    """True when a Redis URL carries a password (the first one of a Sentinel or Cluster list)."""
-    return bool(urlsplit(url.split(";")[0].split(",")[0]).password)

@@ -54,9 +54,9 @@ def rescore(
     keys = store.keys
     body: dict[str, Any] = {"jobs": [j.entry() for j in jobs]}
     if etas is not None or loads is not None or progress is not None or marks is not None:
-        body.update(requests=dict(etas or {}), progress=dict(progress or {}), marks=dict(marks or {}))
-        if loads:
-            body["loads"] = dict(loads)
+        body.update(
+            requests=dict(etas or {}), loads=dict(loads or {}), progress=dict(progress or {}), marks=dict(marks or {})
+        )
     reply = store.call_script(
         "rescore",
         [keys.jobs, keys.requests, keys.cursor],

@@ -60,3 +60,24 @@ def test_pilots_without_a_broker_url_of_their_own_get_the_control_planes_and_a_w
         assert pilots_broker(PILOTFISH_BROKER_URL="redis://b:6379/0") == "redis://b:6379/0"  # no credentials to keep
         assert pilots_broker() == ""  # the store's Redis is the broker: pilot_redis_url covers it
         assert caplog.text == ""
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://pf-control:s3cret@a:6379/0",
+        "sentinel://pf-control:s3cret@s1:26379/0;sentinel://s2:26379",
+        "redis+cluster://pf-control:s3cret@r1:6379,r2:6379",
+    ],
+)
+def test_pilots_without_a_store_url_of_their_own_get_the_control_planes_and_a_warning_says_so(
+    url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    env = {"PILOTFISH_REDIS_URL": url, "PILOTFISH_BROKER_URL": "redis://b:6379/0"}
+    with caplog.at_level(logging.WARNING, logger="taskqueues.context"):
+        assert Context(Settings.load("/dev/null", env=env)).pilot_redis_url == url
+        assert "pilots connect with the control plane's credentials" in caplog.text
+        caplog.clear()
+        open_url = url.replace("pf-control:s3cret@", "")
+        assert Context(Settings.load("/dev/null", env={**env, "PILOTFISH_REDIS_URL": open_url})).pilot_redis_url
+        assert caplog.text == ""  # an open server has no credentials to keep from pilots
