@@ -4,7 +4,7 @@ A real 3-primary cluster (tests/support/cluster.py); each community's keys live 
 ``{vo}``, one on each primary. Pilots of every community run jobs while one community's slot is moved the way
 ``valkey-cli --cluster reshard`` moves it (SETSLOT IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE) and another's
 with Valkey's atomic slot migration; every job of every community ends done, its payload run exactly once,
-and every store stays consistent (taskqueues.store.invariants). The control plane's part is the reaper
+and every store stays consistent (tests.support.invariants). The control plane's part is the reaper
 (Store.requeue_expired), run as the worker runs it.
 """
 
