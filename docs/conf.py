@@ -42,7 +42,13 @@ html_static_path: list[str] = []
 def _notes_toctree(app: Any, docname: str, source: list[str]) -> None:
     """Lists the notes written beside the site (``docs/<topic>-notes.md``) on the index page until they are
     folded into their pages, so a notes file is built (and checked) instead of failing as a page outside
-    every toctree; with none, the index has no such section."""
+    every toctree; with none, the index has no such section. A notes file headed by a second-level heading
+    gets a title of its own (MyST wants a page to start at the first level)."""
+    if docname.endswith("-notes") and "/" not in docname:
+        first = next((line for line in source[0].splitlines() if line.strip()), "")
+        if not first.startswith("# "):
+            source[0] = f"# Notes: {docname.removesuffix('-notes')}\n\n{source[0]}"
+        return
     if docname != root_doc:
         return
     notes = sorted(path.stem for path in HERE.glob("*-notes.md"))
