@@ -22,7 +22,7 @@ author = "the Pilotfish developers"
 copyright = "the Pilotfish developers"
 version = release = __version__
 
-extensions = ["myst_parser", "sphinx_click", "settings_reference", "docstring_page"]
+extensions = ["myst_parser", "sphinx_click", "settings_reference", "docstring_page", "helm_values"]
 source_suffix = {".md": "markdown"}
 root_doc = "index"
 exclude_patterns = ["_build", "Thumbs.db", ".DS_Store"]

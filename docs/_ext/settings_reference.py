@@ -18,6 +18,7 @@ from typing import Any
 
 from docutils import nodes
 from docutils.statemachine import StringList
+from markdown_cells import cell
 from sphinx.application import Sphinx
 from sphinx.util.docutils import SphinxDirective
 
@@ -71,11 +72,6 @@ def markdown(text: str) -> str:
     code spans (the API itself is not documented on this site, so a role has nothing to link to)."""
     text = re.sub(r":\w+:`~?([^`]+)`", r"`\1`", text)
     return re.sub(r"``([^`]+)``", r"`\1`", text)
-
-
-def cell(text: str) -> str:
-    """A comment as a table cell: a pipe would end the cell, a star would start emphasis."""
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("*", "\\*")
 
 
 class SettingsDirective(SphinxDirective):
