@@ -14,7 +14,7 @@ The store's operations are functions of one library (:mod:`taskqueues.store.func
 those it runs (:data:`PILOT_FUNCTIONS`, as ``+fcall|pf_match``: ACL allows a command's first argument), and
 may not load or replace functions. Redis checks a function's commands against the caller's rights, so a
 pilot still needs the data commands they use on its community's keys, and could run those directly: what
-it can do is bounded by the key pattern, not by the function (see the README, "Least privilege").
+it can do is bounded by the key pattern, not by the function (see docs/operator/security.md).
 
 A payload never holds either credential: :func:`scrubbed` takes them out of its environment.
 """

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from taskqueues.store import Store, payload_logs, retention
-from taskqueues.store.invariants import check, heads_violations
 from taskqueues.store.lock import Lock
 from taskqueues.store.records import NewJob, PilotOffer, RunResult
 from tests.support.clock import FakeClock
+from tests.support.invariants import check, heads_violations
 from tests.support.keyspace import dump_all, restore_all, text
 
 
@@ -71,7 +71,7 @@ def check_states(store: Store, expected: dict[str, str]) -> None:
 
 
 def check_store(store: Store) -> None:
-    """The whole store of the community is consistent (taskqueues.store.invariants)."""
+    """The whole store of the community is consistent (tests.support.invariants)."""
     assert [str(v) for v in check(store.client, store.keys)] == []
 
 
