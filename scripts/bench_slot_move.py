@@ -6,7 +6,7 @@ jobs (its jobs hash and its task queue, the two keys that grow with it, filled w
 one submission, plus the community's small keys); it is moved back and forth between two primaries three
 ways: the classic move with ``MIGRATE`` of whole keys (as ``valkey-cli --cluster reshard`` does it), the
 chunked classic move (no step longer than ``--chunk`` elements), and ``CLUSTER MIGRATESLOTS`` (Valkey 9).
-Meanwhile one probe thread per node sends ``PING`` without pause: its longest wait is how long that node
+Meanwhile one probe process per node sends ``PING`` without pause: its longest wait is how long that node
 stalled every other community it serves. Shown: the move's duration and each node's longest and 99th-percentile
 probe wait, with the load average (a shared machine's noise sets the floor of the waits).
 Usage: python scripts/bench_slot_move.py [--jobs 200000,500000] [--chunk 1000]
@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -35,27 +36,30 @@ from taskqueues.store.records import NewJob
 from tests.support.cluster import ClusterSet, cluster_set
 
 
-class Probe(threading.Thread):
-    """PINGs one node without pause while ``running``; keeps each wait (seconds)."""
+def _probe(port: int, stop: Any, out: Any) -> None:
+    client = redis.Redis(port=port)
+    waits: list[float] = []
+    while not stop.is_set():
+        t0 = time.perf_counter()
+        client.ping()
+        waits.append(time.perf_counter() - t0)
+    out.put((max(waits), statistics.quantiles(waits, n=100)[98]) if len(waits) > 1 else (0.0, 0.0))
+
+
+class Probe:
+    """A process of its own (not to take the mover's interpreter lock) PINGing one node without pause."""
 
     def __init__(self, port: int) -> None:
-        super().__init__(daemon=True)
-        self.client = redis.Redis(port=port)
-        self.waits: list[float] = []
-        self.running = True
-
-    def run(self) -> None:
-        while self.running:
-            t0 = time.perf_counter()
-            self.client.ping()
-            self.waits.append(time.perf_counter() - t0)
+        self.stopping, self.out = multiprocessing.Event(), multiprocessing.Queue()
+        self.process = multiprocessing.Process(target=_probe, args=(port, self.stopping, self.out), daemon=True)
+        self.process.start()
 
     def stop(self) -> tuple[float, float]:
-        self.running = False
-        self.join()
-        if not self.waits:
-            return 0.0, 0.0
-        return max(self.waits), statistics.quantiles(self.waits, n=100)[98] if len(self.waits) > 1 else self.waits[0]
+        """The longest and the 99th-percentile wait (seconds)."""
+        self.stopping.set()
+        result: tuple[float, float] = self.out.get(timeout=60)
+        self.process.join()
+        return result
 
 
 def populate(cluster: ClusterSet, keys: Keys, jobs: int) -> int:
@@ -99,8 +103,6 @@ def main() -> None:
             ]
             for how, kwargs in ways:
                 probes = [Probe(cluster.nodes[i].port) for i in (source, target)]
-                for probe in probes:
-                    probe.start()
                 time.sleep(0.5)
                 others = [cluster.admin(i) for i in range(len(cluster.nodes)) if i not in (source, target)]
                 move = move_slot(

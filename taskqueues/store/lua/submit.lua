@@ -154,8 +154,12 @@ end
 local missing = needkeys()
 if missing then return missing end
 
--- The id range (see the header). fakeredis has no INFO: one primary, no replica.
+-- The id range (see the header). fakeredis has no INFO: one primary, no replica. A user not allowed INFO
+-- may not submit (it could not tell a new primary).
 local info = redis.pcall('INFO', 'replication')
+if type(info) == 'table' and not string.find(tostring(info.err), 'Unknown Redis command', 1, true) then
+  return redis.error_reply('submit: INFO replication failed (' .. tostring(info.err) .. '): nothing stored')
+end
 if type(info) ~= 'string' then info = '' end
 local replid = string.match(info, 'master_replid:(%w+)') or 'none'
 local replicas = tonumber(string.match(info, 'connected_slaves:(%d+)')) or 0
