@@ -162,3 +162,26 @@ def test_a_primary_that_lost_the_data_is_told(real_redis: redis.Redis, caplog: p
     real_redis.flushall()
     store.requeue_expired()
     assert "holds nothing of pf:{default}'s reaper cursor" in caplog.text
+
+
+def test_no_id_is_given_past_a_ceiling_no_replica_acknowledged(tmp_path: Path) -> None:
+    """The ceiling's own WAIT: a submission that needs ids past it, while the replica does not answer,
+    stores nothing (a failover could otherwise give those ids again)."""
+    with sentinel_set(tmp_path / "redis") as deployment:
+        store = Store(sentinel.client(deployment.url, master=MASTER), submit_timeout=0.5)
+        store.submit([job(queues=(QUEUE,))])
+        primary = redis.Redis(port=deployment.primary.port)
+        primary.hset(store.keys.idrange, "ceil", 1)  # as if the block were used up
+        replica = deployment.replica.pid()
+        assert replica is not None
+        os.kill(replica, signal.SIGSTOP)
+        try:
+            with pytest.raises(
+                StoreUnavailable, match="acknowledged the next job ids within 0.5 s: nothing was stored"
+            ):
+                store.submit([job(queues=(QUEUE,))])
+            assert primary.hlen(store.keys.jobs) == 1 and primary.get(store.keys.seq) == b"1"
+        finally:
+            os.kill(replica, signal.SIGCONT)
+        assert store.submit([job(queues=(QUEUE,))]) == ["2"]  # the replica answers again: the ceiling is raised
+        assert int(primary.hget(store.keys.idrange, "ceil") or 0) == 2 + 10000
