@@ -177,7 +177,7 @@ def test_no_id_is_given_past_a_ceiling_no_replica_acknowledged(tmp_path: Path) -
         os.kill(replica, signal.SIGSTOP)
         try:
             with pytest.raises(
-                StoreUnavailable, match="acknowledged the next job ids within 0.5 s: nothing was stored"
+                StoreUnavailable, match=r"acknowledged the next job ids within 0\.5 s: nothing was stored"
             ):
                 store.submit([job(queues=(QUEUE,))])
             assert primary.hlen(store.keys.jobs) == 1 and primary.get(store.keys.seq) == b"1"
