@@ -87,7 +87,9 @@ def test_a_lossy_failover_loses_no_acknowledged_submission_and_reuses_no_id(tmp_
     primary is killed and the stale replica promoted. With the defaults, every submission that was
     acknowledged is on the new primary, and the next ids are above every id the old primary gave."""
     with sentinel_set(tmp_path / "redis") as deployment:
-        store = Store(sentinel.client(deployment.url, master=MASTER), submit_timeout=1)
+        client = sentinel.client(deployment.url, master=MASTER)
+        store = Store(client, submit_timeout=30)  # the defaults, patient on a busy machine
+        hasty = Store(client, submit_timeout=1)  # for the submissions that cannot be acknowledged
         acknowledged = {i: store.job(i) for _ in range(3) for i in store.submit([job(queues=(QUEUE,))] * 2)}
         old = redis.Redis(port=deployment.primary.port)
         replica = deployment.replica.pid()
@@ -98,7 +100,7 @@ def test_a_lossy_failover_loses_no_acknowledged_submission_and_reuses_no_id(tmp_
             refused = 0
             for _ in range(3):
                 try:
-                    for i in store.submit([job(queues=(QUEUE,))] * 2):
+                    for i in hasty.submit([job(queues=(QUEUE,))] * 2):
                         acknowledged[i] = store.job(i)
                 except StoreUnavailable as exc:
                     assert "replicas acknowledged them within 1 s" in str(exc)
@@ -168,7 +170,8 @@ def test_no_id_is_given_past_a_ceiling_no_replica_acknowledged(tmp_path: Path) -
     """The ceiling's own WAIT: a submission that needs ids past it, while the replica does not answer,
     stores nothing (a failover could otherwise give those ids again)."""
     with sentinel_set(tmp_path / "redis") as deployment:
-        store = Store(sentinel.client(deployment.url, master=MASTER), submit_timeout=0.5)
+        client = sentinel.client(deployment.url, master=MASTER)
+        store = Store(client, submit_timeout=30)
         store.submit([job(queues=(QUEUE,))])
         primary = redis.Redis(port=deployment.primary.port)
         primary.hset(store.keys.idrange, "ceil", 1)  # as if the block were used up
@@ -179,7 +182,7 @@ def test_no_id_is_given_past_a_ceiling_no_replica_acknowledged(tmp_path: Path) -
             with pytest.raises(
                 StoreUnavailable, match=r"acknowledged the next job ids within 0\.5 s: nothing was stored"
             ):
-                store.submit([job(queues=(QUEUE,))])
+                Store(client, submit_timeout=0.5).submit([job(queues=(QUEUE,))])
             assert primary.hlen(store.keys.jobs) == 1 and primary.get(store.keys.seq) == b"1"
         finally:
             os.kill(replica, signal.SIGCONT)
