@@ -99,8 +99,9 @@ class Settings:
     # The primary's name when redis_url is a Sentinel URL (sentinel://h1:26379;sentinel://h2:26379): the
     # store's, Celery's (master_name transport option) and the pilots' ($PILOTFISH_REDIS_SENTINEL_MASTER).
     redis_sentinel_master: str = "mymaster"
-    # A submission is acknowledged once this many replicas hold it (WAIT): 0 = as soon as the primary does.
-    submit_replicas: int = 0
+    # A submission is acknowledged once this many replicas hold it (WAIT; at most the primary's connected
+    # replicas, so a primary without one acknowledges at once): 0 = as soon as the primary does.
+    submit_replicas: int = 1
     # Celery's broker and result backend; empty: redis_url. Needed apart when redis_url names a Redis Cluster
     # (redis+cluster://h1:6379,h2:6379): Celery's Redis transport cannot use one, so the broker stays on a
     # standalone or Sentinel-managed Redis (sentinel://...; its primary is redis_sentinel_master).

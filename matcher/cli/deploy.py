@@ -31,8 +31,11 @@ import psutil
 from taskqueues import embedded
 from taskqueues.context import Context
 from taskqueues.errors import PilotfishError
+from taskqueues.store import sentinel
 
 MARKER = "PILOTFISH_DEPLOYMENT"
+#: The module of Celery settings Flower loads (the Sentinel primary's name, which Celery's default app lacks).
+FLOWER_CONFIG = "matcher.app.flower_config"
 #: Seconds a part without a port must live after its start to count as started.
 ALIVE_AFTER = 0.5
 
@@ -56,7 +59,8 @@ def components(ctx: Context) -> list[Component]:
         # The broker URL (with the control plane's password) reaches Flower by its environment, never argv.
         Component(
             "flower",
-            [py, "-m", "celery", "flower", f"--port={s.flower_port}", "--address=127.0.0.1"],
+            # Celery's settings for a Sentinel broker (its master_name): matcher/app/flower_config.py.
+            [py, "-m", "celery", "--config", FLOWER_CONFIG, "flower", f"--port={s.flower_port}", "--address=127.0.0.1"],
             port=s.flower_port,
         ),
     ]
@@ -111,6 +115,7 @@ def up(ctx: Context, wait: float = 20.0) -> Iterator[tuple[str, str]]:
         "CELERY_BROKER_URL": ctx.broker_url,
         "PILOTFISH_STATE_DIR": str(state),
         "PILOTFISH_BEAT_DIRECTOR": "false",
+        sentinel.MASTER_VARIABLE: ctx.settings.redis_sentinel_master,  # Flower's too (FLOWER_CONFIG)
         MARKER: marker(ctx),
     }
     env["PILOTFISH_PILOT_REDIS_URL"] = ctx.pilot_redis_url

@@ -139,9 +139,9 @@ def script_calls(store: Store, pop: Population, clock: FakeClock) -> dict[str, C
     scripts = dict(store._scripts)
 
     def record(name: str, run: Callable[[], object]) -> None:
-        def spy(keys: list[Any], args: list[Any]) -> Any:
+        def spy(keys: list[Any], args: list[Any], **how: Any) -> Any:
             calls[name] = (list(keys), list(args))
-            return scripts[name](keys=keys, args=args)
+            return scripts[name](keys=keys, args=args, **how)
 
         store._scripts[name] = spy  # type: ignore[assignment]
         try:
