@@ -48,6 +48,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from taskqueues import sandbox
 from taskqueues.errors import RequirementError, shown
 from taskqueues.units import parse_duration_s, parse_size_mb
 
@@ -170,6 +171,8 @@ def check_value(name: str, value: object, *, job: str | None = None) -> Value:
         raise RequirementError(
             f"BannedSite needs a site name or a list of them, got {shown(value)}", job=job, field=name
         )
+    if name in (sandbox.NETWORK, sandbox.READ_ONLY):
+        sandbox.check_requirement(name, value, job)
     if isinstance(value, int | float):
         return _check_number(value, name, job)
     if isinstance(value, str):

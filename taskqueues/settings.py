@@ -29,6 +29,7 @@ from typing import Any
 
 from taskqueues.errors import ConfigError
 from taskqueues.ete import DEFAULT_SPREAD
+from taskqueues.sandbox import SANDBOXES
 from taskqueues.store.records import DEFAULT_ETE_SAFETY_FACTOR
 
 ENV_PREFIX = "PILOTFISH_"
@@ -96,6 +97,9 @@ class Settings:
     # What pilots send their Celery events to when broker_url is set (their own ACL user on the broker);
     # empty: broker_url.
     pilot_broker_url: str = ""
+    # How pilots start payloads (taskqueues.sandbox): "bwrap" (each in its own namespaces, the default) or
+    # "none" (unconfined: `up` and the director warn what a payload can then reach).
+    payload_sandbox: str = "bwrap"
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     @classmethod
@@ -153,6 +157,10 @@ class Settings:
         if self.redis_appendfsync not in ("always", "everysec", "no"):
             raise ConfigError(
                 f"{where('redis_appendfsync')}: must be always, everysec or no, got {self.redis_appendfsync!r}"
+            )
+        if self.payload_sandbox not in SANDBOXES:
+            raise ConfigError(
+                f"{where('payload_sandbox')}: must be {' or '.join(SANDBOXES)}, got {self.payload_sandbox!r}"
             )
         if self.log_format not in ("text", "json"):
             raise ConfigError(f"{where('log_format')}: must be text or json, got {self.log_format!r}")

@@ -51,8 +51,10 @@ def pilot_env(
     disk_gb: float = 10,
     machine: dict[str, object] | None = None,
     job: dict[str, object] | None = None,
+    sandbox: str = "none",
 ) -> dict[str, str]:
-    """An environment with our own $MACHINEFEATURES/$JOBFEATURES/$JOBSTATUS and no batch-system variables."""
+    """An environment with our own $MACHINEFEATURES/$JOBFEATURES/$JOBSTATUS and no batch-system variables
+    (and the payload sandbox ``sandbox``)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(_FOREIGN)}
     mf = write_features(tmp_path / "mf", hs06=10.0, **(machine or {}))
     jf = write_features(tmp_path / "jf", allocated_CPU=cores, mem_limit_MB=mem, disk_limit_GB=disk_gb, **(job or {}))
@@ -61,6 +63,10 @@ def pilot_env(
         JOBFEATURES=str(jf),
         JOBSTATUS=str(tmp_path / "jobstatus"),
         PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
+        # The payloads of these tests write what they did (timelines, marks) into the test's directory, which
+        # a payload sandbox hides and keeps read-only: they run unconfined. The sandbox has its own tests
+        # (tests/pilot/agent/test_sandbox.py, tests/e2e/test_attacks.py).
+        PILOTFISH_PAYLOAD_SANDBOX=sandbox,
     )
     return env
 
