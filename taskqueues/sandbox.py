@@ -29,6 +29,7 @@ __all__ = [
     "SANDBOXES",
     "check_requirement",
     "network_wanted",
+    "none_warning",
     "read_only_paths",
 ]
 
@@ -38,6 +39,15 @@ SANDBOXES = (BWRAP, NONE)
 
 NETWORK = "sandbox_network"
 READ_ONLY = "sandbox_ro"
+
+
+def none_warning() -> str:
+    """The one warning ``pilotfish up``, the director and a pilot print when payloads run unconfined."""
+    return (
+        'payload_sandbox = "none": payloads run unconfined, as the pilot\'s user: they can read every file that '
+        "user can (the state directory and its credentials included), the environment of every process of that "
+        "user that is not marked non-dumpable, other payloads' work areas and outputs, and the network"
+    )
 
 
 def check_requirement(name: str, value: object, job: str | None) -> None:

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from taskqueues.errors import PilotfishError
-from taskqueues.sandbox import NONE, SANDBOXES, network_wanted, read_only_paths
+from taskqueues.sandbox import NONE, SANDBOXES, network_wanted, none_warning, read_only_paths
 from taskqueues.settings import Settings
 
 __all__ = ["HIDDEN", "Sandbox", "SandboxError", "none_warning", "payload_members"]
@@ -70,15 +70,6 @@ SHELL = ["/bin/sh", "-c"]
 
 class SandboxError(PilotfishError):
     """The payload sandbox cannot start here (and the site did not set ``payload_sandbox = "none"``)."""
-
-
-def none_warning() -> str:
-    """The one warning ``pilotfish up``, the director and a pilot print when payloads run unconfined."""
-    return (
-        'payload_sandbox = "none": payloads run unconfined, as the pilot\'s user: they can read every file that '
-        "user can (the state directory and its credentials included), the environment of every process of that "
-        "user that is not marked non-dumpable, other payloads' work areas and outputs, and the network"
-    )
 
 
 def _covered(path: str, by: Iterable[str]) -> bool:
