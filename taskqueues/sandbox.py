@@ -2,16 +2,20 @@
 
 ``payload_sandbox`` (setting, pilot option ``--payload-sandbox``): ``"bwrap"`` (default) or ``"none"``.
 
-A job opts in to what its sandbox withholds by two requirements. Like every free-form requirement they are
-also matched (RFC #7): a job is only matched at queues whose catalog entry carries the same parameter, so
-the site decides where network or a path may be granted.
+A job opts in to what its sandbox withholds by three requirements. They are directions to the pilot, not
+matched against the catalog (:data:`DIRECTIVES`; like the consumables, they still make the task queue):
 
 * ``sandbox_network = "yes"``: the payload shares the node's network (by default it has only its own
   loopback).
 * ``sandbox_ro = "/path"`` or a list of paths: absolute, normalised paths bound read-only into the sandbox
   (a path under ``/tmp``, ``/home``... that the sandbox otherwise hides; the rest of the system is
-  readable anyway). The pilot refuses (fails the job) a path that is or holds a private path of the
-  deployment (state directory, the pilot's work area, home).
+  readable anyway).
+* ``sandbox_rw = "/path"`` or a list: paths bound writable (created, mode 0755, when missing), e.g. the
+  directory a workflow's jobs share files through.
+
+The pilot refuses (fails the job with the reason) a path that is one of the hidden system places itself
+(``/tmp``, ``/home``...) or is, holds or lies inside a private path of the deployment (the state directory,
+the pilot's work area, its home).
 """
 
 from __future__ import annotations
@@ -23,9 +27,11 @@ from taskqueues.errors import RequirementError, shown
 
 __all__ = [
     "BWRAP",
+    "DIRECTIVES",
     "NETWORK",
     "NONE",
     "READ_ONLY",
+    "READ_WRITE",
     "SANDBOXES",
     "check_requirement",
     "network_wanted",
@@ -39,6 +45,9 @@ SANDBOXES = (BWRAP, NONE)
 
 NETWORK = "sandbox_network"
 READ_ONLY = "sandbox_ro"
+READ_WRITE = "sandbox_rw"
+#: Requirements that direct the pilot's sandbox: never matched against a queue's parameters.
+DIRECTIVES = frozenset({NETWORK, READ_ONLY, READ_WRITE})
 
 
 def none_warning() -> str:
@@ -55,14 +64,14 @@ def check_requirement(name: str, value: object, job: str | None) -> None:
     if name == NETWORK:
         if value != "yes":
             raise RequirementError(f'{NETWORK} must be "yes" (or absent), got {shown(value)}', job=job, field=name)
-    elif name == READ_ONLY:
+    elif name in (READ_ONLY, READ_WRITE):
         paths = list(value) if isinstance(value, list | tuple) else [value]
         for path in paths:
             if not isinstance(path, str) or not path.startswith("/"):
-                raise RequirementError(f"{READ_ONLY} needs absolute paths, got {shown(path)}", job=job, field=name)
+                raise RequirementError(f"{name} needs absolute paths, got {shown(path)}", job=job, field=name)
             if os.path.normpath(path) != path or path.startswith("//") or path == "/":
                 raise RequirementError(
-                    f"{READ_ONLY}: {shown(path)} is not a normalised path below / (no .., //, trailing /)",
+                    f"{name}: {shown(path)} is not a normalised path below / (no .., //, trailing /)",
                     job=job,
                     field=name,
                 )
@@ -72,14 +81,15 @@ def network_wanted(requirements: Mapping[str, object]) -> bool:
     return requirements.get(NETWORK) == "yes"
 
 
-def read_only_paths(requirements: Mapping[str, object]) -> list[str]:
-    """The paths a job asked to see read-only; ``ValueError`` for a value submission would have refused."""
-    value = requirements.get(READ_ONLY)
+def read_only_paths(requirements: Mapping[str, object], name: str = READ_ONLY) -> list[str]:
+    """The paths a job asked to see read-only (``name`` READ_WRITE: writable); ``ValueError`` for a value
+    submission would have refused."""
+    value = requirements.get(name)
     if value is None:
         return []
     paths: list[str] = []
     for path in list(value) if isinstance(value, list | tuple) else [value]:
         if not isinstance(path, str) or not path.startswith("/") or os.path.normpath(path) != path or path == "/":
-            raise ValueError(f"{READ_ONLY}: not an absolute normalised path: {path!r}")
+            raise ValueError(f"{name}: not an absolute normalised path: {path!r}")
         paths.append(path)
     return paths

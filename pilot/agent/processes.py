@@ -21,11 +21,12 @@ from collections.abc import Iterator
 from pilot.agent.guardian import Guardian
 from pilot.agent.memory import over_limit, over_limit_reason, sample_sessions
 from pilot.agent.payload import JobRefused, Payload, PayloadError, Stop, job_problem
-from pilot.agent.sandbox import Sandbox, none_warning, private_paths
+from pilot.agent.sandbox import Sandbox, private_paths
 from pilot.agent.state import PilotState
 from pilot.agent.wake import Wake
 from pilot.mjf.formulas import denormalise
 from taskqueues.errors import PilotfishError, StoreError
+from taskqueues.sandbox import none_warning
 from taskqueues.settings import Settings
 from taskqueues.store.records import Job, JobUsage, RunResult
 

@@ -14,8 +14,8 @@
   conda under a home directory), unless it lies in a private path;
 * its own slot bound back writable (work directory, $TMPDIR, $JOBFEATURES, its outputs file), the
   pilot's $MACHINEFEATURES read-only;
-* no network unless the job asked for it (requirement ``sandbox_network = "yes"``), extra read-only
-  paths only when the job named them (``sandbox_ro``), see :mod:`taskqueues.sandbox`;
+* no network unless the job asked for it (requirement ``sandbox_network = "yes"``), extra read-only or
+  writable paths only when the job named them (``sandbox_ro``, ``sandbox_rw``), see :mod:`taskqueues.sandbox`;
 * no capability (``--cap-drop ALL``, so root cannot unmount what hides the rest), ``no_new_privs``;
 * ``--die-with-parent``: the sandbox is SIGKILLed the moment the pilot dies, however it dies, and with
   its PID namespace every process the payload started (a payload cannot outlive its pilot, so the
@@ -27,9 +27,9 @@ on bwrap gives the CPU time of the whole tree (bwrap waits for its children), an
 kills it all. SIGTERM is different: bwrap dies of it at once and takes the sandbox with it, so the pilot
 sends SIGTERM to the payload's own processes only (:func:`payload_members`), keeping the kill grace.
 
-``payload_sandbox = "none"`` runs ``/bin/sh -c`` directly, as before: see :func:`none_warning` for what a
-payload then reaches. A pilot whose sandbox cannot start (bwrap missing, no user namespaces for an
-unprivileged user) refuses to start (:class:`SandboxError`) rather than run payloads unconfined.
+``payload_sandbox = "none"`` runs ``/bin/sh -c`` directly, as before: see
+:func:`taskqueues.sandbox.none_warning` for what a payload then reaches. A pilot whose sandbox cannot start
+(bwrap missing, no user namespaces for an unprivileged user) refuses to start (:class:`SandboxError`) rather than run payloads unconfined.
 """
 
 from __future__ import annotations
@@ -43,10 +43,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from taskqueues.errors import PilotfishError
-from taskqueues.sandbox import NONE, SANDBOXES, network_wanted, none_warning, read_only_paths
+from taskqueues.sandbox import NONE, READ_ONLY, READ_WRITE, SANDBOXES, network_wanted, read_only_paths
 from taskqueues.settings import Settings
 
-__all__ = ["HIDDEN", "Sandbox", "SandboxError", "none_warning", "payload_members"]
+__all__ = ["HIDDEN", "Sandbox", "SandboxError", "payload_members"]
 
 #: System directories covered with an empty tmpfs in every sandbox (those that exist on the node).
 HIDDEN: tuple[str, ...] = (
@@ -172,6 +172,16 @@ class Sandbox:
                 "payloads run unconfined with payload_sandbox = none"
             )
 
+    def grantable(self, path: str, name: str) -> str:
+        """The real path of a ``sandbox_ro``/``sandbox_rw`` entry, if the sandbox may show it (``ValueError``
+        naming the requirement if not): never a hidden system place itself, nor a private path of the
+        deployment, what holds one or what lies inside one. Resolved first: a symbolic link cannot lead
+        around the rule."""
+        real = os.path.realpath(path)
+        if _refused(real, self.private):
+            raise ValueError(f"{name}: {path} is, holds or is inside a path the sandbox must hide")
+        return real
+
     def argv(
         self, command: str, *, slot: Path, workdir: Path, machinefeatures: Path | None, requirements: dict[str, object]
     ) -> list[str]:
@@ -182,18 +192,26 @@ class Sandbox:
         argv = [self.bwrap, *self.prefix]
         if not network_wanted(requirements):
             argv.append("--unshare-net")
-        for path in read_only_paths(requirements):
-            real = os.path.realpath(path)
-            if not os.path.exists(real):
-                raise ValueError(f"sandbox_ro: {path} does not exist on this node")
-            if real in HIDDEN or any(_covered(real, [p]) or _covered(p, [real]) for p in self.private):
-                raise ValueError(f"sandbox_ro: {path} is, holds or is inside a path the sandbox must hide")
-            argv += ["--ro-bind", real, real]
+        for name, bind in ((READ_ONLY, "--ro-bind"), (READ_WRITE, "--bind")):
+            for path in read_only_paths(requirements, name):
+                real = self.grantable(path, name)
+                if name == READ_WRITE and not os.path.isdir(real):
+                    try:
+                        os.makedirs(real, mode=0o755, exist_ok=True)
+                    except OSError as exc:
+                        raise ValueError(f"{name}: cannot create {path}: {exc.strerror or exc}") from None
+                elif not os.path.exists(real):
+                    raise ValueError(f"{name}: {path} does not exist on this node")
+                argv += [bind, real, real]
         if machinefeatures is not None and os.fspath(machinefeatures) != "/":
             argv += ["--ro-bind", os.fspath(machinefeatures), os.fspath(machinefeatures)]
         root = os.fspath(slot)
         argv += ["--bind", root, root, "--chdir", os.fspath(workdir), "--", *SHELL, command]
         return argv
+
+
+def _refused(real: str, private: Sequence[str]) -> bool:
+    return real in HIDDEN or any(_covered(real, [p]) or _covered(p, [real]) for p in private)
 
 
 def payload_members(session: int) -> list[int]:

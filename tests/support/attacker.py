@@ -3,13 +3,14 @@ reports what it got as ``KEY=VALUE`` lines in ``$PILOTFISH_OUTPUTS`` (and detail
 
 Modes (first argument):
 
-* ``search NEEDLE...``: look for each needle in every ``/proc/*/environ`` and ``/proc/*/cmdline`` it can
-  read (its ancestors' first), in its own environment, and in every file it can read below the places a
-  deployment keeps things (``/tmp``, ``/run``, ``/home``, ``/root``, ``/var``, ``/etc``, ``/work``...);
-  reports ``hits`` (how many places held a needle), ``files`` (how many files it read) and ``procs``
-  (how many processes it could see).
-* ``neighbours VICTIM_MARK``: look for another job's environment (a ``/proc/*/environ`` holding
-  ``VICTIM_MARK``) and try to append to every other payload's outputs file it can find; reports ``seen``
+* ``search DIGEST...``: look for the secrets whose digests are given (passwords, the state directory's
+  path) in every ``/proc/*/environ`` and ``/proc/*/cmdline`` it can read (its ancestors' first), in its
+  own environment, and in every file it can read below the places a deployment keeps things (``/tmp``,
+  ``/run``, ``/home``, ``/root``, ``/var``, ``/etc``, ``/work``...); exits 3 at the first one found, 0
+  when none; reports ``hits``, ``files`` (how many files it read) and ``procs`` (processes it saw).
+* ``neighbours KRAM``: look for another job's process (a ``/proc/*/environ`` or ``cmdline`` holding the
+  mark, given reversed so that its own command line does not) and try to append to every other payload's
+  outputs file and work directory it can find; exits 3 if it saw or wrote anything; reports ``seen``
   and ``written``.
 * ``linger SECONDS``: start a grandchild in a new session that sleeps (an orphan in the making), then sleep.
 
@@ -19,7 +20,9 @@ Nothing here imports Pilotfish: a payload has nothing of the pilot's.
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
+import re
 import subprocess
 import sys
 import time
@@ -75,12 +78,35 @@ def files() -> list[str]:
     return found
 
 
+TOKEN = re.compile(rb"[A-Za-z0-9_+/=.-]{8,300}")
+
+
+def digest(text: bytes) -> str:
+    return hashlib.sha256(text).hexdigest()[:32]
+
+
+def holds(text: bytes, needles: set[str]) -> bool:
+    """Whether ``text`` holds a word (or a path's leading part) whose digest is a needle."""
+    for match in TOKEN.finditer(text):
+        token = match.group()
+        if digest(token) in needles:
+            return True
+        for i in range(1, len(token)):
+            if token[i : i + 1] == b"/" and digest(token[:i]) in needles:
+                return True
+    return False
+
+
 def search(needles: list[str]) -> int:
-    wanted = [n.encode() for n in needles]
+    """The needles are digests (:func:`digest`) of the secrets looked for, so that this command line holds
+    none of them. Stops at the first hit (exit 3), as an attacker would: one credential is enough."""
+    wanted = set(needles)
     procs, texts = proc_texts()
     texts.append(("own environment", b"\0".join(f"{k}={v}".encode() for k, v in os.environ.items())))
-    hits = [where for where, text in texts if any(n in text for n in wanted)]
     read = 0
+    for where, text in texts:
+        if holds(text, wanted):
+            return found(where, read, procs)
     for path in files():
         try:
             if not os.path.isfile(path) or os.path.getsize(path) > MAX_FILE:
@@ -90,22 +116,28 @@ def search(needles: list[str]) -> int:
         except OSError:
             continue
         read += 1
-        if any(n in text for n in wanted):
-            hits.append(path)
-    for where in hits:
-        print("found in", where)
-    report(hits=len(hits), files=read, procs=procs)
+        if holds(text, wanted):
+            return found(path, read, procs)
+    report(hits=0, files=read, procs=procs)
+    print(f"nothing found: {read} files read, {procs} processes seen")
     return 0
 
 
-def neighbours(mark: str) -> int:
+def found(where: str, read: int, procs: int) -> int:
+    print("found in", where)
+    report(hits=1, files=read, procs=procs)
+    return 3
+
+
+def neighbours(kram: str) -> int:
+    mark = kram[::-1].encode()
     _, texts = proc_texts()
-    seen = sum(1 for where, text in texts if where.endswith("environ") and mark.encode() in text)
+    seen = sum(1 for _, text in texts if mark in text)
     own = os.path.realpath(os.environ["PILOTFISH_OUTPUTS"])
     area = os.path.dirname(os.path.dirname(own))
     written = 0
     for path in glob.glob(os.path.join(area, "*", "outputs")) + glob.glob(os.path.join(area, "*", "work")):
-        if os.path.realpath(path) == own:
+        if os.path.dirname(os.path.realpath(path)) == os.path.dirname(own):  # its own slot
             continue
         try:
             target = path if path.endswith("outputs") else os.path.join(path, "stolen")
@@ -115,7 +147,8 @@ def neighbours(mark: str) -> int:
         except OSError:
             continue
     report(seen=seen, written=written)
-    return 0
+    print(f"seen {seen} process(es) of another job, wrote into {written} of its files")
+    return 3 if seen or written else 0
 
 
 def linger(seconds: float) -> int:

@@ -71,6 +71,12 @@ def pilot_env(
     return env
 
 
+def pilot_argv(redis_url: str, workdir: Path, *args: str) -> list[str]:
+    """``python -m pilot.agent.command`` on the test queue with its work directory and ``args``."""
+    command = [sys.executable, "-m", "pilot.agent.command", "--redis-url", redis_url, "--queue", QUEUE]
+    return [*command, "--workdir", str(workdir), *args]
+
+
 @contextmanager
 def running_pilot(
     redis_url: str, tmp_path: Path, *args: str, env: dict[str, str] | None = None, name: str = "pilot"
@@ -82,19 +88,7 @@ def running_pilot(
     env = env if env is not None else pilot_env(tmp_path)
     err = open(tmp_path / f"{name}.err", "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "pilot.agent.command",
-            "--redis-url",
-            redis_url,
-            "--queue",
-            QUEUE,
-            "--workdir",
-            str(tmp_path / f"{name}-work"),
-            "-v",
-            *args,
-        ],
+        [*pilot_argv(redis_url, tmp_path / f"{name}-work"), "-v", *args],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
