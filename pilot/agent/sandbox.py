@@ -28,8 +28,9 @@ kills it all. SIGTERM is different: bwrap dies of it at once and takes the sandb
 sends SIGTERM to the payload's own processes only (:func:`payload_members`), keeping the kill grace.
 
 ``payload_sandbox = "none"`` runs ``/bin/sh -c`` directly, as before: see
-:func:`taskqueues.sandbox.none_warning` for what a payload then reaches. A pilot whose sandbox cannot start
-(bwrap missing, no user namespaces for an unprivileged user) refuses to start (:class:`SandboxError`) rather than run payloads unconfined.
+:func:`taskqueues.sandbox.none_warning` for what a payload then reaches. A pilot whose sandbox cannot
+start (bwrap missing, no user namespaces for an unprivileged user) refuses to start
+(:class:`SandboxError`) rather than run payloads unconfined.
 """
 
 from __future__ import annotations
