@@ -190,8 +190,8 @@ def main() -> None:
 
 def bench(store: Store, url: str, base: Path, n: int, work_s: float, events: bool, kind: str) -> tuple[float, float]:
     """Both runs with the payload sandbox ``kind``; returns (run 1 payloads/s, run 2 median gap seconds)."""
-    extra = [*(["--events"] if events else []), "--payload-sandbox", kind]
     base.mkdir()
+    extra = [*(["--events"] if events else []), "--payload-sandbox", kind, "--payload-shared-paths", str(base)]
     ids = submit(store, n, "true")
     wall, rss, _ = run_pilot(url, base / "a", extra)
     rate, span = throughput(store, ids)

@@ -13,9 +13,9 @@ matched against the catalog (:data:`DIRECTIVES`; like the consumables, they stil
 * ``sandbox_rw = "/path"`` or a list: paths bound writable (created, mode 0755, when missing), e.g. the
   directory a workflow's jobs share files through.
 
-The pilot refuses (fails the job with the reason) a path that is one of the hidden system places itself
-(``/tmp``, ``/home``...) or is, holds or lies inside a private path of the deployment (the state directory,
-the pilot's work area, its home).
+The pilot refuses (fails the job with the reason) a path outside the site's ``payload_shared_paths``, one of
+the hidden system places itself (``/tmp``, ``/home``...), or one that is, holds or lies inside a private
+path of the deployment (the state directory, the pilot's work area, its home).
 """
 
 from __future__ import annotations

@@ -100,6 +100,9 @@ class Settings:
     # How pilots start payloads (taskqueues.sandbox): "bwrap" (each in its own namespaces, the default) or
     # "none" (unconfined: `up` and the director warn what a payload can then reach).
     payload_sandbox: str = "bwrap"
+    # Where a job may ask its sandbox for a path (requirements sandbox_ro, sandbox_rw), ":"-separated absolute
+    # paths: the site's shared scratch places (the examples share files through /tmp/pilotfish-examples).
+    payload_shared_paths: str = "/tmp/pilotfish-examples"
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     @classmethod
@@ -161,6 +164,10 @@ class Settings:
         if self.payload_sandbox not in SANDBOXES:
             raise ConfigError(
                 f"{where('payload_sandbox')}: must be {' or '.join(SANDBOXES)}, got {self.payload_sandbox!r}"
+            )
+        if any(not p.startswith("/") for p in self.payload_shared_paths.split(":") if p):
+            raise ConfigError(
+                f"{where('payload_shared_paths')}: ':'-separated absolute paths, got {self.payload_shared_paths!r}"
             )
         if self.log_format not in ("text", "json"):
             raise ConfigError(f"{where('log_format')}: must be text or json, got {self.log_format!r}")

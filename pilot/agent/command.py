@@ -180,6 +180,14 @@ def make_observer(events: bool, config: PilotConfig, broker_url: str = "") -> Ob
     help="How payloads run: bwrap (own namespaces, nothing of the deployment visible; the pilot refuses to "
     "start where bwrap cannot) or none (unconfined) (env PILOTFISH_PAYLOAD_SANDBOX).",
 )
+@click.option(
+    "--payload-shared-paths",
+    envvar="PILOTFISH_PAYLOAD_SHARED_PATHS",
+    default=DEFAULTS.payload_shared_paths,
+    show_default=True,
+    help="':'-separated places under which a job may ask its sandbox for a path (sandbox_ro, sandbox_rw) "
+    "(env PILOTFISH_PAYLOAD_SHARED_PATHS).",
+)
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
 def pilot(
     redis_url: str,
@@ -207,6 +215,7 @@ def pilot(
     events: bool,
     log_format: str,
     payload_sandbox: str,
+    payload_shared_paths: str,
     verbose: int,
 ) -> None:
     """Run a pilot: fill this node's cores with the most urgent jobs that fit, until its time is up."""
@@ -239,6 +248,7 @@ def pilot(
             priority_factor=priority_factor,
             jobstatus_revert_hold=jobstatus_hold,
             payload_sandbox=payload_sandbox,
+            payload_shared_paths=payload_shared_paths,
         )
         runner = Pilot(config, observer=make_observer(events, config, broker_url))
         tags.set(pilot=runner.name)

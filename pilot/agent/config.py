@@ -81,7 +81,8 @@ class PilotConfig:
     published in $JOBSTATUS as is (spec 3.9: higher is better, its meaning is the pilot owner's, not
     comparable across users). ``jobstatus_revert_hold`` is how long the other $JOBSTATUS values stay as
     published after ``can_postpone_last_job`` reverts to True (spec 3.8; :mod:`pilot.mjf.jobstatus`).
-    ``payload_sandbox`` is how payloads start: "bwrap" (:mod:`pilot.agent.sandbox`) or "none" (unconfined).
+    ``payload_sandbox`` is how payloads start: "bwrap" (:mod:`pilot.agent.sandbox`) or "none" (unconfined);
+    ``payload_shared_paths`` (":"-separated) where a job may ask its sandbox for a path.
     ``output_cap`` bytes of each payload stream's tail are kept in the log directory and shipped to the store
     (``pilotfish logs``); new output of a running payload is shipped at most once per ``log_interval``.
     """
@@ -116,6 +117,7 @@ class PilotConfig:
     priority_factor: int = 0
     identity: Identity | None = None
     payload_sandbox: str = DEFAULTS.payload_sandbox
+    payload_shared_paths: str = DEFAULTS.payload_shared_paths
 
     def __post_init__(self) -> None:
         problems = []

@@ -53,7 +53,10 @@ class Processes:
         except PilotfishError:  # the pilot's own options won; only the state directory's path is wanted here
             settings = Settings()
         extra = (config.log_dir, config.jobstatus_dir)
-        self.confinement = Sandbox.create(config.payload_sandbox, private_paths(settings, config.workdir, extra))
+        shared = [p for p in config.payload_shared_paths.split(":") if p]
+        self.confinement = Sandbox.create(
+            config.payload_sandbox, private_paths(settings, config.workdir, extra), shared
+        )
         if not self.confinement.confined:
             log.warning("pilot %s: %s", self.state.name, none_warning())
         self.guardian = Guardian()

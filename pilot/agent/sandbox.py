@@ -121,10 +121,12 @@ class Sandbox:
     hidden: tuple[str, ...] = ()
     private: tuple[str, ...] = ()
     prefix: tuple[str, ...] = ()
+    shared: tuple[str, ...] = ()
 
     @classmethod
-    def create(cls, kind: str, private: Sequence[str] = ()) -> Sandbox:
-        """The sandbox of a pilot whose own paths are ``private``; checks that bwrap works here.
+    def create(cls, kind: str, private: Sequence[str] = (), shared: Sequence[str] = ()) -> Sandbox:
+        """The sandbox of a pilot whose own paths are ``private``; ``shared``: the site's places under which a
+        job may ask for a path (``sandbox_ro``, ``sandbox_rw``). Checks that bwrap works here.
 
         Raises :class:`SandboxError` naming what is missing when ``kind`` is "bwrap" and it cannot start.
         """
@@ -149,7 +151,14 @@ class Sandbox:
         for path in software(hidden, [p for p in private if os.path.realpath(p) != home]):
             prefix += ["--ro-bind", path, path]
         prefix += ["--unshare-pid", "--unshare-ipc", "--die-with-parent", "--cap-drop", "ALL"]
-        sandbox = cls(kind, bwrap, tuple(hidden), tuple(os.path.realpath(p) for p in private), tuple(prefix))
+        sandbox = cls(
+            kind,
+            bwrap,
+            tuple(hidden),
+            tuple(os.path.realpath(p) for p in private),
+            tuple(prefix),
+            tuple(os.path.realpath(p) for p in shared if p.startswith("/") and os.path.realpath(p) != "/"),
+        )
         sandbox.check()
         return sandbox
 
@@ -175,10 +184,14 @@ class Sandbox:
 
     def grantable(self, path: str, name: str) -> str:
         """The real path of a ``sandbox_ro``/``sandbox_rw`` entry, if the sandbox may show it (``ValueError``
-        naming the requirement if not): never a hidden system place itself, nor a private path of the
-        deployment, what holds one or what lies inside one. Resolved first: a symbolic link cannot lead
-        around the rule."""
+        naming the requirement if not): only within the site's shared places (``payload_shared_paths``: a
+        job must not bind ``/etc/cron.d`` writable, nor another user's home readable), and never a hidden
+        system place itself, nor a private path of the deployment, what holds one or what lies inside one.
+        Resolved first: a symbolic link cannot lead around the rule."""
         real = os.path.realpath(path)
+        if not _covered(real, self.shared):
+            places = ", ".join(self.shared) or "none"
+            raise ValueError(f"{name}: {path} is not within the site's payload_shared_paths ({places})")
         if _refused(real, self.private):
             raise ValueError(f"{name}: {path} is, holds or is inside a path the sandbox must hide")
         return real

@@ -98,6 +98,8 @@ def default_pilot_command(queue: Queue, shape: Shape, wall: int, settings: Setti
         "--events" if settings.pilot_events else "--no-events",
         "--payload-sandbox",
         settings.payload_sandbox,
+        "--payload-shared-paths",
+        settings.payload_shared_paths,
     ]
 
 

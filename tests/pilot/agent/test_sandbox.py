@@ -92,17 +92,26 @@ def test_opt_ins_network_and_read_only_path(store: Store, redis_url: str, tmp_pa
         f"{PY} -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), 2)' && "
         "echo network=yes >> $PILOTFISH_OUTPUTS; true"
     )
+    scratch = tmp_path / "scratch" / "w1"
+    writer = f"echo written > {scratch}/out && echo ok=1 >> $PILOTFISH_OUTPUTS"
     new = with_requirements(job(command=probe), sandbox_network="yes", sandbox_ro=[str(shared)])
     private = with_requirements(job(command="true"), sandbox_ro=str(tmp_path / "state"))
-    [jid, pid_] = store.submit([new, private])  # type: ignore[list-item]
-    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", env=sandboxed(tmp_path)) as proc:
+    escape = with_requirements(job(command="true"), sandbox_rw="/etc/cron.d")
+    shares = with_requirements(job(command=writer), sandbox_rw=str(scratch))
+    ids = store.submit([new, private, escape, shares])  # type: ignore[list-item]
+    env = sandboxed(tmp_path)
+    env["PILOTFISH_PAYLOAD_SHARED_PATHS"] = f"/nonexistent:{tmp_path}"  # the state directory is in it, but private
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "5", env=env) as proc:
         log = finish(proc, tmp_path, 60)
-    record = store.job(jid)
+    record, refused, escaped, shared_record = (store.job(i) for i in ids)
     assert record.state == JobState.DONE, (record.reason, log)
     assert record.outputs == {"data": 42, "network": "yes"}
-    refused = store.job(pid_)
     assert refused.state == JobState.FAILED
     assert refused.reason is not None and "sandbox_ro" in refused.reason and "hide" in refused.reason
+    assert escaped.state == JobState.FAILED
+    assert escaped.reason is not None and "not within the site's payload_shared_paths" in escaped.reason
+    assert shared_record.state == JobState.DONE, (shared_record.reason, log)
+    assert (scratch / "out").read_text() == "written\n"  # created by the pilot, written through the bind
 
 
 def test_sandbox_requirements_are_checked_at_submission() -> None:
