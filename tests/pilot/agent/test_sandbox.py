@@ -209,3 +209,13 @@ def test_sandbox_option_reaches_the_pilot() -> None:
         [PY, "-m", "pilot.agent.command", "--help"], capture_output=True, text=True, check=True, cwd=ROOT
     ).stdout
     assert "--payload-sandbox [bwrap|none]" in out
+
+
+def test_up_warns_once_when_payloads_run_unconfined_or_bwrap_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    from matcher.cli.commands import payload_sandbox_warning
+
+    assert payload_sandbox_warning("bwrap") == ""
+    unconfined = payload_sandbox_warning("none")
+    assert "unconfined" in unconfined and "state directory" in unconfined and "network" in unconfined
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent))
+    assert "bubblewrap (bwrap) is not installed" in payload_sandbox_warning("bwrap")
