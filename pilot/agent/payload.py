@@ -402,6 +402,10 @@ class Payload:
             except ChildProcessError:  # reaped elsewhere: nothing to measure
                 status, rusage = 255 << 8, None
                 break
+        if self.confinement is not None and os.WIFEXITED(status) and 128 < os.WEXITSTATUS(status) <= 128 + 64:
+            # bwrap's init reports a payload killed by signal N as exit code 128+N: report the signal, as the
+            # pilot does for an unconfined payload (a shell that exits 128+N itself is told apart by no one).
+            status = os.WEXITSTATUS(status) - 128
         self.status = status
         if rusage is not None:
             self.rusage_cpu = rusage.ru_utime + rusage.ru_stime
