@@ -402,11 +402,7 @@ class Payload:
             except ChildProcessError:  # reaped elsewhere: nothing to measure
                 status, rusage = 255 << 8, None
                 break
-        if self.confinement is not None and os.WIFEXITED(status) and 128 < os.WEXITSTATUS(status) <= 128 + 64:
-            # bwrap's init reports a payload killed by signal N as exit code 128+N: report the signal, as the
-            # pilot does for an unconfined payload (a shell that exits 128+N itself is told apart by no one).
-            status = os.WEXITSTATUS(status) - 128
-        self.status = status
+        self.status = self._unwrapped(status)
         if rusage is not None:
             self.rusage_cpu = rusage.ru_utime + rusage.ru_stime
             # The shell was forked from the pilot, and Linux carries the pre-exec image's high-water mark
@@ -421,6 +417,14 @@ class Payload:
         for fd in self.open_pipes:  # whatever the shell wrote before exiting is in the pipe now
             if self.read(fd):
                 self._close_pipe(fd)  # a process outside the session still holds it: stop listening
+
+    def _unwrapped(self, status: int) -> int:
+        """The wait status of the payload itself: bwrap's init reports a payload killed by signal N as exit
+        code 128+N, reported here as the signal, as for an unconfined payload (a shell that exits 128+N
+        itself is told apart by no one)."""
+        if self.confinement is not None and os.WIFEXITED(status) and 128 < os.WEXITSTATUS(status) <= 128 + 64:
+            return os.WEXITSTATUS(status) - 128
+        return status
 
     @property
     def exit_code(self) -> int | None:
