@@ -133,12 +133,18 @@ class Deployment:
         return Context(self.settings)
 
     def processes(self) -> Iterator[psutil.Process]:
-        """Every live process of the deployment (pilots, guardians and payloads included)."""
+        """Every live process of the deployment (pilots, guardians and payloads included). A payload's
+        environment holds no deployment path (the marker is the state directory's): payloads are found as
+        the descendants of the deployment's processes."""
         marker = str(self.state.resolve())
+        seen: set[int] = set()
         for process in psutil.process_iter():
             try:
                 if process.environ().get(MARKER) == marker and process.status() != psutil.STATUS_ZOMBIE:
-                    yield process
+                    for member in [process, *process.children(recursive=True)]:
+                        if member.pid not in seen:
+                            seen.add(member.pid)
+                            yield member
             except psutil.Error:
                 continue
 
