@@ -246,7 +246,7 @@ class Store(StoreReads):
         for i in range(1, len(reply), 2):
             try:
                 jobs.append(Job.from_record(reply[i], _text(reply[i - 1])))
-            except (ValueError, KeyError, TypeError) as exc:
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:  # AttributeError: not a JSON object
                 stand_in = Job.unreadable(reply[i], _text(reply[i - 1]), str(exc))
                 if stand_in is not None:
                     jobs.append(stand_in)

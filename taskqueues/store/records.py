@@ -299,7 +299,7 @@ class Job:
             text = raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else raw
             rec = json.loads(text)
             attempt = int(rec["a"])
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, IndexError):
             return None
         return cls(
             id=str(job_id),

@@ -240,3 +240,12 @@ def test_up_warns_once_when_payloads_run_unconfined_or_bwrap_is_missing(monkeypa
     assert "unconfined" in unconfined and "state directory" in unconfined and "network" in unconfined
     monkeypatch.setenv("PATH", str(Path(sys.executable).parent))
     assert "bubblewrap (bwrap) is not installed" in payload_sandbox_warning("bwrap")
+
+
+def test_a_leased_record_python_cannot_read_comes_back_as_a_job_to_fail() -> None:
+    """What match.lua leased but Python cannot read: a stand-in carrying the problem when its attempt can be
+    read (the pilot fails it: see the poisoned-records test), left out (to the reaper) when not."""
+    reply = [b"7", b'{"s":"bogus","a":2}', b"8", b'{"s":"matched","a":"x"}', b"9", b"[1]", b"10", b'{"s":"ma']
+    [job_7] = Store.matched(reply)
+    assert (job_7.id, job_7.attempt) == ("7", 2)
+    assert job_7.problem.startswith("its record cannot be read")
