@@ -8,7 +8,8 @@ started again alone), the site director and Flower — and leaves the live ones 
 once fails ``up`` with its log's name.
 
 Every process of the deployment carries ``PILOTFISH_DEPLOYMENT=<state directory>`` in its environment, and
-so do the pilots, guardians and payloads they start. ``down`` stops the director first (it cancels its
+so do the pilots and guardians they start (payloads do not: their environment holds no deployment path; a
+payload dies with its pilot). ``down`` stops the director first (it cancels its
 pilots, which give their jobs back), then the other parts at once, printing each as it stops, then every
 process still carrying the marker — orphans of earlier kills (a pilot whose director was killed, beat's
 child of a killed worker) — and at last the embedded Redis. Pid files hold the process start time too,

@@ -267,14 +267,19 @@ class Store(StoreReads):
     def matched(reply: list[Any]) -> list[Job]:
         """The jobs a match reply leased.
 
-        A record that Python cannot read (match.lua checks its form, not every field's value) is left out:
-        its lease expires unrenewed and the reaper parks it, while the pilot runs the others.
+        A record that Python cannot read (match.lua checks its form, not every field's value) comes back as a
+        stand-in carrying the problem (:meth:`Job.unreadable`), which the pilot fails; one whose attempt
+        cannot be read either is left out: its lease expires unrenewed and the reaper parks it.
         """
         jobs = []
         for i in range(1, len(reply), 2):
             try:
                 jobs.append(Job.from_record(reply[i], _text(reply[i - 1])))
-            except (ValueError, KeyError, TypeError) as exc:
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:  # AttributeError: not a JSON object
+                stand_in = Job.unreadable(reply[i], _text(reply[i - 1]), str(exc))
+                if stand_in is not None:
+                    jobs.append(stand_in)
+                    continue
                 log.warning(
                     "job %s leased with a record that cannot be read (%s): left to the reaper", _text(reply[i - 1]), exc
                 )
