@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fair share on a simulated clock: groups served in proportion to their shares, late workflows not starved.
 
-    python scripts/bench_fairshare.py [--flood N] [--pilots P] [--cores C] [--seed S] [--halflife H]
+    python scripts/bench_fairshare.py [--flood N] [--pilots P] [--cores C] [--seed S] [--halflife H] [--catchup X]
 
 The simulation of ``bench_schedule.py`` (a simulated clock, the REAL store and match on a REAL redis-server
 started on a free port, the real Submitter), with requests that arrive over time, each with an owner and a
@@ -191,7 +191,7 @@ def mark(ok: bool) -> str:
 def flood_scenario(client: redis.Redis, args: argparse.Namespace) -> None:
     rng = random.Random(args.seed)
     shares = {"prod": 50.0, "ana": 30.0, "user": 20.0}
-    policy = Policy(halflife=args.halflife, shares=shares)
+    policy = Policy(halflife=args.halflife, shares=shares, catchup=args.catchup or None)
     flood = [
         Task(f"f{i}", "flood", max(1.0, round(rng.lognormvariate(math.log(MEAN_JOB) - 0.18, 0.6), 3)))
         for i in range(args.flood)
@@ -220,6 +220,7 @@ def flood_scenario(client: redis.Redis, args: argparse.Namespace) -> None:
     print(
         f"== flood: {args.flood} jobs of group prod at t=0, cybershake (ana) at 1800 s, layered (user) at "
         f"2400 s; {args.pilots} pilots x {args.cores} cores; shares 50/30/20; half-life {args.halflife:g} s; "
+        f"catch-up cap {args.catchup or 'none'}; "
         f"simulated {out.makespan:.0f} s in {took:.0f} s"
     )
     length = 10 * MEAN_JOB
@@ -324,6 +325,9 @@ def main() -> None:
     parser.add_argument("--cores", type=int, default=4)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--halflife", type=float, default=180.0)
+    parser.add_argument(
+        "--catchup", type=float, default=1.2, help="the policy's catch-up cap (x >= 1; 0: none, the rule before)"
+    )
     parser.add_argument("--only", choices=("flood", "staggered"))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-fairshare-") as tmp:

@@ -146,6 +146,10 @@ do
     end
     local hl = FS.cfg.halflife
     if hl and hl > 0 then FS.tau = hl / math.log(2) end
+    -- The catch-up cap x (issue 29): in ranks, U is clamped into R * tau * [1 - d, 1 + d], d = 2 (x - 1) / (x + 1),
+    -- so no group runs more than x times another's cores per share (taskqueues/store/fairshare.py, Policy.clamp).
+    local x = FS.cfg.catchup
+    if x and x >= 1 then FS.lo, FS.hi = 1 - 2 * (x - 1) / (x + 1), 1 + 2 * (x - 1) / (x + 1) end
   end
 end
 if FS then
@@ -170,6 +174,12 @@ if FS then
     return a
   end
   local function fs_num(field) return tonumber(fs_get(field)) or 0 end
+  -- Effective usage of decayed usage u and running cores r: u (clamped by the catch-up cap) + r * tau.
+  local function fs_eff(u, r)
+    local t = r * FS.tau
+    if FS.hi then u = math.min(math.max(u, t * FS.lo), t * FS.hi) end
+    return u + t
+  end
   -- Effective usage of account a (a group, or group.owner) now: its decayed core-seconds plus its running cores
   -- times tau.
   local function fs_usage(a)
@@ -180,7 +190,7 @@ if FS then
       local r = fs_num('r:' .. a)
       local k = math.exp(-math.max(now - t, 0) / FS.tau)
       FS.U[a] = u * k + r * FS.tau * (1 - k)
-      e = FS.U[a] + r * FS.tau
+      e = fs_eff(FS.U[a], r)
       FS.E[a] = e
     end
     return e
@@ -230,7 +240,7 @@ if FS then
       fs_usage(name)
       local r = fs_num('r:' .. name) + sign * c
       h['r:' .. name] = r
-      FS.E[name] = FS.U[name] + r * FS.tau
+      FS.E[name] = fs_eff(FS.U[name], r)
       FS.dirty[name] = true
     end
     local site, here = 'c:' .. a[1] .. '@' .. FS.site, 'c:' .. a[1] .. '@' .. queue
