@@ -8,6 +8,8 @@ from __future__ import annotations
 import pytest
 import redis
 
+from matcher.explain import explain
+from taskqueues.catalog import Catalog
 from taskqueues.errors import StoreError
 from taskqueues.store import Store
 from taskqueues.store.invariants import check
@@ -17,6 +19,12 @@ from tests.support.clock import FakeClock
 from tests.support.store import job
 
 Q = "site/ce/q1"
+CATALOG = """
+[sites.site]
+[sites.site.ces.ce]
+[sites.site.ces.ce.queues.q1]
+shapes = [{ name = "four", cpu = 4, mem = "4G" }]
+"""
 NOW = 1_000_000.0
 BUSY = ((50.0, 1, 100, 0),) * 3  # three 1-core jobs ending in 50 s: one core free of four, the wide job in 50 s
 
@@ -43,6 +51,9 @@ def test_a_job_due_before_the_reserved_start_less_its_run_is_not_held_back(
     assert got == ([due] if bounded else [])
     assert patient not in got
     assert check(store.client, store.keys) == []
+    (line,) = explain(store, Catalog.loads(CATALOG), patient).reservations
+    assert f"holds cores for job {wide}" in line
+    assert ("unless due to start before it, less their run" in line) is bounded
 
 
 def test_a_bad_slack_is_refused_with_or_without_the_bound(real_redis: redis.Redis) -> None:
