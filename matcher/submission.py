@@ -35,6 +35,7 @@ import hashlib
 import json
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -167,9 +168,25 @@ def _pool_mark(
     if exact == (bucket(req.cpu), bucket(req.mem), bucket(req.tmp), bucket(req.wall or 0)):
         return None
     definition = json.dumps({**req.canonical(), **extras}, sort_keys=True, separators=(",", ":"))
-    if set(pool_of_definition(catalog, definition, vo=vo)) == set(pool):
+    if _bucket_pool(catalog, definition, vo) == frozenset(pool):
         return None
     return hashlib.sha256(",".join(sorted(pool)).encode()).hexdigest()[:12]
+
+
+#: Per catalog (a catalog never changes once loaded): a bucket's definition and VO -> its eligible queues.
+_BUCKET_POOLS: weakref.WeakKeyDictionary[Catalog, dict[tuple[str, str], frozenset[str]]] = weakref.WeakKeyDictionary()
+
+
+def _bucket_pool(catalog: Catalog, definition: str, vo: str) -> frozenset[str]:
+    """:func:`pool_of_definition` of a bucket's definition, remembered: the jobs of a request share a few
+    buckets, and judging one costs twice what placing a job does."""
+    known = _BUCKET_POOLS.setdefault(catalog, {})
+    pool = known.get((definition, vo))
+    if pool is None:
+        if len(known) >= 4096:
+            known.clear()
+        pool = known[(definition, vo)] = frozenset(pool_of_definition(catalog, definition, vo=vo))
+    return pool
 
 
 def _with_shape(queues: list[Queue], req: Requirements, hint: str | None, job: str) -> list[Queue]:
