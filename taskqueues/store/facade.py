@@ -68,6 +68,7 @@ class Store(StoreReads):
         submit_timeout: float = 5.0,
         replica_window: float = 600.0,
         reservation_slack: float = DEFAULT_RESERVATION_SLACK,
+        bounded_reservations: bool = False,
     ) -> None:
         """``ete_safety_factor``: a job without ``wall`` must find this many times its run-time estimate left
         in a pilot (:func:`taskqueues.store.records.time_needed`; every writer of a task-queue member uses this one).
@@ -96,6 +97,9 @@ class Store(StoreReads):
         self.submit_timeout = submit_timeout
         #: A reservation (match.lua) whose start passed by this many seconds holds its pilot's cores no more.
         self.reservation_slack = reservation_slack
+        #: Bounded reservations (issue 29): a reservation holds back no job whose score is less than its own
+        #: need after the reserved start (match.lua, "Reservations").
+        self.bounded_reservations = bounded_reservations
         self._scripts: dict[str, functions.Function] = functions.register(client)
         self._base = self.keys.base + ":"
         self._match_calls: dict[str, PackedCall] = {}
@@ -260,7 +264,7 @@ class Store(StoreReads):
             left,
             max_jobs,
             running_text(offer.running),
-            self.reservation_slack,
+            f"{float(self.reservation_slack)!r}:b" if self.bounded_reservations else self.reservation_slack,
         ]
 
     @staticmethod
