@@ -434,29 +434,60 @@ while got < want do
     end
     b = nil
     local h -- reservations: the most urgent head that fits the pilot's total
-    for x = 0, 7 * (n - 1), 7 do
-      local r = X[x + 2]
-      if r < EMPTY and (not b or FS or r <= X[b + 2]) then
-        local c = X[x + 4]
-        if not c then
-          local c1, m1, t1, e1 = string.match(X[x + 3], '^%S+ [^:]+:([^:]+):([^:]+):([^:]+):(%S+)')
-          if c1 then c, m1, t1, e1 = tonumber(c1), tonumber(m1), tonumber(t1), tonumber(e1) end
-          if not (c and m1 and t1 and e1) then
-            todo = {x} -- an entry that cannot be read: mended, and the pass made again
-            break
+    if not FS then
+      -- The pass without a policy: an entry is read only if it can beat the best so far; one that fits
+      -- what is free (and the reservation held, if any) is a candidate, and one that does not is weighed
+      -- for a reservation only if it fits the pilot's total. The first candidate in order is b; a head
+      -- weighed for h that is a candidate could only be b itself (never before b: no reservation), so h
+      -- is looked for among the others alone, and a call with no wide head pays one test per such entry.
+      for x = 0, 7 * (n - 1), 7 do
+        local r = X[x + 2]
+        if r < EMPTY and (not b or r <= X[b + 2]) then
+          local c = X[x + 4]
+          if not c then
+            local c1, m1, t1, e1 = string.match(X[x + 3], '^%S+ [^:]+:([^:]+):([^:]+):([^:]+):(%S+)')
+            if c1 then c, m1, t1, e1 = tonumber(c1), tonumber(m1), tonumber(t1), tonumber(e1) end
+            if not (c and m1 and t1 and e1) then
+              todo = {x} -- an entry that cannot be read: mended, and the pass made again
+              break
+            end
+            X[x + 4], X[x + 5], X[x + 6], X[x + 7] = c, m1, t1, e1
           end
-          X[x + 4], X[x + 5], X[x + 6], X[x + 7] = c, m1, t1, e1
+          if c <= cpu and X[x + 5] <= mem and X[x + 6] <= tmp and (left < 0 or X[x + 7] <= left)
+              and (not rs or r < rscore or (r == rscore and X[x + 1] <= rtq) or now + X[x + 7] <= rs
+                   or (c <= ec and X[x + 5] <= em and X[x + 6] <= et)) then -- backfill (reservations)
+            if not b or r < X[b + 2] or X[x + 1] < X[b + 1] then b = x end
+          elseif RV and not decided and c <= tc and X[x + 5] <= tm and X[x + 6] <= tt -- fits the total
+              and (not h or r < X[h + 2] or (r == X[h + 2] and X[x + 1] < X[h + 1])) then
+            h = x
+          end
         end
-        if c <= cpu and X[x + 5] <= mem and X[x + 6] <= tmp and (left < 0 or X[x + 7] <= left)
-            and (FS and fs_before(X, x, b) or not FS and (not b or r < X[b + 2] or X[x + 1] < X[b + 1]))
-            and (not rs or r < rscore or (r == rscore and X[x + 1] <= rtq) or now + X[x + 7] <= rs
-                 or (c <= ec and X[x + 5] <= em and X[x + 6] <= et)) then -- backfill (reservations)
-          b = x
-        end
-        if RV and not decided and c <= tc and X[x + 5] <= tm and X[x + 6] <= tt -- fits the pilot's total
-            and (FS and fs_before(X, x, h) or not FS and (not h or r < X[h + 2]
-                 or (r == X[h + 2] and X[x + 1] < X[h + 1]))) then -- the first in order (reservations)
-          h = x
+      end
+    else
+      -- The pass with a policy (fair share): every entry is weighed, in the policy's order.
+      for x = 0, 7 * (n - 1), 7 do
+        local r = X[x + 2]
+        if r < EMPTY then
+          local c = X[x + 4]
+          if not c then
+            local c1, m1, t1, e1 = string.match(X[x + 3], '^%S+ [^:]+:([^:]+):([^:]+):([^:]+):(%S+)')
+            if c1 then c, m1, t1, e1 = tonumber(c1), tonumber(m1), tonumber(t1), tonumber(e1) end
+            if not (c and m1 and t1 and e1) then
+              todo = {x} -- an entry that cannot be read: mended, and the pass made again
+              break
+            end
+            X[x + 4], X[x + 5], X[x + 6], X[x + 7] = c, m1, t1, e1
+          end
+          if c <= cpu and X[x + 5] <= mem and X[x + 6] <= tmp and (left < 0 or X[x + 7] <= left)
+              and fs_before(X, x, b)
+              and (not rs or r < rscore or (r == rscore and X[x + 1] <= rtq) or now + X[x + 7] <= rs
+                   or (c <= ec and X[x + 5] <= em and X[x + 6] <= et)) then -- backfill (reservations)
+            b = x
+          end
+          if RV and not decided and c <= tc and X[x + 5] <= tm and X[x + 6] <= tt -- fits the pilot's total
+              and fs_before(X, x, h) then -- the first in order (reservations)
+            h = x
+          end
         end
       end
     end
