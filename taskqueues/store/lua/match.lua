@@ -55,10 +55,13 @@ local want = tonumber(ARGV[9])
 local jobs, qh, heads, qfloor = KEYS[1], KEYS[2], KEYS[5], KEYS[6]
 local queue = string.sub(qh, #base + 4)
 local bad
-if jobs ~= base .. K_JOBS or qh ~= base .. K_QH .. queue or queue == ''
-    or KEYS[3] ~= base .. K_LEASES or KEYS[4] ~= base .. K_TQEMPTY or heads ~= base .. K_HEADS
-    or qfloor ~= base .. K_QFLOOR or KEYS[7] ~= base .. K_PARKED or KEYS[8] ~= base .. K_STATS
-    or KEYS[9] ~= base .. K_RESV then
+local slack = tonumber(ARGV[11])
+-- The keys are checked as one text against one text (one string made each side, not one per key).
+if queue == '' or jobs .. ' ' .. qh .. ' ' .. KEYS[3] .. ' ' .. KEYS[4] .. ' ' .. heads .. ' ' .. qfloor .. ' '
+      .. KEYS[7] .. ' ' .. KEYS[8] .. ' ' .. KEYS[9]
+    ~= base .. K_JOBS .. ' ' .. base .. K_QH .. queue .. ' ' .. base .. K_LEASES .. ' ' .. base .. K_TQEMPTY .. ' '
+      .. base .. K_HEADS .. ' ' .. base .. K_QFLOOR .. ' ' .. base .. K_PARKED .. ' ' .. base .. K_STATS .. ' '
+      .. base .. K_RESV then
   bad = 'KEYS want the jobs, qh:<queue>, leases, tqempty, heads, qfloor, parked, stats and resv keys of ' .. base
 elseif pilot == '' or #pilot > 256 then bad = 'ARGV[2] (pilot id) wants 1 to 256 bytes'
 elseif not (now and now >= 0 and now <= 1e12) then bad = 'ARGV[3] (now) wants a number in [0, 1e12]'
@@ -70,7 +73,7 @@ elseif not (left and left >= -1e15 and left <= 1e15) then
   bad = 'ARGV[8] (seconds left) wants a number in [-1e15, 1e15]'
 elseif not (want and want >= 1 and want <= 100000 and want % 1 == 0) then
   bad = 'ARGV[9] (jobs wanted) wants a whole number in [1, 100000]'
-elseif not (tonumber(ARGV[11]) and tonumber(ARGV[11]) >= 0 and tonumber(ARGV[11]) <= 1e12) then
+elseif not (slack and slack >= 0 and slack <= 1e12) then
   bad = 'ARGV[11] (reservation slack) wants a number in [0, 1e12]'
 end
 if bad then return redis.error_reply('match: ' .. bad .. ', got ' .. cjson.encode(ARGV)) end
@@ -91,7 +94,6 @@ local EMPTY, EMPTY_TEXT = 1e18, '1e18'
 -- not reserved on that pilot again (another pilot may).
 -- resv field: "<state r|x> <tq> <job> <score> <cpu> <mem> <tmp> <need> <start> <at> <pilot>".
 local RV = ARGV[10] ~= '-'
-local slack = tonumber(ARGV[11])
 local PD = {} -- the pilot's running jobs, 4 slots each: seconds until the estimated end, cpu, mem, tmp
 local R, rdirty -- the queue's reservation (a table), and whether it must be written back (nil: deleted)
 local rs, rtq, rscore, ec, em, et -- while this pilot holds it: start, task queue, score, left over then
@@ -117,7 +119,8 @@ end
 
 -- ==== fair share and running limits (issue 18): this block, fs_* calls below, nothing else ====
 -- Active only when the community's shares hash is not empty (`pilotfish shares FILE` writes it; see
--- taskqueues/fairshare.py for its fields); without it FS is nil and the match is today's, but for one HGET.
+-- taskqueues/fairshare.py for its fields) and the qfloor hash marks it (above); without it FS is nil and the
+-- match is the strict one, at no cost: the mark comes with the floor's read.
 -- Like the task queues, the shares and fair hashes are not declared: built from the key base, they carry the
 -- community's hash tag. A task-queue id "<hash>.<group>.<owner>[.<type>]" names its account
 -- (taskqueues.store.fairshare.account_tq); an id without one belongs to the group and owner "default".
@@ -130,9 +133,12 @@ end
 -- With FS the walk reads the whole heads index (its cost grows with the task queues, never the jobs).
 -- The policy is read as one JSON field of the shares hash, and the fair hash field by field when first
 -- needed (a pilot's ACL grants HGET, not HGETALL: taskqueues/store/access.py).
+-- The queue's floor and whether the community has a policy, in one read: `pilotfish shares` (fairshare.publish)
+-- marks the qfloor hash's field "" (never a queue's name) while the shares hash holds one.
+local floor_text, policy = unpack(redis.call('HMGET', qfloor, queue, ''))
 local FS
 local fs_before, fs_take, fs_write -- the block's entry points, made only with FS: closures cost on every call
-do
+if policy then
   local text = redis.call('HGET', base .. K_SHARES, 'json')
   local ok, cfg = false, nil
   if text then ok, cfg = pcall(cjson.decode, text) end
@@ -299,7 +305,6 @@ local function leased(raw, tail)
   return text
 end
 
-local floor_text = redis.call('HGET', qfloor, queue)
 local f1, f2, f3, f4
 if floor_text then
   f1, f2, f3, f4 = string.match(floor_text, '^([^:]+):([^:]+):([^:]+):([^:]+)$')
