@@ -33,18 +33,26 @@ idle back-off is capped at 5 ms (:class:`PilotConfig` ``backoff_max``, run in-pr
 created and removed per payload) on another file system, e.g. tmpfs, to see what the disk costs.
 
 Usage: ``python scripts/bench_e2e.py [-n 10000] [--batch 1000] [--concurrency C] [--pilots P]
-[--rounds 1] [--trials 100] [--pause 1.0] [--scratch DIR] [--fast-poll] [--sandbox-ratio]``
+[--rounds 1] [--trials 100] [--pause 1.0] [--scratch DIR] [--fast-poll] [--sandbox-ratio] [--profile DIR]
+[--no-guard]``
 
 The pilots run their payloads in the bwrap sandbox (the default); ``--sandbox-ratio`` then runs the
 Pilotfish phase as many rounds again with ``--payload-sandbox none`` and prints bwrap / none.
+
+``--profile DIR`` runs the pilots under cProfile and prints where their CPU went (all pilots pooled). At its
+end the script prints the match's instructions per call against the stored baseline
+(``scripts/count_match.py``'s guard, a minute under callgrind; ``--no-guard`` skips it): the host's figures
+move with its load, that one does not.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import math
 import os
+import pstats
 import random
 import signal
 import statistics
@@ -178,12 +186,27 @@ def _tail(path: Path, lines: int = 20) -> str:
 # -- Pilotfish ---------------------------------------------------------------------------------------------------
 
 
-def pilot_command(url: str, cores: int, workdir: Path, fast_poll: bool, sandbox: str = "bwrap") -> list[str]:
-    """The pilot as an operator starts it, or this script's ``_pilot`` entry with a 5 ms idle back-off cap."""
+def profile_table(paths: Sequence[Path], top: int = 25) -> str:
+    """Where the profiled pilots' CPU went: the functions with the most cumulative time, all pilots pooled."""
+    if not paths:
+        return "no pilot profile was written (a pilot killed, not stopped, writes none)"
+    buffer = io.StringIO()
+    stats = pstats.Stats(*[str(p) for p in paths], stream=buffer)
+    stats.sort_stats("cumulative").print_stats(top)
+    return f"pilots' CPU by function, cumulative ({len(paths)} profile(s)):\n" + buffer.getvalue()
+
+
+def pilot_command(
+    url: str, cores: int, workdir: Path, fast_poll: bool, sandbox: str = "bwrap", profile: Path | None = None
+) -> list[str]:
+    """The pilot as an operator starts it, or this script's ``_pilot`` entry with a 5 ms idle back-off cap;
+    with ``profile``, under cProfile writing its statistics there when it stops."""
     if fast_poll:
         return [sys.executable, str(Path(__file__).resolve()), "_pilot", url, str(cores), str(workdir)]
+    profiled = ["-m", "cProfile", "-o", str(profile)] if profile else []
     return [
         sys.executable,
+        *profiled,
         "-m",
         "matcher.cli",
         "pilot",
@@ -214,8 +237,10 @@ def pilots(
     fast_poll: bool = False,
     timeout: float = 30.0,
     sandbox: str = "bwrap",
+    profile: Path | None = None,
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """``count`` running pilots of ``cores`` cores each, registered in the store; stopped with SIGTERM after."""
+    """``count`` running pilots of ``cores`` cores each, registered in the store; stopped with SIGTERM after.
+    With ``profile`` (a directory), each runs under cProfile and leaves ``pilot-<i>.prof`` there."""
     procs: list[subprocess.Popen[bytes]] = []
     logs: list[Path] = []
     before = set(store.pilot_records())
@@ -226,7 +251,9 @@ def pilots(
             with log.open("wb") as out:
                 procs.append(
                     subprocess.Popen(
-                        pilot_command(url, cores, base / f"pilot-{i}", fast_poll, sandbox),
+                        pilot_command(
+                            url, cores, base / f"pilot-{i}", fast_poll, sandbox, profile and profile / f"pilot-{i}.prof"
+                        ),
                         cwd=ROOT,
                         env=child_env({"JOBSTATUS": str(base / f"jobstatus-{i}")}),
                         stdout=out,
@@ -537,12 +564,25 @@ def main(argv: Sequence[str] | None = None) -> None:
         action="store_true",
         help="also run the Pilotfish phase with payload_sandbox = none and print bwrap / none (the sandbox's cost)",
     )
+    parser.add_argument(
+        "--profile",
+        default=None,
+        help="run the pilots under cProfile, leave pilot-<i>.prof in this directory and print where their CPU went",
+    )
+    parser.add_argument(
+        "--no-guard",
+        action="store_true",
+        help="skip the match's instruction count against the stored baseline (count_match.guard, a minute)",
+    )
     args = parser.parse_args(argv)
     if min(args.n, args.batch, args.concurrency, args.pilots, args.rounds) < 1:
         parser.error("-n, --batch, --concurrency, --pilots and --rounds must be positive")
     if args.concurrency % args.pilots:
         parser.error(f"--concurrency {args.concurrency} is not a multiple of --pilots {args.pilots}")
     per_pilot = args.concurrency // args.pilots
+    profile = Path(args.profile).resolve() if args.profile else None
+    if profile:
+        profile.mkdir(parents=True, exist_ok=True)
     layout = f"{args.pilots} pilot{'s' if args.pilots > 1 else ''} x {per_pilot} core{'s' if per_pilot > 1 else ''}"
     print(
         f"host: {cores} usable cores; C = {args.concurrency}; Pilotfish: {layout}; "
@@ -558,7 +598,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         try:
             context = Context(Settings(redis_url=server.url, state_dir=str(base / "state")))
             with (
-                pilots(server.url, context.store, args.pilots, per_pilot, base / "pf") as procs,
+                pilots(server.url, context.store, args.pilots, per_pilot, base / "pf", profile=profile) as procs,
                 celery_worker(server.url, args.concurrency, base / "celery") as worker,
             ):
                 time.sleep(args.settle)
@@ -569,7 +609,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     rounds.append((pf, cel))
                     print(
                         f"round {number}: Pilotfish {pf.rate:.0f} jobs/s, Celery {cel.rate:.0f} jobs/s, "
-                        f"ratio {pf.rate / cel.rate:.2f}",
+                        f"ratio {pf.rate / cel.rate:.2f} (load average {os.getloadavg()[0]:.2f})",
                         flush=True,
                     )
                 trials = measure_latency(context, pauses)
@@ -592,6 +632,14 @@ def main(argv: Sequence[str] | None = None) -> None:
                 print(latency_table(fast, f"{layout}, idle back-off capped at 5 ms"))
         finally:
             server.stop()
+    if profile:
+        print()
+        print(profile_table(sorted(profile.glob("pilot-*.prof"))))
+    if not args.no_guard:
+        from count_match import guard  # beside the host's figures, the match's own cost: free of its load
+
+        print()
+        print(guard())
 
 
 if __name__ == "__main__":

@@ -15,7 +15,10 @@ with the ceiling measured next to it. Each slice starts with the row's number of
 at most a tenth as many calls.
 With ``--running`` every pilot has 8 cores and says what it runs (reservations on, as real pilots send it).
 Usage: python scripts/bench_match.py [--sizes 10000,100000,1000000] [--tqs 10,100,1000] [--matches 4000]
-       [--running]
+       [--running] [--no-guard]
+At its end it prints the load average and the match's instructions per call against the stored baseline
+(count_match.guard: a later change that makes the match dearer shows there, free of this host's noise);
+``--no-guard`` skips that minute under callgrind.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import random
 import sys
 import tempfile
@@ -307,6 +311,7 @@ def main() -> None:
         action="store_true",
         help="pilots say what they run, as real pilots do (reservations on); without, the strict match",
     )
+    parser.add_argument("--no-guard", action="store_true", help="skip the instruction count against the baseline")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     tq_counts = [int(s) for s in args.tqs.split(",")]
@@ -361,6 +366,11 @@ def main() -> None:
                 )
         finally:
             server.stop()
+    print(f"load average {os.getloadavg()[0]:.2f}")
+    if not args.no_guard:
+        from count_match import guard  # count_match imports this module: imported here, once it is loaded
+
+        print(guard())
 
 
 if __name__ == "__main__":

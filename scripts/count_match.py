@@ -11,13 +11,20 @@ jobs and pilots of bench_match.py), 400 calls to warm up, then ``--calls`` calls
 asks for as many jobs as the pilot has free cores, ``one`` for one job, ``trivial`` is the ceiling's
 ``return 1``. A kind ending in ``+r`` (``fill+r``, ``one+r``) has its pilots say what they run, as real pilots
 do (bench_match.pilot_asks with ``running``: reservations on). Prints the instructions per call and per job
-matched.
+matched, and each row's ratio to the stored baseline (``scripts/match_baseline.json``) when it holds that row.
+The baseline's rows are counted in its own order on one server (a row's count depends a little on the rows
+before it), so ``--rows`` and ``--calls`` must be left alone for the ratios to hold; ``--write-baseline``
+stores this run's figures as the new baseline (do it in the commit that makes the match cheaper or dearer
+on purpose, and say why). bench_match.py and bench_e2e.py print :func:`guard`'s line at their end.
 Usage: python scripts/count_match.py [--rows 10:fill,1000:fill,1000:one,1000:fill+r,10:trivial] [--calls 300]
+       [--write-baseline]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import re
 import shutil
 import subprocess
@@ -58,11 +65,21 @@ class Counted:
                 "no",
                 "--dir",
                 str(tmp),
+                # under valgrind a 1000-job submit can pass the 5 s after which the server answers BUSY
+                "--busy-reply-threshold",
+                "0",
+                # the server's timer runs hz times a second, and what it does is counted with the calls: at
+                # the default 10 a loaded host, making the calls slower, made a 1000:fill call look 10% dearer
+                "--hz",
+                "1",
+                "--dynamic-hz",
+                "no",
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        self.client = redis.Redis(port=self.port)
+        # redis-py 8 waits 5 s for a reply by default: a 1000-job submit under callgrind on a loaded host takes more
+        self.client = redis.Redis(port=self.port, socket_timeout=600)
         for _ in range(300):
             try:
                 self.client.ping()
@@ -110,24 +127,79 @@ def row(server: Counted, n_tqs: int, kind: str, calls: int) -> tuple[float, floa
     return server.dump() / calls, got / calls
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", default="10:fill,1000:fill,1000:one,1000:fill+r,1000:one+r,10:trivial")
-    parser.add_argument("--calls", type=int, default=300)
-    args = parser.parse_args()
+BASELINE = Path(__file__).resolve().parent / "match_baseline.json"
+DEFAULT_ROWS = "10:fill,1000:fill,1000:one,1000:fill+r,1000:one+r"
+DEFAULT_CALLS = 300
+
+
+def baseline(path: Path = BASELINE) -> dict[str, float]:
+    """The stored instructions per call, by row (``"1000:fill"``); empty when the file is missing."""
+    if not path.exists():
+        return {}
+    data = json.loads(path.read_text())
+    return {spec: float(v) for spec, v in data["instructions_per_call"].items()}
+
+
+def ratio_text(spec: str, per_call: float, stored: dict[str, float]) -> str:
+    """``1.03x`` of the baseline's figure for ``spec``, or ``-`` when the baseline has none."""
+    return f"{per_call / stored[spec]:.2f}x" if stored.get(spec) else "-"
+
+
+def measure(rows: str, calls: int, show: bool = False) -> dict[str, tuple[float, float]]:
+    """Instructions and jobs per call of each row, counted in order on one server under callgrind."""
     if not shutil.which("valgrind"):
         raise SystemExit("valgrind is not installed: apt-get install --no-install-recommends valgrind")
+    stored = baseline()
+    out: dict[str, tuple[float, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         server = Counted(Path(tmp))
         try:
-            print(f"{'tqs':>5} {'kind':>7} {'jobs/call':>9} {'instr/call':>10} {'instr/job':>10}")
-            for spec in args.rows.split(","):
+            if show:
+                print(f"{'tqs':>5} {'kind':>7} {'jobs/call':>9} {'instr/call':>10} {'instr/job':>10} {'baseline':>8}")
+            for spec in rows.split(","):
                 n_tqs, kind = spec.split(":")
-                per_call, jobs = row(server, int(n_tqs), kind, args.calls)
-                per_job = f"{per_call / jobs / 1000:>9,.0f}k" if jobs else f"{'-':>10}"
-                print(f"{n_tqs:>5} {kind:>7} {jobs:>9.2f} {per_call / 1000:>9,.0f}k {per_job}", flush=True)
+                per_call, jobs = row(server, int(n_tqs), kind, calls)
+                out[spec] = (per_call, jobs)
+                if show:
+                    per_job = f"{per_call / jobs / 1000:>9,.0f}k" if jobs else f"{'-':>10}"
+                    print(
+                        f"{n_tqs:>5} {kind:>7} {jobs:>9.2f} {per_call / 1000:>9,.0f}k {per_job} "
+                        f"{ratio_text(spec, per_call, stored):>8}",
+                        flush=True,
+                    )
         finally:
             server.stop()
+    return out
+
+
+def guard() -> str:
+    """One line: the match's instructions per call now, each row against the stored baseline (the rows and
+    calls of the baseline, so the ratio holds). Free of this host's load: a ratio above 1.00 is the match
+    grown dearer. Takes a minute or more (callgrind); says why when it cannot count."""
+    stored = baseline()
+    if not stored:
+        return f"match instructions: no baseline at {BASELINE}"
+    if not shutil.which("valgrind"):
+        return "match instructions: not counted (valgrind is not installed)"
+    counted = measure(",".join(stored), DEFAULT_CALLS)
+    cells = [f"{spec} {per / 1000:,.0f}k ({ratio_text(spec, per, stored)})" for spec, (per, _) in counted.items()]
+    return "match instructions per call vs baseline (scripts/count_match.py): " + ", ".join(cells)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", default=DEFAULT_ROWS)
+    parser.add_argument("--calls", type=int, default=DEFAULT_CALLS)
+    parser.add_argument("--write-baseline", action="store_true", help="store this run's figures as the baseline")
+    args = parser.parse_args()
+    print(f"load average {os.getloadavg()[0]:.2f} (instruction counts do not depend on it)")
+    counted = measure(args.rows, args.calls, show=True)
+    if args.write_baseline:
+        rows = {spec: round(per) for spec, (per, _) in counted.items() if not spec.endswith(":trivial")}
+        note = "scripts/count_match.py --write-baseline; rows counted in this order on one server"
+        data = {"note": note, "calls": args.calls, "instructions_per_call": rows}
+        BASELINE.write_text(json.dumps(data, indent=2) + "\n")
+        print(f"baseline written: {BASELINE}")
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ import redis
 
 from ..errors import ConfigError, ValidationError
 from ..units import parse_duration_s
-from .keys import Keys
+from .keys import POLICY_MARK, Keys
 from .records import text as _text
 
 NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,63}")
@@ -274,6 +274,9 @@ def publish(client: redis.Redis, keys: Keys, policy: Policy | None) -> None:
         fields = policy.fields()
         fields["json"] = json.dumps(fields, sort_keys=True)  # what match.lua reads, in one HGET
         pipe.hset(keys.shares, items=[x for pair in fields.items() for x in pair])
+        pipe.hset(keys.qfloor, POLICY_MARK, "1")  # match.lua reads the policy only where this mark is
+    else:
+        pipe.hdel(keys.qfloor, POLICY_MARK)
     pipe.execute()
 
 

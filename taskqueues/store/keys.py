@@ -20,7 +20,8 @@ since it was last empty (what the SubmitPool refresh judges eligibility on) |
 | ``P:{vo}:poolstamp`` | zset | task-queue id → time its SubmitPool was last computed |
 | ``P:{vo}:qh:<queue>`` | zset | heads index of a catalog queue: task-queue id → head score (never above the real one) |
 | ``P:{vo}:heads`` | hash | task-queue id → ``"<score> <member> <floor>"``: its head and a floor (+ a sentinel field) |
-| ``P:{vo}:qfloor`` | hash | catalog queue → floor ``cpu:mem:tmp:need`` of every job of the task queues it indexes |
+| ``P:{vo}:qfloor`` | hash | catalog queue → floor ``cpu:mem:tmp:need`` of every job of the task queues it indexes;
+its field ``""`` (:data:`POLICY_MARK`) is ``1`` while the community has a shares policy (match reads both at once) |
 | ``P:{vo}:leases`` | zset | job id → lease expiry (unix seconds) |
 | ``P:{vo}:delayed`` | zset | job id → time a requeued job may be matched again (back-off) |
 | ``P:{vo}:kills`` | hash | job id → reason of a pending kill request |
@@ -81,6 +82,9 @@ from ..errors import ConfigError
 
 DEFAULT_PREFIX = "pf"
 DEFAULT_VO = "default"
+#: The qfloor hash's field that marks a community with a shares policy (a queue is never named ""): match.lua
+#: reads it with the queue's floor, so a community without a policy pays no read for it.
+POLICY_MARK = ""
 
 
 @dataclass(frozen=True)

@@ -56,10 +56,14 @@ local want = tonumber(ARGV[9])
 local jobs, qh, heads, qfloor = KEYS[1], KEYS[2], KEYS[5], KEYS[6]
 local queue = string.sub(qh, #base + 4)
 local bad
-if jobs ~= base .. K_JOBS or qh ~= base .. K_QH .. queue or queue == ''
-    or KEYS[3] ~= base .. K_LEASES or KEYS[4] ~= base .. K_TQEMPTY or heads ~= base .. K_HEADS
-    or qfloor ~= base .. K_QFLOOR or KEYS[7] ~= base .. K_PARKED or KEYS[8] ~= base .. K_STATS
-    or KEYS[9] ~= base .. K_RESV then
+local slack, bounded = string.match(ARGV[11], '^([^:]+)(:?b?)$')
+slack = tonumber(slack)
+-- The keys are checked as one text against one text (one string made each side, not one per key).
+if queue == '' or jobs .. ' ' .. qh .. ' ' .. KEYS[3] .. ' ' .. KEYS[4] .. ' ' .. heads .. ' ' .. qfloor .. ' '
+      .. KEYS[7] .. ' ' .. KEYS[8] .. ' ' .. KEYS[9]
+    ~= base .. K_JOBS .. ' ' .. base .. K_QH .. queue .. ' ' .. base .. K_LEASES .. ' ' .. base .. K_TQEMPTY .. ' '
+      .. base .. K_HEADS .. ' ' .. base .. K_QFLOOR .. ' ' .. base .. K_PARKED .. ' ' .. base .. K_STATS .. ' '
+      .. base .. K_RESV then
   bad = 'KEYS want the jobs, qh:<queue>, leases, tqempty, heads, qfloor, parked, stats and resv keys of ' .. base
 elseif pilot == '' or #pilot > 256 then bad = 'ARGV[2] (pilot id) wants 1 to 256 bytes'
 elseif not (now and now >= 0 and now <= 1e12) then bad = 'ARGV[3] (now) wants a number in [0, 1e12]'
@@ -71,10 +75,7 @@ elseif not (left and left >= -1e15 and left <= 1e15) then
   bad = 'ARGV[8] (seconds left) wants a number in [-1e15, 1e15]'
 elseif not (want and want >= 1 and want <= 100000 and want % 1 == 0) then
   bad = 'ARGV[9] (jobs wanted) wants a whole number in [1, 100000]'
-end
-local slack, bounded = string.match(ARGV[11], '^([^:]+)(:?b?)$')
-slack = tonumber(slack)
-if not bad and not (slack and slack >= 0 and slack <= 1e12) then
+elseif not (slack and slack >= 0 and slack <= 1e12) then
   bad = 'ARGV[11] (reservation slack) wants a number in [0, 1e12], with ":b" or not'
 end
 if bad then return redis.error_reply('match: ' .. bad .. ', got ' .. cjson.encode(ARGV)) end
@@ -124,7 +125,8 @@ end
 
 -- ==== fair share and running limits (issue 18): this block, fs_* calls below, nothing else ====
 -- Active only when the community's shares hash is not empty (`pilotfish shares FILE` writes it; see
--- taskqueues/fairshare.py for its fields); without it FS is nil and the match is today's, but for one HGET.
+-- taskqueues/fairshare.py for its fields) and the qfloor hash marks it (above); without it FS is nil and the
+-- match is the strict one, at no cost: the mark comes with the floor's read.
 -- Like the task queues, the shares and fair hashes are not declared: built from the key base, they carry the
 -- community's hash tag. A task-queue id "<hash>.<group>.<owner>[.<type>]" names its account
 -- (taskqueues.store.fairshare.account_tq); an id without one belongs to the group and owner "default".
@@ -137,9 +139,12 @@ end
 -- With FS the walk reads the whole heads index (its cost grows with the task queues, never the jobs).
 -- The policy is read as one JSON field of the shares hash, and the fair hash field by field when first
 -- needed (a pilot's ACL grants HGET, not HGETALL: taskqueues/store/access.py).
+-- The queue's floor and whether the community has a policy, in one read: `pilotfish shares` (fairshare.publish)
+-- marks the qfloor hash's field "" (never a queue's name) while the shares hash holds one.
+local floor_text, policy = unpack(redis.call('HMGET', qfloor, queue, ''))
 local FS
 local fs_before, fs_take, fs_write -- the block's entry points, made only with FS: closures cost on every call
-do
+if policy then
   local text = redis.call('HGET', base .. K_SHARES, 'json')
   local ok, cfg = false, nil
   if text then ok, cfg = pcall(cjson.decode, text) end
@@ -316,7 +321,6 @@ local function leased(raw, tail)
   return text
 end
 
-local floor_text = redis.call('HGET', qfloor, queue)
 local f1, f2, f3, f4
 if floor_text then
   f1, f2, f3, f4 = string.match(floor_text, '^([^:]+):([^:]+):([^:]+):([^:]+)$')
@@ -451,30 +455,62 @@ while got < want do
     end
     b = nil
     local h -- reservations: the most urgent head that fits the pilot's total
-    for x = 0, 7 * (n - 1), 7 do
-      local r = X[x + 2]
-      if r < EMPTY and (not b or FS or r <= X[b + 2]) then
-        local c = X[x + 4]
-        if not c then
-          local c1, m1, t1, e1 = string.match(X[x + 3], '^%S+ [^:]+:([^:]+):([^:]+):([^:]+):(%S+)')
-          if c1 then c, m1, t1, e1 = tonumber(c1), tonumber(m1), tonumber(t1), tonumber(e1) end
-          if not (c and m1 and t1 and e1) then
-            todo = {x} -- an entry that cannot be read: mended, and the pass made again
-            break
+    if not FS then
+      -- The pass without a policy: an entry is read only if it can beat the best so far; one that fits
+      -- what is free (and the reservation held, if any) is a candidate, and one that does not is weighed
+      -- for a reservation only if it fits the pilot's total. The first candidate in order is b; a head
+      -- weighed for h that is a candidate could only be b itself (never before b: no reservation), so h
+      -- is looked for among the others alone, and a call with no wide head pays one test per such entry.
+      for x = 0, 7 * (n - 1), 7 do
+        local r = X[x + 2]
+        if r < EMPTY and (not b or r <= X[b + 2]) then
+          local c = X[x + 4]
+          if not c then
+            local c1, m1, t1, e1 = string.match(X[x + 3], '^%S+ [^:]+:([^:]+):([^:]+):([^:]+):(%S+)')
+            if c1 then c, m1, t1, e1 = tonumber(c1), tonumber(m1), tonumber(t1), tonumber(e1) end
+            if not (c and m1 and t1 and e1) then
+              todo = {x} -- an entry that cannot be read: mended, and the pass made again
+              break
+            end
+            X[x + 4], X[x + 5], X[x + 6], X[x + 7] = c, m1, t1, e1
           end
-          X[x + 4], X[x + 5], X[x + 6], X[x + 7] = c, m1, t1, e1
+          if c <= cpu and X[x + 5] <= mem and X[x + 6] <= tmp and (left < 0 or X[x + 7] <= left)
+              and (not rs or r < rscore or (r == rscore and X[x + 1] <= rtq) or now + X[x + 7] <= rs
+                   or RB and r - X[x + 7] < rs -- bounded (issue 29): due before the reserved start, less its run
+                   or (c <= ec and X[x + 5] <= em and X[x + 6] <= et)) then -- backfill (reservations)
+            if not b or r < X[b + 2] or X[x + 1] < X[b + 1] then b = x end
+          elseif RV and not decided and c <= tc and X[x + 5] <= tm and X[x + 6] <= tt -- fits the total
+              and (not h or r < X[h + 2] or (r == X[h + 2] and X[x + 1] < X[h + 1])) then
+            h = x
+          end
         end
-        if c <= cpu and X[x + 5] <= mem and X[x + 6] <= tmp and (left < 0 or X[x + 7] <= left)
-            and (FS and fs_before(X, x, b) or not FS and (not b or r < X[b + 2] or X[x + 1] < X[b + 1]))
-            and (not rs or r < rscore or (r == rscore and X[x + 1] <= rtq) or now + X[x + 7] <= rs
-                 or RB and r - X[x + 7] < rs -- bounded (issue 29): due before the reserved start, less its run
-                 or (c <= ec and X[x + 5] <= em and X[x + 6] <= et)) then -- backfill (reservations)
-          b = x
-        end
-        if RV and not decided and c <= tc and X[x + 5] <= tm and X[x + 6] <= tt -- fits the pilot's total
-            and (FS and fs_before(X, x, h) or not FS and (not h or r < X[h + 2]
-                 or (r == X[h + 2] and X[x + 1] < X[h + 1]))) then -- the first in order (reservations)
-          h = x
+      end
+    else
+      -- The pass with a policy (fair share): every entry is weighed, in the policy's order.
+      for x = 0, 7 * (n - 1), 7 do
+        local r = X[x + 2]
+        if r < EMPTY then
+          local c = X[x + 4]
+          if not c then
+            local c1, m1, t1, e1 = string.match(X[x + 3], '^%S+ [^:]+:([^:]+):([^:]+):([^:]+):(%S+)')
+            if c1 then c, m1, t1, e1 = tonumber(c1), tonumber(m1), tonumber(t1), tonumber(e1) end
+            if not (c and m1 and t1 and e1) then
+              todo = {x} -- an entry that cannot be read: mended, and the pass made again
+              break
+            end
+            X[x + 4], X[x + 5], X[x + 6], X[x + 7] = c, m1, t1, e1
+          end
+          if c <= cpu and X[x + 5] <= mem and X[x + 6] <= tmp and (left < 0 or X[x + 7] <= left)
+              and fs_before(X, x, b)
+              and (not rs or r < rscore or (r == rscore and X[x + 1] <= rtq) or now + X[x + 7] <= rs
+                   or RB and r - X[x + 7] < rs -- bounded (issue 29): due before the reserved start, less its run
+                   or (c <= ec and X[x + 5] <= em and X[x + 6] <= et)) then -- backfill (reservations)
+            b = x
+          end
+          if RV and not decided and c <= tc and X[x + 5] <= tm and X[x + 6] <= tt -- fits the pilot's total
+              and fs_before(X, x, h) then -- the first in order (reservations)
+            h = x
+          end
         end
       end
     end

@@ -84,3 +84,27 @@ def test_without_a_shares_policy_or_with_one_that_cannot_be_read_the_match_is_st
     assert lease("tqB.g2.o2", 2) == ("1", False)  # no policy: the most urgent
     store.client.hset(store.keys.shares, "json", "not json")
     assert lease("tqA.g1.o1", 1) == ("4", False)  # unreadable: strict again
+
+
+def test_a_call_without_a_policy_reads_neither_the_shares_hash_nor_more_than_before(store: Store) -> None:
+    """The policy is read only where publish marked the qfloor hash: a community without one pays one HMGET
+    (its queue's floor and the mark) and no HGET of the shares hash; one with a policy reads it."""
+
+    def reads(offer: PilotOffer) -> tuple[int, int]:
+        store.client.config_resetstat()
+        store.match(offer)
+        stats = store.client.info("commandstats")
+        return (int(stats.get("cmdstat_hget", {}).get("calls", 0)), int(stats.get("cmdstat_hmget", {}).get("calls", 0)))
+
+    for i in range(4):
+        store.submit([job(f"tq{i}.g1.o1", score=i)])
+    strict = PilotOffer("p1", Q, 4, 4000, 0, None)
+    assert reads(strict) == (0, 3)  # the floor and mark, one page's heads, the record
+    publish(store.client, store.keys, Policy(shares={"g1": 1}))
+    assert store.client.hget(store.keys.qfloor, "") == b"1"
+    hget, _ = reads(strict)
+    assert hget >= 1  # the policy (and the fair hash's fields) are read
+    publish(store.client, store.keys, None)
+    assert store.client.hget(store.keys.qfloor, "") is None
+    assert reads(strict) == (0, 3)
+    assert check(store.client, store.keys) == []

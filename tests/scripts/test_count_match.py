@@ -1,0 +1,25 @@
+"""scripts/count_match.py's guard: the stored baseline of instructions per match call that bench_match.py and
+bench_e2e.py print their ratio against. Counting itself needs callgrind (a minute or more), so what is checked
+here is the baseline's form and the ratio's arithmetic; the counts are what the scripts print."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.support.scripts import script
+
+count_match = script("count_match")
+
+
+def test_the_stored_baseline_holds_the_default_rows_in_their_order() -> None:
+    stored = count_match.baseline()
+    assert list(stored) == count_match.DEFAULT_ROWS.split(",")
+    assert all(100_000 < v < 5_000_000 for v in stored.values())
+
+
+def test_a_ratio_is_against_the_row_of_the_same_name_and_missing_rows_say_so(tmp_path: Path) -> None:
+    stored = {"10:fill": 300_000.0, "1000:fill": 600_000.0}
+    assert count_match.ratio_text("1000:fill", 660_000, stored) == "1.10x"
+    assert count_match.ratio_text("10:fill", 300_000, stored) == "1.00x"
+    assert count_match.ratio_text("1000:one", 300_000, stored) == "-"
+    assert count_match.baseline(tmp_path / "none.json") == {}
