@@ -307,7 +307,7 @@ class Pilot:
             pass  # the replies wake the selector
         elif not state.accepting or state.time_left_real() == 0:
             return 0.0
-        else:
+        elif not self.reports.pending:  # else it waits for the store (retries are in the reports' deadlines)
             deadlines.append(state.idle_since + self.config.idle_timeout)
         if state.accepting and state.slots.free()[0] > 0:
             deadlines.append(state.next_match)
@@ -323,6 +323,8 @@ class Pilot:
             return state.stop_reason
         if state.time_left_real() == 0:
             return "time is up"
+        if self.reports.pending:
+            return None  # an idle pilot waits for the store to take its reports (see Reports)
         idle = time.monotonic() - state.idle_since
         if idle >= self.config.idle_timeout:
             return f"idle: nothing matched for {idle:.1f} s"
