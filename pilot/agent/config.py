@@ -82,6 +82,9 @@ class PilotConfig:
     published after ``can_postpone_last_job`` reverts to True (spec 3.8; :mod:`pilot.mjf.jobstatus`).
     ``output_cap`` bytes of each payload stream's tail are kept in the log directory and shipped to the store
     (``pilotfish logs``); new output of a running payload is shipped at most once per ``log_interval``.
+    ``scratch_workdir``: the work directory is the pilot's own scratch (``pilotfish pilot`` without
+    ``--workdir``: ``pilotfish-pilot-<pid>`` in the system temp directory), owner-only (0700) while the pilot
+    runs and removed, with everything in it, when the pilot ends.
     """
 
     queue: str
@@ -113,6 +116,7 @@ class PilotConfig:
     jobstatus_revert_hold: float = DEFAULT_REVERT_HOLD
     priority_factor: int = 0
     identity: Identity | None = None
+    scratch_workdir: bool = False
 
     def __post_init__(self) -> None:
         problems = []

@@ -42,6 +42,7 @@ from pilot.agent.state import PilotState, seconds_text
 from pilot.agent.status import Status
 from pilot.agent.wake import Wake
 from pilot.mjf.payload import PayloadArea
+from pilot.mjf.payload import _remove_tree as remove_tree
 from pilot.mjf.source import FeatureReader
 from taskqueues.errors import PilotfishError, StoreError, StoreUnavailable
 from taskqueues.store import Store
@@ -141,6 +142,9 @@ class Pilot:
         except Exception as exc:  # redis raises several classes; all mean "cannot use the store"
             raise StoreUnavailable(f"Redis at {config.redis_url} is not reachable: {exc}") from None
         try:
+            if config.scratch_workdir:  # its own scratch: nobody else may read what payloads leave there
+                config.workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+                config.workdir.chmod(0o700)
             config.workdir.mkdir(parents=True, exist_ok=True)
             config.logs.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -201,6 +205,11 @@ class Pilot:
         if self.state.area is not None:
             self.state.area.close()
         self.state.notify("close")
+        if self.config.scratch_workdir:
+            try:
+                remove_tree(self.config.workdir)
+            except OSError as exc:
+                log.warning("pilot %s: its scratch directory %s is left: %s", self.name, self.config.workdir, exc)
 
     def _finish(self, reason: str) -> None:
         """The last words: final $JOBSTATUS, a last heartbeat record, the observer, the machine."""
