@@ -215,7 +215,7 @@ class Pilot:
         """The last words: final $JOBSTATUS, a last heartbeat record, the observer, the machine."""
         state = self.state
         state.accepting = False
-        self.reports.flush()
+        self.reports.flush(self.config.kill_grace if self.control.preempted else self.config.lease)
         self.status.publish()
         log.info("pilot %s stops: %s (%d payloads processed)", state.name, reason, state.processed)
         with contextlib.suppress(StoreError):

@@ -350,14 +350,14 @@ class Reports:
 
     # -- the end -----------------------------------------------------------------------------------
 
-    def flush(self) -> None:
+    def flush(self, patience: float) -> None:
         """The pilot ends: send what is unreported, wait for every reply, then retry the waiting reports until
-        the store takes them or one lease has passed (a payload that ran to its end is not run again because
-        its pilot left during an outage)."""
+        the store takes them or ``patience`` seconds have passed (one lease: a payload that ran to its end is
+        not run again because its pilot left during an outage; the kill grace when the pilot is stopped)."""
         if self.unstarted or self.succeeded:
             self.send(None, 0, all_starts=True)
         self.drain()
-        deadline = time.monotonic() + self.state.config.lease
+        deadline = time.monotonic() + patience
         while self.pending:
             self.retry()
             if not self.pending:

@@ -17,6 +17,7 @@ that started them, so a director is long-lived (``pilotfish director`` or ``pilo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -29,9 +30,10 @@ from typing import Any
 
 from pilot.backends.base import Backend, PilotRequest, PilotState, PilotStatus
 from pilot.backends.factory import Conversion, announce, make_backend
+from pilot.backends.local import LocalBackend
 from taskqueues.catalog import Queue
 from taskqueues.context import Context
-from taskqueues.errors import BackendError, PilotfishError, StoreUnavailable
+from taskqueues.errors import BackendError, PilotfishError, StoreError, StoreUnavailable
 from taskqueues.placement import BACKEND_OPTIONS, INSTANCE_TYPE
 from taskqueues.settings import Settings
 from taskqueues.shapes import Shape
@@ -206,14 +208,33 @@ class Director:
         for backend in self._shared.values():
             backend.close()
 
-    def stop_all(self) -> None:
-        """Cancel every pilot this director's backends hold (queued or running): the end of a run."""
+    def stop_all(self, wait: float = 0.0) -> int:
+        """Cancel every pilot this director's backends hold (queued or running): the end of a run.
+
+        With ``wait``, a local backend's pilots are also cancelled from what it holds in this process (a
+        pilot launched just before, not in the registry yet, included; and when the store cannot be read)
+        and waited for up to ``wait`` seconds, SIGKILLed after the backend's grace. Returns how many pilots
+        were cancelled."""
+        cancelled: set[str] = set()
         for queue_id, backend in self._backends.items():
             queue = self.ctx.catalog.queue(queue_id, self.ctx.settings.vo)
-            ids = list(self.provisioned(queue, backend))
+            try:
+                with guard(self.ctx.where, "listing the pilots to stop"):
+                    ids = list(self.provisioned(queue, backend))
+            except StoreError:
+                if not wait:
+                    raise
+                ids = []  # the local backends below still know their own
             if ids:
                 backend.cancel(ids)
-                self.registry.forget(queue.id, backend.kind, ids)
+                cancelled.update(f"{backend.kind}:{i}" for i in ids)
+                with contextlib.suppress(StoreError), guard(self.ctx.where, "forgetting the stopped pilots"):
+                    self.registry.forget(queue.id, backend.kind, ids)
+        if wait:
+            for backend in self._shared.values():
+                if isinstance(backend, LocalBackend):
+                    cancelled.update(f"{backend.kind}:{i}" for i in backend.shutdown(wait))
+        return len(cancelled)
 
     # -- one cycle ---------------------------------------------------------------------------------
 
