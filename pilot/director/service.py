@@ -293,6 +293,7 @@ class Director:
             room.idle.update(qr.room.idle)
             room.serving |= qr.room.serving
             room.waiting += qr.room.waiting
+            room.expired.update(qr.room.expired)
         live = {
             name
             for name, r in self.ctx.store.pilot_records(3 * self.ctx.settings.lease_seconds).items()
@@ -300,7 +301,7 @@ class Director:
         }
         asked = set(release_idle(self.ctx.client, self.ctx.keys, rooms.values(), live))
         for qr in report.queues.values():
-            qr.released = sorted(asked & set(qr.room.idle))
+            qr.released = sorted(asked & (set(qr.room.idle) | set(qr.room.expired)))
 
     def _queue_cycle(
         self, queue: Queue, heads: list[tuple[str, str, int, int, int, float, float]], claimed: set[str]
@@ -355,14 +356,18 @@ class Director:
             submitted = self._provision(queue, backend, options, result, claimed, out)
             pilots += submitted - len(result.cancel)
             out.room.waiting += submitted + sum(1 for p in mine if p.queued and p.id not in result.cancel)
+            demand = groups.get(options, [])
+            capped = any(why.startswith("max_running") for why in result.deferred.values())
             for pilot in mine:
                 name = out.names.get(pilot.id)
                 if name is None:
                     continue
-                if can_serve(pilot, groups.get(options, [])):
+                if can_serve(pilot, demand):
                     out.room.serving.add(name)
                 else:
                     out.room.idle[name] = queue.id
+                    if capped and not pilot.queued and all(d.wall > pilot.time_left for d in demand):
+                        out.room.expired[name] = queue.id
         return out
 
     def _provision(
@@ -377,7 +382,11 @@ class Director:
                 break
             # One granularity step of headroom: a pilot asking for exactly its longest job's wall has a little
             # less than that once it runs, and would never take that job; and the stop margin the pilot keeps.
-            planned.wall = min(planned.shape.wall, planned.wall + queue.wall_granularity + self._margin)
+            # A queue's pilot lifetime: at least that long, so the pilot takes jobs of its shape for most of its
+            # life instead of only for its first granularity step (then idling out while jobs wait).
+            planned.wall = min(
+                planned.shape.wall, max(planned.wall + queue.wall_granularity + self._margin, queue.pilot_lifetime or 0)
+            )
             request = PilotRequest(
                 name=f"{queue.name}-{planned.shape.name}",
                 command=self.pilot_command(queue, planned.shape, planned.wall, self.ctx.settings),
