@@ -34,9 +34,9 @@ class Room:
     idle: dict[str, str] = field(default_factory=dict)
     serving: set[str] = field(default_factory=set)
     waiting: int = 0
-    #: Running pilots whose time left is shorter than every waiting job's wall of their queue, while the
-    #: queue's ``max_running`` holds a new pilot back (name -> queue): they can never take another job, and
-    #: idling out would leave the jobs waiting for its idle timeout; asked to release whatever waits.
+    #: Running pilots whose time left is shorter than every waiting job's wall of their queue (name ->
+    #: queue): they can never take one of those jobs, and idling out would keep their room (the queue's
+    #: ``max_running``, the host) for their idle timeout; asked to release whatever waits.
     expired: dict[str, str] = field(default_factory=dict)
 
 
@@ -47,10 +47,7 @@ def release_idle(client: Client, keys: Keys, rooms: Iterable[Room], live: set[st
     asked: list[str] = []
     for room in rooms:
         for name, queue in room.expired.items():
-            reason = (
-                f"released by the director: too little time left for any waiting job of {queue}, whose "
-                "max_running holds a new pilot back"
-            )
+            reason = f"released by the director: too little time left for any waiting job of {queue}"
             if stops.request(client, keys, name, "release", reason):
                 asked.append(name)
         for name, queue in room.idle.items():

@@ -24,7 +24,7 @@ import math
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -342,10 +342,17 @@ class Director:
         )
         pilots = sum(len(p) for p in existing.values())
         for options in order:
-            mine = existing.get(options, [])
-            room = None if queue.max_running is None else max(0, queue.max_running - (pilots - len(mine)))
+            demand = groups.get(options, [])
+            # Running pilots whose time left is below every waiting job's wall can never take one of them:
+            # they are asked to release themselves (below) and do not count against max_running, so their
+            # room goes to a fresh pilot in this same cycle instead of after their idle timeout.
+            expired = {p.id for p in existing.get(options, []) if not p.queued and out_of_time(p, demand)}
+            mine = [p for p in existing.get(options, []) if p.id not in expired]
+            room = (
+                None if queue.max_running is None else max(0, queue.max_running - (pilots - len(mine) - len(expired)))
+            )
             result = plan(
-                groups.get(options, []),
+                demand,
                 shapes,
                 mine,
                 n_max_queued=queue.n_max_queued,
@@ -356,9 +363,7 @@ class Director:
             submitted = self._provision(queue, backend, options, result, claimed, out)
             pilots += submitted - len(result.cancel)
             out.room.waiting += submitted + sum(1 for p in mine if p.queued and p.id not in result.cancel)
-            demand = groups.get(options, [])
-            capped = any(why.startswith("max_running") for why in result.deferred.values())
-            for pilot in mine:
+            for pilot in existing.get(options, []):
                 name = out.names.get(pilot.id)
                 if name is None:
                     continue
@@ -366,7 +371,7 @@ class Director:
                     out.room.serving.add(name)
                 else:
                     out.room.idle[name] = queue.id
-                    if capped and not pilot.queued and all(d.wall > pilot.time_left for d in demand):
+                    if pilot.id in expired:
                         out.room.expired[name] = queue.id
         return out
 
@@ -533,6 +538,10 @@ class Director:
                 pairs = (("cores", "used_cpu"), ("mem", "used_mem"), ("tmp", "used_tmp"))
                 cpu, mem, tmp = (max(0, int(beat[t]) - int(beat[u])) for t, u in pairs)
                 left = shape.wall if beat.get("time_left") is None else float(beat["time_left"])
+                if beat.get("started") is not None and record.get("wall") is not None:
+                    # The heartbeat's figure is as old as the heartbeat (a third of a lease): what the wall
+                    # asked for leaves now, if less.
+                    left = max(0.0, min(left, float(record["wall"]) - self._margin - (now - float(beat["started"]))))
                 pilot = ExistingPilot(batch_id, shape, False, cpu, mem, tmp, left)
             elif status.state is PilotState.RUNNING:
                 # Started, no heartbeat yet: it is about to take what fits its whole shape.
@@ -545,6 +554,11 @@ class Director:
                 )
             existing.setdefault(str(record.get("options", "")), []).append(pilot)
         return existing
+
+
+def out_of_time(pilot: ExistingPilot, demand: Sequence[Demand]) -> bool:
+    """Jobs wait and the pilot's time left is below every one's wall: it can never take one of them."""
+    return bool(demand) and all(d.wall > pilot.time_left for d in demand)
 
 
 def cycle(ctx: Context, director: Director | None = None) -> CycleReport:
