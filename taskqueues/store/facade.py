@@ -45,7 +45,7 @@ from .reservations import DEFAULT_RESERVATION_SLACK, running_text
 
 _MAX_KEY_ROUNDS = 16
 #: Fields of the cursor hash: the server run the reaper last saw, and until when leases are not requeued.
-_RUN_ID, _GRACE, _LAST = "reap:run", "reap:grace", "reap:last"
+_RUN_ID, _GRACE = "reap:run", "reap:grace"
 
 
 log = logging.getLogger(__name__)
@@ -414,7 +414,7 @@ class Store(StoreReads):
         total = [0, 0, 0]
         for _ in range(2):
             now = self.clock()
-            cutoff, stamp = self._lease_cutoff(now)
+            cutoff = self._lease_cutoff(now)
             due = self.client.zrangebyscore(k.delayed, "-inf", now, start=0, num=batch)
             extra = [k.work, k.parked, *self.floors, *self.pool_keys(self._tq_of(due))]
             reply = self.call_script(
@@ -423,43 +423,33 @@ class Store(StoreReads):
                 [self._base, now, self.backoff, batch, cutoff],
                 extra,
             )
-            if stamp is not None:  # after the script took its arguments: a refused call changes nothing
-                self.client.hset(k.cursor, _LAST, stamp)
             counts = int(reply[1]), int(reply[2]), int(reply[3])
             total = [a + b for a, b in zip(total, counts, strict=True)]
             if not counts[0]:
                 break
         return total[0], total[1], total[2]
 
-    def _lease_cutoff(self, now: float) -> tuple[float | str, str | None]:
+    def _lease_cutoff(self, now: float) -> float | str:
         """Leases that expired before this are requeued: ``now``, or none ("-inf") for half a lease after the
         server restarted (or failed over). A restart is an outage for every pilot: leases that look expired
         then are not evidence of a dead pilot, and a live pilot renews them as soon as the store answers it
         again (its retries come at least every quarter lease). The server's ``run_id``, which changes at
         every start, is kept in the store: a different one starts the grace; a dead pilot's jobs wait that
-        much more. A gap in the reaper's own calls longer than half a lease (by the server's clock, kept as
-        ``reap:last``: the second value returned, stored once the reap went through) starts the grace too: a
-        server paused (SIGSTOP, a frozen VM) or cut off by the network comes back with its run id unchanged
-        and every lease expired, while the pilots that held them are alive and about to renew them;
-        requeueing them then ran their payloads twice."""
+        much more."""
         try:
             run_id = self.client.info("server").get("run_id")
         except redis.ResponseError:  # a server without INFO (fakeredis): no restart to tell
-            return now, None
+            return now
         if not run_id:
-            return now, None
+            return now
         k = self.keys
-        seconds, micros = self.client.time()
-        server_now = int(seconds) + int(micros) / 1e6
-        seen, grace, last = self.client.hmget(k.cursor, [_RUN_ID, _GRACE, _LAST])
-        restarted = seen is not None and _text(seen) != str(run_id)
-        paused = last is not None and server_now - float(last) > self.lease_seconds / 2
-        if restarted or paused:
-            grace = str(now + self.lease_seconds / 2).encode()
-            self.client.hset(k.cursor, _GRACE, grace)
-        if seen is None or restarted:
+        seen, grace = self.client.hmget(k.cursor, [_RUN_ID, _GRACE])
+        if seen is None or _text(seen) != str(run_id):
+            if seen is not None:
+                grace = str(now + self.lease_seconds / 2).encode()
+                self.client.hset(k.cursor, _GRACE, grace)
             self.client.hset(k.cursor, _RUN_ID, str(run_id))
-        return ("-inf" if grace is not None and now < float(grace) else now), repr(server_now)
+        return "-inf" if grace is not None and now < float(grace) else now
 
     def _tq_of(self, ids: Sequence[Any]) -> list[str]:
         if not ids:

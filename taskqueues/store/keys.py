@@ -41,8 +41,7 @@ evaluates them at once (``matcher.releaser``) |
 | ``P:{vo}:cursor`` | hash | periodic tasks' progress: ``repressure`` (how far re-pressure read the done log),
 ``repressure:rule:<rule>``, ``repressure:factor:<rule>`` and ``repressure:wide:<rule>`` (the rule's mean,
 hint factor and whether it was too wide to override hints, as last propagated), ``reap:run`` (the server run
-the reaper last saw), ``reap:last`` (the server's time at the reaper's last call) and ``reap:grace`` (no
-lease requeued before this time: the grace after a restart, or after a pause of the server or the reaper) |
+the reaper last saw) and ``reap:grace`` (no lease requeued before this time: a restart's grace) |
 | ``P:{vo}:pilots`` | hash | pilot id → pilot record (JSON) |
 | ``P:{vo}:provisioned`` | hash | director's pilots: ``queue|kind|batch id`` → record (JSON) |
 | ``P:{vo}:pilotseen`` | zset | pilot id → last heartbeat |
