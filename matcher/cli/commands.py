@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
@@ -272,15 +273,20 @@ def run(workflow: str, timeout: float | None) -> None:
     earlier command started keeps running)."""
     from taskqueues import embedded
 
-    from .run import run_workflow
+    from .run import Interrupt, run_workflow
 
     settings = Settings.load()
     started_here = not settings.redis_url and embedded.running(settings.state_dir) is None
-    try:
-        summary = run_workflow(Context(settings, start_redis=True), workflow, timeout=timeout)
-    finally:
-        if started_here:
-            embedded.stop(settings.state_dir)
+    with Interrupt() as interrupt:
+        try:
+            summary = run_workflow(Context(settings, start_redis=True), workflow, timeout=timeout, interrupt=interrupt)
+        finally:
+            if started_here:
+                embedded.stop(settings.state_dir)
+        if summary.interrupted is not None:
+            with contextlib.suppress(OSError):  # a closed terminal
+                click.echo(summary.interrupt_line(), err=True)
+            sys.exit(128 + summary.interrupted.value)
     for line in summary.lines():
         click.echo(line)
     if not summary.ok:

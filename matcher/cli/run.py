@@ -8,19 +8,32 @@ whose queues (the local default catalog, or the configured one) start pilots thr
 and a live progress display. Pilots are real ``pilotfish pilot`` processes that pull jobs from Redis.
 When every job has ended it stops the pilots it started and prints a summary; the exit status is
 non-zero when a job did not succeed.
+
+Interrupted (SIGINT, SIGTERM, SIGHUP: a closed terminal) at any moment, it stops at its next check (a
+quarter second, or the end of a director cycle: a pilot being launched is launched, then stopped): it
+cancels the request's unfinished jobs (running payloads get their kill at once), stops every pilot it
+started (SIGTERM, SIGKILL after the backend's grace; pilots still queued in the backend, and one launched
+just before the interrupt, included), says so in one line and exits with 128 + the signal's number. The
+request is left *cancelled*: ``pilotfish status REQUEST`` shows its jobs cancelled with the reason "run
+interrupted (SIGINT)"; run the workflow again to start over.
 """
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType, TracebackType
 from typing import IO
 
 from pilot.director.service import Director
 from taskqueues.context import Context
+from taskqueues.errors import StoreError
 from taskqueues.store.records import Job, JobState
 
 from .. import periodic
@@ -29,6 +42,10 @@ from ..repressure import repressure_locked
 from ..status import RequestStatus, request_status
 from ..submission import Submitter, submit_workflow
 from ..workflow import load_workflow
+from .control import cancel_request
+
+#: How long a run waits for the pilots it stops at its end (SIGKILL comes after the backend's grace).
+STOP_WAIT = 15.0
 
 STATE_ORDER = ("blocked", "releasing", "waiting", "matched", "running", "done", "failed", "cancelled", "dep-failed")
 
@@ -43,10 +60,22 @@ class RunSummary:
     pilots: int
     utilisation: float | None
     failures: list[tuple[str, str, str]] = field(default_factory=list)
+    interrupted: signal.Signals | None = None  # the signal that interrupted the run
+    stopped: int = 0  # pilots the run stopped at its end
+    cancelled: int = 0  # jobs an interrupt cancelled
 
     @property
     def ok(self) -> bool:
-        return set(self.states) <= {"done"}
+        return set(self.states) <= {"done"} and self.interrupted is None
+
+    def interrupt_line(self) -> str:
+        """The one line that says what an interrupt did."""
+        assert self.interrupted is not None
+        name = self.interrupted.name
+        return (
+            f"pilotfish run: interrupted by {name}: stopped {self.stopped} pilot(s) and their payloads; request "
+            f"{self.request} cancelled ({self.cancelled} unfinished job(s): `pilotfish status {self.request}`)"
+        )
 
     def lines(self) -> list[str]:
         counts = ", ".join(f"{n} {s}" for s in STATE_ORDER if (n := self.states.get(s)))
@@ -61,17 +90,58 @@ class RunSummary:
         return out
 
 
+class Interrupt:
+    """SIGINT, SIGTERM and SIGHUP while a run lasts (a context manager): the first is noted and the run stops
+    at its next check; later ones while it stops are noted only (stopping takes a few seconds, and a
+    KeyboardInterrupt in the middle of it would leave pilots behind). Outside the main thread it installs
+    nothing."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self.signal: signal.Signals | None = None
+        self._previous: dict[signal.Signals, object] = {}
+
+    def __bool__(self) -> bool:
+        return self.signal is not None
+
+    def __enter__(self) -> Interrupt:
+        if threading.current_thread() is threading.main_thread():
+            for number in self.SIGNALS:
+                self._previous[number] = signal.signal(number, self._handle)
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        for number, previous in self._previous.items():
+            signal.signal(number, previous)  # type: ignore[arg-type]
+        self._previous.clear()
+
+    def _handle(self, number: int, _frame: FrameType | None) -> None:
+        if self.signal is None:
+            self.signal = signal.Signals(number)
+
+
 class Progress:
-    """One line rewritten in place on a terminal; plain lines, only on change, otherwise."""
+    """One line rewritten in place on a terminal; plain lines, only on change, otherwise. Output that fails
+    (a closed terminal) stops the display, not the run."""
 
     def __init__(self, out: IO[str]) -> None:
         self.out = out
-        self.tty = out.isatty()
+        try:
+            self.tty = out.isatty()
+        except ValueError:  # closed
+            self.tty = False
         self.last = ""
         self.last_counts: tuple[str, int] = ("", -1)
         self.last_time = 0.0
 
     def show(self, status: RequestStatus, pilots: int, started: float) -> None:
+        try:
+            self._show(status, pilots, started)
+        except (OSError, ValueError):  # a closed terminal (SIGHUP follows) or stream
+            self.out = _NOWHERE
+
+    def _show(self, status: RequestStatus, pilots: int, started: float) -> None:
         now = time.time()
         counts = "  ".join(f"{s} {status.states[s]}" for s in STATE_ORDER if status.states.get(s))
         eta = max(0.0, status.eta - now)
@@ -88,7 +158,21 @@ class Progress:
 
     def end(self) -> None:
         if self.tty and self.last:
-            self.out.write("\n")
+            with contextlib.suppress(OSError, ValueError):
+                self.out.write("\n")
+
+
+class _Nowhere:
+    """Where the progress goes once its stream failed."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+_NOWHERE: IO[str] = _Nowhere()  # type: ignore[assignment]
 
 
 class Maintenance:
@@ -136,7 +220,11 @@ def run_workflow(
     director_interval: float = 0.5,
     timeout: float | None = None,
     stop: Callable[[], bool] = lambda: False,
+    interrupt: Interrupt | None = None,
 ) -> RunSummary:
+    """Run a workflow to its end (see the module doc); ``interrupt``, when it has caught a signal, stops the
+    run: the request is cancelled and every pilot of the run stopped."""
+    interrupt = interrupt if interrupt is not None else Interrupt()
     workflow = load_workflow(path)
     started = time.time()
     submitted = submit_workflow(Submitter.of(ctx), workflow)
@@ -147,8 +235,9 @@ def run_workflow(
     progress = Progress(out)
     maintenance = Maintenance(ctx, start=started)
     next_director = 0.0
+    stopped = cancelled = 0
     try:
-        while True:
+        while not interrupt:
             now = time.time()
             if now >= next_director:
                 director.cycle()
@@ -156,15 +245,21 @@ def run_workflow(
             maintenance.tick(now)
             status = request_status(ctx.store, submitted.request)
             progress.show(status, len(_live_pilots(ctx, started)), started)
-            if status.final or stop() or (timeout is not None and now - started > timeout):
+            if status.final or stop() or interrupt or (timeout is not None and now - started > timeout):
                 break
             time.sleep(tick)
+        if interrupt.signal is not None:
+            with contextlib.suppress(StoreError):  # first: running payloads get their kill at once
+                counts = cancel_request(ctx.store, submitted.request, f"run interrupted ({interrupt.signal.name})")
+                cancelled = counts["ended"] + counts["requested"]
     finally:
         progress.end()
         releaser.stop()
-        director.stop_all()
+        stopped = director.stop_all(wait=STOP_WAIT)
         director.close()
-    return summarise(ctx, submitted.request, workflow.name, started)
+    summary = summarise(ctx, submitted.request, workflow.name, started)
+    summary.interrupted, summary.stopped, summary.cancelled = interrupt.signal, stopped, cancelled
+    return summary
 
 
 def _live_pilots(ctx: Context, since: float) -> list[dict[str, object]]:

@@ -231,6 +231,7 @@ def pilot(
             vo=vo,
             prefix=prefix,
             workdir=workdir if workdir is not None else Path(tempfile.gettempdir()) / f"pilotfish-pilot-{os.getpid()}",
+            scratch_workdir=workdir is None,
             cores=cores,
             mem=mem,
             tmp=tmp,

@@ -85,6 +85,9 @@ class PilotConfig:
     ``payload_shared_paths`` (":"-separated) where a job may ask its sandbox for a path.
     ``output_cap`` bytes of each payload stream's tail are kept in the log directory and shipped to the store
     (``pilotfish logs``); new output of a running payload is shipped at most once per ``log_interval``.
+    ``scratch_workdir``: the work directory is the pilot's own scratch (``pilotfish pilot`` without
+    ``--workdir``: ``pilotfish-pilot-<pid>`` in the system temp directory), owner-only (0700) while the pilot
+    runs and removed, with everything in it, when the pilot ends.
     """
 
     queue: str
@@ -118,6 +121,7 @@ class PilotConfig:
     identity: Identity | None = None
     payload_sandbox: str = DEFAULTS.payload_sandbox
     payload_shared_paths: str = DEFAULTS.payload_shared_paths
+    scratch_workdir: bool = False
 
     def __post_init__(self) -> None:
         problems = []

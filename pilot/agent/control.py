@@ -14,12 +14,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
+import time
 from collections.abc import Callable
 
 from pilot.agent.observer import Command
 from pilot.agent.payload import Stop
 from pilot.agent.state import PilotState
 from taskqueues.store import stops
+from taskqueues.store.outage import Outage
 
 log = logging.getLogger("pilot.agent")
 
@@ -37,6 +39,10 @@ class Control:
         self._signals: list[int] = []
         self.preempted = False
         self.release_asked = False  # the director asked for a release while the pilot was busy
+        # Reading the stop request fails all through an outage: one line when it starts, one when it ends,
+        # and no new try before the back-off is over (it was asked at every turn, several times a second).
+        self._reads = Outage(log, f"pilot {state.name}: stop request", first=0.5, cap=max(0.5, state.config.lease / 4))
+        self._next_read = 0.0
 
     def on_signal(self, number: int) -> None:
         """Called in the signal handler: noted only, acted on at the next turn."""
@@ -96,15 +102,19 @@ class Control:
             if payload.stop is None:
                 payload.terminate(Stop("pilot shut down by operator", "requeue"), state.config.kill_grace)
 
-    def obey_stop_request(self) -> None:
-        """Act on this pilot's stop request in the store, if any (:mod:`taskqueues.store.stops`)."""
+    def obey_stop_request(self, *, reachable: bool = False) -> None:
+        """Act on this pilot's stop request in the store, if any (:mod:`taskqueues.store.stops`).
+        ``reachable``: another call just went through (the heartbeat), so the read is not held back."""
         state = self.state
         store = state.store
+        if not reachable and time.monotonic() < self._next_read:
+            return
         try:
             asked = stops.read(store.client, store.keys, state.name)
-        except Exception as exc:  # redis raises several classes; the next heartbeat asks again
-            log.warning("pilot %s: cannot read its stop request: %s", state.name, exc)
+        except Exception as exc:  # redis raises several classes; asked again after the back-off
+            self._next_read = time.monotonic() + self._reads.failed(exc)
             return
+        self._reads.ok()
         self.release_asked = False
         if asked is None or (not state.accepting and asked.mode != "shutdown"):  # a drain may turn into a shutdown
             return

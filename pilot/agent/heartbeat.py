@@ -68,7 +68,7 @@ class Heartbeat:
             log.warning("heartbeat failed (leases not renewed): %s", exc)
         else:
             state.outage.ok()
-            self.control.obey_stop_request()
+            self.control.obey_stop_request(reachable=True)
             for job, reason in reply.kills.items():
                 if job in running:
                     log.info("job %s: kill requested: %s", job, reason)

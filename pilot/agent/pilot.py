@@ -42,6 +42,7 @@ from pilot.agent.state import PilotState, seconds_text
 from pilot.agent.status import Status
 from pilot.agent.wake import Wake
 from pilot.mjf.payload import PayloadArea
+from pilot.mjf.payload import _remove_tree as remove_tree
 from pilot.mjf.source import FeatureReader
 from taskqueues.errors import PilotfishError, StoreError, StoreUnavailable
 from taskqueues.store import Store
@@ -141,6 +142,9 @@ class Pilot:
         except Exception as exc:  # redis raises several classes; all mean "cannot use the store"
             raise StoreUnavailable(f"Redis at {config.redis_url} is not reachable: {exc}") from None
         try:
+            if config.scratch_workdir:  # its own scratch: nobody else may read what payloads leave there
+                config.workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+                config.workdir.chmod(0o700)
             config.workdir.mkdir(parents=True, exist_ok=True)
             config.logs.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -201,12 +205,17 @@ class Pilot:
         if self.state.area is not None:
             self.state.area.close()
         self.state.notify("close")
+        if self.config.scratch_workdir:
+            try:
+                remove_tree(self.config.workdir)
+            except OSError as exc:
+                log.warning("pilot %s: its scratch directory %s is left: %s", self.name, self.config.workdir, exc)
 
     def _finish(self, reason: str) -> None:
         """The last words: final $JOBSTATUS, a last heartbeat record, the observer, the machine."""
         state = self.state
         state.accepting = False
-        self.reports.flush()
+        self.reports.flush(self.config.kill_grace if self.control.preempted else self.config.lease)
         self.status.publish()
         log.info("pilot %s stops: %s (%d payloads processed)", state.name, reason, state.processed)
         with contextlib.suppress(StoreError):
@@ -307,7 +316,7 @@ class Pilot:
             pass  # the replies wake the selector
         elif not state.accepting or state.time_left_real() == 0:
             return 0.0
-        else:
+        elif not self.reports.pending:  # else it waits for the store (retries are in the reports' deadlines)
             deadlines.append(state.idle_since + self.config.idle_timeout)
         if state.accepting and state.slots.free()[0] > 0:
             deadlines.append(state.next_match)
@@ -323,6 +332,8 @@ class Pilot:
             return state.stop_reason
         if state.time_left_real() == 0:
             return "time is up"
+        if self.reports.pending:
+            return None  # an idle pilot waits for the store to take its reports (see Reports)
         idle = time.monotonic() - state.idle_since
         if idle >= self.config.idle_timeout:
             return f"idle: nothing matched for {idle:.1f} s"

@@ -11,9 +11,14 @@ round trip and a spawn. When nothing fits the pilot backs off (``backoff_min`` d
 ``backoff_max``) and tries again at once when a payload ends.
 
 Every report carries the attempt, so a job taken from this pilot (lease expired, killed) answers
-:class:`~taskqueues.errors.StaleReport` and the pilot moves on. A store outage shorter than the lease is
-ridden out: reports wait (:class:`PendingReport`, retried until they land or the lease is gone) and
-matches back off, while the payloads keep running.
+:class:`~taskqueues.errors.StaleReport` and the pilot moves on. A store outage is ridden out: reports
+wait (:class:`PendingReport`) and matches back off, while the payloads keep running. A waiting report is
+retried, at once when the store answers again, for as long as the pilot lives: the store alone decides,
+atomically in ``complete``/``fail``, whether its attempt may still be recorded (a lease that expired during
+the outage but was not requeued yet still may; the heartbeat renews it meanwhile), and a report is dropped
+only when the store says the attempt was superseded (:class:`StaleReport`, or the heartbeat's "lost"). Giving
+up on a clock instead let the reaper requeue a job that had run to its end, and it ran twice. At the pilot's
+end (:meth:`Reports.flush`) the reports still waiting get up to one lease for the store to come back.
 """
 
 from __future__ import annotations
@@ -57,11 +62,10 @@ class InFlight:
 
 @dataclass
 class PendingReport:
-    """A report the store could not take (Redis unreachable): retried until it lands or the lease is gone."""
+    """A report the store could not take (Redis unreachable): retried until the store takes or refuses it."""
 
     payload: Payload
     result: RunResult
-    give_up_at: float
 
 
 class Reports:
@@ -267,8 +271,8 @@ class Reports:
         state = self.state
         state.next_match = time.monotonic() + state.outage.failed(exc)
         self.unstarted = starts + self.unstarted  # the heartbeat keeps their leases meanwhile
-        give_up = time.monotonic() + state.config.lease
-        self.pending += [PendingReport(p, result, give_up) for p, result in succeeded]
+        self._next_retry = state.next_match
+        self.pending += [PendingReport(p, result) for p, result in succeeded]
 
     # -- ends --------------------------------------------------------------------------------------
 
@@ -310,7 +314,7 @@ class Reports:
         except StoreUnavailable as exc:
             self._next_retry = time.monotonic() + state.outage.failed(exc)
             if not any(r.payload is payload for r in self.pending):
-                self.pending.append(PendingReport(payload, result, time.monotonic() + state.config.lease))
+                self.pending.append(PendingReport(payload, result))
             return False
         except StoreError as exc:
             log.error("job %s: report failed: %s", job.id, exc)
@@ -332,30 +336,43 @@ class Reports:
         self.state.notify("payload_ended", self.state.info, payload.job, result, state)
 
     def retry_due(self) -> bool:
-        return bool(self.pending) and time.monotonic() >= self._next_retry
+        """Reports wait and their back-off is over, or the store answers again (another call went through)."""
+        return bool(self.pending) and (not self.state.outage.down or time.monotonic() >= self._next_retry)
 
-    def retry(self, force: bool = False) -> None:
-        """Report again what the store could not take; ``force``: one last try each (the pilot ends)."""
-        now = time.monotonic()
-        keep: list[PendingReport] = []
-        for pending in self.pending:
-            if now >= pending.give_up_at:
-                log.warning(
-                    "job %s: giving up reporting it; its lease expires and the reaper requeues it", pending.payload.id
-                )
-                continue
-            if not self.report(pending.payload, pending.result) and not force:
-                keep.append(pending)
-        self.pending = keep
+    def retry(self) -> None:
+        """Report again what the store could not take; what it still cannot take stays for the next try
+        (the heartbeat keeps its lease), what it refuses as stale is dropped (:meth:`report`)."""
+        waiting, self.pending = self.pending, []
+        for number, pending in enumerate(waiting):
+            if not self.report(pending.payload, pending.result):
+                self.pending += waiting[number + 1 :]  # still unreachable (report kept this one)
+                return
 
     # -- the end -----------------------------------------------------------------------------------
 
-    def flush(self) -> None:
-        """The pilot ends: send what is unreported, wait for every reply, try the waiting reports once more."""
+    def flush(self, patience: float) -> None:
+        """The pilot ends: send what is unreported, wait for every reply, then retry the waiting reports until
+        the store takes them or ``patience`` seconds have passed (one lease: a payload that ran to its end is
+        not run again because its pilot left during an outage; the kill grace when the pilot is stopped)."""
         if self.unstarted or self.succeeded:
             self.send(None, 0, all_starts=True)
         self.drain()
-        self.retry(force=True)
+        deadline = time.monotonic() + patience
+        while self.pending:
+            self.retry()
+            if not self.pending:
+                break
+            now = time.monotonic()
+            if now >= deadline:
+                for pending in self.pending:
+                    log.warning(
+                        "job %s: the store is still unreachable as the pilot ends; its lease expires and the "
+                        "reaper requeues it",
+                        pending.payload.id,
+                    )
+                self.pending = []
+                break
+            time.sleep(max(0.0, min(self._next_retry, deadline) - now))
 
     def close(self) -> None:
         """Give the pilot's connection back (closed: replies may still be due on it)."""

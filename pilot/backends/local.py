@@ -271,9 +271,12 @@ class LocalBackend:
             self._thread.join(timeout=5)
         self._thread = None
 
-    def shutdown(self, wait: float = 10.0) -> None:
-        """Cancel every pilot and wait up to ``wait`` seconds for them to end; then :meth:`close`."""
-        self.cancel(list(self._pilots))
+    def shutdown(self, wait: float = 10.0) -> list[str]:
+        """Cancel every pilot and wait up to ``wait`` seconds for them to end (SIGKILL after the grace); then
+        :meth:`close`. Returns the ids of the pilots that were still queued or running."""
+        with self._lock:
+            ids = [i for i, p in self._pilots.items() if not p.status.state.final and not p.cancelled]
+        self.cancel(ids)
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             with self._lock:
@@ -282,6 +285,7 @@ class LocalBackend:
                     break
             time.sleep(0.05)
         self.close()
+        return ids
 
     def tick(self) -> None:
         """Reap ended pilots, enforce grace and wall limits, start waiting pilots that fit."""

@@ -34,6 +34,10 @@ class Room:
     idle: dict[str, str] = field(default_factory=dict)
     serving: set[str] = field(default_factory=set)
     waiting: int = 0
+    #: Running pilots whose time left is shorter than every waiting job's wall of their queue (name ->
+    #: queue): they can never take one of those jobs, and idling out would keep their room (the queue's
+    #: ``max_running``, the host) for their idle timeout; asked to release whatever waits.
+    expired: dict[str, str] = field(default_factory=dict)
 
 
 def release_idle(client: Client, keys: Keys, rooms: Iterable[Room], live: set[str]) -> list[str]:
@@ -42,7 +46,13 @@ def release_idle(client: Client, keys: Keys, rooms: Iterable[Room], live: set[st
     pending = stops.pending(client, keys)
     asked: list[str] = []
     for room in rooms:
+        for name, queue in room.expired.items():
+            reason = f"released by the director: too little time left for any waiting job of {queue}"
+            if stops.request(client, keys, name, "release", reason):
+                asked.append(name)
         for name, queue in room.idle.items():
+            if name in room.expired:
+                continue
             if room.waiting:
                 reason = (
                     f"released by the director: no waiting job of {queue} fits it, and {room.waiting} "

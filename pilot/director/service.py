@@ -17,21 +17,23 @@ that started them, so a director is long-lived (``pilotfish director`` or ``pilo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pilot.backends.base import Backend, PilotRequest, PilotState, PilotStatus
 from pilot.backends.factory import Conversion, announce, make_backend
+from pilot.backends.local import LocalBackend
 from taskqueues.catalog import Queue
 from taskqueues.context import Context
-from taskqueues.errors import BackendError, PilotfishError, StoreUnavailable
+from taskqueues.errors import BackendError, PilotfishError, StoreError, StoreUnavailable
 from taskqueues.placement import BACKEND_OPTIONS, INSTANCE_TYPE
 from taskqueues.sandbox import NONE, none_warning
 from taskqueues.settings import Settings
@@ -213,14 +215,33 @@ class Director:
         for backend in self._shared.values():
             backend.close()
 
-    def stop_all(self) -> None:
-        """Cancel every pilot this director's backends hold (queued or running): the end of a run."""
+    def stop_all(self, wait: float = 0.0) -> int:
+        """Cancel every pilot this director's backends hold (queued or running): the end of a run.
+
+        With ``wait``, a local backend's pilots are also cancelled from what it holds in this process (a
+        pilot launched just before, not in the registry yet, included; and when the store cannot be read)
+        and waited for up to ``wait`` seconds, SIGKILLed after the backend's grace. Returns how many pilots
+        were cancelled."""
+        cancelled: set[str] = set()
         for queue_id, backend in self._backends.items():
             queue = self.ctx.catalog.queue(queue_id, self.ctx.settings.vo)
-            ids = list(self.provisioned(queue, backend))
+            try:
+                with guard(self.ctx.where, "listing the pilots to stop"):
+                    ids = list(self.provisioned(queue, backend))
+            except StoreError:
+                if not wait:
+                    raise
+                ids = []  # the local backends below still know their own
             if ids:
                 backend.cancel(ids)
-                self.registry.forget(queue.id, backend.kind, ids)
+                cancelled.update(f"{backend.kind}:{i}" for i in ids)
+                with contextlib.suppress(StoreError), guard(self.ctx.where, "forgetting the stopped pilots"):
+                    self.registry.forget(queue.id, backend.kind, ids)
+        if wait:
+            for backend in self._shared.values():
+                if isinstance(backend, LocalBackend):
+                    cancelled.update(f"{backend.kind}:{i}" for i in backend.shutdown(wait))
+        return len(cancelled)
 
     # -- one cycle ---------------------------------------------------------------------------------
 
@@ -279,6 +300,7 @@ class Director:
             room.idle.update(qr.room.idle)
             room.serving |= qr.room.serving
             room.waiting += qr.room.waiting
+            room.expired.update(qr.room.expired)
         live = {
             name
             for name, r in self.ctx.store.pilot_records(3 * self.ctx.settings.lease_seconds).items()
@@ -286,7 +308,7 @@ class Director:
         }
         asked = set(release_idle(self.ctx.client, self.ctx.keys, rooms.values(), live))
         for qr in report.queues.values():
-            qr.released = sorted(asked & set(qr.room.idle))
+            qr.released = sorted(asked & (set(qr.room.idle) | set(qr.room.expired)))
 
     def _queue_cycle(
         self, queue: Queue, heads: list[tuple[str, str, int, int, int, float, float]], claimed: set[str]
@@ -327,10 +349,17 @@ class Director:
         )
         pilots = sum(len(p) for p in existing.values())
         for options in order:
-            mine = existing.get(options, [])
-            room = None if queue.max_running is None else max(0, queue.max_running - (pilots - len(mine)))
+            demand = groups.get(options, [])
+            # Running pilots whose time left is below every waiting job's wall can never take one of them:
+            # they are asked to release themselves (below) and do not count against max_running, so their
+            # room goes to a fresh pilot in this same cycle instead of after their idle timeout.
+            expired = {p.id for p in existing.get(options, []) if not p.queued and out_of_time(p, demand)}
+            mine = [p for p in existing.get(options, []) if p.id not in expired]
+            room = (
+                None if queue.max_running is None else max(0, queue.max_running - (pilots - len(mine) - len(expired)))
+            )
             result = plan(
-                groups.get(options, []),
+                demand,
                 shapes,
                 mine,
                 n_max_queued=queue.n_max_queued,
@@ -341,14 +370,16 @@ class Director:
             submitted = self._provision(queue, backend, options, result, claimed, out)
             pilots += submitted - len(result.cancel)
             out.room.waiting += submitted + sum(1 for p in mine if p.queued and p.id not in result.cancel)
-            for pilot in mine:
+            for pilot in existing.get(options, []):
                 name = out.names.get(pilot.id)
                 if name is None:
                     continue
-                if can_serve(pilot, groups.get(options, [])):
+                if can_serve(pilot, demand):
                     out.room.serving.add(name)
                 else:
                     out.room.idle[name] = queue.id
+                    if pilot.id in expired:
+                        out.room.expired[name] = queue.id
         return out
 
     def _provision(
@@ -363,7 +394,11 @@ class Director:
                 break
             # One granularity step of headroom: a pilot asking for exactly its longest job's wall has a little
             # less than that once it runs, and would never take that job; and the stop margin the pilot keeps.
-            planned.wall = min(planned.shape.wall, planned.wall + queue.wall_granularity + self._margin)
+            # A queue's pilot lifetime: at least that long, so the pilot takes jobs of its shape for most of its
+            # life instead of only for its first granularity step (then idling out while jobs wait).
+            planned.wall = min(
+                planned.shape.wall, max(planned.wall + queue.wall_granularity + self._margin, queue.pilot_lifetime or 0)
+            )
             request = PilotRequest(
                 name=f"{queue.name}-{planned.shape.name}",
                 command=self.pilot_command(queue, planned.shape, planned.wall, self.ctx.settings),
@@ -510,6 +545,10 @@ class Director:
                 pairs = (("cores", "used_cpu"), ("mem", "used_mem"), ("tmp", "used_tmp"))
                 cpu, mem, tmp = (max(0, int(beat[t]) - int(beat[u])) for t, u in pairs)
                 left = shape.wall if beat.get("time_left") is None else float(beat["time_left"])
+                if beat.get("started") is not None and record.get("wall") is not None:
+                    # The heartbeat's figure is as old as the heartbeat (a third of a lease): what the wall
+                    # asked for leaves now, if less.
+                    left = max(0.0, min(left, float(record["wall"]) - self._margin - (now - float(beat["started"]))))
                 pilot = ExistingPilot(batch_id, shape, False, cpu, mem, tmp, left)
             elif status.state is PilotState.RUNNING:
                 # Started, no heartbeat yet: it is about to take what fits its whole shape.
@@ -522,6 +561,11 @@ class Director:
                 )
             existing.setdefault(str(record.get("options", "")), []).append(pilot)
         return existing
+
+
+def out_of_time(pilot: ExistingPilot, demand: Sequence[Demand]) -> bool:
+    """Jobs wait and the pilot's time left is below every one's wall: it can never take one of them."""
+    return bool(demand) and all(d.wall > pilot.time_left for d in demand)
 
 
 def cycle(ctx: Context, director: Director | None = None) -> CycleReport:

@@ -24,6 +24,7 @@ TOML layout
     n_max_queued = 10                # pilots waiting per shape (open-lmake n_max_queued_jobs)
     max_running = 100                # cap on running + waiting pilots of this queue
     wall_granularity = 600           # pilot wall requests are rounded up to this
+    pilot_lifetime = "36h"           # a new pilot asks for at least this wall (capped by its shape's)
     [[sites."LCG.CERN.ch".ces.ce1.queues.long.shapes]]
     name = "c4m16"
     cpu = 4
@@ -38,7 +39,7 @@ or an inline table ``shapes = [{ name = "c1m2", cpu = 1, mem = "2G" }]``.)
 Keys of a site, CE or queue table
     ``ces`` (site) / ``queues`` (CE)  the next level down; every site needs a CE, every CE a queue.
     ``vo.<name>``                     per-VO section: parameters, ``batch_options``, ``n_max_queued``,
-                                      ``max_running``, ``wall_granularity``.
+                                      ``max_running``, ``wall_granularity``, ``pilot_lifetime``.
     ``batch``                         ``local`` (default), ``slurm`` or ``sge``.
     ``batch_options``                 a table passed to the backend (partition, qos, repo_key,
                                       use_nice, root, cell, ...); merged key by key down the levels.
@@ -47,6 +48,10 @@ Keys of a site, CE or queue table
                                       A queue takes the nearest level's list (not merged).
     ``n_max_queued``                  default 10; ``max_running`` default unlimited;
     ``wall_granularity``              seconds or a duration, default 60.
+    ``pilot_lifetime``                seconds or a duration: the wall a new pilot asks for at least,
+                                      capped by its shape's wall, so it takes jobs of its shape for
+                                      most of its life; default none (the wall its planned jobs need
+                                      plus one granularity step).
     anything else                     a parameter: number, string or list of strings, validated
                                       like a requirement value (``Max*``/``Min*`` need numbers).
 

@@ -37,6 +37,7 @@ def resolve(site: Level, ce: Level, queue: Level, vo: str) -> Queue:
     shapes = nearest("shapes")
     assert isinstance(shapes, tuple), "the reader refuses queues without shapes"
     n_max_queued, max_running, granularity = (nearest(a) for a in ("n_max_queued", "max_running", "wall_granularity"))
+    lifetime = nearest("pilot_lifetime")
     return Queue(
         id=f"{site.name}/{ce.name}/{queue.name}",
         site=site.name,
@@ -49,6 +50,7 @@ def resolve(site: Level, ce: Level, queue: Level, vo: str) -> Queue:
         n_max_queued=n_max_queued if isinstance(n_max_queued, int) else DEFAULT_N_MAX_QUEUED,
         max_running=max_running if isinstance(max_running, int) else None,
         wall_granularity=granularity if isinstance(granularity, int) else DEFAULT_WALL_GRANULARITY,
+        pilot_lifetime=lifetime if isinstance(lifetime, int) else None,
     )
 
 

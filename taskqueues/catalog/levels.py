@@ -23,6 +23,7 @@ class Settings:
     n_max_queued: int | None = None
     max_running: int | None = None
     wall_granularity: int | None = None
+    pilot_lifetime: int | None = None
 
 
 @dataclass

@@ -30,6 +30,10 @@ class Queue:
     n_max_queued: int = DEFAULT_N_MAX_QUEUED
     max_running: int | None = None
     wall_granularity: int = DEFAULT_WALL_GRANULARITY
+    #: The wall a new pilot asks for at least (seconds; capped by its shape's wall), so that it lives for
+    #: several jobs of its shape, as sites give pilots 24-48 h for jobs of a few hours. None: sized to the
+    #: jobs planned onto it (their wall plus one granularity step), which take its only work.
+    pilot_lifetime: int | None = None
 
     def __hash__(self) -> int:
         return hash((self.id, self.shapes))

@@ -19,8 +19,8 @@ from .queue import BATCH_SYSTEMS
 __all__ = ["Reader", "read_levels"]
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
-_SETTINGS = ("batch", "batch_options", "shapes", "n_max_queued", "max_running", "wall_granularity")
-_PER_VO_SETTINGS = frozenset({"batch_options", "n_max_queued", "max_running", "wall_granularity"})
+_SETTINGS = ("batch", "batch_options", "shapes", "n_max_queued", "max_running", "wall_granularity", "pilot_lifetime")
+_PER_VO_SETTINGS = frozenset({"batch_options", "n_max_queued", "max_running", "wall_granularity", "pilot_lifetime"})
 _SHAPE_KEYS = ("name", "cpu", "mem", "tmp", "wall", "cost")
 _IMPLICIT = ("Site", "CE", "Queue")
 
@@ -147,6 +147,8 @@ class Reader:
             result.shapes = self.shapes(value, at)
         elif key == "wall_granularity":
             result.wall_granularity = self.amount(value, at, duration=True)
+        elif key == "pilot_lifetime":
+            result.pilot_lifetime = self.amount(value, at, duration=True)
         else:
             count = self.amount(value, at, duration=False)
             if key == "n_max_queued":

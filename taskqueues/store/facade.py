@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -347,10 +348,13 @@ class Store(StoreReads):
 
     @guarded("loading the store's scripts")
     def drop_connections(self) -> None:
-        """Close every connection of the client's pool (those checked out too: they reconnect when next
-        used). For the start of an outage: connections to a server that went away each fail once after it
-        came back."""
-        self.client.connection_pool.disconnect()
+        """Close every connection of the client's pool (those checked out too, when this is the process's
+        only thread: they reconnect when next used). For the start of an outage: connections to a server
+        that went away each fail once after it came back. With other threads (a Celery worker's tasks, the
+        releaser), a checked-out connection may be in the middle of another thread's call: closing its
+        socket under it raised ``ValueError: I/O operation on closed file`` there (a traceback in
+        worker.log); such a connection fails by itself against the dead server and is dropped then."""
+        self.client.connection_pool.disconnect(inuse_connections=threading.active_count() == 1)
 
     def reload_scripts(self) -> None:
         """Load the function library again (Redis lost it: a flush, or a new server without the data); a pilot,
