@@ -7,6 +7,10 @@ started again alone), the site director and Flower — and leaves the live ones 
 ``started`` only once it is seen alive after its start (Flower: once its port answers); one that exited at
 once fails ``up`` with its log's name.
 
+No part carries a password in its environment or command line: the embedded server's passwords are read
+from the state directory, configured URL settings from ``<state_dir>/run/secrets.json`` (0600, named by
+``PILOTFISH_SECRETS_FILE``; :mod:`taskqueues.credentials`). Flower runs behind a login (``pilotfish flower``).
+
 Every process of the deployment carries ``PILOTFISH_DEPLOYMENT=<state directory>`` in its environment, and
 so do the pilots, guardians and payloads they start. ``down`` stops the director first (it cancels its
 pilots, which give their jobs back), then the other parts at once, printing each as it stops, then every
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -30,6 +35,7 @@ import psutil
 
 from taskqueues import embedded
 from taskqueues.context import Context
+from taskqueues.credentials import SECRET_SETTINGS, SECRETS_VARIABLE, without_secrets, write_secrets
 from taskqueues.errors import PilotfishError
 
 MARKER = "PILOTFISH_DEPLOYMENT"
@@ -53,12 +59,8 @@ def components(ctx: Context) -> list[Component]:
         Component("worker", [*cli, "matcher", "--no-beat", "--loglevel", "WARNING"]),
         Component("beat", [*cli, "matcher", "--beat-only", "--loglevel", "WARNING"]),
         Component("director", [*cli, "director", "--log-dir", str(logs / "pilots"), "--stop-pilots-on-exit"]),
-        # The broker URL (with the control plane's password) reaches Flower by its environment, never argv.
-        Component(
-            "flower",
-            [py, "-m", "celery", "flower", f"--port={s.flower_port}", "--address=127.0.0.1"],
-            port=s.flower_port,
-        ),
+        # Behind a login (matcher.cli.flower); the broker's URL is read from the settings, never argv or env.
+        Component("flower", [*cli, "flower", f"--port={s.flower_port}", "--address=127.0.0.1"], port=s.flower_port),
     ]
 
 
@@ -85,9 +87,14 @@ def running_pid(ctx: Context, name: str) -> int | None:
 
 
 def _listens(pid: int, port: int) -> bool:
-    """Whether process ``pid`` itself listens on ``port`` (another program on that port does not count)."""
+    """Whether process ``pid`` itself listens on ``port`` (another program on that port does not count; a
+    non-dumpable part's sockets are closed to a user without CAP_SYS_PTRACE: then whether the port answers)."""
     try:
         sockets = psutil.Process(pid).net_connections(kind="inet")
+    except psutil.AccessDenied:
+        with socket.socket() as probe:
+            probe.settimeout(1.0)
+            return probe.connect_ex(("127.0.0.1", port)) == 0
     except psutil.Error:
         return False
     return any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in sockets)
@@ -104,16 +111,18 @@ def up(ctx: Context, wait: float = 20.0) -> Iterator[tuple[str, str]]:
         before = embedded.running(ctx.settings.state_dir)
         ctx.redis_url  # noqa: B018 - starts the embedded server (Context(start_redis=True))
         yield "redis", "running" if before is not None else "started"
-    # The director runs as its own process (its local pilots stop with it), so beat does not run one too.
+    # No password in the parts' environment (taskqueues.credentials): the embedded server's come from the
+    # state directory, configured URLs from the secrets file (0600). The director runs as its own process
+    # (its local pilots stop with it), so beat does not run one too.
+    secrets_file = state / "run" / "secrets.json"
+    write_secrets(secrets_file, {name: getattr(ctx.settings, name) for name in SECRET_SETTINGS})
     env = {
-        **os.environ,
-        "PILOTFISH_REDIS_URL": ctx.redis_url,
-        "CELERY_BROKER_URL": ctx.broker_url,
+        **without_secrets(os.environ),
+        SECRETS_VARIABLE: str(secrets_file),
         "PILOTFISH_STATE_DIR": str(state),
         "PILOTFISH_BEAT_DIRECTOR": "false",
         MARKER: marker(ctx),
     }
-    env["PILOTFISH_PILOT_REDIS_URL"] = ctx.pilot_redis_url
     started: list[tuple[Component, subprocess.Popen[bytes], float]] = []
     for component in components(ctx):
         if running_pid(ctx, component.name):
