@@ -171,7 +171,9 @@ def build_handlers(target: ControlTarget, clock: Callable[[], int]) -> _Handlers
 def celery_mailbox(conf: Any) -> Mailbox:
     """The mailbox Celery's ``Control`` uses (celery/app/control.py ``Control.__init__``), from an app's conf.
 
-    Built from the same settings so queue names, serializer and TTLs match what Flower publishes.
+    Built from the same settings so queue names, serializer and TTLs match what Flower publishes, but for the
+    queue's expiry: kombu keeps an expiring queue's binding alive with Lua (``EVALSHA``), which a pilot's ACL user
+    may not run (taskqueues.store.access); the pilot deletes its queue and binding itself when it stops.
     """
     return Mailbox(  # type: ignore[no-untyped-call]
         conf.control_exchange,
@@ -180,7 +182,7 @@ def celery_mailbox(conf: Any) -> Mailbox:
         serializer=conf.task_serializer,
         queue_ttl=conf.control_queue_ttl,
         reply_queue_ttl=conf.control_queue_ttl,
-        queue_expires=conf.control_queue_expires,
+        queue_expires=None,
         queue_exclusive=conf.control_queue_exclusive,
         queue_durable=conf.control_queue_durable,
         reply_queue_expires=conf.control_queue_expires,

@@ -233,7 +233,7 @@ def acl_commands(prefix: str, vo: str, db: int, control_password: str, pilot_pas
         "on",
         f">{pilot_password}",
         *access.pilot_rules(prefix, vo, db),
-        f'"{access.broker_selector()}"',
+        *(f'"{selector}"' for selector in access.pilot_selectors(db)),
     ]
     return [" ".join(control), " ".join(pilot)]
 
