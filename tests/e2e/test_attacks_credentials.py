@@ -67,14 +67,20 @@ class Deployment:
         return Context(Settings.load("/dev/null", env=self.env))
 
     def http(self, path: str, login: str | None, method: str = "GET") -> int:
+        return self.call(path, login, method)[0]
+
+    def call(self, path: str, login: str | None, method: str = "GET") -> tuple[int, str]:
         request = urllib.request.Request(self.flower + path, data=b"" if method == "POST" else None, method=method)
         if login is not None:
             request.add_header("Authorization", "Basic " + base64.b64encode(login.encode()).decode())
         try:
-            with urllib.request.urlopen(request, timeout=20) as response:
-                return int(response.status)
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return int(response.status), response.read().decode()
         except urllib.error.HTTPError as err:
-            return int(err.code)
+            return int(err.code), err.read().decode(errors="replace")
+
+    def login(self) -> str:
+        return (self.state / "flower" / "login").read_text().strip()
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +146,7 @@ def test_flower_needs_its_login_and_with_it_terminates_a_payload(deployment: Dep
     login_file = deployment.state / "flower" / "login"
     assert str(login_file) in deployment.up
     assert stat.S_IMODE(login_file.stat().st_mode) == 0o600
-    login = login_file.read_text().strip()
+    login = deployment.login()
     assert login in cli(["flower", "--login"], deployment.env).stdout
     for path in ("/", "/workers", "/tasks", "/api/workers", "/api/tasks"):
         assert deployment.http(path, None) == 401, path
@@ -159,15 +165,41 @@ def test_flower_needs_its_login_and_with_it_terminates_a_payload(deployment: Dep
     wait_until(lambda: ctx.store.job(job).state is JobState.FAILED, timeout=60, what="the revoked job to fail")
 
 
+def test_flower_inspects_and_drains_a_pilot_that_answers_as_its_acl_user(deployment: Deployment) -> None:
+    """The pilots' replies (inspect, cancel-consumer) reach Flower through the reply queues their user may
+    write, and the server refused the pilots nothing on the way."""
+    job = submit(deployment, "sleep 15", "drained")
+    ctx = deployment.context()
+    wait_until(lambda: ctx.store.job(job).state is JobState.RUNNING, timeout=120, what="the job to run")
+    pilot = str(ctx.store.job(job).pilot)
+
+    def workers() -> dict[str, dict[str, object]]:
+        status, body = deployment.call("/api/workers?refresh=1", deployment.login())
+        assert status == 200, body
+        found: dict[str, dict[str, object]] = json.loads(body)
+        return found
+
+    seen = wait_until(lambda: workers().get(pilot), timeout=60, what=f"Flower to inspect pilot {pilot}")
+    [queue] = [str(q["name"]) for q in seen["active_queues"]]  # type: ignore[attr-defined]
+    status, body = deployment.call(
+        f"/api/worker/queue/cancel-consumer/{pilot}?queue={queue}", deployment.login(), method="POST"
+    )
+    assert status == 200 and "draining" in body, body
+    wait_until(lambda: ctx.store.job(job).state is JobState.DONE, timeout=120, what="the drained pilot's job")
+    control = redis.Redis.from_url(ctx.redis_url)
+    denied = [e for e in control.execute_command("ACL", "LOG", "100") if b"auth" not in e]
+    assert denied == [], f"a pilot or the control plane was refused something: {denied}"
+
+
 def test_the_server_log_has_no_acl_deprecation(deployment: Deployment) -> None:
     deployment.context().pilot_redis_url  # noqa: B018 - the pilot user is (re)made and saved
-    log = (deployment.state / "redis" / "redis.log").read_text()
-    assert "misuse of ACL" not in log
-    # A restart reads the saved users file: still no warning.
-    server = embedded.running(deployment.state)
-    assert server is not None
     users = (deployment.state / "redis" / "users.acl").read_text()
     assert "fcall|" not in users and "eval" not in users and "(" in users, users
+    # A restart reads the saved users file (the pilot user's selectors included): no warning either.
+    assert embedded.stop(deployment.state)
+    embedded.ensure(deployment.state)
+    log = (deployment.state / "redis" / "redis.log").read_text()
+    assert log.count("Ready to accept connections") >= 2 and "misuse of ACL" not in log, log[-2000:]
 
 
 def test_config_shows_urls_without_their_passwords(tmp_path: Path) -> None:
