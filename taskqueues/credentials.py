@@ -99,13 +99,6 @@ def read_secrets(env: Mapping[str, str]) -> dict[str, str]:
     return values
 
 
-def without_secrets(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` without the variables that carry a credential (:func:`taskqueues.store.access.is_secret`)."""
-    from .store.access import is_secret
-
-    return {name: value for name, value in env.items() if not is_secret(name, value)}
-
-
 def write_pilot_file(directory: Path, values: Mapping[str, str]) -> Path:
     """A pilot's one-use credential file in ``directory`` (0700): ``values`` are its ``PILOTFISH_*``
     variables that carry passwords (``PILOTFISH_REDIS_URL``, ``PILOTFISH_BROKER_URL``)."""
@@ -124,6 +117,13 @@ def take_pilot_file(env: MutableMapping[str, str]) -> dict[str, str]:
     values = _read_values(path, "the pilot's credential file")
     path.unlink(missing_ok=True)
     return values
+
+
+def forget_pilot_file(env: Mapping[str, str]) -> None:
+    """Remove the credential file ``env`` names, if any (a pilot the batch system refused)."""
+    name = env.get(PILOT_FILE_VARIABLE, "")
+    if name:
+        Path(name).unlink(missing_ok=True)
 
 
 def sweep_pilot_files(directory: Path, older_than: float, now: float) -> int:

@@ -35,8 +35,9 @@ import psutil
 
 from taskqueues import embedded
 from taskqueues.context import Context
-from taskqueues.credentials import SECRET_SETTINGS, SECRETS_VARIABLE, without_secrets, write_secrets
+from taskqueues.credentials import SECRET_SETTINGS, SECRETS_VARIABLE, write_secrets
 from taskqueues.errors import PilotfishError
+from taskqueues.store.access import scrubbed
 
 MARKER = "PILOTFISH_DEPLOYMENT"
 #: Seconds a part without a port must live after its start to count as started.
@@ -117,7 +118,7 @@ def up(ctx: Context, wait: float = 20.0) -> Iterator[tuple[str, str]]:
     secrets_file = state / "run" / "secrets.json"
     write_secrets(secrets_file, {name: getattr(ctx.settings, name) for name in SECRET_SETTINGS})
     env = {
-        **without_secrets(os.environ),
+        **scrubbed(os.environ),
         SECRETS_VARIABLE: str(secrets_file),
         "PILOTFISH_STATE_DIR": str(state),
         "PILOTFISH_BEAT_DIRECTOR": "false",

@@ -378,6 +378,7 @@ class Director:
             try:
                 batch_id = backend.submit(request)
             except BackendError as exc:
+                credentials.forget_pilot_file(request.env)  # no pilot will take it
                 out.errors.append(str(exc))
                 stats.add(self.ctx.client, self.ctx.keys, stats.ERRORS + backend.kind)
                 self._refused[(queue.id, planned.shape.name)] = time.time() + self.refusal_pause
