@@ -37,7 +37,7 @@ from taskqueues.context import Context
 from taskqueues.settings import Settings
 from taskqueues.store import access
 from taskqueues.store.records import JobState
-from taskqueues.store.redis_server import free_port
+from taskqueues.store.redis_server import RedisServer, free_port
 from tests.support.paths import ROOT
 from tests.support.polling import wait_until
 
@@ -200,6 +200,50 @@ def test_the_server_log_has_no_acl_deprecation(deployment: Deployment) -> None:
     embedded.ensure(deployment.state)
     log = (deployment.state / "redis" / "redis.log").read_text()
     assert log.count("Ready to accept connections") >= 2 and "misuse of ACL" not in log, log[-2000:]
+
+
+def test_up_on_a_configured_redis_keeps_its_urls_in_the_secrets_file(tmp_path: Path) -> None:
+    """URL settings given to ``up`` through its environment reach its parts through run/secrets.json only:
+    no part holds a password in its environment or argv, and they work (a job runs)."""
+    server = RedisServer(tmp_path / "redis").start()
+    try:
+        admin = redis.Redis(port=server.port)
+        control_pw, pilot_pw = access.new_password(), access.new_password()
+        access.apply(admin, access.CONTROL_USER, control_pw, access.control_rules())
+        access.apply(admin, access.pilot_user("default"), pilot_pw, access.pilot_rules("pf", "default"), broker=True)
+        base = f"redis://127.0.0.1:{server.port}/0"
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PILOTFISH_", "CELERY_", "FLOWER_"))}
+        env.update(
+            PILOTFISH_STATE_DIR=str(tmp_path / "state"),
+            PILOTFISH_FLOWER_PORT=str(free_port()),
+            PILOTFISH_DIRECTOR_INTERVAL="1",
+            PILOTFISH_REDIS_URL=access.with_credentials(base, access.CONTROL_USER, control_pw),
+            PILOTFISH_PILOT_REDIS_URL=access.with_credentials(base, access.pilot_user("default"), pilot_pw),
+            PYTHONPATH=str(ROOT),
+        )
+        state = tmp_path / "state"
+        try:
+            assert "redis: external" in cli(["up"], env, timeout=180).stdout
+            deployment = Deployment(env, state, "", "")
+            job = submit(deployment, "true", "external")
+            ctx = deployment.context()
+            wait_until(lambda: ctx.store.job(job).state is JobState.DONE, timeout=120, what="the job to run")
+            processes = deployment_processes(state)
+            assert len(processes) >= 4, [p.cmdline() for p in processes]
+            for process in processes:
+                text = "\0".join(process.cmdline()) + "\0".join(f"{k}={v}" for k, v in process.environ().items())
+                assert control_pw not in text and pilot_pw not in text, f"a password in {process.cmdline()}"
+            kept = json.loads((state / "run" / "secrets.json").read_text())
+            assert kept == {
+                "redis_url": env["PILOTFISH_REDIS_URL"],
+                "pilot_redis_url": env["PILOTFISH_PILOT_REDIS_URL"],
+            }
+        finally:
+            subprocess.run(
+                [sys.executable, "-m", "matcher.cli", "down"], cwd=ROOT, env=env, capture_output=True, timeout=180
+            )
+    finally:
+        server.stop()
 
 
 def test_config_shows_urls_without_their_passwords(tmp_path: Path) -> None:
