@@ -10,7 +10,7 @@ A process's environment and command line are readable by every process of the sa
 * a pilot gets its community's credential in a file of its own (:func:`write_pilot_file`, 0600, named by
   :data:`PILOT_FILE_VARIABLE`) that it reads and removes at start (:func:`take_pilot_file`).
 
-Every long-running process also calls :func:`no_dump` at start: a non-dumpable process's
+Every long-running process also calls :func:`seal` (:func:`no_dump`) at start: a non-dumpable process's
 ``/proc/<pid>/environ``, ``mem``, ``fd/*`` and ``ptrace`` are closed to other processes of the same user
 (only a process with ``CAP_SYS_PTRACE``, root, still gets in).
 """
@@ -49,6 +49,62 @@ def no_dump() -> None:
     ``exec`` (the kernel resets the flag), so a payload is not affected. A no-op where there is no prctl."""
     with contextlib.suppress(OSError, AttributeError):  # not Linux: nothing to do
         _prctl(_PR_SET_DUMPABLE, 0)
+
+
+#: Every process of a ``pilotfish up`` deployment carries its state directory in this variable (``down`` finds
+#: leftover processes by it: matcher.cli.deploy).
+DEPLOYMENT_VARIABLE = "PILOTFISH_DEPLOYMENT"
+
+
+def sealed_dir(state_dir: str | Path) -> Path:
+    """Where a deployment's non-dumpable processes list themselves (``<pid>`` files holding their start time)."""
+    return Path(state_dir) / "run" / "sealed"
+
+
+def seal() -> None:
+    """What each long-running entry point calls first: :func:`no_dump`, and, in a deployment, list this process
+    in :func:`sealed_dir` (removed at exit), since ``down`` can no longer read the marker in its environment
+    unless it runs with CAP_SYS_PTRACE. Nothing is listed where the state directory is not (a remote node)."""
+    no_dump()
+    state = os.environ.get(DEPLOYMENT_VARIABLE, "")
+    if not state or not (Path(state) / "run").is_dir():
+        return
+    import atexit
+
+    import psutil
+
+    path = sealed_dir(state) / str(os.getpid())
+    try:
+        path.parent.mkdir(mode=_DIR_MODE, exist_ok=True)
+        path.write_text(repr(psutil.Process().create_time()))
+    except (OSError, psutil.Error):
+        return
+    pid = os.getpid()
+
+    def unlist() -> None:
+        if os.getpid() == pid:  # not in a forked child that exits through Python
+            path.unlink(missing_ok=True)
+
+    atexit.register(unlist)
+
+
+def sealed(state_dir: str | Path) -> list[int]:
+    """The live processes :func:`seal` listed for this deployment (files of dead ones, and of reused pids, are
+    removed)."""
+    import psutil
+
+    live = []
+    directory = sealed_dir(state_dir)
+    for path in directory.glob("*") if directory.is_dir() else []:
+        try:
+            process = psutil.Process(int(path.name))
+            if abs(process.create_time() - float(path.read_text())) < 1.0:
+                live.append(process.pid)
+                continue
+        except (OSError, ValueError, psutil.Error):
+            pass
+        path.unlink(missing_ok=True)
+    return live
 
 
 def dumpable() -> bool:

@@ -14,13 +14,15 @@ from the state directory, configured URL settings from ``<state_dir>/run/secrets
 Every process of the deployment carries ``PILOTFISH_DEPLOYMENT=<state directory>`` in its environment, and
 so do the pilots, guardians and payloads they start. ``down`` stops the director first (it cancels its
 pilots, which give their jobs back), then the other parts at once, printing each as it stops, then every
-process still carrying the marker — orphans of earlier kills (a pilot whose director was killed, beat's
+process still carrying the marker (or listed in ``<state_dir>/run/sealed`` by a non-dumpable one, whose
+environment the operator may not read) — orphans of earlier kills (a pilot whose director was killed, beat's
 child of a killed worker) — and at last the embedded Redis. Pid files hold the process start time too,
 so a reused pid is never taken for a part.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -35,11 +37,11 @@ import psutil
 
 from taskqueues import embedded
 from taskqueues.context import Context
-from taskqueues.credentials import SECRET_SETTINGS, SECRETS_VARIABLE, write_secrets
+from taskqueues.credentials import DEPLOYMENT_VARIABLE, SECRET_SETTINGS, SECRETS_VARIABLE, sealed, write_secrets
 from taskqueues.errors import PilotfishError
 from taskqueues.store.access import scrubbed
 
-MARKER = "PILOTFISH_DEPLOYMENT"
+MARKER = DEPLOYMENT_VARIABLE
 #: Seconds a part without a port must live after its start to count as started.
 ALIVE_AFTER = 0.5
 
@@ -181,16 +183,21 @@ def _signal_group(process: psutil.Process, sig: signal.Signals) -> None:
 
 
 def orphans(ctx: Context) -> list[psutil.Process]:
-    """Every other process still carrying this deployment's marker."""
+    """Every other process still carrying this deployment's marker, and every one that listed itself when it
+    made itself non-dumpable (whose environment only a process with CAP_SYS_PTRACE can read)."""
     wanted, me = marker(ctx), os.getpid()
-    found = []
+    found: dict[int, psutil.Process] = {}
+    for pid in sealed(ctx.settings.state_dir):
+        with contextlib.suppress(psutil.Error):
+            found[pid] = psutil.Process(pid)
     for process in psutil.process_iter():
         try:
-            if process.pid != me and process.environ().get(MARKER) == wanted:
-                found.append(process)
+            if process.pid not in found and process.environ().get(MARKER) == wanted:
+                found[process.pid] = process
         except psutil.Error:
             continue
-    return found
+    found.pop(me, None)
+    return list(found.values())
 
 
 def down(ctx: Context, grace: float = 10.0) -> Iterator[tuple[str, str]]:

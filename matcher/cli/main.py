@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from taskqueues import __version__
-from taskqueues.credentials import no_dump
+from taskqueues.credentials import seal
 from taskqueues.errors import PilotfishError
 from taskqueues.settings import Settings
 from taskqueues.store.connection import ClientError
@@ -70,7 +70,7 @@ def main(ctx: click.Context, verbose: bool) -> None:
     ctx.ensure_object(dict)
     ctx.obj["verbose"] = verbose
     if ctx.invoked_subcommand in LONG_RUNNING:
-        no_dump()  # its environment, memory and descriptors closed to other processes of the user
+        seal()  # its environment, memory and descriptors closed to other processes of the user
     # Long-running parts log to files, with times; a command a person runs says what it must in one line.
     daemon = ctx.invoked_subcommand in DAEMONS or verbose
     logging.basicConfig(

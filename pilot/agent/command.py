@@ -20,7 +20,7 @@ from pilot.agent.observer import NullObserver, Observer
 from pilot.agent.pilot import Pilot
 from pilot.mjf.jobstatus import DEFAULT_REVERT_HOLD
 from taskqueues import logformat
-from taskqueues.credentials import no_dump, take_pilot_file
+from taskqueues.credentials import seal, take_pilot_file
 from taskqueues.errors import PilotfishError
 from taskqueues.settings import LOCAL_REDIS_URL
 from taskqueues.store.cluster import is_cluster
@@ -200,7 +200,7 @@ def pilot(
     verbose: int,
 ) -> None:
     """Run a pilot: fill this node's cores with the most urgent jobs that fit, until its time is up."""
-    no_dump()  # its environment, memory and descriptors closed to other processes of the user (its payloads)
+    seal()  # its environment, memory and descriptors closed to other processes of the user (its payloads)
     level = (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)]
     root = logging.getLogger()
     if root.handlers:  # `pilotfish -v pilot`: the command's own level, if more verbose

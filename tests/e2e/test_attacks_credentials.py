@@ -362,3 +362,34 @@ def test_a_pilot_user_cannot_steer_other_pilots_or_run_lua(tmp_path: Path) -> No
         assert access.pilot_user("lhcb") in {e.decode().split()[1] for e in control.execute_command("ACL", "LIST")}
     finally:
         embedded.stop(state)
+
+
+def test_down_finds_the_non_dumpable_processes_its_user_cannot_read(tmp_path: Path) -> None:
+    """A sealed process's environment (and so its deployment marker) is closed to its own user: ``down``'s
+    search for leftover processes, run without capabilities, still finds it through the list it joined."""
+    state = (tmp_path / "state").resolve()
+    (state / "run").mkdir(parents=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), credentials.DEPLOYMENT_VARIABLE: str(state)}
+    sleep = "import time; time.sleep(60)"
+    sealed = as_same_user([sys.executable, "-c", f"from taskqueues.credentials import seal; seal(); {sleep}"], env=env)
+    plain = as_same_user([sys.executable, "-c", sleep], env=env)
+    quick = as_same_user([sys.executable, "-c", "from taskqueues.credentials import seal; seal()"], env=env)
+    search = (
+        "from matcher.cli.deploy import orphans\nfrom taskqueues.context import Context\n"
+        "from taskqueues.settings import Settings\n"
+        f"print(sorted(p.pid for p in orphans(Context(Settings(state_dir={str(state)!r})))))"
+    )
+    try:
+        assert quick.wait(30) == 0
+        wait_until(lambda: (credentials.sealed_dir(state) / str(sealed.pid)).exists(), timeout=30, what="the list")
+        assert not (credentials.sealed_dir(state) / str(quick.pid)).exists(), "an ended process leaves the list"
+        assert "denied" in peek(sealed.pid)["environ"]
+        done = subprocess.run(
+            [*SAME_USER, sys.executable, "-c", search], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout) == sorted([sealed.pid, plain.pid])
+    finally:
+        for process in (sealed, plain):
+            process.kill()
+            process.wait(10)
