@@ -171,9 +171,7 @@ def build_handlers(target: ControlTarget, clock: Callable[[], int]) -> _Handlers
 def celery_mailbox(conf: Any) -> Mailbox:
     """The mailbox Celery's ``Control`` uses (celery/app/control.py ``Control.__init__``), from an app's conf.
 
-    Built from the same settings so queue names, serializer and TTLs match what Flower publishes, but for the
-    queue's expiry: kombu keeps an expiring queue's binding alive with Lua (``EVALSHA``), which a pilot's ACL user
-    may not run (taskqueues.store.access); the pilot deletes its queue and binding itself when it stops.
+    Built from the same settings so queue names, serializer and TTLs match what Flower publishes.
     """
     return Mailbox(  # type: ignore[no-untyped-call]
         conf.control_exchange,
@@ -182,11 +180,33 @@ def celery_mailbox(conf: Any) -> Mailbox:
         serializer=conf.task_serializer,
         queue_ttl=conf.control_queue_ttl,
         reply_queue_ttl=conf.control_queue_ttl,
-        queue_expires=None,
+        queue_expires=conf.control_queue_expires,
         queue_exclusive=conf.control_queue_exclusive,
         queue_durable=conf.control_queue_durable,
         reply_queue_expires=conf.control_queue_expires,
     )
+
+
+def listen(node: Node, mailbox: Mailbox, channel: Any, callback: Callable[[Any, Any], None]) -> Any:
+    """``node.listen``, but on kombu's Redis transport without declaring the node's queue on the broker.
+
+    The pidbox exchange is a fanout, which that transport carries by PUBLISH/SUBSCRIBE: the queue's list and
+    its binding in ``_kombu.binding.<exchange>`` (written when the queue is declared, deleted when it is, kept
+    alive with Lua when it expires) are never read for delivery. So the pilot records the binding in its
+    channel only (what ``Channel._queue_bind`` does before its writes) and consumes: its ACL user writes
+    nothing but replies on the broker (taskqueues.store.access). Other transports declare as kombu does.
+    """
+    fanout = getattr(channel, "_fanout_queues", None)
+    if not isinstance(fanout, dict):
+        return node.listen(channel=channel, callback=callback)  # type: ignore[no-untyped-call]
+    queue: Any = mailbox.get_queue(node.hostname)  # type: ignore[no-untyped-call]
+    exchange: Any = mailbox.exchange
+    fanout[queue.name] = (exchange.name, "")
+    consumer: Any = node.Consumer(  # type: ignore[no-untyped-call]
+        channel=channel, callbacks=[callback], on_decode_error=node.on_decode_error, auto_declare=False
+    )
+    consumer.consume()
+    return consumer
 
 
 class RemoteControl:
@@ -257,9 +277,7 @@ class RemoteControl:
             channel = conn.channel()
             mailbox = self._mailbox(conn)
             node: Node = mailbox.Node(self.hostname, handlers=self._handlers, channel=channel)
-            consumer = node.listen(  # type: ignore[no-untyped-call]
-                callback=lambda body, message: self._on_message(node, body, message)
-            )
+            consumer = listen(node, mailbox, channel, lambda body, message: self._on_message(node, body, message))
             try:
                 # The subscription is made by the first drain (kombu's Redis poller subscribes lazily).
                 first = True

@@ -84,14 +84,12 @@ PILOT_SESSION_COMMANDS = (
     "punsubscribe",
     "fcall",
 )
-#: What Celery's events and remote control (kombu's Redis transport) need of the broker's keys: the pilot's
-#: binding in ``celery.pidbox``'s table (kombu's ``_queue_bind``, a MULTI of two SADDs; ``_delete`` when it stops),
-#: the reply table's lookup, the LPUSH of a reply into the asker's reply queue, and ``_size`` (LLEN) and ``_delete``
-#: (DEL) of its own queue when it stops. No ``eval``/``evalsha``: kombu
-#: runs Lua on the broker only for queues with an expiry (``REFRESH_BINDING``/``SWEEP_BINDINGS``) and for its
-#: ``unacked`` mutex, and a pilot's remote-control queue has no expiry (``pilot.remote_control.celery_mailbox``)
-#: and takes no acknowledged messages.
-PILOT_BROKER_COMMANDS = ("sadd", "srem", "smembers", "lpush", "llen", "del", "exists")
+#: What Celery's remote control needs of the broker's keys: the lookup of the reply exchange's table and the
+#: LPUSH of a reply into the asker's reply queue. A pilot declares nothing on the broker (its remote-control
+#: queue is bound to a fanout exchange, carried by PUBLISH/SUBSCRIBE: pilot.remote_control.listen), so it writes no
+#: ``_kombu.binding.*`` table and runs none of kombu's Lua (binding expiry, the ``unacked`` mutex): no ``eval``,
+#: ``evalsha`` or ``script``.
+PILOT_BROKER_COMMANDS = ("smembers", "lpush")
 PILOT_COMMANDS = tuple(dict.fromkeys((*PILOT_SESSION_COMMANDS, *PILOT_DATA_COMMANDS)))
 
 
@@ -121,17 +119,9 @@ def pilot_rules(prefix: str, vo: str, db: int = 0) -> list[str]:
     ]
 
 
-#: Broker keys a pilot touches: the binding tables of the remote-control exchange (its own binding; written by
-#: kombu when its consumer starts and stops), its own remote-control queue (``<name>.celery.pidbox``, with
-#: kombu's priority variants, deleted when it stops) and the reply queues it answers into
-#: (``<id>.reply.celery.pidbox``; neither starts with ``_``, kombu's tables do); the reply exchange's binding table
-#: is read only.
-BROKER_KEYS = (
-    "_kombu.binding.celery.pidbox",
-    "_kombu.binding_permanent.celery.pidbox",
-    "[^_]*.celery.pidbox*",
-    "%R~_kombu.binding.reply.celery.pidbox",
-)
+#: Broker keys a pilot touches: the reply exchange's binding table, read only, and the reply queues it answers
+#: into (``<id>.reply.celery.pidbox``; kombu's own keys start with ``_``).
+BROKER_KEYS = ("%R~_kombu.binding.reply.celery.pidbox", "[^_]*.reply.celery.pidbox*")
 #: Commands on Celery's broadcast channel: listen only. Only the control plane (Flower, ``celery control``)
 #: publishes there, so no pilot user can shut down, revoke or drain another pilot, of its community or another.
 PIDBOX_COMMANDS = ("subscribe", "psubscribe", "unsubscribe", "punsubscribe")

@@ -101,14 +101,16 @@ def test_a_pilot_user_may_run_the_pilot_and_nothing_else(state: Path) -> None:
     listener.psubscribe("/0.celery.pidbox")
     assert listener.get_message(timeout=5)["type"] == "psubscribe"  # type: ignore[index]
     listener.close()
-    # What Celery's remote control needs of the broker, and only on the broker's keys it names.
-    assert pilot.sadd("_kombu.binding.celery.pidbox", "x") == 1
+    # What Celery's remote control needs of the broker (a reply), and only on the broker's keys it names.
     assert pilot.lpush("abc.reply.celery.pidbox", "x") == 1
     assert pilot.smembers("_kombu.binding.reply.celery.pidbox") == set()
     for command in (
         ("LPUSH", "pf:{lhcb}:whatever", "x"),  # the broker's commands on the broker's keys only
         ("SADD", "_kombu.binding.reply.celery.pidbox", "x"),  # read only
-        ("SADD", "_kombu.binding.anything", "x" * 1000),  # no other table to fill
+        ("SADD", "_kombu.binding.celery.pidbox", "x" * 1000),  # no binding table to fill
+        ("SADD", "_kombu.binding.anything", "x"),
+        ("LPUSH", "other.celery.pidbox", "x"),  # a pilot's own queue is never written
+        ("DEL", "abc.reply.celery.pidbox"),
         ("SET", "unacked_mutex", "x"),
     ):
         with pytest.raises(redis.exceptions.NoPermissionError):

@@ -30,8 +30,8 @@ listening (PIDBOX_COMMANDS), never publishing, on Celery's broadcast channel. No
 {{- $db := int .Values.redis.database }}
 {{- $session := list "ping" "hello" "auth" "select" "quit" "echo" "client|setname" "client|setinfo" "client|getname" "client|id" "multi" "exec" "discard" "time" "subscribe" "unsubscribe" "psubscribe" "punsubscribe" "fcall" }}
 {{- $data := list "hget" "hset" "hsetnx" "hmget" "hdel" "zadd" "zrem" "zrange" "zrangebyscore" "zscore" "zcard" "zcount" "smembers" "sadd" "incr" "incrby" "exists" "publish" "hincrby" "hincrbyfloat" }}
-{{- $broker := list "sadd" "srem" "smembers" "lpush" "llen" "del" "exists" }}
-{{- $brokerKeys := list "~_kombu.binding.celery.pidbox" "~_kombu.binding_permanent.celery.pidbox" "~[^_]*.celery.pidbox*" "%R~_kombu.binding.reply.celery.pidbox" }}
+{{- $broker := list "smembers" "lpush" }}
+{{- $brokerKeys := list "%R~_kombu.binding.reply.celery.pidbox" "~[^_]*.reply.celery.pidbox*" }}
 {{- $pidbox := list "subscribe" "psubscribe" "unsubscribe" "punsubscribe" }}
 {{- $rules := list "resetkeys" (printf "~%s*" $base) "resetchannels" (printf "&%swake" $base) (printf "&%srelease" $base) (printf "&%sctl:*" $base) (printf "&/%d.celeryev/*" $db) "-@all" }}
 {{- range uniq (concat $session $data) }}
