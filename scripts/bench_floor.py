@@ -30,10 +30,9 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_match import Run, Stock, Tally, alternate, cell, evalsha_worker, queue_name, timed, tq_id
+from bench_match import Run, Stock, Tally, alternate, cell, evalsha_worker, load_apart, queue_name, timed, tq_id
 
 from taskqueues.store import Store
-from taskqueues.store.functions import load_apart
 from taskqueues.store.packed import HotLine, PackedCall
 from taskqueues.store.records import PilotOffer
 from taskqueues.store.redis_server import RedisServer, server_version

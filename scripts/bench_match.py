@@ -37,7 +37,7 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from taskqueues.store import Store
-from taskqueues.store.functions import load_apart
+from taskqueues.store.functions import Function, wrapped
 from taskqueues.store.packed import HotLine, PackedCall
 from taskqueues.store.records import NewJob, PilotOffer
 from taskqueues.store.redis_server import RedisServer, server_version
@@ -45,6 +45,13 @@ from taskqueues.store.redis_server import RedisServer, server_version
 N_QUEUES = 10
 COMMAND = "x" * 64
 SHAPES = [(1, 2000), (2, 4000), (4, 8000), (1, 500), (8, 16000)]
+
+
+def load_apart(client: redis.Redis, library: str, function: str, source: str) -> Function:
+    """Load ``source`` as the one function of its own ``library`` (not the store's: a benchmark's floor or
+    ceiling), called like the store's functions (``Function``, ``PackedCall``)."""
+    client.function_load(f"#!lua name={library}\n" + wrapped(function, source), replace=True)
+    return Function(client, function, function=function)
 
 
 def queue_name(i: int) -> str:

@@ -420,7 +420,28 @@ def _pod_problems(name: str, obj: Manifest, spec: Mapping[str, Any]) -> list[str
             if mount["name"] not in mounts_by_volume | claims:
                 problems.append(f"{where}: mounts {mount['name']}, which is no volume of the pod")
         problems += _env_problems(where, container) + _script_problems(where, container)
+        problems += _flower_problems(where, container)
     return problems
+
+
+#: The Celery settings Flower must load (``celery --config``): without them, a Sentinel broker has no
+#: ``master_name`` and every broker poll of Flower's ends in a traceback.
+FLOWER_CONFIG = "matcher.app.flower_config"
+
+
+def _flower_problems(where: str, container: Mapping[str, Any]) -> list[str]:
+    args = list(container.get("args", []))
+    if container["name"] != "flower" or "flower" not in args:
+        return []
+    options = args[: args.index("flower")]  # celery's own options come before its subcommand
+    if "--config" not in options or options[options.index("--config") + 1 :][:1] != [FLOWER_CONFIG]:
+        return [f"{where}: celery must load --config {FLOWER_CONFIG} before 'flower' (a Sentinel broker's master_name)"]
+    names = {e["name"] for e in container.get("env", [])}
+    if any("sentinel://" in str(e.get("value", "")) for e in container.get("env", [])) and (
+        "PILOTFISH_REDIS_SENTINEL_MASTER" not in names
+    ):
+        return [f"{where}: a Sentinel URL without PILOTFISH_REDIS_SENTINEL_MASTER"]
+    return []
 
 
 def _selector_matches(obj: Manifest) -> bool:

@@ -33,10 +33,9 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_match import Stock, fcall_stats, pilot_asks
+from bench_match import Stock, fcall_stats, load_apart, pilot_asks
 
 from taskqueues.store import Store
-from taskqueues.store.functions import load_apart
 from taskqueues.store.packed import PackedCall
 from taskqueues.store.redis_server import RedisServer
 from taskqueues.store.scripts import prelude

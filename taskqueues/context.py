@@ -53,7 +53,7 @@ class Context:
         if s.broker_url and not s.pilot_broker_url and shown_url(s.broker_url) != s.broker_url:
             log.warning(
                 "pilots send their events with the control plane's broker credentials: set pilot_broker_url to "
-                "a URL of a user with the pilots' broker rights (README, 'Least privilege')"
+                "a URL of a user with the pilots' broker rights (docs/operator/security.md)"
             )
         return s.pilot_broker_url or s.broker_url
 
@@ -73,7 +73,7 @@ class Context:
         if shown_url(self.redis_url) != self.redis_url:  # an open server has no credentials to keep from pilots
             log.warning(
                 "pilots connect with the control plane's credentials: set pilot_redis_url to a URL of "
-                "a user with the pilots' rights (README, 'Least privilege')"
+                "a user with the pilots' rights (docs/operator/security.md)"
             )
         return self.redis_url
 

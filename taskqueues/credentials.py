@@ -89,8 +89,8 @@ def seal() -> None:
 
 
 def sealed(state_dir: str | Path) -> list[int]:
-    """The live processes :func:`seal` listed for this deployment (files of dead ones, and of reused pids, are
-    removed)."""
+    """The live processes :func:`seal` listed for this deployment (files of dead ones, zombies included, and of
+    reused pids are removed)."""
     import psutil
 
     live = []
@@ -98,7 +98,8 @@ def sealed(state_dir: str | Path) -> list[int]:
     for path in directory.glob("*") if directory.is_dir() else []:
         try:
             process = psutil.Process(int(path.name))
-            if abs(process.create_time() - float(path.read_text())) < 1.0:
+            same = abs(process.create_time() - float(path.read_text())) < 1.0
+            if same and process.status() != psutil.STATUS_ZOMBIE:  # a killed one nobody reaped is gone
                 live.append(process.pid)
                 continue
         except (OSError, ValueError, psutil.Error):

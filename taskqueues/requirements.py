@@ -20,7 +20,7 @@ job says               resource has           the resource is eligible when
 ``Name = [v1, v2]``    ``Name = [r1, r2]``    the two lists share a value
 ``MaxName = n``        ``MaxName = r``        ``r >= n`` (numbers; e.g. MaxMemory = 4000 needs >= 4000)
 ``MinName = n``        ``MinName = r``        ``r <= n`` (numbers)
-``BannedSite = [s..]`` ``Site = r`` or none   ``r`` is none of ``s..``; a resource without Site is eligible
+``BannedSite = [s…]``  ``Site = r`` or none   ``r`` is none of ``s…``; a resource without Site is eligible
 =====================  =====================  ==========================================================
 
 ``Max``/``Min`` rules apply to names that *start with* ``Max``/``Min`` followed by at least one more

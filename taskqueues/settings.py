@@ -49,12 +49,16 @@ class Settings:
     # acknowledged writes, a process kill nothing) or "always" (nothing, slower writes).
     redis_appendfsync: str = "everysec"
     vo: str = "default"
+    # The prefix of every Redis key; the pilots' user may touch only <prefix>:{<vo>}:*.
     prefix: str = "pf"
     catalog: str = ""
+    # The embedded server's data, its users' generated passwords and the local deployment's files (mode 0700).
     state_dir: str = str(Path.home() / ".pilotfish")
     lease_seconds: float = 60.0
+    # The back-off (seconds) before the reaper requeues a job whose lease expired again (a first expiry has none).
     backoff_seconds: float = 10.0
     max_retries: int = 3
+    # The run-time estimate (seconds) of a job with no hint, no earlier run and no statistics of its rule.
     default_ete: float = 60.0
     ete_safety_factor: float = DEFAULT_ETE_SAFETY_FACTOR
     # a rule whose run times' coefficient of variation is over this has no say over a job's own hint
@@ -63,21 +67,29 @@ class Settings:
     reap_interval: float = 5.0
     pool_refresh_interval: float = 900.0
     clean_interval: float = 600.0
+    # How long (seconds) an empty task queue or SubmitPool stays before the clean task forgets it.
     clean_grace: float = 600.0
     # Requests whose jobs all ended are forgotten this long (seconds) after their last end, with their jobs'
     # records and payload output, by the clean task; 0 keeps them for ever (taskqueues.store.retention).
     job_retention: float = 2592000.0
+    # Seconds between two cycles of the site director.
     director_interval: float = 10.0
+    # Beat runs the director's cycle; false: the director runs as its own process (the chart's workers and beat).
     beat_director: bool = True
+    # Seconds between two re-pressure runs (learnt run times re-score the waiting jobs).
     repressure_interval: float = 30.0
     # pilots
+    # A pilot with nothing running and nothing matched for this long (seconds) exits.
     pilot_idle_timeout: float = 60.0
+    # Seconds a provisioned pilot keeps free before its end to stop its payloads and report.
     pilot_stop_margin: float = 60.0
+    # Pilots send Celery events, so Flower shows them as workers and their payloads as tasks.
     pilot_events: bool = True
     # A provisioned pilot no backend answers for (its director died with the only knowledge of it) and that
     # has not beaten for this long is retired from the director's records.
     pilot_retire_after: float = 180.0
     # Flower
+    # The port of the Flower that pilotfish up starts.
     flower_port: int = 5555
     # Metrics (pilotfish metrics): at most this many task queues get series of their own, the others add up
     # under task_queue="other".
@@ -89,8 +101,9 @@ class Settings:
     # The primary's name when redis_url is a Sentinel URL (sentinel://h1:26379;sentinel://h2:26379): the
     # store's, Celery's (master_name transport option) and the pilots' ($PILOTFISH_REDIS_SENTINEL_MASTER).
     redis_sentinel_master: str = "mymaster"
-    # A submission is acknowledged once this many replicas hold it (WAIT): 0 = as soon as the primary does.
-    submit_replicas: int = 0
+    # A submission is acknowledged once this many replicas hold it (WAIT; at most the primary's connected
+    # replicas, so a primary without one acknowledges at once): 0 = as soon as the primary does.
+    submit_replicas: int = 1
     # Celery's broker and result backend; empty: redis_url. Needed apart when redis_url names a Redis Cluster
     # (redis+cluster://h1:6379,h2:6379): Celery's Redis transport cannot use one, so the broker stays on a
     # standalone or Sentinel-managed Redis (sentinel://...; its primary is redis_sentinel_master).

@@ -6,7 +6,7 @@ records (``records``), read models for the operator's views and re-pressure (``r
 re-pressure computed (``rescore``), the director's pilot registry (``registry``), subscriptions, pings and
 connections of their own (``connection``), and the helpers the long-running components share (``lock``,
 ``alive``, ``stops``, ``outage``). ``access`` holds the ACL rules of its users, ``redis_server`` starts a
-server of our own, ``invariants`` checks a community's data. ``sentinel`` and ``cluster`` read the URL forms
+server of our own. ``sentinel`` and ``cluster`` read the URL forms
 of a Sentinel-managed primary and of a Redis Cluster (a community's client there talks to the primary owning
 its slot).
 """

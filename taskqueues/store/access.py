@@ -14,7 +14,7 @@ The store's operations are functions of one library (:mod:`taskqueues.store.func
 (``+fcall``; it runs :data:`PILOT_FUNCTIONS`) but not load, replace or delete any, and runs no Lua of its own
 (no ``eval``, ``evalsha``, ``script``). Redis checks a function's commands against the caller's rights, so a
 pilot still needs the data commands they use on its community's keys, and could run those directly: what
-it can do is bounded by the key pattern, not by the function (see the README, "Least privilege"). Every rule
+it can do is bounded by the key pattern, not by the function (see docs/operator/security.md). Every rule
 has the form Redis and Valkey recommend: no rule on a command's first argument (deprecated), selectors for
 rights that hold only on some keys or channels.
 

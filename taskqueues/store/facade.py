@@ -64,14 +64,17 @@ class Store(StoreReads):
         backoff: float = 10.0,
         clock: Clock = time.time,
         ete_safety_factor: float = DEFAULT_ETE_SAFETY_FACTOR,
-        submit_replicas: int = 0,
+        submit_replicas: int = 1,
         submit_timeout: float = 5.0,
+        replica_window: float = 600.0,
         reservation_slack: float = DEFAULT_RESERVATION_SLACK,
     ) -> None:
         """``ete_safety_factor``: a job without ``wall`` must find this many times its run-time estimate left
         in a pilot (:func:`taskqueues.store.records.time_needed`; every writer of a task-queue member uses this one).
         ``submit_replicas``: :meth:`submit` returns once that many replicas hold the submission (``WAIT``,
-        up to ``submit_timeout`` seconds), so a failover that follows cannot lose it."""
+        up to ``submit_timeout`` seconds; at most as many as the primary has), so a failover that
+        follows cannot lose it; a replica cut off less than ``replica_window`` seconds ago still counts (Sentinel
+        may promote it when it comes back). Whatever they are, job ids are never given twice (``submit.lua``)."""
         if not ete_safety_factor >= 1:
             raise ConfigError(f"ete_safety_factor must be at least 1, got {ete_safety_factor!r}")
         self.client = client
@@ -87,6 +90,9 @@ class Store(StoreReads):
                 f"submit_replicas must be >= 0 and submit_timeout > 0, got {submit_replicas!r} and {submit_timeout!r}"
             )
         self.submit_replicas = submit_replicas
+        self.replica_window = replica_window
+        #: The server run whose reaper cursor this store last saw (:meth:`_lease_cutoff`).
+        self._run_seen: str | None = None
         self.submit_timeout = submit_timeout
         #: A reservation (match.lua) whose start passed by this many seconds holds its pilot's cores no more.
         self.reservation_slack = reservation_slack
@@ -182,24 +188,47 @@ class Store(StoreReads):
         k = self.keys
         declared = [key for tq, d in tqs.items() for key in (k.tq(tq), k.pool(tq), *map(k.qheads, d["queues"]))]
         declared += [k.byrule(rule) for rule in {j.rule for j in jobs if j.rule}] + [k.work, *self.floors]
-        keys = [k.jobs, k.seq, k.tqdefs, k.tqempty, k.poolstamp, k.releasing, k.requests]
-        if not self.submit_replicas:
-            reply = self.call_script("submit", keys, [self._base, now, json.dumps(body)], declared)
-            return [_text(i) for i in reply[1:]]
+        keys = [k.jobs, k.seq, k.tqdefs, k.tqempty, k.poolstamp, k.releasing, k.requests, k.idrange]
+        args = [self._base, now, json.dumps(body)]
         single = self.client.client()  # type: ignore[no-untyped-call]  # WAIT counts the writes of its own connection
         try:
-            reply = self.call_script("submit", keys, [self._base, now, json.dumps(body)], declared, client=single)
-            acked = int(single.wait(self.submit_replicas, max(1, round(self.submit_timeout * 1000))))
+            confirmed = ""
+            for _ in range(_MAX_KEY_ROUNDS):
+                reply = self.call_script(
+                    "submit",
+                    keys,
+                    [*args, confirmed, self.replica_window if self.submit_replicas else 0],
+                    declared,
+                    client=single,
+                )
+                if _text(reply[0]) != "replicate":
+                    break
+                # The id ceiling must be on a replica before ids under it are given (submit.lua's header).
+                if self._replicated(single, 1) < 1:
+                    raise StoreUnavailable(
+                        f"no replica of the primary at {self.where} acknowledged the next job ids within "
+                        f"{self.submit_timeout:g} s: nothing was stored (a failover now could give them again)"
+                    )
+                confirmed = _text(reply[1])
+            else:
+                raise StoreError("script submit kept asking for a replicated id ceiling")
+            ids = [_text(i) for i in reply[2:]]
+            wanted = min(self.submit_replicas, int(reply[1]))
+            acked = self._replicated(single, wanted) if wanted else 0
         finally:
             single.close()
-        ids = [_text(i) for i in reply[1:]]
-        if acked < self.submit_replicas:
+        if acked < wanted:
             raise StoreUnavailable(
                 f"jobs {ids[0]}..{ids[-1]} are stored on the primary at {self.where}, but only "
-                f"{acked} of {self.submit_replicas} replicas acknowledged them within "
+                f"{acked} of {wanted} replicas acknowledged them within "
                 f"{self.submit_timeout:g} s: a failover now could lose them"
             )
         return ids
+
+    def _replicated(self, single: redis.Redis, replicas: int) -> int:
+        """How many replicas hold this connection's writes (``WAIT``, up to ``submit_timeout`` seconds)."""
+        with guard(self.where, "waiting for replicas"):
+            return int(single.wait(replicas, max(1, round(self.submit_timeout * 1000))))
 
     # -- the hot path -----------------------------------------------------------------------------
 
@@ -440,6 +469,17 @@ class Store(StoreReads):
             return now
         k = self.keys
         seen, grace = self.client.hmget(k.cursor, [_RUN_ID, _GRACE])
+        if seen is None and self._run_seen is not None:
+            log.warning(
+                "the primary at %s (run %s) holds nothing of %s's reaper cursor, which run %s held: its data "
+                "was lost (a replica that never synced promoted, or a restart without its files); job ids "
+                "resume past the last replicated ceiling, but jobs and leases given since are gone",
+                self.where,
+                run_id,
+                self.keys.base,
+                self._run_seen,
+            )
+        self._run_seen = str(run_id)
         if seen is None or _text(seen) != str(run_id):
             if seen is not None:
                 grace = str(now + self.lease_seconds / 2).encode()

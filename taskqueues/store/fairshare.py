@@ -96,7 +96,7 @@ def job_account(tq_id: str, request: Mapping[str, Any]) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class Policy:
-    """Shares and limits of one community (see the module docstring and the README's "Shares and limits")."""
+    """Shares and limits of one community (see the module docstring and docs/user/shares.md)."""
 
     halflife: float = DEFAULT_HALFLIFE
     shares: Mapping[str, float] = field(default_factory=dict)
@@ -173,7 +173,7 @@ def _table(value: object, where: str) -> dict[str, Any]:
 
 
 def parse_policy(data: Mapping[str, Any], source: str = "shares") -> Policy:
-    """A policy from a parsed shares file; every refusal names the file and the key (README, "Shares")."""
+    """A policy from a parsed shares file; every refusal names the file and the key (docs/user/shares.md)."""
     for key in data:
         if key not in ("halflife", "default_share", "groups", "types"):
             raise ConfigError(f"{source}: {key}: unknown key; a shares file has halflife, default_share, groups, types")

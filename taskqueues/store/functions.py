@@ -152,8 +152,8 @@ class Function:
     """One function of the library, called like a redis-py ``Script``: ``fn(keys=[...], args=[...])``."""
 
     def __init__(self, client: redis.Redis, name: str, *, function: str = "") -> None:
-        """Script ``name`` of ``taskqueues/lua``; or, named by ``function``, a function loaded apart (a
-        benchmark's: :func:`load_apart`)."""
+        """Script ``name`` of ``taskqueues/lua``; or, named by ``function``, a function loaded apart (the
+        benchmarks' floor and ceiling: ``scripts/bench_match.py``'s ``load_apart``)."""
         self.client = client
         self.library = Library.of(client)
         self.name = name
@@ -176,13 +176,6 @@ class Function:
         """Load the library after a call found this function missing, or say the caller cannot."""
         if not self.library.load(self.client):
             raise self.library.missing(self.function)
-
-
-def load_apart(client: redis.Redis, library: str, function: str, source: str) -> Function:
-    """Load ``source`` as the one function of its own ``library`` (not the store's: a benchmark's floor or
-    ceiling), called like the store's."""
-    client.function_load(f"#!lua name={library}\n" + wrapped(function, source), replace=True)
-    return Function(client, function, function=function)
 
 
 def register(client: redis.Redis) -> dict[str, Function]:

@@ -8,6 +8,9 @@ rewrite (:mod:`taskqueues.store.cluster`). ``tests/test_keys.py`` checks it for 
 |---|---|---|
 | ``P:{vo}:jobs`` | hash | job id → job record (JSON) |
 | ``P:{vo}:seq`` | string | counter for job ids |
+| ``P:{vo}:idrange`` | hash | what keeps job ids unique across a failover (``submit.lua``): ``ceil`` (no id above it is
+given; raised past a replica-acknowledged ``pending``), ``epoch`` (the replication id of the primary that gave
+the last ids: another one starts at ``ceil``) |
 | ``P:{vo}:t:<tq>`` | zset | one task queue: member ``id:cpu:mem:tmp:need`` (``records.time_needed``), score = urgency |
 | ``P:{vo}:tqdefs`` | hash | task-queue id → canonical requirements (JSON) |
 | ``P:{vo}:tqempty`` | zset | task-queue id → time it became empty (cleaned after a grace period) |
@@ -107,6 +110,10 @@ class Keys:
     @property
     def seq(self) -> str:
         return f"{self.base}:seq"
+
+    @property
+    def idrange(self) -> str:
+        return f"{self.base}:idrange"
 
     def tq(self, tq_id: str) -> str:
         return f"{self.base}:t:{tq_id}"

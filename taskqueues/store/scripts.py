@@ -1,8 +1,9 @@
-"""The Lua scripts of ``taskqueues/store/lua``: read once, registered with ``register_script`` (EVALSHA).
+"""The Lua scripts of ``taskqueues/store/lua``: their names, and the text each is loaded with.
 
 Each ``<name>.lua`` is one operation; ``_lib.lua`` holds the helpers the scripts share and is put in
 front of each script that calls one of them, so a script file stays readable on its own (its header
-names every KEYS[i] and ARGV[i]). ``match.lua``, the hot path, uses none and gets none.
+names every KEYS[i] and ARGV[i]). ``match.lua``, the hot path, uses none and gets none. The store loads
+them as one Redis function library (:mod:`taskqueues.store.functions`).
 
 Names exist once: a script does not spell a key suffix or a default of Python's, it names a constant
 (``K_TQ``, ``MAX_RETRIES``...) and the loader puts in front of it one line of ``local`` constants holding
@@ -15,9 +16,6 @@ from __future__ import annotations
 import re
 from functools import cache
 from importlib import resources
-
-import redis
-from redis.commands.core import Script
 
 from .keys import lua_names
 from .records import DEFAULT_MAX_RETRIES
@@ -61,8 +59,3 @@ def names() -> list[str]:
         for entry in folder.iterdir()
         if entry.name.endswith(".lua") and not entry.name.startswith("_")
     )
-
-
-def register(client: redis.Redis) -> dict[str, Script]:
-    """Every script registered on ``client``; redis-py sends EVALSHA and loads it once on NOSCRIPT."""
-    return {name: client.register_script(source(name)) for name in names()}

@@ -45,7 +45,6 @@ BLOCKED_IN = "blocked:"
 SUBMITTED = "submitted:"
 ERRORS = "errors:"
 MATCH_SECONDS = "match_seconds:"
-MATCH_SECONDS_SUM = "match_seconds:sum"
 
 #: Upper bounds (seconds) of the match-latency buckets: a match is a round trip of a fraction of a
 #: millisecond on a quiet server, tens of milliseconds on a loaded one, seconds when something is wrong.

@@ -57,11 +57,6 @@ class StopRequest:
         return cls(mode, reason, at) if mode in MODES else None
 
 
-def nudge(client: redis.Redis, keys: Keys, pilot: str) -> None:
-    """Tell ``pilot`` to heartbeat now (it reads its kill and stop requests there)."""
-    client.publish(keys.pilot_channel(pilot), "1")
-
-
 def request(client: redis.Redis, keys: Keys, pilot: str, mode: str, reason: str, now: float | None = None) -> bool:
     """Store a stop request for ``pilot`` and nudge it; False when a request at least as strong was there
     (it stays, and the pilot is not nudged again)."""

@@ -1,4 +1,8 @@
-"""The README stays true: its settings and catalog examples load, and the operator commands it shows run."""
+"""The README and the docs stay true: the settings and catalog examples load, and the tour's commands run.
+
+The tour (the first run, the operator commands, the Python client) is the README's; the settings example is
+the operator guide's configuration page, the catalog example its catalog page (``tests.support.pages``).
+"""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from taskqueues.catalog import Catalog
 from taskqueues.settings import Settings
 from taskqueues.store import Store
 from taskqueues.store.records import JobState
+from tests.support.pages import blocks, named, pages
 from tests.support.paths import ROOT
 from tests.support.pilots import pilot_env
 from tests.support.polling import wait_until
@@ -23,7 +28,6 @@ from tests.support.polling import wait_until
 pytestmark = pytest.mark.timeout(600)  # the README's runs (each bounded at 300 s)
 
 README = (ROOT / "README.md").read_text()
-TOML_BLOCKS = re.findall(r"```toml\n(.*?)```", README, re.S)
 
 
 def test_the_readme_starts_with_the_two_commands_and_ci_runs_the_second() -> None:
@@ -47,7 +51,7 @@ def test_the_test_command_also_runs_the_static_checks_and_every_test_has_a_timeo
 
 
 def test_the_settings_example_is_valid(tmp_path: Path) -> None:
-    settings_block = next(b for b in TOML_BLOCKS if "redis_url" in b)
+    settings_block = next(b for b in blocks("toml", named("docs/operator/configuration.md")) if "redis_url" in b)
     path = tmp_path / "pilotfish.toml"
     path.write_text(settings_block)
     loaded = Settings.load(path, env={})
@@ -55,8 +59,8 @@ def test_the_settings_example_is_valid(tmp_path: Path) -> None:
 
 
 def test_the_catalog_example_is_valid() -> None:
-    catalog_block = next(b for b in TOML_BLOCKS if "[sites." in b)
-    queues = Catalog.loads(catalog_block, "README.md").queues("lhcb")
+    catalog_block = next(b for b in blocks("toml", named("docs/operator/catalog.md")) if "[sites." in b)
+    queues = Catalog.loads(catalog_block, "docs/operator/catalog.md").queues("lhcb")
     assert [q.id for q in queues] == ["LCG.CERN.ch/ce503.cern.ch/long"]
     assert queues[0].params["MaxMemory"] == 4000
 
@@ -304,8 +308,8 @@ def test_the_tour_runs_as_the_readme_shows(tmp_path: Path, redis_url: str) -> No
 
 
 @pytest.mark.parametrize("example", ["small-dag", "mixed-batch", "montage"])
-def test_the_examples_named_in_the_readme_exist(example: str) -> None:
-    assert f"examples/{example}.toml" in README
+def test_the_examples_named_in_the_docs_exist(example: str) -> None:
+    assert any(f"examples/{example}.toml" in page.read_text() for page in pages())
     assert (ROOT / "examples" / f"{example}.toml").exists()
 
 

@@ -1,14 +1,16 @@
-"""The README's "Where things are" lists every package and sub-package, and nothing else."""
+"""The list "Where things are" (docs/architecture/layout.md, once in the README) names every package and
+sub-package, and nothing else."""
 
 from __future__ import annotations
 
 import re
 
+from tests.support.pages import named
 from tests.support.paths import ROOT
 
 
 def _listed() -> list[str]:
-    text = (ROOT / "README.md").read_text()
+    text = named("docs/architecture/layout.md").read_text()
     section = text.split("## Where things are", 1)[1].split("\n## ", 1)[0]
     return re.findall(r"^- `([\w/]+)/` — ", section, re.MULTILINE)
 

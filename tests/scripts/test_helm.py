@@ -211,7 +211,15 @@ def test_flower_runs_celery_flower_with_basic_auth_from_a_secret(hc: ModuleType)
     objects = hc.objects_of({"flower": {"auth": {"username": "ops", "password": "Fl0wer-pass"}}})
     c = container(named(objects, "Deployment", "-flower"))
     assert c["command"] == ["celery"]
-    assert c["args"] == ["--broker", "$(PILOTFISH_REDIS_URL)", "flower", "--port=5555", "--address=0.0.0.0"]
+    assert c["args"] == [
+        "--broker",
+        "$(PILOTFISH_REDIS_URL)",
+        "--config",
+        "matcher.app.flower_config",  # Celery's settings for a Sentinel broker (its master_name)
+        "flower",
+        "--port=5555",
+        "--address=0.0.0.0",
+    ]
     env = env_of(c)
     names = list(env)
     assert env["FLOWER_BASIC_AUTH"]["value"] == "$(FLOWER_USERNAME):$(FLOWER_PASSWORD)"

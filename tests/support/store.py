@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from taskqueues.store import Store, payload_logs, retention
-from taskqueues.store.invariants import check, heads_violations
 from taskqueues.store.lock import Lock
 from taskqueues.store.records import NewJob, PilotOffer, RunResult
 from tests.support.clock import FakeClock
+from tests.support.invariants import check, heads_violations
 from tests.support.keyspace import dump_all, restore_all, text
 
 
@@ -71,7 +71,7 @@ def check_states(store: Store, expected: dict[str, str]) -> None:
 
 
 def check_store(store: Store) -> None:
-    """The whole store of the community is consistent (taskqueues.store.invariants)."""
+    """The whole store of the community is consistent (tests.support.invariants)."""
     assert [str(v) for v in check(store.client, store.keys)] == []
 
 
@@ -139,9 +139,9 @@ def script_calls(store: Store, pop: Population, clock: FakeClock) -> dict[str, C
     scripts = dict(store._scripts)
 
     def record(name: str, run: Callable[[], object]) -> None:
-        def spy(keys: list[Any], args: list[Any]) -> Any:
+        def spy(keys: list[Any], args: list[Any], **how: Any) -> Any:
             calls[name] = (list(keys), list(args))
-            return scripts[name](keys=keys, args=args)
+            return scripts[name](keys=keys, args=args, **how)
 
         store._scripts[name] = spy  # type: ignore[assignment]
         try:

@@ -7,7 +7,8 @@
 -- KEYS[5]  poolstamp zset       (task-queue id -> time its SubmitPool was computed)
 -- KEYS[6]  releasing zset
 -- KEYS[7]  requests hash        (request id -> record JSON)
--- KEYS[8..] task-queue zsets, SubmitPool sets, queue-heads zsets, byrule sets, the work counter,
+-- KEYS[8]  idrange hash         (ceil, pending, epoch: job ids are never given twice, see below)
+-- KEYS[9..] task-queue zsets, SubmitPool sets, queue-heads zsets, byrule sets, the work counter,
 --           the heads, qfloor and tqmax hashes
 --           and the stats hash, whose counters this script adds to (taskqueues/stats.py)
 -- ARGV[1]  key base "<prefix>:{<vo>}:"
@@ -20,11 +21,27 @@
 --          attempt or a result. The jobs come in dependency order (every dependent after its dependencies);
 --          a blocked job's nd counts the jobs of the call that list it as a dependent, all unfinished; a
 --          failed or dep-failed job (refused at release: its template did not evaluate) carries its reason.
--- Returns  {'ok', id...} in the order of the jobs, or {'needkeys', key...}
+-- ARGV[4]  an id ceiling the caller saw replicas acknowledge (a 'replicate' reply's), or ''
+-- ARGV[5]  seconds a replica the primary had is still counted once disconnected (0: connected ones only)
+-- Returns  {'ok', replicas, id...}: the primary's replicas (connected, or seen within ARGV[5] seconds), the
+--          ids in the order of the jobs;
+--          {'replicate', ceiling}: nothing stored, WAIT for a replica and call again with the ceiling as ARGV[4];
+--          or {'needkeys', key...}
+--
+-- Job ids are never given twice, even by a replica promoted after a failover that lost writes. An id is given
+-- only below the ceiling (idrange.ceil); while the primary has replicas, the ceiling is raised (by the jobs
+-- plus ID_BLOCK) only to a value the caller saw a replica hold (WAIT), so every replica Sentinel may promote
+-- holds a ceiling above every id given. A replica cut off (paused, its link broken) can still be promoted
+-- when it comes back, so one seen within ARGV[5] seconds still counts (idrange.rseen, .rat). A primary whose replication id is not the one that gave the last
+-- ids (a promoted replica, a restart) starts counting at the ceiling. Without replicas the ceiling follows
+-- the ids (a restart from the primary's own files then continues where its data ends).
 SCRIPT = 'submit'
-local base = check_base({'jobs', 'seq', 'tqdefs', 'tqempty', 'poolstamp', 'releasing', 'requests'})
-check_count(3, true)
+local base = check_base({'jobs', 'seq', 'tqdefs', 'tqempty', 'poolstamp', 'releasing', 'requests', 'idrange'})
+check_count(5, true)
+local ID_BLOCK = 10000
 local now = argv_number(2, 'now', 0, MAX_TIME)
+if ARGV[4] ~= '' then argv_number(4, 'acknowledged id ceiling', 1, 1e14, true) end
+local window = argv_number(5, 'replica window', 0, MAX_TIME)
 local payload = check_json('ARGV[3] (payload)', ARGV[3])
 local NEW = {s = 'any', t = 'any', m_tail = 'tail', sc = 'score', c = 'text', r = 'json', rn = 'any', e = 'ete', h = 'ete',
              ts = 'time', mr = 'count', q = 'request', n = 'text', k = 'text', ru = 'name', dl = 'array',
@@ -137,8 +154,50 @@ end
 local missing = needkeys()
 if missing then return missing end
 
+-- The id range (see the header). fakeredis has no INFO: one primary, no replica. A user not allowed INFO
+-- may not submit (it could not tell a new primary).
+local info = redis.pcall('INFO', 'replication')
+if type(info) == 'table' and not string.find(tostring(info.err), 'Unknown Redis command', 1, true) then
+  return redis.error_reply('submit: INFO replication failed (' .. tostring(info.err) .. '): nothing stored')
+end
+if type(info) ~= 'string' then info = '' end
+local replid = string.match(info, 'master_replid:(%w+)') or 'none'
+local replicas = tonumber(string.match(info, 'connected_slaves:(%d+)')) or 0
+local range = redis.call('HMGET', KEYS[8], 'epoch', 'ceil', 'pending', 'rseen', 'rat')
+local seq = tonumber(redis.call('GET', KEYS[2]) or '0')
+local ceil = math.max(tonumber(range[2]) or 0, seq)
+if range[1] ~= replid then
+  if ceil > seq then
+    redis.log(redis.LOG_WARNING, 'pilotfish: a new primary for ' .. KEYS[2] .. '; job ids resume at '
+      .. ceil .. ' (the last id it holds is ' .. seq .. ')')
+    seq = ceil
+    redis.call('SET', KEYS[2], string.format('%d', seq))
+  end
+  redis.call('HSET', KEYS[8], 'epoch', replid)
+  redis.call('HDEL', KEYS[8], 'pending', 'rseen', 'rat')
+  range[3], range[4] = false, false
+end
+if replicas > 0 then
+  redis.call('HSET', KEYS[8], 'rseen', replicas, 'rat', ARGV[2])
+elseif range[4] and now - tonumber(range[5]) <= window then
+  replicas = tonumber(range[4])
+end
+if ARGV[4] ~= '' and ARGV[4] == range[3] then
+  ceil = math.max(ceil, tonumber(ARGV[4]))
+  redis.call('HDEL', KEYS[8], 'pending')
+end
+if seq + #payload.jobs > ceil then
+  if replicas > 0 then
+    local pending = string.format('%d', seq + #payload.jobs + ID_BLOCK)
+    redis.call('HSET', KEYS[8], 'pending', pending)
+    return {'replicate', pending}
+  end
+  ceil = seq + #payload.jobs
+end
+redis.call('HSET', KEYS[8], 'ceil', string.format('%d', ceil))
+
 for tq, def in pairs(payload.tqs) do ensure_pool(base, KEYS[3], KEYS[5], tq, def.def, pools[tq], now) end
-local ids = {'ok'}
+local ids = {'ok', replicas}
 for _, rec in ipairs(payload.jobs) do
   rec.id = tostring(redis.call('INCR', KEYS[2]))
   if rec.m_tail then rec.m = rec.id .. rec.m_tail end
@@ -165,7 +224,7 @@ for _, rec in ipairs(payload.jobs) do
   save(KEYS[1], rec)
 end
 if request then
-  request.rec.first, request.rec.last = ids[2], ids[#ids]
+  request.rec.first, request.rec.last = ids[3], ids[#ids]
   redis.call('HSET', KEYS[7], request.id, cjson.encode(request.rec))
 end
 sync_heads(base, now)

@@ -4,7 +4,7 @@ A real 3-primary cluster (tests/support/cluster.py); each community's keys live 
 ``{vo}``, one on each primary. Pilots of every community run jobs while one community's slot is moved the way
 ``valkey-cli --cluster reshard`` moves it (SETSLOT IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE) and another's
 with Valkey's atomic slot migration; every job of every community ends done, its payload run exactly once,
-and every store stays consistent (taskqueues.store.invariants). The control plane's part is the reaper
+and every store stays consistent (tests.support.invariants). The control plane's part is the reaper
 (Store.requeue_expired), run as the worker runs it.
 """
 
@@ -127,7 +127,7 @@ def test_three_communities_ride_out_slot_migrations(tmp_path: Path) -> None:
         for vo in COMMUNITIES:
             assert runs[vo][0] == Counter(ids[vo]), f"community {vo}: every payload ran exactly once"
             check_store(stores[vo])
-        # What the README's "Scaling out" quotes (pytest -s shows it): how long each move took, and the longest
+        # What docs/operator/ha.md quotes (pytest -s shows it): how long each move took, and the longest
         # time community a and b went without a payload start around it (a pilot's round is 0.4 s here).
         print(
             f"\nclassic move of {moved} keys: {at[1] - at[0]:.3f} s, longest wait for a start in a: "

@@ -24,10 +24,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from taskqueues.store import Store, scripts
-from taskqueues.store.invariants import check
 from taskqueues.store.keys import Keys
 from taskqueues.store.redis_server import RedisServer
 from tests.support.clock import FakeClock
+from tests.support.invariants import check
 from tests.support.keyspace import dump_all, restore_all
 from tests.support.store import Call, populate, script_calls
 

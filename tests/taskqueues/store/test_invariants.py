@@ -9,8 +9,8 @@ import pytest
 import redis
 
 from taskqueues.store import Store
-from taskqueues.store.invariants import Violation, check
 from tests.support.clock import FakeClock
+from tests.support.invariants import Violation, check
 from tests.support.store import OFFER, Population, populate
 
 Damage = Callable[[Store, Population], object]

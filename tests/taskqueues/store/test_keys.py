@@ -28,6 +28,7 @@ def test_every_key_builder_carries_the_hash_tag() -> None:
     built = [
         keys.jobs,
         keys.seq,
+        keys.idrange,
         keys.tq("x"),
         keys.tqdefs,
         keys.tqempty,
@@ -74,9 +75,9 @@ def test_every_script_call_declares_keys_of_one_slot(real_redis: redis.Redis) ->
     calls: list[tuple[str, list[Any]]] = []
     for name, script in [(n, s) for n, s in store._scripts.items() if n != "match"]:
 
-        def spy(keys: list[Any], args: list[Any], _name: str = name, _script: Any = script) -> Any:
+        def spy(keys: list[Any], args: list[Any], _name: str = name, _script: Any = script, **how: Any) -> Any:
             calls.append((_name, list(keys)))
-            return _script(keys=keys, args=args)
+            return _script(keys=keys, args=args, **how)
 
         store._scripts[name] = spy  # type: ignore[assignment]
 

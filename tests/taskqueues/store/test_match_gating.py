@@ -11,10 +11,10 @@ import redis
 
 from taskqueues.store import Store
 from taskqueues.store.fairshare import Policy, publish
-from taskqueues.store.invariants import check
 from taskqueues.store.records import PilotOffer
 from taskqueues.store.reservations import read_reservations
 from tests.support.clock import FakeClock
+from tests.support.invariants import check
 from tests.support.store import job
 
 Q = "site/ce/q1"

@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from taskqueues.store import Store
-from taskqueues.store.invariants import check
 from taskqueues.store.records import PilotOffer, member_tail
 from taskqueues.store.records import text as _text
 from tests.support.clock import FakeClock
+from tests.support.invariants import check
 from tests.support.store import check_heads, check_pools, check_states, job
 
 QUEUES = ["s/c/q0", "s/c/q1", "s/c/q2"]

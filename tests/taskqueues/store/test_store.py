@@ -35,7 +35,7 @@ Q2 = "site/ce/q2"
 
 @pytest.fixture(autouse=True)
 def consistent(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Every test of the ``store`` fixture leaves it consistent (taskqueues.store.invariants)."""
+    """Every test of the ``store`` fixture leaves it consistent (tests.support.invariants)."""
     store = request.getfixturevalue("store") if "store" in request.fixturenames else None
     yield
     if store is not None:

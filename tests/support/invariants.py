@@ -5,8 +5,9 @@ task-queue member, its lease, its back-off, the releasing set), each task queue 
 SubmitPool and the heads index of every queue of that pool, the queue floors, the largest exact values,
 the emptied task queues and the outstanding-work counter. :func:`check` reads all of them (SCAN, HSCAN:
 no ``KEYS``) and returns every place where they disagree, one :class:`Violation` each; an empty list
-means the store is consistent. The tests run it after each script call (``tests/test_store_fuzz.py``);
-an operator can run it on a live store (it only reads, but it reads everything: not on the hot path).
+means the store is consistent. The tests run it after each script call (``tests/taskqueues/store/test_fuzz.py``).
+It lives with the tests, which alone use it: it reads the whole of a community's store into memory at once
+and knows the storage layout key by key (an oracle of the scripts, not an operator's tool).
 
 A job that a script parked (``keys.parked``: its member or record could not be read) is accounted for:
 it may wait outside every task queue, and its record may be unreadable.
@@ -24,10 +25,10 @@ from typing import Any
 
 import redis
 
-from .keys import Keys
-from .records import Job, JobState
-from .records import text as _text
-from .reservations import read_reservations
+from taskqueues.store.keys import Keys
+from taskqueues.store.records import Job, JobState
+from taskqueues.store.records import text as _text
+from taskqueues.store.reservations import read_reservations
 
 __all__ = ["Violation", "check", "fair_violations", "heads_violations"]
 
