@@ -156,6 +156,11 @@ def read_secrets(env: Mapping[str, str]) -> dict[str, str]:
     return values
 
 
+def pilot_files_dir(state_dir: str | Path) -> Path:
+    """Where a director writes its pilots' credential files."""
+    return Path(state_dir) / "run" / "pilot-credentials"
+
+
 def write_pilot_file(directory: Path, values: Mapping[str, str]) -> Path:
     """A pilot's one-use credential file in ``directory`` (0700): ``values`` are its ``PILOTFISH_*``
     variables that carry passwords (``PILOTFISH_REDIS_URL``, ``PILOTFISH_BROKER_URL``)."""

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import psutil
 
-from taskqueues import embedded
+from taskqueues import credentials, embedded
 from taskqueues.context import Context
 from taskqueues.credentials import DEPLOYMENT_VARIABLE, SECRET_SETTINGS, SECRETS_VARIABLE, sealed, write_secrets
 from taskqueues.errors import PilotfishError
@@ -219,6 +219,8 @@ def down(ctx: Context, grace: float = 10.0) -> Iterator[tuple[str, str]]:
         what = sorted({_describe(p) for p in left})
         _stop(left, grace)
         yield "orphans", f"{len(left)} stopped ({', '.join(what)})"
+    # The one-use credential files of pilots that never started: no pilot of this deployment is left to take one.
+    credentials.sweep_pilot_files(credentials.pilot_files_dir(ctx.settings.state_dir), -1.0, time.time())
     if not ctx.settings.redis_url:
         yield "redis", "stopped" if embedded.stop(ctx.settings.state_dir) else "not running"
 

@@ -25,7 +25,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from pilot.backends.base import Backend, PilotRequest, PilotState, PilotStatus
@@ -423,7 +422,7 @@ class Director:
         handed = {name: value for name, value in env.items() if is_secret(name, value)}
         env = {name: value for name, value in env.items() if name not in handed}
         if handed:
-            directory = Path(self.ctx.settings.state_dir) / "run" / "pilot-credentials"
+            directory = credentials.pilot_files_dir(self.ctx.settings.state_dir)
             now = time.time()
             if now - self._swept_credentials > CREDENTIAL_SWEEP:
                 self._swept_credentials = now

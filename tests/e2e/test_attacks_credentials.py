@@ -233,6 +233,10 @@ def test_up_on_a_configured_redis_keeps_its_urls_in_the_secrets_file(tmp_path: P
             for process in processes:
                 text = "\0".join(process.cmdline()) + "\0".join(f"{k}={v}" for k, v in process.environ().items())
                 assert control_pw not in text and pilot_pw not in text, f"a password in {process.cmdline()}"
+            # A pilot that never started (cancelled while queued) leaves its file: down removes it.
+            never = credentials.write_pilot_file(credentials.pilot_files_dir(state), {"PILOTFISH_REDIS_URL": "x"})
+            cli(["down"], env, timeout=180)
+            assert not never.exists() and list(credentials.pilot_files_dir(state).iterdir()) == []
             kept = json.loads((state / "run" / "secrets.json").read_text())
             assert kept == {
                 "redis_url": env["PILOTFISH_REDIS_URL"],
