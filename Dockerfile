@@ -23,6 +23,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PILOTFISH_STATE_DIR=/var/lib/pilotfish
 # The chart runs every container as 10001 with a read-only root filesystem; the same user here makes a
 # plain `docker run` behave the same way. The state dir is where beat's schedule and a pilot's work go.
+# bubblewrap: pilots run each payload in its own namespaces (payload_sandbox = "bwrap", the default).
+RUN apt-get update && apt-get install -y --no-install-recommends bubblewrap && rm -rf /var/lib/apt/lists/*
 RUN groupadd --system --gid 10001 pilotfish \
     && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/pilotfish --create-home \
        --shell /usr/sbin/nologin pilotfish \

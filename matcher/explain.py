@@ -214,7 +214,9 @@ def explain(store: Store, catalog: Catalog, job_id: str, *, now: float | None = 
         eligible=eligible,
         ineligible=_ineligible(store, catalog, job, set(eligible)) if job.tq_id else {},
         parked=_parked(parked),
-        reservations=held_for(store.client, store.keys, eligible, job_id, now) if job.tq_id else [],
+        reservations=held_for(store.client, store.keys, eligible, job_id, now, bounded=store.bounded_reservations)
+        if job.tq_id
+        else [],
     )
     view = fair_view(store, job, eligible if job.state is JobState.WAITING else [], now)
     base = _with(base, owner=view.owner, group=view.group, fairness=view.lines())

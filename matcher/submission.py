@@ -31,9 +31,11 @@ is eligible for what is known.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,8 +46,8 @@ from taskqueues.catalog import Catalog, Queue
 from taskqueues.context import Context
 from taskqueues.errors import PilotfishError, ProblemList, RequirementError, ValidationError, located, shown
 from taskqueues.ete import DEFAULT_SPREAD, estimate
-from taskqueues.placement import BACKEND_OPTIONS, INSTANCE_TYPE
-from taskqueues.requirements import CONSUMABLES, Requirements, check_name, check_value, parse_requirements
+from taskqueues.placement import BACKEND_OPTIONS, INSTANCE_TYPE, SUBMIT_POOL
+from taskqueues.requirements import CONSUMABLES, Requirements, bucket, check_name, check_value, parse_requirements
 from taskqueues.store import Store
 from taskqueues.store.fairshare import DEFAULT_GROUP, account_tq, default_owner
 from taskqueues.store.fairshare import check_name as check_account_name
@@ -139,11 +141,52 @@ def place(catalog: Catalog, raw: Mapping[str, object], *, job: str, vo: str) -> 
     catalog.check_names(req, job=job, vo=vo)
     queues = _with_options(_with_shape(catalog.require_eligible(req, job=job, vo=vo), req, hint, job), options, job)
     extras = {k: v for k, v in ((INSTANCE_TYPE, hint), (BACKEND_OPTIONS, options)) if v is not None}
+    pool = tuple(q.id for q in queues)
+    split = _pool_mark(catalog, req, extras, pool, vo)
+    if split is not None:
+        extras[SUBMIT_POOL] = split
     if not extras:
-        return Placement(req, req.tq_id, req.canonical_json(), tuple(q.id for q in queues))
+        return Placement(req, req.tq_id, req.canonical_json(), pool)
     canonical = json.dumps({**req.canonical(), **extras}, sort_keys=True, separators=(",", ":"))
     tq_id = Requirements(values={**req.values, **extras}).tq_id
     return Placement(req, tq_id, canonical, tuple(q.id for q in queues))
+
+
+def _pool_mark(
+    catalog: Catalog, req: Requirements, extras: Mapping[str, str], pool: Sequence[str], vo: str
+) -> str | None:
+    """The ``SubmitPool`` mark splitting the job off its requirement class, None when it needs none.
+
+    A task queue's SubmitPool is one set of queues for all its jobs (RFC #7: the pool belongs to a set of
+    requirements), and the queue heads a pilot matches are the task queue's: a job that fits more queues
+    than the largest job of its bucket would be stuck behind it there (a 4000 MB job sharing the 4096 MB
+    bucket with a 4001 MB one, on 4000 MB shapes). So a job whose exact values fit more queues than the
+    bucket's own values gets a task queue of its own kind, named by the queues it fits: jobs of one bucket
+    and one pool share it, and every job of a task queue fits its whole pool.
+    """
+    exact = (req.cpu, req.mem, req.tmp, req.wall or 0)
+    if exact == (bucket(req.cpu), bucket(req.mem), bucket(req.tmp), bucket(req.wall or 0)):
+        return None
+    definition = json.dumps({**req.canonical(), **extras}, sort_keys=True, separators=(",", ":"))
+    if _bucket_pool(catalog, definition, vo) == frozenset(pool):
+        return None
+    return hashlib.sha256(",".join(sorted(pool)).encode()).hexdigest()[:12]
+
+
+#: Per catalog (a catalog never changes once loaded): a bucket's definition and VO -> its eligible queues.
+_BUCKET_POOLS: weakref.WeakKeyDictionary[Catalog, dict[tuple[str, str], frozenset[str]]] = weakref.WeakKeyDictionary()
+
+
+def _bucket_pool(catalog: Catalog, definition: str, vo: str) -> frozenset[str]:
+    """:func:`pool_of_definition` of a bucket's definition, remembered: the jobs of a request share a few
+    buckets, and judging one costs twice what placing a job does."""
+    known = _BUCKET_POOLS.setdefault(catalog, {})
+    pool = known.get((definition, vo))
+    if pool is None:
+        if len(known) >= 4096:
+            known.clear()
+        pool = known[(definition, vo)] = frozenset(pool_of_definition(catalog, definition, vo=vo))
+    return pool
 
 
 def _with_shape(queues: list[Queue], req: Requirements, hint: str | None, job: str) -> list[Queue]:
@@ -209,6 +252,7 @@ def pool_of_definition(catalog: Catalog, tq_def: str, *, vo: str) -> list[str]:
     jobs wait, and ``pilotfish explain`` says why).
     """
     values = json.loads(tq_def)
+    values.pop(SUBMIT_POOL, None)
     hint = values.pop(INSTANCE_TYPE, None)
     options = values.pop(BACKEND_OPTIONS, None)
     try:

@@ -33,7 +33,10 @@ idle back-off is capped at 5 ms (:class:`PilotConfig` ``backoff_max``, run in-pr
 created and removed per payload) on another file system, e.g. tmpfs, to see what the disk costs.
 
 Usage: ``python scripts/bench_e2e.py [-n 10000] [--batch 1000] [--concurrency C] [--pilots P]
-[--rounds 1] [--trials 100] [--pause 1.0] [--scratch DIR] [--fast-poll]``
+[--rounds 1] [--trials 100] [--pause 1.0] [--scratch DIR] [--fast-poll] [--sandbox-ratio]``
+
+The pilots run their payloads in the bwrap sandbox (the default); ``--sandbox-ratio`` then runs the
+Pilotfish phase as many rounds again with ``--payload-sandbox none`` and prints bwrap / none.
 """
 
 from __future__ import annotations
@@ -175,7 +178,7 @@ def _tail(path: Path, lines: int = 20) -> str:
 # -- Pilotfish ---------------------------------------------------------------------------------------------------
 
 
-def pilot_command(url: str, cores: int, workdir: Path, fast_poll: bool) -> list[str]:
+def pilot_command(url: str, cores: int, workdir: Path, fast_poll: bool, sandbox: str = "bwrap") -> list[str]:
     """The pilot as an operator starts it, or this script's ``_pilot`` entry with a 5 ms idle back-off cap."""
     if fast_poll:
         return [sys.executable, str(Path(__file__).resolve()), "_pilot", url, str(cores), str(workdir)]
@@ -195,12 +198,22 @@ def pilot_command(url: str, cores: int, workdir: Path, fast_poll: bool) -> list[
         "--no-events",
         "--workdir",
         str(workdir),
+        "--payload-sandbox",
+        sandbox,
     ]
 
 
 @contextmanager
 def pilots(
-    url: str, store: Store, count: int, cores: int, base: Path, *, fast_poll: bool = False, timeout: float = 30.0
+    url: str,
+    store: Store,
+    count: int,
+    cores: int,
+    base: Path,
+    *,
+    fast_poll: bool = False,
+    timeout: float = 30.0,
+    sandbox: str = "bwrap",
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
     """``count`` running pilots of ``cores`` cores each, registered in the store; stopped with SIGTERM after."""
     procs: list[subprocess.Popen[bytes]] = []
@@ -213,7 +226,7 @@ def pilots(
             with log.open("wb") as out:
                 procs.append(
                     subprocess.Popen(
-                        pilot_command(url, cores, base / f"pilot-{i}", fast_poll),
+                        pilot_command(url, cores, base / f"pilot-{i}", fast_poll, sandbox),
                         cwd=ROOT,
                         env=child_env({"JOBSTATUS": str(base / f"jobstatus-{i}")}),
                         stdout=out,
@@ -455,6 +468,24 @@ def latency_table(trials: Sequence[Trial], label: str) -> str:
     return "\n".join(rows)
 
 
+def sandbox_ratio(
+    server: RedisServer, context: Context, count: int, cores: int, base: Path, args: Any, bwrap: list[Throughput]
+) -> str:
+    """The Pilotfish phase again, as many rounds, with unconfined payloads: the bwrap / none ratio of the
+    median rates (the sandbox's cost on a run of ``true`` jobs)."""
+    unconfined = []
+    with pilots(server.url, context.store, count, cores, base / "none", sandbox="none") as procs:
+        time.sleep(args.settle)
+        for _ in range(args.rounds):
+            unconfined.append(run_pilotfish(context, server, [p.pid for p in procs], args.n, args.batch))
+    confined_rate = statistics.median(t.rate for t in bwrap)
+    unconfined_rate = statistics.median(t.rate for t in unconfined)
+    return (
+        f"payload sandbox: bwrap {confined_rate:.0f} jobs/s, none {unconfined_rate:.0f} jobs/s, "
+        f"ratio bwrap / none {confined_rate / unconfined_rate:.2f} (load average {os.getloadavg()[0]:.2f})"
+    )
+
+
 def _pilot_entry(url: str, cores: str, workdir: str) -> None:
     """``_pilot URL CORES WORKDIR``: one pilot whose idle back-off is capped at 5 ms (the ``--fast-poll`` run)."""
     from pilot.agent.config import PilotConfig
@@ -501,6 +532,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         action="store_true",
         help="also measure latency with pilots whose idle back-off is capped at 5 ms",
     )
+    parser.add_argument(
+        "--sandbox-ratio",
+        action="store_true",
+        help="also run the Pilotfish phase with payload_sandbox = none and print bwrap / none (the sandbox's cost)",
+    )
     args = parser.parse_args(argv)
     if min(args.n, args.batch, args.concurrency, args.pilots, args.rounds) < 1:
         parser.error("-n, --batch, --concurrency, --pilots and --rounds must be positive")
@@ -545,6 +581,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             if trials:
                 print()
                 print(latency_table(trials, f"{layout}, CLI pilots, pause {args.pause:g} s"))
+            if args.sandbox_ratio:
+                print()
+                print(sandbox_ratio(server, context, args.pilots, per_pilot, base, args, [r[0] for r in rounds]))
             if args.fast_poll and args.trials:
                 with pilots(server.url, context.store, args.pilots, per_pilot, base / "fast", fast_poll=True):
                     time.sleep(args.settle)

@@ -15,7 +15,10 @@ Two runs, each a real ``python -m pilot.agent.command`` process against a privat
    pilot's own share.
 
 Targets: median gap <= 20 ms, pilot RSS <= 80 MB.
-Usage: ``python scripts/bench_pilot.py [-n 2000] [--work SECONDS] [--events]``.
+The pilot runs its payloads in the sandbox ``--sandbox`` names (bwrap, the default, or none); ``both`` runs
+each in turn on the same server and prints the ratios (the sandbox's cost: one more exec and its
+namespaces per payload).
+Usage: ``python scripts/bench_pilot.py [-n 2000] [--work SECONDS] [--events] [--sandbox bwrap|none|both]``.
 """
 
 from __future__ import annotations
@@ -44,8 +47,9 @@ QUEUE = "bench/ce/q"
 _FOREIGN = ("SLURM_", "SGE_", "JOB_ID", "NSLOTS", "MACHINEFEATURES", "JOBFEATURES", "JOBSTATUS")
 
 
-def submit(store: Store, n: int, command: str) -> list[str]:
-    reqs = json.dumps({"cpu": 1, "mem": 10, "tmp": 0})
+def submit(store: Store, n: int, command: str, writable: str = "") -> list[str]:
+    """``n`` jobs of ``command``; ``writable``: a directory their sandbox must let them write (sandbox_rw)."""
+    reqs = json.dumps({"cpu": 1, "mem": 10, "tmp": 0, **({"sandbox_rw": writable} if writable else {})})
     jobs = [
         NewJob(
             command=command,
@@ -158,40 +162,64 @@ def main() -> None:
         help="seconds each stamped payload of run 2 sleeps between its stamps (0: none)",
     )
     parser.add_argument("--events", action="store_true", help="run the pilots with --events (Celery observer)")
+    parser.add_argument(
+        "--sandbox",
+        choices=("bwrap", "none", "both"),
+        default="bwrap",
+        help="the pilots' payload sandbox; both: each in turn, and their ratios",
+    )
     args = parser.parse_args()
-    extra = ["--events"] if args.events else []
+    kinds = ["none", "bwrap"] if args.sandbox == "both" else [args.sandbox]
+    figures: dict[str, tuple[float, float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-pilot-") as tmp:
         base = Path(tmp)
         server = RedisServer(base / "redis").start()
         try:
             store = Store.from_url(server.url)
-            ids = submit(store, args.n, "true")
-            wall, rss, _ = run_pilot(server.url, base / "a", extra)
-            rate, span = throughput(store, ids)
-            print(
-                f"run 1: {args.n} x true: {rate:.0f} payloads/s ({span:.2f} s first start to last end, "
-                f"{wall:.2f} s with start-up and the 1 s idle exit); pilot peak RSS {rss / 1e6:.1f} MB"
-            )
-
-            stamps = base / "stamps"
-            work = f"sleep {args.work}; " if args.work > 0 else ""
-            command = f'exec bash -c \'echo "s $EPOCHREALTIME" >> {stamps}; {work}echo "e $EPOCHREALTIME" >> {stamps}\''
-            ids = submit(store, args.n, command)
-            _, rss2, _ = run_pilot(server.url, base / "b", extra)
-            rate2, _ = throughput(store, ids)
-            measured = sorted(gaps(stamps, 2))
-            p95 = measured[int(0.95 * (len(measured) - 1))]
-            median = statistics.median(measured)
-            label = f"stamped bash{f' sleeping {args.work:g} s' if work else ''}"
-            print(
-                f"run 2: {args.n} x {label}: {rate2:.0f} payloads/s; gap end -> next start over "
-                f"{len(measured)} starts: median {median * 1000:.1f} ms, p95 {p95 * 1000:.1f} ms, "
-                f"max {measured[-1] * 1000:.1f} ms; pilot peak RSS {rss2 / 1e6:.1f} MB"
-            )
-            ok = median <= 0.020 and max(rss, rss2) <= 80e6
-            print(f"targets (median gap <= 20 ms, pilot RSS <= 80 MB): {'met' if ok else 'NOT met'}")
+            for kind in kinds:
+                figures[kind] = bench(store, server.url, base / kind, args.n, args.work, args.events, kind)
         finally:
             server.stop()
+    if len(figures) == 2:
+        (rate_none, gap_none), (rate_bwrap, gap_bwrap) = figures["none"], figures["bwrap"]
+        print(
+            f"bwrap / none: payloads/s x{rate_bwrap / rate_none:.2f}, median gap x{gap_bwrap / gap_none:.2f} "
+            f"({(gap_bwrap - gap_none) * 1000:+.1f} ms); load average {os.getloadavg()[0]:.2f}"
+        )
+
+
+def bench(store: Store, url: str, base: Path, n: int, work_s: float, events: bool, kind: str) -> tuple[float, float]:
+    """Both runs with the payload sandbox ``kind``; returns (run 1 payloads/s, run 2 median gap seconds)."""
+    base.mkdir()
+    extra = [*(["--events"] if events else []), "--payload-sandbox", kind, "--payload-shared-paths", str(base)]
+    ids = submit(store, n, "true")
+    wall, rss, _ = run_pilot(url, base / "a", extra)
+    rate, span = throughput(store, ids)
+    print(
+        f"[{kind}] run 1: {n} x true: {rate:.0f} payloads/s ({span:.2f} s first start to last end, "
+        f"{wall:.2f} s with start-up and the 1 s idle exit); pilot peak RSS {rss / 1e6:.1f} MB; "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
+    shared = base / "shared"  # a sandboxed payload may write only there (sandbox_rw)
+    shared.mkdir()
+    stamps = shared / "stamps"
+    work = f"sleep {work_s}; " if work_s > 0 else ""
+    command = f'exec bash -c \'echo "s $EPOCHREALTIME" >> {stamps}; {work}echo "e $EPOCHREALTIME" >> {stamps}\''
+    ids = submit(store, n, command, str(shared))
+    _, rss2, _ = run_pilot(url, base / "b", extra)
+    rate2, _ = throughput(store, ids)
+    measured = sorted(gaps(stamps, 2))
+    p95 = measured[int(0.95 * (len(measured) - 1))]
+    median = statistics.median(measured)
+    label = f"stamped bash{f' sleeping {work_s:g} s' if work else ''}"
+    print(
+        f"[{kind}] run 2: {n} x {label}: {rate2:.0f} payloads/s; gap end -> next start over "
+        f"{len(measured)} starts: median {median * 1000:.1f} ms, p95 {p95 * 1000:.1f} ms, "
+        f"max {measured[-1] * 1000:.1f} ms; pilot peak RSS {rss2 / 1e6:.1f} MB; load average {os.getloadavg()[0]:.2f}"
+    )
+    ok = median <= 0.020 and max(rss, rss2) <= 80e6
+    print(f"[{kind}] targets (median gap <= 20 ms, pilot RSS <= 80 MB): {'met' if ok else 'NOT met'}")
+    return rate, median
 
 
 if __name__ == "__main__":

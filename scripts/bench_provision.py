@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Provisioning benchmark: cost per hour of the seed's packing, ours, and the LP lower bound.
 
-    python scripts/bench_provision.py [--seed N] [--scale F] [--backends] [--lp]
+    python scripts/bench_provision.py [--seed N] [--scale F] [--backends] [--lp] [--planner-10k]
 
 For each demand mix (generated from a fixed random seed, so runs are comparable) it prints the cost per
 hour of the pilots that (a) the Seven Bridges algorithm as written (``plan_seed``) and (b) our planner
@@ -13,7 +13,9 @@ each improvement stays visible. "ms" is the time of one ``plan`` call.
 
 ``--lp`` also prints plan / configuration LP per mix (:mod:`config_lp`: column generation over pilot
 configurations, solved with scipy's HiGHS; ``pip install '.[bench]'``), the default catalog's mixes and
-memory-skewed ones on AWS-like c5/m5/r5 shapes (three and six shapes). Target plan/LP <= 1.10.
+memory-skewed and CPU-skewed ones on AWS-like c5/m5/r5 shapes (three to nine shapes). Target plan/LP <= 1.10.
+
+``--planner-10k`` times one ``plan`` call at 10^4 jobs on four of the mixes (load average printed beside).
 
 ``--backends`` also times pilot submission through the local, Slurm and Grid Engine backends (pilots
 submitted per second; a batch system that is not up is skipped with the reason).
@@ -24,6 +26,7 @@ This is a script, not a timed test: the figures depend on the machine only in th
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 import tempfile
@@ -248,12 +251,43 @@ def memory_skewed(
     return make
 
 
+def cpu_skewed(
+    wide: int, heavy: int, wide_cores: tuple[int, int], heavy_gb: tuple[int, int]
+) -> Callable[[random.Random, float], list[Demand]]:
+    """``wide`` jobs of ``wide_cores`` cores with 1 GB per core (simulation) beside ``heavy`` single-core jobs
+    of ``heavy_gb`` GB (reduction): the compute-optimised pilots the wide ones fill leave memory idle, the
+    heavy ones leave cores idle on memory pilots; mixing them saves both."""
+
+    def make(rng: random.Random, scale: float) -> list[Demand]:
+        jobs = []
+        for n in range(int(wide * scale)):
+            cores = rng.randint(*wide_cores)
+            jobs.append(_job(rng, n, cores, cores * GB))
+        jobs += [_job(rng, 10_000 + n, 1, rng.randint(*heavy_gb) * GB) for n in range(int(heavy * scale))]
+        return jobs
+
+    return make
+
+
+def two_core_heavy(rng: random.Random, scale: float) -> list[Demand]:
+    """Issue 29's own memory-skewed mix: 2-core jobs of 20-44 GB (more than an r5 core's 8 GB each) beside
+    single-core 1 GB jobs and 4-core 3 GB ones, on c5/m5/r5 of 4, 8 and 16 cores: the light jobs belong
+    on the heavy pilots' idle cores, whichever family those are."""
+    jobs = [_job(rng, n, 2, rng.randint(20, 44) * GB) for n in range(int(300 * scale))]
+    jobs += [_job(rng, 10_000 + n, 1, 1 * GB) for n in range(int(500 * scale))]
+    jobs += [_job(rng, 20_000 + n, 4, 3 * GB) for n in range(int(100 * scale))]
+    return jobs
+
+
 #: Mixes with a catalog of their own: name -> (demand generator, shapes).
 SKEWED: dict[str, tuple[Callable[[random.Random, float], list[Demand]], list[Shape]]] = {
     "12-30GB+2c/4GB cmr x3": (memory_skewed(400, 400, (12, 30), (2, 4)), cmr(8)),
     "12-30GB+2c/4GB cmr x6": (memory_skewed(400, 400, (12, 30), (2, 4)), cmr(4, 8)),
     "16-30GB+2c/2GB cmr x3": (memory_skewed(200, 100, (16, 30), (2, 2)), cmr(8)),
     "6-14GB+1c/2GB cmr x6": (memory_skewed(200, 100, (6, 14), (1, 2)), cmr(4, 16)),
+    "2c/20-44GB+light x9": (two_core_heavy, cmr(4, 8, 16)),
+    "cpu 2-8c/1GB+10-20GB x3": (cpu_skewed(400, 150, (2, 8), (10, 20)), cmr(8)),
+    "cpu 1-4c/1GB+6-12GB x6": (cpu_skewed(600, 300, (1, 4), (6, 12)), cmr(4, 16)),
 }
 
 
@@ -284,6 +318,26 @@ def lp_section(seed: int, scale: float) -> list[str]:
     return lines
 
 
+def planner_timing(seed: int, jobs: int = 10_000) -> list[str]:
+    """One ``plan`` call at ``jobs`` jobs per mix (the mix scaled up), in ms, with the load average beside it:
+    the director plans each queue's demand every cycle, so this is its cost at 10^4 waiting jobs."""
+    load = os.getloadavg()[0]
+    lines = [
+        "",
+        f"planner at {jobs} jobs (one plan call; load average {load:.2f})",
+        f"{'mix':<24} {'jobs':>6} {'ms':>7}",
+    ]
+    chosen = [("mixed 1/4/16c 2-64GB", mixed, CATALOG), ("memory-heavy 1c", memory_heavy, CATALOG)]
+    chosen += [(name, SKEWED[name][0], SKEWED[name][1]) for name in ("2c/20-44GB+light x9", "cpu 2-8c/1GB+10-20GB x3")]
+    for name, make, shapes in chosen:
+        probe = make(random.Random(seed), 1.0)
+        demand = make(random.Random(seed), jobs / len(probe))
+        start = time.perf_counter()
+        plan(demand, shapes, [], n_max_queued=None)
+        lines.append(f"{name:<24} {len(demand):>6} {(time.perf_counter() - start) * 1000:>7.0f}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=1, help="random seed of the demand mixes")
@@ -296,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         help="also compare the plan with the configuration LP "
         "(needs scipy: pip install '.[bench]'), memory-skewed c/m/r mixes included",
     )
+    parser.add_argument("--planner-10k", action="store_true", help="also time one plan call at 10^4 jobs per mix")
     args = parser.parse_args(argv)
 
     print(f"catalog: {', '.join(f'{s.name} {s.cost:.2f}/h' for s in CATALOG)}")
@@ -321,6 +376,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"worst ours/bound: {worst_bound:.3f} (target <= 1.10)")
     for seed in range(args.seed, args.seed + args.repeat) if args.lp else ():
         print(f"\nseed {seed}", *lp_section(seed, args.scale), sep="\n")
+    for line in planner_timing(args.seed) if args.planner_10k else ():
+        print(line)
     for line in backends_section(args.backends):
         print(line)
     return 0

@@ -54,6 +54,11 @@ requests arriving over time, the match's reservations on; ``scripts/schedule_mix
 ``scripts/mixes.py``): makespan against the mix's lower bound and FIFO, and each request's completion stretch.
 Its targets: every mix within 1.15 x its lower bound (the alternating 1c/4c chain beside a bag: 1.10 x)
 and never longer than FIFO. The ``--pilots``/``--cores`` options do not apply to it (each mix names its pool).
+Issue 29's mixes ("late small": a small chain submitted last behind 1-8 core, high-memory requests, staggered
+or together, with one account or an owner and group per request) add per-request stretch with reservations
+(bounded: ``Settings.bounded_reservations``) and without (strict), target: the largest not worse with them;
+and on the multi-owner ones the multi-user setting ("shares": equal shares per group, ``schedule_mix``),
+target: every stretch <= 4 and the makespan <= 1.05 x pressure's.
 
 Workloads of several requests also run two diagnostics that keep the pressures and change only each
 request's ETA (``pressure-eta``: now + max(CP, work/cores); ``pressure-one-eta``: one ETA for all), to show

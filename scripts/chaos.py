@@ -109,6 +109,8 @@ class Deployment:
             "PILOTFISH_PILOT_IDLE_TIMEOUT": str(args.idle_timeout),
             "PILOTFISH_FLOWER_PORT": str(_free_port()),
             "PILOTFISH_BACKOFF_SECONDS": "2",
+            # The payloads append to a log there (requirement sandbox_rw): the one place of the run they may.
+            "PILOTFISH_PAYLOAD_SHARED_PATHS": str(base / "payloads"),
         }
         for name in ("PILOTFISH_REDIS_URL", "PILOTFISH_PILOT_REDIS_URL", "PILOTFISH_CONFIG", MARKER):
             self.env.pop(name, None)
@@ -131,12 +133,18 @@ class Deployment:
         return Context(self.settings)
 
     def processes(self) -> Iterator[psutil.Process]:
-        """Every live process of the deployment (pilots, guardians and payloads included)."""
+        """Every live process of the deployment (pilots, guardians and payloads included). A payload's
+        environment holds no deployment path (the marker is the state directory's): payloads are found as
+        the descendants of the deployment's processes."""
         marker = str(self.state.resolve())
+        seen: set[int] = set()
         for process in psutil.process_iter():
             try:
                 if process.environ().get(MARKER) == marker and process.status() != psutil.STATUS_ZOMBIE:
-                    yield process
+                    for member in [process, *process.children(recursive=True)]:
+                        if member.pid not in seen:
+                            seen.add(member.pid)
+                            yield member
             except psutil.Error:
                 continue
 
@@ -185,7 +193,12 @@ def submit(deployment: Deployment, n: int, seconds: float, log: Path) -> list[st
     command = f"echo {line % 'start'}; sleep {seconds}; echo {line % 'end'}"
     jobs = [
         JobSpec(
-            name=f"c{i}", command=command, ete=seconds, rule=RULE, max_retries=10, requirements={"cpu": 1, "mem": "50M"}
+            name=f"c{i}",
+            command=command,
+            ete=seconds,
+            rule=RULE,
+            max_retries=10,
+            requirements={"cpu": 1, "mem": "50M", "sandbox_rw": str(log.parent)},
         )
         for i in range(n)
     ]
@@ -470,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory(prefix="pilotfish-chaos-") as tmp:
         deployment = Deployment(Path(tmp), args)
-        log = Path(tmp) / "payloads.log"
+        log = Path(tmp) / "payloads" / "payloads.log"  # in payload_shared_paths: sandboxed payloads write it
         try:
             deployment.cli("up")
             ids = submit(deployment, args.jobs, args.payload_seconds, log)

@@ -34,9 +34,11 @@ class MixTask(Task):
 
 @dataclass(frozen=True)
 class MixRequest(Request):
-    """A request and when it is submitted (seconds after time zero)."""
+    """A request, when it is submitted (seconds after time zero), and its owner and group."""
 
     arrival: float = 0.0
+    owner: str = "default"
+    group: str = "default"
 
 
 @dataclass(frozen=True)
@@ -195,6 +197,37 @@ def _by_kind(table: dict[str, tuple[int, int]]) -> Callable[[Task], tuple[int, i
     return lambda t: table[t.kind]
 
 
+def small_request(prefix: str, jobs: int = 3, runtime: float = 90.0) -> Request:
+    """A small late request: a chain of ``jobs`` single-core 1 GB jobs (a user's quick check)."""
+    tasks = tuple(Task(f"{prefix}{i}", "small", runtime, (f"{prefix}{i - 1}",) if i else ()) for i in range(jobs))
+    return Request("small", tasks)
+
+
+def late_small(rng: random.Random, *, spread: float, owners: bool) -> tuple[MixRequest, ...]:
+    """Issue 29's staggered heterogeneous mix: a layered 1-8 core DAG with high-memory jobs, a CyberShake
+    (8-core 24 GB ExtractSGT), an Epigenomics (4-core 12 GB map, 8-core maqIndex), then a small chain
+    submitted last, ``spread`` seconds apart (0: all at once). With ``owners`` each request has an owner and
+    a group of its own (the multi-user setting); else all share the default account."""
+    table = {**_MONTAGE, **_CYBERSHAKE, **_EPIGENOMICS, "small": (1, 1000)}
+    layered = layered_mixed(rng, layers=6, width=(6, 16))
+    parts = (
+        ("layered", layered),
+        ("cybershake", _shaped(cybershake(rng, sgts=3, synth=90, prefix="c."), _by_kind(table))),
+        ("epigenomics", _shaped(epigenomics(rng, lanes=2, chunks=8, prefix="e."), _by_kind(table))),
+        ("small", _shaped(small_request("s."), _by_kind(table))),
+    )
+    return tuple(
+        replace(
+            req,
+            name=name,
+            arrival=i * spread,
+            owner=f"u{i}" if owners else "default",
+            group=f"g{i}" if owners else "default",
+        )
+        for i, (name, req) in enumerate(parts)
+    )
+
+
 def mixes(seed: int = 1) -> list[Mix]:
     """The heterogeneous workloads of the benchmark (deterministic for a seed)."""
     rng = random.Random(seed * 7919 + 17)
@@ -227,4 +260,28 @@ def mixes(seed: int = 1) -> list[Mix]:
         Mix("epigenomics mixed", (epi,), 4, 8, 32_000, "map 4c/12G, maqIndex 8c"),
         Mix("ligo mixed", (lig,), 4, 8, 32_000, "Inspiral 4c"),
         Mix("staggered 4 families", staggered, 4, 8, 32_000, "requests arriving every 300 s"),
+        *late_small_mixes(seed),
     ]
+
+
+def late_small_mixes(seed: int = 1) -> list[Mix]:
+    """Issue 29's mixes: a small request submitted last behind heterogeneous ones (staggered by 200 s, or all
+    at once), with one account for all, or an owner and group per request (tag ``owners``: the benchmark
+    runs these with and without equal shares per group)."""
+    out = []
+    for spread, label in ((200.0, "staggered"), (0.0, "together")):
+        for owners in (False, True):
+            rng = random.Random(seed * 104_729 + int(spread))
+            requests = late_small(rng, spread=spread, owners=owners)
+            out.append(
+                Mix(
+                    f"late small, {label}" + (", owners" if owners else ""),
+                    requests,
+                    4,
+                    8,
+                    32_000,
+                    "small chain submitted last behind 1-8 core, high-memory requests",
+                    tags=frozenset({"late"} | ({"owners"} if owners else set())),
+                )
+            )
+    return out

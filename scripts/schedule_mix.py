@@ -7,7 +7,8 @@ each request is submitted at its arrival time (the pilots match right after); an
 what it runs (its jobs' cores, memory and estimated ends, from their hints), so the match's reservations
 (EASY backfill, ``match.lua``) work as with real pilots. Policies: ``pressure`` (the Submitter, hints = true
 run times), ``strict`` (the same, reservations off: the match of old), ``FIFO`` (scores in submission
-order, reservations on, the same match).
+order, reservations on, the same match), and on the mixes whose requests have owners and groups of their own
+(tag ``owners``), ``shares``: pressure under the documented multi-user setting (:func:`shares_policy`).
 
 Per request: its completion stretch, (its last end - its arrival) / its own lower bound alone
 (:func:`mixes.request_bound`); the table shows the largest and the mean next to the makespans.
@@ -26,9 +27,30 @@ from mixes import Mix, MixRequest, MixTask, mix_bound, request_bound
 from matcher.submission import JobSpec, SubmissionError, Submitter
 from taskqueues.catalog import Catalog
 from taskqueues.store import Store
+from taskqueues.store.fairshare import Policy, publish
 from taskqueues.store.records import PilotOffer, RunResult
 
 MIX_POLICIES = ("pressure", "strict", "fifo")
+#: The documented multi-user setting (docs/scheduling-notes.md): equal shares per group, a half-life of a few
+#: mean job lengths, the catch-up capped. Run on the mixes tagged "owners" as the policy "shares".
+SHARES_HALFLIFE = 600.0
+SHARES_STRETCH = 4.0
+#: Bounded reservations (Settings.bounded_reservations) under pressure and shares (the scores are dates).
+BOUNDED = True
+SHARES_MAKESPAN = 1.05
+SHARES_CATCHUP = 1.2
+
+
+def shares_policy(mix: Mix) -> Policy:
+    """Equal shares for the groups of ``mix``'s requests."""
+    groups = sorted({r.group for r in mix.requests})
+    return Policy(halflife=SHARES_HALFLIFE, shares=dict.fromkeys(groups, 1.0), catchup=SHARES_CATCHUP)
+
+
+def policies(mix: Mix) -> tuple[str, ...]:
+    """The policies a mix runs under: the three of every mix, and "shares" for the multi-owner ones."""
+    return MIX_POLICIES + (("shares",) if "owners" in mix.tags else ())
+
 
 CATALOG = """
 [sites.bench]
@@ -56,7 +78,9 @@ def simulate_mix(client: redis.Redis, mix: Mix, policy: str) -> MixResult:
     """Run ``mix`` to completion under ``policy`` (one of :data:`MIX_POLICIES`) on an emptied database."""
     client.flushdb()
     clock = SimClock()
-    store = Store(client, clock=clock, lease_seconds=1e9)
+    # FIFO's scores are positions, not start-by dates: its reservations stay EASY's.
+    store = Store(client, clock=clock, lease_seconds=1e9, bounded_reservations=BOUNDED and policy != "fifo")
+    publish(client, store.keys, shares_policy(mix) if policy == "shares" else None)
     catalog = Catalog.loads(CATALOG)
     capacity = float(mix.pilots * mix.cores)
     tasks: dict[str, tuple[MixTask, MixRequest]] = {}
@@ -74,7 +98,7 @@ def simulate_mix(client: redis.Redis, mix: Mix, policy: str) -> MixResult:
             try:
                 ids = (
                     Submitter(store, catalog, clock=clock, capacity=lambda: capacity)
-                    .submit(jobs, name=request.name)
+                    .submit(jobs, name=request.name, owner=request.owner, group=request.group)
                     .ids
                 )
             except SubmissionError as exc:
@@ -90,6 +114,8 @@ def simulate_mix(client: redis.Redis, mix: Mix, policy: str) -> MixResult:
     seq = matches = 0
     now = 0.0
     reserve = policy != "strict"
+    if policy not in policies(mix):
+        raise SimulationError(f"{mix.name}: no policy {policy!r} (it runs {', '.join(policies(mix))})")
 
     def fill() -> None:
         nonlocal seq, matches
@@ -147,7 +173,7 @@ def simulate_mix(client: redis.Redis, mix: Mix, policy: str) -> MixResult:
 def run_mixes(client: redis.Redis, mixes: Sequence[Mix]) -> list[tuple[Mix, dict[str, MixResult]]]:
     rows = []
     for mix in mixes:
-        results = {pol: simulate_mix(client, mix, pol) for pol in MIX_POLICIES}
+        results = {pol: simulate_mix(client, mix, pol) for pol in policies(mix)}
         lb = mix_bound(mix)
         low = {pol: r.makespan for pol, r in results.items() if r.makespan < lb - 1e-6}
         if low:
@@ -188,4 +214,26 @@ def print_mixes(rows: Sequence[tuple[Mix, dict[str, MixResult]]]) -> int:
                 f"  {mix.name}: {req.name:12} arrives {req.arrival:5.0f}, own LB {request_bound(mix, req):6.0f};"
                 f" stretch {parts}"
             )
+    print(
+        "\nLargest request stretch with reservations (pressure) and without (strict); target: not worse with"
+        f" them.\nWith owners, under the multi-user setting (shares): largest stretch <= {SHARES_STRETCH:g} and"
+        f" makespan <= {SHARES_MAKESPAN:.2f} x pressure's."
+    )
+    for mix, res in multi:
+        worst = {pol: max(r.stretch.values()) for pol, r in res.items()}
+        ok = worst["pressure"] <= worst["strict"] * (1 + 1e-9)
+        missed += not ok
+        line = (
+            f"  {mix.name:34} reservations {worst['pressure']:6.2f}  strict {worst['strict']:6.2f}"
+            f"  {'ok' if ok else 'MISS'}"
+        )
+        if "shares" in res:
+            ratio = res["shares"].makespan / res["pressure"].makespan
+            ok_shares = worst["shares"] <= SHARES_STRETCH and ratio <= SHARES_MAKESPAN + 1e-9
+            missed += not ok_shares
+            line += (
+                f";  shares: largest {worst['shares']:5.2f}, makespan {ratio:.3f} x pressure"
+                f"  {'ok' if ok_shares else 'MISS'}"
+            )
+        print(line)
     return missed

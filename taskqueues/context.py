@@ -94,6 +94,7 @@ class Context:
             backoff=self.settings.backoff_seconds,
             ete_safety_factor=self.settings.ete_safety_factor,
             submit_replicas=self.settings.submit_replicas,
+            bounded_reservations=self.settings.bounded_reservations,
         )
 
     @cached_property

@@ -48,6 +48,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from taskqueues import sandbox
 from taskqueues.errors import RequirementError, shown
 from taskqueues.units import parse_duration_s, parse_size_mb
 
@@ -170,6 +171,8 @@ def check_value(name: str, value: object, *, job: str | None = None) -> Value:
         raise RequirementError(
             f"BannedSite needs a site name or a list of them, got {shown(value)}", job=job, field=name
         )
+    if name in sandbox.DIRECTIVES:
+        sandbox.check_requirement(name, value, job)
     if isinstance(value, int | float):
         return _check_number(value, name, job)
     if isinstance(value, str):
@@ -279,8 +282,13 @@ class Requirements:
         return Requirements({key: value for key, value in self.values.items() if key != name})
 
     def free_form(self) -> dict[str, Value]:
-        """The non-consumable names with their exact values: what :func:`mismatch` checks."""
-        return {name: value for name, value in self.values.items() if name not in CONSUMABLES}
+        """The non-consumable names with their exact values: what :func:`mismatch` checks (the sandbox's
+        directions to the pilot, :data:`taskqueues.sandbox.DIRECTIVES`, are not matched)."""
+        return {
+            name: value
+            for name, value in self.values.items()
+            if name not in CONSUMABLES and name not in sandbox.DIRECTIVES
+        }
 
     def canonical(self) -> dict[str, object]:
         """The requirement class: sorted names and lists, free-form exact, consumables bucketed.
@@ -295,8 +303,9 @@ class Requirements:
         }
         if self.wall is not None:
             result["wall"] = bucket(self.wall)
-        for name, value in self.free_form().items():
-            result[name] = list(value) if isinstance(value, tuple) else value
+        for name, value in self.values.items():
+            if name not in CONSUMABLES:  # free-form and the sandbox's directions: both make the class
+                result[name] = list(value) if isinstance(value, tuple) else value
         return dict(sorted(result.items()))
 
     def canonical_json(self) -> str:
@@ -387,11 +396,12 @@ def mismatch(
 
     Names are checked in sorted order and the first failure is reported, naming the requirement and
     the resource's value, e.g. ``"Platform: wants 'EL9', queue has 'EL8'"``. ``noun`` names the kind
-    of resource in the message ("queue", "pilot"). Consumables are not checked here. A plain mapping
+    of resource in the message ("queue", "pilot"). Consumables and the sandbox's directions to the pilot
+    (:data:`taskqueues.sandbox.DIRECTIVES`) are not checked here. A plain mapping
     is taken as already valid (lists or tuples alike); pass a Requirements to have it validated.
     """
     wanted: Mapping[str, object] = req.free_form() if isinstance(req, Requirements) else req
-    names: Iterable[str] = sorted(name for name in wanted if name not in CONSUMABLES)
+    names: Iterable[str] = sorted(n for n in wanted if n not in CONSUMABLES and n not in sandbox.DIRECTIVES)
     for name in names:
         reason = _one(name, wanted[name], resource, noun)
         if reason is not None:

@@ -31,6 +31,7 @@ from typing import Any
 from taskqueues.credentials import SECRETS_VARIABLE, read_secrets
 from taskqueues.errors import ConfigError
 from taskqueues.ete import DEFAULT_SPREAD
+from taskqueues.sandbox import SANDBOXES
 from taskqueues.store.records import DEFAULT_ETE_SAFETY_FACTOR
 
 ENV_PREFIX = "PILOTFISH_"
@@ -63,6 +64,9 @@ class Settings:
     ete_safety_factor: float = DEFAULT_ETE_SAFETY_FACTOR
     # a rule whose run times' coefficient of variation is over this has no say over a job's own hint
     ete_spread: float = DEFAULT_SPREAD
+    # a reservation of the match holds back no job past the date it should start by, less its own run
+    # (issue 29; docs/scheduling-notes.md): the multi-user setting
+    bounded_reservations: bool = False
     # periodic work (seconds)
     reap_interval: float = 5.0
     pool_refresh_interval: float = 900.0
@@ -111,6 +115,12 @@ class Settings:
     # What pilots send their Celery events to when broker_url is set (their own ACL user on the broker);
     # empty: broker_url.
     pilot_broker_url: str = ""
+    # How pilots start payloads (taskqueues.sandbox): "bwrap" (each in its own namespaces, the default) or
+    # "none" (unconfined: `up` and the director warn what a payload can then reach).
+    payload_sandbox: str = "bwrap"
+    # Where a job may ask its sandbox for a path (requirements sandbox_ro, sandbox_rw), ":"-separated absolute
+    # paths: the site's shared scratch places (the examples share files through /tmp/pilotfish-examples).
+    payload_shared_paths: str = "/tmp/pilotfish-examples"
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     @classmethod
@@ -171,6 +181,14 @@ class Settings:
         if self.redis_appendfsync not in ("always", "everysec", "no"):
             raise ConfigError(
                 f"{where('redis_appendfsync')}: must be always, everysec or no, got {self.redis_appendfsync!r}"
+            )
+        if self.payload_sandbox not in SANDBOXES:
+            raise ConfigError(
+                f"{where('payload_sandbox')}: must be {' or '.join(SANDBOXES)}, got {self.payload_sandbox!r}"
+            )
+        if any(not p.startswith("/") for p in self.payload_shared_paths.split(":") if p):
+            raise ConfigError(
+                f"{where('payload_shared_paths')}: ':'-separated absolute paths, got {self.payload_shared_paths!r}"
             )
         if self.log_format not in ("text", "json"):
             raise ConfigError(f"{where('log_format')}: must be text or json, got {self.log_format!r}")

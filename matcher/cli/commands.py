@@ -308,6 +308,26 @@ def up() -> None:
         f"Flower: http://127.0.0.1:{ctx.settings.flower_port} (login in {login_file(ctx.settings.state_dir)}, "
         "or: pilotfish flower --login)"
     )
+    sandbox_warning = payload_sandbox_warning(ctx.settings.payload_sandbox)
+    if sandbox_warning:
+        click.echo(f"Warning: {sandbox_warning}", err=True)
+
+
+def payload_sandbox_warning(kind: str) -> str:
+    """What ``up`` must say about the payload sandbox on this host: unconfined payloads, or pilots that will
+    refuse to start because bwrap is missing; empty when all is well."""
+    import shutil
+
+    from taskqueues.sandbox import NONE, none_warning
+
+    if kind == NONE:
+        return none_warning()
+    if shutil.which("bwrap") is None:
+        return (
+            "payload_sandbox = bwrap but bubblewrap (bwrap) is not installed here: local pilots will refuse to "
+            "start (install the bubblewrap package, or set payload_sandbox = none)"
+        )
+    return ""
 
 
 @click.command()

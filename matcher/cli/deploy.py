@@ -12,7 +12,8 @@ from the state directory, configured URL settings from ``<state_dir>/run/secrets
 ``PILOTFISH_SECRETS_FILE``; :mod:`taskqueues.credentials`). Flower runs behind a login (``pilotfish flower``).
 
 Every process of the deployment carries ``PILOTFISH_DEPLOYMENT=<state directory>`` in its environment, and
-so do the pilots, guardians and payloads they start. ``down`` stops the director first (it cancels its
+so do the pilots and guardians they start (payloads do not: their environment holds no deployment path; a
+payload dies with its pilot). ``down`` stops the director first (it cancels its
 pilots, which give their jobs back), then the other parts at once, printing each as it stops, then every
 process still carrying the marker (or listed in ``<state_dir>/run/sealed`` by a non-dumpable one, whose
 environment the operator may not read) — orphans of earlier kills (a pilot whose director was killed, beat's

@@ -1,7 +1,8 @@
 """``pilotfish run WORKFLOW``: the whole system on one machine, for one workflow, to completion.
 
 It submits the workflow, then runs in one process what a deployment spreads over several: the
-matcher's periodic work (:mod:`matcher.periodic`: reaping, releasing, re-pressure), the releaser that
+matcher's periodic work (:mod:`matcher.periodic`: reaping, releasing, re-pressure, and at beat's
+intervals the pool refresh and cleaning: :class:`Maintenance`), the releaser that
 evaluates at once the dependents a completion announces (:mod:`matcher.releaser`), a site director
 whose queues (the local default catalog, or the configured one) start pilots through their backends,
 and a live progress display. Pilots are real ``pilotfish pilot`` processes that pull jobs from Redis.
@@ -90,6 +91,42 @@ class Progress:
             self.out.write("\n")
 
 
+class Maintenance:
+    """The periodic work of :mod:`matcher.periodic` that beat schedules in a deployment, on one loop's clock.
+
+    Every ``every`` seconds: reaping, the releasing sweep and re-pressure; every ``pool_refresh_interval``
+    the SubmitPools are recomputed from the catalog (RFC #7), and every ``clean_interval`` the task queues
+    (and pools) empty past the grace period and the requests past the retention are forgotten, as beat
+    does: a long ``pilotfish run`` keeps its pools true to the catalog and its keyspace clean.
+    """
+
+    def __init__(self, ctx: Context, every: float = 1.0, start: float | None = None) -> None:
+        self.ctx = ctx
+        self.every = every
+        now = time.time() if start is None else start
+        self.next = {"often": now, "refresh": now + ctx.settings.pool_refresh_interval}
+        self.next["clean"] = now + ctx.settings.clean_interval
+
+    def tick(self, now: float) -> list[str]:
+        """Run what is due at ``now``; the names of what ran (``often``, ``refresh``, ``clean``)."""
+        ran: list[str] = []
+        if now >= self.next["often"]:
+            periodic.reap(self.ctx)
+            periodic.release_sweep(self.ctx)
+            repressure_locked(self.ctx.store, spread=self.ctx.settings.ete_spread)
+            self.next["often"] = now + self.every
+            ran.append("often")
+        if now >= self.next["refresh"]:
+            periodic.refresh_pools(self.ctx)
+            self.next["refresh"] = now + self.ctx.settings.pool_refresh_interval
+            ran.append("refresh")
+        if now >= self.next["clean"]:
+            periodic.clean(self.ctx)
+            self.next["clean"] = now + self.ctx.settings.clean_interval
+            ran.append("clean")
+        return ran
+
+
 def run_workflow(
     ctx: Context,
     path: str | Path,
@@ -108,18 +145,15 @@ def run_workflow(
     director = Director(ctx, log_dir=str(log_dir))
     releaser = Releaser(ctx.store, ctx.catalog, vo=ctx.settings.vo).start()
     progress = Progress(out)
-    next_director = next_maintenance = 0.0
+    maintenance = Maintenance(ctx, start=started)
+    next_director = 0.0
     try:
         while True:
             now = time.time()
             if now >= next_director:
                 director.cycle()
                 next_director = now + director_interval
-            if now >= next_maintenance:
-                periodic.reap(ctx)
-                periodic.release_sweep(ctx)
-                repressure_locked(ctx.store, spread=ctx.settings.ete_spread)
-                next_maintenance = now + 1.0
+            maintenance.tick(now)
             status = request_status(ctx.store, submitted.request)
             progress.show(status, len(_live_pilots(ctx, started)), started)
             if status.final or stop() or (timeout is not None and now - started > timeout):

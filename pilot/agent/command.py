@@ -22,6 +22,7 @@ from pilot.mjf.jobstatus import DEFAULT_REVERT_HOLD
 from taskqueues import logformat
 from taskqueues.credentials import seal, take_pilot_file
 from taskqueues.errors import PilotfishError
+from taskqueues.sandbox import SANDBOXES
 from taskqueues.settings import LOCAL_REDIS_URL
 from taskqueues.store.cluster import is_cluster
 
@@ -171,6 +172,23 @@ def make_observer(events: bool, config: PilotConfig, broker_url: str = "") -> Ob
     show_default=True,
     help="Log lines as text, or one JSON object a line (env PILOTFISH_LOG_FORMAT).",
 )
+@click.option(
+    "--payload-sandbox",
+    envvar="PILOTFISH_PAYLOAD_SANDBOX",
+    type=click.Choice(SANDBOXES),
+    default=DEFAULTS.payload_sandbox,
+    show_default=True,
+    help="How payloads run: bwrap (own namespaces, nothing of the deployment visible; the pilot refuses to "
+    "start where bwrap cannot) or none (unconfined) (env PILOTFISH_PAYLOAD_SANDBOX).",
+)
+@click.option(
+    "--payload-shared-paths",
+    envvar="PILOTFISH_PAYLOAD_SHARED_PATHS",
+    default=DEFAULTS.payload_shared_paths,
+    show_default=True,
+    help="':'-separated places under which a job may ask its sandbox for a path (sandbox_ro, sandbox_rw) "
+    "(env PILOTFISH_PAYLOAD_SHARED_PATHS).",
+)
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
 def pilot(
     redis_url: str,
@@ -197,6 +215,8 @@ def pilot(
     broker_url: str,
     events: bool,
     log_format: str,
+    payload_sandbox: str,
+    payload_shared_paths: str,
     verbose: int,
 ) -> None:
     """Run a pilot: fill this node's cores with the most urgent jobs that fit, until its time is up."""
@@ -233,6 +253,8 @@ def pilot(
             mem_tolerance=mem_tolerance,
             priority_factor=priority_factor,
             jobstatus_revert_hold=jobstatus_hold,
+            payload_sandbox=payload_sandbox,
+            payload_shared_paths=payload_shared_paths,
         )
         runner = Pilot(config, observer=make_observer(events, config, broker_url))
         tags.set(pilot=runner.name)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pilot.mjf.jobstatus import DEFAULT_REVERT_HOLD
 from taskqueues.errors import ConfigError
+from taskqueues.sandbox import SANDBOXES
 from taskqueues.settings import LOCAL_REDIS_URL, Settings
 
 #: The one settings object's defaults: what a pilot shares with the control plane starts from them.
@@ -80,6 +81,8 @@ class PilotConfig:
     published in $JOBSTATUS as is (spec 3.9: higher is better, its meaning is the pilot owner's, not
     comparable across users). ``jobstatus_revert_hold`` is how long the other $JOBSTATUS values stay as
     published after ``can_postpone_last_job`` reverts to True (spec 3.8; :mod:`pilot.mjf.jobstatus`).
+    ``payload_sandbox`` is how payloads start: "bwrap" (:mod:`pilot.agent.sandbox`) or "none" (unconfined);
+    ``payload_shared_paths`` (":"-separated) where a job may ask its sandbox for a path.
     ``output_cap`` bytes of each payload stream's tail are kept in the log directory and shipped to the store
     (``pilotfish logs``); new output of a running payload is shipped at most once per ``log_interval``.
     """
@@ -113,6 +116,8 @@ class PilotConfig:
     jobstatus_revert_hold: float = DEFAULT_REVERT_HOLD
     priority_factor: int = 0
     identity: Identity | None = None
+    payload_sandbox: str = DEFAULTS.payload_sandbox
+    payload_shared_paths: str = DEFAULTS.payload_shared_paths
 
     def __post_init__(self) -> None:
         problems = []
@@ -143,6 +148,8 @@ class PilotConfig:
                 f"heartbeat_interval {self.heartbeat_interval} must be positive and below the lease "
                 f"{self.lease}, or leases expire between heartbeats"
             )
+        if self.payload_sandbox not in SANDBOXES:
+            problems.append(f"payload_sandbox must be {' or '.join(SANDBOXES)}, got {self.payload_sandbox!r}")
         if self.output_cap < 0:
             problems.append(f"output_cap must be >= 0, got {self.output_cap}")
         if self.backoff_min > self.backoff_max:

@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 from pilot.agent.guardian import Guardian
 from pilot.agent.memory import Usage
+from pilot.agent.sandbox import Sandbox, payload_members
 from pilot.mjf.payload import PayloadSandbox
 from taskqueues.errors import PilotfishError
 from taskqueues.store.records import Job, RunResult
@@ -86,6 +87,35 @@ Report = Literal["fail", "requeue", "none"]
 
 class PayloadError(PilotfishError):
     """A payload's process could not be started."""
+
+
+class JobRefused(PayloadError):
+    """The job itself cannot be run as stored (a poisoned record, a sandbox requirement this node cannot
+    grant): the pilot fails that job with the reason and goes on."""
+
+
+def job_problem(job: Job) -> str | None:
+    """What in a matched job's record makes it impossible to run, or None: the pilot fails such a job with
+    this reason instead of dying of it (a NUL byte, text that is not UTF-8, a value of the wrong type)."""
+    if job.problem:
+        return job.problem
+    if not isinstance(job.command, str) or not job.command:
+        return f"its command is not a non-empty string: {type(job.command).__name__}"
+    if "\0" in job.command:
+        return "its command holds a NUL byte"
+    try:
+        job.command.encode()
+    except UnicodeEncodeError:
+        return "its command is not valid UTF-8"
+    if not isinstance(job.requirements, dict):
+        return f"its requirements are not a mapping: {type(job.requirements).__name__}"
+    for name in ("cpu", "mem", "tmp", "wall"):
+        value = job.requirements.get(name, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            return f"its requirement {name} is not a whole number >= 0: {value!r:.80}"
+    if job.cpu < 1:
+        return "its requirement cpu is below 1"
+    return None
 
 
 @dataclass(frozen=True)
@@ -188,10 +218,18 @@ class Payload:
     """The process of one job's attempt, from spawn to :class:`RunResult`."""
 
     def __init__(
-        self, job: Job, sandbox: PayloadSandbox, *, log_dir: Path, output_cap: int, guardian: Guardian | None = None
+        self,
+        job: Job,
+        sandbox: PayloadSandbox,
+        *,
+        log_dir: Path,
+        output_cap: int,
+        guardian: Guardian | None = None,
+        confinement: Sandbox | None = None,
     ) -> None:
         self.job = job
         self.guardian = guardian
+        self.confinement = confinement if confinement is not None and confinement.confined else None
         self.sandbox = sandbox
         self.log_dir = log_dir
         self.output_cap = output_cap
@@ -224,8 +262,26 @@ class Payload:
     def ended(self) -> bool:
         return self.status is not None
 
+    def argv(self) -> list[str]:
+        """``sh -c <command>``, inside the payload's bwrap sandbox when the pilot has one; raises
+        :class:`JobRefused` for a job whose sandbox requirements cannot be granted here."""
+        if self.confinement is None:
+            return [*_LAUNCH, self.job.command]
+        try:
+            return self.confinement.argv(
+                self.job.command,
+                slot=self.sandbox.root,
+                workdir=self.workdir,
+                machinefeatures=self.sandbox.area.machinefeatures_dir,
+                requirements=self.job.requirements,
+            )
+        except ValueError as exc:
+            raise JobRefused(f"job {self.job.id}: {exc}") from None
+
     def spawn(self, env: dict[str, str]) -> None:
-        """Start ``sh -c <command>``; raises :class:`PayloadError` naming the job when it cannot start."""
+        """Start ``sh -c <command>``; raises :class:`PayloadError` naming the job when it cannot start
+        (:class:`JobRefused` when the job's own record is the cause)."""
+        argv = self.argv()
         env = {
             **env,
             "PILOTFISH_JOB_ID": self.job.id,
@@ -239,15 +295,17 @@ class Payload:
             self.start_wall, self.start_mono = time.time(), time.monotonic()
             self._pid = spawn_in(
                 self.workdir,
-                [*_LAUNCH, self.job.command],
+                argv,
                 env,
                 stdout=pipes[0][1] if pipes else None,
                 stderr=pipes[1][1] if pipes else None,
             )
-        except OSError as exc:
+        except (OSError, ValueError, TypeError) as exc:
             for read, write in pipes:
                 os.close(read)
                 os.close(write)
+            if not isinstance(exc, OSError):  # a NUL byte or a wrong type in what the job gave
+                raise JobRefused(f"job {self.job.id}: its payload cannot be started as stored: {exc}") from None
             raise PayloadError(f"job {self.job.id}: cannot start its payload: {exc.strerror or exc}") from None
         for (read, write), name in zip(pipes, ("out", "err"), strict=False):  # no pipes when output_cap is 0
             os.close(write)
@@ -293,11 +351,18 @@ class Payload:
     # -- signals and the end -----------------------------------------------------------------------
 
     def signal(self, sig: int) -> None:
-        """Signal the payload's whole session (its process group; the shell is its leader).
+        """Signal the payload's whole session (its process group; the shell, or bwrap, is its leader).
 
-        Only ever called while the shell is alive or a zombie, so its pid cannot have been reused.
+        Only ever called while the leader is alive or a zombie, so its pid cannot have been reused. In a
+        sandbox, a signal other than SIGKILL goes to the payload's own processes only: bwrap dies of
+        SIGTERM at once and its sandbox with it, which would leave the payload no grace to stop.
         """
         if self._pid is None or self.ended:
+            return
+        if self.confinement is not None and sig != signal.SIGKILL:
+            for pid in payload_members(self._pid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self._pid, sig)
@@ -337,7 +402,7 @@ class Payload:
             except ChildProcessError:  # reaped elsewhere: nothing to measure
                 status, rusage = 255 << 8, None
                 break
-        self.status = status
+        self.status = self._unwrapped(status)
         if rusage is not None:
             self.rusage_cpu = rusage.ru_utime + rusage.ru_stime
             # The shell was forked from the pilot, and Linux carries the pre-exec image's high-water mark
@@ -352,6 +417,14 @@ class Payload:
         for fd in self.open_pipes:  # whatever the shell wrote before exiting is in the pipe now
             if self.read(fd):
                 self._close_pipe(fd)  # a process outside the session still holds it: stop listening
+
+    def _unwrapped(self, status: int) -> int:
+        """The wait status of the payload itself: bwrap's init reports a payload killed by signal N as exit
+        code 128+N, reported here as the signal, as for an unconfined payload (a shell that exits 128+N
+        itself is told apart by no one)."""
+        if self.confinement is not None and os.WIFEXITED(status) and 128 < os.WEXITSTATUS(status) <= 128 + 64:
+            return os.WEXITSTATUS(status) - 128
+        return status
 
     @property
     def exit_code(self) -> int | None:

@@ -20,11 +20,14 @@ from collections.abc import Iterator
 
 from pilot.agent.guardian import Guardian
 from pilot.agent.memory import over_limit, over_limit_reason, sample_sessions
-from pilot.agent.payload import Payload, PayloadError, Stop
+from pilot.agent.payload import JobRefused, Payload, PayloadError, Stop, job_problem
+from pilot.agent.sandbox import Sandbox, private_paths
 from pilot.agent.state import PilotState
 from pilot.agent.wake import Wake
 from pilot.mjf.formulas import denormalise
 from taskqueues.errors import PilotfishError, StoreError
+from taskqueues.sandbox import none_warning
+from taskqueues.settings import Settings
 from taskqueues.store.records import Job, JobUsage, RunResult
 
 log = logging.getLogger("pilot.agent")
@@ -38,9 +41,24 @@ class Processes:
         self.wake = wake
         self.ended: list[Payload] = []  # reaped, result not yet taken
         self.guardian: Guardian | None = None
+        self.confinement: Sandbox | None = None
         self._next_sample = 0.0
 
     def start_guardian(self) -> None:
+        """Start the guardian and make the payload sandbox (:mod:`pilot.agent.sandbox`); raises
+        :class:`SandboxError` when the sandbox cannot work here: a pilot then runs no payload at all."""
+        config = self.state.config
+        try:
+            settings = Settings.load()
+        except PilotfishError:  # the pilot's own options won; only the state directory's path is wanted here
+            settings = Settings()
+        extra = (config.log_dir, config.jobstatus_dir)
+        shared = [p for p in config.payload_shared_paths.split(":") if p]
+        self.confinement = Sandbox.create(
+            config.payload_sandbox, private_paths(settings, config.workdir, extra), shared
+        )
+        if not self.confinement.confined:
+            log.warning("pilot %s: %s", self.state.name, none_warning())
         self.guardian = Guardian()
 
     def revive_guardian(self) -> None:
@@ -54,9 +72,13 @@ class Processes:
     # -- start -------------------------------------------------------------------------------------
 
     def launch(self, job: Job) -> Payload | None:
-        """Start one matched job's payload; None when the job had to be given back."""
+        """Start one matched job's payload; None when the job had to be given back or was refused."""
         state = self.state
         slots = state.slots
+        problem = job_problem(job)
+        if problem is not None:
+            self.refuse(job, problem)
+            return None
         if not slots.fits(job):  # never overcommit, even if the store erred
             cpu, mem, tmp = slots.free()
             self.give_back(
@@ -79,9 +101,20 @@ class Processes:
             state.stop_accepting(f"cannot create payload directories: {exc}")
             return None
         config = state.config
-        payload = Payload(job, sandbox, log_dir=config.logs, output_cap=config.output_cap, guardian=self.guardian)
+        payload = Payload(
+            job,
+            sandbox,
+            log_dir=config.logs,
+            output_cap=config.output_cap,
+            guardian=self.guardian,
+            confinement=self.confinement,
+        )
         try:
             payload.spawn({**sandbox.env(), "PILOTFISH_PILOT": state.name})
+        except JobRefused as exc:
+            sandbox.cleanup()
+            self.refuse(job, str(exc))
+            return None
         except (PayloadError, OSError) as exc:
             sandbox.cleanup()
             self.give_back(job, str(exc))
@@ -96,6 +129,15 @@ class Processes:
         for fd in payload.open_pipes:
             self.wake.register(fd, "output", payload)
         return payload
+
+    def refuse(self, job: Job, reason: str) -> None:
+        """A matched job whose record cannot be run (poisoned, or a sandbox requirement not granted here):
+        fail that job with the reason, and go on with the others."""
+        log.error("job %s refused: %s", job.id, reason)
+        state = self.state
+        result = RunResult(exit_code=None, reason=f"refused by pilot {state.name}: {reason}")
+        with contextlib.suppress(StoreError):
+            state.store.fail(job.id, job.attempt, state.name, result, requeue=False)
 
     def give_back(self, job: Job, reason: str) -> None:
         """A matched job this pilot cannot run: requeue it at once, not the job's fault."""

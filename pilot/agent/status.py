@@ -1,7 +1,11 @@
 """The pilot's $JOBSTATUS: what its running payloads hold and until when, and whether it is retiring.
 
 Published in each turn in which a payload started or ended (or the MJF values changed, or the pilot
-stopped taking jobs), at most once per ``jobstatus_interval`` (:meth:`Status.publish`). The writer and its
+stopped taking jobs), at most once per ``jobstatus_interval`` (:meth:`Status.publish`). An idle pilot that
+still takes jobs publishes its ends ``IDLE_HORIZON`` ahead (bounded by its own end) and republishes every
+half of that: a site reading the spec's ``remaining_time`` or ``draining_waste`` from it never gets a
+negative figure. Draining it costs its idle cores until it next looks, which is what ``draining_waste``
+then says (at most ``allocated_CPU x IDLE_HORIZON``). The writer and its
 hold after a withdrawn drain are :mod:`pilot.mjf.jobstatus`.
 """
 
@@ -23,6 +27,10 @@ log = logging.getLogger("pilot.agent")
 #: The horizon used for $JOBSTATUS when neither the job nor the pilot has any known end.
 NO_END = 365 * 86400.0
 
+#: How far ahead an idle pilot that still takes jobs publishes its ends: it republishes after half of it, so
+#: its ends are never in the past while it lives, even when a turn comes late on a loaded node.
+IDLE_HORIZON = 60.0
+
 
 class Status:
     """The $JOBSTATUS writer of one pilot: :meth:`open` once its size is known."""
@@ -31,6 +39,8 @@ class Status:
         self.state = state
         self.jobstatus: JobStatusWriter | None = None
         self._next_publish = 0.0
+        self.idle_horizon = IDLE_HORIZON
+        self._idle_refresh: float | None = None  # time.monotonic() by which an idle publication is renewed
 
     def open(self) -> None:
         state = self.state
@@ -53,7 +63,7 @@ class Status:
     def due(self) -> bool:
         """Whether to publish now: something changed and the interval since the last publication is over.
         The end of the hold after a withdrawn drain is a change (the held values are published fresh)."""
-        if self.hold_ended():
+        if self.hold_ended() or (self._idle_refresh is not None and time.monotonic() >= self._idle_refresh):
             self.state.dirty = True
         return self.state.dirty and time.monotonic() >= self._next_publish
 
@@ -63,6 +73,8 @@ class Status:
         hold = self.jobstatus.hold_until if self.jobstatus is not None else None
         if hold is not None:
             out.append(now + hold - time.time())
+        if self._idle_refresh is not None:
+            out.append(self._idle_refresh)
         return out
 
     def publish(self) -> None:
@@ -90,8 +102,16 @@ class Status:
             expected = start + denormalise(ete, factor) if ete > 0 else max_end
             entries.append(RunningPayload(cores=payload.job.cpu, start=start, expected_end=expected, max_end=max_end))
         self.jobstatus.can_postpone_last_job = self.can_postpone([e.expected_end for e in entries])
+        idle_end = None
+        self._idle_refresh = None
+        if not entries and state.accepting:
+            now = time.time()
+            idle_end = (
+                now + self.idle_horizon if pilot_end is None else min(now + self.idle_horizon, max(now, pilot_end))
+            )
+            self._idle_refresh = time.monotonic() + self.idle_horizon / 2
         try:
-            self.jobstatus.publish(entries)
+            self.jobstatus.publish(entries, idle_end=idle_end)
         except PilotfishError as exc:
             log.warning("$JOBSTATUS not updated: %s", exc)
 

@@ -6,8 +6,12 @@ followed by ``:``, which Grid Engine names turn into ``;``: see :func:`pilot.bac
 the priority ``-p``, the wall time as ``-l h_rt`` and the shape:
 
 * cpu: ``-l <cpu_resource>=N`` when ``cpu_resource`` is set, else ``-pe <pe> N`` when N > 1;
-* mem: ``-l <mem_resource>=<MB>`` (default ``h_vmem``). Grid Engine counts consumables per slot, so with
-  ``mem_per_slot`` (default) the value is ``ceil(mem / slots)``; note ``h_vmem`` is enforced as ``ulimit -v``;
+* mem: ``-l <mem_resource>=<MB>`` (default ``h_vmem``), the shape's whole memory as the seed writes it
+  (``-l mem_r=10``), unless Grid Engine counts the complex per slot: then ``ceil(mem / slots)``. Which is
+  read from the complex's consumable column in ``qconf -sc`` (:func:`pilot.mjf.derive.sge_per_slot`: YES per
+  slot, JOB per job, a non-consumable per slot only for Grid Engine's own limits such as ``h_vmem``, which
+  the shepherd multiplies by the slots); ``mem_per_slot`` true or false overrides it. Note ``h_vmem`` is
+  enforced as ``ulimit -v``;
 * tmp: ``-l <tmp_resource>=<MB>`` only when ``tmp_resource`` is set (tmp is not managed by default);
 * ``request.resources``: ``hard``/``soft`` are option strings put after ``-hard``/``-soft``; ``cpu``/``mem``/
   ``tmp`` override the shape; any other K=V becomes ``-l K=V``.
@@ -54,6 +58,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pilot.mjf.derive import SgeComplex, parse_sge_complexes, sge_per_slot
 from taskqueues.backend_options import parse_sge_options
 from taskqueues.errors import BackendError, BackendUnavailable
 from taskqueues.store.access import scrubbed
@@ -122,7 +127,7 @@ class SgeSettings:
     cpu_resource: str | None = None
     pe: str = "smp"
     mem_resource: str | None = "h_vmem"
-    mem_per_slot: bool = True
+    mem_per_slot: bool | None = None  # None: from the complex's consumable column (module text)
     tmp_resource: str | None = None
     wall_resource: str | None = "h_rt"
     default_prio: int = 0
@@ -170,7 +175,7 @@ class SgeBackend(ScriptBackend):
         super().__init__(settings, env)
         self._vanished_at: dict[str, float] = {}
         self._qacct_works: bool | None = None
-        self._complex_types: dict[str, str] | None = None
+        self._complexes: dict[str, SgeComplex] | None = None
 
     # --- availability ------------------------------------------------------------------------------------
 
@@ -233,7 +238,10 @@ class SgeBackend(ScriptBackend):
             args += ["-pe", settings.pe, str(cpu)]
             slots = cpu
         if settings.mem_resource and mem > 0:
-            per = math.ceil(mem / slots) if settings.mem_per_slot else mem
+            per_slot = settings.mem_per_slot
+            if per_slot is None:
+                per_slot = sge_per_slot(settings.mem_resource, self.complexes())
+            per = math.ceil(mem / slots) if per_slot else mem
             limits.append(f"{settings.mem_resource}={self.megabytes(settings.mem_resource, per)}")
         if settings.tmp_resource and tmp > 0:
             limits.append(f"{settings.tmp_resource}={self.megabytes(settings.tmp_resource, tmp)}")
@@ -255,30 +263,30 @@ class SgeBackend(ScriptBackend):
         return f"{mb}m" if self.complex_types().get(resource) == "MEMORY" else str(mb)
 
     def complex_types(self) -> dict[str, str]:
-        """Complex name (and shortcut) -> its type, from ``qconf -sc`` once; Grid Engine's own memory
-        complexes when it cannot be read."""
-        if self._complex_types is None:
+        """Complex name (and shortcut) -> its type (:meth:`complexes`)."""
+        return {name: known.type for name, known in self.complexes().items()}
+
+    def complexes(self) -> dict[str, SgeComplex]:
+        """Complex name (and shortcut) -> its type and consumable column, from ``qconf -sc`` once; Grid
+        Engine's own memory complexes (type MEMORY, not consumable) when it cannot be read."""
+        if self._complexes is None:
             qconf = find_binary("qconf", self.settings.bin_dir)
             done = (
                 None
                 if qconf is None
                 else run_command([qconf, "-sc"], env=self._env, check=False, timeout=self.settings.command_timeout)
             )
-            types: dict[str, str] = {}
-            for line in done.stdout.splitlines() if done is not None and done.returncode == 0 else ():
-                fields = line.split()
-                if len(fields) >= 3 and not fields[0].startswith("#"):
-                    types[fields[0]] = types[fields[1]] = fields[2].upper()
-            if not types:
+            found = parse_sge_complexes(done.stdout) if done is not None and done.returncode == 0 else {}
+            if not found:
                 why = "not found" if done is None else (done.stderr.strip() or f"exit {done.returncode}")
                 log.info(
                     "sge backend: qconf -sc unusable (%s); Grid Engine's own memory complexes are taken as "
                     "MEMORY, other resources as counting MB",
                     why,
                 )
-                types = dict.fromkeys(_MEMORY_COMPLEXES, "MEMORY")
-            self._complex_types = types
-        return self._complex_types
+                found = dict.fromkeys(_MEMORY_COMPLEXES, SgeComplex("MEMORY", "NO"))
+            self._complexes = found
+        return self._complexes
 
     def _batch_id(self, answer: str) -> str:
         return answer.split(".")[0]

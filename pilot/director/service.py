@@ -34,6 +34,7 @@ from taskqueues.catalog import Queue
 from taskqueues.context import Context
 from taskqueues.errors import BackendError, PilotfishError, StoreUnavailable
 from taskqueues.placement import BACKEND_OPTIONS, INSTANCE_TYPE
+from taskqueues.sandbox import NONE, none_warning
 from taskqueues.settings import Settings
 from taskqueues.shapes import Shape
 from taskqueues.store import alive, sentinel, stats
@@ -100,6 +101,10 @@ def default_pilot_command(queue: Queue, shape: Shape, wall: int, settings: Setti
         "--stop-margin",
         str(settings.pilot_stop_margin),
         "--events" if settings.pilot_events else "--no-events",
+        "--payload-sandbox",
+        settings.payload_sandbox,
+        "--payload-shared-paths",
+        settings.payload_shared_paths,
     ]
 
 
@@ -186,6 +191,8 @@ class Director:
             except BackendError as exc:
                 log.error("queue %s: cannot configure its %s backend: %s", queues[0].id, queues[0].batch, exc)
         announce(conversions)
+        if self.ctx.settings.payload_sandbox == NONE:
+            log.warning("%s", none_warning())
 
     def _options(self, queue: Queue) -> dict[str, object]:
         options, _ = split_batch_options(queue)

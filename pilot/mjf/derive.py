@@ -229,6 +229,51 @@ def parse_sge_time(text: str) -> int | None:
     return seconds
 
 
+#: Grid Engine's own limit complexes (``queue_conf(5)`` RESOURCE LIMITS): the shepherd enforces them per
+#: slot, multiplied by the job's slots on the host, whatever their consumable column says.
+SGE_SLOT_LIMITS = frozenset(
+    f"{kind}_{name}" for kind in ("h", "s") for name in ("vmem", "data", "rss", "stack", "core", "fsize")
+)
+
+
+@dataclass(frozen=True)
+class SgeComplex:
+    """One line of ``qconf -sc``: the complex's type (MEMORY, INT...) and its consumable column."""
+
+    type: str
+    consumable: str  # YES (counted per slot), JOB (per job), NO (not counted)
+
+    def per_slot(self, name: str) -> bool:
+        """Whether a request of this complex counts per slot, so a job's whole amount is the value x slots.
+
+        ``complex(5)``: a consumable YES is booked once per slot, JOB once per job; a complex that is not
+        consumable is a limit, per slot for Grid Engine's own limits (:data:`SGE_SLOT_LIMITS`), and for any
+        other a value compared as it is written (the seed's ``-l mem_r=10``: the whole amount).
+        """
+        if self.consumable == "YES":
+            return True
+        if self.consumable == "JOB":
+            return False
+        return name in SGE_SLOT_LIMITS
+
+
+def parse_sge_complexes(text: str) -> dict[str, SgeComplex]:
+    """Complex name (and its shortcut) -> :class:`SgeComplex`, from ``qconf -sc`` output."""
+    out: dict[str, SgeComplex] = {}
+    for line in text.splitlines():
+        fields_ = line.split()
+        if len(fields_) >= 6 and not fields_[0].startswith("#"):
+            out[fields_[0]] = out[fields_[1]] = SgeComplex(fields_[2].upper(), fields_[5].upper())
+    return out
+
+
+def sge_per_slot(name: str, complexes: Mapping[str, SgeComplex]) -> bool:
+    """Whether ``-l name=V`` counts per slot (:meth:`SgeComplex.per_slot`); a complex ``qconf -sc`` did not
+    list counts per slot when it is one of Grid Engine's own limits, else as written."""
+    known = complexes.get(name)
+    return known.per_slot(name) if known is not None else name in SGE_SLOT_LIMITS
+
+
 def parse_qstat_job(text: str) -> dict[str, str]:
     """Resource requests and the start time of ``qstat -j <id>`` output.
 
@@ -289,8 +334,10 @@ def from_sge(env: Mapping[str, str], run: Runner = run_command) -> Derived:
     """What Grid Engine tells a job about itself; empty outside a Grid Engine job.
 
     Slots from ``NSLOTS`` (or this host's ``$PE_HOSTFILE`` line); limits from ``qstat -j $JOB_ID`` when
-    the qmaster answers, else from the shepherd's ``$SGE_JOB_SPOOL_DIR/config``. ``h_vmem`` is per slot,
-    so the memory limit is h_vmem x slots. The wall limit is the smaller of ``h_rt`` and ``s_rt``: at
+    the qmaster answers, else from the shepherd's ``$SGE_JOB_SPOOL_DIR/config``. ``mem_limit_MB`` is the
+    job's whole memory (the seed: "Total memory"): ``h_vmem`` x slots when ``h_vmem`` counts per slot, the
+    value itself when the site made it a consumable of column JOB (``qconf -sc``, read when it answers:
+    :func:`sge_per_slot`). The wall limit is the smaller of ``h_rt`` and ``s_rt``: at
     ``s_rt`` Grid Engine sends SIGUSR1, whose default action ends the pilot.
     """
     derived = Derived()
@@ -305,6 +352,7 @@ def from_sge(env: Mapping[str, str], run: Runner = run_command) -> Derived:
     if slots is not None and slots > 0:
         derived.put("allocated_CPU", slots, "sge")
 
+    complexes: dict[str, SgeComplex] | None = None
     for label, resources in (
         ("sge:qstat", _qstat(job_id, run)),
         ("sge", _read_spool_config(env.get("SGE_JOB_SPOOL_DIR", ""))),
@@ -324,10 +372,18 @@ def from_sge(env: Mapping[str, str], run: Runner = run_command) -> Derived:
         if limits:
             derived.put("wall_limit_secs", min(limits), label)
         if per_slot is not None:
-            derived.put("mem_limit_MB", per_slot * (slots or 1) // 10**6, label)
+            if complexes is None:
+                complexes = _qconf_complexes(run)
+            times = (slots or 1) if sge_per_slot("h_vmem", complexes) else 1
+            derived.put("mem_limit_MB", per_slot * times // 10**6, label)
         if "start_time" in resources:
             derived.put("jobstart_secs", _parse_sge_date(resources["start_time"]), label)
     return derived
+
+
+def _qconf_complexes(run: Runner) -> dict[str, SgeComplex]:
+    output = run(["qconf", "-sc"])
+    return parse_sge_complexes(output) if output else {}
 
 
 def _qstat(job_id: str, run: Runner) -> dict[str, str]:

@@ -7,7 +7,11 @@ for the set R of payloads running now, each with cores c, start s, expected end 
 * ``last_job_start`` = T, the latest start of any payload this pilot has run (the pilot's start before
   the first one). It may belong to a payload that has ended already.
 * ``first_exp_job_end`` = F = min e over R; ``last_exp_job_end`` = L = max e over R;
-  ``last_max_job_end`` = max m over R. With nothing running all three are "now".
+  ``last_max_job_end`` = max m over R. With nothing running all three are the *idle end*: the time until
+  which the idle pilot's values hold (it republishes before then, :mod:`pilot.agent.status`), never
+  before "now" (issue 29: an idle pilot that published "now" once kept ends in the past, and the spec's
+  readers computed a negative ``remaining_time`` and ``draining_waste``). With no idle end given (a pilot
+  that is stopping) they are "now".
 * ``add_uncom_time`` = sum over R of c x (T - s): the payload work that would have been lost had the
   pilot been killed at T, just before its latest payload started. This is exactly the term that makes
   the spec's ``kill_waste = add_uncom_time + used_CPU x (now - last_job_start)`` equal the work of every
@@ -124,8 +128,10 @@ def compute_status(
     now: float,
     can_postpone_last_job: bool = True,
     priority_factor: int = 0,
+    idle_end: float | None = None,
 ) -> JobStatus:
-    """The $JOBSTATUS values for the payloads running at ``now`` (definitions in the module docstring)."""
+    """The $JOBSTATUS values for the payloads running at ``now`` (definitions in the module docstring);
+    ``idle_end`` is the idle pilot's end, used when nothing runs (clamped to ``now`` at least)."""
     payloads = list(running)
     used = sum(p.cores for p in payloads)
     if used > allocated_CPU:
@@ -134,12 +140,13 @@ def compute_status(
         raise JobStatusError("$JOBSTATUS: a running payload holds no cores")
     latest = max([last_job_start, *(p.start for p in payloads)])
     if not payloads:
+        end = math.floor(max(now, now if idle_end is None else idle_end))
         return JobStatus(
             used,
             math.floor(latest),
-            math.floor(now),
-            math.floor(now),
-            math.floor(now),
+            end,
+            end,
+            end,
             0,
             0,
             can_postpone_last_job,
@@ -300,9 +307,12 @@ class JobStatusWriter:
         self.hold_until: float | None = None
         self.published: JobStatus | None = None
 
-    def publish(self, running: Iterable[RunningPayload], now: float | None = None) -> JobStatus:
+    def publish(
+        self, running: Iterable[RunningPayload], now: float | None = None, *, idle_end: float | None = None
+    ) -> JobStatus:
         """Recompute every value for the payloads running now and rewrite the directory (during the hold
-        after a revert to True, with every other value as published before)."""
+        after a revert to True, with every other value as published before); ``idle_end``: see
+        :func:`compute_status`."""
         payloads = list(running)
         now = self.clock() if now is None else now
         self.last_job_start = max([self.last_job_start, *(p.start for p in payloads)])
@@ -313,6 +323,7 @@ class JobStatusWriter:
             now=now,
             can_postpone_last_job=self.can_postpone_last_job,
             priority_factor=self.priority_factor,
+            idle_end=idle_end,
         )
         before = self.published
         if not status.can_postpone_last_job:

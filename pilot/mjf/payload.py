@@ -22,8 +22,10 @@ its payloads and rewrites it on :meth:`PayloadArea.update`.
 $JOBSTATUS is NOT passed to payloads: it is the pilot's report to the site, written by the pilot alone
 under the ``used_CPU`` lock; a payload that inherited it could overwrite it or hold the lock.
 
-Payload environment, beside the three directories: ``PILOTFISH_CPU`` (cores), ``PILOTFISH_MEM`` (MB),
-``PILOTFISH_TMP`` (scratch space in MB, the unit of the ``tmp`` requirement), ``OMP_NUM_THREADS`` (cores).
+The pilot's environment reaches a payload without credentials, ``PILOTFISH_*`` settings and deployment
+paths (:func:`payload_environ`). Payload environment, beside the three directories: ``PILOTFISH_CPU``
+(cores), ``PILOTFISH_MEM`` (MB), ``PILOTFISH_TMP`` (scratch space in MB, the unit of the ``tmp``
+requirement), ``OMP_NUM_THREADS`` (cores).
 Each payload gets a slot of the pilot's work area (see :class:`PayloadSandbox`): its $TMPDIR and work
 directory are empty when it starts and emptied when it ends, whatever it left in them; the slots are
 removed when the pilot ends.
@@ -47,6 +49,20 @@ from pilot.mjf.features import MACHINE_KEYS, Features, Value, format_value
 from pilot.mjf.formulas import denormalise, normalise
 from taskqueues.errors import PilotfishError
 from taskqueues.store.access import scrubbed
+
+#: Variables of the pilot's environment that name deployment paths: never passed to a payload (with every
+#: ``PILOTFISH_*`` setting, the state directory's among them).
+DEPLOYMENT_VARIABLES = frozenset({"PWD", "OLDPWD", "CELERY_CONFIG_MODULE", "FLOWER_BASIC_AUTH", "JOBSTATUS"})
+
+
+def payload_environ(env: Mapping[str, str]) -> dict[str, str]:
+    """The base of a payload's environment: ``env`` without credentials, ``PILOTFISH_*`` settings (state
+    directory, catalog, store...) and deployment paths; each payload then gets its own ``PILOTFISH_*``."""
+    return {
+        name: value
+        for name, value in scrubbed(env).items()
+        if not name.startswith("PILOTFISH_") and name not in DEPLOYMENT_VARIABLES
+    }
 
 
 class PayloadAreaError(PilotfishError):
@@ -254,9 +270,10 @@ class PayloadArea:
         self.workdir = Path(workdir).absolute()  # payloads get these paths and run elsewhere
         self.stop_margin = stop_margin
         self.features = features
-        # The pilot's environment, read once, without the credentials it holds (taskqueues.store.access): the base
-        # of every payload's; a payload never sees the store's URL or any other secret.
-        self.environ = scrubbed(os.environ)
+        # The pilot's environment, read once, without the credentials it holds (taskqueues.store.access) nor the
+        # deployment's settings and paths: the base of every payload's; a payload never sees the store's URL,
+        # the state directory or any other secret.
+        self.environ = payload_environ(os.environ)
         self._live: list[PayloadSandbox] = []
         self._free: list[PayloadSandbox] = []
         try:

@@ -68,6 +68,7 @@ class Store(StoreReads):
         submit_timeout: float = 5.0,
         replica_window: float = 600.0,
         reservation_slack: float = DEFAULT_RESERVATION_SLACK,
+        bounded_reservations: bool = False,
     ) -> None:
         """``ete_safety_factor``: a job without ``wall`` must find this many times its run-time estimate left
         in a pilot (:func:`taskqueues.store.records.time_needed`; every writer of a task-queue member uses this one).
@@ -96,6 +97,9 @@ class Store(StoreReads):
         self.submit_timeout = submit_timeout
         #: A reservation (match.lua) whose start passed by this many seconds holds its pilot's cores no more.
         self.reservation_slack = reservation_slack
+        #: Bounded reservations (issue 29): a reservation holds back no job whose score is less than its own
+        #: need after the reserved start (match.lua, "Reservations").
+        self.bounded_reservations = bounded_reservations
         self._scripts: dict[str, functions.Function] = functions.register(client)
         self._base = self.keys.base + ":"
         self._match_calls: dict[str, PackedCall] = {}
@@ -260,21 +264,26 @@ class Store(StoreReads):
             left,
             max_jobs,
             running_text(offer.running),
-            self.reservation_slack,
+            f"{float(self.reservation_slack)!r}:b" if self.bounded_reservations else self.reservation_slack,
         ]
 
     @staticmethod
     def matched(reply: list[Any]) -> list[Job]:
         """The jobs a match reply leased.
 
-        A record that Python cannot read (match.lua checks its form, not every field's value) is left out:
-        its lease expires unrenewed and the reaper parks it, while the pilot runs the others.
+        A record that Python cannot read (match.lua checks its form, not every field's value) comes back as a
+        stand-in carrying the problem (:meth:`Job.unreadable`), which the pilot fails; one whose attempt
+        cannot be read either is left out: its lease expires unrenewed and the reaper parks it.
         """
         jobs = []
         for i in range(1, len(reply), 2):
             try:
                 jobs.append(Job.from_record(reply[i], _text(reply[i - 1])))
-            except (ValueError, KeyError, TypeError) as exc:
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:  # AttributeError: not a JSON object
+                stand_in = Job.unreadable(reply[i], _text(reply[i - 1]), str(exc))
+                if stand_in is not None:
+                    jobs.append(stand_in)
+                    continue
                 log.warning(
                     "job %s leased with a record that cannot be read (%s): left to the reaper", _text(reply[i - 1]), exc
                 )

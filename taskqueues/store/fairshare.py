@@ -106,10 +106,31 @@ class Policy:
     #: job type (rule) -> running jobs
     jobs: Mapping[str, int] = field(default_factory=dict)
     default_share: float = 1.0
+    #: The catch-up cap x >= 1, None for none: see :meth:`clamp`.
+    catchup: float | None = None
+
+    def clamp(self) -> tuple[float, float] | None:
+        """The bounds (lo, hi) of a group's decayed usage in ranks, in units of its running cores times tau.
+
+        In a steady state a group's decayed usage is R * tau. Without a cap, a group that was idle (or
+        arrives late) has none and runs, against groups in a steady state, up to twice its share's rate
+        until it has; against a group that ran more than its share before (whose usage is above R * tau),
+        more still. With ``catchup = x`` the usage counts, in ranks only, as within R * tau * [1 - d, 1 + d],
+        d = 2 (x - 1) / (x + 1): since groups are served to equal E / share, no group then runs more than x
+        times another's cores per share, whatever their past: x = 1 is no memory at all (running shares),
+        a larger x pays back more of the past. The decayed usage stored is the real one.
+        """
+        x = self.catchup
+        if x is None:
+            return None
+        d = 2.0 * (x - 1.0) / (x + 1.0)
+        return 1.0 - d, 1.0 + d
 
     def fields(self) -> dict[str, str]:
         """The ``shares`` hash that match.lua reads."""
         out = {"halflife": repr(float(self.halflife)), "s:*": repr(float(self.default_share))}
+        if self.catchup is not None:
+            out["catchup"] = repr(float(self.catchup))
         out.update({f"s:{g}": repr(float(s)) for g, s in self.shares.items()})
         out.update({f"s:{g}.{o}": repr(float(s)) for (g, o), s in self.owner_shares.items()})
         out.update({f"l:{g}@{w}": str(n) for (g, w), n in self.cores.items()})
@@ -124,12 +145,15 @@ class Policy:
         cores: dict[tuple[str, str], int] = {}
         jobs: dict[str, int] = {}
         halflife, default = DEFAULT_HALFLIFE, 1.0
+        catchup: float | None = None
         for name, value in fields.items():
             kind, _, rest = name.partition(":")
             if name == "json":
                 continue
             if name == "halflife":
                 halflife = float(value)
+            elif name == "catchup":
+                catchup = float(value)
             elif name == "s:*":
                 default = float(value)
             elif kind == "s" and "." in rest:
@@ -142,7 +166,7 @@ class Policy:
                 cores[(group, where)] = int(value)
             elif kind == "t":
                 jobs[rest] = int(value)
-        return cls(halflife, shares, owners, cores, jobs, default)
+        return cls(halflife, shares, owners, cores, jobs, default, catchup)
 
     def share(self, group: str) -> float:
         return self.shares.get(group, self.default_share)
@@ -175,8 +199,10 @@ def _table(value: object, where: str) -> dict[str, Any]:
 def parse_policy(data: Mapping[str, Any], source: str = "shares") -> Policy:
     """A policy from a parsed shares file; every refusal names the file and the key (docs/user/shares.md)."""
     for key in data:
-        if key not in ("halflife", "default_share", "groups", "types"):
-            raise ConfigError(f"{source}: {key}: unknown key; a shares file has halflife, default_share, groups, types")
+        if key not in ("halflife", "catchup", "default_share", "groups", "types"):
+            raise ConfigError(
+                f"{source}: {key}: unknown key; a shares file has halflife, catchup, default_share, groups, types"
+            )
     halflife = DEFAULT_HALFLIFE
     if "halflife" in data:
         raw = data["halflife"]
@@ -186,6 +212,11 @@ def parse_policy(data: Mapping[str, Any], source: str = "shares") -> Policy:
             raise ConfigError(f"{source}: halflife: {exc.problem}") from None
         if halflife <= 0:
             raise ConfigError(f"{source}: halflife: wants a duration above 0, got {raw!r}")
+    catchup = None
+    if "catchup" in data:
+        catchup = _number(data["catchup"], f"{source}: catchup")
+        if catchup < 1:
+            raise ConfigError(f"{source}: catchup: wants a number of at least 1, got {data['catchup']!r}")
     default = _number(data.get("default_share", 1), f"{source}: default_share")
     shares: dict[str, float] = {}
     owners: dict[tuple[str, str], float] = {}
@@ -219,7 +250,7 @@ def parse_policy(data: Mapping[str, Any], source: str = "shares") -> Policy:
         if not _TYPE_RE.fullmatch(job_type):
             raise ConfigError(f"{source}: types.{job_type}: a job type is a rule name")
         jobs[job_type] = int(_number(n, f"{source}: types.{job_type}", whole=True))
-    return Policy(halflife, shares, owners, cores, jobs, default)
+    return Policy(halflife, shares, owners, cores, jobs, default, catchup)
 
 
 def read_policy(path: str | Path) -> Policy:
@@ -259,6 +290,7 @@ class FairState:
     fields: Mapping[str, str]
     now: float
     halflife: float
+    clamp: tuple[float, float] | None = None  # Policy.clamp()
 
     def running(self, account: str) -> int:
         return int(float(self.fields.get(f"r:{account}", 0)))
@@ -267,19 +299,23 @@ class FairState:
         return int(float(self.fields.get(name, 0)))
 
     def usage(self, account: str) -> float:
-        """Effective usage E = U + R * tau of a group or ``group.owner`` at :attr:`now`."""
+        """Effective usage E = U + R * tau of a group or ``group.owner`` at :attr:`now`, U clamped by the
+        catch-up cap (:meth:`Policy.clamp`)."""
         tau = self.halflife / math.log(2)
         u, _, t = self.fields.get(f"u:{account}", "").partition(" ")
         used, at = (float(u), float(t)) if t else (0.0, self.now)
         r = self.running(account)
         k = math.exp(-max(self.now - at, 0.0) / tau)
-        return used * k + r * tau * (1 - k) + r * tau
+        decayed = used * k + r * tau * (1 - k)
+        if self.clamp is not None:
+            decayed = min(max(decayed, r * tau * self.clamp[0]), r * tau * self.clamp[1])
+        return decayed + r * tau
 
 
 def fair_state(client: redis.Redis, keys: Keys, now: float, policy: Policy | None = None) -> FairState:
     raw = client.hgetall(keys.fair)
     halflife = policy.halflife if policy else DEFAULT_HALFLIFE
-    return FairState({_text(k): _text(v) for k, v in raw.items()}, now, halflife)
+    return FairState({_text(k): _text(v) for k, v in raw.items()}, now, halflife, policy.clamp() if policy else None)
 
 
 def rank(policy: Policy, state: FairState, tq_id: str) -> tuple[float, float]:

@@ -223,6 +223,8 @@ class Job:
     pending: int = 0
     deferred: str = ""
     pressure: float = 0.0
+    #: Why this record cannot be run as stored (not UTF-8, unreadable): a pilot fails such a job with it.
+    problem: str = ""
 
     @property
     def cpu(self) -> int:
@@ -244,7 +246,12 @@ class Job:
         one ``object.__setattr__`` at a time, which was most of the cost of reading back a matched job on
         the match hot path. Every field is set here, with the same values ``__init__`` would get.
         """
-        rec = json.loads(raw)
+        problem = ""
+        try:
+            rec = json.loads(raw)
+        except UnicodeDecodeError:  # bytes that are not UTF-8: kept readable, and the job marked
+            rec = json.loads(raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else raw)
+            problem = "its record is not valid UTF-8"
         get = rec.get
         dependents = get("dn") or []
         deps = get("dp") or []
@@ -280,8 +287,32 @@ class Job:
             pending=int(get("nd", 0)),
             deferred=get("df", "") if get("dx") else "",
             pressure=float(get("pr", 0)),
+            problem=problem,
         )
         return job
+
+    @classmethod
+    def unreadable(cls, raw: str | bytes, job_id: str, why: str) -> Job | None:
+        """A stand-in for a leased record :meth:`from_record` cannot read, carrying ``why`` as its
+        :attr:`problem` (the pilot fails the job with it); None when not even its attempt can be read."""
+        try:
+            text = raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else raw
+            rec = json.loads(text)
+            attempt = int(rec["a"])
+        except (ValueError, KeyError, TypeError, IndexError):
+            return None
+        return cls(
+            id=str(job_id),
+            state=JobState.RUNNING,
+            attempt=attempt,
+            tq_id="",
+            command="",
+            requirements={},
+            score=0.0,
+            ete=0.0,
+            submitted=0.0,
+            problem=f"its record cannot be read ({why})",
+        )
 
 
 _STATES = {state.value: state for state in JobState}

@@ -95,9 +95,12 @@ def read_reservations(client: redis.Redis, keys: Keys) -> tuple[list[Reservation
     return good, bad
 
 
-def held_for(client: redis.Redis, keys: Keys, queues: Iterable[str], job: str, now: float) -> list[str]:
+def held_for(
+    client: redis.Redis, keys: Keys, queues: Iterable[str], job: str, now: float, *, bounded: bool = False
+) -> list[str]:
     """Lines for ``pilotfish explain``: in each of ``queues``, which pilot holds cores for which reserved job
-    (``job`` itself, or another that narrower jobs there wait behind), and until when."""
+    (``job`` itself, or another that narrower jobs there wait behind), and until when; ``bounded``: the
+    store's reservations are bounded (``Store.bounded_reservations``)."""
     wanted = set(queues)
     good, _ = read_reservations(client, keys)
     out = []
@@ -113,6 +116,8 @@ def held_for(client: redis.Redis, keys: Keys, queues: Iterable[str], job: str, n
             )
             continue
         why = "" if r.job == job else ": there, jobs that would end later than that wait"
+        if bounded and r.job != job:
+            why += " (unless due to start before it, less their run)"
         out.append(
             f"queue {r.queue}: pilot {r.pilot} holds cores for {whom} ({r.cpu} cores, {r.mem} MB), "
             f"reserved to start {when}{why}"

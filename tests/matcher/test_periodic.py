@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from matcher import periodic
+from matcher.cli.run import Maintenance
 from matcher.repressure import RULE_MARK, repressure
 from matcher.submission import JobSpec, Submitter
 from taskqueues.catalog import Catalog
@@ -74,21 +75,34 @@ def test_a_refresh_does_not_drop_the_smaller_queue(store: Store, tmp_path: Path)
     assert [j.id for j in store.match(small) + store.match(small)] == [ids["a"], ids["b"]]
 
 
-def test_a_refresh_judges_on_the_largest_job_the_task_queue_holds(store: Store, tmp_path: Path) -> None:
-    """3900 and 4090 MB share the 4096 bucket: only the 8 GB queue holds the larger, so the refreshed pool is
-    that queue alone while both wait; once only the smaller waits (the task queue emptied and refilled), the
-    4 GB queue is eligible again."""
+def test_a_job_is_judged_on_its_own_values_not_its_buckets_largest(store: Store, tmp_path: Path) -> None:
+    """3900 and 4090 MB share the 4096 bucket and only the 8 GB queue holds the larger: the smaller, which the
+    4 GB queue holds too, gets a task queue of its own (marked by its pool), so a refresh judging each task
+    queue on its largest job keeps the 4 GB queue for it, and a 4 GB pilot takes it though the larger waits
+    ahead of it (issue 29 part 6: it used to share the larger's task queue and lose that queue)."""
     ctx = context(store, TWO_QUEUES, tmp_path)
-    ids = submit(ctx, JobSpec("small", "true", {"mem": 3900}), JobSpec("large", "true", {"mem": 4090}))
-    tq = store.job(ids["small"]).tq_id
-    assert store.job(ids["large"]).tq_id == tq
+    ids = submit(ctx, JobSpec("large", "true", {"mem": 4090}), JobSpec("small", "true", {"mem": 3900}))
+    small, large = store.job(ids["small"]).tq_id, store.job(ids["large"]).tq_id
+    assert small != large
+    assert json.loads(store.tq_definitions()[small])["SubmitPool"]
+    assert "SubmitPool" not in json.loads(store.tq_definitions()[large])
     periodic.refresh_pools(ctx)
-    assert store.pool(tq) == {"S/ce/big"}
-    assert len(store.match(PilotOffer("p", "S/ce/big", 8, 8000), max_jobs=2)) == 2
-    (again,) = submit(ctx, JobSpec("again", "true", {"mem": 3900})).values()
-    periodic.refresh_pools(ctx)
-    assert store.pool(tq) == {"S/ce/small", "S/ce/big"}
-    assert [j.id for j in store.match(PilotOffer("p", "S/ce/small", 4, 4000))] == [again]
+    assert store.pool(large) == {"S/ce/big"}
+    assert store.pool(small) == {"S/ce/small", "S/ce/big"}
+    assert [j.id for j in store.match(PilotOffer("p", "S/ce/small", 4, 4000))] == [ids["small"]]
+    (again,) = submit(ctx, JobSpec("again", "true", {"mem": 3901})).values()
+    assert store.job(again).tq_id == small  # one bucket, one pool: one task queue
+    assert {j.id for j in store.match(PilotOffer("p", "S/ce/big", 8, 8000), max_jobs=2)} == {ids["large"], again}
+    check_store(store)
+
+
+def test_jobs_that_fit_the_buckets_queues_keep_the_plain_task_queue(store: Store, tmp_path: Path) -> None:
+    """No split when the exact values fit no more queues than the bucket: 4090 MB and the 4096 bucket both
+    fit only the 8 GB queue; the task queue is the requirement class's own."""
+    ctx = context(store, TWO_QUEUES, tmp_path)
+    ids = submit(ctx, JobSpec("a", "true", {"mem": 4090}), JobSpec("b", "true", {"mem": 4095}))
+    assert store.job(ids["a"]).tq_id == store.job(ids["b"]).tq_id
+    assert "SubmitPool" not in json.loads(store.tq_definitions()[store.job(ids["a"]).tq_id])
 
 
 def test_the_pool_stamp_says_when_the_pool_was_last_computed(store: Store, clock: FakeClock, tmp_path: Path) -> None:
@@ -204,3 +218,33 @@ def test_periodic_clean_forgets_requests_past_the_retention_once_re_pressure_lea
     assert store.jobs(list(ids.values())) == [] and request not in store.requests()
     assert "r" in store.ete_stats([], ["r"])[1]
     check_store(store)
+
+
+# -- issue 29 part 6: `pilotfish run` refreshes and cleans pools at beat's intervals, as a deployment does
+
+
+def test_pilotfish_run_refreshes_and_cleans_pools_at_beats_intervals(
+    store: Store, clock: FakeClock, tmp_path: Path
+) -> None:
+    """The loop of ``pilotfish run`` (its :class:`Maintenance`, on the store's clock) recomputes a pool from a
+    catalog that changed once ``pool_refresh_interval`` has passed, and forgets a task queue emptied past the
+    grace period once ``clean_interval`` has passed; neither before."""
+    ctx = context(store, ONE_QUEUE, tmp_path)
+    assert (ctx.settings.pool_refresh_interval, ctx.settings.clean_interval) == (900.0, 600.0)
+    ids = submit(ctx, JobSpec("a", "true", {"mem": "4G"}))
+    tq = store.job(ids["a"]).tq_id
+    loop = Maintenance(ctx, start=clock.now)
+    assert loop.tick(clock.now) == ["often"]
+    ctx.__dict__["catalog"] = Catalog.loads(TWO_QUEUES.replace("small", "only"))
+    clock.now += 899
+    assert "refresh" not in loop.tick(clock.now) and store.pool(tq) == {"S/ce/only"}
+    clock.now += 1
+    assert "refresh" in loop.tick(clock.now)
+    assert store.pool(tq) == {"S/ce/only", "S/ce/big"}
+    (matched,) = store.match(PilotOffer("p", "S/ce/big", 4, 8000))
+    assert matched.id == ids["a"]
+    store.complete(matched.id, matched.attempt, "p", RunResult(wall=1))
+    emptied = clock.now
+    clock.now = emptied + GRACE + 1  # the clean due at start + 600 has run at 900; the next is at 1500
+    ran = loop.tick(clock.now)
+    assert "clean" in ran and tq not in store.tq_definitions() and store.pool(tq) == set()

@@ -419,7 +419,9 @@ def test_a_released_command_that_no_shell_can_run_fails_the_job(submitter: Submi
     (first,) = store.match(PilotOffer("p", QA, 4, 8000))
     store.complete(first.id, first.attempt, "p", RunResult(outputs={"word": "a\x00b"}))
     assert sweep(store, submitter.catalog) == {sub.ids["b"]: JobState.FAILED}
-    assert store.job(sub.ids["b"]).reason == "job 'b', field 'command': holds a NUL character at character 6"
+    assert (
+        store.job(sub.ids["b"]).reason == "job 'b', field 'command': holds a NUL character at character 7"
+    )  # in quotes
 
 
 def test_run_times_are_learnt_from_successes_only(submitter: Submitter, store: Store) -> None:

@@ -1023,3 +1023,13 @@ def test_a_cluster_store_keeps_celerys_broker_apart(hc: ModuleType) -> None:
     plain = hc.objects_of({})
     assert "$(PILOTFISH_REDIS_URL)" in container(named(plain, "Deployment", "-flower"))["args"]
     assert "PILOTFISH_BROKER_URL" not in env_of(container(named(plain, "Deployment", "-matcher")))
+
+
+def test_pilot_pods_get_the_payload_sandbox_setting(hc: ModuleType) -> None:
+    """pilots.payloadSandbox reaches the pilot pods as PILOTFISH_PAYLOAD_SANDBOX (bwrap unless set)."""
+    for value, expected in ((None, "bwrap"), ("none", "none")):
+        pilots: dict[str, object] = {"enabled": True, "kind": "Deployment"}
+        if value is not None:
+            pilots["payloadSandbox"] = value
+        env = env_of(container(named(hc.objects_of({"pilots": pilots}), "Deployment", "-pilot")))
+        assert env["PILOTFISH_PAYLOAD_SANDBOX"]["value"] == expected

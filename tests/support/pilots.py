@@ -51,8 +51,10 @@ def pilot_env(
     disk_gb: float = 10,
     machine: dict[str, object] | None = None,
     job: dict[str, object] | None = None,
+    sandbox: str = "none",
 ) -> dict[str, str]:
-    """An environment with our own $MACHINEFEATURES/$JOBFEATURES/$JOBSTATUS and no batch-system variables."""
+    """An environment with our own $MACHINEFEATURES/$JOBFEATURES/$JOBSTATUS and no batch-system variables
+    (and the payload sandbox ``sandbox``)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(_FOREIGN)}
     mf = write_features(tmp_path / "mf", hs06=10.0, **(machine or {}))
     jf = write_features(tmp_path / "jf", allocated_CPU=cores, mem_limit_MB=mem, disk_limit_GB=disk_gb, **(job or {}))
@@ -61,8 +63,18 @@ def pilot_env(
         JOBFEATURES=str(jf),
         JOBSTATUS=str(tmp_path / "jobstatus"),
         PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
+        # The payloads of these tests write what they did (timelines, marks) into the test's directory, which
+        # a payload sandbox hides and keeps read-only: they run unconfined. The sandbox has its own tests
+        # (tests/pilot/agent/test_sandbox.py, tests/e2e/test_attacks.py).
+        PILOTFISH_PAYLOAD_SANDBOX=sandbox,
     )
     return env
+
+
+def pilot_argv(redis_url: str, workdir: Path, *args: str) -> list[str]:
+    """``python -m pilot.agent.command`` on the test queue with its work directory and ``args``."""
+    command = [sys.executable, "-m", "pilot.agent.command", "--redis-url", redis_url, "--queue", QUEUE]
+    return [*command, "--workdir", str(workdir), *args]
 
 
 @contextmanager
@@ -76,19 +88,7 @@ def running_pilot(
     env = env if env is not None else pilot_env(tmp_path)
     err = open(tmp_path / f"{name}.err", "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "pilot.agent.command",
-            "--redis-url",
-            redis_url,
-            "--queue",
-            QUEUE,
-            "--workdir",
-            str(tmp_path / f"{name}-work"),
-            "-v",
-            *args,
-        ],
+        [*pilot_argv(redis_url, tmp_path / f"{name}-work"), "-v", *args],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,

@@ -447,6 +447,8 @@ A pilot pod's name and node, from the downward API: the pilot is `k8s-<pod>@<nod
 probe derives from the same variables to find the pilot's own heartbeat (pilot/agent/config.py).
 */}}
 {{- define "pilotfish.pilotEnv" -}}
+- name: PILOTFISH_PAYLOAD_SANDBOX
+  value: {{ .Values.pilots.payloadSandbox | default "bwrap" | quote }}
 - name: PILOTFISH_POD_NAME
   valueFrom:
     fieldRef:

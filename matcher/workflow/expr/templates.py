@@ -109,7 +109,10 @@ def render(
     """``template`` with its placeholders filled from ``params`` (and ``deps`` for ``{deps.<job>.<value>}``).
 
     Values must be strings, numbers or booleans. Nothing is looked up but the exact names, so a
-    template cannot reach an attribute, an item or any object behind a value.
+    template cannot reach an attribute, an item or any object behind a value. A dependency's output
+    (``{deps.<job>.<value>}``, written by a payload) is always shell-quoted after formatting
+    (:func:`shlex.quote`: one word, its bytes as they are): a job's output is never code in its dependents'
+    commands.
     """
     out: list[str] = []
     size = 0
@@ -143,12 +146,15 @@ def render(
                 expression=template,
                 name=field.name,
             )
+        quote = field.dep is not None and field.conversion != "q"
         if field.conversion is not None:
             value = _CONVERSIONS[field.conversion](value)
         try:
             out.append(format(value, field.spec))
         except (ValueError, OverflowError) as exc:  # OverflowError: "{n:c}" of a number past U+10FFFF
             raise ExprError(f"placeholder {{{field.name}}}: {exc}", expression=template, name=field.name) from None
+        if quote:  # a value a job produced is data: one shell word whatever bytes it holds, never code
+            out[-1] = shlex.quote(out[-1])
         size += len(out[-1])
     if size > MAX_RENDERED:
         raise ExprError(f"renders to more than {MAX_RENDERED} characters", expression=template)

@@ -34,7 +34,8 @@
 -- ARGV[10] what the pilot runs, for reservations: "d:cpu:mem:tmp" per running job, one blank apart, by d
 --          ascending (d = seconds until its estimated end, 0 if overdue); "" when it runs nothing; "-" turns
 --          reservations off for this call (the match of old, strict)
--- ARGV[11] reservation slack (seconds): a reservation whose start passed by this much is dropped
+-- ARGV[11] reservation slack (seconds): a reservation whose start passed by this much is dropped; with the
+--          suffix ":b" the reservation is bounded (issue 29, see "Reservations")
 -- Returns  {id1, record1, id2, record2, ...} (records as stored after the lease: without their id, with the
 --          member's tail as mt; see _lib.lua's load/save)
 --          With shares configured, a lease also records the pilot's queue as fq, and the running counters
@@ -70,8 +71,11 @@ elseif not (left and left >= -1e15 and left <= 1e15) then
   bad = 'ARGV[8] (seconds left) wants a number in [-1e15, 1e15]'
 elseif not (want and want >= 1 and want <= 100000 and want % 1 == 0) then
   bad = 'ARGV[9] (jobs wanted) wants a whole number in [1, 100000]'
-elseif not (tonumber(ARGV[11]) and tonumber(ARGV[11]) >= 0 and tonumber(ARGV[11]) <= 1e12) then
-  bad = 'ARGV[11] (reservation slack) wants a number in [0, 1e12]'
+end
+local slack, bounded = string.match(ARGV[11], '^([^:]+)(:?b?)$')
+slack = tonumber(slack)
+if not bad and not (slack and slack >= 0 and slack <= 1e12) then
+  bad = 'ARGV[11] (reservation slack) wants a number in [0, 1e12], with ":b" or not'
 end
 if bad then return redis.error_reply('match: ' .. bad .. ', got ' .. cjson.encode(ARGV)) end
 local EMPTY, EMPTY_TEXT = 1e18, '1e18'
@@ -89,9 +93,12 @@ local EMPTY, EMPTY_TEXT = 1e18, '1e18'
 -- queue's head (leased, cancelled), when a more urgent head needs one, or, its start passed by the slack
 -- (ARGV[11]: an estimate was wrong, the pilot died), it is marked expired: it holds nothing, and its job is
 -- not reserved on that pilot again (another pilot may).
+-- Bounded (":b" on ARGV[11], issue 29): the holding pilot also leases a less urgent head whose score (the date
+-- by which it should start) is less than its own need after the reserved start, so a reservation never holds
+-- back a job past the date it should start by, less its own run.
 -- resv field: "<state r|x> <tq> <job> <score> <cpu> <mem> <tmp> <need> <start> <at> <pilot>".
 local RV = ARGV[10] ~= '-'
-local slack = tonumber(ARGV[11])
+local RB = bounded == ':b'
 local PD = {} -- the pilot's running jobs, 4 slots each: seconds until the estimated end, cpu, mem, tmp
 local R, rdirty -- the queue's reservation (a table), and whether it must be written back (nil: deleted)
 local rs, rtq, rscore, ec, em, et -- while this pilot holds it: start, task queue, score, left over then
@@ -146,6 +153,10 @@ do
     end
     local hl = FS.cfg.halflife
     if hl and hl > 0 then FS.tau = hl / math.log(2) end
+    -- The catch-up cap x (issue 29): in ranks, U is clamped into R * tau * [1 - d, 1 + d], d = 2 (x - 1) / (x + 1),
+    -- so no group runs more than x times another's cores per share (taskqueues/store/fairshare.py, Policy.clamp).
+    local x = FS.cfg.catchup
+    if x and x >= 1 then FS.lo, FS.hi = 1 - 2 * (x - 1) / (x + 1), 1 + 2 * (x - 1) / (x + 1) end
   end
 end
 if FS then
@@ -170,6 +181,12 @@ if FS then
     return a
   end
   local function fs_num(field) return tonumber(fs_get(field)) or 0 end
+  -- Effective usage of decayed usage u and running cores r: u (clamped by the catch-up cap) + r * tau.
+  local function fs_eff(u, r)
+    local t = r * FS.tau
+    if FS.hi then u = math.min(math.max(u, t * FS.lo), t * FS.hi) end
+    return u + t
+  end
   -- Effective usage of account a (a group, or group.owner) now: its decayed core-seconds plus its running cores
   -- times tau.
   local function fs_usage(a)
@@ -180,7 +197,7 @@ if FS then
       local r = fs_num('r:' .. a)
       local k = math.exp(-math.max(now - t, 0) / FS.tau)
       FS.U[a] = u * k + r * FS.tau * (1 - k)
-      e = FS.U[a] + r * FS.tau
+      e = fs_eff(FS.U[a], r)
       FS.E[a] = e
     end
     return e
@@ -230,7 +247,7 @@ if FS then
       fs_usage(name)
       local r = fs_num('r:' .. name) + sign * c
       h['r:' .. name] = r
-      FS.E[name] = FS.U[name] + r * FS.tau
+      FS.E[name] = fs_eff(FS.U[name], r)
       FS.dirty[name] = true
     end
     local site, here = 'c:' .. a[1] .. '@' .. FS.site, 'c:' .. a[1] .. '@' .. queue
@@ -450,6 +467,7 @@ while got < want do
         if c <= cpu and X[x + 5] <= mem and X[x + 6] <= tmp and (left < 0 or X[x + 7] <= left)
             and (FS and fs_before(X, x, b) or not FS and (not b or r < X[b + 2] or X[x + 1] < X[b + 1]))
             and (not rs or r < rscore or (r == rscore and X[x + 1] <= rtq) or now + X[x + 7] <= rs
+                 or RB and r - X[x + 7] < rs -- bounded (issue 29): due before the reserved start, less its run
                  or (c <= ec and X[x + 5] <= em and X[x + 6] <= et)) then -- backfill (reservations)
           b = x
         end

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -403,6 +406,22 @@ def test_render_dependency_outputs() -> None:
         render(template, {"n": 1})
     with pytest.raises(ExprError, match="did not report 'out'"):
         render(template, {"n": 1}, {"p1": {}})
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["1; touch X", "$(touch X)", "`touch X`", "a'b\"c", "x\ny && rm -rf /", "", " ", "-rf", "\u00e9\u2028|&<>*?"],
+)
+def test_dependency_outputs_are_data_never_code(value: str, tmp_path: Path) -> None:
+    """Whatever a payload wrote to $PILOTFISH_OUTPUTS reaches its dependent's ``sh -c`` as one word: a real
+    shell prints it back byte for byte and runs nothing of it."""
+    for template in ("printf %s {deps.a.v}", "printf %s {deps.a.v!q}", "printf %s {deps.a.v:>3}"):
+        command = render(template, {}, {"a": {"v": value}})
+        done = subprocess.run(["/bin/sh", "-c", command], cwd=tmp_path, capture_output=True, text=True, check=True)
+        expected = format(value, ">3") if ":>3" in template else value
+        assert done.stdout == expected, (template, command)
+        assert list(tmp_path.iterdir()) == [], f"{command!r} ran something"
+    assert render("n={deps.a.v}", {}, {"a": {"v": 12}}) == "n=12"  # a plain word is left as it is
 
 
 @pytest.mark.parametrize(

@@ -203,6 +203,23 @@ def test_drains_when_a_shutdown_time_appears(store: Store, redis_url: str, tmp_p
     assert status.can_postpone_last_job is False
 
 
+def test_an_idle_pilots_jobstatus_ends_are_not_in_the_past(store: Store, redis_url: str, tmp_path: Path) -> None:
+    """Issue 29 part 6: a pilot idle after its one job publishes ends ahead of now (its idle horizon), so a
+    site computing the spec's remaining_time and draining_waste later reads no negative figure."""
+    [jid] = store.submit([job(command="true", ete=1)])
+    env = pilot_env(tmp_path, cores=2)
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "30", "--heartbeat", "0.3", env=env) as proc:
+        wait_until(lambda: store.job(jid).state == JobState.DONE, timeout=15, what="the job done")
+        time.sleep(2)  # idle for a while: what it published when the job ended must still hold
+        status = read_jobstatus(env["JOBSTATUS"])
+        now = time.time()
+        assert status is not None and status.used_CPU == 0 and status.can_postpone_last_job
+        assert status.first_exp_job_end >= now and status.last_exp_job_end >= now and status.last_max_job_end >= now
+        waste = (2 - status.used_CPU) * (status.first_exp_job_end - now) + status.add_final_exp_waste
+        assert 0 <= waste <= 2 * 60
+        assert proc.poll() is None, "the pilot stopped while it should idle"
+
+
 def test_can_postpone_last_job_announces_a_drain_while_running(store: Store, redis_url: str, tmp_path: Path) -> None:
     [jid] = store.submit([job(command="sleep 6", ete=20)])
     env = pilot_env(tmp_path, cores=1)

@@ -234,6 +234,39 @@ def test_memory_units_without_qconf(tmp_path: Path) -> None:
     assert backend.megabytes("mem_r", 10) == "10" and backend.megabytes("tmp_r", 100) == "100"
 
 
+QCONF_SC = """#name               shortcut   type      relop requestable consumable default  urgency
+#------------------------------------------------------------------------------------------
+h_vmem              h_vmem     MEMORY    <=    YES         NO         0        0
+mem_job             mj         MEMORY    <=    YES         JOB        0        0
+mem_slot            ms         MEMORY    <=    YES         YES        0        0
+mem_r               mem_r      INT       <=    YES         NO         0        0
+"""
+
+
+@pytest.mark.parametrize(
+    ("resource", "written"),
+    [("h_vmem", "h_vmem=1000m"), ("mem_slot", "mem_slot=1000m"), ("mem_job", "mem_job=4000m"), ("mem_r", "mem_r=4000")],
+)
+def test_memory_per_slot_follows_the_complexs_consumable_column(tmp_path: Path, resource: str, written: str) -> None:
+    """Issue 29 part 6: a 4-slot pilot of 4000 MB asks the whole amount, as the seed writes it, of a consumable
+    counted per job (JOB) or a plain limit of the site's (mem_r), and a quarter of a complex Grid Engine counts
+    per slot (consumable YES, or its own h_vmem limit, which the shepherd multiplies by the slots). The
+    ``qconf`` here is a script printing a `qconf -sc` table: the shared Grid Engine's complexes must not be
+    reconfigured for a test."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in (("qconf", f"cat <<'EOF'\n{QCONF_SC}EOF\n"), ("qsub", "exit 1\n")):
+        (bin_dir / name).write_text("#!/bin/sh\n" + body)
+        (bin_dir / name).chmod(0o755)
+    backend = SgeBackend(SgeSettings(bin_dir=str(bin_dir), mem_resource=resource))
+    args = backend.submit_args(PilotRequest("p", ["true"], Shape("s", cpu=4, mem=4000), 60))
+    assert args[args.index("-pe") + 1 : args.index("-pe") + 3] == ["smp", "4"]
+    assert written in args[args.index("-l") + 1].split(","), args
+    forced = SgeBackend(SgeSettings(bin_dir=str(bin_dir), mem_resource=resource, mem_per_slot=True))
+    args = forced.submit_args(PilotRequest("p", ["true"], Shape("s", cpu=4, mem=4000), 60))
+    assert f"{resource}=1000" in args[args.index("-l") + 1], "mem_per_slot = true overrides the column"
+
+
 @pytest.mark.sge
 def test_finished_jobs_without_status_file_are_judged_by_qacct(sge_env: dict[str, str]) -> None:
     """No log_dir, so no status file: the accounting record (written at once by our sge.sh) decides."""

@@ -59,3 +59,16 @@ def test_memory_skewed_plans_stay_within_ten_per_cent_of_the_lp(mix: str, seed: 
     make, shapes = bench_provision.SKEWED[mix]
     demand = make(random.Random(seed), 1.0)
     assert plan(demand, shapes, [], n_max_queued=None).cost <= 1.10 * config_lp_bound(demand, shapes).cost
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("mix", ["2c/20-44GB+light x9", "cpu 2-8c/1GB+10-20GB x3", "cpu 1-4c/1GB+6-12GB x6"])
+def test_issue_29_memory_and_cpu_skewed_plans_stay_within_ten_per_cent_of_the_lp(mix: str, seed: int) -> None:
+    """Issue 29 part 4: its own memory-skewed mix (2-core jobs of 20-44 GB beside light ones, nine c/m/r
+    shapes) and two CPU-skewed ones (wide 1 GB/core jobs beside single-core 6-20 GB ones)."""
+    pytest.importorskip("scipy")
+    bench_provision = script("bench_provision")
+    config_lp_bound = script("config_lp").config_lp_bound
+    make, shapes = bench_provision.SKEWED[mix]
+    demand = make(random.Random(seed), 1.0)
+    assert plan(demand, shapes, [], n_max_queued=None).cost <= 1.10 * config_lp_bound(demand, shapes).cost

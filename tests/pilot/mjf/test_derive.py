@@ -151,6 +151,29 @@ def test_sge_spool_config_and_slots(tmp_path: Path) -> None:
     assert derived.sources == {"allocated_CPU": "sge", "wall_limit_secs": "sge", "mem_limit_MB": "sge"}
 
 
+def test_sge_memory_is_the_jobs_whole_amount_by_the_complexs_consumable_column(tmp_path: Path) -> None:
+    """Issue 29 part 6: mem_limit_MB is the job's total memory (the seed). h_vmem counts per slot unless
+    `qconf -sc` shows the site made it a consumable per job (JOB): then its value is the whole amount."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    (spool / "config").write_text("h_rt=3600\nh_vmem=2g\n")
+    env = {"JOB_ID": "17", "NSLOTS": "4", "SGE_JOB_SPOOL_DIR": str(spool)}
+
+    def qconf(consumable: str) -> derive.Runner:
+        table = "#name shortcut type relop requestable consumable default urgency\n" + (
+            f"h_vmem h_vmem MEMORY <= YES {consumable} 0 0\n"
+        )
+        return lambda argv: table if list(argv) == ["qconf", "-sc"] else None
+
+    assert derive.from_sge(env, qconf("JOB")).values["mem_limit_MB"] == 2000
+    assert derive.from_sge(env, qconf("YES")).values["mem_limit_MB"] == 8000
+    assert derive.from_sge(env, qconf("NO")).values["mem_limit_MB"] == 8000  # the shepherd's limit x slots
+    assert derive.from_sge(env, no_command).values["mem_limit_MB"] == 8000  # no qconf: h_vmem is a limit
+    complexes = derive.parse_sge_complexes("h_vmem h_vmem MEMORY <= YES JOB 0 0\nmem_r mr INT <= YES NO 0 0\n")
+    assert not derive.sge_per_slot("mr", complexes) and not derive.sge_per_slot("h_vmem", complexes)
+    assert derive.sge_per_slot("s_vmem", complexes)  # unlisted: one of Grid Engine's own limits
+
+
 def test_sge_pe_hostfile_gives_this_hosts_slots(tmp_path: Path) -> None:
     hostfile = tmp_path / "pe_hostfile"
     hostfile.write_text(f"otherhost 8 all.q@otherhost UNDEFINED\n{socket.gethostname()} 3 all.q UNDEFINED\n")

@@ -190,6 +190,24 @@ def test_writer_creates_its_own_directory(tmp_path: Path) -> None:
     assert read_jobstatus(writer.directory) == JobStatus(0, 5, 10, 10, 10, 0, 0, True, 0)
 
 
+def test_an_idle_pilots_ends_hold_until_its_idle_end_never_in_the_past() -> None:
+    """Issue 29 part 6: with nothing running the ends are the idle end the pilot gives (it republishes
+    before then), so the spec's remaining_time and draining_waste read later are never negative; an idle
+    end before now is now, and without one (a stopping pilot) the ends are now."""
+    idle = compute_status([], allocated_CPU=8, last_job_start=1000, now=1500, idle_end=1560)
+    assert (idle.first_exp_job_end, idle.last_exp_job_end, idle.last_max_job_end) == (1560, 1560, 1560)
+    for later in (1500, 1530, 1560):
+        assert formulas.remaining_times(last_exp_job_end=1560, last_max_job_end=1560, now=later) >= (0, 0)
+        waste = formulas.draining_waste(
+            allocated_CPU=8, used_CPU=0, first_exp_job_end=idle.first_exp_job_end, add_final_exp_waste=0, now=later
+        )
+        assert 0 <= waste <= 8 * 60
+    stale = compute_status([], allocated_CPU=8, last_job_start=1000, now=1500, idle_end=1400)
+    assert stale.first_exp_job_end == stale.last_max_job_end == 1500
+    assert compute_status([], allocated_CPU=8, last_job_start=1000, now=1500).last_exp_job_end == 1500
+    assert compute_status([A], allocated_CPU=8, last_job_start=1000, now=1500, idle_end=9999).last_exp_job_end == 2100
+
+
 def test_reader_names_missing_and_malformed_files(tmp_path: Path) -> None:
     JobStatusWriter(tmp_path, allocated_CPU=8, pilot_start=1000).publish([A], now=1100)
     (tmp_path / "can_postpone_last_job").write_text("yes")

@@ -179,3 +179,39 @@ def test_a_job_outside_a_task_queue_takes_its_account_from_its_request() -> None
     assert job_account("", {"owner": "x", "group": "g"}) == ("g", "x")  # deferred: released later
     assert job_account("abc.g.o.reco", {"owner": "x", "group": "h"}) == ("g", "o")
     assert job_account("", {}) == ("default", "default")  # a request stored before owners existed
+
+
+def test_a_shares_file_caps_the_catch_up() -> None:
+    policy = parse_policy({"catchup": 1.2, "groups": {"prod": {"share": 1}}}, "f.toml")
+    assert policy.catchup == 1.2 and Policy.from_fields(policy.fields()) == policy
+    lo, hi = policy.clamp() or (0.0, 0.0)
+    assert (hi + 1) / (lo + 1) == pytest.approx(1.2)  # no group runs more than 1.2 x another's cores per share
+    assert Policy().clamp() is None and "catchup" not in Policy().fields()
+    for bad in (0.5, -1, "fast"):
+        with pytest.raises(ConfigError, match=r"f\.toml: catchup: wants a number"):
+            parse_policy({"catchup": bad}, "f.toml")
+
+
+@pytest.mark.parametrize("catchup", [None, 1.2])
+def test_the_catch_up_cap_bounds_what_a_late_group_takes(
+    submitter: Submitter, store: Store, catchup: float | None
+) -> None:
+    """Issue 29 part 5: prod has run 8 cores for ten half-lives (its decayed usage is 8 x tau), then ana
+    arrives with none, equal shares, and a pilot of 16 cores matches. Without a cap ana takes all 16 (its
+    E = R * tau stays below prod's 16 tau): twice prod's cores. With catchup = 1.2 no group runs more than
+    1.2 x another's cores per share (one core of rounding): ana 12, prod 8 + 4."""
+    policy = Policy(halflife=600.0, shares={"prod": 1, "ana": 1}, catchup=catchup)
+    publish(store.client, store.keys, policy)
+    submitter.submit([el9(f"f{i}", ete=10) for i in range(40)], owner="p", group="prod")
+    first = store.match(PilotOffer("p0", QA, 8, 64000), max_jobs=8)
+    assert {account_of(j.tq_id)[0] for j in first} == {"prod"}
+    store.clock.now += 6000  # type: ignore[attr-defined]
+    submitter.submit([el9(f"a{i}", ete=10) for i in range(40)], owner="a", group="ana")
+    got = store.match(PilotOffer("p1", QA, 16, 64000), max_jobs=16)
+    ana = sum(account_of(j.tq_id)[0] == "ana" for j in got)
+    prod = 8 + len(got) - ana
+    if catchup is None:
+        assert (ana, prod) == (16, 8)
+    else:
+        assert ana <= catchup * prod + 1 and prod <= catchup * ana + 1 and (ana, prod) == (12, 12)
+    check_store(store)
