@@ -187,6 +187,28 @@ def celery_mailbox(conf: Any) -> Mailbox:
     )
 
 
+def listen(node: Node, mailbox: Mailbox, channel: Any, callback: Callable[[Any, Any], None]) -> Any:
+    """``node.listen``, but on kombu's Redis transport without declaring the node's queue on the broker.
+
+    The pidbox exchange is a fanout, which that transport carries by PUBLISH/SUBSCRIBE: the queue's list and
+    its binding in ``_kombu.binding.<exchange>`` (written when the queue is declared, deleted when it is, kept
+    alive with Lua when it expires) are never read for delivery. So the pilot records the binding in its
+    channel only (what ``Channel._queue_bind`` does before its writes) and consumes: its ACL user writes
+    nothing but replies on the broker (taskqueues.store.access). Other transports declare as kombu does.
+    """
+    fanout = getattr(channel, "_fanout_queues", None)
+    if not isinstance(fanout, dict):
+        return node.listen(channel=channel, callback=callback)  # type: ignore[no-untyped-call]
+    queue: Any = mailbox.get_queue(node.hostname)  # type: ignore[no-untyped-call]
+    exchange: Any = mailbox.exchange
+    fanout[queue.name] = (exchange.name, "")
+    consumer: Any = node.Consumer(  # type: ignore[no-untyped-call]
+        channel=channel, callbacks=[callback], on_decode_error=node.on_decode_error, auto_declare=False
+    )
+    consumer.consume()
+    return consumer
+
+
 class RemoteControl:
     """Consumes this pilot's pidbox messages in a background thread and answers them through ``target``.
 
@@ -255,9 +277,7 @@ class RemoteControl:
             channel = conn.channel()
             mailbox = self._mailbox(conn)
             node: Node = mailbox.Node(self.hostname, handlers=self._handlers, channel=channel)
-            consumer = node.listen(  # type: ignore[no-untyped-call]
-                callback=lambda body, message: self._on_message(node, body, message)
-            )
+            consumer = listen(node, mailbox, channel, lambda body, message: self._on_message(node, body, message))
             try:
                 # The subscription is made by the first drain (kombu's Redis poller subscribes lazily).
                 first = True

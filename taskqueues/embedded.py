@@ -23,12 +23,13 @@ from typing import Any
 
 import psutil
 
+from taskqueues.credentials import write_private as _write_private
 from taskqueues.errors import ConfigError, StoreUnavailable
 from taskqueues.store import access
 from taskqueues.store.connection import Client
 from taskqueues.store.redis_server import RedisServer
 
-_DIR_MODE, _FILE_MODE = 0o700, 0o600
+_DIR_MODE = 0o700
 
 
 class NothingRunning(StoreUnavailable):
@@ -43,15 +44,6 @@ def _private_dir(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     os.chmod(path, _DIR_MODE)
     return path
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` (mode 0600) through a rename, so a reader never sees half a file."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, _FILE_MODE)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
 
 
 def _directory(state_dir: str | Path) -> Path:

@@ -1,4 +1,5 @@
-"""Settings in one typed place: defaults, then a TOML file, then ``PILOTFISH_*`` environment variables.
+"""Settings in one typed place: defaults, then a TOML file, then the deployment's secrets file, then ``PILOTFISH_*``
+environment variables (``$PILOTFISH_SECRETS_FILE``, written by ``pilotfish up``: :mod:`taskqueues.credentials`).
 
 The file is ``$PILOTFISH_CONFIG`` if set, else ``./pilotfish.toml`` if it exists, else none. Every field
 can be overridden by the environment variable ``PILOTFISH_<FIELD>`` (``PILOTFISH_REDIS_URL``,
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from taskqueues.credentials import SECRETS_VARIABLE, read_secrets
 from taskqueues.errors import ConfigError
 from taskqueues.ete import DEFAULT_SPREAD
 from taskqueues.sandbox import SANDBOXES
@@ -139,6 +141,9 @@ class Settings:
                     raise ConfigError(f"{path}: unknown setting {key!r} (known: {', '.join(sorted(sources))})")
                 values[key] = cls._convert(key, value, f"{path}: {key}")
                 sources[key] = str(path)
+        for key, value in read_secrets(env).items():  # what `pilotfish up` keeps out of its processes' environment
+            values[key] = cls._convert(key, value, f"{env[SECRETS_VARIABLE]}: {key}")
+            sources[key] = env[SECRETS_VARIABLE]
         for key in sources:
             name = f"{ENV_PREFIX}{key.upper()}"
             if name in env:

@@ -14,12 +14,14 @@ import click
 
 from taskqueues import logformat
 from taskqueues.context import Context
+from taskqueues.credentials import SECRET_SETTINGS
 from taskqueues.errors import NotFound, PilotfishError, ValidationError
 from taskqueues.settings import Settings
 from taskqueues.store import access, alive, stops
 from taskqueues.store.connection import ping
 from taskqueues.store.fairshare import DEFAULT_GROUP, default_owner
 from taskqueues.store.fairshare import check_name as check_account_name
+from taskqueues.store.guard import shown_url
 from taskqueues.store.keys import Keys
 
 from ..submission import Submitter, submit_workflow
@@ -30,8 +32,11 @@ from .control import stop_job, stop_target
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def config(as_json: bool) -> None:
-    """Print the effective settings and where each comes from."""
-    rows = Settings.load().items()
+    """Print the effective settings and where each comes from (URLs without their passwords)."""
+    rows = [
+        (name, shown_url(value) if name in SECRET_SETTINGS and value else value, source)
+        for name, value, source in Settings.load().items()
+    ]
     if as_json:
         click.echo(json.dumps({name: {"value": value, "source": source} for name, value, source in rows}, indent=2))
         return
@@ -229,7 +234,7 @@ def acl_commands(prefix: str, vo: str, db: int, control_password: str, pilot_pas
         "on",
         f">{pilot_password}",
         *access.pilot_rules(prefix, vo, db),
-        f'"{access.broker_selector()}"',
+        *(f'"{selector}"' for selector in access.pilot_selectors(db)),
     ]
     return [" ".join(control), " ".join(pilot)]
 
@@ -303,7 +308,12 @@ def up() -> None:
     for name, state in start(ctx):
         click.echo(f"{name}: {state}")
     click.echo(f"Redis: {ctx.where}")
-    click.echo(f"Flower: http://127.0.0.1:{ctx.settings.flower_port}")
+    from .flower import login_file
+
+    click.echo(
+        f"Flower: http://127.0.0.1:{ctx.settings.flower_port} (login in {login_file(ctx.settings.state_dir)}, "
+        "or: pilotfish flower --login)"
+    )
     sandbox_warning = payload_sandbox_warning(ctx.settings.payload_sandbox)
     if sandbox_warning:
         click.echo(f"Warning: {sandbox_warning}", err=True)

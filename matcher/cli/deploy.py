@@ -7,19 +7,26 @@ started again alone), the site director and Flower — and leaves the live ones 
 ``started`` only once it is seen alive after its start (Flower: once its port answers); one that exited at
 once fails ``up`` with its log's name.
 
+No part carries a password in its environment or command line: the embedded server's passwords are read
+from the state directory, configured URL settings from ``<state_dir>/run/secrets.json`` (0600, named by
+``PILOTFISH_SECRETS_FILE``; :mod:`taskqueues.credentials`). Flower runs behind a login (``pilotfish flower``).
+
 Every process of the deployment carries ``PILOTFISH_DEPLOYMENT=<state directory>`` in its environment, and
 so do the pilots and guardians they start (payloads do not: their environment holds no deployment path; a
 payload dies with its pilot). ``down`` stops the director first (it cancels its
 pilots, which give their jobs back), then the other parts at once, printing each as it stops, then every
-process still carrying the marker — orphans of earlier kills (a pilot whose director was killed, beat's
+process still carrying the marker (or listed in ``<state_dir>/run/sealed`` by a non-dumpable one, whose
+environment the operator may not read) — orphans of earlier kills (a pilot whose director was killed, beat's
 child of a killed worker) — and at last the embedded Redis. Pid files hold the process start time too,
 so a reused pid is never taken for a part.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -29,14 +36,14 @@ from pathlib import Path
 
 import psutil
 
-from taskqueues import embedded
+from taskqueues import credentials, embedded
 from taskqueues.context import Context
+from taskqueues.credentials import DEPLOYMENT_VARIABLE, SECRET_SETTINGS, SECRETS_VARIABLE, sealed, write_secrets
 from taskqueues.errors import PilotfishError
 from taskqueues.store import sentinel
+from taskqueues.store.access import scrubbed
 
-MARKER = "PILOTFISH_DEPLOYMENT"
-#: The module of Celery settings Flower loads (the Sentinel primary's name, which Celery's default app lacks).
-FLOWER_CONFIG = "matcher.app.flower_config"
+MARKER = DEPLOYMENT_VARIABLE
 #: Seconds a part without a port must live after its start to count as started.
 ALIVE_AFTER = 0.5
 
@@ -57,13 +64,8 @@ def components(ctx: Context) -> list[Component]:
         Component("worker", [*cli, "matcher", "--no-beat", "--loglevel", "WARNING"]),
         Component("beat", [*cli, "matcher", "--beat-only", "--loglevel", "WARNING"]),
         Component("director", [*cli, "director", "--log-dir", str(logs / "pilots"), "--stop-pilots-on-exit"]),
-        # The broker URL (with the control plane's password) reaches Flower by its environment, never argv.
-        Component(
-            "flower",
-            # Celery's settings for a Sentinel broker (its master_name): matcher/app/flower_config.py.
-            [py, "-m", "celery", "--config", FLOWER_CONFIG, "flower", f"--port={s.flower_port}", "--address=127.0.0.1"],
-            port=s.flower_port,
-        ),
+        # Behind a login (matcher.cli.flower); the broker's URL is read from the settings, never argv or env.
+        Component("flower", [*cli, "flower", f"--port={s.flower_port}", "--address=127.0.0.1"], port=s.flower_port),
     ]
 
 
@@ -90,9 +92,14 @@ def running_pid(ctx: Context, name: str) -> int | None:
 
 
 def _listens(pid: int, port: int) -> bool:
-    """Whether process ``pid`` itself listens on ``port`` (another program on that port does not count)."""
+    """Whether process ``pid`` itself listens on ``port`` (another program on that port does not count; a
+    non-dumpable part's sockets are closed to a user without CAP_SYS_PTRACE: then whether the port answers)."""
     try:
         sockets = psutil.Process(pid).net_connections(kind="inet")
+    except psutil.AccessDenied:
+        with socket.socket() as probe:
+            probe.settimeout(1.0)
+            return probe.connect_ex(("127.0.0.1", port)) == 0
     except psutil.Error:
         return False
     return any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in sockets)
@@ -109,17 +116,19 @@ def up(ctx: Context, wait: float = 20.0) -> Iterator[tuple[str, str]]:
         before = embedded.running(ctx.settings.state_dir)
         ctx.redis_url  # noqa: B018 - starts the embedded server (Context(start_redis=True))
         yield "redis", "running" if before is not None else "started"
-    # The director runs as its own process (its local pilots stop with it), so beat does not run one too.
+    # No password in the parts' environment (taskqueues.credentials): the embedded server's come from the
+    # state directory, configured URLs from the secrets file (0600). The director runs as its own process
+    # (its local pilots stop with it), so beat does not run one too.
+    secrets_file = state / "run" / "secrets.json"
+    write_secrets(secrets_file, {name: getattr(ctx.settings, name) for name in SECRET_SETTINGS})
     env = {
-        **os.environ,
-        "PILOTFISH_REDIS_URL": ctx.redis_url,
-        "CELERY_BROKER_URL": ctx.broker_url,
+        **scrubbed(os.environ),
+        SECRETS_VARIABLE: str(secrets_file),
         "PILOTFISH_STATE_DIR": str(state),
         "PILOTFISH_BEAT_DIRECTOR": "false",
-        sentinel.MASTER_VARIABLE: ctx.settings.redis_sentinel_master,  # Flower's too (FLOWER_CONFIG)
+        sentinel.MASTER_VARIABLE: ctx.settings.redis_sentinel_master,  # whatever file it came from
         MARKER: marker(ctx),
     }
-    env["PILOTFISH_PILOT_REDIS_URL"] = ctx.pilot_redis_url
     started: list[tuple[Component, subprocess.Popen[bytes], float]] = []
     for component in components(ctx):
         if running_pid(ctx, component.name):
@@ -177,16 +186,21 @@ def _signal_group(process: psutil.Process, sig: signal.Signals) -> None:
 
 
 def orphans(ctx: Context) -> list[psutil.Process]:
-    """Every other process still carrying this deployment's marker."""
+    """Every other process still carrying this deployment's marker, and every one that listed itself when it
+    made itself non-dumpable (whose environment only a process with CAP_SYS_PTRACE can read)."""
     wanted, me = marker(ctx), os.getpid()
-    found = []
+    found: dict[int, psutil.Process] = {}
+    for pid in sealed(ctx.settings.state_dir):
+        with contextlib.suppress(psutil.Error):
+            found[pid] = psutil.Process(pid)
     for process in psutil.process_iter():
         try:
-            if process.pid != me and process.environ().get(MARKER) == wanted:
-                found.append(process)
+            if process.pid not in found and process.environ().get(MARKER) == wanted:
+                found[process.pid] = process
         except psutil.Error:
             continue
-    return found
+    found.pop(me, None)
+    return list(found.values())
 
 
 def down(ctx: Context, grace: float = 10.0) -> Iterator[tuple[str, str]]:
@@ -206,6 +220,8 @@ def down(ctx: Context, grace: float = 10.0) -> Iterator[tuple[str, str]]:
         what = sorted({_describe(p) for p in left})
         _stop(left, grace)
         yield "orphans", f"{len(left)} stopped ({', '.join(what)})"
+    # The one-use credential files of pilots that never started: no pilot of this deployment is left to take one.
+    credentials.sweep_pilot_files(credentials.pilot_files_dir(ctx.settings.state_dir), -1.0, time.time())
     if not ctx.settings.redis_url:
         yield "redis", "stopped" if embedded.stop(ctx.settings.state_dir) else "not running"
 

@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from taskqueues import __version__
+from taskqueues.credentials import seal
 from taskqueues.errors import PilotfishError
 from taskqueues.settings import Settings
 from taskqueues.store.connection import ClientError
@@ -68,6 +69,8 @@ def main(ctx: click.Context, verbose: bool) -> None:
     """Pilotfish: a pilot-model workload manager (task queues in Redis, pilots that pull work)."""
     ctx.ensure_object(dict)
     ctx.obj["verbose"] = verbose
+    if ctx.invoked_subcommand in LONG_RUNNING:
+        seal()  # its environment, memory and descriptors closed to other processes of the user
     # Long-running parts log to files, with times; a command a person runs says what it must in one line.
     daemon = ctx.invoked_subcommand in DAEMONS or verbose
     logging.basicConfig(
@@ -81,6 +84,8 @@ def main(ctx: click.Context, verbose: bool) -> None:
 
 #: Commands that run for long (started by `up`, a batch system or Kubernetes): their logs carry times.
 DAEMONS = frozenset({"matcher", "director", "pilot"})
+#: Commands that hold a credential for long: they mark themselves non-dumpable (taskqueues.credentials).
+LONG_RUNNING = DAEMONS | {"run", "up", "metrics", "flower"}
 
 
 #: Every command: its name, and the module and attribute that define it. A command's module is imported only
@@ -98,6 +103,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "matcher": ("matcher.cli.commands", "matcher"),
     "health": ("matcher.cli.commands", "health"),
     "acl": ("matcher.cli.commands", "acl"),
+    "flower": ("matcher.cli.flower", "flower"),
     "status": ("matcher.cli.operator_commands", "status"),
     "explain": ("matcher.cli.operator_commands", "explain"),
     "director": ("pilot.director.command", "director"),

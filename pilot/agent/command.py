@@ -20,6 +20,7 @@ from pilot.agent.observer import NullObserver, Observer
 from pilot.agent.pilot import Pilot
 from pilot.mjf.jobstatus import DEFAULT_REVERT_HOLD
 from taskqueues import logformat
+from taskqueues.credentials import seal, take_pilot_file
 from taskqueues.errors import PilotfishError
 from taskqueues.sandbox import SANDBOXES
 from taskqueues.settings import LOCAL_REDIS_URL
@@ -219,12 +220,17 @@ def pilot(
     verbose: int,
 ) -> None:
     """Run a pilot: fill this node's cores with the most urgent jobs that fit, until its time is up."""
+    seal()  # its environment, memory and descriptors closed to other processes of the user (its payloads)
     level = (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)]
     root = logging.getLogger()
     if root.handlers:  # `pilotfish -v pilot`: the command's own level, if more verbose
         level = min(level, root.level)
     tags = logformat.setup("pilot", log_format, level, vo=vo)
     try:
+        # The director hands the credentials in a one-use file (taskqueues.credentials), never the environment.
+        handed = take_pilot_file(os.environ)
+        redis_url = handed.get("PILOTFISH_REDIS_URL", redis_url)
+        broker_url = handed.get("PILOTFISH_BROKER_URL", broker_url)
         config = PilotConfig(
             queue=queue,
             redis_url=redis_url,

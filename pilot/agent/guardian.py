@@ -33,6 +33,7 @@ import signal
 import subprocess
 import sys
 
+from taskqueues.credentials import seal
 from taskqueues.errors import PilotfishError
 
 #: Seconds between two reads of the pilot's lines; bytes of pipe asked for (the pipe must hold what the
@@ -136,6 +137,7 @@ def watch(fd: int, drain: float = DRAIN) -> set[int]:
 
 
 def main(argv: list[str]) -> int:
+    seal()
     for number in (signal.SIGINT, signal.SIGTERM):
         signal.signal(number, signal.SIG_IGN)
     for pgid in watch(int(argv[0])):

@@ -31,6 +31,7 @@ from typing import Any
 from pilot.backends.base import Backend, PilotRequest, PilotState, PilotStatus
 from pilot.backends.factory import Conversion, announce, make_backend
 from pilot.backends.local import LocalBackend
+from taskqueues import credentials
 from taskqueues.catalog import Queue
 from taskqueues.context import Context
 from taskqueues.errors import BackendError, PilotfishError, StoreError, StoreUnavailable
@@ -39,6 +40,7 @@ from taskqueues.sandbox import NONE, none_warning
 from taskqueues.settings import Settings
 from taskqueues.shapes import Shape
 from taskqueues.store import alive, sentinel, stats
+from taskqueues.store.access import is_secret
 from taskqueues.store.guard import guard
 from taskqueues.store.lock import Lock
 from taskqueues.store.outage import Outage
@@ -53,6 +55,9 @@ PilotCommand = Callable[[Queue, Shape, int, Settings], list[str]]
 
 # batch_options keys that are not backend settings but resources passed with every pilot (the seed's
 # pass-through resources); any other resource goes in a ``resources`` sub-table (Grid Engine ``-l``).
+#: A pilot's credential file not taken within this many seconds (a pilot cancelled while queued) is removed,
+#: at most every CREDENTIAL_SWEEP seconds.
+CREDENTIAL_TTL, CREDENTIAL_SWEEP = 7 * 24 * 3600.0, 600.0
 PASS_THROUGH = {
     "slurm": {"gres", "features", "licenses", "reservation", "nodes", "excludes"},
     "sge": {"hard", "soft"},
@@ -156,6 +161,7 @@ class Director:
         self.registry = Registry(ctx.client, ctx.keys)  # the pilots submitted, for a later director to adopt
         self.pilot_command = pilot_command
         self.env = env or {}
+        self._swept_credentials = 0.0
         self.log_dir = log_dir
         self._backends: dict[str, Backend] = {}
         # (queue, shape) -> until when: a shape the batch system refused is left out of plans for a while,
@@ -413,6 +419,7 @@ class Director:
             try:
                 batch_id = backend.submit(request)
             except BackendError as exc:
+                credentials.forget_pilot_file(request.env)  # no pilot will take it
                 out.errors.append(str(exc))
                 stats.add(self.ctx.client, self.ctx.keys, stats.ERRORS + backend.kind)
                 self._refused[(queue.id, planned.shape.name)] = time.time() + self.refusal_pause
@@ -450,6 +457,22 @@ class Director:
         return submitted
 
     def _pilot_env(self) -> dict[str, str]:
+        """A new pilot's environment: its credentials (its community's own, never the control plane's) go
+        into a one-use 0600 file the pilot reads and removes at start (taskqueues.credentials), named by
+        ``PILOTFISH_CREDENTIALS_FILE``; nothing in the environment or the batch script carries a password."""
+        env = self._pilot_settings()
+        handed = {name: value for name, value in env.items() if is_secret(name, value)}
+        env = {name: value for name, value in env.items() if name not in handed}
+        if handed:
+            directory = credentials.pilot_files_dir(self.ctx.settings.state_dir)
+            now = time.time()
+            if now - self._swept_credentials > CREDENTIAL_SWEEP:
+                self._swept_credentials = now
+                credentials.sweep_pilot_files(directory, CREDENTIAL_TTL, now)
+            env[credentials.PILOT_FILE_VARIABLE] = str(credentials.write_pilot_file(directory, handed))
+        return env
+
+    def _pilot_settings(self) -> dict[str, str]:
         s = self.ctx.settings
         # The pilots' own credentials (taskqueues.store.access), never the control plane's.
         env = {

@@ -8,13 +8,15 @@ The control plane (Celery worker and beat, directors, operators' commands, Flowe
 * listen on its community's wake channel and the pilots' own channels (kill and stop requests), and
   publish on its release channel (``complete`` announces there the dependents the control plane evaluates);
 * speak Celery's event and remote-control protocols on the broker (Flower sees pilots as workers): publish
-  on ``celeryev``, listen on the broadcast ``celery.pidbox``, and answer into the reply queues.
+  on ``celeryev``, listen (only) on the broadcast ``celery.pidbox``, and answer into the reply queues.
 
-The store's operations are functions of one library (:mod:`taskqueues.store.functions`); a pilot may call only
-those it runs (:data:`PILOT_FUNCTIONS`, as ``+fcall|pf_match``: ACL allows a command's first argument), and
-may not load or replace functions. Redis checks a function's commands against the caller's rights, so a
+The store's operations are functions of one library (:mod:`taskqueues.store.functions`); a pilot may call them
+(``+fcall``; it runs :data:`PILOT_FUNCTIONS`) but not load, replace or delete any, and runs no Lua of its own
+(no ``eval``, ``evalsha``, ``script``). Redis checks a function's commands against the caller's rights, so a
 pilot still needs the data commands they use on its community's keys, and could run those directly: what
-it can do is bounded by the key pattern, not by the function (see docs/operator/security.md).
+it can do is bounded by the key pattern, not by the function (see docs/operator/security.md). Every rule
+has the form Redis and Valkey recommend: no rule on a command's first argument (deprecated), selectors for
+rights that hold only on some keys or channels.
 
 A payload never holds either credential: :func:`scrubbed` takes them out of its environment.
 """
@@ -55,10 +57,12 @@ PILOT_DATA_COMMANDS = (
     "hincrby",
     "hincrbyfloat",
 )
-#: The store's functions a pilot calls (taskqueues/store/lua/<name>.lua, function ``pf_<name>``).
+#: The store's functions a pilot calls (taskqueues/store/lua/<name>.lua, function ``pf_<name>``). The ACL grants
+#: ``fcall`` whole: a rule on a command's first argument (``+fcall|pf_match``) is deprecated (Redis 7, Valkey log
+#: "misuse of ACL"), and a function runs each of its commands with the caller's rights, so calling another of the
+#: library's functions gives a pilot nothing its own commands on its own keys do not (it cannot load functions).
 PILOT_FUNCTIONS = ("start", "complete", "fail", "heartbeat", "match", "ship_log")
-#: Commands of the connection; ``script|load`` lets kombu reload its scripts on the broker's keys (a script
-#: runs with the caller's rights, so loading one grants nothing more than these commands).
+#: Commands of the connection, and ``fcall`` (the store's functions).
 PILOT_SESSION_COMMANDS = (
     "ping",
     "hello",
@@ -70,8 +74,6 @@ PILOT_SESSION_COMMANDS = (
     "client|setinfo",
     "client|getname",
     "client|id",
-    "script|load",
-    "script|exists",
     "multi",
     "exec",
     "discard",
@@ -80,34 +82,14 @@ PILOT_SESSION_COMMANDS = (
     "unsubscribe",
     "psubscribe",
     "punsubscribe",
-    *(f"fcall|pf_{f}" for f in PILOT_FUNCTIONS),
+    "fcall",
 )
-#: What Celery's events (kombu's Redis transport, fanout and direct exchanges) need of the broker.
-PILOT_BROKER_COMMANDS = (
-    "evalsha",
-    "eval",
-    "lpush",
-    "rpush",
-    "brpop",
-    "rpop",
-    "lpop",
-    "llen",
-    "srem",
-    "sismember",
-    "smembers",
-    "sadd",
-    "zadd",
-    "zrem",
-    "zrangebyscore",
-    "exists",
-    "expire",
-    "pexpire",
-    "ttl",
-    "pttl",
-    "set",
-    "get",
-    "del",
-)
+#: What Celery's remote control needs of the broker's keys: the lookup of the reply exchange's table and the
+#: LPUSH of a reply into the asker's reply queue. A pilot declares nothing on the broker (its remote-control
+#: queue is bound to a fanout exchange, carried by PUBLISH/SUBSCRIBE: pilot.remote_control.listen), so it writes no
+#: ``_kombu.binding.*`` table and runs none of kombu's Lua (binding expiry, the ``unacked`` mutex): no ``eval``,
+#: ``evalsha`` or ``script``.
+PILOT_BROKER_COMMANDS = ("smembers", "lpush")
 PILOT_COMMANDS = tuple(dict.fromkeys((*PILOT_SESSION_COMMANDS, *PILOT_DATA_COMMANDS)))
 
 
@@ -119,8 +101,9 @@ def pilot_user(vo: str) -> str:
 def pilot_rules(prefix: str, vo: str, db: int = 0) -> list[str]:
     """ACL rules (``ACL SETUSER`` arguments, after ``reset``) of ``vo``'s pilot user.
 
-    The broker's keys are granted through a selector (:func:`apply`), so the broker commands never apply to
-    the store's keys.
+    The broker's keys and the remote-control channel are granted through selectors (:func:`pilot_selectors`,
+    added by :func:`apply`), so the broker commands never apply to the store's keys, and the channel where
+    Flower's commands are broadcast can be listened to but not published on.
     """
     base = f"{prefix}:{{{vo}}}:"
     return [
@@ -131,23 +114,34 @@ def pilot_rules(prefix: str, vo: str, db: int = 0) -> list[str]:
         f"&{base}release",
         f"&{base}ctl:*",
         f"&/{db}.celeryev/*",
-        f"&/{db}.celery.pidbox",
         "-@all",
         *(f"+{c}" for c in PILOT_COMMANDS),
     ]
 
 
-#: Broker keys a pilot touches: kombu's exchange bindings, its own remote-control queue (``<name>.celery.pidbox``
-#: and kombu's priority variants of it, deleted when it stops) and the reply queues it answers into
-#: (``<id>.reply.celery.pidbox``).
-BROKER_KEYS = ("_kombu.binding*", "*.celery.pidbox*")
+#: Broker keys a pilot touches: the reply exchange's binding table, read only, and the reply queues it answers
+#: into (``<id>.reply.celery.pidbox``; kombu's own keys start with ``_``).
+BROKER_KEYS = ("%R~_kombu.binding.reply.celery.pidbox", "[^_]*.reply.celery.pidbox*")
+#: Commands on Celery's broadcast channel: listen only. Only the control plane (Flower, ``celery control``)
+#: publishes there, so no pilot user can shut down, revoke or drain another pilot, of its community or another.
+PIDBOX_COMMANDS = ("subscribe", "psubscribe", "unsubscribe", "punsubscribe")
 
 
 def broker_selector() -> str:
-    """The ACL selector of what Celery's event and remote-control protocols need: those commands, on the
-    broker's keys only."""
-    keys = " ".join(f"~{k}" for k in BROKER_KEYS)
+    """The ACL selector of what Celery's remote control needs of the broker's keys: those commands, on those
+    keys only."""
+    keys = " ".join(k if k.startswith("%") else f"~{k}" for k in BROKER_KEYS)
     return f"({keys} {' '.join(f'+{c}' for c in PILOT_BROKER_COMMANDS)})"
+
+
+def pidbox_selector(db: int = 0) -> str:
+    """The ACL selector that lets a pilot listen, and only listen, on Celery's broadcast channel."""
+    return f"(&/{db}.celery.pidbox {' '.join(f'+{c}' for c in PIDBOX_COMMANDS)})"
+
+
+def pilot_selectors(db: int = 0) -> list[str]:
+    """The selectors :func:`apply` adds to a pilot user's rules (``broker=True``)."""
+    return [broker_selector(), pidbox_selector(db)]
 
 
 def control_rules() -> list[str]:
@@ -171,11 +165,13 @@ def server_version(client: redis.Redis) -> tuple[int, int]:
 MIN_VERSION = (7, 2)
 
 
-def apply(client: redis.Redis, user: str, password: str, rules: Sequence[str], *, broker: bool = False) -> None:
+def apply(
+    client: redis.Redis, user: str, password: str, rules: Sequence[str], *, broker: bool = False, db: int = 0
+) -> None:
     """Create or reset ``user`` with ``password`` and ``rules`` (``ACL SETUSER``), in one command.
 
-    ``broker`` adds what Celery's event and remote-control protocols need, as a selector: those commands on
-    those keys only. Needs Redis >= 7.2 or Valkey (:data:`MIN_VERSION`).
+    ``broker`` adds what Celery's remote-control protocol needs, as selectors (:func:`pilot_selectors`, for
+    database ``db``). Needs Redis >= 7.2 or Valkey (:data:`MIN_VERSION`).
     """
     version = server_version(client)
     if version < MIN_VERSION:
@@ -183,7 +179,7 @@ def apply(client: redis.Redis, user: str, password: str, rules: Sequence[str], *
             f"Redis {version[0]}.{version[1]} cannot hold Pilotfish's ACL users: Redis >= 7.2 or "
             "Valkey is needed (ACL selectors)"
         )
-    extra = [broker_selector()] if broker else []
+    extra = pilot_selectors(db) if broker else []
     client.execute_command("ACL", "SETUSER", user, "reset", "on", f">{password}", *rules, *extra)  # type: ignore[no-untyped-call]
 
 

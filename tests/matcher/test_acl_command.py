@@ -70,7 +70,7 @@ def test_acl_prints_the_two_users_of_taskqueues_access_for_redis_cli(server: Red
             admin.execute_command(*shlex.split(line))
     passwords = [re.search(r" >(\S+)", line).group(1) for line in lines]  # type: ignore[union-attr]
     access.apply(admin, "control-by-access", passwords[0], access.control_rules())
-    access.apply(admin, "pilot-by-access", passwords[1], access.pilot_rules("site1", "lhcb", 3), broker=True)
+    access.apply(admin, "pilot-by-access", passwords[1], access.pilot_rules("site1", "lhcb", 3), broker=True, db=3)
     users = described(admin)
     assert users["pf-control"] == users["control-by-access"]
     assert users["pf-pilot-lhcb"] == users["pilot-by-access"]
@@ -89,7 +89,7 @@ def test_acl_prints_the_two_users_of_taskqueues_access_for_redis_cli(server: Red
 def test_acl_takes_the_database_from_redis_url_and_refuses_glob_characters() -> None:
     done = acl("--vo", "lhcb", redis_url="redis://redis.example.org:6379/5")
     assert done.returncode == 0, done.stderr
-    assert "&/5.celeryev/* &/5.celery.pidbox" in done.stdout
+    assert "&/5.celeryev/* -@all" in done.stdout and '"(&/5.celery.pidbox +subscribe' in done.stdout
     for option in (["--vo", "a*"], ["--prefix", "p?"], ["--vo", "x[y]"]):
         refused = acl(*option)
         assert refused.returncode == 1 and refused.stdout == ""

@@ -6,6 +6,7 @@ README's Cluster layout: the store on a real Cluster, the broker on Sentinel, a 
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -20,15 +21,19 @@ from tests.support.polling import wait_until
 from tests.support.sentinel import MASTER, quietly, sentinel_set
 
 
-def _get(port: int, path: str) -> Any:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
+def _get(port: int, path: str, state: Path) -> Any:
+    """A GET of Flower's API with the deployment's login (``up`` starts Flower behind one: matcher.cli.flower)."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}")
+    login = (state / "flower" / "login").read_text().strip()
+    request.add_header("Authorization", "Basic " + base64.b64encode(login.encode()).decode())
+    with urllib.request.urlopen(request, timeout=10) as response:
         return json.loads(response.read().decode() or "null")
 
 
-def _workers(port: int) -> set[str]:
+def _workers(port: int, state: Path) -> set[str]:
     """The workers Flower's API lists after asking them (a broadcast through the broker)."""
     try:
-        return set(_get(port, "/api/workers?refresh=1"))
+        return set(_get(port, "/api/workers?refresh=1", state))
     except (urllib.error.URLError, OSError, ValueError):
         return set()
 
@@ -40,18 +45,21 @@ def test_up_on_sentinel_keeps_flower_working_across_a_failover(tmp_path: Path) -
         made.env.update(
             PILOTFISH_REDIS_URL=servers.url,
             PILOTFISH_REDIS_SENTINEL_MASTER=MASTER,
-            FLOWER_UNAUTHENTICATED_API="true",
         )
         try:
             out = made.cli("up").stdout
             assert "flower: started" in out, out
-            wait_until(lambda: bool(_workers(port)), timeout=60, what="Flower to list the control-plane worker")
+            wait_until(
+                lambda: bool(_workers(port, made.state)), timeout=60, what="Flower to list the control-plane worker"
+            )
             first = servers.primary.pid()
             assert first is not None
             os.kill(first, signal.SIGKILL)
             wait_until(quietly(lambda: servers.primary_port() == servers.replica.port), what="the replica promoted")
             wait_until(
-                lambda: bool(_workers(port)), timeout=60, what="Flower to list the worker through the new primary"
+                lambda: bool(_workers(port, made.state)),
+                timeout=60,
+                what="Flower to list the worker through the new primary",
             )
         finally:
             made.cli("down")
@@ -69,14 +77,15 @@ def test_up_on_a_cluster_store_with_a_sentinel_broker_runs_a_job_without_a_trace
             PILOTFISH_REDIS_URL=store.url,
             PILOTFISH_BROKER_URL=broker.url,
             PILOTFISH_REDIS_SENTINEL_MASTER=MASTER,
-            FLOWER_UNAUTHENTICATED_API="true",
         )
         workflow = tmp_path / "one.toml"
         workflow.write_text('name = "one"\n[[jobs]]\nname = "a"\ncommand = "true"\n')
         try:
             made.cli("up")
             made.cli("submit", str(workflow))
-            wait_until(lambda: bool(_workers(port)), timeout=60, what="Flower to list the control-plane worker")
+            wait_until(
+                lambda: bool(_workers(port, made.state)), timeout=60, what="Flower to list the control-plane worker"
+            )
             wait_until(lambda: "(1 done)" in made.cli("status").stdout, timeout=90, interval=1, what="the job done")
         finally:
             made.cli("down")

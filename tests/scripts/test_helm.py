@@ -263,13 +263,11 @@ STORE_VALUES: dict[str, Any] = {
 }
 
 
-def broker_selector() -> str:
-    """The selector taskqueues.store.access.apply(..., broker=True) adds on Redis >= 7 / Valkey."""
+def broker_selector(db: int = 0) -> str:
+    """The selectors taskqueues.store.access.apply(..., broker=True) adds on Redis >= 7 / Valkey."""
     from taskqueues.store import access
 
-    keys = " ".join(f"~{k}" for k in access.BROKER_KEYS)
-    commands = " ".join(f"+{c}" for c in access.PILOT_BROKER_COMMANDS)
-    return f"({keys} {commands})"
+    return " ".join(access.pilot_selectors(db))
 
 
 def resolved_env(
@@ -332,7 +330,7 @@ def test_the_stores_users_have_the_rules_of_taskqueues_access(hc: ModuleType, vo
     assert env["CONTROL_USER"]["value"] == access.CONTROL_USER
     assert env["CONTROL_RULES"]["value"] == " ".join(access.control_rules())
     assert env["PILOT_USER"]["value"] == access.pilot_user(vo)
-    assert env["PILOT_RULES"]["value"] == " ".join(access.pilot_rules(prefix, vo, db)) + " " + broker_selector()
+    assert env["PILOT_RULES"]["value"] == " ".join(access.pilot_rules(prefix, vo, db)) + " " + broker_selector(db)
 
 
 def test_the_stores_start_script_reaches_the_shell_as_written(hc: ModuleType) -> None:
@@ -645,7 +643,7 @@ def test_the_rendered_store_has_exactly_the_users_taskqueues_access_makes(store:
         (access.CONTROL_USER, "Control-pw-1", access.control_rules(), False),
         (access.pilot_user("lhcb"), "Pilot-pw-2", access.pilot_rules("site1", "lhcb", 3), True),
     ):
-        access.apply(control, "made-by-access", password, rules, broker=broker)
+        access.apply(control, "made-by-access", password, rules, broker=broker, db=3)
         described = {
             line.split(" ", 2)[1]: line.split(" ", 2)[2]
             for line in (raw.decode() for raw in control.execute_command("ACL", "LIST"))

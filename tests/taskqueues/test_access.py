@@ -80,19 +80,41 @@ def test_a_pilot_user_may_run_the_pilot_and_nothing_else(state: Path) -> None:
     for command in refused:
         with pytest.raises(redis.exceptions.NoPermissionError):
             pilot.execute_command(*command)
-    with pytest.raises(redis.exceptions.NoPermissionError):
-        pilot.eval("return redis.call('HGET', KEYS[1], '1')", 1, "pf:{atlas}:jobs")
-    with pytest.raises(redis.exceptions.ResponseError, match="ACL failure in script"):  # a key it did not declare
-        pilot.eval("return redis.call('HGET', 'pf:{atlas}:jobs', '1')", 0)
+    # No Lua of its own: neither EVAL nor a script loaded for EVALSHA.
+    for command in (
+        ("EVAL", "return 1", "0"),
+        ("EVALSHA", "e0e1f9fabfc9d4800c877a703b823ac0578ff8db", "0"),
+        ("SCRIPT", "LOAD", "return 1"),
+        ("FUNCTION", "LOAD", "#!lua name=mine\nredis.register_function('mine', function() return 1 end)"),
+        ("FUNCTION", "DELETE", "pilotfish"),
+    ):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            pilot.execute_command(*command)
     with pytest.raises(redis.exceptions.NoPermissionError):
         pilot.publish("pf:{atlas}:wake", "1")
     assert control.hget("pf:{atlas}:jobs", "1") == b"theirs"
     assert pilot.publish("pf:{lhcb}:wake", "1") == 0
-    # What Celery's remote control needs of the broker, and only on the broker's keys.
-    assert pilot.sadd("_kombu.binding.celery.pidbox", "x") == 1
-    assert pilot.lpush("abc.reply.celery.pidbox", "x") == 1
+    # Celery's broadcast channel: a pilot listens there, and only the control plane publishes.
     with pytest.raises(redis.exceptions.NoPermissionError):
-        pilot.lpush("pf:{lhcb}:whatever", "x")  # the broker's commands on the broker's keys only
+        pilot.publish("/0.celery.pidbox", "shutdown")
+    listener = pilot.pubsub()
+    listener.psubscribe("/0.celery.pidbox")
+    assert listener.get_message(timeout=5)["type"] == "psubscribe"  # type: ignore[index]
+    listener.close()
+    # What Celery's remote control needs of the broker (a reply), and only on the broker's keys it names.
+    assert pilot.lpush("abc.reply.celery.pidbox", "x") == 1
+    assert pilot.smembers("_kombu.binding.reply.celery.pidbox") == set()
+    for command in (
+        ("LPUSH", "pf:{lhcb}:whatever", "x"),  # the broker's commands on the broker's keys only
+        ("SADD", "_kombu.binding.reply.celery.pidbox", "x"),  # read only
+        ("SADD", "_kombu.binding.celery.pidbox", "x" * 1000),  # no binding table to fill
+        ("SADD", "_kombu.binding.anything", "x"),
+        ("LPUSH", "other.celery.pidbox", "x"),  # a pilot's own queue is never written
+        ("DEL", "abc.reply.celery.pidbox"),
+        ("SET", "unacked_mutex", "x"),
+    ):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            pilot.execute_command(*command)
 
 
 def test_a_run_on_the_embedded_server_needs_nothing_the_pilot_user_lacks(state: Path) -> None:
@@ -110,7 +132,7 @@ def test_a_run_on_the_embedded_server_needs_nothing_the_pilot_user_lacks(state: 
     control = redis.Redis.from_url(embedded.control_url(server))
     users = {entry.decode().split()[1] for entry in control.execute_command("ACL", "LIST")}
     assert access.pilot_user("default") in users
-    assert acl_log(control) == [], "a pilot (or the control plane) was refused something"
+    assert acl_log(control) == [], f"a pilot (or the control plane) was refused something: {acl_log(control)}"
     clients = control.client_list()
     assert all(c["user"] in (access.CONTROL_USER, access.pilot_user("default")) for c in clients), clients
 
@@ -144,9 +166,9 @@ def test_run_stops_the_embedded_server_it_started_and_only_that_one(state: Path)
 def test_payloads_never_see_the_store_credentials(
     kind: str, redis_url: str, real_redis: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """On every backend's pilot command: the pilot connects as its ACL user; its payloads get neither
-    that URL nor any other secret of the pilot's environment; and the pilot gets none of the director's
-    (Slurm exports the submitting environment to the job)."""
+    """On every backend's pilot command: the pilot connects as its ACL user, whose URL it takes from a one-use
+    file; its payloads get neither that URL nor any other secret of the pilot's environment; and the pilot gets
+    none of the director's (Slurm exports the submitting environment to the job)."""
     monkeypatch.setenv("DIRECTOR_DB_PASSWORD", "director-only")
     password = "pw-" + secrets.token_hex(8)
     user = access.pilot_user("default")
@@ -169,8 +191,12 @@ def test_payloads_never_see_the_store_credentials(
         seen = dump.read_text()
         assert "BENIGN=kept" in seen
         assert "PILOTFISH_REDIS_URL" not in seen and password not in seen and "SITE_API_TOKEN" not in seen
-        pilot_seen = pilot_dump.read_text()  # the pilot's own: its URL, none of the director's credentials
-        assert "PILOTFISH_REDIS_URL=" in pilot_seen and "DIRECTOR_DB_PASSWORD" not in pilot_seen, pilot_seen
+        # The pilot's own environment: no password either (its URL came in a one-use file, gone once read),
+        # and none of the director's credentials.
+        pilot_seen = pilot_dump.read_text()
+        assert "DIRECTOR_DB_PASSWORD" not in pilot_seen and password not in pilot_seen, pilot_seen
+        handed = [line.split("=", 1)[1] for line in pilot_seen.splitlines() if line.startswith("PILOTFISH_CREDENTIALS")]
+        assert handed and not Path(handed[0]).exists(), pilot_seen
         # Denials of a command, key or channel (an 'auth' entry is a pilot of an earlier test, whose user went).
         denied = [e for e in acl_log(real_redis) if e.get(b"reason") != b"auth"]
         assert denied == [], f"the pilot user lacked a right the pilot needs: {denied}"

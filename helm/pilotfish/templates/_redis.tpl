@@ -18,30 +18,34 @@ resetkeys ~* resetchannels &* +@all
 {{- end }}
 
 {{/*
-access.pilot_rules(prefix, vo, db) followed by the broker selector access.apply(..., broker=True) adds on
-Redis >= 7 / Valkey: the community's keys, its wake, release and pilot channels, Celery's event and broadcast
-channels of this database, the pilot's commands (PILOT_SESSION_COMMANDS, which end with the functions of
-PILOT_FUNCTIONS, then PILOT_DATA_COMMANDS, without repeats), and the broker commands (PILOT_BROKER_COMMANDS) on the broker keys (BROKER_KEYS) only.
+access.pilot_rules(prefix, vo, db) followed by the selectors access.apply(..., broker=True) adds on
+Redis >= 7 / Valkey: the community's keys, its wake, release and pilot channels, Celery's event channels of
+this database, the pilot's commands (PILOT_SESSION_COMMANDS, which end with fcall, then PILOT_DATA_COMMANDS,
+without repeats); then the broker commands (PILOT_BROKER_COMMANDS) on the broker keys (BROKER_KEYS) only, and
+listening (PIDBOX_COMMANDS), never publishing, on Celery's broadcast channel. No first-argument rule
+(deprecated), no eval, evalsha or script.
 */}}
 {{- define "pilotfish.redis.pilotRules" -}}
 {{- $base := printf "%s:{%s}:" .Values.prefix .Values.vo }}
 {{- $db := int .Values.redis.database }}
-{{- $session := list "ping" "hello" "auth" "select" "quit" "echo" "client|setname" "client|setinfo" "client|getname" "client|id" "script|load" "script|exists" "multi" "exec" "discard" "time" "subscribe" "unsubscribe" "psubscribe" "punsubscribe" "fcall|pf_start" "fcall|pf_complete" "fcall|pf_fail" "fcall|pf_heartbeat" "fcall|pf_match" "fcall|pf_ship_log" }}
+{{- $session := list "ping" "hello" "auth" "select" "quit" "echo" "client|setname" "client|setinfo" "client|getname" "client|id" "multi" "exec" "discard" "time" "subscribe" "unsubscribe" "psubscribe" "punsubscribe" "fcall" }}
 {{- $data := list "hget" "hset" "hsetnx" "hmget" "hdel" "zadd" "zrem" "zrange" "zrangebyscore" "zscore" "zcard" "zcount" "smembers" "sadd" "incr" "incrby" "exists" "publish" "hincrby" "hincrbyfloat" }}
-{{- $broker := list "evalsha" "eval" "lpush" "rpush" "brpop" "rpop" "lpop" "llen" "srem" "sismember" "smembers" "sadd" "zadd" "zrem" "zrangebyscore" "exists" "expire" "pexpire" "ttl" "pttl" "set" "get" "del" }}
-{{- $brokerKeys := list "_kombu.binding*" "*.celery.pidbox*" }}
-{{- $rules := list "resetkeys" (printf "~%s*" $base) "resetchannels" (printf "&%swake" $base) (printf "&%srelease" $base) (printf "&%sctl:*" $base) (printf "&/%d.celeryev/*" $db) (printf "&/%d.celery.pidbox" $db) "-@all" }}
+{{- $broker := list "smembers" "lpush" }}
+{{- $brokerKeys := list "%R~_kombu.binding.reply.celery.pidbox" "~[^_]*.reply.celery.pidbox*" }}
+{{- $pidbox := list "subscribe" "psubscribe" "unsubscribe" "punsubscribe" }}
+{{- $rules := list "resetkeys" (printf "~%s*" $base) "resetchannels" (printf "&%swake" $base) (printf "&%srelease" $base) (printf "&%sctl:*" $base) (printf "&/%d.celeryev/*" $db) "-@all" }}
 {{- range uniq (concat $session $data) }}
 {{- $rules = append $rules (printf "+%s" .) }}
 {{- end }}
-{{- $selector := list }}
-{{- range $brokerKeys }}
-{{- $selector = append $selector (printf "~%s" .) }}
-{{- end }}
+{{- $selector := $brokerKeys }}
 {{- range $broker }}
 {{- $selector = append $selector (printf "+%s" .) }}
 {{- end }}
-{{- printf "%s (%s)" (join " " $rules) (join " " $selector) }}
+{{- $listen := list (printf "&/%d.celery.pidbox" $db) }}
+{{- range $pidbox }}
+{{- $listen = append $listen (printf "+%s" .) }}
+{{- end }}
+{{- printf "%s (%s) (%s)" (join " " $rules) (join " " $selector) (join " " $listen) }}
 {{- end }}
 
 {{/*
