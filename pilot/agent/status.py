@@ -91,7 +91,7 @@ class Status:
             entries.append(RunningPayload(cores=payload.job.cpu, start=start, expected_end=expected, max_end=max_end))
         self.jobstatus.can_postpone_last_job = self.can_postpone([e.expected_end for e in entries])
         try:
-            self.jobstatus.publish(entries)
+            self.jobstatus.publish(entries, latest_start=state.last_start)
         except PilotfishError as exc:
             log.warning("$JOBSTATUS not updated: %s", exc)
 

@@ -418,6 +418,26 @@ def test_outputs_sandbox_and_jobstatus(store: Store, redis_url: str, tmp_path: P
     assert status is not None and status.used_CPU == 0 and status.last_job_start >= int(record.started or 0)
 
 
+def test_last_job_start_counts_a_payload_that_ended_between_two_publications(
+    store: Store, redis_url: str, tmp_path: Path
+) -> None:
+    """Issue 32 part 9: $JOBSTATUS is rewritten at most every 0.5 s, so a short payload that starts just
+    after a publication and ends before the next one was never seen running, and ``last_job_start`` stayed
+    the earlier start: a second before the job's ``started`` now and then. Here "after" starts when "first"
+    ends (the publication of that end), 1.5 s after "first" started, and ends at once."""
+    first, after = store.submit([job(command="sleep 1.5", dependents=(1,)), job(command="true", pending=1)])
+    env = pilot_env(tmp_path, cores=2)
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", env=env) as proc:
+        finish(proc, tmp_path, 30)
+    records = store.jobs([first, after])
+    assert [r.state for r in records] == [JobState.DONE, JobState.DONE]
+    started = records[1].started
+    assert started is not None and started >= (records[0].started or 0) + 1.5
+    status = read_jobstatus(env["JOBSTATUS"])
+    assert status is not None and status.used_CPU == 0
+    assert status.last_job_start == int(started)  # one clock: the payload's own start, as the store has it
+
+
 def test_jobstatus_while_running(store: Store, redis_url: str, tmp_path: Path) -> None:
     store.submit([job(cpu=1, ete=30, command="sleep 2")])
     env = pilot_env(tmp_path, cores=2, job={"wall_limit_secs": 600, "jobstart_secs": int(time.time())})
