@@ -336,14 +336,24 @@ def test_sigkill_loses_nothing(redis_url: str, tmp_path: Path) -> None:
 
 
 def test_payloads_die_with_a_sigkilled_pilot(store: Store, redis_url: str, tmp_path: Path) -> None:
-    """The guardian kills each payload's whole group (a background child too) when the pilot dies by SIGKILL."""
+    """The guardian kills each payload's whole group (a background child too) when the pilot dies by SIGKILL.
+
+    The pilot tells its guardian about a payload just after spawning it; a payload already running is not
+    yet one the guardian knows (at load average 10 the pilot was killed in between, 1 run in 5: the
+    guardian's docstring names that window). Its reported start comes after, so the kill waits for it."""
     pids = tmp_path / "pids"
     late = tmp_path / "late"
-    ids = store.submit([job(command=f"sleep 30 & echo $! $$ >> {pids}; sleep 3; touch {late}; wait") for _ in range(2)])
+    ids = store.submit(
+        [job(command=f"sleep 30 & echo $! $$ >> {pids}; sleep 10; touch {late}; wait") for _ in range(2)]
+    )
     env = pilot_env(tmp_path, cores=2)
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "30", env=env) as proc:
         wait_until(
-            lambda: pids.exists() and len(pids.read_text().split()) == 4, timeout=10, what="both payloads started"
+            lambda: (
+                pids.exists() and len(pids.read_text().split()) == 4 and states(store, ids) == [JobState.RUNNING] * 2
+            ),
+            timeout=10,
+            what="both payloads started, and their starts reported",
         )
         proc.send_signal(signal.SIGKILL)
         proc.wait()
