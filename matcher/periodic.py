@@ -91,7 +91,11 @@ def refresh_pools(ctx: Context) -> int:
             log.warning("task queue %s: its definition cannot be read (%r): pool left as it is", tq_id, definition)
             continue
         queues = pool_of_definition(ctx.catalog, exact, vo=ctx.settings.vo)
-        added, removed = ctx.store.refresh_pool(tq_id, queues)
+        done = ctx.store.refresh_pool(tq_id, queues)
+        if done is None:  # the clean task, running beside this one, forgot it since we read the definitions
+            log.debug("task queue %s: cleaned meanwhile, no pool to refresh", tq_id)
+            continue
+        added, removed = done
         if added or removed:
             log.info("task queue %s: pool %+d/-%d queues", tq_id, added, removed)
             changed += 1

@@ -51,7 +51,7 @@ from taskqueues.requirements import CONSUMABLES, Requirements, bucket, check_nam
 from taskqueues.store import Store
 from taskqueues.store.fairshare import DEFAULT_GROUP, account_tq, default_owner
 from taskqueues.store.fairshare import check_name as check_account_name
-from taskqueues.store.records import JobState, NewJob
+from taskqueues.store.records import NewJob
 
 from .eta import fan_in_bound, live_cores, load_seconds, request_eta
 from .limits import (
@@ -85,7 +85,6 @@ class JobSpec:
     max_retries: int = 3
     deferred: Mapping[str, str] = field(default_factory=dict)
     deferred_spec: Mapping[str, Any] = field(default_factory=dict)
-    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -333,7 +332,7 @@ class Submitter:
         text = 0
         for spec in jobs:
             try:
-                if spec.error or spec.deferred:
+                if spec.deferred:
                     self._check_static(spec)
                     kept = json.dumps(dict(spec.deferred_spec), sort_keys=True) if spec.deferred else ""
                     deferred_text[spec.name] = kept
@@ -362,29 +361,24 @@ class Submitter:
         critical = max(pressure.values(), default=0.0)
         now = self.clock()
         work = {
-            j.name: 0.0
-            if j.error
-            else ete[j.name] * (placements[j.name].requirements.cpu if j.name in placements else 1)
-            for j in jobs
+            j.name: ete[j.name] * (placements[j.name].requirements.cpu if j.name in placements else 1) for j in jobs
         }
         cores = self.capacity()
         load = load_seconds(self.store, cores, sum(work.values()))
         eta = request_eta(now, critical, load, fan_in_bound(order, deps, ete, pressure, work, cores))
         index = {n: i for i, n in enumerate(order)}
         dependents = dag.dependents_of(order, deps)
-        doomed = self._doomed(order, by_name, dependents)
 
         new_jobs = []
         for job_name in order:
             spec = by_name[job_name]
             placement = placements.get(job_name)
-            state, reason = doomed.get(job_name, (None, ""))
             new_jobs.append(
                 NewJob(
                     command=spec.command,
                     tq_id=account_tq(placement.tq_id, group, owner, spec.rule) if placement else "",
                     tq_def=placement.tq_def if placement else "",
-                    queues=placement.queues if placement and state is None else (),
+                    queues=placement.queues if placement else (),
                     cpu=placement.requirements.cpu if placement else 0,
                     mem=placement.requirements.mem if placement else 0,
                     tmp=placement.requirements.tmp if placement else 0,
@@ -399,11 +393,9 @@ class Submitter:
                     rule=spec.rule,
                     dependents=tuple(index[d] for d in dependents[job_name]),
                     deps=tuple(index[d] for d in spec.deps),
-                    pending=len(set(spec.deps)) if state is None else 0,
+                    pending=len(set(spec.deps)),
                     deferred=deferred_text.get(job_name, ""),
                     pressure=pressure[job_name],
-                    state=state,
-                    reason=reason,
                     hint=hints.get(job_name),
                 )
             )
@@ -462,22 +454,6 @@ class Submitter:
                 spread=self.ete_spread,
             )
         return out, hints
-
-    @staticmethod
-    def _doomed(
-        order: Sequence[str], by_name: Mapping[str, JobSpec], dependents: Mapping[str, Sequence[str]]
-    ) -> dict[str, tuple[JobState, str]]:
-        """Jobs that fail at submission (their template did not evaluate) and, transitively, their dependents."""
-        doomed: dict[str, tuple[JobState, str]] = {}
-        for job_name in order:
-            spec = by_name[job_name]
-            if spec.error:
-                doomed[job_name] = (JobState.FAILED, spec.error)
-            else:
-                failed_dep = next((d for d in spec.deps if d in doomed), None)
-                if failed_dep is not None:
-                    doomed[job_name] = (JobState.DEP_FAILED, f"dependency {failed_dep} failed: {doomed[failed_dep][1]}")
-        return doomed
 
 
 def _problems(*checks: Callable[[], object]) -> list[str]:
@@ -573,7 +549,6 @@ def specs_from_workflow(workflow: Any) -> list[JobSpec]:
                 ete=job.ete_hint,
                 deferred=dict(job.deferred) or ({"command": job.command} if job.command_deferred else {}),
                 deferred_spec=deferred_spec,
-                error=job.error,
             )
         )
     return specs

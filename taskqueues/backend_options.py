@@ -103,7 +103,7 @@ def parse_slurm_options(text: str, *, where: str = "slurm options") -> dict[str,
             i += 1
             value = tokens[i]
         if key == "cpu":
-            if not value.isdigit() or int(value) <= 0:
+            if not (value.isascii() and value.isdigit()) or int(value) <= 0:  # "\u0664" would reach sbatch
                 raise BackendOptionError(f"{where}: {long} needs a positive integer, got {value!r}")
         elif key in ("mem", "tmp"):
             value = str(parse_size_mib(value, option=long, where=where))

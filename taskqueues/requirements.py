@@ -199,8 +199,9 @@ def _consumable(name: str, value: object, job: str | None) -> int:
         if isinstance(value, bool) or not isinstance(value, int | float | str):
             raise RequirementError(f"cpu must be a whole number of cores, got {shown(value)}", job=job, field=name)
         if isinstance(value, str):
-            if not value.strip().isdigit():
-                raise RequirementError(f"cpu must be a whole number of cores, got {shown(value)}", job=job, field=name)
+            if not (value.strip().isdigit() and value.isascii()):  # "\u0664" (Arabic-Indic four) is no 4 cores
+                what = "with the digits 0-9" if value.strip().isdigit() else "of cores"
+                raise RequirementError(f"cpu must be a whole number {what}, got {shown(value)}", job=job, field=name)
             if len(value.strip()) > len(str(MAX_CPU)):  # and int() refuses text of over 4300 digits
                 raise RequirementError(
                     f"cpu must be between 1 and {MAX_CPU} cores, got {shown(value)}", job=job, field=name

@@ -86,9 +86,10 @@ DURATION_UNITS: Mapping[str, int] = MappingProxyType({"s": 1, "m": 60, "h": 3600
 _MAX_TEXT = 64
 
 _NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
-_SIZE_RE = re.compile(rf"^\s*({_NUMBER})\s*([A-Za-z]*)\s*$")
-_PART_RE = re.compile(rf"\s*({_NUMBER})\s*([a-zA-Z]?)\s*")
-_CLOCK_RE = re.compile(r"^\s*(?:(\d+)-)?(\d+):([0-5]?\d):([0-5]?\d)\s*$")
+# re.ASCII: only the digits 0-9 are digits here ("\u0664", Arabic-Indic four, is no 4 cores).
+_SIZE_RE = re.compile(rf"^\s*({_NUMBER})\s*([A-Za-z]*)\s*$", re.ASCII)
+_PART_RE = re.compile(rf"\s*({_NUMBER})\s*([a-zA-Z]?)\s*", re.ASCII)
+_CLOCK_RE = re.compile(r"^\s*(?:(\d+)-)?(\d+):([0-5]?\d):([0-5]?\d)\s*$", re.ASCII)
 
 
 def _unit_bytes(unit: str, *, bare: str, binary_letters: bool) -> int | None:
@@ -129,10 +130,18 @@ def _fail(message: str, field: str, job: str | None) -> RequirementError:
     return RequirementError(message, job=job, field=field)
 
 
-def _check_length(text: str, field: str, job: str | None) -> None:
-    """Refuse absurdly long strings before any digit conversion (int() refuses > 4300 digits anyway)."""
+def _check_text(text: str, field: str, job: str | None) -> None:
+    """Refuse what no form reads, with the reason: absurdly long strings (before any digit conversion),
+    digits other than 0-9 (``"\u0664"`` is no 4), doubled signs (``"--1"`` is no 1) and negative amounts."""
     if len(text) > _MAX_TEXT:
         raise _fail(f"a size or duration string must be at most {_MAX_TEXT} characters, got {len(text)}", field, job)
+    if any(char.isdigit() and not char.isascii() for char in text):
+        raise _fail(f"only the digits 0-9 are read in a size or duration, got {shown(text)}", field, job)
+    signs = text.lstrip()[:2]
+    if signs[:1] in ("-", "+") and len(signs) == 2 and signs[1] in "-+":
+        raise _fail(f"malformed sign in {shown(text)}: write one number, without doubled signs", field, job)
+    if signs.startswith("-"):
+        raise _fail(f"must not be negative, got {shown(text)}", field, job)
 
 
 def _plain_number(value: object, field: str, job: str | None, what: str) -> Fraction | None:
@@ -148,9 +157,11 @@ def _plain_number(value: object, field: str, job: str | None, what: str) -> Frac
     return None
 
 
-def _check_range(result: int, value: object, field: str, job: str | None, maximum: int | None, unit: str) -> int:
-    if result < 0:
+def _check_range(number: Fraction, value: object, field: str, job: str | None, maximum: int | None, unit: str) -> int:
+    """``number`` rounded up to a whole ``unit``, refused when negative (before rounding: -0.5 is no 0)."""
+    if number < 0:
         raise _fail(f"must not be negative, got {shown(value)}", field, job)
+    result = math.ceil(number)
     if maximum is not None and result > maximum:
         raise _fail(f"{shown(value)} is {shown(result)} {unit}, over the limit of {maximum} {unit}", field, job)
     return result
@@ -165,9 +176,7 @@ def parse_size_mb(value: object, *, field: str, job: str | None = None, maximum:
     if number is None:
         if not isinstance(value, str):
             raise _fail(f"a size must be a number (MB) or a string like '4G', not {type(value).__name__}", field, job)
-        _check_length(value, field, job)
-        if value.lstrip().startswith("-"):
-            raise _fail(f"must not be negative, got {shown(value)}", field, job)
+        _check_text(value, field, job)
         match = _SIZE_RE.match(value)
         if match is None:
             raise _fail(f"cannot read {shown(value)} as a size; write e.g. '512M', '4G', '1.5T' or '4Gi'", field, job)
@@ -177,7 +186,7 @@ def parse_size_mb(value: object, *, field: str, job: str | None = None, maximum:
             known = "B, K, M, G, T, P (decimal, optional B) or Ki, Mi, Gi, Ti, Pi (binary)"
             raise _fail(f"unknown size unit {unit!r} in {shown(value)}; use {known}", field, job)
         number = to_mb(Fraction(digits) * factor)
-    return _check_range(math.ceil(number), value, field, job, maximum, "MB")
+    return _check_range(number, value, field, job, maximum, "MB")
 
 
 def parse_duration_s(value: object, *, field: str, job: str | None = None, maximum: int | None = None) -> int:
@@ -194,13 +203,11 @@ def parse_duration_s(value: object, *, field: str, job: str | None = None, maxim
                 job,
             )
         number = _parse_duration_text(value, field, job)
-    return _check_range(math.ceil(number), value, field, job, maximum, "s")
+    return _check_range(number, value, field, job, maximum, "s")
 
 
 def _parse_duration_text(text: str, field: str, job: str | None) -> Fraction:
-    _check_length(text, field, job)
-    if text.lstrip().startswith("-"):
-        raise _fail(f"must not be negative, got {shown(text)}", field, job)
+    _check_text(text, field, job)
     clock = _CLOCK_RE.match(text)
     if clock is not None:
         days, hours, minutes, seconds = (int(part) if part else 0 for part in clock.groups())

@@ -9,6 +9,9 @@ Names follow Prometheus conventions: gauges of what is now (``pilotfish_jobs{sta
 counters of what happened (kept by the store's scripts: :mod:`taskqueues.store.stats`), seconds as the unit of
 time. Every series carries the community (``vo``). Task queues are many and short-lived: only the
 ``metrics_task_queues`` largest get series of their own, the others add up under ``task_queue="other"``.
+
+A store that does not answer (down, killed, or not started yet) is a sample, ``pilotfish_store_up 0``, with
+one warning line, whether printed once or served; a store that refuses the credentials is an error.
 """
 
 from __future__ import annotations
@@ -24,9 +27,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from taskqueues.context import Context
-from taskqueues.errors import PilotfishError
+from taskqueues.errors import PilotfishError, StoreUnavailable
 from taskqueues.store import stats
 from taskqueues.store.census import Census, take
+from taskqueues.store.connection import ping
+from taskqueues.store.guard import client_url, guard
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +180,12 @@ def metrics(port: int | None, address: str) -> None:
     """Print the Prometheus metrics of the community (or serve them with --serve PORT)."""
     ctx = Context()
     reg = registry(ctx)
-    ctx.client.ping()  # nothing running, a wrong URL or password: the CLI's one-line error, now
+    try:
+        client = ctx.client
+        with guard(client_url(client), "answering a ping"):
+            ping(client)  # a wrong password or a URL that is no Redis: the CLI's one-line error, now
+    except StoreUnavailable:
+        pass  # the store down, or not started: the samples say so (pilotfish_store_up 0), and a warning
     if port is None:
         click.echo(generate_latest(reg).decode(), nl=False)
         return

@@ -42,8 +42,8 @@ Requirement values
     * For any other requirement (``Site``, ``Platform``, ``SoftwareTag``...) a string, or each string
       of a list, is a ``{name}`` template.
     An expression that reads no dependency output is evaluated at load time; if that evaluation fails
-    (division by zero, a parameter that is not a number...), that job alone is marked failed
-    (:attr:`JobTemplate.error`), the rest of the request runs. An expression that reads
+    (division by zero, an exponent or a result out of range, a parameter that is not a number...), the
+    request is refused, naming the job and the requirement; nothing is stored. An expression that reads
     ``deps.<job>.<value>`` is kept in :attr:`JobTemplate.deferred` and evaluated when the job is
     released (:func:`evaluate_deferred`); a command that reads one is rendered then too
     (:func:`render_command`). A job may only read outputs of its own declared dependencies.

@@ -15,7 +15,7 @@ from .foreach import Raw
 from .model import JobTemplate, Rule
 from .patterns import Patterns, resolve_deps
 from .problems import Collector
-from .values import Deferred, Failed, check_names, read_ete_hint, requirement_value
+from .values import Deferred, check_names, read_ete_hint, requirement_value
 
 __all__ = ["compile_jobs"]
 
@@ -56,7 +56,6 @@ def _env_text(env: Mapping[str, object]) -> int:
 def _compile(raw: Raw, deps: tuple[str, ...], rules: Mapping[str, Rule], out: Collector) -> JobTemplate:
     spec, env, where = raw.spec, raw.env, raw.entry
     rule = rules.get(spec["rule"]) if isinstance(spec.get("rule"), str) else None
-    errors: list[str] = []  # failures of this job alone, at evaluation
     needs: set[tuple[str, str]] = set()
 
     command = spec.get("command", rule.command if rule else None)
@@ -99,12 +98,10 @@ def _compile(raw: Raw, deps: tuple[str, ...], rules: Mapping[str, Rule], out: Co
         if isinstance(outcome, Deferred):
             deferred[name] = outcome.text
             needs |= outcome.refs
-        elif isinstance(outcome, Failed):
-            errors.append(outcome.reason)
         else:
             requirements[name] = outcome
 
-    ete_hint = read_ete_hint(spec.get("ete", rule.ete if rule else None), requirements, env, where, out, errors)
+    ete_hint = read_ete_hint(spec.get("ete", rule.ete if rule else None), requirements, env, where, out)
     stored = len(command) + sum(map(_text_size, requirements.values()))
     if deferred or command_deferred:
         stored += _env_text(env) + sum(map(len, deferred.values()))
@@ -122,5 +119,4 @@ def _compile(raw: Raw, deps: tuple[str, ...], rules: Mapping[str, Rule], out: Co
         rule=rule.name if rule else None,
         ete_hint=ete_hint,
         params=env,
-        error="; ".join(errors) or None,
     )

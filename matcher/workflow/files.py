@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import json
 import tomllib
+from collections import Counter
 from pathlib import Path
 
-from taskqueues.errors import shown
+from matcher.limits import MAX_NAME
+from taskqueues.errors import located, shown
 
 from .model import Workflow, WorkflowError
 from .parse import parse_workflow
+from .problems import job_owner
 
 __all__ = ["MAX_FILE_BYTES", "load_workflow"]
 
 MAX_FILE_BYTES = 16 * 1024 * 1024
+_TWICE = "the key is given twice in one JSON object; give it once"
 
 
 def load_workflow(path: str | Path) -> Workflow:
@@ -32,18 +36,22 @@ def load_workflow(path: str | Path) -> Workflow:
     suffix = path.suffix.lower()
     if suffix not in (".toml", ".json"):
         raise WorkflowError(source, [f"unknown file type {shown(suffix)}: use .toml or .json"])
-    data = _decode(text, suffix, source)
+    reader = _JsonReader()
+    data = _decode(text, suffix, source, reader)
+    _refuse_duplicates(data, reader, source)
     if not isinstance(data, dict):
         raise WorkflowError(source, [f"the top level must be a table, not {type(data).__name__}"])
     return parse_workflow(data, source)
 
 
-def _decode(text: str, suffix: str, source: str) -> object:
+def _decode(text: str, suffix: str, source: str, reader: _JsonReader) -> object:
     """The document a TOML or JSON text holds; its syntax errors, and the values no Python object can
     hold (an integer of more than 4300 digits, arrays nested past the recursion limit), as WorkflowError."""
     syntax = "TOML" if suffix == ".toml" else "JSON"
     try:
-        return tomllib.loads(text) if suffix == ".toml" else json.loads(text)
+        if suffix == ".toml":
+            return tomllib.loads(text)  # TOML itself refuses a key defined twice
+        return json.loads(text, object_pairs_hook=reader.pairs)
     except json.JSONDecodeError as exc:
         problem = f"JSON syntax: {exc.msg} at line {exc.lineno}, column {exc.colno}"
     except tomllib.TOMLDecodeError as exc:
@@ -53,3 +61,60 @@ def _decode(text: str, suffix: str, source: str) -> object:
     except ValueError as exc:  # int() of a number over Python's limit of 4300 digits
         problem = f"{syntax} syntax: a number is too long to read ({str(exc).split(';')[0]})"
     raise WorkflowError(source, [problem])
+
+
+class _JsonReader:
+    """Reads JSON keeping the keys each object was given more than once (``json`` keeps the last silently).
+
+    The objects stay plain dicts (problems name them "table"/"dict" as for TOML); their duplicates are kept
+    here by identity, the objects themselves held so that no identity is reused while the reader lives.
+    """
+
+    def __init__(self) -> None:
+        self.duplicates: dict[int, tuple[str, ...]] = {}
+        self.objects: list[dict[str, object]] = []
+
+    def pairs(self, pairs: list[tuple[str, object]]) -> dict[str, object]:
+        made = dict(pairs)
+        if len(made) < len(pairs):
+            counts = Counter(key for key, _ in pairs)
+            self.duplicates[id(made)] = tuple(key for key in made if counts[key] > 1)
+            self.objects.append(made)
+        return made
+
+    def twice(self, value: dict[str, object]) -> tuple[str, ...]:
+        return self.duplicates.get(id(value), ())
+
+
+def _refuse_duplicates(data: object, reader: _JsonReader, source: str) -> None:
+    """Refuse a JSON document that gives a key twice in one object, naming the job (or rule) and the key."""
+    if not reader.duplicates:
+        return
+    problems: list[str] = []
+
+    def walk(top: object, owner: str) -> None:  # without recursion: JSON may nest as deep as it parsed
+        stack = [top]
+        while stack:
+            value = stack.pop()
+            if isinstance(value, dict):
+                problems.extend(located(_TWICE, owner=owner, field=key) for key in reader.twice(value))
+                stack.extend(reversed(value.values()))
+            elif isinstance(value, list):
+                stack.extend(reversed(value))
+
+    if not isinstance(data, dict):
+        walk(data, "")
+    else:
+        problems.extend(located(_TWICE, field=key) for key in reader.twice(data))
+        for key, value in data.items():
+            if key == "jobs" and isinstance(value, list):
+                for number, job in enumerate(value, start=1):
+                    name = job.get("name") if isinstance(job, dict) else None
+                    walk(job, job_owner(name) if isinstance(name, str) else f"jobs entry #{number}")
+            elif key == "rules" and isinstance(value, dict):
+                problems.extend(located(_TWICE, field=f"rules.{rule}") for rule in reader.twice(value))
+                for rule, spec in value.items():
+                    walk(spec, f"rule {shown(rule, MAX_NAME)}")
+            else:
+                walk(value, "")
+    raise WorkflowError(source, problems)

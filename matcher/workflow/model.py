@@ -36,8 +36,6 @@ class JobTemplate:
     already evaluated; ``deferred`` the expressions that wait for dependency outputs, by requirement
     name; ``needs_outputs`` the ``(dependency, value)`` pairs they read. ``ete_hint`` is in seconds.
     ``raw_requirements`` are the values as written (rule and job merged), for display.
-    ``error`` is set when something about this job alone failed at load: the job must be failed with
-    this reason, not run.
     """
 
     name: str
@@ -52,7 +50,6 @@ class JobTemplate:
     rule: str | None = None
     ete_hint: float | None = None
     params: dict[str, object] = field(default_factory=dict)
-    error: str | None = None
 
 
 @dataclass(frozen=True)

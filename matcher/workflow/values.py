@@ -16,7 +16,6 @@ from .problems import Collector
 
 __all__ = [
     "Deferred",
-    "Failed",
     "check_names",
     "is_duration",
     "is_numeric",
@@ -31,7 +30,8 @@ _DURATIONS = frozenset({"wall", "ete"})
 _PLAIN_QUANTITY_RE = re.compile(
     r"\s*(?:(?:\d+(?:\.\d*)?|\.\d+)\s*[A-Za-z]*"
     r"|(?:\d+(?:\.\d*)?\s*[A-Za-z]\s*)+"
-    r"|(?:\d+-)?\d+(?::\d+){1,2})\s*"
+    r"|(?:\d+-)?\d+(?::\d+){1,2})\s*",
+    re.ASCII,
 )
 
 
@@ -74,17 +74,11 @@ class Deferred:
     refs: set[tuple[str, str]]
 
 
-@dataclass(frozen=True)
-class Failed:
-    """An evaluation that failed at load: the job alone is failed with ``reason``."""
-
-    reason: str
-
-
 def requirement_value(
     name: str, value: object, env: Mapping[str, object], deps: Sequence[str], where: str, out: Collector
 ) -> object:
-    """The load-time value of one requirement, a :class:`Deferred`, or a :class:`Failed` evaluation."""
+    """The load-time value of one requirement, or a :class:`Deferred`; a failed evaluation (division by zero,
+    an exponent or a result out of range...) is a problem of the request, which is refused whole."""
     if isinstance(value, str) and is_numeric(name):
         if _PLAIN_QUANTITY_RE.fullmatch(value):
             return value
@@ -103,7 +97,8 @@ def requirement_value(
         try:
             return evaluate(value, env, kind=requirement_kind(name))
         except ExprError as exc:
-            return Failed(f"requirement {name!r}: {exc}")
+            out.add(str(exc), owner=where, field=name)
+            return value
     if isinstance(value, str):
         return _render_free(name, value, env, where, out)
     if isinstance(value, list):
@@ -133,7 +128,6 @@ def read_ete_hint(
     env: Mapping[str, object],
     where: str,
     out: Collector,
-    errors: list[str],
 ) -> float | None:
     """The job's ETE hint in seconds (within :data:`matcher.limits.MAX_ETE`): its ``ete``, else its
     ``wall`` requirement when that is readable."""
@@ -174,9 +168,9 @@ def read_ete_hint(
     try:
         hint = evaluate(value, env, kind="duration")
     except ExprError as exc:
-        errors.append(f"ete: {exc}")
+        out.add(str(exc), owner=where, field="ete")
         return None
     if not 0 <= hint <= MAX_ETE:
-        errors.append(f"ete: {shown(value)} gives {hint} s, outside 0..{MAX_ETE:g}")
+        out.add(f"{shown(value)} gives {hint} s, outside 0..{MAX_ETE:g}", owner=where, field="ete")
         return None
     return float(hint)

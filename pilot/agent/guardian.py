@@ -14,8 +14,10 @@ than the line). The pipe is enlarged so that it never fills between two reads.
 
 This replaces a parent-death signal per payload (``setpriv --pdeathsig``, one more exec for every
 payload: it doubled the CPU cost of starting a short payload) and is stronger: it kills the payload's
-whole process group, not only its shell. A payload started in the microseconds between its spawn and
-the ``+`` line would escape, and so would a process that left its group on purpose.
+whole process group, not only its shell. A payload started between its spawn and the ``+`` line would
+escape (microseconds on a quiet host; a pilot descheduled right after the spawn at load average 10 left
+that window open long enough for a SIGKILL, 1 test run in 5), and so would a process that left its group
+on purpose.
 
 Run as ``python -m pilot.agent.guardian FD``, in a session of its own so that whoever kills the pilot's
 process group does not kill it too; it ignores SIGINT and SIGTERM (sent to every process of a batch job,

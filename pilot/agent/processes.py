@@ -122,6 +122,7 @@ class Processes:
             return None
         slots.running[job.id] = payload
         state.launched += 1
+        state.last_start = max(state.last_start, payload.start_wall)
         state.dirty = True
         state.notify("payload_started", state.info, job)
         if payload.pidfd is not None:

@@ -49,6 +49,9 @@ class PilotState:
     stop_reason: str = ""
     processed: int = 0
     launched: int = 0
+    #: When the latest payload started (``time.time()``, its own reading): $JOBSTATUS's ``last_job_start``
+    #: must count a payload that ended before the next publication too (publications are rate-limited).
+    last_start: float = 0.0
     dirty: bool = True
     next_match: float = 0.0
     backoff: float = 0.0

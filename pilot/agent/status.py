@@ -111,7 +111,7 @@ class Status:
             )
             self._idle_refresh = time.monotonic() + self.idle_horizon / 2
         try:
-            self.jobstatus.publish(entries, idle_end=idle_end)
+            self.jobstatus.publish(entries, idle_end=idle_end, latest_start=state.last_start)
         except PilotfishError as exc:
             log.warning("$JOBSTATUS not updated: %s", exc)
 

@@ -308,14 +308,23 @@ class JobStatusWriter:
         self.published: JobStatus | None = None
 
     def publish(
-        self, running: Iterable[RunningPayload], now: float | None = None, *, idle_end: float | None = None
+        self,
+        running: Iterable[RunningPayload],
+        now: float | None = None,
+        *,
+        idle_end: float | None = None,
+        latest_start: float = 0.0,
     ) -> JobStatus:
         """Recompute every value for the payloads running now and rewrite the directory (during the hold
         after a revert to True, with every other value as published before); ``idle_end``: see
-        :func:`compute_status`."""
+        :func:`compute_status`.
+
+        ``latest_start`` is the latest start of any payload, running or not: one that started and ended
+        between two publications is never among ``running``, yet ``last_job_start`` is its start.
+        """
         payloads = list(running)
         now = self.clock() if now is None else now
-        self.last_job_start = max([self.last_job_start, *(p.start for p in payloads)])
+        self.last_job_start = max([self.last_job_start, latest_start, *(p.start for p in payloads)])
         status = compute_status(
             payloads,
             allocated_CPU=self.allocated_CPU,

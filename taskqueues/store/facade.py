@@ -532,12 +532,15 @@ class Store(StoreReads):
         return self.cancel(job, reason, kill=True)
 
     @guarded("refreshing a SubmitPool")
-    def refresh_pool(self, tq_id: str, queues: Sequence[str]) -> tuple[int, int]:
-        """Replace the SubmitPool of one task queue; returns (queues added, queues removed)."""
+    def refresh_pool(self, tq_id: str, queues: Sequence[str]) -> tuple[int, int] | None:
+        """Replace the SubmitPool of one task queue; returns (queues added, queues removed), or None when
+        the task queue has no definition (any more: :meth:`clean` forgot it), and nothing was written."""
         extra = self.pool_keys([tq_id]) + [self.keys.qheads(q) for q in queues] + self.floors + [self.keys.tqdefs]
         reply = self.call_script(
             "refresh_pool", [self.keys.poolstamp], [self._base, tq_id, self.clock(), *queues], extra
         )
+        if _text(reply[0]) == "gone":
+            return None
         return int(reply[1]), int(reply[2])
 
     @guarded("cleaning empty task queues")

@@ -254,10 +254,12 @@ def test_the_exporter_rides_out_a_redis_outage_and_a_kill_9_without_resetting_a_
         server.stop()
 
 
-def test_metrics_without_a_store_is_a_one_line_error(tmp_path: Path) -> None:
+def run_metrics(tmp_path: Path, **settings: str) -> subprocess.CompletedProcess[str]:
+    """``pilotfish metrics`` (printed once) with these ``PILOTFISH_*`` settings and a state directory of its own."""
     env = {**os.environ, "PILOTFISH_STATE_DIR": str(tmp_path / "state"), "PYTHONPATH": str(ROOT)}
     env.pop("PILOTFISH_REDIS_URL", None)
-    done = subprocess.run(
+    env.update({f"PILOTFISH_{name.upper()}": value for name, value in settings.items()})
+    return subprocess.run(
         [sys.executable, "-m", "matcher.cli", "metrics"],
         cwd=tmp_path,
         env=env,
@@ -265,7 +267,30 @@ def test_metrics_without_a_store_is_a_one_line_error(tmp_path: Path) -> None:
         text=True,
         timeout=60,
     )
+
+
+def test_metrics_report_a_store_that_does_not_answer_as_down(tmp_path: Path) -> None:
+    """Issue 32: the store down (killed, stopped, or not started yet) is a sample, not a failed command."""
+    server = RedisServer(tmp_path / "redis", persistent=True).start()
+    server.stop()  # a port nothing listens on any more
+    for settings in ({}, {"redis_url": server.url}):  # the embedded store not running; a configured one down
+        done = run_metrics(tmp_path, **settings)
+        assert done.returncode == 0, done.stderr
+        samples = parse(done.stdout)
+        assert value(samples, "pilotfish_store_up") == 0
+        assert [family.name for family in text_string_to_metric_families(done.stdout)] == ["pilotfish_store_up"]
+        assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
+        assert "the store did not answer" in done.stderr, done.stderr
+
+
+def test_metrics_with_a_wrong_password_is_a_one_line_error(tmp_path: Path) -> None:
+    server = RedisServer(tmp_path / "redis", options=("--requirepass", "right"), password="right").start()
+    try:
+        done = run_metrics(tmp_path, redis_url=server.url.replace("://", "://:wrong@", 1))
+    finally:
+        server.stop()
     assert done.returncode == 1 and done.stderr.startswith("pilotfish: error:"), done.stderr
+    assert len(done.stderr.splitlines()) == 1 and "wrong" not in done.stderr, done.stderr
 
 
 def test_keys_name_the_stats_hash() -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from matcher import periodic
 from matcher.cli.run import Maintenance
 from matcher.repressure import RULE_MARK, repressure
@@ -113,6 +115,31 @@ def test_the_pool_stamp_says_when_the_pool_was_last_computed(store: Store, clock
     clock.now += 900
     assert periodic.refresh_pools(ctx) == 0  # nothing changed, but it was computed now
     assert store.client.zscore(store.keys.poolstamp, tq) == clock.now
+
+
+def test_a_refresh_skips_a_task_queue_cleaned_meanwhile(
+    store: Store, clock: FakeClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 32: beat sends clean and refresh_pools side by side (at once after an ``up``); a task queue
+    clean forgot between the refresh's read of the definitions and its pool's refresh was a traceback in
+    worker.log ("task queue ... has no definition"). The clean runs here, for real, at that very moment."""
+    ctx = context(store, TWO_QUEUES, tmp_path)
+    ids = submit(ctx, JobSpec("gone", "true", {"mem": "4G"}), JobSpec("kept", "true", {"mem": "6G"}))
+    gone, kept = store.job(ids["gone"]).tq_id, store.job(ids["kept"]).tq_id
+    assert [j.id for j in store.match(PilotOffer("p", "S/ce/small", 4, 4000))] == [ids["gone"]]
+    clock.now += GRACE + 1
+    read_largest = store.tq_largest
+
+    def clean_then_read(tq_ids: list[str]) -> object:
+        assert set(tq_ids) == {gone, kept}  # both definitions were read before the clean
+        assert store.clean(GRACE) == [gone]
+        return read_largest(tq_ids)
+
+    monkeypatch.setattr(store, "tq_largest", clean_then_read)
+    assert periodic.refresh_pools(ctx) == 0
+    assert store.pool(gone) == set() and gone not in store.tq_definitions()
+    assert store.pool(kept) == {"S/ce/big"} and store.client.zscore(store.keys.poolstamp, kept) == clock.now
+    check_store(store)
 
 
 # -- defect 2: every script that can empty a task queue marks it, and clean forgets it after the grace period

@@ -148,10 +148,9 @@ def test_request_name_and_priority_are_checked(
     [
         ({"mem": "deps.a.out", "Platform": "EL7"}, "Platform"),  # known now, and no queue has it
         ({"MaxWidget": "deps.a.out"}, "MaxWidget"),  # deferred, but no queue offers the name
-        ({"mem": "1 / 0", "Nope": "x"}, "Nope"),  # the job fails at load; its other names are still checked
     ],
 )
-def test_deferred_and_failed_jobs_are_checked_as_far_as_known(
+def test_deferred_jobs_are_checked_as_far_as_known(
     submitter: Submitter, real_redis: redis.Redis, requirements: dict[str, object], field: str
 ) -> None:
     workflow = parse_workflow(
@@ -312,22 +311,28 @@ def test_dependency_release_is_atomic_with_completion(submitter: Submitter, stor
     assert store.job(sub.ids["c"]).state is JobState.WAITING
 
 
-def test_template_failure_fails_that_job_and_its_dependents_only(submitter: Submitter, store: Store) -> None:
-    workflow = parse_workflow(
-        {
-            "name": "w",
-            "jobs": [
-                {"name": "bad", "command": "true", "requirements": {"mem": "1 / 0"}},
-                {"name": "after", "command": "true", "deps": ["bad"]},
-                {"name": "fine", "command": "true"},
-            ],
-        }
-    )
-    sub = submit_workflow(submitter, workflow)
-    bad, after, fine = store.jobs([sub.ids["bad"], sub.ids["after"], sub.ids["fine"]])
-    assert bad.state is JobState.FAILED and "division" in (bad.reason or "")
-    assert after.state is JobState.DEP_FAILED and "bad" in (after.reason or "")
-    assert fine.state is JobState.WAITING
+@pytest.mark.parametrize(
+    ("requirements", "fragment"),
+    [
+        ({"mem": -0.5}, "field 'mem': must not be negative, got -0.5"),
+        ({"wall": -0.1}, "field 'wall': must not be negative, got -0.1"),
+        ({"tmp": float("inf")}, "field 'tmp': a size must be finite, got inf"),
+        ({"mem": float("nan")}, "field 'mem': a size must be finite, got nan"),
+        ({"cpu": "\u0664"}, "field 'cpu': cpu must be a whole number with the digits 0-9"),
+        ({"wall": "\u0661\u0660m"}, "field 'wall': only the digits 0-9 are read in a size or duration"),
+        ({"mem": "\u0664G"}, "field 'mem': only the digits 0-9 are read in a size or duration"),
+        ({"mem": "--1"}, "field 'mem': malformed sign in '--1'"),
+        ({"wall": "+-1"}, "field 'wall': malformed sign in '+-1'"),
+    ],
+)
+def test_bad_amounts_are_refused_naming_job_and_field(
+    submitter: Submitter, real_redis: redis.Redis, requirements: dict[str, object], fragment: str
+) -> None:
+    # Issue 32 part 8: each of these was read as a number (-0.5 as 0, Arabic-Indic digits as 4 and 600 s).
+    with pytest.raises(SubmissionError) as info:
+        submitter.submit([JobSpec("fine", "true"), JobSpec("bad", "true", requirements)], name="w")
+    assert str(info.value).startswith(f"request refused: job 'bad', {fragment}"), str(info.value)
+    assert real_redis.dbsize() == 0
 
 
 def test_deferred_requirements_use_dependency_outputs(submitter: Submitter, store: Store) -> None:

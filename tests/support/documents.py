@@ -127,6 +127,11 @@ EVIL_TEXT: tuple[str, ...] = (
     "NaN",
     "inf",
     "-0",
+    "--1",
+    "+-1",
+    "-0.5",
+    "\u0664",
+    "\u0661\u0660m",
 )
 
 
@@ -162,7 +167,7 @@ LONG_TEXT = st.builds(
 
 INTS = st.sampled_from([0, 1, -1, 2, 7, 4096, 4097, 2**31, 2**53, 2**53 + 1, 2**63 - 1, -(2**63), 10**30])
 FLOATS = st.sampled_from(
-    [0.5, -0.0, 1.5, 1e-300, 5e-324, 1e16, 1e18, 1e300, 1.7976931348623157e308, math.inf, -math.inf, math.nan]
+    [0.5, -0.5, -0.0, 1.5, 1e-300, 5e-324, 1e16, 1e18, 1e300, 1.7976931348623157e308, math.inf, -math.inf, math.nan]
 )
 BIG_INTS = st.builds(Digits, st.sampled_from([4400, 5000, 200_000]))
 TEXT = st.one_of(st.sampled_from(EVIL_TEXT), st.text(max_size=12), LONG_TEXT)
@@ -175,6 +180,28 @@ JUNK = st.recursive(
     max_leaves=6,
 ) | st.builds(Deep, st.sampled_from([60, 5_000, 200_000]))
 
+
+#: Amounts every requirement must refuse (issue 32): expressions that fail or overflow, negative or
+#: non-finite numbers, digits other than 0-9, doubled signs.
+BAD_AMOUNTS: tuple[object, ...] = (
+    "9**9**9",
+    "1/0",
+    "n % 0",
+    "10**19",
+    -0.5,
+    "-0.5",
+    "n - 5",
+    math.nan,
+    math.inf,
+    -math.inf,
+    "\u0664",
+    "\u0661\u0660m",
+    "2 * \u0664G",
+    "--1",
+    "+-1",
+    "- -1",
+    "n * --1",
+)
 
 # ------------------------------------------------------------------------------------ valid documents
 
@@ -279,6 +306,7 @@ def mutated_docs(draw: st.DrawFn) -> tuple[dict[str, Any], Change]:
                 "duplicate",
                 "template",
                 "expression",
+                "bad_amount",
                 "top_field",
                 "rule_field",
             ]
@@ -292,6 +320,10 @@ def mutated_docs(draw: st.DrawFn) -> tuple[dict[str, Any], Change]:
         if field == "rule":  # a job left without its rule may be left without a command
             return doc, Change(kind, (name,), ("rule", "command"))
         return doc, Change(kind, (name,), (field, *_keys_of(value)))
+    if kind == "bad_amount":
+        field = draw(st.sampled_from(["mem", "cpu", "wall", "tmp", "MaxMemory"]))
+        job.setdefault("requirements", {})[field] = draw(st.sampled_from(BAD_AMOUNTS))
+        return doc, Change(kind, (name,), (field,), True)
     if kind in ("requirement", "unknown_requirement", "expression"):
         if kind == "requirement":
             field, value = draw(st.sampled_from(REQUIREMENT_NAMES)), draw(JUNK)

@@ -139,6 +139,8 @@ class _Parser:
     def unary(self) -> Node:
         if self.is_op("-", "+"):
             start = self.advance()
+            if self.is_op("-", "+"):  # "--1" is a typo more often than a double negation: refuse, not read as 1
+                raise self.error(f"malformed sign: {start.text!r} followed by {self.token.text!r}")
             self.enter()
             node = Unary(start.text, self.unary(), start.pos)
             self.depth -= 1

@@ -26,7 +26,7 @@ MAX_RENDERED = 1024 * 1024
 
 _PLACEHOLDER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _FORMAT_SPEC_RE = re.compile(
-    r"(?:.?[<>=^])?[+\- ]?z?#?0?(?P<width>\d*)[_,]?(?:\.(?P<precision>\d+))?[bcdeEfFgGnosxX%]?", re.DOTALL
+    r"(?:.?[<>=^])?[+\- ]?z?#?0?(?P<width>\d*)[_,]?(?:\.(?P<precision>\d+))?[bcdeEfFgGnosxX%]?", re.DOTALL | re.ASCII
 )
 _CONVERSIONS: dict[str, Callable[[object], str]] = {
     "s": str,

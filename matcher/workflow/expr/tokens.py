@@ -33,9 +33,10 @@ class Token:
     value: str = ""
 
 
-NUMBER_RE = re.compile(r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+# re.ASCII: a number is written with the digits 0-9 ("\u0664", Arabic-Indic four, is refused, not read as 4).
+NUMBER_RE = re.compile(r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
 _SUFFIX_RE = re.compile(r"[A-Za-z]+")
-QUANTITY_RE = re.compile(rf"\s*([-+]?)\s*({NUMBER_RE.pattern})\s*([A-Za-z]*)\s*")
+QUANTITY_RE = re.compile(rf"\s*([-+]?)\s*({NUMBER_RE.pattern})\s*([A-Za-z]*)\s*", re.ASCII)
 _IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 DEP_RE = re.compile(r"deps\.([A-Za-z0-9_][A-Za-z0-9_-]*)\.([A-Za-z_][A-Za-z0-9_]*)")
 _OPERATORS = ("**", "//", "<=", ">=", "==", "!=", "+", "-", "*", "/", "%", "<", ">", "(", ")", ",")
@@ -102,7 +103,12 @@ def tokenize(text: str) -> list[Token]:
                 pos += len(op)
                 break
         else:
-            what = "string literals are not allowed" if char in "'\"" else f"unexpected character {char!r}"
+            if char in "'\"":
+                what = "string literals are not allowed"
+            elif char.isdigit():
+                what = f"the digit {char!r} is not one of 0-9"
+            else:
+                what = f"unexpected character {char!r}"
             raise ExprError(what, expression=text, position=pos)
     tokens.append(Token("end", "", end))
     return tokens

@@ -5,7 +5,9 @@
 --           hashes (a queue that gains the task queue must have its floor lowered to the task queue's),
 --           the tqdefs hash (only a task queue with a definition has a SubmitPool)
 -- ARGV[1]  key base   ARGV[2] task-queue id   ARGV[3] now   ARGV[4..] the new queue ids
--- Returns  {'ok', added, removed} or {'needkeys', key...}
+-- Returns  {'ok', added, removed}, {'gone', 0, 0} when the task queue has no definition (clean forgot
+--          it since the caller read the definitions: the two periodic tasks run side by side), or
+--          {'needkeys', key...}
 -- The pool's stamp says when it was last computed, whether or not it changed.
 SCRIPT = 'refresh_pool'
 local base = check_base({'poolstamp'})
@@ -18,10 +20,7 @@ declare_keys()
 need(base .. K_TQDEFS)
 local missing = needkeys()
 if missing then return missing end
-if redis.call('HEXISTS', base .. K_TQDEFS, tq) == 0 then
-  problem('ARGV[2] (task-queue id)', 'task queue ' .. shown(tq) .. ' has no definition')
-  return refused()
-end
+if redis.call('HEXISTS', base .. K_TQDEFS, tq) == 0 then return {'gone', 0, 0} end
 local old = pool_of(base, tq)
 local new = {}
 for i = 4, #ARGV do new[ARGV[i]] = true need(base .. K_QH .. ARGV[i]) end

@@ -102,7 +102,9 @@ def test_unknown_unit() -> None:
         ("2 ** 3 ** 2", 512),
         ("-2 ** 2", -4),
         ("2 ** -1", 0.5),
-        ("--3", 3),
+        ("-(-3)", 3),
+        ("2 - -3", 5),
+        ("2 - (+3)", -1),
         ("+3", 3),
         ("10 - 2 - 3", 5),
         ("100 / 10 / 5", 2),
@@ -229,6 +231,11 @@ def test_names_tells_whether_deps_are_needed() -> None:
         ("max()", "max() takes 1 or more argument(s), got 0"),
         ("ceil(1, 2)", "ceil() takes 1 argument(s), got 2"),
         ("round(1, 2, 3)", "round() takes 1 to 2 argument(s)"),
+        ("--3", "malformed sign: '-' followed by '-'"),
+        ("+-3", "malformed sign: '+' followed by '-'"),
+        ("2 - - -3", "malformed sign: '-' followed by '-'"),
+        ("\u0664", "the digit '\u0664' is not one of 0-9"),
+        ("1\u0660", "the digit '\u0660' is not one of 0-9"),
         ("1 / 0", "division by zero"),
         ("1 // 0", "division by zero"),
         ("1 % 0", "division by zero"),
@@ -263,7 +270,7 @@ def test_length_and_nesting_limits() -> None:
     assert "too long" in err("1+" * MAX_LENGTH + "1").reason
     assert evaluate("(" * 40 + "1" + ")" * 40) == 1
     assert "nested deeper" in err("(" * 41 + "1" + ")" * 41).reason
-    assert "nested deeper" in err("-" * 41 + "1").reason
+    assert "nested deeper" in err("-(" * 41 + "1" + ")" * 41).reason
     assert "nested deeper" in err("2**" * 41 + "1").reason
     assert "nested deeper" in err("max(" * 41 + "1" + ")" * 41).reason
     assert "nested deeper" in err("0 if 0 else " * 41 + "1").reason

@@ -91,7 +91,6 @@ def test_the_brief_example() -> None:
     assert p1.rule == "project"
     assert p1.key == "project:a.fits"
     assert p1.deferred == {}
-    assert p1.error is None
     assert merge.deps == ("p1",)
     assert merge.requirements == {"cpu": 2}
     assert merge.deferred == {"mem": "2 * deps.p1.out_mb"}
@@ -274,23 +273,63 @@ def test_release_time_failures_name_job_and_field() -> None:
     assert (info.value.job, info.value.field) == ("b", "command")
 
 
-def test_an_evaluation_failure_fails_that_job_only() -> None:
-    workflow = wf(
+def test_an_evaluation_failure_refuses_the_request_naming_job_and_field() -> None:
+    # Issue 32 part 8: a load-time evaluation that fails or overflows is a refusal, not a job stored failed.
+    found = problems(
         params={"input": "a.fits"},
         jobs=[
             job("q{i}", foreach={"i": "range(4)"}, requirements={"mem": "100 / (i - 2)"}),
             job("bad", requirements={"mem": "2 * input", "cpu": 1}, ete="1 / 0"),
+            job("huge", requirements={"mem": "9**9**9"}),
+            job("over", requirements={"tmp": "10 ** 19"}),
         ],
     )
-    assert [j.error for j in workflow.jobs[:2]] == [None, None]
-    assert workflow.job("q2").error == "requirement 'mem': division by zero in '100 / (i - 2)' at column 4"
-    assert workflow.job("q2").requirements == {}
-    assert workflow.job("q3").requirements == {"mem": 100}
-    bad = workflow.job("bad")
-    assert bad.error is not None
-    assert "parameter 'input' is not a number" in bad.error
-    assert "ete: division by zero" in bad.error
-    assert bad.requirements == {"cpu": 1}
+    assert found == [
+        "job 'q2', field 'mem': division by zero in '100 / (i - 2)' at column 4",
+        "job 'bad', field 'mem': parameter 'input' is not a number ('a.fits': not a number with an optional unit)"
+        " in '2 * input' at column 4",
+        "job 'bad', field 'ete': division by zero in '1 / 0' at column 2",
+        "job 'huge', field 'mem': exponent 387420489 too large (limit ±64) in '9**9**9' at column 1",
+        "job 'over', field 'tmp': value out of range (limit ±1e+18) in '10 ** 19' at column 3",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("requirements", "fragment"),
+    [
+        ({"cpu": "\u0664"}, "field 'cpu': the digit '\u0664' is not one of 0-9"),
+        ({"wall": "\u0661\u0660m"}, "field 'wall': the digit '\u0661' is not one of 0-9"),
+        ({"mem": "2 * \u0664G"}, "field 'mem': the digit '\u0664' is not one of 0-9"),
+        ({"mem": "--1"}, "field 'mem': malformed sign: '-' followed by '-'"),
+        ({"tmp": "+-1G"}, "field 'tmp': malformed sign: '+' followed by '-'"),
+        ({"MaxMemory": "- -4000"}, "field 'MaxMemory': malformed sign: '-' followed by '-'"),
+    ],
+)
+def test_foreign_digits_and_doubled_signs_are_refused(requirements: dict[str, object], fragment: str) -> None:
+    (found,) = problems(jobs=[job("a", requirements=requirements)])
+    assert found.startswith(f"job 'a', {fragment}"), found
+
+
+def test_a_json_key_given_twice_is_refused_naming_job_and_key(tmp_path: Path) -> None:
+    path = tmp_path / "twice.json"
+    path.write_text(
+        '{"name": "w", "name": "w2", "rules": {"r": {"command": "a", "command": "b"}}, "jobs": ['
+        '{"name": "a", "command": "echo 1", "command": "echo 2", "requirements": {"mem": 1, "mem": 2}},'
+        '{"command": "x", "command": "y"}]}'
+    )
+    with pytest.raises(WorkflowError) as info:
+        load_workflow(path)
+    twice = "the key is given twice in one JSON object; give it once"
+    assert info.value.problems == [
+        f"field 'name': {twice}",
+        f"rule 'r', field 'command': {twice}",
+        f"job 'a', field 'command': {twice}",
+        f"job 'a', field 'mem': {twice}",
+        f"jobs entry #2, field 'command': {twice}",
+    ]
+    assert str(info.value).startswith(f"{path}: field 'name': ") and len(str(info.value).splitlines()) == 1
+    path.write_text('{"name": "w", "jobs": [{"name": "a", "command": "true", "requirements": {"mem": 1}}]}')
+    assert load_workflow(path).name == "w"  # nested objects with distinct keys stay readable
 
 
 # ---------------------------------------------------------------------------------------- bad input
@@ -482,7 +521,7 @@ def test_dependency_edges_are_limited() -> None:
         ({"name": "n" * 201, "jobs": [job("a")]}, "field 'name': is 201 characters long, over the limit of 200"),
         ({"priority": 1e10, "jobs": [job("a")]}, "field 'priority': must be a number of seconds within -1e+09..1e+09"),
         ({"rules": {"a rule": {"command": "x"}}, "jobs": [job("a")]}, "rule 'a rule': a rule name is 1 to 200"),
-        ({"jobs": [job("a", ete="2 * 365d")]}, None),
+        ({"jobs": [job("a", ete="2 * 365d")]}, "job 'a', field 'ete': '2 * 365d' gives 63072000 s, outside 0.."),
         ({"jobs": [job("a", ete=2 * 365 * 86400)]}, "job 'a', field 'ete': must be a number of seconds within 0.."),
         (
             {"jobs": [job("a", requirements={f"N{i}": 1 for i in range(65)})]},
@@ -491,9 +530,6 @@ def test_dependency_edges_are_limited() -> None:
     ],
 )
 def test_request_fields_are_within_their_limits(data: dict[str, Any], fragment: str | None) -> None:
-    if fragment is None:  # an expression out of range fails that job alone, as any evaluation failure
-        assert wf(**data).jobs[0].error == "ete: '2 * 365d' gives 63072000 s, outside 0..3.1536e+07"
-        return
     assert any(fragment in problem for problem in problems(**data))
 
 
@@ -545,7 +581,6 @@ def run_workflow(workflow: Workflow, tmp_path: Path) -> dict[str, dict[str, str]
     outputs: dict[str, dict[str, str]] = {}
     for name in workflow.order:
         template = workflow.job(name)
-        assert template.error is None
         dep_outputs = {dep: outputs[dep] for dep in template.deps}
         requirements = evaluate_deferred(template, dep_outputs)
         parse_requirements(requirements, job=name)  # what the submission chain will check
@@ -567,7 +602,6 @@ def run_workflow(workflow: Workflow, tmp_path: Path) -> dict[str, dict[str, str]
 def test_examples_load_from_disk(name: str) -> None:
     workflow = load_workflow(EXAMPLES / name)
     assert workflow.order
-    assert all(job.error is None for job in workflow.jobs)
 
 
 def test_small_dag_runs_and_a_dependent_reads_an_output(tmp_path: Path) -> None:

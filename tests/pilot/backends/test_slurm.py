@@ -319,6 +319,9 @@ def test_slurm_option_strings() -> None:
         parse_slurm_options("-p")
     with pytest.raises(BackendOptionError, match="positive integer"):
         parse_slurm_options("-c two")
+    for foreign in ("-c \u0664", "--mem \u0664G"):  # Arabic-Indic digits (issue 32): refused, never passed on
+        with pytest.raises(BackendOptionError, match=r"positive integer|size like"):
+            parse_slurm_options(foreign)
     with pytest.raises(BackendOptionError, match="size like"):
         parse_slurm_options("--mem lots")
     with pytest.raises(BackendOptionError, match="--cpus-per-task"):

@@ -388,6 +388,9 @@ def test_refresh_pool_and_clean(store: Store, clock: FakeClock) -> None:
     clock.now += 61
     assert store.clean(grace=60) == ["t"]
     assert store.pool("t") == set() and store.tq_definitions() == {}
+    before = store.client.zscore(store.keys.poolstamp, "t")
+    assert store.refresh_pool("t", [Q1]) is None  # cleaned: no pool is made again, and no error (issue 32)
+    assert store.pool("t") == set() and store.client.zscore(store.keys.poolstamp, "t") == before
 
 
 def test_idle_pilots_are_woken_when_work_enters_a_task_queue(store: Store) -> None:
