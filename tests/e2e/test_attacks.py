@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -44,7 +45,10 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed"),
 ]
 
-ATTACKER = f"{sys.executable} {ROOT}/tests/support/attacker.py"
+# The attacker's source travels in its command (base64, so no quoting can break it): the sandbox hides /tmp,
+# where a checkout (CI's clean clone among them) may live, and the attack must not depend on where that is.
+_SOURCE = base64.b64encode((ROOT / "tests" / "support" / "attacker.py").read_bytes()).decode()
+ATTACKER = f'{sys.executable} -c "$(echo {_SOURCE} | base64 -d)"'
 
 
 def digest(text: str) -> str:
@@ -91,7 +95,7 @@ def search_workflow(needles: list[str], state: Path) -> str:
         "[[jobs]]\n"
         'name = "search"\n'
         'deps = ["first"]\n'
-        f'command = "{ATTACKER} search {" ".join(needles)}"\n'
+        f"command = '{ATTACKER} search {' '.join(needles)}'\n"
     )
 
 
