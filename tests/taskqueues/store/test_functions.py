@@ -92,17 +92,22 @@ def test_an_older_version_is_replaced_whole(real_redis: redis.Redis) -> None:
         real_redis.fcall("pf_gone", 0)
 
 
-def test_a_pilot_calls_only_its_functions_and_loads_none(redis_server: RedisServer, real_redis: redis.Redis) -> None:
+def test_a_pilot_calls_functions_on_its_community_only_and_loads_none(
+    redis_server: RedisServer, real_redis: redis.Redis
+) -> None:
+    """A pilot may call the library's functions (``+fcall`` whole: rules on a command's first argument are
+    deprecated), bounded by its key pattern: on another community's keys every one is refused before it runs;
+    it may not load, replace or evaluate Lua of its own."""
     pilot = pilot_client(redis_server, real_redis)
     Store(real_redis).submit([job(queues=(Q,))])
-    keys = Keys()
-    for name in ("submit", "clean", "cancel", "refresh_pool"):
+    other = Keys(vo="other")
+    for name in ("submit", "clean", "cancel", "refresh_pool", "match", "complete"):
         with pytest.raises(redis.exceptions.NoPermissionError):
-            pilot.fcall(functions.function_name(name), 1, keys.jobs)
+            pilot.fcall(functions.function_name(name), 1, other.jobs)
     with pytest.raises(redis.exceptions.NoPermissionError):
         pilot.function_load(functions.code(), replace=True)
     with pytest.raises(redis.exceptions.NoPermissionError):
-        pilot.eval("return 1", 1, keys.jobs)
+        pilot.eval("return 1", 1, Keys().jobs)
     assert len(Store(pilot).match(offer())) == 1
 
 
