@@ -20,7 +20,7 @@ from pilot.agent.observer import NullObserver, Observer
 from pilot.agent.pilot import Pilot
 from pilot.mjf.jobstatus import DEFAULT_REVERT_HOLD
 from taskqueues import logformat
-from taskqueues.credentials import seal, take_pilot_file
+from taskqueues.credentials import file_values, seal, take_pilot_file
 from taskqueues.errors import PilotfishError
 from taskqueues.sandbox import SANDBOXES
 from taskqueues.settings import LOCAL_REDIS_URL
@@ -229,8 +229,10 @@ def pilot(
     try:
         # The director hands the credentials in a one-use file (taskqueues.credentials), never the environment.
         handed = take_pilot_file(os.environ)
-        redis_url = handed.get("PILOTFISH_REDIS_URL", redis_url)
-        broker_url = handed.get("PILOTFISH_BROKER_URL", broker_url)
+        # A pod gets them as files its Secret is mounted as (PILOTFISH_REDIS_URL_FILE...: the Helm chart).
+        mounted = file_values(os.environ, ("PILOTFISH_REDIS_URL", "PILOTFISH_BROKER_URL"))
+        redis_url = handed.get("PILOTFISH_REDIS_URL") or mounted.get("PILOTFISH_REDIS_URL", redis_url)
+        broker_url = handed.get("PILOTFISH_BROKER_URL") or mounted.get("PILOTFISH_BROKER_URL", broker_url)
         config = PilotConfig(
             queue=queue,
             redis_url=redis_url,
