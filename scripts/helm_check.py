@@ -474,14 +474,16 @@ def _env_problems(where: str, container: Mapping[str, Any]) -> list[str]:
 def _secret_url_problems(where: str, container: Mapping[str, Any]) -> list[str]:
     """No URL or URL password in a container's environment or command line, where every process of its user
     can read it (/proc/<pid>/environ, cmdline): no variable taken from a Secret that holds a URL (named *URL*,
-    a key named *url*) or a Pilotfish URL's password (PILOTFISH_*), no inline URL with a password, no
-    $(VAR) or URL with a password in the command. Each URL reaches its process as a file
-    (PILOTFISH_<SETTING>_FILE)."""
+    a key named *url*) or a Pilotfish URL's password (PILOTFISH_*), nor any Secret at all in a Pilotfish
+    container (Flower's login included; only the store's own container, which runs no payload, takes its
+    passwords so), no inline URL with a password, no $(VAR) or URL with a password in the command. Each URL
+    reaches its process as a file (PILOTFISH_<SETTING>_FILE)."""
     problems = []
     for variable in container.get("env", []):
         name = variable["name"]
         ref = variable.get("valueFrom", {}).get("secretKeyRef")
-        if ref and ("URL" in name.upper() or "url" in ref["key"].lower() or name.startswith("PILOTFISH_")):
+        url = ref and ("URL" in name.upper() or "url" in ref["key"].lower() or name.startswith("PILOTFISH_"))
+        if ref and (url or container["name"] != "redis"):  # a Pilotfish container takes every Secret as a file
             problems.append(
                 f"{where}: {name} takes a URL or its password from Secret {ref['name']} into the environment"
             )

@@ -134,6 +134,11 @@ def test_the_checks_find_a_url_or_its_password_in_an_environment_or_a_command_li
         container(deployment)["env"].append(variable)
         problems = hc.policy_problems([deployment])
         assert any(variable["name"] in p and reason in p for p in problems), (variable, problems)
+    flower = named(hc.objects_of({}), "Deployment", "-flower")
+    container(flower)["env"].append(
+        {"name": "FLOWER_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "f", "key": "p"}}}
+    )
+    assert any("FLOWER_PASSWORD takes" in p for p in hc.policy_problems([flower]))
     for arg in ("$(PILOTFISH_REDIS_URL)", "redis://pf-control:pw@r:6379/0"):
         deployment = named(hc.objects_of({}), "Deployment", "-flower")
         container(deployment)["args"][:0] = ["--broker", arg]
@@ -237,7 +242,7 @@ def test_beat_is_exactly_one_pod_replaced_not_rolled(hc: ModuleType) -> None:
         hc.render({"beat": {"replicas": 2}})
 
 
-def test_flower_runs_celery_flower_with_basic_auth_from_a_secret(hc: ModuleType) -> None:
+def test_flower_runs_celery_flower_with_basic_auth_from_a_secret(hc: ModuleType, tmp_path: Path) -> None:
     objects = hc.objects_of({"flower": {"auth": {"username": "ops", "password": "Fl0wer-pass"}}})
     c = container(named(objects, "Deployment", "-flower"))
     assert c["command"] == ["celery"]
@@ -245,15 +250,35 @@ def test_flower_runs_celery_flower_with_basic_auth_from_a_secret(hc: ModuleType)
         "--config",
         "matcher.app.flower_config",  # the broker's URL from its file, a Sentinel broker's master_name
         "flower",
+        "--conf=/etc/pilotfish-flower/flowerconfig.py",  # its login, from the Secret's files
         "--port=5555",
         "--address=0.0.0.0",
     ]
     env = env_of(c)
-    names = list(env)
-    assert env["FLOWER_BASIC_AUTH"]["value"] == "$(FLOWER_USERNAME):$(FLOWER_PASSWORD)"
-    assert names.index("FLOWER_USERNAME") < names.index("FLOWER_BASIC_AUTH")
-    assert names.index("FLOWER_PASSWORD") < names.index("FLOWER_BASIC_AUTH")
+    assert not [name for name in env if name.startswith("FLOWER_")], "no login in Flower's environment"
     assert env["PILOTFISH_REDIS_URL_FILE"]["value"] == "/run/pilotfish/credentials/redis_url"
+    volumes = {v["name"]: v for v in named(objects, "Deployment", "-flower")["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["flower-login"]["secret"]["secretName"] == "pf-pilotfish-flower"
+    assert volumes["flower-login"]["secret"]["defaultMode"] == 0o400
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    assert mounts["flower-login"] == {"name": "flower-login", "mountPath": "/run/pilotfish/flower", "readOnly": True}
+    assert mounts["flower-config"]["mountPath"] == "/etc/pilotfish-flower"
+    # Flower's own option parser, given the rendered options file and the Secret's two files, gets the login.
+    login = tmp_path / "login"
+    login.mkdir()
+    (login / "username").write_text(secret_value(objects, "-flower", "username"))
+    (login / "password").write_text(secret_value(objects, "-flower", "password") + "\n")
+    conf = named(objects, "ConfigMap", "-flower")["data"]["flowerconfig.py"]
+    (tmp_path / "flowerconfig.py").write_text(conf.replace("/run/pilotfish/flower", str(login)))
+    parse = (
+        "import sys, flower.options; from tornado.options import options, parse_config_file; "
+        "parse_config_file(sys.argv[1], final=False); print(options.basic_auth)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", parse, str(tmp_path / "flowerconfig.py")], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['ops:Fl0wer-pass']"
     assert secret_value(objects, "-flower", "username") == "ops"
     assert secret_value(objects, "-flower", "password") == "Fl0wer-pass"
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
@@ -609,8 +634,15 @@ def test_existing_secrets_are_used_and_none_is_created(hc: ModuleType, tmp_path:
     assert projected(pilot) == [("p-auth", "ppw", "pilot_redis_password")]
     urls = urls_of(pilot, objects, tmp_path, {"p-auth/ppw": "Existing-pw-5\n"})
     assert urls == {"PILOTFISH_REDIS_URL": "redis://pf-pilot-default:Existing-pw-5@pf-pilotfish-redis:6379/0"}
-    flower_env = env_of(container(named(objects, "Deployment", "-flower")))
-    assert flower_env["FLOWER_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "f-auth", "key": "password"}
+    flower = named(objects, "Deployment", "-flower")["spec"]["template"]["spec"]
+    assert {
+        "name": "flower-login",
+        "secret": {
+            "secretName": "f-auth",
+            "defaultMode": 0o400,
+            "items": [{"key": "username", "path": "username"}, {"key": "password", "path": "password"}],
+        },
+    } in flower["volumes"]
 
 
 def test_generated_passwords_are_random_and_do_not_roll_the_pods(hc: ModuleType) -> None:
