@@ -9,6 +9,8 @@ A process's environment and command line are readable by every process of the sa
   URL settings it was given through its own environment;
 * a pilot gets its community's credential in a file of its own (:func:`write_pilot_file`, 0600, named by
   :data:`PILOT_FILE_VARIABLE`) that it reads and removes at start (:func:`take_pilot_file`).
+* in Kubernetes (the Helm chart), every process reads its URLs from its Secrets mounted as files, each named by
+  ``PILOTFISH_<SETTING>_FILE`` (:data:`FILE_SUFFIX`, :func:`file_values`; ``Settings.load`` and ``pilotfish pilot``).
 
 Every long-running process also calls :func:`seal` (:func:`no_dump`) at start: a non-dumpable process's
 ``/proc/<pid>/environ``, ``mem``, ``fd/*`` and ``ptrace`` are closed to other processes of the same user
