@@ -395,6 +395,7 @@ def _pod_problems(name: str, obj: Manifest, spec: Mapping[str, Any]) -> list[str
     if obj["spec"].get("selector") and not _selector_matches(obj):
         problems.append(f"{name}: the selector does not match the pod template's labels")
     mounts_by_volume = {v["name"] for v in spec.get("volumes", [])}
+    init = {c["name"] for c in spec.get("initContainers", [])}
     for container in containers(obj):
         where = f"{name} container {container['name']}"
         resources = container.get("resources", {})
@@ -403,7 +404,7 @@ def _pod_problems(name: str, obj: Manifest, spec: Mapping[str, Any]) -> list[str
                 if resource not in resources.get(level, {}):
                     problems.append(f"{where}: no {level}.{resource}")
         for probe in ("livenessProbe", "readinessProbe"):
-            if probe not in container:
+            if probe not in container and container["name"] not in init:
                 problems.append(f"{where}: no {probe}")
         security = container.get("securityContext", {})
         if security.get("allowPrivilegeEscalation") is not False:
@@ -413,13 +414,15 @@ def _pod_problems(name: str, obj: Manifest, spec: Mapping[str, Any]) -> list[str
         if security.get("readOnlyRootFilesystem") is not True:
             problems.append(f"{where}: the root filesystem must be read-only")
         mounted = {m["mountPath"] for m in container.get("volumeMounts", [])}
-        if "/tmp" not in mounted:
+        if "/tmp" not in mounted and container["name"] not in init:
             problems.append(f"{where}: no writable /tmp under a read-only root filesystem")
         for mount in container.get("volumeMounts", []):
             claims = {t["metadata"]["name"] for t in obj["spec"].get("volumeClaimTemplates", [])}
             if mount["name"] not in mounts_by_volume | claims:
                 problems.append(f"{where}: mounts {mount['name']}, which is no volume of the pod")
-        problems += _env_problems(where, container) + _script_problems(where, container)
+        if container["name"] not in init:
+            problems += _env_problems(where, container)
+        problems += _secret_url_problems(where, container) + _script_problems(where, container)
         problems += _flower_problems(where, container)
     return problems
 
@@ -451,35 +454,46 @@ def _selector_matches(obj: Manifest) -> bool:
 
 
 def _env_problems(where: str, container: Mapping[str, Any]) -> list[str]:
-    """Pilotfish containers get the CLI's environment; a Redis password only ever comes from a Secret."""
+    """Pilotfish containers get the CLI's environment, their store's URL as a file; a password only ever comes
+    from a Secret."""
     env = container.get("env", [])
     names = [e["name"] for e in env]
-    if "PILOTFISH_REDIS_URL" not in names and container["name"] != "redis":
-        return [f"{where}: no PILOTFISH_REDIS_URL"]
+    if "PILOTFISH_REDIS_URL_FILE" not in names and container["name"] != "redis":
+        return [f"{where}: no PILOTFISH_REDIS_URL_FILE"]
     problems = []
     if container["name"] != "redis":
         for required in ("PILOTFISH_CATALOG", "PILOTFISH_VO", "PILOTFISH_PREFIX"):
             if required not in names:
                 problems.append(f"{where}: no {required}")
-    from_secrets: set[str] = set()
     for variable in env:
-        value = variable.get("value", "")
-        credentials = _URL_CREDENTIALS.match(value)
-        if credentials and credentials.group(1):
-            # Only the password-free template of a URL may be inline: its password is a $(VAR) from a Secret,
-            # defined earlier in the list (the kubelet expands only variables defined before).
-            reference = re.fullmatch(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", credentials.group(1))
-            if reference is None:
-                problems.append(f"{where}: {variable['name']} is an inline URL whose password is not a $(VAR)")
-            elif reference.group(1) not in from_secrets:
-                problems.append(
-                    f"{where}: {variable['name']} uses $({reference.group(1)}), which is no Secret "
-                    "variable defined before it"
-                )
-        if "secretKeyRef" in variable.get("valueFrom", {}):
-            from_secrets.add(variable["name"])
-        elif "password" in variable["name"].lower():
+        if "secretKeyRef" not in variable.get("valueFrom", {}) and "password" in variable["name"].lower():
             problems.append(f"{where}: {variable['name']} must come from a Secret")
+    return problems
+
+
+def _secret_url_problems(where: str, container: Mapping[str, Any]) -> list[str]:
+    """No URL or URL password in a container's environment or command line, where every process of its user
+    can read it (/proc/<pid>/environ, cmdline): no variable taken from a Secret that holds a URL (named *URL*,
+    a key named *url*) or a Pilotfish URL's password (PILOTFISH_*), nor any Secret at all in a Pilotfish
+    container (Flower's login included; only the store's own container, which runs no payload, takes its
+    passwords so), no inline URL with a password, no $(VAR) or URL with a password in the command. Each URL
+    reaches its process as a file (PILOTFISH_<SETTING>_FILE)."""
+    problems = []
+    for variable in container.get("env", []):
+        name = variable["name"]
+        ref = variable.get("valueFrom", {}).get("secretKeyRef")
+        url = ref and ("URL" in name.upper() or "url" in ref["key"].lower() or name.startswith("PILOTFISH_"))
+        if ref and (url or container["name"] != "redis"):  # a Pilotfish container takes every Secret as a file
+            problems.append(
+                f"{where}: {name} takes a URL or its password from Secret {ref['name']} into the environment"
+            )
+        credentials = _URL_CREDENTIALS.search(str(variable.get("value", "")))
+        if credentials and credentials.group(1):
+            problems.append(f"{where}: {name} is a URL with a password in the environment")
+    for arg in [*container.get("command", []), *container.get("args", [])]:
+        credentials = _URL_CREDENTIALS.search(arg)
+        if re.search(r"\$\(PILOTFISH_[A-Z_]*(URL|PASSWORD)\)", arg) or (credentials and credentials.group(1)):
+            problems.append(f"{where}: a URL or its password on the command line: {arg!r}")
     return problems
 
 
@@ -508,10 +522,30 @@ def _secret_refs(spec: Mapping[str, Any], names: set[str] | None = None) -> set[
     return refs
 
 
+#: The files a control-plane pod mounts its own credentials as (the chart's pilotfish.credentials); a pilot's
+#: or a director's copy of the pilots' are pilot_redis_password, pilot_redis_url, pilot_broker_url.
+CONTROL_FILES = frozenset({"redis_url", "redis_password", "broker_url"})
+
+
+def _mounted_secrets(spec: Mapping[str, Any], paths: frozenset[str]) -> set[str]:
+    """The Secrets whose keys a pod spec's volumes mount as one of ``paths``."""
+    refs = set()
+    for volume in spec.get("volumes", []):
+        if "secret" in volume:  # a whole Secret mounted: every key, whatever its name
+            items = volume["secret"].get("items")
+            if not items or any(item["path"] in paths for item in items):
+                refs.add(volume["secret"]["secretName"])
+        for source in volume.get("projected", {}).get("sources", []):
+            secret = source.get("secret")
+            if secret and (not secret.get("items") or any(item["path"] in paths for item in secret["items"])):
+                refs.add(secret["name"])
+    return refs
+
+
 def pilot_credential_problems(objects: list[Manifest]) -> list[str]:
     """Pilot pods that can read the control plane's Redis credentials: a Secret that a control-plane
-    process reads its PILOTFISH_REDIS_URL (or its password) from, or the store reads pf-control's password
-    from, referenced in any way by a pilot pod."""
+    process mounts as its redis_url, broker_url or redis_password (or reads into such a variable), or that the
+    store reads pf-control's password from, referenced in any way by a pilot pod."""
     control_variables = {"PILOTFISH_REDIS_URL", "PILOTFISH_REDIS_PASSWORD", "CONTROL_PASSWORD", "PILOTFISH_BROKER_URL"}
     control: set[str] = set()
     pilots = []
@@ -522,7 +556,7 @@ def pilot_credential_problems(objects: list[Manifest]) -> list[str]:
         if obj["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/component") == "pilot":
             pilots.append(obj)
         else:
-            control |= _secret_refs(spec, control_variables)
+            control |= _secret_refs(spec, control_variables) | _mounted_secrets(spec, CONTROL_FILES)
     problems = []
     for obj in pilots:
         leaked = _secret_refs(pod_spec(obj) or {}, None) & control

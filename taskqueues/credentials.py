@@ -9,6 +9,8 @@ A process's environment and command line are readable by every process of the sa
   URL settings it was given through its own environment;
 * a pilot gets its community's credential in a file of its own (:func:`write_pilot_file`, 0600, named by
   :data:`PILOT_FILE_VARIABLE`) that it reads and removes at start (:func:`take_pilot_file`).
+* in Kubernetes (the Helm chart), every process reads its URLs from its Secrets mounted as files, each named by
+  ``PILOTFISH_<SETTING>_FILE`` (:data:`FILE_SUFFIX`, :func:`file_values`; ``Settings.load`` and ``pilotfish pilot``).
 
 Every long-running process also calls :func:`seal` (:func:`no_dump`) at start: a non-dumpable process's
 ``/proc/<pid>/environ``, ``mem``, ``fd/*`` and ``ptrace`` are closed to other processes of the same user
@@ -22,7 +24,7 @@ import ctypes
 import json
 import os
 import secrets
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Iterable, Mapping, MutableMapping
 from pathlib import Path
 
 from .errors import ConfigError
@@ -153,6 +155,46 @@ def read_secrets(env: Mapping[str, str]) -> dict[str, str]:
     unknown = sorted(set(values) - set(SECRET_SETTINGS))
     if unknown:
         raise ConfigError(f"{name}: unknown setting(s) in the secrets file: {', '.join(unknown)}")
+    return values
+
+
+#: The suffix of a variable naming a file that holds a secret setting's value (``PILOTFISH_REDIS_URL_FILE``): the
+#: Docker-secrets convention, how a Kubernetes Secret mounted as a file reaches a process (the Helm chart).
+FILE_SUFFIX = "_FILE"
+
+
+def read_value_file(variable: str, path: str) -> str:
+    """The value held in ``path`` (named by the environment variable ``variable``): its text without the trailing
+    newline. A file missing, unreadable, not UTF-8, empty or of more than one line is refused, naming both."""
+    where = f"${variable} ({path})"
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read the file: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{where}: the file is not UTF-8 text") from None
+    value = text.removesuffix("\n").removesuffix("\r")
+    if not value:
+        raise ConfigError(f"{where}: the file is empty")
+    if "\n" in value or "\r" in value or "\0" in value:
+        raise ConfigError(f"{where}: the file must hold one line (the value), it holds more or a NUL")
+    return value
+
+
+def file_values(env: Mapping[str, str], variables: Iterable[str]) -> dict[str, str]:
+    """For each of ``variables`` (``PILOTFISH_REDIS_URL``...) whose ``<variable>_FILE`` ``env`` sets, the value
+    its file holds (:func:`read_value_file`). Setting both a variable and its ``_FILE`` is refused: which one
+    counts would be a guess."""
+    values = {}
+    for variable in variables:
+        path = env.get(variable + FILE_SUFFIX)
+        if path is None:
+            continue
+        if variable in env:
+            raise ConfigError(f"both ${variable} and ${variable}{FILE_SUFFIX} are set: set only one")
+        if not path:
+            raise ConfigError(f"${variable}{FILE_SUFFIX} is set but empty: name the file holding {variable}'s value")
+        values[variable] = read_value_file(variable + FILE_SUFFIX, path)
     return values
 
 

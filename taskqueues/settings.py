@@ -3,8 +3,10 @@ environment variables (``$PILOTFISH_SECRETS_FILE``, written by ``pilotfish up``:
 
 The file is ``$PILOTFISH_CONFIG`` if set, else ``./pilotfish.toml`` if it exists, else none. Every field
 can be overridden by the environment variable ``PILOTFISH_<FIELD>`` (``PILOTFISH_REDIS_URL``,
-``PILOTFISH_CATALOG``, ``PILOTFISH_LEASE_SECONDS``...). :attr:`Settings.sources` says where each value
-came from; ``pilotfish config`` prints both.
+``PILOTFISH_CATALOG``, ``PILOTFISH_LEASE_SECONDS``...). A setting that carries a password
+(:data:`~taskqueues.credentials.SECRET_SETTINGS`) may instead be read from the file ``PILOTFISH_<FIELD>_FILE``
+names (its one line; setting both is an error): how the Helm chart hands Secrets over, never through the
+environment. :attr:`Settings.sources` says where each value came from; ``pilotfish config`` prints both.
 
 ``ete_safety_factor``: a job that gives no ``wall`` is matched, and its pilots sized, on its run-time
 estimate times this factor (at least 1): it must find that much time left in a pilot, which kills it at its
@@ -28,7 +30,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from taskqueues.credentials import SECRETS_VARIABLE, read_secrets
+from taskqueues.credentials import FILE_SUFFIX, SECRET_SETTINGS, SECRETS_VARIABLE, file_values, read_secrets
 from taskqueues.errors import ConfigError
 from taskqueues.ete import DEFAULT_SPREAD
 from taskqueues.sandbox import SANDBOXES
@@ -149,6 +151,11 @@ class Settings:
             if name in env:
                 values[key] = cls._convert(key, env[name], name)
                 sources[key] = f"${name}"
+        secret_variables = {f"{ENV_PREFIX}{key.upper()}": key for key in SECRET_SETTINGS}
+        for name, value in file_values(env, secret_variables).items():  # a mounted Secret (the Helm chart)
+            key, variable = secret_variables[name], f"{name}{FILE_SUFFIX}"
+            values[key] = cls._convert(key, value, f"${variable}")
+            sources[key] = f"${variable} ({env[variable]})"
         settings = cls(**values, sources=sources)
         settings.check()
         return settings

@@ -14,14 +14,15 @@ import tempfile
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from pilot.agent.config import DEFAULTS, PilotConfig
 from pilot.agent.observer import NullObserver, Observer
 from pilot.agent.pilot import Pilot
 from pilot.mjf.jobstatus import DEFAULT_REVERT_HOLD
 from taskqueues import logformat
-from taskqueues.credentials import seal, take_pilot_file
-from taskqueues.errors import PilotfishError
+from taskqueues.credentials import FILE_SUFFIX, file_values, seal, take_pilot_file
+from taskqueues.errors import ConfigError, PilotfishError
 from taskqueues.sandbox import SANDBOXES
 from taskqueues.settings import LOCAL_REDIS_URL
 from taskqueues.store.cluster import is_cluster
@@ -229,8 +230,17 @@ def pilot(
     try:
         # The director hands the credentials in a one-use file (taskqueues.credentials), never the environment.
         handed = take_pilot_file(os.environ)
-        redis_url = handed.get("PILOTFISH_REDIS_URL", redis_url)
-        broker_url = handed.get("PILOTFISH_BROKER_URL", broker_url)
+        # A pod gets them as files its Secret is mounted as (PILOTFISH_REDIS_URL_FILE...: the Helm chart).
+        mounted = file_values(os.environ, ("PILOTFISH_REDIS_URL", "PILOTFISH_BROKER_URL"))
+        for option, variable in (("redis_url", "PILOTFISH_REDIS_URL"), ("broker_url", "PILOTFISH_BROKER_URL")):
+            if (
+                variable in mounted
+                and click.get_current_context().get_parameter_source(option) is ParameterSource.COMMANDLINE
+            ):
+                flag = "--" + option.replace("_", "-")
+                raise ConfigError(f"both {flag} and ${variable}{FILE_SUFFIX} are given: give only one")
+        redis_url = handed.get("PILOTFISH_REDIS_URL") or mounted.get("PILOTFISH_REDIS_URL", redis_url)
+        broker_url = handed.get("PILOTFISH_BROKER_URL") or mounted.get("PILOTFISH_BROKER_URL", broker_url)
         config = PilotConfig(
             queue=queue,
             redis_url=redis_url,

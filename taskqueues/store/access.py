@@ -200,12 +200,20 @@ def with_credentials(url: str, user: str, password: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
-#: Environment variables that carry credentials, whatever their value looks like.
+_URL_VARIABLES = (
+    "PILOTFISH_REDIS_URL",
+    "PILOTFISH_PILOT_REDIS_URL",
+    "PILOTFISH_BROKER_URL",
+    "PILOTFISH_PILOT_BROKER_URL",
+)
+
+#: Environment variables that carry credentials, whatever their value looks like: the URL settings, and the
+#: names of the files that hold them (``PILOTFISH_REDIS_URL_FILE``...: a process this one starts, a pilot on
+#: another node, must not read this one's files, nor find a path that is not there).
 SECRET_VARIABLES = frozenset(
     {
-        "PILOTFISH_REDIS_URL",
-        "PILOTFISH_PILOT_REDIS_URL",
-        "PILOTFISH_BROKER_URL",
+        *_URL_VARIABLES,
+        *(f"{name}_FILE" for name in _URL_VARIABLES),
         "REDISCLI_AUTH",
         "FLOWER_BASIC_AUTH",
         "CELERY_BROKER_URL",

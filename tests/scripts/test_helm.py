@@ -85,6 +85,16 @@ def env_of(c: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {e["name"]: e for e in c.get("env", [])}
 
 
+def projected(obj: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(Secret, key, path) of each Secret key a pod mounts through its projected volumes."""
+    return [
+        (source["secret"]["name"], item["key"], item["path"])
+        for volume in obj["spec"]["template"]["spec"]["volumes"]
+        for source in volume.get("projected", {}).get("sources", [])
+        for item in source["secret"]["items"]
+    ]
+
+
 def secret_value(objects: list[dict[str, Any]], name_suffix: str, key: str) -> str:
     return base64.b64decode(named(objects, "Secret", name_suffix)["data"][key]).decode()
 
@@ -109,6 +119,31 @@ def test_the_checks_can_fail(hc: ModuleType) -> None:
     assert any("no livenessProbe" in p for p in problems)
     assert any("runAsUser 10001" in p for p in problems)
     assert hc.lint_problems({"pilots": {"kind": "Pod"}})
+
+
+def test_the_checks_find_a_url_or_its_password_in_an_environment_or_a_command_line(hc: ModuleType) -> None:
+    """The policy that keeps every URL in files: each planted way of putting one back is found."""
+    plants: list[tuple[dict[str, Any], str]] = [
+        ({"name": "PILOTFISH_REDIS_URL", "valueFrom": {"secretKeyRef": {"name": "s", "key": "redis-url"}}}, "takes"),
+        ({"name": "BROKER", "valueFrom": {"secretKeyRef": {"name": "s", "key": "broker-url"}}}, "takes"),
+        ({"name": "PILOTFISH_REDIS_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "s", "key": "pw"}}}, "takes"),
+        ({"name": "PILOTFISH_REDIS_URL", "value": "redis://pf-control:$(PW)@r:6379/0"}, "with a password"),
+    ]
+    for variable, reason in plants:
+        deployment = named(hc.objects_of({}), "Deployment", "-matcher")
+        container(deployment)["env"].append(variable)
+        problems = hc.policy_problems([deployment])
+        assert any(variable["name"] in p and reason in p for p in problems), (variable, problems)
+    flower = named(hc.objects_of({}), "Deployment", "-flower")
+    container(flower)["env"].append(
+        {"name": "FLOWER_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "f", "key": "p"}}}
+    )
+    assert any("FLOWER_PASSWORD takes" in p for p in hc.policy_problems([flower]))
+    for arg in ("$(PILOTFISH_REDIS_URL)", "redis://pf-control:pw@r:6379/0"):
+        deployment = named(hc.objects_of({}), "Deployment", "-flower")
+        container(deployment)["args"][:0] = ["--broker", arg]
+        assert any("on the command line" in p for p in hc.policy_problems([deployment])), arg
+    assert not any("URL" in p for p in hc.policy_problems(hc.objects_of({}))), "the chart as it is passes"
 
 
 def test_the_shell_entry_point_runs_every_check(hc: ModuleType) -> None:
@@ -207,25 +242,43 @@ def test_beat_is_exactly_one_pod_replaced_not_rolled(hc: ModuleType) -> None:
         hc.render({"beat": {"replicas": 2}})
 
 
-def test_flower_runs_celery_flower_with_basic_auth_from_a_secret(hc: ModuleType) -> None:
+def test_flower_runs_celery_flower_with_basic_auth_from_a_secret(hc: ModuleType, tmp_path: Path) -> None:
     objects = hc.objects_of({"flower": {"auth": {"username": "ops", "password": "Fl0wer-pass"}}})
     c = container(named(objects, "Deployment", "-flower"))
     assert c["command"] == ["celery"]
     assert c["args"] == [
-        "--broker",
-        "$(PILOTFISH_REDIS_URL)",
         "--config",
-        "matcher.app.flower_config",  # Celery's settings for a Sentinel broker (its master_name)
+        "matcher.app.flower_config",  # the broker's URL from its file, a Sentinel broker's master_name
         "flower",
+        "--conf=/etc/pilotfish-flower/flowerconfig.py",  # its login, from the Secret's files
         "--port=5555",
         "--address=0.0.0.0",
     ]
     env = env_of(c)
-    names = list(env)
-    assert env["FLOWER_BASIC_AUTH"]["value"] == "$(FLOWER_USERNAME):$(FLOWER_PASSWORD)"
-    assert names.index("FLOWER_USERNAME") < names.index("FLOWER_BASIC_AUTH")
-    assert names.index("FLOWER_PASSWORD") < names.index("FLOWER_BASIC_AUTH")
-    assert names.index("PILOTFISH_REDIS_URL") < names.index("FLOWER_BASIC_AUTH")
+    assert not [name for name in env if name.startswith("FLOWER_")], "no login in Flower's environment"
+    assert env["PILOTFISH_REDIS_URL_FILE"]["value"] == "/run/pilotfish/credentials/redis_url"
+    volumes = {v["name"]: v for v in named(objects, "Deployment", "-flower")["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["flower-login"]["secret"]["secretName"] == "pf-pilotfish-flower"
+    assert volumes["flower-login"]["secret"]["defaultMode"] == 0o400
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    assert mounts["flower-login"] == {"name": "flower-login", "mountPath": "/run/pilotfish/flower", "readOnly": True}
+    assert mounts["flower-config"]["mountPath"] == "/etc/pilotfish-flower"
+    # Flower's own option parser, given the rendered options file and the Secret's two files, gets the login.
+    login = tmp_path / "login"
+    login.mkdir()
+    (login / "username").write_text(secret_value(objects, "-flower", "username"))
+    (login / "password").write_text(secret_value(objects, "-flower", "password") + "\n")
+    conf = named(objects, "ConfigMap", "-flower")["data"]["flowerconfig.py"]
+    (tmp_path / "flowerconfig.py").write_text(conf.replace("/run/pilotfish/flower", str(login)))
+    parse = (
+        "import sys, flower.options; from tornado.options import options, parse_config_file; "
+        "parse_config_file(sys.argv[1], final=False); print(options.basic_auth)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", parse, str(tmp_path / "flowerconfig.py")], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['ops:Fl0wer-pass']"
     assert secret_value(objects, "-flower", "username") == "ops"
     assert secret_value(objects, "-flower", "password") == "Fl0wer-pass"
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
@@ -270,11 +323,47 @@ def broker_selector(db: int = 0) -> str:
     return " ".join(access.pilot_selectors(db))
 
 
+CREDENTIALS = "/run/pilotfish/credentials"
+
+
+def credentials_dir(
+    pod: dict[str, Any], objects: list[dict[str, Any]], directory: Path, secrets: dict[str, str] | None = None
+) -> Path:
+    """The files a pod's Pilotfish container finds in /run/pilotfish/credentials, made under ``directory`` as
+    the kubelet and the pod's init container make them: each projected Secret key written to its path (the
+    rendering's value, or ``secrets[name/key]`` for a Secret the chart does not create), then the init
+    container's script (if any) run by a real shell, with /run/pilotfish mapped to ``directory``."""
+    spec = pod["spec"]["template"]["spec"]
+    for volume in spec["volumes"]:
+        projected = volume.get("projected")
+        if not projected:
+            continue
+        assert projected["defaultMode"] == 0o400, volume
+        target = directory / ("secrets" if volume["name"] == "credential-secrets" else "credentials")
+        target.mkdir(parents=True, exist_ok=True)
+        for source in projected["sources"]:
+            name = source["secret"]["name"]
+            for item in source["secret"]["items"]:
+                key = f"{name}/{item['key']}"
+                value = (secrets or {})[key] if secrets and key in secrets else secret_value(objects, name, item["key"])
+                (target / item["path"]).write_text(value)
+    (directory / "credentials").mkdir(exist_ok=True)
+    for init in spec.get("initContainers", []):
+        assert init["command"][:2] == ["sh", "-c"]
+        script = init["command"][2].replace("/run/pilotfish", str(directory))
+        subprocess.run(["sh", "-c", script], check=True, timeout=30)
+    return directory / "credentials"
+
+
 def resolved_env(
-    c: dict[str, Any], objects: list[dict[str, Any]], fields: dict[str, str] | None = None
+    c: dict[str, Any],
+    objects: list[dict[str, Any]],
+    fields: dict[str, str] | None = None,
+    credentials: Path | None = None,
 ) -> dict[str, str]:
     """A container's environment as the kubelet builds it: Secrets from the rendering, downward-API fields
-    from ``fields``, $(VAR) expanded from the variables defined before."""
+    from ``fields``, $(VAR) expanded from the variables defined before; a file of /run/pilotfish/credentials
+    named by a variable points into ``credentials`` (:func:`credentials_dir`)."""
     from helm_check import kubelet_expand
 
     env: dict[str, str] = {}
@@ -287,10 +376,25 @@ def resolved_env(
             env[variable["name"]] = (fields or {})[source["fieldRef"]["fieldPath"]]
         else:
             env[variable["name"]] = kubelet_expand(variable["value"], env)
+        if credentials is not None and env[variable["name"]].startswith(CREDENTIALS + "/"):
+            env[variable["name"]] = str(credentials / env[variable["name"]].removeprefix(CREDENTIALS + "/"))
     return env
 
 
-def test_the_store_is_valkey_by_default_append_only_on_a_claim(hc: ModuleType) -> None:
+def urls_of(
+    pod: dict[str, Any], objects: list[dict[str, Any]], directory: Path, secrets: dict[str, str] | None = None
+) -> dict[str, str]:
+    """The URL settings a pod's Pilotfish container reads (PILOTFISH_REDIS_URL...), from the files its
+    PILOTFISH_*_FILE variables name, as taskqueues.settings reads them."""
+    from taskqueues.credentials import file_values
+
+    files = credentials_dir(pod, objects, directory, secrets)
+    env = resolved_env(container(pod), objects, {"metadata.name": "p", "spec.nodeName": "n"}, files)
+    names = [name.removesuffix("_FILE") for name in env if name.endswith("_URL_FILE")]
+    return file_values(env, names)
+
+
+def test_the_store_is_valkey_by_default_append_only_on_a_claim(hc: ModuleType, tmp_path: Path) -> None:
     objects = hc.objects_of(
         {"redis": {"appendfsync": "always", "persistence": {"size": "20Gi", "storageClass": "fast"}}}
     )
@@ -316,8 +420,9 @@ def test_the_store_is_valkey_by_default_append_only_on_a_claim(hc: ModuleType) -
         assert "command -v valkey-cli || command -v redis-cli" in command
         assert 'REDISCLI_AUTH="$CONTROL_PASSWORD"' in command and " -a " not in command
     assert redis["spec"]["serviceName"] == named(objects, "Service", "-redis-headless")["metadata"]["name"]
-    url = env_of(container(named(objects, "Deployment", "-matcher")))["PILOTFISH_REDIS_URL"]["value"]
-    assert url == "redis://pf-control:$(PILOTFISH_REDIS_PASSWORD)@pf-pilotfish-redis:6379/0"
+    password = secret_value(objects, "-redis", "redis-password")
+    urls = urls_of(named(objects, "Deployment", "-matcher"), objects, tmp_path)
+    assert urls == {"PILOTFISH_REDIS_URL": f"redis://pf-control:{password}@pf-pilotfish-redis:6379/0"}
 
 
 @pytest.mark.parametrize("vo, prefix, db", [("default", "pf", 0), ("lhcb", "site1", 3), ("cms.t2_x-y", "p-1.x", 15)])
@@ -368,41 +473,58 @@ def test_pilot_pods_cannot_read_the_control_planes_credentials(hc: ModuleType) -
             assert hc.pilot_credential_problems(objects) == []
             pilot = named(objects, kind, "-pilot" if kind == "Deployment" else "-pilot-r1")
             env = env_of(container(pilot))
-            assert not {"PILOTFISH_REDIS_PASSWORD", "PILOTFISH_PILOT_REDIS_URL"} & set(env)
+            assert [name for name in env if "REDIS" in name or "URL" in name] == ["PILOTFISH_REDIS_URL_FILE"]
+            assert not [e for e in env.values() if "secretKeyRef" in e.get("valueFrom", {})]
             pod = pilot["spec"]["template"]["spec"]
-            assert not [v for v in pod["volumes"] if "secret" in v or "projected" in v]
+            (volume,) = [v for v in pod["volumes"] if "secret" in v or "projected" in v]
+            (source,) = volume["projected"]["sources"]  # the pilots' Secret only
+            assert source["secret"]["name"] in (
+                "pf-pilotfish-redis-pilot",
+                "plt",
+                "pf-pilotfish-external-redis-pilot",
+                "plt-url",
+            )
             assert not [c for c in pod["containers"] if c.get("envFrom")]
             text = yaml.safe_dump(pilot)
             assert control_password not in text and "pf-control" not in text and "ctl" not in text
             director = env_of(container(named(objects, "Deployment", "-director")))
-            assert {"PILOTFISH_REDIS_URL", "PILOTFISH_PILOT_REDIS_URL"} <= set(director)
-    # The check itself finds a pilot pod reading the control plane's Secret.
-    objects = hc.objects_of({"pilots": {"enabled": True}})
-    pilot = container(named(objects, "Deployment", "-pilot"))
-    pilot["env"][0]["valueFrom"]["secretKeyRef"]["name"] = "pf-pilotfish-redis"
-    assert hc.pilot_credential_problems(objects)
+            assert {"PILOTFISH_REDIS_URL_FILE", "PILOTFISH_PILOT_REDIS_URL_FILE"} <= set(director)
+    # The check itself finds a pilot pod reading the control plane's Secret, whatever the path it mounts it as.
+    for path in ("pilot_redis_password", None):
+        objects = hc.objects_of({"pilots": {"enabled": True}})
+        pod = named(objects, "Deployment", "-pilot")["spec"]["template"]["spec"]
+        (volume,) = [v for v in pod["volumes"] if "projected" in v]
+        secret = volume["projected"]["sources"][0]["secret"]
+        secret["name"] = "pf-pilotfish-redis"
+        if path is None:
+            del secret["items"]  # every key of it
+        assert hc.pilot_credential_problems(objects)
 
 
-def test_the_rendered_urls_name_each_processs_own_user(hc: ModuleType) -> None:
-    """Resolved as the kubelet would: the control plane is pf-control, a pilot pod pf-pilot-<vo>, and the
-    director hands the pilots it starts the pilots' URL (Settings.pilot_redis_url)."""
+def test_the_rendered_urls_name_each_processs_own_user(hc: ModuleType, tmp_path: Path) -> None:
+    """Resolved as the kubelet and the init container would make them, and read as Settings reads them: the
+    control plane is pf-control, a pilot pod pf-pilot-<vo>, and the director hands the pilots it starts the
+    pilots' URL (Settings.pilot_redis_url)."""
     from taskqueues.context import Context
     from taskqueues.settings import Settings
 
-    objects = hc.objects_of(STORE_VALUES)
+    objects = hc.objects_of({**STORE_VALUES, "metrics": {"enabled": True}})
     fields = {"metadata.name": "pf-pilotfish-pilot-abc", "spec.nodeName": "node-1"}
     control = "redis://pf-control:Control-pw-1@pf-pilotfish-redis:6379/3"
     pilots = "redis://pf-pilot-lhcb:Pilot-pw-2@pf-pilotfish-redis:6379/3"
-    for suffix in ("-matcher", "-beat", "-flower", "-director"):
-        env = resolved_env(container(named(objects, "Deployment", suffix)), objects)
-        assert env["PILOTFISH_REDIS_URL"] == control, suffix
-    pilot = resolved_env(container(named(objects, "Deployment", "-pilot")), objects, fields)
-    assert pilot["PILOTFISH_REDIS_URL"] == pilots
+    for suffix in ("-matcher", "-beat", "-flower", "-metrics", "-director"):
+        urls = urls_of(named(objects, "Deployment", suffix), objects, tmp_path / suffix)
+        assert urls["PILOTFISH_REDIS_URL"] == control, suffix
+    pod = named(objects, "Deployment", "-pilot")
+    assert urls_of(pod, objects, tmp_path / "pilot") == {"PILOTFISH_REDIS_URL": pilots}
+    pilot = resolved_env(container(pod), objects, fields, tmp_path / "pilot" / "credentials")
     assert (pilot["PILOTFISH_VO"], pilot["PILOTFISH_PREFIX"]) == ("lhcb", "site1")
-    director = resolved_env(container(named(objects, "Deployment", "-director")), objects)
-    assert director["PILOTFISH_PILOT_REDIS_URL"] == pilots
+    files = credentials_dir(named(objects, "Deployment", "-director"), objects, tmp_path / "director-files")
+    director = resolved_env(container(named(objects, "Deployment", "-director")), objects, None, files)
     settings = Settings.load(path="/dev/null", env=director)
-    assert Context(settings).pilot_redis_url == pilots
+    assert settings.sources["pilot_redis_url"].startswith("$PILOTFISH_PILOT_REDIS_URL_FILE")
+    assert (settings.redis_url, Context(settings).pilot_redis_url) == (control, pilots)
+    assert {stat.S_IMODE(path.stat().st_mode) for path in files.iterdir()} == {0o600}, "written under umask 077"
 
 
 def test_an_external_redis_without_pilot_url_gives_pilots_the_control_url_and_says_so(hc: ModuleType) -> None:
@@ -414,10 +536,11 @@ def test_an_external_redis_without_pilot_url_gives_pilots_the_control_url_and_sa
     }
     rendered = hc.render(values)
     objects = [m["object"] for m in hc.manifests(rendered)]
-    ref = env_of(container(named(objects, "Deployment", "-pilot")))["PILOTFISH_REDIS_URL"]["valueFrom"]
-    assert ref["secretKeyRef"] == {"name": "pf-pilotfish-external-redis", "key": "redis-url"}
+    assert projected(named(objects, "Deployment", "-pilot")) == [
+        ("pf-pilotfish-external-redis", "redis-url", "redis_url")
+    ]
     assert hc.pilot_credential_problems(objects), "the check sees it"
-    assert "PILOTFISH_PILOT_REDIS_URL" not in env_of(container(named(objects, "Deployment", "-director")))
+    assert "PILOTFISH_PILOT_REDIS_URL_FILE" not in env_of(container(named(objects, "Deployment", "-director")))
     notes = rendered["pilotfish/templates/NOTES.txt"]
     assert "PILOTS HOLD THE CONTROL PLANE'S REDIS CREDENTIALS" in notes
     assert "pilotfish acl --vo default --prefix pf" in notes
@@ -427,7 +550,7 @@ def test_an_external_redis_without_pilot_url_gives_pilots_the_control_url_and_sa
     assert "PILOTS HOLD" not in hc.render({})["pilotfish/templates/NOTES.txt"]
 
 
-def test_external_redis_renders_no_store_and_reads_the_urls_from_secrets(hc: ModuleType) -> None:
+def test_external_redis_renders_no_store_and_reads_the_urls_from_secrets(hc: ModuleType, tmp_path: Path) -> None:
     url = "rediss://pf-control:ext-secret@redis.example.org:6380/3"
     pilot_url = "rediss://pf-pilot-default:ext-p1lot-secret@redis.example.org:6380/3"
     objects = hc.objects_of(
@@ -441,22 +564,26 @@ def test_external_redis_renders_no_store_and_reads_the_urls_from_secrets(hc: Mod
     assert not [o for o in by_kind(objects, "Service") if "redis" in o["metadata"]["name"]]
     assert secret_value(objects, "-external-redis", "redis-url") == url
     assert secret_value(objects, "-external-redis-pilot", "redis-url") == pilot_url
-    for deployment in by_kind(objects, "Deployment"):
-        ref = env_of(container(deployment))["PILOTFISH_REDIS_URL"]["valueFrom"]["secretKeyRef"]
-        assert ref == {"name": "pf-pilotfish-external-redis", "key": "redis-url"}
-    director = env_of(container(named(objects, "Deployment", "-director")))
-    assert director["PILOTFISH_PILOT_REDIS_URL"]["valueFrom"]["secretKeyRef"] == {
-        "name": "pf-pilotfish-external-redis-pilot",
-        "key": "redis-url",
-    }
+    for deployment in by_kind(objects, "Deployment"):  # the URLs mounted as they are: no init container
+        assert ("pf-pilotfish-external-redis", "redis-url", "redis_url") in projected(deployment)
+        assert "initContainers" not in deployment["spec"]["template"]["spec"]
+        assert env_of(container(deployment))["PILOTFISH_REDIS_URL_FILE"]["value"] == f"{CREDENTIALS}/redis_url"
+    director = named(objects, "Deployment", "-director")
+    assert projected(director)[1] == ("pf-pilotfish-external-redis-pilot", "redis-url", "pilot_redis_url")
+    assert urls_of(director, objects, tmp_path) == {"PILOTFISH_REDIS_URL": url, "PILOTFISH_PILOT_REDIS_URL": pilot_url}
     assert hc.secret_leaks(objects, "ext-secret") == [] and hc.secret_leaks(objects, "ext-p1lot-secret") == []
 
     objects = hc.objects_of(
         {"redis": {"enabled": False}, "externalRedis": {"existingSecret": "site-redis", "existingSecretKey": "url"}}
     )
     assert not [o for o in by_kind(objects, "Secret") if "redis" in o["metadata"]["name"]]
-    ref = env_of(container(named(objects, "Deployment", "-matcher")))["PILOTFISH_REDIS_URL"]["valueFrom"]
-    assert ref["secretKeyRef"] == {"name": "site-redis", "key": "url"}
+    matcher = named(objects, "Deployment", "-matcher")
+    assert projected(matcher) == [("site-redis", "url", "redis_url")]
+    # `kubectl create secret --from-file` keeps the file's trailing newline: it is dropped
+    secrets = {"site-redis/url": "redis://pf-control:site@r:6379/0\n"}
+    assert urls_of(matcher, objects, tmp_path / "site", secrets) == {
+        "PILOTFISH_REDIS_URL": "redis://pf-control:site@r:6379/0"
+    }
 
 
 def test_without_any_redis_helm_refuses_and_says_what_to_set(hc: ModuleType) -> None:
@@ -485,7 +612,7 @@ def test_passwords_appear_only_in_secrets(hc: ModuleType) -> None:
         assert hc.secret_leaks(objects, password) == []
 
 
-def test_existing_secrets_are_used_and_none_is_created(hc: ModuleType) -> None:
+def test_existing_secrets_are_used_and_none_is_created(hc: ModuleType, tmp_path: Path) -> None:
     objects = hc.objects_of(
         {
             "redis": {
@@ -503,10 +630,19 @@ def test_existing_secrets_are_used_and_none_is_created(hc: ModuleType) -> None:
     store = env_of(container(named(objects, "StatefulSet", "-redis")))
     assert store["CONTROL_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "r-auth", "key": "pw"}
     assert store["PILOT_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "p-auth", "key": "ppw"}
-    pilot = env_of(container(named(objects, "Deployment", "-pilot")))
-    assert pilot["PILOTFISH_PILOT_REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "p-auth", "key": "ppw"}
-    flower_env = env_of(container(named(objects, "Deployment", "-flower")))
-    assert flower_env["FLOWER_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "f-auth", "key": "password"}
+    pilot = named(objects, "Deployment", "-pilot")
+    assert projected(pilot) == [("p-auth", "ppw", "pilot_redis_password")]
+    urls = urls_of(pilot, objects, tmp_path, {"p-auth/ppw": "Existing-pw-5\n"})
+    assert urls == {"PILOTFISH_REDIS_URL": "redis://pf-pilot-default:Existing-pw-5@pf-pilotfish-redis:6379/0"}
+    flower = named(objects, "Deployment", "-flower")["spec"]["template"]["spec"]
+    assert {
+        "name": "flower-login",
+        "secret": {
+            "secretName": "f-auth",
+            "defaultMode": 0o400,
+            "items": [{"key": "username", "path": "username"}, {"key": "password", "path": "password"}],
+        },
+    } in flower["volumes"]
 
 
 def test_generated_passwords_are_random_and_do_not_roll_the_pods(hc: ModuleType) -> None:
@@ -566,10 +702,17 @@ class RenderedStore:
     def client(self, url: str) -> redis.Redis:
         return redis.Redis.from_url(url.replace("pf-pilotfish-redis:6379", f"127.0.0.1:{self.port}"))
 
+    def credentials(self, suffix: str, kind: str = "Deployment") -> Path:
+        """The pod's credential files (:func:`credentials_dir`), their URLs pointed at the local port."""
+        files = credentials_dir(named(self.objects, kind, suffix), self.objects, self.directory / f"pod{suffix}")
+        for path in files.iterdir():
+            path.write_text(path.read_text().replace("pf-pilotfish-redis:6379", f"127.0.0.1:{self.port}"))
+        return files
+
     def url_of(self, suffix: str, variable: str = "PILOTFISH_REDIS_URL", kind: str = "Deployment") -> str:
-        fields = {"metadata.name": "pf-pilotfish-pilot-abc", "spec.nodeName": "node-1"}
-        env = resolved_env(container(named(self.objects, kind, suffix)), self.objects, fields)
-        return env[variable].replace("pf-pilotfish-redis:6379", f"127.0.0.1:{self.port}")
+        return urls_of(named(self.objects, kind, suffix), self.objects, self.directory / f"urls{suffix}")[
+            variable
+        ].replace("pf-pilotfish-redis:6379", f"127.0.0.1:{self.port}")
 
 
 def server_release(binary: str) -> tuple[int, int]:
@@ -676,13 +819,13 @@ def test_pilots_connect_as_their_own_user_and_pilotfish_health_works_with_it(sto
     pilot_url = store.url_of("-pilot")
     assert pilot_url == store.url_of("-director", "PILOTFISH_PILOT_REDIS_URL")
     fields = {"metadata.name": "pf-pilotfish-pilot-abc", "spec.nodeName": "node-1"}
-    env = {
-        **os.environ,
-        **resolved_env(container(named(store.objects, "Deployment", "-pilot")), store.objects, fields),
-        "PILOTFISH_REDIS_URL": pilot_url,
-        "PILOTFISH_STATE_DIR": str(store.directory / "state"),
-    }
-    env.pop("PILOTFISH_CONFIG", None)
+    pod_env = resolved_env(
+        container(named(store.objects, "Deployment", "-pilot")), store.objects, fields, store.credentials("-pilot")
+    )
+    assert "PILOTFISH_REDIS_URL" not in pod_env, "the URL comes from its file (PILOTFISH_REDIS_URL_FILE)"
+    env = {**os.environ, **pod_env, "PILOTFISH_STATE_DIR": str(store.directory / "state")}
+    for name in ("PILOTFISH_CONFIG", "PILOTFISH_REDIS_URL", "PILOTFISH_SECRETS_FILE"):
+        env.pop(name, None)
 
     def health(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -991,7 +1134,24 @@ def test_the_files_the_dockerfile_copies_build_a_complete_wheel(tmp_path: Path) 
     assert "pilotfish = matcher.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
 
-def test_a_cluster_store_keeps_celerys_broker_apart(hc: ModuleType) -> None:
+def flower_broker(pod: dict[str, Any], objects: list[dict[str, Any]], directory: Path) -> str:
+    """The broker URL Flower's Celery settings (``celery --config matcher.app.flower_config``) hold in the pod's
+    environment and credential files, in a process of its own as Flower's."""
+    env = resolved_env(container(pod), objects, None, credentials_dir(pod, objects, directory))
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("PILOTFISH_", "CELERY_"))}
+    done = subprocess.run(
+        [sys.executable, "-c", "from matcher.app import flower_config as f; print(f.broker_url)"],
+        env={**clean, **env},
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_a_cluster_store_keeps_celerys_broker_apart(hc: ModuleType, tmp_path: Path) -> None:
     """A Redis Cluster store: every control-plane process reads the broker's URL from a Secret of its own,
     Flower watches that broker, pilots send their events with the pilots' broker URL, and no object holds a
     password outside a Secret."""
@@ -1002,15 +1162,17 @@ def test_a_cluster_store_keeps_celerys_broker_apart(hc: ModuleType) -> None:
     assert secret_value(objects, "-broker-pilot", "broker-url") == ext["broker"]["pilot"]["url"]
     assert secret_value(objects, "-external-redis", "redis-url") == ext["url"]
     for suffix in ("-matcher", "-beat", "-flower", "-director"):
-        env = env_of(container(named(objects, "Deployment", suffix)))
-        ref = env["PILOTFISH_BROKER_URL"]["valueFrom"]["secretKeyRef"]
-        assert ref == {"name": "pf-pilotfish-broker", "key": "broker-url"}, suffix
-        assert env["PILOTFISH_REDIS_SENTINEL_MASTER"]["value"] == "broker"
-    assert "$(PILOTFISH_BROKER_URL)" in container(named(objects, "Deployment", "-flower"))["args"]
-    director = env_of(container(named(objects, "Deployment", "-director")))
-    pilot = env_of(container(named(objects, "Deployment", "-pilot")))
-    for env, name in ((director, "PILOTFISH_PILOT_BROKER_URL"), (pilot, "PILOTFISH_BROKER_URL")):
-        assert env[name]["valueFrom"]["secretKeyRef"] == {"name": "pf-pilotfish-broker-pilot", "key": "broker-url"}
+        pod = named(objects, "Deployment", suffix)
+        assert ("pf-pilotfish-broker", "broker-url", "broker_url") in projected(pod), suffix
+        assert urls_of(pod, objects, tmp_path / suffix)["PILOTFISH_BROKER_URL"] == ext["broker"]["url"], suffix
+        assert env_of(container(pod))["PILOTFISH_REDIS_SENTINEL_MASTER"]["value"] == "broker"
+    assert flower_broker(named(objects, "Deployment", "-flower"), objects, tmp_path / "f") == ext["broker"]["url"]
+    director = named(objects, "Deployment", "-director")
+    pilot = named(objects, "Deployment", "-pilot")
+    for pod, path in ((director, "pilot_broker_url"), (pilot, "broker_url")):
+        assert ("pf-pilotfish-broker-pilot", "broker-url", path) in projected(pod)
+    assert "pf-pilotfish-broker" not in {secret for secret, _, _ in projected(pilot)}
+    assert urls_of(pilot, objects, tmp_path / "p")["PILOTFISH_BROKER_URL"] == ext["broker"]["pilot"]["url"]
     for password in ("s3cret", "p1lot", "b40ker", "b1lot"):
         assert hc.secret_leaks(objects, password) == []
     notes = hc.render(values)["pilotfish/templates/NOTES.txt"]
@@ -1021,8 +1183,9 @@ def test_a_cluster_store_keeps_celerys_broker_apart(hc: ModuleType) -> None:
     assert "THE\nCONTROL PLANE'S BROKER CREDENTIALS" in hc.render(alone)["pilotfish/templates/NOTES.txt"]
     # Without a broker apart, Flower watches the store's Redis as before.
     plain = hc.objects_of({})
-    assert "$(PILOTFISH_REDIS_URL)" in container(named(plain, "Deployment", "-flower"))["args"]
-    assert "PILOTFISH_BROKER_URL" not in env_of(container(named(plain, "Deployment", "-matcher")))
+    store = urls_of(named(plain, "Deployment", "-flower"), plain, tmp_path / "plain")["PILOTFISH_REDIS_URL"]
+    assert flower_broker(named(plain, "Deployment", "-flower"), plain, tmp_path / "plain-f") == store
+    assert "PILOTFISH_BROKER_URL_FILE" not in env_of(container(named(plain, "Deployment", "-matcher")))
 
 
 def test_pilot_pods_get_the_payload_sandbox_setting(hc: ModuleType) -> None:

@@ -208,6 +208,8 @@ def test_payloads_never_see_the_store_credentials(
 
 def test_is_secret_knows_credentials_by_name_and_by_value() -> None:
     assert access.is_secret("PILOTFISH_REDIS_URL", "redis://h/0")
+    for name in ("PILOTFISH_REDIS_URL_FILE", "PILOTFISH_PILOT_BROKER_URL_FILE", "PILOTFISH_PILOT_BROKER_URL"):
+        assert access.is_secret(name, "/run/pilotfish/credentials/x"), name  # a pilot must not inherit its file
     assert access.is_secret("MY_DB_PASSWORD", "x")
     assert access.is_secret("BROKER", "amqp://u:p@h//")
     assert not access.is_secret("PATH", "/usr/bin")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from taskqueues.errors import ConfigError
@@ -17,3 +20,83 @@ def test_a_duration_that_is_not_a_number_of_seconds_is_refused_naming_where(valu
 def test_the_job_retention_is_thirty_days_and_zero_keeps_everything() -> None:
     assert Settings.load(path="/dev/null", env={}).job_retention == 30 * 86400
     assert Settings.load(path="/dev/null", env={"PILOTFISH_JOB_RETENTION": "0"}).job_retention == 0
+
+
+# --- PILOTFISH_<SETTING>_FILE: a secret setting read from a file (a mounted Kubernetes Secret), real files ---
+
+
+@pytest.mark.parametrize("setting", ["redis_url", "pilot_redis_url", "broker_url", "pilot_broker_url"])
+def test_a_secret_setting_is_read_from_the_file_its_file_variable_names(tmp_path: Path, setting: str) -> None:
+    path = tmp_path / setting
+    path.write_text("redis://pf-control:s3cret@redis:6379/0\n")  # `echo url > file`: the newline is dropped
+    variable = f"PILOTFISH_{setting.upper()}_FILE"
+    settings = Settings.load(path="/dev/null", env={variable: str(path)})
+    assert getattr(settings, setting) == "redis://pf-control:s3cret@redis:6379/0"
+    assert settings.sources[setting] == f"${variable} ({path})"
+
+
+def test_a_file_without_a_trailing_newline_is_read_whole(tmp_path: Path) -> None:
+    (tmp_path / "url").write_text("redis://u:p@h:1/0")
+    settings = Settings.load(path="/dev/null", env={"PILOTFISH_REDIS_URL_FILE": str(tmp_path / "url")})
+    assert settings.redis_url == "redis://u:p@h:1/0"
+
+
+def test_only_secret_settings_have_a_file_variable(tmp_path: Path) -> None:
+    (tmp_path / "vo").write_text("atlas\n")
+    assert Settings.load(path="/dev/null", env={"PILOTFISH_VO_FILE": str(tmp_path / "vo")}).vo == "default"
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (None, "cannot read the file: No such file or directory"),
+        ("", "the file is empty"),
+        ("\n", "the file is empty"),
+        ("redis://a:b@h/0\nredis://c:d@h/0\n", "one line"),
+        (b"\xff\xfe", "not UTF-8"),
+    ],
+)
+def test_a_missing_empty_or_bad_file_is_refused_naming_the_variable_and_the_path(
+    tmp_path: Path, content: str | bytes | None, reason: str
+) -> None:
+    path = tmp_path / "broker"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        path.write_text(content)
+    with pytest.raises(ConfigError) as error:
+        Settings.load(path="/dev/null", env={"PILOTFISH_BROKER_URL_FILE": str(path)})
+    assert f"$PILOTFISH_BROKER_URL_FILE ({path})" in str(error.value)
+    assert reason in str(error.value)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a file of mode 0000")
+def test_an_unreadable_file_is_refused_naming_the_variable_and_the_path(tmp_path: Path) -> None:
+    path = tmp_path / "url"
+    path.write_text("redis://u:p@h/0\n")
+    path.chmod(0)
+    with pytest.raises(ConfigError, match=r"\$PILOTFISH_REDIS_URL_FILE .*cannot read the file: Permission denied"):
+        Settings.load(path="/dev/null", env={"PILOTFISH_REDIS_URL_FILE": str(path)})
+
+
+def test_a_directory_is_refused_naming_the_variable_and_the_path(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=rf"\$PILOTFISH_REDIS_URL_FILE \({tmp_path}\): cannot read the file"):
+        Settings.load(path="/dev/null", env={"PILOTFISH_REDIS_URL_FILE": str(tmp_path)})
+
+
+def test_a_setting_given_both_in_the_environment_and_as_a_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "url").write_text("redis://u:p@h/0\n")
+    env = {"PILOTFISH_REDIS_URL": "redis://other@h/0", "PILOTFISH_REDIS_URL_FILE": str(tmp_path / "url")}
+    with pytest.raises(ConfigError, match=r"both \$PILOTFISH_REDIS_URL and \$PILOTFISH_REDIS_URL_FILE are set"):
+        Settings.load(path="/dev/null", env=env)
+
+
+def test_an_empty_file_variable_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"\$PILOTFISH_PILOT_REDIS_URL_FILE is set but empty"):
+        Settings.load(path="/dev/null", env={"PILOTFISH_PILOT_REDIS_URL_FILE": ""})
+
+
+def test_a_bad_value_read_from_a_file_is_refused_naming_the_variable(tmp_path: Path) -> None:
+    (tmp_path / "broker").write_text("redis+cluster://h1:6379\n")
+    with pytest.raises(ConfigError, match=r"\$PILOTFISH_BROKER_URL_FILE .*Redis Cluster"):
+        Settings.load(path="/dev/null", env={"PILOTFISH_BROKER_URL_FILE": str(tmp_path / "broker")})

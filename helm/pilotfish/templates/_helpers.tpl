@@ -185,73 +185,143 @@ a Secret holding the control plane's credentials, naming the values to set.
 {{- end }}
 
 {{/*
-The Redis URLs of a process, read from Secrets and never written into a ConfigMap or the pod spec. Call with
-(dict "ctx" $ "role" ROLE):
-  control   the control plane (matcher workers, beat, Flower): PILOTFISH_REDIS_URL as pf-control;
-  director  the same, plus PILOTFISH_PILOT_REDIS_URL, the pilots' URL it hands to the pilots it starts;
-  pilot     a pilot pod: PILOTFISH_REDIS_URL as the pilots' user, and nothing of the control plane's.
-For the bundled store the password comes from its Secret and is expanded into the URL by the kubelet ($(VAR)
-expansion only sees variables defined earlier in the list, hence the order). An external Redis without
-externalRedis.pilot gives pilots the control plane's URL (NOTES.txt says so).
+The Redis credentials of a process, as JSON: "files", the Secret keys its pod mounts ({secret, key, path}), and
+"urls", the URLs an init container composes from a mounted password (the bundled store: {password, user,
+path}). Never an environment variable: a process's environment is readable by every process of its user
+(/proc/<pid>/environ), so each URL reaches it as a file (PILOTFISH_<SETTING>_FILE, taskqueues/settings.py).
+Call with (dict "ctx" $ "role" ROLE):
+  control   the control plane (matcher workers, beat, Flower, metrics): redis_url as pf-control, broker_url;
+  director  the same, plus pilot_redis_url and pilot_broker_url, the pilots' URLs it hands to the pilots it starts;
+  pilot     a pilot pod: redis_url (and broker_url) as the pilots' user, and nothing of the control plane's.
+A file's path names the setting it holds in that pod (a pilot's own URL is its redis_url); the control plane's
+files are redis_url, broker_url and redis_password, so that scripts/helm_check.py can tell them apart. An
+external Redis without externalRedis.pilot gives pilots the control plane's URL (NOTES.txt says so).
 */}}
-{{- define "pilotfish.redisEnv" -}}
+{{- define "pilotfish.credentials" -}}
 {{- $ := .ctx }}
 {{- include "pilotfish.checkRedis" $ }}
 {{- $control := ne .role "pilot" }}
-{{- $pilotName := ternary "PILOTFISH_REDIS_URL" "PILOTFISH_PILOT_REDIS_URL" (eq .role "pilot") }}
+{{- $pilotPath := ternary "redis_url" "pilot_redis_url" (eq .role "pilot") }}
+{{- $files := list }}
+{{- $urls := list }}
 {{- if $.Values.redis.enabled }}
 {{- $where := printf "%s-redis:%d/%d" (include "pilotfish.fullname" $) (int $.Values.redis.service.port) (int $.Values.redis.database) }}
 {{- if $control }}
-- name: PILOTFISH_REDIS_PASSWORD
-  valueFrom:
-    secretKeyRef:
-      name: {{ include "pilotfish.redis.secretName" $ }}
-      key: {{ include "pilotfish.redis.secretKey" $ }}
-- name: PILOTFISH_REDIS_URL
-  value: {{ printf "redis://%s:$(PILOTFISH_REDIS_PASSWORD)@%s" (include "pilotfish.redis.controlUser" $) $where | quote }}
+{{- $files = append $files (dict "secret" (include "pilotfish.redis.secretName" $) "key" (include "pilotfish.redis.secretKey" $) "path" "redis_password") }}
+{{- $urls = append $urls (dict "password" "redis_password" "user" (include "pilotfish.redis.controlUser" $) "where" $where "path" "redis_url") }}
 {{- end }}
 {{- if ne .role "control" }}
-- name: PILOTFISH_PILOT_REDIS_PASSWORD
-  valueFrom:
-    secretKeyRef:
-      name: {{ include "pilotfish.redis.pilotSecretName" $ }}
-      key: {{ include "pilotfish.redis.pilotSecretKey" $ }}
-- name: {{ $pilotName }}
-  value: {{ printf "redis://%s:$(PILOTFISH_PILOT_REDIS_PASSWORD)@%s" (include "pilotfish.redis.pilotUser" $) $where | quote }}
+{{- $files = append $files (dict "secret" (include "pilotfish.redis.pilotSecretName" $) "key" (include "pilotfish.redis.pilotSecretKey" $) "path" "pilot_redis_password") }}
+{{- $urls = append $urls (dict "password" "pilot_redis_password" "user" (include "pilotfish.redis.pilotUser" $) "where" $where "path" $pilotPath) }}
 {{- end }}
 {{- else }}
 {{- $own := include "pilotfish.pilotsHaveOwnUser" $ }}
 {{- if or $control (not $own) }}
-- name: PILOTFISH_REDIS_URL
-  valueFrom:
-    secretKeyRef:
-      name: {{ include "pilotfish.externalRedis.secretName" $ }}
-      key: {{ include "pilotfish.externalRedis.secretKey" $ }}
+{{- $files = append $files (dict "secret" (include "pilotfish.externalRedis.secretName" $) "key" (include "pilotfish.externalRedis.secretKey" $) "path" "redis_url") }}
 {{- end }}
 {{- if and $own (ne .role "control") }}
-- name: {{ $pilotName }}
-  valueFrom:
-    secretKeyRef:
-      name: {{ include "pilotfish.externalRedis.pilotSecretName" $ }}
-      key: {{ include "pilotfish.externalRedis.pilotSecretKey" $ }}
+{{- $files = append $files (dict "secret" (include "pilotfish.externalRedis.pilotSecretName" $) "key" (include "pilotfish.externalRedis.pilotSecretKey" $) "path" $pilotPath) }}
 {{- end }}
 {{- end }}
 {{- if include "pilotfish.brokerApart" $ }}
 {{- if $control }}
-- name: PILOTFISH_BROKER_URL
-  valueFrom:
-    secretKeyRef:
-      name: {{ include "pilotfish.broker.secretName" $ }}
-      key: {{ include "pilotfish.broker.secretKey" $ }}
+{{- $files = append $files (dict "secret" (include "pilotfish.broker.secretName" $) "key" (include "pilotfish.broker.secretKey" $) "path" "broker_url") }}
 {{- end }}
 {{- $pb := $.Values.externalRedis.broker.pilot }}
 {{- if and (or $pb.url $pb.existingSecret) (ne .role "control") }}
-- name: {{ ternary "PILOTFISH_BROKER_URL" "PILOTFISH_PILOT_BROKER_URL" (eq .role "pilot") }}
-  valueFrom:
-    secretKeyRef:
-      name: {{ include "pilotfish.broker.pilotSecretName" $ }}
-      key: {{ include "pilotfish.broker.pilotSecretKey" $ }}
+{{- $files = append $files (dict "secret" (include "pilotfish.broker.pilotSecretName" $) "key" (include "pilotfish.broker.pilotSecretKey" $) "path" (ternary "broker_url" "pilot_broker_url" (eq .role "pilot"))) }}
 {{- end }}
+{{- end }}
+{{- dict "files" $files "urls" $urls | toJson }}
+{{- end }}
+
+{{/* Where a Pilotfish container finds its credentials' files (a tmpfs the sandboxed payloads never see: /run). */}}
+{{- define "pilotfish.credentialsDir" -}}
+/run/pilotfish/credentials
+{{- end }}
+
+{{/*
+The variables naming a process's URL files: PILOTFISH_REDIS_URL_FILE... (taskqueues/settings.py reads them; for
+a pilot, pilot/agent/command.py). Call as pilotfish.credentials.
+*/}}
+{{- define "pilotfish.redisEnv" -}}
+{{- $c := include "pilotfish.credentials" . | fromJson }}
+{{- range concat $c.files $c.urls }}
+{{- if hasSuffix "_url" .path }}
+- name: {{ printf "PILOTFISH_%s_FILE" (upper .path) }}
+  value: {{ printf "%s/%s" (include "pilotfish.credentialsDir" $) .path | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The volumes holding a process's credentials: its Secrets' keys of its role only, as read-only files of mode 0400
+(defaultMode 256). With the bundled store they hold passwords, from which an init container
+(pilotfish.credentialsInit) writes the URLs into an in-memory emptyDir; otherwise they are the URLs themselves.
+Call as pilotfish.credentials.
+*/}}
+{{- define "pilotfish.credentialVolumes" -}}
+{{- $c := include "pilotfish.credentials" . | fromJson }}
+- name: {{ ternary "credential-secrets" "credentials" (gt (len $c.urls) 0) }}
+  projected:
+    defaultMode: 256
+    sources:
+      {{- range $c.files }}
+      - secret:
+          name: {{ .secret }}
+          items:
+            - key: {{ .key }}
+              path: {{ .path }}
+      {{- end }}
+{{- if $c.urls }}
+- name: credentials
+  emptyDir:
+    medium: Memory
+    sizeLimit: 1Mi
+{{- end }}
+{{- end }}
+
+{{/* The mount of a Pilotfish container's credentials (read-only). Call with the root context. */}}
+{{- define "pilotfish.credentialMount" -}}
+- name: credentials
+  mountPath: {{ include "pilotfish.credentialsDir" . }}
+  readOnly: true
+{{- end }}
+
+{{/*
+The init container that writes the bundled store's URLs from the passwords mounted as files, so that no
+password passes through an environment variable or a command line (it is read with `read`, and printf is a
+shell builtin). Nothing when the URLs are Secrets themselves. Call as pilotfish.credentials.
+*/}}
+{{- define "pilotfish.credentialsInit" -}}
+{{- $ := .ctx }}
+{{- $c := include "pilotfish.credentials" . | fromJson }}
+{{- if $c.urls }}
+{{- $dir := include "pilotfish.credentialsDir" $ }}
+{{- $script := list "set -eu" "umask 077" }}
+{{- range $c.urls }}
+{{- $script = append $script (printf "IFS= read -r password < /run/pilotfish/secrets/%s || [ -n \"$password\" ]" .password) }}
+{{- $script = append $script (printf "printf '%%s%%s:%%s@%%s\\n' redis:// %s \"$password\" %s > %s/%s" (squote .user) (squote .where) $dir .path) }}
+{{- end }}
+- name: credentials
+  image: {{ include "pilotfish.image" $ | quote }}
+  imagePullPolicy: {{ $.Values.image.pullPolicy }}
+  command: ["sh", "-c", {{ join "\n" $script | quote }}]
+  resources:
+    requests:
+      cpu: 10m
+      memory: 16Mi
+    limits:
+      cpu: 100m
+      memory: 32Mi
+  securityContext:
+    {{- include "pilotfish.containerSecurityContext" $ | nindent 4 }}
+  volumeMounts:
+    - name: credential-secrets
+      mountPath: /run/pilotfish/secrets
+      readOnly: true
+    - name: credentials
+      mountPath: {{ $dir }}
 {{- end }}
 {{- end }}
 
@@ -419,6 +489,10 @@ spec:
   {{- with .extra }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
+  {{- with include "pilotfish.credentialsInit" (dict "ctx" .ctx "role" (default "control" .role)) }}
+  initContainers:
+    {{- . | nindent 4 }}
+  {{- end }}
   containers:
     - name: {{ .component }}
       image: {{ include "pilotfish.image" .ctx | quote }}
@@ -438,8 +512,10 @@ spec:
         {{- include "pilotfish.containerSecurityContext" .ctx | nindent 8 }}
       volumeMounts:
         {{- include "pilotfish.volumeMounts" .ctx | nindent 8 }}
+        {{- include "pilotfish.credentialMount" .ctx | nindent 8 }}
   volumes:
     {{- include "pilotfish.volumes" (dict "ctx" .ctx "stateSize" .stateSize) | nindent 4 }}
+    {{- include "pilotfish.credentialVolumes" (dict "ctx" .ctx "role" (default "control" .role)) | nindent 4 }}
 {{- end }}
 
 {{/*

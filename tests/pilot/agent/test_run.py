@@ -604,3 +604,31 @@ def test_unreachable_redis_is_one_clear_line(tmp_path: Path) -> None:
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     assert "redis://127.0.0.1:1/0" in lines[0] and "not reachable" in lines[0]
+
+
+def test_a_pilot_reads_its_store_url_from_the_file_its_file_variable_names(
+    store: Store, redis_url: str, tmp_path: Path
+) -> None:
+    """``$PILOTFISH_REDIS_URL_FILE`` (a Secret mounted as a file: the Helm chart's pilot pods) gives the store;
+    without it the pilot would look for 127.0.0.1:6379 and the job would wait. Set both ways: refused."""
+    ids = store.submit([job(cpu=1, mem=100, command="true")])
+    url_file = tmp_path / "redis_url"
+    url_file.write_text(redis_url + "\n")
+    url_file.chmod(0o400)
+    env = {**pilot_env(tmp_path), "PILOTFISH_REDIS_URL_FILE": str(url_file)}
+    env.pop("PILOTFISH_REDIS_URL", None)
+    argv = [sys.executable, "-m", "pilot.agent.command", "--queue", QUEUE, "--idle-timeout", "1"]
+    argv += ["--workdir", str(tmp_path / "work")]
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert states(store, ids) == [JobState.DONE], done.stderr
+    env["PILOTFISH_REDIS_URL"] = redis_url
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert "both $PILOTFISH_REDIS_URL and $PILOTFISH_REDIS_URL_FILE are set" in done.stderr
+    del env["PILOTFISH_REDIS_URL"]
+    done = subprocess.run(
+        [*argv, "--redis-url", redis_url], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1
+    assert "both --redis-url and $PILOTFISH_REDIS_URL_FILE are given" in done.stderr
