@@ -17,16 +17,9 @@ from taskqueues.store.reservations import read_reservations
 from tests.support.clock import FakeClock
 from tests.support.invariants import check
 from tests.support.store import job
+from tests.taskqueues.store.test_reservations import BUSY, CATALOG, Q  # one pilot of four cores, three busy for 50 s
 
-Q = "site/ce/q1"
-CATALOG = """
-[sites.site]
-[sites.site.ces.ce]
-[sites.site.ces.ce.queues.q1]
-shapes = [{ name = "four", cpu = 4, mem = "4G" }]
-"""
 NOW = 1_000_000.0
-BUSY = ((50.0, 1, 100, 0),) * 3  # three 1-core jobs ending in 50 s: one core free of four, the wide job in 50 s
 
 
 def store_of(client: redis.Redis, bounded: bool) -> Store:
