@@ -21,11 +21,13 @@ that slot. Two ways, chosen by :func:`move_slot`:
   waits for the whole move (as with ``MIGRATE``); the others do not.
 
 The clients given are administrative connections to single nodes (``CLUSTER SETSLOT``, ``MIGRATE``), not the
-store's community clients.
+store's community clients. :func:`move_community` (``pilotfish move``) finds them from the store's Cluster URL:
+the community's slot, its owner and the target primary named by its address.
 """
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,6 +36,8 @@ from typing import Any
 import redis
 
 from ..errors import StoreError
+from . import cluster
+from .keys import Keys
 
 #: Elements of one key moved in one step of a chunked classic move (also the largest key moved by MIGRATE).
 CHUNK = 1000
@@ -44,6 +48,10 @@ _MIGRATE_TIMEOUT_MS = 60000
 
 class MoveFailed(StoreError):
     """A slot move could not be completed; the message says where it stopped."""
+
+
+class MoveRefused(StoreError):
+    """A move that cannot be asked for (not a Cluster, no such primary, nothing to move...); nothing was done."""
 
 
 @dataclass(frozen=True)
@@ -229,3 +237,90 @@ def _asking(target: redis.Redis, command: tuple[Any, ...]) -> Any:
     pipe.execute_command("ASKING")  # type: ignore[no-untyped-call]
     pipe.execute_command(*command)  # type: ignore[no-untyped-call]
     return pipe.execute()[1]
+
+
+@dataclass(frozen=True)
+class CommunityMove:
+    """What :func:`move_community` did: ``community``'s ``slot`` went from ``source`` to ``target``
+    (``host:port``); ``keys``: the keys of the slot now at the target."""
+
+    community: str
+    slot: int
+    source: str
+    target: str
+    keys: int
+    move: Move
+
+    def __str__(self) -> str:
+        how = (
+            "atomically (CLUSTER MIGRATESLOTS)"
+            if self.move.how == "atomic"
+            else f"by a chunked classic move ({self.move.chunked_keys} big keys copied piecewise)"
+        )
+        return (
+            f"moved community {self.community!r} (slot {self.slot}, {self.keys} keys) from {self.source} to "
+            f"{self.target} {how} in {self.move.seconds:.2f} s"
+        )
+
+
+def address(text: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port``) as a pair; a bad form is a :class:`MoveRefused` naming it."""
+    host, _, port = text.strip().rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not host or not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
+        raise MoveRefused(f"target {text!r} is not HOST:PORT (the address of a primary of the cluster)")
+    return host, int(port)
+
+
+def _same_host(a: str, b: str) -> bool:
+    if a == b:
+        return True
+    try:
+        return bool({i[4][0] for i in socket.getaddrinfo(a, None)} & {i[4][0] for i in socket.getaddrinfo(b, None)})
+    except OSError:
+        return False
+
+
+def move_community(
+    url: str, keys: Keys, target: str, *, atomic: bool | None = None, chunk: int = CHUNK
+) -> CommunityMove:
+    """Move ``keys``' community (its slot: the keyslot of its ``{vo}`` tag) on the Redis Cluster of ``url`` to
+    the primary at ``target`` (``host:port``), by :func:`move_slot` (``atomic`` and ``chunk`` as there, its
+    stats hash first). Refused, with nothing done, unless ``url`` names a Cluster, ``target`` one of its
+    primaries that does not own the slot already, and the community has keys."""
+    if not cluster.is_cluster(url):
+        shown = f"redis_url {cluster.shown_url(url)!r}" if url else "the embedded server"
+        raise MoveRefused(
+            f"{shown} is not a Redis Cluster (redis+cluster://...): a community moves between its primaries"
+        )
+    host, port = address(target)
+    client = cluster.client(url, keys.base)
+    admins: list[redis.Redis] = []
+    try:
+        slot = cluster.slot_of(client)
+        primaries = [node for node in cluster.nodes(client) if node.primary]
+        named = [node for node in primaries if node.port == port and _same_host(node.host, host)]
+        if not named:
+            listed = ", ".join(sorted(node.address for node in primaries))
+            raise MoveRefused(f"target {target} is not a primary of the cluster (its primaries: {listed})")
+        owners = [node for node in primaries if node.owns(slot)]
+        if not owners:
+            raise MoveRefused(f"slot {slot} of community {keys.vo!r} has no primary: is a move of it under way?")
+        source, goal = owners[0], named[0]
+        if goal.id == source.id:
+            raise MoveRefused(f"{goal.address} already owns slot {slot} of community {keys.vo!r}: nothing to move")
+        admins = [cluster.node_client(client, node) for node in primaries]
+        by_id = {node.id: admin for node, admin in zip(primaries, admins, strict=True)}
+        if not by_id[source.id].exists(keys.stats, keys.seq, keys.jobs, keys.requests):
+            raise MoveRefused(
+                f"community {keys.vo!r} has no keys at {source.address} (slot {slot}, prefix {keys.prefix!r}): "
+                "nothing to move"
+            )
+        others = [admin for node_id, admin in by_id.items() if node_id not in (source.id, goal.id)]
+        move = move_slot(by_id[source.id], by_id[goal.id], slot, others, atomic=atomic, chunk=chunk, first=[keys.stats])
+        held = int(_cmd(by_id[goal.id], "CLUSTER", "COUNTKEYSINSLOT", slot))
+        return CommunityMove(keys.vo, slot, source.address, goal.address, held, move)
+    finally:
+        for admin in admins:
+            admin.connection_pool.disconnect()
+        client.connection_pool.disconnect()
