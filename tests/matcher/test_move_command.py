@@ -50,17 +50,21 @@ def _address(deployment: ClusterSet, i: int) -> str:
 
 
 @pytest.mark.parametrize(
-    ("vo", "options", "how"), [("atom", [], "atomically"), ("chunks", ["--classic"], "by a chunked classic move")]
+    ("vo", "host", "options", "how"),
+    [
+        ("atom", "127.0.0.1", [], "atomically"),
+        ("chunks", "localhost", ["--classic"], "by a chunked classic move"),  # a name for the node's address
+    ],
 )
 def test_move_moves_a_community_and_its_store_works_at_the_new_owner(
-    deployment: ClusterSet, vo: str, options: list[str], how: str
+    deployment: ClusterSet, vo: str, host: str, options: list[str], how: str
 ) -> None:
     store = _community(deployment, vo)
     slot = cluster.slot_of(store.client)
     source = deployment.owner(slot)
     target = (source + 1) % len(deployment.nodes)
     keys = int(deployment.admin(source).execute_command("CLUSTER", "COUNTKEYSINSLOT", slot))
-    result = _move(deployment, vo, "--to", _address(deployment, target), *options, "--chunk", "10")
+    result = _move(deployment, vo, "--to", f"{host}:{deployment.nodes[target].port}", *options, "--chunk", "10")
     assert result.exit_code == 0, result.output
     [line] = result.output.splitlines()
     assert line.startswith(
