@@ -301,13 +301,15 @@ def where(client: redis.Redis) -> str:
 @dataclass(frozen=True)
 class Node:
     """One node of a cluster as ``CLUSTER NODES`` lists it: ``primary`` when a primary not marked failing,
-    ``slots`` the ranges it owns (slots on their way in or out are not listed)."""
+    ``slots`` the ranges it owns; ``migrating``: slot → the node id it is on its way to (a classic move
+    under way, which only the node itself lists)."""
 
     host: str
     port: int
     id: str
     primary: bool
     slots: tuple[tuple[int, int], ...]
+    migrating: tuple[tuple[int, str], ...] = ()
 
     @property
     def address(self) -> str:
@@ -328,6 +330,7 @@ def nodes(client: redis.Redis) -> list[Node]:
         flags = fields[2].split(",")
         host, _, port = fields[1].split("@")[0].rpartition(":")
         slots = [part.partition("-")[::2] for part in fields[8:] if not part.startswith("[")]
+        migrating = [part[1:-1].split("->-") for part in fields[8:] if "->-" in part]
         found.append(
             Node(
                 host=host or "127.0.0.1",
@@ -335,6 +338,7 @@ def nodes(client: redis.Redis) -> list[Node]:
                 id=fields[0],
                 primary="master" in flags and "fail" not in flags,
                 slots=tuple((int(first), int(last or first)) for first, last in slots),
+                migrating=tuple((int(slot), to) for slot, to in migrating),
             )
         )
     return found

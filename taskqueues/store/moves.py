@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
+from redis.exceptions import AskError
 
 from ..errors import StoreError
 from . import cluster
@@ -156,7 +157,7 @@ def _move_classic(
     first: list[bytes],
 ) -> tuple[int, int]:
     host, port = _address(target)
-    first = [key for key in first if source.exists(key)]  # once MIGRATING, a missing key answers ASK
+    first = [key for key in first if _here(source, key)]
     _cmd(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", node_id(source))
     _cmd(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", node_id(target))
     moved = chunked = 0
@@ -178,6 +179,15 @@ def _move_classic(
     for node in (target, source, *others):
         _cmd(node, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
     return moved, chunked
+
+
+def _here(source: redis.Redis, key: bytes) -> bool:
+    """Whether ``key`` is on the source; once its slot is ``MIGRATING`` (a move that stopped half-way, taken
+    up again), a key already gone answers ``ASK``."""
+    try:
+        return bool(source.exists(key))
+    except AskError:
+        return False
 
 
 def _migrate(source: redis.Redis, host: str, port: int, keys: list[bytes]) -> int:
@@ -281,6 +291,14 @@ def _same_host(a: str, b: str) -> bool:
         return False
 
 
+def _under_way(source: redis.Redis, source_id: str, slot: int) -> str | None:
+    """The node id ``slot`` is migrating to from ``source`` (a classic move that stopped half-way), if any."""
+    for node in cluster.nodes(source):
+        if node.id == source_id:
+            return next((to for moving, to in node.migrating if moving == slot), None)
+    return None
+
+
 def move_community(
     url: str, keys: Keys, target: str, *, atomic: bool | None = None, chunk: int = CHUNK
 ) -> CommunityMove:
@@ -311,7 +329,14 @@ def move_community(
             raise MoveRefused(f"{goal.address} already owns slot {slot} of community {keys.vo!r}: nothing to move")
         admins = [cluster.node_client(client, node) for node in primaries]
         by_id = {node.id: admin for node, admin in zip(primaries, admins, strict=True)}
-        if not by_id[source.id].exists(keys.stats, keys.seq, keys.jobs, keys.requests):
+        under_way = _under_way(by_id[source.id], source.id, slot)
+        if under_way is not None and under_way != goal.id:
+            going = next((node.address for node in primaries if node.id == under_way), under_way)
+            raise MoveRefused(
+                f"slot {slot} of community {keys.vo!r} is half-way to {going} (a move that stopped): "
+                f"finish that one first (pilotfish move {keys.vo} --to {going})"
+            )
+        if under_way is None and not by_id[source.id].exists(keys.stats, keys.seq, keys.jobs, keys.requests):
             raise MoveRefused(
                 f"community {keys.vo!r} has no keys at {source.address} (slot {slot}, prefix {keys.prefix!r}): "
                 "nothing to move"

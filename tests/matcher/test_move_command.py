@@ -123,3 +123,28 @@ def test_move_refuses_in_one_line_and_moves_nothing(deployment: ClusterSet) -> N
         assert deployment.owner(slot) == owner and deployment.owner(nobody) == owner_of_nobody
     assert store.client.hlen(store.keys.jobs) == JOBS
     assert len(store.match(PilotOffer(pilot="p2", queue=QUEUE, cpu=1, mem=1000))) == 1
+
+
+def test_move_finishes_a_move_that_stopped_half_way_and_refuses_another_target(deployment: ClusterSet) -> None:
+    store = _community(deployment, "halfway")
+    slot = cluster.slot_of(store.client)
+    source = deployment.owner(slot)
+    target, third = ((source + i) % len(deployment.nodes) for i in (1, 2))
+    src, dst = deployment.admin(source), deployment.admin(target)
+    before = int(src.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot))
+    # A classic move stopped after its first key: the slot marked on both sides, the stats hash at the target.
+    dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", deployment.node_id(source))
+    src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", deployment.node_id(target))
+    src.execute_command("MIGRATE", "127.0.0.1", deployment.nodes[target].port, "", 0, 5000, "KEYS", store.keys.stats)
+    refused = _move(deployment, "halfway", "--to", _address(deployment, third))
+    assert refused.exit_code == 1
+    assert refused.output == (
+        f"pilotfish: error: slot {slot} of community 'halfway' is half-way to {_address(deployment, target)} (a "
+        f"move that stopped): finish that one first (pilotfish move halfway --to {_address(deployment, target)})\n"
+    )
+    result = _move(deployment, "halfway", "--to", _address(deployment, target), "--classic", "--chunk", "10")
+    assert result.exit_code == 0, result.output
+    assert f"(slot {slot}, {before} keys) from {_address(deployment, source)}" in result.output
+    assert deployment.owner(slot) == target
+    assert store.client.hlen(store.keys.jobs) == JOBS
+    assert len(store.match(PilotOffer(pilot="p2", queue=QUEUE, cpu=1, mem=1000))) == 1
