@@ -34,7 +34,7 @@ def _env(url: str) -> dict[str, str]:
 
 
 def _move(deployment: ClusterSet, *args: str, url: str | None = None) -> Result:
-    return CliRunner().invoke(main, ["move", *args], env=_env(url or deployment.url))
+    return CliRunner().invoke(main, ["move", *args], env=_env(deployment.url if url is None else url))
 
 
 def _community(deployment: ClusterSet, vo: str) -> Store:
@@ -103,6 +103,8 @@ def _refusals(deployment: ClusterSet, owner: int, empty: int) -> list[tuple[list
             f"redis://127.0.0.1:{deployment.nodes[0].port}/0",
             f"redis_url 'redis://127.0.0.1:{deployment.nodes[0].port}/0' is not a Redis Cluster",
         ),
+        (["stay", "--to", _address(deployment, other)], "", "the embedded server is not a Redis Cluster"),
+        (["stay", "--to", _address(deployment, other)], "redis+cluster://127.0.0.1:1", "cannot reach Redis at "),
         (["st*y", "--to", _address(deployment, other)], None, "vo 'st*y' must be non-empty"),
     ]
 
