@@ -8,8 +8,11 @@ ways: the classic move with ``MIGRATE`` of whole keys (as ``valkey-cli --cluster
 chunked classic move (no step longer than ``--chunk`` elements), and ``CLUSTER MIGRATESLOTS`` (Valkey 9).
 Meanwhile one probe process per node sends ``PING`` without pause: its longest wait is how long that node
 stalled every other community it serves. Shown: the move's duration and each node's longest and 99th-percentile
-probe wait, with the load average (a shared machine's noise sets the floor of the waits).
-Usage: python scripts/bench_slot_move.py [--jobs 200000,500000] [--chunk 1000]
+probe wait, with the load average (a shared machine's noise sets the floor of the waits). With ``--command``
+each move is made by the operator's command instead, ``pilotfish move big --to HOST:PORT`` (``--classic``,
+``--chunk``; whole keys: ``--classic`` with a chunk larger than any key), a process of its own, and the
+duration is the one it prints.
+Usage: python scripts/bench_slot_move.py [--jobs 200000,500000] [--chunk 1000] [--command]
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ import argparse
 import json
 import multiprocessing
 import os
+import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -31,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from taskqueues.store import Store
 from taskqueues.store.keys import Keys
-from taskqueues.store.moves import move_slot
+from taskqueues.store.moves import Move, move_slot
 from taskqueues.store.records import NewJob
 from tests.support.cluster import ClusterSet, cluster_set
 
@@ -83,10 +88,22 @@ def populate(cluster: ClusterSet, keys: Keys, jobs: int) -> int:
     return owner
 
 
+def by_command(cluster: ClusterSet, keys: Keys, target: int, atomic: bool | None, chunk: int) -> float:
+    """Move ``keys``' community to node ``target`` with ``pilotfish move``; the seconds it says it took."""
+    argv = ["pilotfish", "move", keys.vo, "--to", f"127.0.0.1:{cluster.nodes[target].port}", "--chunk", str(chunk)]
+    env = {**os.environ, "PILOTFISH_REDIS_URL": cluster.url, "PILOTFISH_BROKER_URL": "redis://127.0.0.1:1/0"}
+    done = subprocess.run([*argv, *(["--classic"] if atomic is False else [])], env=env, capture_output=True, text=True)
+    said = re.search(r" in ([0-9.]+) s$", done.stdout.strip())
+    if done.returncode or not said or (atomic is True) != ("atomically" in done.stdout):
+        raise SystemExit(f"{' '.join(argv)}: {done.stdout}{done.stderr}")
+    return float(said.group(1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", default="200000,500000")
     parser.add_argument("--chunk", type=int, default=1000)
+    parser.add_argument("--command", action="store_true", help="move with `pilotfish move` (its own process)")
     opts = parser.parse_args()
     keys = Keys(vo="big")
     print(f"load average {', '.join(f'{x:.1f}' for x in os.getloadavg())} at the start")
@@ -105,15 +122,19 @@ def main() -> None:
                 probes = [Probe(cluster.nodes[i].port) for i in (source, target)]
                 time.sleep(0.5)
                 others = [cluster.admin(i) for i in range(len(cluster.nodes)) if i not in (source, target)]
-                move = move_slot(
-                    cluster.admin(source), cluster.admin(target), slot, others, first=[keys.stats], **kwargs
-                )
+                if opts.command:
+                    seconds = by_command(cluster, keys, target, kwargs["atomic"], int(kwargs.get("chunk", opts.chunk)))
+                else:
+                    move: Move = move_slot(
+                        cluster.admin(source), cluster.admin(target), slot, others, first=[keys.stats], **kwargs
+                    )
+                    seconds = move.seconds
                 time.sleep(0.5)
                 (smax, sp99), (tmax, tp99) = (probe.stop() for probe in probes)
                 held = cluster.admin(target).hlen(keys.jobs)
                 assert held == jobs, f"{how}: {held} of {jobs} jobs on the target"
                 print(
-                    f"{jobs:>8} | {how:<31} | {move.seconds:>7.2f} | {smax * 1000:>8.1f} / {sp99 * 1000:>6.1f} | "
+                    f"{jobs:>8} | {how:<31} | {seconds:>7.2f} | {smax * 1000:>8.1f} / {sp99 * 1000:>6.1f} | "
                     f"{tmax * 1000:>8.1f} / {tp99 * 1000:>6.1f}"
                 )
                 source, target = target, source

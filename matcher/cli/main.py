@@ -106,6 +106,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "flower": ("matcher.cli.flower", "flower"),
     "status": ("matcher.cli.operator_commands", "status"),
     "explain": ("matcher.cli.operator_commands", "explain"),
+    "move": ("matcher.cli.operator_commands", "move"),
     "director": ("pilot.director.command", "director"),
     "pilot": ("pilot.agent.command", "pilot"),
     "mjf": ("pilot.mjf.command", "mjf"),

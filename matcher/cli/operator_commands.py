@@ -1,9 +1,10 @@
-"""``pilotfish status`` and ``pilotfish explain``: the operator views on the command line.
+"""``pilotfish status``, ``pilotfish explain`` and ``pilotfish move``: the operator's commands.
 
 Both build a :class:`taskqueues.context.Context` (settings from ``PILOTFISH_*`` and the TOML file), so they
 look at the same Redis and catalog as the services. ``--json`` prints machine-readable output;
 ``status --watch`` redraws every 2 s until every job shown has ended: on a terminal it clears the screen,
-otherwise (a pipe, a log file) it prints each refresh as plain lines after a time stamp.
+otherwise (a pipe, a log file) it prints each refresh as plain lines after a time stamp. ``move`` moves a
+community's slot between the primaries of a Redis Cluster store (:func:`taskqueues.store.moves.move_community`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,10 @@ from typing import Any
 import click
 
 from taskqueues.context import Context
+from taskqueues.settings import Settings
 from taskqueues.store import Store
+from taskqueues.store.keys import Keys
+from taskqueues.store.moves import CHUNK, move_community
 
 from ..explain import explain as explain_job
 from ..explain import render_explanation
@@ -31,7 +35,7 @@ from ..status import (
     task_queues,
 )
 
-__all__ = ["WATCH_SECONDS", "explain", "status"]
+__all__ = ["WATCH_SECONDS", "explain", "move", "status"]
 
 WATCH_SECONDS = 2.0
 
@@ -90,3 +94,21 @@ def explain(job: str, as_json: bool) -> None:
         click.echo(json.dumps(found.to_json(), sort_keys=True))
     else:
         click.echo("\n".join(render_explanation(found)))
+
+
+@click.command("move")
+@click.argument("vo")
+@click.option("--to", "target", required=True, metavar="HOST:PORT", help="The Cluster primary to move VO to.")
+@click.option("--classic", is_flag=True, help="A chunked classic move even where CLUSTER MIGRATESLOTS exists.")
+@click.option(
+    "--chunk",
+    type=click.IntRange(min=1),
+    default=CHUNK,
+    show_default=True,
+    help="Elements of a big key copied per step of a classic move.",
+)
+def move(vo: str, target: str, classic: bool, chunk: int) -> None:
+    """Move community VO's keys (its Redis Cluster slot) to the primary at HOST:PORT."""
+    settings = Settings.load()
+    keys = Keys(prefix=settings.prefix, vo=vo)
+    click.echo(str(move_community(settings.redis_url, keys, target, atomic=False if classic else None, chunk=chunk)))

@@ -298,25 +298,69 @@ def where(client: redis.Redis) -> str:
     return f"{scheme}://{user}{nodes} (slot {pool.topology.slot})"
 
 
+@dataclass(frozen=True)
+class Node:
+    """One node of a cluster as ``CLUSTER NODES`` lists it: ``primary`` when a primary not marked failing,
+    ``slots`` the ranges it owns; ``migrating``: slot → the node id it is on its way to (a classic move
+    under way, which only the node itself lists)."""
+
+    host: str
+    port: int
+    id: str
+    primary: bool
+    slots: tuple[tuple[int, int], ...]
+    migrating: tuple[tuple[int, str], ...] = ()
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def owns(self, slot: int) -> bool:
+        return any(first <= slot <= last for first, last in self.slots)
+
+
+def nodes(client: redis.Redis) -> list[Node]:
+    """Every node of ``client``'s cluster (``CLUSTER NODES``: the control plane's right)."""
+    listed = client.execute_command("CLUSTER", "NODES")  # type: ignore[no-untyped-call]
+    found: list[Node] = []
+    for line in (listed.decode() if isinstance(listed, bytes) else str(listed)).splitlines():
+        fields = line.split()
+        if len(fields) < 8:
+            continue
+        flags = fields[2].split(",")
+        host, _, port = fields[1].split("@")[0].rpartition(":")
+        slots = [part.partition("-")[::2] for part in fields[8:] if not part.startswith("[")]
+        migrating = [part[1:-1].split("->-") for part in fields[8:] if "->-" in part]
+        found.append(
+            Node(
+                host=host or "127.0.0.1",
+                port=int(port),
+                id=fields[0],
+                primary="master" in flags and "fail" not in flags,
+                slots=tuple((int(first), int(last or first)) for first, last in slots),
+                migrating=tuple((int(slot), to) for slot, to in migrating),
+            )
+        )
+    return found
+
+
+def node_client(client: redis.Redis, node: Node) -> redis.Redis:
+    """An administrative client of ``node`` alone, with ``client``'s credentials (and TLS)."""
+    pool = client.connection_pool
+    assert isinstance(pool, SlotPool)
+    kwargs = {k: v for k, v in pool.connection_kwargs.items() if k != "topology"}
+    connection_class = SSLConnection if pool.topology.url.tls else Connection
+    return redis.Redis(
+        connection_pool=ConnectionPool(connection_class=connection_class, host=node.host, port=node.port, **kwargs)
+    )
+
+
 def primaries(client: redis.Redis) -> Iterator[redis.Redis]:
     """A client of each primary of ``client``'s cluster, with its credentials (``CLUSTER NODES``: the
     control plane's right), closed when the next is yielded."""
-    pool = client.connection_pool
-    assert isinstance(pool, SlotPool)
-    nodes = client.execute_command("CLUSTER", "NODES")  # type: ignore[no-untyped-call]
-    for line in (nodes.decode() if isinstance(nodes, bytes) else str(nodes)).splitlines():
-        fields = line.split()
-        if len(fields) < 8 or "master" not in fields[2].split(",") or "fail" in fields[2].split(","):
-            continue
-        host, _, port = fields[1].split("@")[0].rpartition(":")
-        kwargs = {k: v for k, v in pool.connection_kwargs.items() if k != "topology"}
-        connection_class = SSLConnection if pool.topology.url.tls else Connection
-        node = redis.Redis(
-            connection_pool=ConnectionPool(
-                connection_class=connection_class, host=host or "127.0.0.1", port=int(port), **kwargs
-            )
-        )
+    for primary in [node for node in nodes(client) if node.primary]:
+        admin = node_client(client, primary)
         try:
-            yield node
+            yield admin
         finally:
-            node.connection_pool.disconnect()
+            admin.connection_pool.disconnect()

@@ -21,19 +21,24 @@ that slot. Two ways, chosen by :func:`move_slot`:
   waits for the whole move (as with ``MIGRATE``); the others do not.
 
 The clients given are administrative connections to single nodes (``CLUSTER SETSLOT``, ``MIGRATE``), not the
-store's community clients.
+store's community clients. :func:`move_community` (``pilotfish move``) finds them from the store's Cluster URL:
+the community's slot, its owner and the target primary named by its address.
 """
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import redis
+from redis.exceptions import AskError
 
 from ..errors import StoreError
+from . import cluster
+from .keys import Keys
 
 #: Elements of one key moved in one step of a chunked classic move (also the largest key moved by MIGRATE).
 CHUNK = 1000
@@ -44,6 +49,10 @@ _MIGRATE_TIMEOUT_MS = 60000
 
 class MoveFailed(StoreError):
     """A slot move could not be completed; the message says where it stopped."""
+
+
+class MoveRefused(StoreError):
+    """A move that cannot be asked for (not a Cluster, no such primary, nothing to move...); nothing was done."""
 
 
 @dataclass(frozen=True)
@@ -148,7 +157,7 @@ def _move_classic(
     first: list[bytes],
 ) -> tuple[int, int]:
     host, port = _address(target)
-    first = [key for key in first if source.exists(key)]  # once MIGRATING, a missing key answers ASK
+    first = [key for key in first if _here(source, key)]
     _cmd(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", node_id(source))
     _cmd(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", node_id(target))
     moved = chunked = 0
@@ -170,6 +179,15 @@ def _move_classic(
     for node in (target, source, *others):
         _cmd(node, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
     return moved, chunked
+
+
+def _here(source: redis.Redis, key: bytes) -> bool:
+    """Whether ``key`` is on the source; once its slot is ``MIGRATING`` (a move that stopped half-way, taken
+    up again), a key already gone answers ``ASK``."""
+    try:
+        return bool(source.exists(key))
+    except AskError:
+        return False
 
 
 def _migrate(source: redis.Redis, host: str, port: int, keys: list[bytes]) -> int:
@@ -229,3 +247,105 @@ def _asking(target: redis.Redis, command: tuple[Any, ...]) -> Any:
     pipe.execute_command("ASKING")  # type: ignore[no-untyped-call]
     pipe.execute_command(*command)  # type: ignore[no-untyped-call]
     return pipe.execute()[1]
+
+
+@dataclass(frozen=True)
+class CommunityMove:
+    """What :func:`move_community` did: ``community``'s ``slot`` went from ``source`` to ``target``
+    (``host:port``); ``keys``: the keys of the slot now at the target."""
+
+    community: str
+    slot: int
+    source: str
+    target: str
+    keys: int
+    move: Move
+
+    def __str__(self) -> str:
+        how = (
+            "atomically (CLUSTER MIGRATESLOTS)"
+            if self.move.how == "atomic"
+            else f"by a chunked classic move ({self.move.chunked_keys} big keys copied piecewise)"
+        )
+        return (
+            f"moved community {self.community!r} (slot {self.slot}, {self.keys} keys) from {self.source} to "
+            f"{self.target} {how} in {self.move.seconds:.2f} s"
+        )
+
+
+def address(text: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port``) as a pair; a bad form is a :class:`MoveRefused` naming it."""
+    host, _, port = text.strip().rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not host or not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
+        raise MoveRefused(f"target {text!r} is not HOST:PORT (the address of a primary of the cluster)")
+    return host, int(port)
+
+
+def _same_host(a: str, b: str) -> bool:
+    if a == b:
+        return True
+    try:
+        return bool({i[4][0] for i in socket.getaddrinfo(a, None)} & {i[4][0] for i in socket.getaddrinfo(b, None)})
+    except OSError:
+        return False
+
+
+def _under_way(source: redis.Redis, source_id: str, slot: int) -> str | None:
+    """The node id ``slot`` is migrating to from ``source`` (a classic move that stopped half-way), if any."""
+    for node in cluster.nodes(source):
+        if node.id == source_id:
+            return next((to for moving, to in node.migrating if moving == slot), None)
+    return None
+
+
+def move_community(
+    url: str, keys: Keys, target: str, *, atomic: bool | None = None, chunk: int = CHUNK
+) -> CommunityMove:
+    """Move ``keys``' community (its slot: the keyslot of its ``{vo}`` tag) on the Redis Cluster of ``url`` to
+    the primary at ``target`` (``host:port``), by :func:`move_slot` (``atomic`` and ``chunk`` as there, its
+    stats hash first). Refused, with nothing done, unless ``url`` names a Cluster, ``target`` one of its
+    primaries that does not own the slot already, and the community has keys."""
+    if not cluster.is_cluster(url):
+        shown = f"redis_url {cluster.shown_url(url)!r}" if url else "the embedded server"
+        raise MoveRefused(
+            f"{shown} is not a Redis Cluster (redis+cluster://...): a community moves between its primaries"
+        )
+    host, port = address(target)
+    client = cluster.client(url, keys.base)
+    admins: list[redis.Redis] = []
+    try:
+        slot = cluster.slot_of(client)
+        primaries = [node for node in cluster.nodes(client) if node.primary]
+        named = [node for node in primaries if node.port == port and _same_host(node.host, host)]
+        if not named:
+            listed = ", ".join(sorted(node.address for node in primaries))
+            raise MoveRefused(f"target {target} is not a primary of the cluster (its primaries: {listed})")
+        owners = [node for node in primaries if node.owns(slot)]
+        if not owners:
+            raise MoveRefused(f"slot {slot} of community {keys.vo!r} has no primary: is a move of it under way?")
+        source, goal = owners[0], named[0]
+        if goal.id == source.id:
+            raise MoveRefused(f"{goal.address} already owns slot {slot} of community {keys.vo!r}: nothing to move")
+        admins = [cluster.node_client(client, node) for node in primaries]
+        by_id = {node.id: admin for node, admin in zip(primaries, admins, strict=True)}
+        under_way = _under_way(by_id[source.id], source.id, slot)
+        if under_way is not None and under_way != goal.id:
+            going = next((node.address for node in primaries if node.id == under_way), under_way)
+            raise MoveRefused(
+                f"slot {slot} of community {keys.vo!r} is half-way to {going} (a move that stopped): "
+                f"finish that one first (pilotfish move {keys.vo} --to {going})"
+            )
+        if under_way is None and not by_id[source.id].exists(keys.stats, keys.seq, keys.jobs, keys.requests):
+            raise MoveRefused(
+                f"community {keys.vo!r} has no keys at {source.address} (slot {slot}, prefix {keys.prefix!r}): "
+                "nothing to move"
+            )
+        others = [admin for node_id, admin in by_id.items() if node_id not in (source.id, goal.id)]
+        move = move_slot(by_id[source.id], by_id[goal.id], slot, others, atomic=atomic, chunk=chunk, first=[keys.stats])
+        held = int(_cmd(by_id[goal.id], "CLUSTER", "COUNTKEYSINSLOT", slot))
+        return CommunityMove(keys.vo, slot, source.address, goal.address, held, move)
+    finally:
+        for admin in admins:
+            admin.connection_pool.disconnect()
+        client.connection_pool.disconnect()
