@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 from pilot.agent.guardian import Guardian
 from pilot.agent.memory import Usage
-from pilot.agent.sandbox import Sandbox, payload_members
+from pilot.agent.sandbox import Sandbox, payload_members, reap_adopted
 from pilot.mjf.payload import PayloadSandbox
 from taskqueues.errors import PilotfishError
 from taskqueues.store.records import Job, RunResult
@@ -405,6 +405,8 @@ class Payload:
         self.status = self._unwrapped(status)
         if rusage is not None:
             self.rusage_cpu = rusage.ru_utime + rusage.ru_stime
+            if self.confinement is not None:  # the sandbox's init, if bwrap exited before waiting for it
+                self.rusage_cpu += reap_adopted(self._pid)
             # The shell was forked from the pilot, and Linux carries the pre-exec image's high-water mark
             # into ru_maxrss: a value up to the pilot's own peak may be the pilot's, not the payload's.
             # Above it, it can only be a payload process's (a lower bound of the tree's peak).

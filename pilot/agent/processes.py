@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pilot.agent.guardian import Guardian
 from pilot.agent.memory import over_limit, over_limit_reason, sample_sessions
 from pilot.agent.payload import JobRefused, Payload, PayloadError, Stop, job_problem
-from pilot.agent.sandbox import Sandbox, private_paths
+from pilot.agent.sandbox import Sandbox, adopt_orphans, private_paths
 from pilot.agent.state import PilotState
 from pilot.agent.wake import Wake
 from pilot.mjf.formulas import denormalise
@@ -57,7 +57,9 @@ class Processes:
         self.confinement = Sandbox.create(
             config.payload_sandbox, private_paths(settings, config.workdir, extra), shared
         )
-        if not self.confinement.confined:
+        if self.confinement.confined:
+            adopt_orphans()  # a sandbox's init left by its bwrap comes back to the pilot, with its CPU time
+        else:
             log.warning("pilot %s: %s", self.state.name, none_warning())
         self.guardian = Guardian()
 

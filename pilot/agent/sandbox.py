@@ -23,9 +23,12 @@
 
 The pilot keeps what it had without a sandbox: bwrap is started in the payload's session (the session
 and group id is bwrap's pid), the pilot's memory sampling finds every process of that session, ``wait4``
-on bwrap gives the CPU time of the whole tree (bwrap waits for its children), and SIGKILL to the group
-kills it all. SIGTERM is different: bwrap dies of it at once and takes the sandbox with it, so the pilot
-sends SIGTERM to the payload's own processes only (:func:`payload_members`), keeping the kill grace.
+gives the CPU time of the whole tree, and SIGKILL to the group kills it all. bwrap's outer process may exit
+(with the payload's status) before it waits for the init of the payload's PID namespace, which holds the
+payload's CPU time: the pilot is therefore the subreaper of its sandboxes (:func:`adopt_orphans`), so that
+init is handed to the pilot, which reaps it and adds its time (:func:`reap_adopted`). SIGTERM is different:
+bwrap dies of it at once and takes the sandbox with it, so the pilot sends SIGTERM to the payload's own
+processes only (:func:`payload_members`), keeping the kill grace.
 
 ``payload_sandbox = "none"`` runs ``/bin/sh -c`` directly, as before: see
 :func:`taskqueues.sandbox.none_warning` for what a payload then reaches. A pilot whose sandbox cannot
@@ -35,6 +38,7 @@ start (bwrap missing, no user namespaces for an unprivileged user) refuses to st
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import subprocess
@@ -226,6 +230,41 @@ class Sandbox:
 
 def _refused(real: str, private: Sequence[str]) -> bool:
     return real in HIDDEN or any(_covered(real, [p]) or _covered(p, [real]) for p in private)
+
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def adopt_orphans() -> None:
+    """Make this process the subreaper of its descendants (``prctl(PR_SET_CHILD_SUBREAPER)``): a sandbox's
+    init whose bwrap exited first is handed to the pilot, not to the system's init, and :func:`reap_adopted`
+    collects its CPU time. A no-op where there is no prctl."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(ctypes.c_int(_PR_SET_CHILD_SUBREAPER), ctypes.c_ulong(1), 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: bwrap is not there either
+        return
+
+
+def reap_adopted(session: int) -> float:
+    """Reap the children this process adopted from ``session`` (a sandboxed payload whose bwrap has been
+    reaped; SIGKILLed with its session before) and return their CPU seconds, with what they had waited for."""
+    cpu = 0.0
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/children") as handle:
+                children = [int(pid) for pid in handle.read().split()]
+        except (OSError, ValueError):
+            continue
+        for pid in children:
+            try:
+                if os.getsid(pid) != session:
+                    continue
+                _, _, rusage = os.wait4(pid, 0)
+            except (ChildProcessError, ProcessLookupError, PermissionError):
+                continue
+            cpu += rusage.ru_utime + rusage.ru_stime
+    return cpu
 
 
 def payload_members(session: int) -> list[int]:
