@@ -139,3 +139,33 @@ def test_the_heartbeat_of_the_same_attempt_takes_the_job_back(store: Store, cloc
     store.complete(jid, 1, "p1")
     assert store.job(jid).state is JobState.DONE
     assert taken_back(store) == 1
+
+
+def test_the_start_of_the_same_attempt_takes_the_job_back(store: Store, clock: FakeClock) -> None:
+    jid = paused(store, clock, start=False)
+    store.start(jid, 1, "p1")
+    held = store.job(jid)
+    assert (held.state, held.attempt, held.pilot, held.retries) == (JobState.RUNNING, 1, "p1", 0)
+    assert store.match(offer("p2")) == []
+    assert taken_back(store) == 1
+
+
+def test_a_start_sent_again_takes_a_started_job_back_no_more(store: Store, clock: FakeClock) -> None:
+    jid = paused(store, clock, start=True)
+    with pytest.raises(StaleReport):
+        store.start(jid, 1, "p1")  # its heartbeat or its end report does
+    assert store.job(jid).state is JobState.WAITING
+
+
+def test_a_start_in_a_pilot_exchange_takes_the_job_back(store: Store, clock: FakeClock) -> None:
+    jid = paused(store, clock, start=False)
+    exchange = store.exchange("p1", starts=[(jid, 1, clock.now)])
+    assert exchange.refused == {}
+    assert store.job(jid).state is JobState.RUNNING
+
+
+def test_an_end_report_in_a_pilot_exchange_takes_the_job_back(store: Store, clock: FakeClock) -> None:
+    jid = paused(store, clock)
+    exchange = store.exchange("p1", completions=[(jid, 1, RunResult(exit_code=0))])
+    assert exchange.refused == {}
+    assert store.job(jid).state is JobState.DONE
