@@ -62,8 +62,9 @@ if PROBLEM then return refused() end
 declare_keys()
 local back = {}
 for i = 5, #ARGV, 4 do
-  local rec = load(KEYS[1], ARGV[i])
-  if requeued_from(rec, tonumber(ARGV[i + 1]), pilot) then
+  local raw = redis.call('HGET', KEYS[1], ARGV[i]) -- only a record the reaper marked is decoded here
+  local rec = raw and string.find(raw, '"lx":', 1, true) and load(KEYS[1], ARGV[i])
+  if rec and requeued_from(rec, tonumber(ARGV[i + 1]), pilot) then
     back[ARGV[i]] = true
     need_back(base, rec)
   end

@@ -169,3 +169,13 @@ def test_an_end_report_in_a_pilot_exchange_takes_the_job_back(store: Store, cloc
     exchange = store.exchange("p1", completions=[(jid, 1, RunResult(exit_code=0))])
     assert exchange.refused == {}
     assert store.job(jid).state is JobState.DONE
+
+
+def test_a_job_named_twice_in_a_heartbeat_is_taken_back_once(store: Store, clock: FakeClock) -> None:
+    jid = paused(store, clock)
+    args = ["p1", clock.now, store.lease_seconds, "", jid, 1, "", "", jid, 1, "", ""]
+    k = store.keys
+    store.call_script("heartbeat", [k.jobs, k.leases, k.kills, k.pilots, k.pilotseen, k.stats], args)
+    held = store.job(jid)
+    assert (held.state, held.retries) == (JobState.RUNNING, 0)
+    assert taken_back(store) == 1
