@@ -95,6 +95,11 @@ def families(census: Census, vo: str, max_task_queues: int) -> Iterator[Metric]:
     for name, field, doc in (
         ("pilotfish_lease_expiries", stats.LEASE_EXPIRED, "Leases that expired (their pilot died or lost contact)"),
         ("pilotfish_retries", stats.RETRIES, "Jobs put back to wait for another attempt"),
+        (
+            "pilotfish_leases_taken_back",
+            stats.TAKEN_BACK,
+            "Requeued jobs their pilot's report or heartbeat took back (a store paused longer than the lease)",
+        ),
         ("pilotfish_matches", stats.MATCHED, "Jobs leased to pilots"),
         ("pilotfish_jobs_forgotten", stats.FORGOTTEN, "Ended jobs forgotten by the retention (job_retention)"),
     ):

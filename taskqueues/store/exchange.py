@@ -129,7 +129,7 @@ class PendingExchange:
         refused: dict[str, str] = {}
         released: list[str] = []
         for (job, attempt, at), reply in zip(self.starts, replies, strict=False):
-            if reply is None:
+            if reply is None or _text(reply[0]) == "needkeys":  # a start taking its job back needs more keys
                 try:
                     store.start(job, attempt, pilot, at)
                 except StaleReport as exc:

@@ -292,6 +292,8 @@ def lua_names() -> dict[str, str]:
             ("K_QFLOOR", k.qfloor),
             ("K_LEASES", k.leases),
             ("K_PARKED", k.parked),
+            ("K_DELAYED", k.delayed),
+            ("K_RELEASING", k.releasing),
             ("K_WORK", k.work),
             ("K_BYRULE", k.byrule("")),
             ("K_WAKE", k.wake),

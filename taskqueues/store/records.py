@@ -14,7 +14,9 @@ reason, ``o`` outputs (JSON text), ``cx`` cancel requested, ``k`` key, ``ru`` ru
 ``nd`` unfinished dependencies, ``dp`` dependencies, ``dx`` requirements deferred until the dependencies'
 outputs exist (``df`` holds what evaluating them needs), ``pr`` pressure (seconds of critical path from
 the job's start to its request's targets), ``h`` the user's own run-time hint (what the rule's hint
-factor is learnt from, and what re-estimation starts again from).
+factor is learnt from, and what re-estimation starts again from), ``lx``/``ls`` the pilot whose lease
+expired and the state the job was in then (set by the reaper's requeue: that pilot's report or heartbeat of
+the same attempt takes the job back while nobody matched it since; ``_lib.lua``'s ``take_back``).
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@ counts its submissions and the batch systems' errors per backend (:func:`add`).
 | ``ended:<state>`` | complete.lua, ``_lib.lua``'s finish | jobs that ended: done, failed, cancelled, dep-failed |
 | ``lease_expired`` | reap.lua | leases that expired (their pilot died or lost contact) |
 | ``retries`` | reap.lua, fail.lua | jobs put back to wait for another attempt |
+| ``taken_back`` | complete.lua, fail.lua, heartbeat.lua, start.lua | jobs requeued after an expired lease
+that their pilot's report or heartbeat of the same attempt took back, nobody having matched them since (a
+store paused longer than the lease; ``_lib.lua``'s ``take_back``) |
 | ``matched`` | match.lua | jobs leased to pilots |
 | ``forgotten`` | forget.lua | ended jobs forgotten by the retention (``taskqueues.store.retention``) |
 | ``blocked`` | submit.lua, complete.lua, finish | jobs waiting for their dependencies now (a gauge) |
@@ -38,6 +41,7 @@ from .keys import Keys
 ENDED = "ended:"
 LEASE_EXPIRED = "lease_expired"
 RETRIES = "retries"
+TAKEN_BACK = "taken_back"
 MATCHED = "matched"
 FORGOTTEN = "forgotten"
 BLOCKED = "blocked"

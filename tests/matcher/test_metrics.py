@@ -295,3 +295,17 @@ def test_metrics_with_a_wrong_password_is_a_one_line_error(tmp_path: Path) -> No
 
 def test_keys_name_the_stats_hash() -> None:
     assert Keys(vo="lhcb").stats == "pf:{lhcb}:stats"
+
+
+def test_a_lease_taken_back_after_a_paused_store_is_counted(redis_url: str, tmp_path: Path) -> None:
+    clock = FakeClock()
+    store = Store.from_url(redis_url, lease_seconds=10, backoff=0, clock=clock)
+    (jid,) = store.submit([job("t1")])
+    [m] = store.match(PilotOffer("p", "site/ce/q1", 1, 1000))
+    clock.now += 11
+    store.requeue_expired()  # the store paused longer than the lease: requeued while its pilot lives
+    assert store.heartbeat("p", {jid: m.attempt}).lost == ()  # its pilot takes it back
+    settings = Settings().with_(redis_url=redis_url, state_dir=str(tmp_path))
+    samples = parse(generate_latest(registry(Context(settings))).decode())
+    assert value(samples, "pilotfish_leases_taken_back_total") == 1
+    assert value(samples, "pilotfish_lease_expiries_total") == 1

@@ -488,6 +488,55 @@ end
 local function wake(base)
   if ENQUEUED then redis.call('PUBLISH', base .. K_WAKE, '1') end
 end
+-- A lease that expired while its pilot lived (issue 32): the store was paused (SIGSTOP, a frozen VM, a cut
+-- network) longer than the lease, its run id did not change, so the reaper gave no grace and requeued the job
+-- when it resumed, although its pilot still runs (or has finished) the payload. The requeue marks the record
+-- with that pilot (lx) and the state it was in (ls); nobody matched the job since as long as it is still
+-- waiting (or releasing) at the same attempt (a match counts the attempt up). Then that pilot's report or
+-- heartbeat of that attempt takes it back: out of its task queue, back-off, releasing set and parked hash,
+-- leased to its pilot again, its retry count as before the requeue, as if the lease had held. A job matched
+-- again by anyone is refused as before. The cores its lease held under a shares policy were given back by the
+-- requeue (fair_end) and are not counted again for the rest of this run.
+local function requeued_from(rec, attempt, pilot)
+  return rec ~= nil and rec.lx ~= nil and rec.lx == pilot and tostring(rec.a) == tostring(attempt)
+    and (rec.s == 'waiting' or rec.s == 'releasing')
+end
+-- The keys take_back writes: the caller declares them (or answers needkeys) before its first write.
+local function need_back(base, rec)
+  if type(rec.t) == 'string' then need(base .. K_TQ .. rec.t) end
+  need(base .. K_DELAYED)
+  need(base .. K_RELEASING)
+  need(base .. K_PARKED)
+  need_heads(base)
+end
+-- A pilot's report of a job's end (complete.lua, fail.lua): the reason it is stale, or nil and whether the job
+-- is to be taken back (its keys then declared).
+local function check_end_report(base, rec, id, attempt, pilot)
+  if requeued_from(rec, attempt, pilot) then
+    need_back(base, rec)
+    return nil, true
+  end
+  local bad = check_report(rec, id, attempt, {'matched', 'running'})
+  if not bad and rec.pl ~= pilot then bad = 'job ' .. id .. ' is leased to ' .. tostring(rec.pl) end
+  return bad, false
+end
+-- Take a job requeued_from(rec, attempt, pilot) back for its pilot (the caller saves the record, sets its
+-- lease, and calls sync_heads once after its writes).
+local function take_back(base, rec, pilot)
+  if type(rec.t) == 'string' and type(rec.m) == 'string'
+      and redis.call('ZREM', base .. K_TQ .. rec.t, rec.m) == 1 then
+    touched(rec.t, nil)
+  end
+  redis.call('ZREM', base .. K_DELAYED, rec.id)
+  redis.call('ZREM', base .. K_RELEASING, rec.id)
+  redis.call('HDEL', base .. K_PARKED, rec.id)
+  rec.s = rec.ls == 'running' and 'running' or 'matched'
+  rec.pl = pilot
+  rec.rt = (tonumber(rec.rt) or 1) - 1
+  if rec.rt <= 0 then rec.rt = nil end
+  rec.why, rec.lx, rec.ls = nil, nil, nil
+  count(base, 'taken_back', 1)
+end
 
 -- ==== fair share and running limits (issue 18) ====
 -- A lease taken while shares were configured (match.lua recorded the pilot's queue as fq) ends: its cores

@@ -20,6 +20,9 @@
 -- ARGV[1]  key base   ARGV[2] job id   ARGV[3] attempt   ARGV[4] pilot id   ARGV[5] now
 -- ARGV[6]  result JSON {"x": exit, "w": wall s, "cpu": cpu s, "pm": peak MB, "o": outputs JSON string,
 --          "why": text, "st": started} (those fields only: they are copied onto the record)
+-- A job the reaper requeued from this pilot's lease of this attempt, and nobody matched since (the store was
+-- paused longer than the lease), is taken back and recorded done (_lib.lua's requeued_from): KEYS then also
+-- hold its task queue and the delayed, releasing and parked keys (or the script answers needkeys).
 -- Returns  {'ok', released id...} or {'stale', reason} or {'needkeys', key...}
 SCRIPT = 'complete'
 -- One more value into a running mean and variance: Welford's update for the first 100, then exponentially
@@ -42,9 +45,10 @@ check_fields('ARGV[6] (result)', result, RESULT)
 if PROBLEM then return refused() end
 declare_keys()
 local rec = load(KEYS[1], id)
-local bad = check_report(rec, id, attempt, {'matched', 'running'})
+-- Requeued by the reaper after the store paused longer than the lease, and matched by nobody since: this
+-- pilot's report of that attempt takes it back (_lib.lua's requeued_from).
+local bad, back = check_end_report(base, rec, id, attempt, pilot)
 if bad then return {'stale', bad} end
-if rec.pl ~= pilot then return {'stale', 'job ' .. id .. ' is leased to ' .. tostring(rec.pl)} end
 
 -- Read phase: which dependents does this release, and what do they need?
 need(base .. K_WORK)
@@ -59,6 +63,7 @@ end
 local missing = needkeys()
 if missing then return missing end
 
+if back then take_back(base, rec, pilot) end
 add_work(base, -work_of(rec))
 fair_end(base, rec, now)
 rec.s = 'done'

@@ -12,6 +12,9 @@
 --          "st": started} (those fields only: they are copied onto the record)
 -- ARGV[7]  "1" to give the job back to its task queue at once (counts as a retry), "0" to fail it
 -- A lease taken under a shares policy gives its cores back to the fair hash's counters (fair_end, _lib.lua).
+-- A job the reaper requeued from this pilot's lease of this attempt, and nobody matched since (the store was
+-- paused longer than the lease), is taken back first (_lib.lua's requeued_from): KEYS then also hold its task
+-- queue and the delayed, releasing and parked keys (or the script answers needkeys).
 -- Returns  {'ok', final state} or {'stale', reason} or {'needkeys', key...}
 SCRIPT = 'fail'
 local base = check_base({'jobs', 'leases', 'kills', 'tqempty', 'releasing'})
@@ -28,24 +31,26 @@ declare_keys()
 need(base .. K_WORK)
 need_heads(base)
 local rec = load(KEYS[1], id)
-local bad = check_report(rec, id, attempt, {'matched', 'running'})
+-- Requeued by the reaper after the store paused longer than the lease, and matched by nobody since: this
+-- pilot's report of that attempt takes it back (_lib.lua's requeued_from).
+local bad, back = check_end_report(base, rec, id, attempt, pilot)
 if bad then return {'stale', bad} end
-if rec.pl ~= pilot then return {'stale', 'job ' .. id .. ' is leased to ' .. tostring(rec.pl)} end
 local kill = redis.call('HGET', KEYS[3], id)
-local retry = ARGV[7] == '1' and not kill and (rec.rt or 0) < rec.mr
+local retry = ARGV[7] == '1' and not kill and ((rec.rt or 0) - (back and 1 or 0)) < rec.mr
 local queues = {}
-if retry then
-  queues = pool_of(base, rec.t)
+if retry then queues = pool_of(base, rec.t) end
+if retry or back then
   local missing = needkeys()
   if missing then return missing end
 end
+if back then take_back(base, rec, pilot) end
 for k, v in pairs(result) do rec[k] = v end
 redis.call('ZREM', KEYS[2], id)
 redis.call('HDEL', KEYS[3], id)
 fair_end(base, rec, now)
 if retry then
   rec.rt = (rec.rt or 0) + 1
-  rec.pl = nil
+  rec.pl, rec.lx, rec.ls = nil, nil, nil -- given back, not requeued by the reaper: nobody takes it back
   count(base, 'retries', 1)
   enqueue(base, KEYS[4], KEYS[5], rec, queues, now)
   save(KEYS[1], rec)
@@ -62,5 +67,6 @@ elseif ARGV[7] == '1' then
   reason = reason .. ' (gave up after ' .. tostring(rec.rt or 0) .. ' retries)'
 end
 finish(KEYS[1], KEYS[5], rec, state, reason, now)
+sync_heads(base, now)
 wake(base)
 return {'ok', state}

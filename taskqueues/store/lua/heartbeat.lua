@@ -14,10 +14,13 @@
 --          plane read (PILOT below) must have their types, others are kept as given
 -- ARGV[5..] job id, attempt, peak memory MB, CPU seconds, job id, ...: four per job; usage "" = not measured
 --          yet. Usage is stored on the record (pm, cpu) only for the job's current attempt on this pilot.
+-- A job the reaper requeued from this pilot's lease of the attempt named, and nobody matched since (the store
+-- was paused longer than the lease), is taken back and leased again (_lib.lua's requeued_from): KEYS then also
+-- hold its task queue, the delayed, releasing and parked keys and the heads hashes (or it answers needkeys).
 -- Returns  {kills, lost}: kills = {id, reason, ...} to terminate; lost = {id, ...} no longer this pilot's
 --          (requeued after an expired lease, or finished): the pilot must stop them without reporting.
 SCRIPT = 'heartbeat'
-base_of_jobs({'jobs', 'leases', 'kills', 'pilots', 'pilotseen', 'stats'})
+local base = base_of_jobs({'jobs', 'leases', 'kills', 'pilots', 'pilotseen', 'stats'})
 check_count(4)
 local mlat
 if (#ARGV - 4) % 4 ~= 0 then problem('ARGV[5..]', 'wants four values per job, got ' .. (#ARGV - 4)) end
@@ -53,6 +56,21 @@ for i = 5, #ARGV - 3, 4 do
   end
 end
 if PROBLEM then return refused() end
+-- Read phase: a job the reaper requeued from this pilot's lease of the attempt it names, and nobody matched
+-- since (the store was paused longer than the lease), is taken back (_lib.lua's requeued_from): its payload
+-- goes on, leased again. Its keys are declared, or the script answers needkeys before any write.
+declare_keys()
+local back = {}
+for i = 5, #ARGV, 4 do
+  local raw = redis.call('HGET', KEYS[1], ARGV[i]) -- only a record the reaper marked is decoded here
+  local rec = raw and string.find(raw, '"lx":', 1, true) and load(KEYS[1], ARGV[i])
+  if rec and requeued_from(rec, tonumber(ARGV[i + 1]), pilot) then
+    back[ARGV[i]] = true
+    need_back(base, rec)
+  end
+end
+local missing = needkeys()
+if missing then return missing end
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[4], pilot, ARGV[4]) end
 if mlat then
   for i = 1, #mlat - 1 do
@@ -66,7 +84,12 @@ for i = 5, #ARGV, 4 do
   local id, attempt = ARGV[i], tonumber(ARGV[i + 1])
   local pm, cpu = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
   local rec = load(KEYS[1], id)
-  if rec and rec.pl == pilot and check_report(rec, id, attempt, {'matched', 'running'}) == nil then
+  if back[id] and requeued_from(rec, attempt, pilot) then
+    take_back(base, rec, pilot)
+    if pm and cpu then rec.pm, rec.cpu = pm, cpu end
+    save(KEYS[1], rec)
+    redis.call('ZADD', KEYS[2], now + lease, id)
+  elseif rec and rec.pl == pilot and check_report(rec, id, attempt, {'matched', 'running'}) == nil then
     redis.call('ZADD', KEYS[2], 'XX', now + lease, id)
     if pm and cpu and (rec.pm ~= pm or rec.cpu ~= cpu) then
       rec.pm, rec.cpu = pm, cpu
@@ -78,4 +101,5 @@ for i = 5, #ARGV, 4 do
     lost[#lost + 1] = id
   end
 end
+sync_heads(base, now)
 return {kills, lost}

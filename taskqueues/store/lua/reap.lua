@@ -49,7 +49,7 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', cutoff, 'LIMIT'
     count(base, 'lease_expired', 1)
     local kill = redis.call('HGET', KEYS[4], id)
     redis.call('HDEL', KEYS[4], id)
-    local lastpilot = tostring(rec.pl)
+    local lastpilot, laststate = rec.pl, rec.s
     rec.pl = nil
     fair_end(base, rec, now)
     if kill then
@@ -57,12 +57,13 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', cutoff, 'LIMIT'
       failed = failed + 1
     elseif (rec.rt or 0) >= rec.mr then
       finish(KEYS[1], KEYS[6], rec, 'failed', 'lease expired ' .. tostring((rec.rt or 0) + 1)
-        .. ' times; last pilot ' .. lastpilot, now)
+        .. ' times; last pilot ' .. tostring(lastpilot), now)
       failed = failed + 1
     else
       rec.rt = (rec.rt or 0) + 1
       rec.s = 'waiting'
-      rec.why = 'lease expired on pilot ' .. lastpilot
+      rec.why = 'lease expired on pilot ' .. tostring(lastpilot)
+      rec.lx, rec.ls = lastpilot, laststate -- _lib.lua's requeued_from: that pilot may still take it back
       save(KEYS[1], rec)
       local delay = 0
       if rec.rt > 1 then delay = math.min(backoff * 2 ^ (rec.rt - 2), MAX_TIME) end

@@ -11,11 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import redis
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 
+from taskqueues.errors import StaleReport
 from taskqueues.store import Store
-from taskqueues.store.records import PilotOffer, member_tail
+from taskqueues.store.records import PilotOffer, RunResult, member_tail
 from taskqueues.store.records import text as _text
 from tests.support.clock import FakeClock
 from tests.support.invariants import check
@@ -40,6 +41,12 @@ class OracleJob:
     ete: int
     retries: int = 0
     state: str = "waiting"
+    attempt: int = 0
+    #: The attempt whose lease the reaper requeued (a paused store), while nobody matched the job since: its
+    #: pilot's late report of that attempt takes the job back (_lib.lua's requeued_from).
+    requeued: int | None = None
+    #: The attempt of the last lease that expired (what a late report names, taken back or not).
+    expired: int | None = None
 
     @property
     def member(self) -> str:
@@ -83,6 +90,7 @@ op_st = st.one_of(
     ),
     st.tuples(st.just("complete"), st.integers(0, 50)),
     st.tuples(st.just("expire")),
+    st.tuples(st.just("late"), st.integers(0, 50), st.booleans()),
 )
 
 
@@ -110,6 +118,8 @@ def test_match_agrees_with_the_oracle(real_redis: redis.Redis, ops: list[tuple])
                 if pick is None:
                     break
                 pick.state = "matched"
+                pick.attempt += 1
+                pick.requeued = None
                 expected.append(pick.id)
                 cpu, mem = cpu - pick.cpu, mem - pick.mem
             assert [j.id for j in got] == expected
@@ -119,6 +129,24 @@ def test_match_agrees_with_the_oracle(real_redis: redis.Redis, ops: list[tuple])
                 target = matched[op[1] % len(matched)]
                 store.complete(target.id, store.job(target.id).attempt, "p")
                 target.state = "done"
+        elif op[0] == "late":  # the first pilot's report of an attempt whose lease expired (a paused store)
+            late = sorted((j for j in oracle.jobs.values() if j.expired is not None), key=lambda j: int(j.id))
+            if late:
+                target = late[op[1] % len(late)]
+                back = target.state == "waiting" and target.requeued == target.expired
+                try:
+                    if op[2]:
+                        store.complete(target.id, target.expired or 0, "p")
+                    else:
+                        store.fail(target.id, target.expired or 0, "p", RunResult(exit_code=1))
+                except StaleReport:
+                    assert not back, (target, store.job(target.id))
+                else:
+                    assert back, (target, store.job(target.id))
+                    event("a late report took its job back")
+                    target.state, target.requeued = "done" if op[2] else "failed", None
+                    target.retries -= 1
+                    assert [str(v) for v in check(store.client, store.keys)] == []
         else:
             clock.now += 31
             store.requeue_expired()
@@ -128,6 +156,8 @@ def test_match_agrees_with_the_oracle(real_redis: redis.Redis, ops: list[tuple])
                 if j.state == "matched":
                     j.retries += 1
                     j.state = "waiting" if j.retries <= 1 else "failed"
+                    j.expired = j.attempt
+                    j.requeued = j.attempt if j.state == "waiting" else None
         check_states(store, {jid: j.state for jid, j in oracle.jobs.items()})
         check_heads(store, TQS)
 
