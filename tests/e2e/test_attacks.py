@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import os
@@ -34,6 +33,7 @@ from taskqueues import embedded
 from taskqueues.shapes import Shape
 from taskqueues.store import Store
 from taskqueues.store.records import JobState
+from tests.support import attacker
 from tests.support.backends import system_env
 from tests.support.paths import ROOT
 from tests.support.pilots import pilot_argv, pilot_env
@@ -45,10 +45,7 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed"),
 ]
 
-# The attacker's source travels in its command (base64, so no quoting can break it): the sandbox hides /tmp,
-# where a checkout (CI's clean clone among them) may live, and the attack must not depend on where that is.
-_SOURCE = base64.b64encode((ROOT / "tests" / "support" / "attacker.py").read_bytes()).decode()
-ATTACKER = f'{sys.executable} -c "$(echo {_SOURCE} | base64 -d)"'
+ATTACKER = attacker.command()
 
 
 def digest(text: str) -> str:

@@ -157,6 +157,16 @@ def linger(seconds: float) -> int:
     return 0
 
 
+def command() -> str:
+    """How a payload runs this attacker: its source travels base64 in the command, so no quoting breaks it and
+    it runs wherever the checkout is (the sandbox hides /tmp, where CI's clean clone lives)."""
+    import base64  # only the tests that build the command need it
+
+    with open(__file__, "rb") as handle:
+        source = base64.b64encode(handle.read()).decode()
+    return f'{sys.executable} -c "$(echo {source} | base64 -d)"'
+
+
 if __name__ == "__main__":
     mode, *rest = sys.argv[1:]
     if mode == "search":

@@ -25,6 +25,7 @@ from taskqueues.requirements import check_value
 from taskqueues.settings import Settings
 from taskqueues.store import Store
 from taskqueues.store.records import JobState
+from tests.support import attacker
 from tests.support.paths import ROOT
 from tests.support.pilots import finish, pilot_env, running_pilot
 from tests.support.polling import wait_until
@@ -151,7 +152,7 @@ def test_kill_9_of_pilot_and_guardian_leaves_no_payload(store: Store, redis_url:
     """The payload (and a grandchild in a session of its own) is gone within a second of kill -9 of its pilot
     and guardian together; the job, requeued when its lease expires, runs once more: never beside itself."""
     marker = "61.4142"
-    first = f"{PY} {ROOT}/tests/support/attacker.py linger {marker}"
+    first = f"{attacker.command()} linger {marker}"
     command = (
         f'if [ "$PILOTFISH_ATTEMPT" = 1 ]; then {first}; else echo ran=$PILOTFISH_ATTEMPT >> $PILOTFISH_OUTPUTS; fi'
     )
