@@ -372,8 +372,8 @@ end
 -- past) loads as nil, like a missing one, with 'unreadable' as a second value: no script fails on it.
 local FINAL_STATES = {done = true, failed = true, cancelled = true, ['dep-failed'] = true}
 local LOADED_STATE = {} -- job id -> the state load() read (save() keeps the indexes of states)
-local function load(jobs, id)
-  local raw = redis.call('HGET', jobs, id)
+-- A job record from its stored text (false/nil: no record); nil, 'unreadable' when it cannot be read.
+local function decode(raw, id)
   if not raw then return nil end
   local ok, rec = pcall(cjson.decode, raw)
   if not ok or not is_object(rec) or not STATES[rec.s] or (rec.t ~= nil and type(rec.t) ~= 'string')
@@ -386,6 +386,9 @@ local function load(jobs, id)
   rec.a = rec.a or 0
   rec.mr = rec.mr or MAX_RETRIES
   return rec
+end
+local function load(jobs, id)
+  return decode(redis.call('HGET', jobs, id), id)
 end
 local function save(jobs, rec)
   local id, m, a, mr = rec.id, rec.m, rec.a, rec.mr

@@ -60,10 +60,11 @@ if PROBLEM then return refused() end
 -- since (the store was paused longer than the lease), is taken back (_lib.lua's requeued_from): its payload
 -- goes on, leased again. Its keys are declared, or the script answers needkeys before any write.
 declare_keys()
-local back = {}
+local back, raws = {}, {}
 for i = 5, #ARGV, 4 do
-  local raw = redis.call('HGET', KEYS[1], ARGV[i]) -- only a record the reaper marked is decoded here
-  local rec = raw and string.find(raw, '"lx":', 1, true) and load(KEYS[1], ARGV[i])
+  local raw = redis.call('HGET', KEYS[1], ARGV[i]) -- kept for the write phase; decoded here only if marked
+  raws[ARGV[i]] = raw
+  local rec = raw and string.find(raw, '"lx":', 1, true) and decode(raw, ARGV[i])
   if rec and requeued_from(rec, tonumber(ARGV[i + 1]), pilot) then
     back[ARGV[i]] = true
     need_back(base, rec)
@@ -83,7 +84,10 @@ local kills, lost = {}, {}
 for i = 5, #ARGV, 4 do
   local id, attempt = ARGV[i], tonumber(ARGV[i + 1])
   local pm, cpu = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
-  local rec = load(KEYS[1], id)
+  local raw = raws[id]
+  raws[id] = nil -- a job named twice: its second turn reads what the first one wrote
+  local rec
+  if raw == nil then rec = load(KEYS[1], id) else rec = decode(raw, id) end
   if back[id] and requeued_from(rec, attempt, pilot) then
     take_back(base, rec, pilot)
     if pm and cpu then rec.pm, rec.cpu = pm, cpu end
