@@ -186,13 +186,15 @@ def _signal_group(process: psutil.Process, sig: signal.Signals) -> None:
 
 
 def orphans(ctx: Context) -> list[psutil.Process]:
-    """Every other process still carrying this deployment's marker, and every one that listed itself when it
-    made itself non-dumpable (whose environment only a process with CAP_SYS_PTRACE can read)."""
+    """Every other live process still carrying this deployment's marker, and every one that listed itself when it
+    made itself non-dumpable (whose environment only a process with CAP_SYS_PTRACE can read). A zombie is not
+    one: it holds nothing and only its parent can reap it."""
     wanted, me = marker(ctx), os.getpid()
     found: dict[int, psutil.Process] = {}
     for pid in sealed(ctx.settings.state_dir):
         with contextlib.suppress(psutil.Error):
-            found[pid] = psutil.Process(pid)
+            if (process := psutil.Process(pid)).status() != psutil.STATUS_ZOMBIE:
+                found[pid] = process
     for process in psutil.process_iter():
         try:
             if process.pid not in found and process.environ().get(MARKER) == wanted:

@@ -113,7 +113,8 @@ def test_up_restarts_what_died_and_down_stops_every_process_orphans_included(
     # payload) is an orphan that only the deployment's marker can find.
     os.kill(deployment.pid("director"), signal.SIGKILL)
     left = orphans(deployment.ctx)
-    assert any("pilot" in " ".join(p.cmdline()) for p in left), [p.cmdline() for p in left]
+    commands = [" ".join(_cmdline(p)) for p in left]
+    assert any("pilot" in c for c in commands), commands
     out = deployment.cli("down").stdout
     assert "orphans:" in out and "pilot" in out, out
     assert orphans(deployment.ctx) == []
@@ -164,3 +165,11 @@ def test_every_part_rides_out_a_redis_outage_with_two_log_lines(deployment: Depl
         assert "Traceback" not in text, (part, text[-3000:])
     for part in PARTS:
         assert running_pid(deployment.ctx, part), f"{part} died during the outage"
+
+
+def _cmdline(process: psutil.Process) -> list[str]:
+    """The process's command line, or nothing once it has ended (it may, between listing and reading)."""
+    try:
+        return process.cmdline()
+    except psutil.Error:
+        return []
