@@ -73,7 +73,8 @@ from taskqueues.store.connection import Subscription, give_back, own_connection 
 from taskqueues.store.exchange import PendingExchange  # noqa: E402
 from taskqueues.store.records import PilotOffer, RunResult  # noqa: E402
 from taskqueues.store.redis_server import RedisServer, server_version  # noqa: E402
-from taskqueues.store.stats import MATCHED, LatencyHistogram  # noqa: E402
+from taskqueues.store.stats import LatencyHistogram  # noqa: E402
+from taskqueues.store.stats import matched as matched_count  # noqa: E402
 
 #: The real pilot's default periods (one place: its config).
 CONFIG = PilotConfig(queue="bench")
@@ -436,8 +437,8 @@ def command_usec(client: redis.Redis) -> tuple[int, int, int]:
 
 
 def counters(store: Store) -> tuple[int, int]:
-    raw = store.client.hmget(store.keys.stats, [MATCHED, "ended:done"])
-    return int(raw[0] or 0), int(raw[1] or 0)
+    done = store.client.hget(store.keys.stats, "ended:done")
+    return matched_count(store.client, store.keys), int(done or 0)  # type: ignore[arg-type]
 
 
 @dataclass

@@ -20,7 +20,7 @@ import redis
 
 from . import stats
 from .guard import client_url, guard
-from .keys import Keys
+from .keys import MATCHED_COUNT, Keys
 from .records import text
 
 #: Job records read per round trip when the leased jobs are counted.
@@ -87,8 +87,10 @@ def _take(client: redis.Redis, keys: Keys, live_within: float, now: float) -> Ce
     pipe.zrange(keys.leases, 0, -1)
     pipe.hgetall(keys.pilots)
     pipe.zrangebyscore(keys.pilotseen, now - live_within, "+inf")
-    raw_stats, tq_ids, delayed, releasing, parked, leased, pilot_raw, seen = pipe.execute()
+    pipe.hget(keys.heads, MATCHED_COUNT)  # match.lua counts its leases there (taskqueues.store.stats)
+    raw_stats, tq_ids, delayed, releasing, parked, leased, pilot_raw, seen, matched = pipe.execute()
     census.counters = {text(k): float(v) for k, v in raw_stats.items()}
+    census.counters[stats.MATCHED] = float(matched or 0)
     tqs = sorted(text(t) for t in tq_ids)
 
     pipe = client.pipeline(transaction=False)

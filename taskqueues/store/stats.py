@@ -13,7 +13,8 @@ counts its submissions and the batch systems' errors per backend (:func:`add`).
 | ``taken_back`` | complete.lua, fail.lua, heartbeat.lua, start.lua | jobs requeued after an expired lease
 that their pilot's report or heartbeat of the same attempt took back, nobody having matched them since (a
 store paused longer than the lease; ``_lib.lua``'s ``take_back``) |
-| ``matched`` | match.lua | jobs leased to pilots |
+| ``matched`` | match.lua | jobs leased to pilots (kept in the heads hash, field ``~matched``:
+:data:`~taskqueues.store.keys.MATCHED_COUNT`; :func:`matched` reads it) |
 | ``forgotten`` | forget.lua | ended jobs forgotten by the retention (``taskqueues.store.retention``) |
 | ``blocked`` | submit.lua, complete.lua, finish | jobs waiting for their dependencies now (a gauge) |
 | ``blocked:<tq>`` | the same | the same, per task queue (the field goes when it reaches 0) |
@@ -36,7 +37,7 @@ from collections.abc import Sequence
 import redis
 
 from .guard import client_url, guard
-from .keys import Keys
+from .keys import MATCHED_COUNT, Keys
 
 ENDED = "ended:"
 LEASE_EXPIRED = "lease_expired"
@@ -68,6 +69,13 @@ MATCH_BUCKETS: tuple[float, ...] = (
     5.0,
     10.0,
 )
+
+
+def matched(client: redis.Redis, keys: Keys) -> int:
+    """The jobs match.lua has leased (it counts them with the heads it writes, not in the stats hash: a call
+    pays no command of its own for it)."""
+    with guard(client_url(client), "reading the match count"):
+        return int(client.hget(keys.heads, MATCHED_COUNT) or 0)
 
 
 def add(client: redis.Redis, keys: Keys, field: str, amount: int = 1) -> None:

@@ -1,16 +1,16 @@
 -- match: lease to one pilot the most urgent task-queue head that fits what it has free; optionally repeat
 -- until nothing more fits (fill a multi-core pilot in one call).
--- KEYS[1]  jobs hash
--- KEYS[2]  qh zset of the pilot's queue (task-queue id -> score, never above the real head score)
--- KEYS[3]  leases zset (job id -> expiry)
--- KEYS[4]  tqempty zset
--- KEYS[5]  heads hash (task-queue id -> "<score> <member> <floor>": its exact head; see _lib.lua)
--- KEYS[6]  qfloor hash (queue -> "cpu:mem:tmp:need" at or below every job its index can reach)
--- KEYS[7]  parked hash (job id -> why it was taken out of its task queue; see below)
--- KEYS[8]  stats hash (its "matched" field counts the jobs leased; taskqueues/store/stats.py)
--- KEYS[9]  resv hash (catalog queue -> its one reservation; see "Reservations" below)
+-- KEYS[1]  qh zset of the pilot's queue (task-queue id -> score, never above the real head score)
+-- KEYS[2]  stats hash: not written (see MATCHED below), declared as by every store script, so that a slot
+--          move holds the call off while it copies the community (docs/operator/failover.md)
+-- Every other key is built from the key base: the jobs hash, leases zset (job id -> expiry), tqempty zset,
+-- heads hash (task-queue id -> "<score> <member> <floor>": its exact head; see _lib.lua; its field MATCHED
+-- counts the jobs leased, see the end), qfloor hash (queue -> "cpu:mem:tmp:need" at or below every job its
+-- index can reach), parked hash (job id -> why it was taken out of its task queue; see below) and resv hash
+-- (catalog queue -> its one reservation; see "Reservations" below). Each declared key was a RESP argument,
+-- a Redis string and a Lua string per call, and checking them against the base two strings more.
 -- The task-queue zsets it touches (the one it leases from; one whose index entry has no heads entry) are
--- not declared: it builds their keys from the key base, which carries the community's hash tag, so they hash
+-- not declared either: it builds their keys from the key base, which carries the community's hash tag, so they hash
 -- to the slot of every declared key, and Redis (standalone, or a Cluster node serving that slot) serves them
 -- (tests/test_keys.py runs a community on a real two-node Cluster).
 -- Declaring every task queue the queue can see (argument parsing and building KEYS), for the one or two a
@@ -46,25 +46,25 @@
 -- another member, is taken out of its task queue into the parked hash (job id -> {"why", "t", "m", "at"};
 -- `pilotfish explain` and `status` show it, the periodic reap logs it) and the walk goes on to the next
 -- head in the same call.
-if #KEYS ~= 9 or #ARGV ~= 11 then
-  return redis.error_reply('match: wants 9 KEYS and 11 ARGV, got ' .. #KEYS .. ' and ' .. #ARGV)
+if #KEYS ~= 2 or #ARGV ~= 11 then
+  return redis.error_reply('match: wants 2 KEYS and 11 ARGV, got ' .. #KEYS .. ' and ' .. #ARGV)
 end
 local base, pilot = ARGV[1], ARGV[2]
 local now, length = tonumber(ARGV[3]), tonumber(ARGV[4])
 local cpu, mem, tmp, left = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local want = tonumber(ARGV[9])
-local jobs, qh, heads, qfloor = KEYS[1], KEYS[2], KEYS[5], KEYS[6]
-local queue = string.sub(qh, #base + 4)
+local qh, index = KEYS[1], base .. K_QH
+local queue = string.sub(qh, #index + 1)
+local jobs, heads, qfloor = base .. K_JOBS, base .. K_HEADS, base .. K_QFLOOR
+-- The slack alone is a number; with ":b" (bounded) it is parsed.
+local slack, bounded = tonumber(ARGV[11]), false
+if not slack then
+  slack, bounded = string.match(ARGV[11], '^([^:]+)(:b)$')
+  slack = tonumber(slack)
+end
 local bad
-local slack, bounded = string.match(ARGV[11], '^([^:]+)(:?b?)$')
-slack = tonumber(slack)
--- The keys are checked as one text against one text (one string made each side, not one per key).
-if queue == '' or jobs .. ' ' .. qh .. ' ' .. KEYS[3] .. ' ' .. KEYS[4] .. ' ' .. heads .. ' ' .. qfloor .. ' '
-      .. KEYS[7] .. ' ' .. KEYS[8] .. ' ' .. KEYS[9]
-    ~= base .. K_JOBS .. ' ' .. base .. K_QH .. queue .. ' ' .. base .. K_LEASES .. ' ' .. base .. K_TQEMPTY .. ' '
-      .. base .. K_HEADS .. ' ' .. base .. K_QFLOOR .. ' ' .. base .. K_PARKED .. ' ' .. base .. K_STATS .. ' '
-      .. base .. K_RESV then
-  bad = 'KEYS want the jobs, qh:<queue>, leases, tqempty, heads, qfloor, parked, stats and resv keys of ' .. base
+if queue == '' or string.sub(qh, 1, #index) ~= index or KEYS[2] ~= base .. K_STATS then
+  bad = 'KEYS want the keys ' .. index .. '<queue> and ' .. base .. K_STATS .. ' (of the base ARGV[1])'
 elseif pilot == '' or #pilot > 256 then bad = 'ARGV[2] (pilot id) wants 1 to 256 bytes'
 elseif not (now and now >= 0 and now <= 1e12) then bad = 'ARGV[3] (now) wants a number in [0, 1e12]'
 elseif not (length and length > 0 and length <= 1e12) then bad = 'ARGV[4] (lease length) wants a number in (0, 1e12]'
@@ -349,6 +349,8 @@ local got, checked = 0, 0
 -- Entries to mend (their heads entry is missing, unreadable or stale), and parked members as (job id,
 -- entry) pairs for one HSET at the end: tables made only when needed, like everything off the usual path.
 local todo, pk
+-- The count of jobs leased before this call (the heads hash's field MATCHED), read with the first page.
+local matched
 
 -- == Reservations, continued ===========================================================================
 if RV then
@@ -366,7 +368,7 @@ if RV then
     rs, ec, em, et = shadow(R.c, R.m, R.t)
     if rs then rtq, rscore = R.tq, R.score else R, rdirty = nil, true end
   end
-  local text = redis.call('HGET', KEYS[9], queue)
+  local text = redis.call('HGET', base .. K_RESV, queue)
   if text then
     local st, tq, id, sc, c, m, t, need, start, at, who = string.match(text,
       '^([rx]) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (.+)$')
@@ -557,7 +559,10 @@ while got < want do
       if k > 0 then
         local x0 = 7 * n
         local last = all and EMPTY or tonumber(redis.call('ZSCORE', qh, page[k]))
+        -- The first page reads the count of jobs leased too (the heads hash's field MATCHED, see the end).
+        if n == 0 then page[k + 1] = MATCHED end
         local entries = redis.call('HMGET', heads, unpack(page))
+        if n == 0 then matched = tonumber(entries[k + 1]) or 0 end
         for i = 1, k do
           local x, tq, entry = x0 + 7 * (i - 1), page[i], entries[i]
           X[x + 1], X[x + 4], X[x + 5], X[x + 6], X[x + 7] = tq, false, false, false, false
@@ -642,21 +647,23 @@ until not parked
 
 if rdirty then -- reservations
   if R then
-    redis.call('HSET', KEYS[9], queue, string.format('%s %s %s %.17g %d %d %d %d %.17g %.17g %s', R.st, R.tq, R.id,
-      R.score, R.c, R.m, R.t, R.need, R.start, R.at, R.pilot))
+    redis.call('HSET', base .. K_RESV, queue, string.format('%s %s %s %.17g %d %d %d %d %.17g %.17g %s', R.st, R.tq,
+      R.id, R.score, R.c, R.m, R.t, R.need, R.start, R.at, R.pilot))
   else
-    redis.call('HDEL', KEYS[9], queue)
+    redis.call('HDEL', base .. K_RESV, queue)
   end
 end
+-- The jobs leased are counted in the heads hash (its field MATCHED; taskqueues/store/stats.py), written with
+-- the heads: a HINCRBY of the stats hash was 2% of a call. The first page read it: a call leases only after.
+if got > 0 then hs[#hs + 1] = MATCHED hs[#hs + 1] = matched + got end
 if #hs > 0 then redis.call('HSET', heads, unpack(hs)) end
 if #hd > 0 then redis.call('HDEL', heads, unpack(hd)) end
 if #zq > 0 then redis.call('ZADD', qh, unpack(zq)) end
-if #ze > 0 then redis.call('ZADD', KEYS[4], 'NX', unpack(ze)) end
-if pk then redis.call('HSET', KEYS[7], unpack(pk)) end
+if #ze > 0 then redis.call('ZADD', base .. K_TQEMPTY, 'NX', unpack(ze)) end
+if pk then redis.call('HSET', base .. K_PARKED, unpack(pk)) end
 if FS then fs_write() end
 if got > 0 then
   redis.call('HSET', jobs, unpack(out))
-  redis.call('ZADD', KEYS[3], unpack(ex))
-  redis.call('HINCRBY', KEYS[8], 'matched', got)
+  redis.call('ZADD', base .. K_LEASES, unpack(ex))
 end
 return out
