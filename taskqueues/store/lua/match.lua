@@ -144,9 +144,8 @@ end
 -- E / share; then the most urgent head (today's order). A head whose lease would pass a running limit
 -- (cores of its group overall, at the pilot's site or queue; jobs of its type) is skipped.
 -- With FS the walk reads the whole heads index (its cost grows with the task queues, never the jobs).
--- The policy is read as one JSON field of the shares hash, and the fair hash's fields of the groups it names in
--- one HMGET, any other field when first needed (a pilot's ACL grants HGET and HMGET, not HGETALL:
--- taskqueues/store/access.py).
+-- The policy is read as one JSON field of the shares hash, and the fair hash field by field when first
+-- needed (a pilot's ACL grants HGET, not HGETALL: taskqueues/store/access.py).
 -- The queue's floor and whether the community has a policy, in one read: `pilotfish shares` (fairshare.publish)
 -- marks the qfloor hash's field "" (never a queue's name) while the shares hash holds one.
 local floor_text, policy = unpack(redis.call('HMGET', qfloor, queue, ''))
@@ -170,18 +169,6 @@ if policy then
     -- so no group runs more than x times another's cores per share (taskqueues/store/fairshare.py, Policy.clamp).
     local x = FS.cfg.catchup
     if x and x >= 1 then FS.lo, FS.hi = 1 - 2 * (x - 1) / (x + 1), 1 + 2 * (x - 1) / (x + 1) end
-    -- The fair hash's fields of the groups the policy names and the default one, in one HMGET (one HGET per
-    -- field was a command each); what else a call needs (an owner's, another group's) is read when first needed.
-    local names = {'u:default', 'r:default', 'c:default@' .. FS.site, 'c:default@' .. queue}
-    for field in pairs(FS.cfg) do
-      local g = type(field) == 'string' and string.match(field, '^s:([^.*]+)$')
-      if g then
-        names[#names + 1] = 'u:' .. g names[#names + 1] = 'r:' .. g
-        names[#names + 1] = 'c:' .. g .. '@' .. FS.site names[#names + 1] = 'c:' .. g .. '@' .. queue
-      end
-    end
-    local values = redis.call('HMGET', base .. K_FAIR, unpack(names))
-    for i = 1, #names do FS.h[names[i]] = values[i] end
   end
 end
 if FS then
@@ -268,17 +255,6 @@ if FS then
   -- A lease of `c` cores from task queue tq begins (sign 1) or is taken back (-1: its record was parked).
   fs_take = function(tq, c, sign)
     local a, h = fs_acct(tq), FS.h
-    -- The fields it reads that this call has not read yet (an owner's, mostly), in one HMGET.
-    local site, here = 'c:' .. a[1] .. '@' .. FS.site, 'c:' .. a[1] .. '@' .. queue
-    local need = {}
-    local fields = {'u:' .. a[1], 'r:' .. a[1], 'u:' .. a[2], 'r:' .. a[2], site, here, a[3] and 'n:' .. a[3] or nil}
-    for _, f in ipairs(fields) do
-      if h[f] == nil then need[#need + 1] = f end
-    end
-    if #need > 0 then
-      local values = redis.call('HMGET', base .. K_FAIR, unpack(need))
-      for i = 1, #need do h[need[i]] = values[i] end
-    end
     for _, name in ipairs({a[1], a[2]}) do
       fs_usage(name)
       local r = fs_num('r:' .. name) + sign * c
@@ -286,6 +262,7 @@ if FS then
       FS.E[name] = fs_eff(FS.U[name], r)
       FS.dirty[name] = true
     end
+    local site, here = 'c:' .. a[1] .. '@' .. FS.site, 'c:' .. a[1] .. '@' .. queue
     h[site] = fs_num(site) + sign * c
     h[here] = fs_num(here) + sign * c
     FS.dirty[0] = true
