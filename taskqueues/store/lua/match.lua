@@ -156,7 +156,7 @@ if policy then
   local ok, cfg = false, nil
   if text then ok, cfg = pcall(cjson.decode, text) end
   if ok and type(cfg) == 'table' then
-    FS = {cfg = {}, h = {}, U = {}, E = {}, acct = {}, dirty = {}, owners = {},
+    FS = {cfg = {}, h = {}, U = {}, E = {}, acct = {}, dirty = {}, owners = {}, rank = {}, room = {},
           site = string.match(queue, '^([^/]+)/') or queue, tau = 21600 / math.log(2)}
     for field, v in pairs(cfg) do
       FS.cfg[field] = tonumber(v)
@@ -220,26 +220,38 @@ if FS then
     return s
   end
   -- The rank of a task queue's account: (group's E / share, owner's E / share or 0); lower is served first.
+  -- Ranks and rooms are kept per task queue until a lease changes the counters (fs_take empties them): the walk
+  -- weighs every entry against the best so far, and their names (string concatenations) were most of its cost.
   local function fs_rank(tq)
+    local k = FS.rank[tq]
+    if k then return k[1], k[2] end
     local a = fs_acct(tq)
     local r1 = fs_usage(a[1]) / fs_share(a[1], FS.cfg['s:*'] or 1)
     local r2 = 0
     if FS.owners[a[1]] then r2 = fs_usage(a[2]) / fs_share(a[2], FS.cfg['s:' .. a[1] .. '.*'] or 1) end
+    FS.rank[tq] = {r1, r2}
     return r1, r2
   end
-  -- Whether leasing `cpu` more cores of task queue tq stays within every running limit.
+  -- Whether leasing `c` more cores of task queue tq stays within every running limit: the cores its limits
+  -- leave (its group's overall, at the pilot's site, at its queue) and the jobs of its type.
   local function fs_allowed(tq, c)
-    local a, cfg = fs_acct(tq), FS.cfg
-    local g = a[1]
-    local l = cfg['l:' .. g .. '@*']
-    if l and fs_num('r:' .. g) + c > l then return false end
-    l = cfg['l:' .. g .. '@' .. FS.site]
-    if l and fs_num('c:' .. g .. '@' .. FS.site) + c > l then return false end
-    l = cfg['l:' .. g .. '@' .. queue]
-    if l and fs_num('c:' .. g .. '@' .. queue) + c > l then return false end
-    l = a[3] and cfg['t:' .. a[3]]
-    if l and fs_num('n:' .. a[3]) + 1 > l then return false end
-    return true
+    local room = FS.room[tq]
+    if not room then
+      local a, cfg = fs_acct(tq), FS.cfg
+      local g = a[1]
+      local cores, jobs = math.huge, math.huge
+      local l = cfg['l:' .. g .. '@*']
+      if l then cores = math.min(cores, l - fs_num('r:' .. g)) end
+      l = cfg['l:' .. g .. '@' .. FS.site]
+      if l then cores = math.min(cores, l - fs_num('c:' .. g .. '@' .. FS.site)) end
+      l = cfg['l:' .. g .. '@' .. queue]
+      if l then cores = math.min(cores, l - fs_num('c:' .. g .. '@' .. queue)) end
+      l = a[3] and cfg['t:' .. a[3]]
+      if l then jobs = l - fs_num('n:' .. a[3]) end
+      room = {cores, jobs}
+      FS.room[tq] = room
+    end
+    return c <= room[1] and 1 <= room[2]
   end
   -- Whether entry x (task queue tq, score r) goes before entry b: allowed, then by rank, score, task-queue id.
   fs_before = function(X, x, b)
@@ -255,6 +267,7 @@ if FS then
   -- A lease of `c` cores from task queue tq begins (sign 1) or is taken back (-1: its record was parked).
   fs_take = function(tq, c, sign)
     local a, h = fs_acct(tq), FS.h
+    FS.rank, FS.room = {}, {}
     for _, name in ipairs({a[1], a[2]}) do
       fs_usage(name)
       local r = fs_num('r:' .. name) + sign * c
@@ -295,13 +308,15 @@ local lease, expiry
 -- is kept as text, so '"s":"waiting"', '"a":', '"tm":' and 'mt":"<tail>"' can only be the record's own
 -- fields (no other field name ends in mt). Plain finds and one splice (pattern scans over the whole text cost
 -- more than cjson; every C call costs as much as a few dozen Lua instructions); the record must name the
--- member the job was taken from (`tail`, after the job id). Any other form: decode/encode.
+-- member the job was taken from (`tail`, after the job id). Any other form: decode/encode. That the record
+-- has no pl and no tm is looked for as 'pl":' and 'tm":' (a rarer first byte than '"', which plain find
+-- looks for first): a field name merely ending so only sends the record down the decode/encode path.
 -- Returns the leased record, or nil and why the member must be parked.
 local function leased(raw, tail)
   if not raw then return nil, 'it has no record' end
   local s = string.find(raw, '"s":"waiting"', 1, true)
   if s and string.find(raw, 'mt":"' .. tail .. '"', 2, true)
-      and not string.find(raw, '"pl":', 1, true) and not string.find(raw, '"tm":', 1, true) then
+      and not string.find(raw, 'pl":', 1, true) and not string.find(raw, 'tm":', 1, true) then
     local a = string.find(raw, '"a":', 1, true)
     local digits = a and string.match(raw, '^%d+', a + 4)
     if not a or digits then
@@ -353,7 +368,8 @@ local n, bound, all = 0, -EMPTY, false
 -- heads entries set, as (score, task queue) and (task queue, entry) pairs; heads entries deleted; task
 -- queues that emptied, as (now, task queue); leases, as (expiry, job). A task queue named twice in one
 -- command ends with the later value, which is the later one here too.
-local zq, hs, hd, ze, ex = {}, {}, {}, {}, {}
+local zq, hs, ex = {}, {}, {}
+local emptied -- the task queues that emptied (heads entries deleted, tqempty): made when one does
 -- The jobs taken, with (task queue, member tail) pairs in `out` until their records are read, leased and
 -- put there in their place once the walk stops; `checked` of them had their record read.
 local ids, out = {}, {}
@@ -448,8 +464,8 @@ while got < want do
           local head = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
           if #head == 0 then
             zq[#zq + 1] = EMPTY_TEXT zq[#zq + 1] = tq
-            hd[#hd + 1] = tq
-            ze[#ze + 1] = now ze[#ze + 1] = tq
+            emptied = emptied or {}
+            emptied[#emptied + 1] = tq
             break
           end
           if string.match(head[1], '^[^:%s]+:%d+:%d+:%d+:%d+$') then
@@ -633,8 +649,8 @@ while got < want do
     if #head == 0 then
       X[b + 2] = EMPTY
       zq[#zq + 1] = EMPTY_TEXT zq[#zq + 1] = tq
-      hd[#hd + 1] = tq
-      ze[#ze + 1] = now ze[#ze + 1] = tq
+      emptied = emptied or {}
+      emptied[#emptied + 1] = tq
     else
       local entry = head[2] .. ' ' .. head[1] .. ' ' .. fl
       X[b + 2], X[b + 3], X[b + 4] = head[2] + 0, entry, false -- Redis's own number
@@ -693,9 +709,13 @@ end
 -- the heads: a HINCRBY of the stats hash was 2% of a call. The first page read it: a call leases only after.
 if got > 0 then hs[#hs + 1] = MATCHED hs[#hs + 1] = matched + got end
 if #hs > 0 then redis.call('HSET', heads, unpack(hs)) end
-if #hd > 0 then redis.call('HDEL', heads, unpack(hd)) end
+if emptied then
+  redis.call('HDEL', heads, unpack(emptied))
+  local ze = {}
+  for i, tq in ipairs(emptied) do ze[2 * i - 1], ze[2 * i] = now, tq end
+  redis.call('ZADD', base .. K_TQEMPTY, 'NX', unpack(ze))
+end
 if #zq > 0 then redis.call('ZADD', qh, unpack(zq)) end
-if #ze > 0 then redis.call('ZADD', base .. K_TQEMPTY, 'NX', unpack(ze)) end
 if pk then redis.call('HSET', base .. K_PARKED, unpack(pk)) end
 if FS then fs_write() end
 if got > 0 then
