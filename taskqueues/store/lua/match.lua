@@ -451,7 +451,9 @@ while got < want do
   -- The entry of the most urgent head that fits what is free (ties go to the smaller task-queue id, as
   -- ZRANGE orders equal scores), reading pages until no entry left unread can beat it.
   local b
-  local size = want - got + 2
+  -- With a policy every entry is weighed (the walk reads the whole index): in one page, not in pages that
+  -- double, each of which made a pass over all the entries read before it.
+  local size = FS and 100000 or want - got + 2
   while true do
     if todo then
       -- Entries read from their task queue's zset: its head, if it can be read, becomes the entry (with a
