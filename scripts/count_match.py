@@ -140,7 +140,7 @@ def row(server: Counted, n_tqs: int, kind: str, calls: int) -> tuple[float, floa
 
 
 BASELINE = Path(__file__).resolve().parent / "match_baseline.json"
-DEFAULT_ROWS = "10:fill,1000:fill,1000:one,1000:fill+r,1000:one+r"
+DEFAULT_ROWS = "10:fill,1000:fill,1000:one,1000:fill+r,1000:one+r,10:fill+s,100:fill+s"
 DEFAULT_CALLS = 300
 
 
