@@ -27,6 +27,7 @@ from .connection import connect
 from .exchange import PendingExchange
 from .guard import client_url, converted, guard, guarded
 from .keys import Keys
+from .lifecycle import Lifecycle
 from .packed import HotLine, PackedCall, pack_script
 from .queries import StoreReads
 from .records import (
@@ -115,6 +116,11 @@ class Store(StoreReads):
         keys = Keys(prefix=prefix, vo=vo)
         return cls(connect(url, community=keys.base), keys, **kwargs)
 
+    @property
+    def lifecycle(self) -> Lifecycle:
+        """Hold, release, resubmit and update jobs, and read their events (:mod:`taskqueues.store.lifecycle`)."""
+        return Lifecycle(self)
+
     # -- plumbing ---------------------------------------------------------------------------------
 
     def call_script(
@@ -133,7 +139,16 @@ class Store(StoreReads):
         """
         declared = list(
             dict.fromkeys(
-                [*extra, self.keys.heads, self.keys.qfloor, self.keys.ended, self.keys.blocked, self.keys.stats]
+                [
+                    *extra,
+                    self.keys.heads,
+                    self.keys.qfloor,
+                    self.keys.ended,
+                    self.keys.blocked,
+                    self.keys.stats,
+                    self.keys.held,
+                    self.keys.events,
+                ]
             )
         )
         for _ in range(_MAX_KEY_ROUNDS):
@@ -418,6 +433,8 @@ class Store(StoreReads):
             k.ended,
             k.blocked,
             k.stats,
+            k.held,
+            k.events,
         ]
 
     def _complete_args(self, job: str, attempt: int, pilot: str, result: RunResult | None, now: float) -> list[Any]:

@@ -96,7 +96,7 @@ local function check_json(where, text)
 end
 -- One value of a JSON payload, by kind (a string naming it: no closures to build on every call).
 local STATES = {blocked = true, releasing = true, waiting = true, matched = true, running = true, done = true,
-                failed = true, cancelled = true, ['dep-failed'] = true}
+                failed = true, cancelled = true, ['dep-failed'] = true, held = true}
 local function check_kind(where, v, kind)
   if kind == 'text' then check_text(where, v)
   elseif kind == 'time' then check_number(where, v, 0, MAX_TIME)
@@ -184,6 +184,15 @@ local function base_of_jobs(roles)
   end
   check_keys(base, roles)
   return base
+end
+-- ARGV[i], ARGV[i + 1]: who asks for a change and why ('' for no reason), as its events say.
+local function argv_actor(i)
+  return argv_text(i, 'who', PATTERN.name, 256), argv_text(i + 1, 'reason', nil, 4096)
+end
+-- ARGV[first..]: job ids, at most MAX_BATCH of them.
+local function argv_job_ids(first)
+  if #ARGV - first + 1 > MAX_BATCH then problem('ARGV', 'holds more than ' .. MAX_BATCH .. ' job ids') end
+  for i = first, #ARGV do argv_text(i, 'job id', PATTERN.job, 64) end
 end
 local function check_count(n_args, exact)
   if #ARGV < n_args or (exact and #ARGV > n_args) then
@@ -340,7 +349,12 @@ end
 -- stays at or below its task queue's real head score (what match relies on). A task queue with no
 -- SubmitPool (cleaned meanwhile, or no queue eligible any more) sends the job to the releasing set,
 -- where the caller recomputes its pool from the catalog (release.lua).
+-- A job held before it could wait (blocked, releasing: `pilotfish hold`) becomes held instead (rec.ho).
 local function enqueue(base, tqempty, releasing, rec, queues, now)
+  if rec.ho then
+    rec.s, rec.ho = 'held', nil
+    return
+  end
   if #queues == 0 then
     rec.s = 'releasing'
     redis.call('ZADD', releasing, now, rec.id)
@@ -372,6 +386,56 @@ end
 -- past) loads as nil, like a missing one, with 'unreadable' as a second value: no script fails on it.
 local FINAL_STATES = {done = true, failed = true, cancelled = true, ['dep-failed'] = true}
 local LOADED_STATE = {} -- job id -> the state load() read (save() keeps the indexes of states)
+local LOADED_WHY = {}   -- job id -> the reason load() read (an event carries the reason a change wrote)
+-- ==== job events (issue 28) ====
+-- Every change of a job's state is recorded where it is stored: save() appends one line to the job's field of
+-- the `events` hash (keys.py), {"t": time, "f": from, "s": to, "by": who, "why": reason, "a": attempt,
+-- "p": pilot, "x": exit}, keeping the last EVENTS_CAP lines; the hash is declared by Store.call_script, and a
+-- packed call (a pilot's start or completion) reaches it by the key base like match.lua its task queues
+-- (same hash tag, same slot). Two changes are not written, to keep memory per waiting job and the match
+-- path as they were: the submission (the record's `ts` tells it) and the match (match.lua writes no event:
+-- its time and pilot are the record's `tm` and `pl`); save() writes the match when the job leaves `matched`
+-- (started, requeued, failed...), and the reader (taskqueues.store.lifecycle) shows both from the record.
+-- A script names who makes its changes with events_by(now, who) (default: the script's name, now from TIME).
+local EVENTS_CAP = 100
+local EVENT_BY, EVENT_NOW, EVENT_NOTE = nil, nil, nil
+local function events_by(now, who)
+  EVENT_NOW, EVENT_BY = now, who
+end
+local function event_now()
+  if not EVENT_NOW then
+    local t = redis.call('TIME')
+    EVENT_NOW = tonumber(t[1]) + tonumber(t[2]) / 1e6
+  end
+  return EVENT_NOW
+end
+local function append_event(base, id, e)
+  local key = base .. K_EVENTS
+  local line = cjson.encode(e)
+  local old = redis.call('HGET', key, id)
+  if old then
+    if #old > EVENTS_CAP * 40 and select(2, string.gsub(old, '\n', '')) >= EVENTS_CAP - 1 then
+      old = string.sub(old, (string.find(old, '\n', 1, true) or #old) + 1)
+    end
+    if old ~= '' then line = old .. '\n' .. line end
+  end
+  redis.call('HSET', key, id, line)
+end
+-- The event of a change of rec's state from `before` (what load() read) to rec.s.
+local function state_event(base, rec, before)
+  if before == 'matched' and rec.tm then
+    append_event(base, rec.id, {t = rec.tm, f = 'waiting', s = 'matched', by = 'match',
+      p = rec.pl or rec.lx, a = rec.a})
+  end
+  local e = {t = event_now(), f = before, s = rec.s, by = EVENT_BY or SCRIPT, a = rec.a}
+  local why = EVENT_NOTE or (rec.why ~= LOADED_WHY[rec.id] and rec.why) or nil
+  if why then e.why = why end
+  if rec.pl and (rec.s == 'matched' or rec.s == 'running' or before == 'running') then e.p = rec.pl end
+  if rec.x ~= nil and rec.x ~= cjson.null and (before == 'running' or before == 'matched') then e.x = rec.x end
+  append_event(base, rec.id, e)
+  LOADED_WHY[rec.id] = rec.why
+end
+-- ==== end of the job-event block ====
 -- A job record from its stored text (false/nil: no record); nil, 'unreadable' when it cannot be read.
 local function decode(raw, id)
   if not raw then return nil end
@@ -382,6 +446,7 @@ local function decode(raw, id)
   end
   rec.id = id
   LOADED_STATE[id] = rec.s
+  LOADED_WHY[id] = rec.why
   if rec.mt then rec.m, rec.mt = id .. rec.mt, nil end
   rec.a = rec.a or 0
   rec.mr = rec.mr or MAX_RETRIES
@@ -401,12 +466,21 @@ local function save(jobs, rec)
   -- The `blocked` and `ended` indexes (`pilotfish jobs` pages blocked jobs by submission and finished ones by
   -- end from them) are kept here, where every state is written, when the state changes from the one load()
   -- read (a new record: none); the caller declares both.
+  -- So is the `held` index, and a job leaving a final state (resubmitted) leaves `ended`. A change of state
+  -- from a record that existed is recorded as an event (state_event).
   local before = LOADED_STATE[id]
   if rec.s ~= before then
     local base = string.match(jobs, '^(.*)jobs$')
     if before == 'blocked' then redis.call('ZREM', base .. K_BLOCKED, id) end
     if rec.s == 'blocked' then redis.call('ZADD', base .. K_BLOCKED, tonumber(rec.ts) or 0, id) end
-    if FINAL_STATES[rec.s] then redis.call('ZADD', base .. K_ENDED, tonumber(rec.te) or 0, id) end
+    if before == 'held' then redis.call('ZREM', base .. K_HELD, id) end
+    if rec.s == 'held' then redis.call('ZADD', base .. K_HELD, event_now(), id) end
+    if FINAL_STATES[rec.s] then
+      redis.call('ZADD', base .. K_ENDED, tonumber(rec.te) or 0, id)
+    elseif FINAL_STATES[before] then
+      redis.call('ZREM', base .. K_ENDED, id)
+    end
+    if before then state_event(base, rec, before) end
     LOADED_STATE[id] = rec.s
   end
 end
@@ -490,6 +564,13 @@ end
 -- Wake idle pilots (they wait on this channel instead of polling) when this call enqueued work.
 local function wake(base)
   if ENQUEUED then redis.call('PUBLISH', base .. K_WAKE, '1') end
+end
+-- After the writes of a script that moved jobs: the heads kept exact (sync_heads), idle pilots woken (wake), and
+-- the control plane told which jobs it put in the releasing set (`releasing`, ids; keys.release_channel).
+local function moved(base, now, releasing)
+  sync_heads(base, now)
+  wake(base)
+  if #releasing > 0 then redis.call('PUBLISH', base .. K_RELEASE, table.concat(releasing, ' ')) end
 end
 -- A lease that expired while its pilot lived (issue 32): the store was paused (SIGSTOP, a frozen VM, a cut
 -- network) longer than the lease, its run id did not change, so the reaper gave no grace and requeued the job

@@ -58,6 +58,8 @@ def test_every_key_builder_carries_the_hash_tag() -> None:
         keys.blocked,
         keys.log("12"),
         keys.stats,
+        keys.held,
+        keys.events,
     ]
     assert {key_slot(k.encode()) for k in built} == {key_slot(b"{lhcb}")}
     assert key_slot(Keys(vo="atlas").jobs.encode()) != key_slot(b"{lhcb}")
@@ -104,6 +106,11 @@ def test_every_script_call_declares_keys_of_one_slot(real_redis: redis.Redis) ->
     payload_logs.ship(
         store, m.id, m.attempt, "p", cap=10, host="h", directory="/d", live=False, chunks={"out": (b"x", 1)}
     )
+    (h,) = store.submit([job("t1")])
+    store.lifecycle.hold([h], "alice")
+    store.lifecycle.update(h, "alice", "priority 5", {"py": 5, "py0": 0})
+    store.lifecycle.hold([h], "alice", release=True)
+    store.lifecycle.resubmit([c], "alice")
     retention.forget_ended(store, clock.now + 1)
     # unlock/renew take the lock's own key (keys.lock, checked above), not the store's.
     assert {name for name, _ in calls} == set(scripts.names()) - {"unlock", "renew"}

@@ -1,0 +1,164 @@
+"""After submission: hold and release, resubmit, update a waiting job, and each job's events (issue 28).
+
+Every operation is one atomic Lua call (``hold.lua``, ``resubmit.lua``, ``update.lua``) on a batch of at most
+:data:`BATCH` jobs: a kill -9 or a server restart between two batches leaves each batch done or not, and
+running the command again does the rest (holding a held job, or releasing a waiting one, changes nothing).
+The events are written by the scripts that change a job's state (``_lib.lua``'s ``save``); this module
+reads them back, adding the two that are read from the record (its submission, and a match not yet started).
+
+Reached from the store as :attr:`taskqueues.store.Store.lifecycle`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..errors import JobRefused, NotFound, StoreError
+from .guard import guarded
+from .records import JobState
+from .records import text as _text
+
+if TYPE_CHECKING:
+    from .facade import Store
+
+#: Jobs per Lua call (each call is atomic; a request's jobs go in several).
+BATCH = 500
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    """One change of a job's state: when, from which state to which, who or which part made it, and why;
+    the attempt it concerns, the pilot, the exit code where they apply."""
+
+    time: float
+    source: str | None
+    state: str
+    by: str
+    reason: str | None = None
+    attempt: int | None = None
+    pilot: str | None = None
+    exit_code: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def parse(cls, line: str) -> JobEvent | None:
+        """One stored line (``{"t", "f", "s", "by", "why", "a", "p", "x"}``); None if it cannot be read."""
+        try:
+            e = json.loads(line)
+            return cls(
+                float(e["t"]),
+                e.get("f"),
+                str(e["s"]),
+                str(e.get("by", "?")),
+                e.get("why"),
+                int(e["a"]) if e.get("a") is not None else None,
+                e.get("p"),
+                int(e["x"]) if isinstance(e.get("x"), int | float) else None,
+            )
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+class Lifecycle:
+    """Hold, release, resubmit, update and events of one store's jobs."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.keys = store.keys
+        self.where = store.where
+
+    def _batches(self, ids: Sequence[str]) -> list[list[str]]:
+        unique = list(dict.fromkeys(ids))
+        return [unique[i : i + BATCH] for i in range(0, len(unique), BATCH)]
+
+    def _tq_keys(self, ids: Sequence[str]) -> list[str]:
+        """The task queue, pool and heads-index keys of these jobs' task queues (declared up front)."""
+        return self.store.pool_keys(self.store._tq_of(ids))
+
+    @guarded("holding or releasing jobs")
+    def hold(self, ids: Sequence[str], by: str, reason: str = "", *, release: bool = False) -> dict[str, str]:
+        """Hold (or, with ``release``, release) these jobs; each one's outcome: ``held``, ``hold-pending``
+        (blocked or releasing: held when it would wait), ``released``, ``unknown``, or the state that refuses
+        it (``running``, ``done``...; ``waiting`` for a release of a job not held)."""
+        k, store = self.keys, self.store
+        out: dict[str, str] = {}
+        for batch in self._batches(ids):
+            reply = store.call_script(
+                "hold",
+                [k.jobs, k.delayed, k.tqempty, k.releasing],
+                [store._base, store.clock(), "release" if release else "hold", by, reason, *batch],
+                [k.work, k.parked, *store.floors, *self._tq_keys(batch)],
+            )
+            out.update(zip(batch, (_text(x) for x in reply[1:]), strict=True))
+        return out
+
+    @guarded("resubmitting jobs")
+    def resubmit(self, ids: Sequence[str], by: str, reason: str = "") -> list[str]:
+        """Run these ended jobs again (with their dep-failed dependents); the ids that came back. Raises
+        :class:`JobRefused` naming the first job that cannot (nothing of its batch changed)."""
+        k, store = self.keys, self.store
+        back: list[str] = []
+        for batch in self._batches(ids):
+            reply = store.call_script(
+                "resubmit",
+                [k.jobs, k.tqempty, k.releasing, k.kills],
+                [store._base, store.clock(), by, reason, *batch],
+                [k.work, *store.floors, *self._tq_keys(batch)],
+            )
+            if _text(reply[0]) == "refused":
+                done = f" ({len(back)} jobs of earlier batches came back)" if back else ""
+                raise JobRefused(_text(reply[2]) + done)
+            back += [_text(x) for x in reply[1:]]
+        return back
+
+    @guarded("updating a job")
+    def update(self, job: str, by: str, what: str, change: Mapping[str, Any]) -> JobState:
+        """Apply ``change`` (``update.lua``'s ARGV[6]) to a waiting or held job; its state after. Raises
+        NotFound, or :class:`JobRefused` for a job in another state."""
+        k, store = self.keys, self.store
+        extra = [k.work, *store.floors, *self._tq_keys([job])]
+        if "t" in change:
+            extra += store.pool_keys([change["t"]]) + [k.qheads(q) for q in change["queues"]]
+        reply = store.call_script(
+            "update",
+            [k.jobs, k.tqdefs, k.tqempty, k.poolstamp, k.releasing],
+            [store._base, store.clock(), by, job, what, json.dumps(dict(change))],
+            extra,
+        )
+        outcome = _text(reply[0])
+        if outcome == "unknown":
+            raise NotFound(f"no job {job!r}")
+        if outcome == "refused":
+            raise JobRefused(f"job {job} is {_text(reply[1])}: only a waiting or held job is updated (nothing changed)")
+        if outcome != "ok":
+            raise StoreError(f"update of job {job} answered {outcome!r}")
+        return JobState(_text(reply[1]))
+
+    @guarded("reading a job's events")
+    def events(self, job: str) -> list[JobEvent]:
+        """Every recorded change of ``job``'s state, oldest first, with its submission (and its match while
+        it has not started) read from the record. Raises NotFound for an unknown job."""
+        pipe = self.store.client.pipeline(transaction=False)
+        pipe.hget(self.keys.jobs, job)
+        pipe.hget(self.keys.events, job)
+        raw, text = pipe.execute()
+        if raw is None:
+            raise NotFound(f"no job {job!r}")
+        rec = json.loads(raw)
+        events = [e for line in _text(text or "").splitlines() if (e := JobEvent.parse(line)) is not None]
+        first = events[0].source if events else ("waiting" if rec.get("s") == JobState.MATCHED else rec.get("s"))
+        submitted = JobEvent(float(rec.get("ts", 0)), None, str(first), "submit")
+        shown = [submitted, *events]
+        if rec.get("s") == JobState.MATCHED and rec.get("tm") is not None:
+            attempt = int(rec.get("a", 0))
+            if not any(e.state == JobState.MATCHED and e.attempt == attempt for e in events):
+                shown.append(JobEvent(float(rec["tm"]), "waiting", "matched", "match", None, attempt, rec.get("pl")))
+        return shown
+
+
+__all__ = ["BATCH", "JobEvent", "Lifecycle"]
