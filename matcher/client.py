@@ -3,7 +3,8 @@
 ``Client.from_settings()`` reads the settings the ``pilotfish`` command reads (defaults, ``pilotfish.toml``,
 ``PILOTFISH_*``); ``Client(redis_url, vo=...)`` names the store itself. Every method goes through the code its
 command uses (:mod:`matcher.submission`, :mod:`matcher.status`, :mod:`matcher.cli.control`, :mod:`matcher.joblist`,
-:mod:`matcher.logview`), so what a program sees is what ``pilotfish status``, ``jobs`` and ``logs`` print.
+:mod:`matcher.logview`, :mod:`matcher.lifecycle`), so what a program sees is what ``pilotfish status``, ``jobs``,
+``logs`` and ``events`` print.
 Errors are the CLI's: :class:`taskqueues.errors.PilotfishError` and its subclasses, each naming what is wrong.
 
 A submitted workflow is run by the control plane and pilots already running (``pilotfish up``, a director,
@@ -21,8 +22,9 @@ from typing import Any
 from taskqueues.context import Context
 from taskqueues.errors import PilotfishError
 from taskqueues.settings import Settings
-from taskqueues.store import Store
+from taskqueues.store import JobEvent, Store
 
+from . import lifecycle
 from .cli.control import stop_target
 from .joblist import JobFilter, JobRow, Listing, list_jobs, parse_states
 from .logview import Output, follow, output, parse_streams
@@ -165,3 +167,51 @@ class Client:
     def follow(self, job: str, *, stream: str | None = None, attempt: int | None = None) -> Iterator[tuple[str, str]]:
         """(stream, text) as a running payload prints it, until that attempt ends (``logs --follow``)."""
         return follow(self.store, job, attempt, parse_streams(stream))
+
+    def _names(self, targets: tuple[Request | str, ...]) -> list[str]:
+        return [t.id if isinstance(t, Request) else t for t in targets]
+
+    def hold(self, *targets: Request | str, reason: str = "", by: str | None = None) -> str:
+        """Keep jobs (ids) or a request's waiting jobs from being matched (``pilotfish hold``); a line saying
+        what happened. :class:`taskqueues.errors.JobRefused` for a running job, nothing changed."""
+        return lifecycle.hold(self.store, self._names(targets), by or lifecycle.local_user(), reason)
+
+    def release(self, *targets: Request | str, reason: str = "", by: str | None = None) -> str:
+        """Give held jobs (ids, or a request's) back to their task queues with their urgency (``pilotfish
+        release``)."""
+        return lifecycle.release(self.store, self._names(targets), by or lifecycle.local_user(), reason)
+
+    def resubmit(
+        self, *targets: Request | str, states: Iterable[str] | None = None, reason: str = "", by: str | None = None
+    ) -> str:
+        """Run ended jobs again as a new attempt, with their dep-failed dependents (``pilotfish resubmit``);
+        ``states`` picks a request's jobs (default: its failed ones)."""
+        picked = parse_states(states) if states is not None else None
+        return lifecycle.resubmit(self.store, self._names(targets), by or lifecycle.local_user(), reason, picked)
+
+    def update(
+        self,
+        job: str,
+        *,
+        priority: float | None = None,
+        requirements: Mapping[str, object] | None = None,
+        wall: str | None = None,
+        by: str | None = None,
+    ) -> str:
+        """Change a waiting or held job's priority, requirements (a value None removes one) or wall, validated
+        as at submission (``pilotfish update``)."""
+        ctx = self.context
+        return lifecycle.update(
+            ctx.store,
+            ctx.catalog,
+            job,
+            by or lifecycle.local_user(),
+            vo=ctx.settings.vo,
+            priority=priority,
+            requirements=requirements,
+            wall=wall,
+        )
+
+    def events(self, job: str) -> list[JobEvent]:
+        """Every change of a job's state, oldest first (``pilotfish events``)."""
+        return lifecycle.job_events(self.store, job)

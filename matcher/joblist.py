@@ -9,6 +9,7 @@ until the listing has ``limit`` rows, and only the records of the ids a page nam
   the request is short next to the task queues, its own id range is read and sorted;
 * releasing jobs: the releasing zset, oldest first;
 * blocked jobs: the ``blocked`` zset (``_lib.lua`` keeps it), in submission order;
+* held jobs: the ``held`` zset (``_lib.lua`` keeps it too), in the order they were held;
 * finished jobs: the ``ended`` zset, most recent end first; with ``--request``, the
   request's own id range when that is shorter.
 
@@ -35,7 +36,9 @@ __all__ = ["ACTIVE", "FINISHED", "JobFilter", "JobRow", "Listing", "list_jobs", 
 #: Ids read from an index per round trip.
 PAGE = 500
 
-ACTIVE = frozenset({JobState.MATCHED, JobState.RUNNING, JobState.WAITING, JobState.RELEASING, JobState.BLOCKED})
+ACTIVE = frozenset(
+    {JobState.MATCHED, JobState.RUNNING, JobState.WAITING, JobState.RELEASING, JobState.BLOCKED, JobState.HELD}
+)
 FINISHED = frozenset(s for s in JobState if s.final)
 #: Words ``--state`` takes besides the states themselves.
 STATE_GROUPS = {"active": ACTIVE, "finished": FINISHED, "all": frozenset(JobState)}
@@ -248,6 +251,10 @@ class _Reader:
         """Blocked jobs, in submission order."""
         yield from self.records(m for m, _ in self.pages(self.keys.blocked) if self.in_range(m))
 
+    def held(self) -> Iterator[Job]:
+        """Held jobs (``pilotfish hold``), in the order they were held."""
+        yield from self.records(m for m, _ in self.pages(self.keys.held) if self.in_range(m))
+
     def finished(self) -> Iterator[Job]:
         """Finished jobs, most recent end first."""
         if (
@@ -266,7 +273,7 @@ def _order(job: str) -> int:
 
 def list_jobs(store: Store, flt: JobFilter | None = None, now: float | None = None) -> Listing:
     """The jobs ``flt`` selects, in listing order: running, waiting (most urgent first), releasing, blocked,
-    finished (latest end first); at most ``flt.limit`` rows, ``more`` telling whether others matched.
+    held, finished (latest end first); at most ``flt.limit`` rows, ``more`` telling whether others matched.
 
     Raises NotFound for an unknown request.
     """
@@ -278,6 +285,7 @@ def list_jobs(store: Store, flt: JobFilter | None = None, now: float | None = No
         (frozenset({JobState.WAITING}), reader.waiting),
         (frozenset({JobState.RELEASING}), reader.releasing),
         (frozenset({JobState.BLOCKED}), reader.blocked),
+        (frozenset({JobState.HELD}), reader.held),
         (FINISHED, reader.finished),
     ]
     seen: set[str] = set()

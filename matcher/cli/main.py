@@ -112,6 +112,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "mjf": ("pilot.mjf.command", "mjf"),
     "jobs": ("matcher.cli.job_commands", "jobs"),
     "logs": ("matcher.cli.job_commands", "logs"),
+    "hold": ("matcher.cli.lifecycle_commands", "hold"),
+    "release": ("matcher.cli.lifecycle_commands", "release"),
+    "resubmit": ("matcher.cli.lifecycle_commands", "resubmit"),
+    "update": ("matcher.cli.lifecycle_commands", "update"),
+    "events": ("matcher.cli.lifecycle_commands", "events"),
     "metrics": ("matcher.cli.metrics", "metrics"),
     "shares": ("matcher.cli.shares_command", "shares"),
 }

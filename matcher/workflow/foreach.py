@@ -18,7 +18,7 @@ from .problems import Collector, job_owner
 
 __all__ = ["Raw", "expand_jobs"]
 
-_JOB_KEYS = frozenset({"name", "rule", "command", "params", "requirements", "deps", "key", "ete", "foreach"})
+_JOB_KEYS = frozenset({"name", "rule", "command", "params", "requirements", "deps", "key", "ete", "foreach", "retry"})
 _RANGE_RE = re.compile(r"\s*range\s*\((.*)\)\s*", re.DOTALL)
 
 

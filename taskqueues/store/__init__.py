@@ -12,5 +12,7 @@ its slot).
 """
 
 from .facade import Store
+from .lifecycle import JobEvent, Placed
+from .records import Job, JobState
 
-__all__ = ["Store"]
+__all__ = ["Job", "JobEvent", "JobState", "Placed", "Store"]

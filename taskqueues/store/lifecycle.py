@@ -17,8 +17,9 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import JobRefused, NotFound, StoreError
+from .fairshare import account_tq, job_account
 from .guard import guarded
-from .records import JobState
+from .records import JobState, member_tail, stored_requirements, time_needed
 from .records import text as _text
 
 if TYPE_CHECKING:
@@ -62,6 +63,22 @@ class JobEvent:
             )
         except (ValueError, KeyError, TypeError):
             return None
+
+
+@dataclass(frozen=True)
+class Placed:
+    """Where an update puts a job (``matcher.submission.place`` computed it): its requirement class's task queue
+    (the store adds the job's account, as at submission), canonical definition and eligible queues, and its
+    exact requirements (``values``, with the consumables ``cpu``, ``mem``, ``tmp`` and ``wall`` they make)."""
+
+    tq_id: str
+    tq_def: str
+    queues: tuple[str, ...]
+    values: Mapping[str, Any]
+    cpu: int
+    mem: int
+    tmp: int
+    wall: int | None
 
 
 class Lifecycle:
@@ -117,17 +134,36 @@ class Lifecycle:
         return back
 
     @guarded("updating a job")
-    def update(self, job: str, by: str, what: str, change: Mapping[str, Any]) -> JobState:
-        """Apply ``change`` (``update.lua``'s ARGV[6]) to a waiting or held job; its state after. Raises
-        NotFound, or :class:`JobRefused` for a job in another state."""
+    def update(
+        self, job: str, by: str, what: str, *, priority: float | None = None, placed: Placed | None = None
+    ) -> JobState:
+        """Give a waiting or held job its own ``priority`` (its score moves by the difference from the one it
+        had: its own, else its request's) and/or the task queue, member and requirements of ``placed``, in one
+        step (``update.lua``; ``what`` is what its event says); its state after. Raises NotFound, or
+        :class:`JobRefused` for a job in another state (nothing changed)."""
         k, store = self.keys, self.store
+        current = store.job(job)
+        request = store.request(current.request) if current.request else {}
+        change: dict[str, Any] = {}
+        if priority is not None:
+            change |= {"py": priority, "py0": float(request.get("priority", 0.0))}
         extra = [k.work, *store.floors, *self._tq_keys([job])]
-        if "t" in change:
-            extra += store.pool_keys([change["t"]]) + [k.qheads(q) for q in change["queues"]]
+        if placed is not None:
+            group, owner = job_account(current.tq_id, request)
+            need = time_needed(placed.wall, current.ete, store.ete_safety_factor)
+            exact = json.dumps(dict(placed.values), sort_keys=True, separators=(",", ":"))
+            change |= {
+                "t": account_tq(placed.tq_id, group, owner, current.rule),
+                "def": placed.tq_def,
+                "queues": list(placed.queues),
+                "m_tail": member_tail(placed.cpu, placed.mem, placed.tmp, need),
+                **stored_requirements(exact, placed.cpu, placed.mem),
+            }
+            extra += store.pool_keys([change["t"]]) + [k.qheads(q) for q in placed.queues]
         reply = store.call_script(
             "update",
             [k.jobs, k.tqdefs, k.tqempty, k.poolstamp, k.releasing],
-            [store._base, store.clock(), by, job, what, json.dumps(dict(change))],
+            [store._base, store.clock(), by, job, what, json.dumps(change)],
             extra,
         )
         outcome = _text(reply[0])
@@ -161,4 +197,4 @@ class Lifecycle:
         return shown
 
 
-__all__ = ["BATCH", "JobEvent", "Lifecycle"]
+__all__ = ["BATCH", "JobEvent", "Lifecycle", "Placed"]

@@ -108,7 +108,7 @@ def test_every_script_call_declares_keys_of_one_slot(real_redis: redis.Redis) ->
     )
     (h,) = store.submit([job("t1")])
     store.lifecycle.hold([h], "alice")
-    store.lifecycle.update(h, "alice", "priority 5", {"py": 5, "py0": 0})
+    store.lifecycle.update(h, "alice", "priority 5", priority=5)
     store.lifecycle.hold([h], "alice", release=True)
     store.lifecycle.resubmit([c], "alice")
     retention.forget_ended(store, clock.now + 1)

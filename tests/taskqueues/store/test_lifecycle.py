@@ -8,7 +8,8 @@ from collections.abc import Iterator
 import pytest
 
 from taskqueues.errors import JobRefused, NotFound
-from taskqueues.store import Store, retention
+from taskqueues.store import Placed, Store, retention
+from taskqueues.store.fairshare import account_tq, job_account
 from taskqueues.store.records import JobState, PilotOffer, RunResult
 from tests.support.clock import FakeClock
 from tests.support.store import check_heads, check_store, job
@@ -130,12 +131,13 @@ def test_a_done_job_resubmitted_is_waited_for_again_by_its_blocked_dependents(st
 
 def test_an_update_moves_a_waiting_job_to_its_new_task_queue_atomically(store: Store) -> None:
     (jid,) = store.submit([job("tqA", score=5)])
-    change = {"t": "tqB", "def": '{"class":"tqB"}', "queues": [Q1], "m_tail": ":2:200:0:0", "r": '{"tmp":0}'}
-    assert store.lifecycle.update(jid, "alice", "cpu 1 -> 2", {**change, "py": 10, "py0": 0}) is JobState.WAITING
+    placed = Placed("tqB", '{"class":"tqB"}', (Q1,), {"cpu": 2, "mem": 200, "tmp": 0}, 2, 200, 0, None)
+    assert store.lifecycle.update(jid, "alice", "cpu 1 -> 2", priority=10, placed=placed) is JobState.WAITING
     moved = store.job(jid)
-    assert moved.tq_id == "tqB" and moved.cpu == 2 and moved.score == -5 and moved.priority == 10
-    assert store.task_queue("tqA") == [] and [m for m, _ in store.task_queue("tqB")] == [jid]
-    check_heads(store, {"tqA": (Q1,), "tqB": (Q1,)})
+    tq = account_tq("tqB", *job_account("tqA", {}))
+    assert moved.tq_id == tq and moved.cpu == 2 and moved.score == -5 and moved.priority == 10
+    assert store.task_queue("tqA") == [] and [m for m, _ in store.task_queue(tq)] == [jid]
+    check_heads(store, {"tqA": (Q1,), tq: (Q1,)})
     (leased,) = store.match(offer())
     assert leased.id == jid and leased.cpu == 2
 
@@ -144,9 +146,9 @@ def test_update_refuses_a_running_job(store: Store) -> None:
     (jid,) = store.submit([job()])
     store.match(offer())
     with pytest.raises(JobRefused, match="is matched: only a waiting or held job"):
-        store.lifecycle.update(jid, "alice", "priority", {"py": 1, "py0": 0})
+        store.lifecycle.update(jid, "alice", "priority", priority=1)
     with pytest.raises(NotFound):
-        store.lifecycle.update("999", "alice", "priority", {"py": 1, "py0": 0})
+        store.lifecycle.update("999", "alice", "priority", priority=1)
 
 
 def test_events_show_every_change_in_order_with_who_made_it(store: Store, clock: FakeClock) -> None:
