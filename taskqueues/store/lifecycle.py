@@ -12,18 +12,18 @@ Reached from the store as :attr:`taskqueues.store.Store.lifecycle`.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
+
+import redis
 
 from ..errors import JobRefused, NotFound, StoreError
 from .fairshare import account_tq, job_account
 from .guard import guarded
-from .records import JobState, member_tail, stored_requirements, time_needed
+from .keys import Keys
+from .records import Job, JobState, member_tail, stored_requirements, time_needed
 from .records import text as _text
-
-if TYPE_CHECKING:
-    from .facade import Store
 
 #: Jobs per Lua call (each call is atomic; a request's jobs go in several).
 BATCH = 500
@@ -81,10 +81,39 @@ class Placed:
     wall: int | None
 
 
+class _Store(Protocol):
+    """What of the facade (:class:`taskqueues.store.Store`, which builds this object) the operations use."""
+
+    keys: Keys
+    where: str
+    client: redis.Redis
+    clock: Callable[[], float]
+    floors: list[str]
+    ete_safety_factor: float
+    _base: str
+
+    def call_script(
+        self,
+        name: str,
+        keys: Sequence[str],
+        args: Sequence[Any],
+        extra: Iterable[str] = (),
+        client: redis.Redis | None = None,
+    ) -> list[Any]: ...
+
+    def pool_keys(self, tq_ids: Iterable[str]) -> list[str]: ...
+
+    def _tq_of(self, ids: Sequence[Any]) -> list[str]: ...
+
+    def job(self, job: str) -> Job: ...
+
+    def request(self, request: str) -> dict[str, Any]: ...
+
+
 class Lifecycle:
     """Hold, release, resubmit, update and events of one store's jobs."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: _Store) -> None:
         self.store = store
         self.keys = store.keys
         self.where = store.where
