@@ -245,7 +245,8 @@ def update(
         req = where.requirements
         placed = Placed(where.tq_id, where.tq_def, where.queues, dict(req.values), req.cpu, req.mem, req.tmp, req.wall)
         for name in sorted(changes):
-            before, after = job.requirements.get(name), req.values.get(name)
+            before = job.requirements.get(name, job.cpu if name == "cpu" else None)
+            after = req.values.get(name, req.cpu if name == "cpu" else None)
             if name in CONSUMABLES or before != after:
                 said.append(f"{name} {'-' if before is None else before} -> {'-' if after is None else after}")
     what = "updated: " + "; ".join(said)
