@@ -102,6 +102,7 @@ def families(census: Census, vo: str, max_task_queues: int) -> Iterator[Metric]:
         ),
         ("pilotfish_matches", stats.MATCHED, "Jobs leased to pilots"),
         ("pilotfish_jobs_forgotten", stats.FORGOTTEN, "Ended jobs forgotten by the retention (job_retention)"),
+        ("pilotfish_jobs_resubmitted", stats.RESUBMITTED, "Ended jobs brought back by pilotfish resubmit"),
     ):
         counter = CounterMetricFamily(name, doc, labels=["vo"])
         counter.add_metric([vo], census.counter(field))

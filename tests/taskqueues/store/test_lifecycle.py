@@ -89,6 +89,7 @@ def test_a_failed_job_resubmitted_runs_as_attempt_2_and_its_dep_failed_dependent
     assert run(store, exit_code=3) == ids[0]
     assert [j.state for j in store.jobs(ids)] == [JobState.FAILED, JobState.DEP_FAILED, JobState.DEP_FAILED]
     assert store.lifecycle.resubmit([ids[0]], "alice", "fixed the input") == ids
+    assert store.client.hget(store.keys.stats, "resubmitted") == b"3"
     assert [j.state for j in store.jobs(ids)] == [JobState.WAITING, JobState.BLOCKED, JobState.BLOCKED]
     assert store.job(ids[1]).pending == 1
     (again,) = store.match(offer())
