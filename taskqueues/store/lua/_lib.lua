@@ -409,30 +409,35 @@ local function event_now()
   end
   return EVENT_NOW
 end
-local function append_event(base, id, e)
+-- Append events `e` (and `e2`, if given) to job id's lines, dropping the oldest past EVENTS_CAP.
+local function append_event(base, id, e, e2)
   local key = base .. K_EVENTS
   local line = cjson.encode(e)
+  if e2 then line = line .. '\n' .. cjson.encode(e2) end
   local old = redis.call('HGET', key, id)
   if old then
-    if #old > EVENTS_CAP * 40 and select(2, string.gsub(old, '\n', '')) >= EVENTS_CAP - 1 then
-      old = string.sub(old, (string.find(old, '\n', 1, true) or #old) + 1)
+    if #old > EVENTS_CAP * 40 then
+      local n = select(2, string.gsub(old, '\n', '')) + (e2 and 2 or 1)
+      for _ = EVENTS_CAP, n do old = string.sub(old, (string.find(old, '\n', 1, true) or #old) + 1) end
     end
     if old ~= '' then line = old .. '\n' .. line end
   end
   redis.call('HSET', key, id, line)
 end
--- The event of a change of rec's state from `before` (what load() read) to rec.s.
+-- The event of a change of rec's state from `before` (what load() read) to rec.s; leaving `matched`, the match
+-- goes first (one write for both).
 local function state_event(base, rec, before)
-  if before == 'matched' and rec.tm then
-    append_event(base, rec.id, {t = rec.tm, f = 'waiting', s = 'matched', by = 'match',
-      p = rec.pl or rec.lx, a = rec.a})
-  end
   local e = {t = event_now(), f = before, s = rec.s, by = EVENT_BY or SCRIPT, a = rec.a}
   local why = EVENT_NOTE or (rec.why ~= LOADED_WHY[rec.id] and rec.why) or nil
   if why then e.why = why end
   if rec.pl and (rec.s == 'matched' or rec.s == 'running' or before == 'running') then e.p = rec.pl end
   if rec.x ~= nil and rec.x ~= cjson.null and (before == 'running' or before == 'matched') then e.x = rec.x end
-  append_event(base, rec.id, e)
+  if before == 'matched' and rec.tm then
+    append_event(base, rec.id, {t = rec.tm, f = 'waiting', s = 'matched', by = 'match', p = rec.pl or rec.lx,
+      a = rec.a}, e)
+  else
+    append_event(base, rec.id, e)
+  end
   LOADED_WHY[rec.id] = rec.why
 end
 -- ==== end of the job-event block ====
