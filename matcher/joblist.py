@@ -100,6 +100,8 @@ class JobRow:
     run_time: float | None
     exit_code: int | None
     reason: str | None
+    #: Who held it (``pilotfish hold``), while it is held or will be as soon as it waits.
+    held_by: str | None = None
 
     @classmethod
     def of(cls, job: Job, now: float, account: tuple[str, str]) -> JobRow:
@@ -125,6 +127,7 @@ class JobRow:
             run,
             job.exit_code,
             job.reason,
+            job.held_by,
         )
 
     def to_json(self) -> dict[str, Any]:

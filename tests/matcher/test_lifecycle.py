@@ -89,7 +89,9 @@ def test_a_held_job_is_never_matched_until_released(redis_url: str, tmp_path: Pa
     drain(redis_url, tmp_path, "first")  # y runs; the held x blocks nobody: the pilot goes idle and stops
     assert client.store.job(y).state is JobState.DONE and client.store.job(x).state is JobState.HELD
     listed = json.loads(cli(redis_url, "jobs", "--request", request.id, "--json").stdout)["jobs"]
-    assert [(r["id"], r["state"]) for r in listed] == [(x, "held")]
+    assert [(r["id"], r["state"], r["held_by"], r["reason"]) for r in listed] == [
+        (x, "held", "alice", "check the inputs")
+    ]
     assert client.status(request).states == {"done": 1, "held": 1}
     explained = cli(redis_url, "explain", x)
     assert "held by alice (check the inputs): no pilot matches it until it is released" in explained.stdout
