@@ -216,13 +216,16 @@ class Lifecycle:
             raise NotFound(f"no job {job!r}")
         rec = json.loads(raw)
         events = [e for line in _text(text or "").splitlines() if (e := JobEvent.parse(line)) is not None]
-        first = events[0].source if events else ("waiting" if rec.get("s") == JobState.MATCHED else rec.get("s"))
-        submitted = JobEvent(float(rec.get("ts", 0)), None, str(first), "submit")
-        shown = [submitted, *events]
-        if rec.get("s") == JobState.MATCHED and rec.get("tm") is not None:
-            attempt = int(rec.get("a", 0))
-            if not any(e.state == JobState.MATCHED and e.attempt == attempt for e in events):
-                shown.append(JobEvent(float(rec["tm"]), "waiting", "matched", "match", None, attempt, rec.get("pl")))
+        state = rec.get("s")
+        leased = state in (JobState.MATCHED, JobState.RUNNING)
+        first = events[0].source if events else ("waiting" if leased else state)
+        shown = [JobEvent(float(rec.get("ts", 0)), None, str(first), "submit"), *events]
+        if leased and rec.get("tm") is not None:  # a lease under way: its match and start are the record's
+            attempt, pilot = int(rec.get("a", 0)), rec.get("pl")
+            shown.append(JobEvent(float(rec["tm"]), "waiting", "matched", "match", None, attempt, pilot))
+            if state == JobState.RUNNING:
+                started = float(rec.get("st") or rec["tm"])
+                shown.append(JobEvent(started, "matched", "running", f"pilot {pilot}", None, attempt, pilot))
         return shown
 
 

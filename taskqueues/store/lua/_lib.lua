@@ -388,17 +388,20 @@ local FINAL_STATES = {done = true, failed = true, cancelled = true, ['dep-failed
 local LOADED_STATE = {} -- job id -> the state load() read (save() keeps the indexes of states)
 local LOADED_WHY = {}   -- job id -> the reason load() read (an event carries the reason a change wrote)
 -- ==== job events (issue 28) ====
--- Every change of a job's state is recorded where it is stored: save() appends one line to the job's field of
--- the `events` hash (keys.py), {"t": time, "f": from, "s": to, "by": who, "why": reason, "a": attempt,
--- "p": pilot, "x": exit}, keeping the last EVENTS_CAP lines; the hash is declared by Store.call_script, and a
--- packed call (a pilot's start or completion) reaches it by the key base like match.lua its task queues
--- (same hash tag, same slot). Two changes are not written, to keep memory per waiting job and the match
--- path as they were: the submission (the record's `ts` tells it) and the match (match.lua writes no event:
--- its time and pilot are the record's `tm` and `pl`); save() writes the match when the job leaves `matched`
--- (started, requeued, failed...), and the reader (taskqueues.store.lifecycle) shows both from the record.
+-- Every change of a job's state is recorded where it is stored: save() appends lines to the job's field of the
+-- `events` hash (keys.py), one JSON object each, {"t": time, "f": from, "s": to, "by": who, "why": reason,
+-- "a": attempt, "p": pilot, "x": exit}, keeping the last EVENTS_CAP lines; the hash is declared by
+-- Store.call_script, and a packed call (a pilot's completion) reaches it by the key base like match.lua its task
+-- queues (same hash tag, same slot). What the record itself tells is not written while it tells it, to keep
+-- the memory per waiting job, the match and the start as they were: the submission (`ts`), and a lease while
+-- it lasts (match.lua and start.lua write no event: the match is the record's `tm` and `pl`, the start its
+-- `st`). When the lease ends (done, failed, requeued, given back...), save() writes its match and start with
+-- the change that ends it, in one append; the reader (taskqueues.store.lifecycle) shows the submission and a
+-- lease under way from the record.
 -- A script names who makes its changes with events_by(now, who) (default: the script's name, now from TIME).
 local EVENTS_CAP = 100
 local EVENT_BY, EVENT_NOW, EVENT_NOTE = nil, nil, nil
+local LOADED_PILOT = {} -- job id -> the pilot its record named when load() read it
 local function events_by(now, who)
   EVENT_NOW, EVENT_BY = now, who
 end
@@ -409,36 +412,45 @@ local function event_now()
   end
   return EVENT_NOW
 end
--- Append events `e` (and `e2`, if given) to job id's lines, dropping the oldest past EVENTS_CAP.
-local function append_event(base, id, e, e2)
+-- Append `events` (a list) to job id's lines, dropping the oldest past EVENTS_CAP.
+local function append_event(base, id, events)
   local key = base .. K_EVENTS
-  local line = cjson.encode(e)
-  if e2 then line = line .. '\n' .. cjson.encode(e2) end
+  local lines = {}
+  for i, e in ipairs(events) do lines[i] = cjson.encode(e) end
+  local line = table.concat(lines, '\n')
   local old = redis.call('HGET', key, id)
   if old then
     if #old > EVENTS_CAP * 40 then
-      local n = select(2, string.gsub(old, '\n', '')) + (e2 and 2 or 1)
+      local n = select(2, string.gsub(old, '\n', '')) + #events
       for _ = EVENTS_CAP, n do old = string.sub(old, (string.find(old, '\n', 1, true) or #old) + 1) end
     end
     if old ~= '' then line = old .. '\n' .. line end
   end
   redis.call('HSET', key, id, line)
 end
--- The event of a change of rec's state from `before` (what load() read) to rec.s; leaving `matched`, the match
--- goes first (one write for both).
+-- The events of a change of rec's state from `before` (what load() read) to rec.s: nothing while a lease
+-- lasts; at its end, its match (and its start, if the payload started) first.
 local function state_event(base, rec, before)
+  if rec.s == 'matched' or rec.s == 'running' then return end
   local e = {t = event_now(), f = before, s = rec.s, by = EVENT_BY or SCRIPT, a = rec.a}
   local why = EVENT_NOTE or (rec.why ~= LOADED_WHY[rec.id] and rec.why) or nil
   if why then e.why = why end
-  if rec.pl and (rec.s == 'matched' or rec.s == 'running' or before == 'running') then e.p = rec.pl end
-  if rec.x ~= nil and rec.x ~= cjson.null and (before == 'running' or before == 'matched') then e.x = rec.x end
-  if before == 'matched' and rec.tm then
-    append_event(base, rec.id, {t = rec.tm, f = 'waiting', s = 'matched', by = 'match', p = rec.pl or rec.lx,
-      a = rec.a}, e)
-  else
-    append_event(base, rec.id, e)
+  if before ~= 'matched' and before ~= 'running' then
+    append_event(base, rec.id, {e})
+    return
   end
-  LOADED_WHY[rec.id] = rec.why
+  local pilot = LOADED_PILOT[rec.id] or rec.pl or rec.lx
+  e.p = pilot
+  -- an exit code this change reports (a pilot's), not one an earlier attempt left on the record
+  if rec.x ~= nil and rec.x ~= cjson.null and string.sub(e.by, 1, 6) == 'pilot ' then e.x = rec.x end
+  local tm, st = tonumber(rec.tm), tonumber(rec.st)
+  local out = {{t = tm or e.t, f = 'waiting', s = 'matched', by = 'match', p = pilot, a = rec.a}}
+  if before == 'running' or (st and tm and st >= tm) then
+    out[2] = {t = st or tm or e.t, f = 'matched', s = 'running', by = 'pilot ' .. tostring(pilot), p = pilot, a = rec.a}
+    e.f = 'running'
+  end
+  out[#out + 1] = e
+  append_event(base, rec.id, out)
 end
 -- ==== end of the job-event block ====
 -- A job record from its stored text (false/nil: no record); nil, 'unreadable' when it cannot be read.
@@ -452,6 +464,7 @@ local function decode(raw, id)
   rec.id = id
   LOADED_STATE[id] = rec.s
   LOADED_WHY[id] = rec.why
+  LOADED_PILOT[id] = rec.pl
   if rec.mt then rec.m, rec.mt = id .. rec.mt, nil end
   rec.a = rec.a or 0
   rec.mr = rec.mr or MAX_RETRIES
@@ -487,6 +500,7 @@ local function save(jobs, rec)
     end
     if before then state_event(base, rec, before) end
     LOADED_STATE[id] = rec.s
+    LOADED_WHY[id], LOADED_PILOT[id] = rec.why, rec.pl
   end
 end
 -- Whether a record holds what enqueue() writes (a hand-made record may not).

@@ -44,8 +44,8 @@ if missing then return missing end
 -- A hold set on (or withdrawn from) a job that does not wait: its state stays, so the event is written here.
 local function note(id, rec, what)
   save(KEYS[1], rec)
-  append_event(base, id, {t = now, f = rec.s, s = rec.s, by = by, a = rec.a,
-    why = what .. (reason ~= '' and ' (' .. reason .. ')' or '')})
+  append_event(base, id, {{t = now, f = rec.s, s = rec.s, by = by, a = rec.a,
+    why = what .. (reason ~= '' and ' (' .. reason .. ')' or '')}})
 end
 local out = {'ok'}
 for i = 6, #ARGV do

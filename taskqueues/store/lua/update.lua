@@ -72,7 +72,7 @@ if inqueue then
   enqueue(base, KEYS[3], KEYS[5], rec, queues, now)
 end
 save(KEYS[1], rec)
-append_event(base, id, {t = now, f = rec.s, s = rec.s, by = by, a = rec.a, why = what})
+append_event(base, id, {{t = now, f = rec.s, s = rec.s, by = by, a = rec.a, why = what}})
 sync_heads(base, now)
 wake(base)
 return {'ok', rec.s}

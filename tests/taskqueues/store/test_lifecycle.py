@@ -170,7 +170,7 @@ def test_events_show_every_change_in_order_with_who_made_it(store: Store, clock:
     assert shown == [
         (None, "waiting", "submit", None),
         ("waiting", "matched", "match", "p1"),
-        ("matched", "waiting", "reaper", None),
+        ("matched", "waiting", "reaper", "p1"),
         ("waiting", "held", "alice", None),
         ("held", "waiting", "bob", None),
         ("waiting", "matched", "match", "p2"),
@@ -219,3 +219,25 @@ def test_events_are_capped_keeping_the_latest(store: Store) -> None:
         store.lifecycle.hold([jid], "alice", release=True)
     events = store.lifecycle.events(jid)
     assert len(events) == 1 + 100 and events[-1].state == "waiting" and events[-1].source == "held"
+
+
+def test_a_lease_writes_no_event_while_it_lasts_and_is_read_from_the_record(store: Store, clock: FakeClock) -> None:
+    (jid,) = store.submit([job()])
+    clock.now += 1
+    (leased,) = store.match(offer())
+    assert [(e.source, e.state) for e in store.lifecycle.events(jid)] == [(None, "waiting"), ("waiting", "matched")]
+    clock.now += 1
+    store.start(jid, leased.attempt, "p1")
+    assert not store.client.hexists(store.keys.events, jid)  # match and start cost no write
+    events = store.lifecycle.events(jid)
+    assert [(e.state, e.by, e.pilot, e.time) for e in events[1:]] == [
+        ("matched", "match", "p1", clock.now - 1),
+        ("running", "pilot p1", "p1", clock.now),
+    ]
+    clock.now += 1
+    store.complete(jid, leased.attempt, "p1", RunResult(exit_code=0))
+    assert [(e.source, e.state, e.time) for e in store.lifecycle.events(jid)[1:]] == [
+        ("waiting", "matched", clock.now - 2),
+        ("matched", "running", clock.now - 1),
+        ("running", "done", clock.now),
+    ]
