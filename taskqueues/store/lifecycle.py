@@ -220,12 +220,35 @@ class Lifecycle:
         leased = state in (JobState.MATCHED, JobState.RUNNING)
         first = events[0].source if events else ("waiting" if leased else state)
         shown = [JobEvent(float(rec.get("ts", 0)), None, str(first), "submit"), *events]
-        if leased and rec.get("tm") is not None:  # a lease under way: its match and start are the record's
-            attempt, pilot = int(rec.get("a", 0)), rec.get("pl")
-            shown.append(JobEvent(float(rec["tm"]), "waiting", "matched", "match", None, attempt, pilot))
-            if state == JobState.RUNNING:
-                started = float(rec.get("st") or rec["tm"])
-                shown.append(JobEvent(started, "matched", "running", f"pilot {pilot}", None, attempt, pilot))
+        attempt, pilot = int(rec.get("a", 0)), rec.get("pl")
+        last = events[-1] if events else None
+        ended = (
+            JobState(state).final
+            and rec.get("tm") is not None
+            and pilot is not None
+            and not (last is not None and last.state == state and last.attempt == attempt)
+        )
+        if (leased or ended) and rec.get("tm") is not None:
+            # a lease under way, or ended by its pilot's report: the record tells it (_lib.lua's state_event)
+            tm, st = float(rec["tm"]), rec.get("st")
+            shown.append(JobEvent(tm, "waiting", "matched", "match", None, attempt, pilot))
+            ran = state == JobState.RUNNING or (ended and st is not None and float(st) >= tm)
+            if ran:
+                shown.append(JobEvent(float(st or tm), "matched", "running", f"pilot {pilot}", None, attempt, pilot))
+            if ended:
+                x = rec.get("x")
+                shown.append(
+                    JobEvent(
+                        float(rec.get("te", 0)),
+                        "running" if ran else "matched",
+                        str(state),
+                        f"pilot {pilot}",
+                        rec.get("why"),
+                        attempt,
+                        pilot,
+                        int(x) if isinstance(x, int | float) else None,
+                    )
+                )
         return shown
 
 

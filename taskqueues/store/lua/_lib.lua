@@ -402,6 +402,7 @@ local LOADED_WHY = {}   -- job id -> the reason load() read (an event carries th
 local EVENTS_CAP = 100
 local EVENT_BY, EVENT_NOW, EVENT_NOTE = nil, nil, nil
 local LOADED_PILOT = {} -- job id -> the pilot its record named when load() read it
+local LOADED_RAW = {}   -- job id -> its record's text as load() read it
 local function events_by(now, who)
   EVENT_NOW, EVENT_BY = now, who
 end
@@ -428,28 +429,59 @@ local function append_event(base, id, events)
   end
   redis.call('HSET', key, id, line)
 end
+-- A lease's events: its match, its start if the payload started, then `e` (the change that ended it).
+local function lease_events(rec, e)
+  local pilot = e.p
+  local tm, st = tonumber(rec.tm), tonumber(rec.st)
+  local out = {{t = tm or e.t, f = 'waiting', s = 'matched', by = 'match', p = pilot, a = rec.a}}
+  e.f = 'matched'
+  if st and (not tm or st >= tm) then
+    out[2] = {t = st, f = 'matched', s = 'running', by = 'pilot ' .. tostring(pilot), p = pilot, a = rec.a}
+    e.f = 'running'
+  end
+  out[#out + 1] = e
+  return out
+end
+-- The end of a lease as its pilot reported it, from a record that ended so (done, failed, cancelled, by its
+-- pilot's report): what the record tells and save() did not write (see below).
+local function ended_lease(rec)
+  local e = {t = tonumber(rec.te) or 0, s = rec.s, by = 'pilot ' .. tostring(rec.pl), a = rec.a, p = rec.pl}
+  if rec.x ~= nil and rec.x ~= cjson.null then e.x = rec.x end
+  if rec.why then e.why = rec.why end
+  return lease_events(rec, e)
+end
+-- Whether `text` (a job's event lines) ends with the end of attempt `a` in state `s`.
+local function written_end(text, s, a)
+  local last = string.match(text or '', '([^\n]*)$')
+  local ok, e = pcall(cjson.decode, last or '')
+  return ok and type(e) == 'table' and e.s == s and tostring(e.a) == tostring(a)
+end
 -- The events of a change of rec's state from `before` (what load() read) to rec.s: nothing while a lease
--- lasts; at its end, its match (and its start, if the payload started) first.
+-- lasts; at its end, its match (and its start, if the payload started) first. A lease its own pilot ends for
+-- good (done, failed, cancelled by its report) writes nothing either: the record tells all of it (tm, st, pl,
+-- te, x, why), and most jobs end so; the change that takes the job out of that state (a resubmit) writes it
+-- first, from the record as load() read it (LOADED_RAW), unless it was written.
 local function state_event(base, rec, before)
   if rec.s == 'matched' or rec.s == 'running' then return end
   local e = {t = event_now(), f = before, s = rec.s, by = EVENT_BY or SCRIPT, a = rec.a}
   local why = EVENT_NOTE or (rec.why ~= LOADED_WHY[rec.id] and rec.why) or nil
   if why then e.why = why end
-  if before ~= 'matched' and before ~= 'running' then
-    append_event(base, rec.id, {e})
+  if before == 'matched' or before == 'running' then
+    local pilot = LOADED_PILOT[rec.id] or rec.pl or rec.lx
+    if FINAL_STATES[rec.s] and e.by == 'pilot ' .. tostring(pilot) then return end
+    e.p = pilot
+    -- an exit code this change reports (a pilot's), not one an earlier attempt left on the record
+    if rec.x ~= nil and rec.x ~= cjson.null and string.sub(e.by, 1, 6) == 'pilot ' then e.x = rec.x end
+    append_event(base, rec.id, lease_events(rec, e))
     return
   end
-  local pilot = LOADED_PILOT[rec.id] or rec.pl or rec.lx
-  e.p = pilot
-  -- an exit code this change reports (a pilot's), not one an earlier attempt left on the record
-  if rec.x ~= nil and rec.x ~= cjson.null and string.sub(e.by, 1, 6) == 'pilot ' then e.x = rec.x end
-  local tm, st = tonumber(rec.tm), tonumber(rec.st)
-  local out = {{t = tm or e.t, f = 'waiting', s = 'matched', by = 'match', p = pilot, a = rec.a}}
-  if before == 'running' or (st and tm and st >= tm) then
-    out[2] = {t = st or tm or e.t, f = 'matched', s = 'running', by = 'pilot ' .. tostring(pilot), p = pilot, a = rec.a}
-    e.f = 'running'
+  local out = {e}
+  local old = FINAL_STATES[before] and LOADED_RAW[rec.id] and cjson.decode(LOADED_RAW[rec.id])
+  if old and old.tm and old.pl and not written_end(redis.call('HGET', base .. K_EVENTS, rec.id), old.s, old.a or 0) then
+    old.a = old.a or 0
+    out = ended_lease(old)
+    out[#out + 1] = e
   end
-  out[#out + 1] = e
   append_event(base, rec.id, out)
 end
 -- ==== end of the job-event block ====
@@ -465,6 +497,7 @@ local function decode(raw, id)
   LOADED_STATE[id] = rec.s
   LOADED_WHY[id] = rec.why
   LOADED_PILOT[id] = rec.pl
+  LOADED_RAW[id] = raw
   if rec.mt then rec.m, rec.mt = id .. rec.mt, nil end
   rec.a = rec.a or 0
   rec.mr = rec.mr or MAX_RETRIES
@@ -500,7 +533,7 @@ local function save(jobs, rec)
     end
     if before then state_event(base, rec, before) end
     LOADED_STATE[id] = rec.s
-    LOADED_WHY[id], LOADED_PILOT[id] = rec.why, rec.pl
+    LOADED_WHY[id], LOADED_PILOT[id], LOADED_RAW[id] = rec.why, rec.pl, nil
   end
 end
 -- Whether a record holds what enqueue() writes (a hand-made record may not).

@@ -206,6 +206,8 @@ def test_a_retry_policy_runs_a_job_again_on_its_exit_codes(store: Store) -> None
 
 def test_events_go_with_the_job_record_at_retention(store: Store, clock: FakeClock) -> None:
     (jid,) = store.submit([job()])
+    store.lifecycle.hold([jid], "alice")
+    store.lifecycle.hold([jid], "alice", release=True)
     run(store, exit_code=1)
     assert store.client.hexists(store.keys.events, jid)
     retention.forget_ended(store, clock.now + 1)
@@ -236,8 +238,17 @@ def test_a_lease_writes_no_event_while_it_lasts_and_is_read_from_the_record(stor
     ]
     clock.now += 1
     store.complete(jid, leased.attempt, "p1", RunResult(exit_code=0))
-    assert [(e.source, e.state, e.time) for e in store.lifecycle.events(jid)[1:]] == [
-        ("waiting", "matched", clock.now - 2),
-        ("matched", "running", clock.now - 1),
-        ("running", "done", clock.now),
+    assert not store.client.hexists(store.keys.events, jid)  # ended by its pilot: the record tells it all
+    done = [(e.source, e.state, e.by, e.time, e.exit_code) for e in store.lifecycle.events(jid)[1:]]
+    assert done == [
+        ("waiting", "matched", "match", clock.now - 2, None),
+        ("matched", "running", "pilot p1", clock.now - 1, None),
+        ("running", "done", "pilot p1", clock.now, 0),
     ]
+    clock.now += 1
+    store.lifecycle.resubmit([jid], "carol")  # written now, from the record as it was, before the change
+    assert [(e.source, e.state, e.by, e.time, e.exit_code) for e in store.lifecycle.events(jid)[1:]] == [
+        *done,
+        ("done", "waiting", "carol", clock.now, None),
+    ]
+    assert store.client.hget(store.keys.events, jid).count(b"\n") == 3
