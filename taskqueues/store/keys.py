@@ -59,7 +59,8 @@ record removes its entry |
 ``save`` as states change: ``pilotfish jobs`` pages held jobs from it |
 | ``P:{vo}:events`` | hash | job id → its state changes, one JSON object a line (``{"t", "f", "s", "by", "why", "a",
 "p", "x"}``: time, from, to, who, reason, attempt, pilot, exit), appended by ``_lib.lua``'s ``save`` and capped
-(``EVENTS_CAP``); its submission and a lease under way are read from the record; forgotten with the record |
+(``EVENTS_CAP``); what the record tells is read from it (its submission, a lease under way or ended by its
+pilot's report); forgotten with the record |
 | ``P:{vo}:log:<job>`` | hash | a job's payload output as its pilots shipped it (``ship_log.lua``): per attempt
 ``<a>:out`` / ``<a>:err`` the last ``output_cap`` bytes of the stream (raw bytes), ``<a>:out:n`` / ``<a>:err:n``
 how many bytes the stream had in all, ``<a>:meta`` JSON ``{"pilot", "host", "dir", "live", "at"}`` (where the
