@@ -252,3 +252,16 @@ def test_a_lease_writes_no_event_while_it_lasts_and_is_read_from_the_record(stor
         ("done", "waiting", "carol", clock.now, None),
     ]
     assert store.client.hget(store.keys.events, jid).count(b"\n") == 3
+
+
+def test_a_held_job_updated_enters_its_new_task_queue_when_released(store: Store) -> None:
+    (jid,) = store.submit([job("tqA", score=5)])
+    store.lifecycle.hold([jid], "alice")
+    placed = Placed("tqC", '{"class":"tqC"}', (Q1,), {"cpu": 3, "mem": 300, "tmp": 0}, 3, 300, 0, None)
+    assert store.lifecycle.update(jid, "alice", "cpu 1 -> 3", placed=placed) is JobState.HELD
+    tq = store.job(jid).tq_id
+    assert store.task_queue(tq) == [] and store.match(offer()) == []
+    store.lifecycle.hold([jid], "alice", release=True)
+    assert [m for m, _ in store.task_queue(tq)] == [jid]
+    (leased,) = store.match(offer())
+    assert leased.id == jid and leased.cpu == 3 and leased.score == 5
