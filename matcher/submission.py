@@ -18,7 +18,7 @@ every problem before storing anything (a refused request writes nothing: the sto
 5. pressures along the DAG give each job its score: ``ETA(request) - pressure(job) - priority``, the
    date by which it should start (lower is more urgent, one scale for every request); the ETA counts
    the critical path, what the request's shape needs on the cores (a long job behind a wide fan) and
-   the load of everyone's outstanding work (:mod:`matcher.eta`); the request's record keeps the date
+   the load of everyone's outstanding work (:mod:`matcher.request_eta`); the request's record keeps the date
    that load gave (``load``) and the cores it counted (``cores``): re-pressure moves that date when the
    estimates it summed are corrected (:mod:`matcher.repressure_load`).
 
@@ -53,7 +53,6 @@ from taskqueues.store.fairshare import DEFAULT_GROUP, account_tq, default_owner
 from taskqueues.store.fairshare import check_name as check_account_name
 from taskqueues.store.records import NewJob
 
-from .eta import fan_in_bound, live_cores, load_seconds, request_eta
 from .limits import (
     MAX_COMMAND_BYTES,
     MAX_ETE,
@@ -67,6 +66,7 @@ from .limits import (
     check_number,
     check_text,
 )
+from .request_eta import fan_in_bound, live_cores, load_seconds, request_eta
 
 DEFAULT_ETE = 60.0
 
@@ -276,7 +276,7 @@ class Submitter:
         capacity: Callable[[], float] | None = None,
         ete_spread: float = DEFAULT_SPREAD,
     ) -> None:
-        """``capacity`` gives the cores that run the work (for the load part of the ETA, :mod:`matcher.eta`);
+        """``capacity`` gives the cores that run the work (for the load part of the ETA, :mod:`matcher.request_eta`);
         ``ete_spread`` is the coefficient of variation over which a rule has no say over a job's hint."""
         self.ete_spread = ete_spread
         self.store = store
