@@ -12,9 +12,8 @@ from taskqueues.requirements import MAX_NAMES
 
 from .expr import ExprError, render, template_dep_refs, template_names
 from .foreach import Raw
-from .model import JobTemplate, Rule
+from .model import Collector, JobTemplate, Rule
 from .patterns import Patterns, resolve_deps
-from .problems import Collector
 from .values import Deferred, check_names, read_ete_hint, requirement_value
 
 __all__ = ["compile_jobs"]

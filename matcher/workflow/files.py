@@ -10,9 +10,8 @@ from pathlib import Path
 from matcher.limits import MAX_NAME
 from taskqueues.errors import located, shown
 
-from .model import Workflow, WorkflowError
+from .model import Workflow, WorkflowError, job_owner
 from .parse import parse_workflow
-from .problems import job_owner
 
 __all__ = ["MAX_FILE_BYTES", "load_workflow"]
 

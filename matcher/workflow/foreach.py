@@ -13,8 +13,7 @@ from taskqueues.errors import shown
 
 from .document import IDENT_RE, RESERVED_PARAMS, parse_params
 from .expr import ExprError, evaluate, render, template_names
-from .model import Rule
-from .problems import Collector, job_owner
+from .model import Collector, Rule, job_owner
 
 __all__ = ["Raw", "expand_jobs"]
 

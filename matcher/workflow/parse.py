@@ -12,8 +12,7 @@ from taskqueues.dag import DagError, check_dag
 from .compile import compile_jobs
 from .document import parse_header, parse_identity, parse_params, parse_rules
 from .foreach import expand_jobs
-from .model import Workflow, WorkflowError
-from .problems import Collector
+from .model import Collector, Workflow, WorkflowError
 
 __all__ = ["parse_workflow"]
 

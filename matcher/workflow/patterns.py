@@ -13,7 +13,7 @@ from matcher.limits import MAX_PATTERN_WORK
 from taskqueues.errors import shown
 
 from .foreach import Raw
-from .problems import Collector
+from .model import Collector
 
 __all__ = ["PATTERN_CHARS", "Patterns", "resolve_deps"]
 
