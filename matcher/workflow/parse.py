@@ -9,9 +9,8 @@ from typing import Any
 
 from taskqueues.dag import DagError, check_dag
 
-from .compile import compile_jobs
 from .document import parse_header, parse_identity, parse_params, parse_rules
-from .foreach import expand_jobs
+from .jobs import compile_jobs, expand_jobs
 from .model import Collector, Workflow, WorkflowError
 
 __all__ = ["parse_workflow"]
