@@ -85,10 +85,9 @@ Modules
 from matcher.limits import MAX_JOBS
 
 from .deferred import evaluate_deferred, render_command
-from .files import load_workflow
+from .load import load_workflow, parse_workflow
 from .model import JobTemplate, Rule, Workflow, WorkflowError
 from .outputs import OUTPUTS_ENV, parse_outputs
-from .parse import parse_workflow
 from .values import is_duration, is_numeric
 
 __all__ = [
