@@ -84,10 +84,9 @@ Modules
 
 from matcher.limits import MAX_JOBS
 
-from .deferred import evaluate_deferred, render_command
 from .load import load_workflow, parse_workflow
 from .model import JobTemplate, Rule, Workflow, WorkflowError
-from .outputs import OUTPUTS_ENV, parse_outputs
+from .outputs import OUTPUTS_ENV, evaluate_deferred, parse_outputs, render_command
 from .values import is_duration, is_numeric
 
 __all__ = [

@@ -25,7 +25,6 @@ from .values import Deferred, check_names, read_ete_hint, requirement_value
 
 __all__ = ["PATTERN_CHARS", "Patterns", "Raw", "compile_jobs", "expand_jobs", "resolve_deps"]
 
-
 _JOB_KEYS = frozenset({"name", "rule", "command", "params", "requirements", "deps", "key", "ete", "foreach"})
 _RANGE_RE = re.compile(r"\s*range\s*\((.*)\)\s*", re.DOTALL)
 
