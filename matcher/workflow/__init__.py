@@ -75,11 +75,11 @@ to is bounded while it expands (:mod:`matcher.limits`: jobs, text, dependency ed
 so a small file cannot build a huge request in memory before it is refused.
 
 Modules
-    ``files`` (reading a file), ``parse`` (the steps, in order), ``document`` (header, ``params``,
-    ``rules``), ``foreach`` (expansion and the per-job templates), ``patterns`` (``deps`` patterns),
-    ``values`` (requirement values and the ETE hint), ``compile`` (jobs to :class:`JobTemplate`),
-    ``model`` (the objects), ``problems`` (gathering problems, the text budget), ``deferred`` (release
-    time), ``outputs`` (``$PILOTFISH_OUTPUTS``), and ``expr``, the expression and template language.
+    ``load`` (the entry points, a document or a file, and the steps in order), ``document`` (header,
+    ``params``, ``rules``), ``jobs`` (``foreach`` expansion, ``deps`` patterns, compiling to
+    :class:`JobTemplate`), ``values`` (requirement values and the ETE hint), ``model`` (the objects, and
+    gathering problems with the text budget), ``outputs`` (``$PILOTFISH_OUTPUTS`` and release time), and
+    ``expr``, the expression and template language.
 """
 
 from matcher.limits import MAX_JOBS
