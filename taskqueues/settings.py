@@ -192,6 +192,8 @@ class Settings:
             raise ConfigError(
                 f"{where('redis_appendfsync')}: must be always, everysec or no, got {self.redis_appendfsync!r}"
             )
+        if self.max_retries < 0:
+            raise ConfigError(f"{where('max_retries')}: must be >= 0, got {self.max_retries}")
         if self.payload_sandbox not in SANDBOXES:
             raise ConfigError(
                 f"{where('payload_sandbox')}: must be {' or '.join(SANDBOXES)}, got {self.payload_sandbox!r}"
@@ -202,9 +204,8 @@ class Settings:
             )
         if self.log_format not in ("text", "json"):
             raise ConfigError(f"{where('log_format')}: must be text or json, got {self.log_format!r}")
-        for name in ("max_retries", "metrics_task_queues"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{where(name)}: must be >= 0, got {getattr(self, name)}")
+        if self.metrics_task_queues < 0:
+            raise ConfigError(f"{where('metrics_task_queues')}: must be >= 0, got {self.metrics_task_queues}")
         if not 0 < self.flower_port < 65536:
             raise ConfigError(f"{where('flower_port')}: not a TCP port: {self.flower_port}")
         self._check_broker(where)
