@@ -28,8 +28,7 @@ from .joblist import JobFilter, JobRow, Listing, list_jobs, parse_states
 from .logview import Output, follow, output, parse_streams
 from .status import RequestStatus, find_request, request_status
 from .submission import Submitter, submit_workflow
-from .workflow import load_workflow
-from .workflow.parse import parse_workflow
+from .workflow import load_workflow, parse_workflow
 
 __all__ = ["Client", "Request", "WaitTimeout"]
 

@@ -34,7 +34,8 @@ from taskqueues.credentials import FILE_SUFFIX, SECRET_SETTINGS, SECRETS_VARIABL
 from taskqueues.errors import ConfigError
 from taskqueues.ete import DEFAULT_SPREAD
 from taskqueues.sandbox import SANDBOXES
-from taskqueues.store.records import DEFAULT_ETE_SAFETY_FACTOR
+from taskqueues.store.records import DEFAULT_ETE_SAFETY_FACTOR, DEFAULT_MAX_RETRIES
+from taskqueues.store.sentinel import DEFAULT_MASTER
 
 ENV_PREFIX = "PILOTFISH_"
 
@@ -60,7 +61,9 @@ class Settings:
     lease_seconds: float = 60.0
     # The back-off (seconds) before the reaper requeues a job whose lease expired again (a first expiry has none).
     backoff_seconds: float = 10.0
-    max_retries: int = 3
+    # How many times a job whose lease expired is requeued before it fails (a job submitted through the API
+    # may give its own, 0..100).
+    max_retries: int = DEFAULT_MAX_RETRIES
     # The run-time estimate (seconds) of a job with no hint, no earlier run and no statistics of its rule.
     default_ete: float = 60.0
     ete_safety_factor: float = DEFAULT_ETE_SAFETY_FACTOR
@@ -106,7 +109,7 @@ class Settings:
     housekeeping_events: bool = False
     # The primary's name when redis_url is a Sentinel URL (sentinel://h1:26379;sentinel://h2:26379): the
     # store's, Celery's (master_name transport option) and the pilots' ($PILOTFISH_REDIS_SENTINEL_MASTER).
-    redis_sentinel_master: str = "mymaster"
+    redis_sentinel_master: str = DEFAULT_MASTER
     # A submission is acknowledged once this many replicas hold it (WAIT; at most the primary's connected
     # replicas, so a primary without one acknowledges at once): 0 = as soon as the primary does.
     submit_replicas: int = 1
@@ -189,6 +192,8 @@ class Settings:
             raise ConfigError(
                 f"{where('redis_appendfsync')}: must be always, everysec or no, got {self.redis_appendfsync!r}"
             )
+        if self.max_retries < 0:
+            raise ConfigError(f"{where('max_retries')}: must be >= 0, got {self.max_retries}")
         if self.payload_sandbox not in SANDBOXES:
             raise ConfigError(
                 f"{where('payload_sandbox')}: must be {' or '.join(SANDBOXES)}, got {self.payload_sandbox!r}"
@@ -261,3 +266,8 @@ class Settings:
             for f in fields(self)
             if f.name != "sources"
         ]
+
+
+#: The defaults: what the pilot's options and the matcher's objects that a setting configures start from, so
+#: each setting has its one default here (tests/taskqueues/test_settings.py holds them to it).
+DEFAULTS = Settings()
