@@ -6,6 +6,7 @@ import json
 import tomllib
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from matcher.limits import MAX_NAME
 from taskqueues.errors import located, shown
@@ -22,6 +23,12 @@ _TWICE = "the key is given twice in one JSON object; give it once"
 
 def load_workflow(path: str | Path) -> Workflow:
     """Read and validate a ``.toml`` or ``.json`` workflow file; every refusal names the file first."""
+    return parse_workflow(*read_document(path))
+
+
+def read_document(path: str | Path) -> tuple[dict[str, Any], str]:
+    """The table a ``.toml`` or ``.json`` workflow file holds, and its name for messages (what
+    :func:`load_workflow` validates; the API's client sends it as JSON)."""
     path = Path(path)
     source = str(path)
     try:
@@ -41,7 +48,7 @@ def load_workflow(path: str | Path) -> Workflow:
     _refuse_duplicates(data, reader, source)
     if not isinstance(data, dict):
         raise WorkflowError(source, [f"the top level must be a table, not {type(data).__name__}"])
-    return parse_workflow(data, source)
+    return data, source
 
 
 def _decode(text: str, suffix: str, source: str, reader: _JsonReader) -> object:

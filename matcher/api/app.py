@@ -1,0 +1,161 @@
+"""The API's application: its state (the local :class:`~matcher.client.Client` it calls, the authenticator, the
+audit log, the rate limiter), the caller dependency, the error answers, and the routers of :mod:`.routes`.
+
+Every answer that is not a success is JSON ``{"error": "<one line>", "kind": "<error class>"}``: 400 for input that
+is wrong, 401 (with ``WWW-Authenticate: Bearer``) without a valid credential, 403 for what the caller may not do,
+404 for what does not exist, 409 for what has already ended, 413 for a body too big, 429 (``Retry-After``) past the
+caller's rate, 503 when the store does not answer, 504 past ``api_timeout``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from taskqueues import __version__
+from taskqueues.errors import (
+    ConfigError,
+    Forbidden,
+    NotFound,
+    PilotfishError,
+    StoreUnavailable,
+    Unauthenticated,
+    ValidationError,
+)
+from taskqueues.settings import Settings
+
+from ..cli.control import AlreadyEnded
+from ..client import Client
+from .audit import AuditLog, audit_file
+from .auth import Authenticator
+from .identity import Identity
+from .limits import BodyLimit, RateLimiter, TimeLimit, retry_after
+
+
+class RateLimited(PilotfishError):
+    """A caller went over its rate (``api_rate``, ``api_rate_burst``): 429."""
+
+    def __init__(self, who: str, wait: float) -> None:
+        super().__init__(f"{who}: too many calls (api_rate); retry in {retry_after(wait)} s")
+        self.wait = wait
+
+
+class Json(JSONResponse):
+    """JSON that keeps an infinite value (a share's usage rank can be one) as Python's json writes it."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, separators=(",", ":")).encode()
+
+
+#: HTTP status by error class (the first that matches); any other PilotfishError is 400.
+STATUS: list[tuple[type[Exception], int]] = [
+    (Unauthenticated, 401),
+    (Forbidden, 403),
+    (NotFound, 404),
+    (AlreadyEnded, 409),
+    (RateLimited, 429),
+    (StoreUnavailable, 503),
+    (ValidationError, 400),
+    (ConfigError, 400),
+]
+
+
+@dataclass
+class Api:
+    """What the routes share."""
+
+    settings: Settings
+    client: Client
+    auth: Authenticator
+    audit: AuditLog
+    limiter: RateLimiter
+
+    @classmethod
+    def of(cls, settings: Settings) -> Api:
+        client = Client(settings=settings)
+        store = client.store  # built now: the threads that serve calls share it
+        return cls(
+            settings,
+            client,
+            Authenticator(store, settings),
+            AuditLog(store, audit_file(settings)),
+            RateLimiter(settings.api_rate, settings.api_rate_burst),
+        )
+
+    def done(self, request: Request, caller: Identity, action: str, target: str, **extra: Any) -> None:
+        """Note a call that changed something in the audit log."""
+        self.audit.record(caller, action, target, "ok", origin(request), **extra)
+
+
+def origin(request: Request) -> str:
+    return request.client.host if request.client else "-"
+
+
+def api(request: Request) -> Api:
+    state: Api = request.app.state.api
+    return state
+
+
+def caller(request: Request) -> Identity:
+    """The authenticated caller (401 otherwise), within its rate (429 otherwise)."""
+    state = api(request)
+    who = state.auth.identify(request.headers.get("authorization"))
+    request.state.caller = who
+    wait = state.limiter.take(f"{who.user}|{who.via}")
+    if wait:
+        raise RateLimited(who.user, wait)
+    return who
+
+
+Caller = Depends(caller)
+
+
+def _status(exc: Exception) -> int:
+    return next((code for kind, code in STATUS if isinstance(exc, kind)), 400)
+
+
+async def _refused(request: Request, exc: Exception) -> JSONResponse:
+    code = _status(exc)
+    state = api(request)
+    who: Identity | None = getattr(request.state, "caller", None)
+    if request.method != "GET" or code in (401, 403):
+        action = f"{request.method} {request.url.path}"
+        state.audit.record(who, action, request.url.path, f"{code} {exc}", origin(request))
+    headers: dict[str, str] = {}
+    if code == 401:
+        headers["WWW-Authenticate"] = 'Bearer realm="pilotfish"'
+    if isinstance(exc, RateLimited):
+        headers["Retry-After"] = retry_after(exc.wait)
+    return Json({"error": str(exc), "kind": type(exc).__name__}, status_code=code, headers=headers)
+
+
+async def _invalid(request: Request, exc: Exception) -> JSONResponse:
+    """A body or parameter FastAPI could not read: one line naming where."""
+    assert isinstance(exc, RequestValidationError)
+    problems = [f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}" for e in exc.errors()]
+    return await _refused(request, ValidationError("; ".join(problems[:10]) or "invalid request"))
+
+
+def create_app(settings: Settings) -> FastAPI:
+    """The API of the deployment these settings name."""
+    from .routes import admin, jobs, pilots, requests, shares
+
+    app = FastAPI(
+        title="Pilotfish",
+        version=__version__,
+        description="The HTTP API of a Pilotfish deployment: every call but /healthz needs a bearer token.",
+        default_response_class=Json,
+    )
+    app.state.api = Api.of(settings)
+    app.add_exception_handler(PilotfishError, _refused)
+    app.add_exception_handler(RequestValidationError, _invalid)
+    for module in (requests, jobs, pilots, shares, admin):
+        app.include_router(module.router)
+    app.add_middleware(TimeLimit, seconds=settings.api_timeout)
+    app.add_middleware(BodyLimit, limit=settings.api_max_body)
+    return app
