@@ -25,11 +25,11 @@ from taskqueues.store import Store
 
 from .calls import Calls, LogView, Overview, Request, WaitTimeout
 from .cli.control import drain_pilot, stop_job, stop_target
-from .cli.shares_command import set_policy, shares_view
 from .explain import Explanation
 from .explain import explain as explain_job
 from .joblist import JobFilter, Listing, list_jobs, parse_states
 from .logview import Output, follow, output, parse_streams, where_lines
+from .shares import set_policy, shares_view
 from .status import RequestStatus, find_request, request_status, requests_status, task_queues
 from .submission import Submitter, submit_workflow
 from .workflow import load_workflow

@@ -6,9 +6,9 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Request
 
-from ..app import Caller, api
 from ..authz import require_operator
 from ..identity import Identity
+from ..state import Caller, api
 
 router = APIRouter(tags=["admin"])
 

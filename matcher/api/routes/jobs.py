@@ -9,9 +9,9 @@ from pydantic import BaseModel
 
 from ...joblist import JobRow, Listing
 from ...release import account_of_job
-from ..app import Api, Caller, api
 from ..authz import check_act, check_see, job_account, may_see, request_account
 from ..identity import Identity
+from ..state import Api, Caller, api
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 

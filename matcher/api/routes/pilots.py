@@ -5,9 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from pydantic import BaseModel
 
-from ..app import Caller, api
 from ..authz import require_operator
 from ..identity import Identity
+from ..state import Caller, api
 
 router = APIRouter(prefix="/v1", tags=["pilots"])
 

@@ -9,9 +9,9 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
 from ...calls import Overview
-from ..app import Caller, api
 from ..authz import check_act, check_see, may_see, owner_of_submission, request_account
 from ..identity import Identity
+from ..state import Caller, api
 
 router = APIRouter(prefix="/v1", tags=["requests"])
 

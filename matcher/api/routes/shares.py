@@ -7,9 +7,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
-from ..app import Caller, api
 from ..authz import require_operator
 from ..identity import Identity
+from ..state import Caller, api
 
 router = APIRouter(prefix="/v1", tags=["shares"])
 
