@@ -147,7 +147,7 @@ class Settings:
     api_oidc_issuer: str = ""
     # The audience a token must carry; empty: the API's own URL (api_url), else "https://wlcg.cern.ch/jwt/v1/any".
     api_oidc_audience: str = ""
-    # The issuer's JWKS; empty: <issuer>/.well-known/jwks.json... read from its discovery document.
+    # The issuer's JWKS URL; empty: the jwks_uri of its discovery document (<issuer>/.well-known/openid-configuration).
     api_oidc_jwks_url: str = ""
     api_oidc_user_claim: str = "sub"
     api_oidc_groups_claim: str = "wlcg.groups"
