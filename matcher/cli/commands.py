@@ -297,7 +297,7 @@ def run(workflow: str, timeout: float | None) -> None:
 @click.command()
 def up() -> None:
     """Start every part of the local deployment that is not running: Redis, Celery worker, beat, director,
-    Flower (what a supervisor runs after any of them died)."""
+    Flower, the HTTP API (what a supervisor runs after any of them died)."""
     from .deploy import up as start
 
     ctx = Context(Settings.load(), start_redis=True)
@@ -310,6 +310,7 @@ def up() -> None:
         f"Flower: http://127.0.0.1:{ctx.settings.flower_port} (login in {login_file(ctx.settings.state_dir)}, "
         "or: pilotfish flower --login)"
     )
+    click.echo(f"API: http://127.0.0.1:{ctx.settings.api_port} (tokens: pilotfish token create USER --group G)")
     sandbox_warning = payload_sandbox_warning(ctx.settings.payload_sandbox)
     if sandbox_warning:
         click.echo(f"Warning: {sandbox_warning}", err=True)
