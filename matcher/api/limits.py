@@ -99,7 +99,8 @@ class _TooBig(Exception):
 
 
 class TimeLimit:
-    """Answers 504 when a call takes more than ``seconds`` (the work it started may still finish)."""
+    """Answers 504 when a call has not started its answer within ``seconds`` (the work it started may still
+    finish). An answer that has started (a stream: ``logs --follow``) is not cut."""
 
     def __init__(self, app: ASGIApp, seconds: float) -> None:
         self.app = app
@@ -109,23 +110,29 @@ class TimeLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        started = False
+        started = asyncio.Event()
 
         async def watched(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
+            if message["type"] == "http.response.start":
+                started.set()
             await send(message)
 
+        task = asyncio.ensure_future(self.app(scope, receive, watched))
+        waiter = asyncio.ensure_future(started.wait())
         try:
-            await asyncio.wait_for(self.app(scope, receive, watched), self.seconds)
-        except TimeoutError:
-            if not started:
-                await _answer(
-                    send,
-                    504,
-                    f"the call took longer than {self.seconds:g} s (api_timeout): what it changed may still "
-                    "complete; look before retrying",
-                )
+            await asyncio.wait({task, waiter}, timeout=self.seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+        if not task.done() and not started.is_set():
+            task.cancel()
+            await _answer(
+                send,
+                504,
+                f"the call took longer than {self.seconds:g} s (api_timeout): what it changed may still "
+                "complete; look before retrying",
+            )
+            return
+        await task
 
 
 def retry_after(seconds: float) -> str:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -121,12 +121,20 @@ class RemoteClient(Calls):
             if answer.status_code != 429:
                 break
             time.sleep(float(answer.headers.get("Retry-After", "1")))
+        if answer.is_success:
+            try:
+                return answer.json()
+            except ValueError:
+                raise ApiUnavailable(f"the API at {self.url} answered without JSON ({path})") from None
+        self._refusal(answer, path)
+
+    def _refusal(self, answer: httpx.Response, path: str) -> NoReturn:
+        """Raise the error an answer that is not a success names (its class, when the API names one of
+        :data:`KINDS`)."""
         try:
             data = answer.json()
         except ValueError:
             raise ApiUnavailable(f"the API at {self.url} answered {answer.status_code} without JSON ({path})") from None
-        if answer.is_success:
-            return data
         message = str(data.get("error", data)) if isinstance(data, dict) else str(data)
         kind = KINDS.get(str(data.get("kind", ""))) if isinstance(data, dict) else None
         if kind is not None:
@@ -201,10 +209,19 @@ class RemoteClient(Calls):
         return LogView(doc["job"], int(doc["attempt"]), tuple(doc["streams"]), list(doc["where"]), dict(doc["texts"]))
 
     def follow(self, job: str, *, stream: str | None = None, attempt: int | None = None) -> Iterator[tuple[str, str]]:
-        raise PilotfishError(
-            "logs --follow does not go through the API yet (api_url is set): run pilotfish logs again to see "
-            "what was shipped since"
-        )
+        params = {k: v for k, v in (("stream", stream), ("attempt", attempt)) if v is not None}
+        path = f"/v1/jobs/{quote(job, safe='')}/follow"
+        try:
+            with self.http.stream("GET", path, params=params, timeout=httpx.Timeout(30.0, read=None)) as answer:
+                if not answer.is_success:
+                    answer.read()
+                    self._refusal(answer, path)
+                for line in answer.iter_lines():
+                    if line:
+                        piece = json.loads(line)
+                        yield str(piece["stream"]), str(piece["text"])
+        except httpx.HTTPError as exc:
+            raise ApiUnavailable(f"cannot reach the API at {self.url}: {exc}") from None
 
     def shares(self) -> dict[str, Any] | None:
         policy: dict[str, Any] | None = self.call("GET", "/v1/shares")["policy"]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
+from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
 from ...joblist import JobRow, Listing
@@ -77,6 +79,19 @@ def logs(
     state = api(request)
     check_see(caller, f"job {job}", *job_account(state.client.store, job), state.settings.api_users_see_all)
     return state.client.log_view(job, stream=stream, attempt=attempt).to_json()
+
+
+@router.get("/jobs/{job}/follow")
+def follow(
+    job: str, request: Request, stream: str | None = None, attempt: int | None = None, caller: Identity = Caller
+) -> StreamingResponse:
+    """What a running payload prints, as it prints it, until that attempt ends: one JSON object a line,
+    ``{"stream": "out"|"err", "text": ...}`` (``logs --follow``)."""
+    state = api(request)
+    check_see(caller, f"job {job}", *job_account(state.client.store, job), state.settings.api_users_see_all)
+    pieces = state.client.follow(job, stream=stream, attempt=attempt)
+    lines = (json.dumps({"stream": name, "text": text}) + "\n" for name, text in pieces)
+    return StreamingResponse(lines, media_type="application/x-ndjson")
 
 
 @router.get("/jobs/{job}/explain")
