@@ -92,7 +92,12 @@ class Calls(ABC):
 
     @abstractmethod
     def submit(
-        self, workflow: Mapping[str, Any] | str | Path, *, owner: str | None = None, group: str | None = None
+        self,
+        workflow: Mapping[str, Any] | str | Path,
+        *,
+        owner: str | None = None,
+        group: str | None = None,
+        source: str = "<dict>",
     ) -> Request:
         """Submit a workflow (a mapping as a workflow file holds it, or the path of a ``.toml``/``.json`` file)
         as one request; a WorkflowError names every problem and nothing is stored."""

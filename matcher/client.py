@@ -81,12 +81,18 @@ class Client(Calls):
         return request.id if isinstance(request, Request) else find_request(self.store, request)
 
     def submit(
-        self, workflow: Mapping[str, Any] | str | Path, *, owner: str | None = None, group: str | None = None
+        self,
+        workflow: Mapping[str, Any] | str | Path,
+        *,
+        owner: str | None = None,
+        group: str | None = None,
+        source: str = "<dict>",
     ) -> Request:
         """Submit a workflow (a mapping as a workflow file holds it, or the path of a ``.toml``/``.json`` file)
         as one request; a WorkflowError names every problem and nothing is stored. ``owner``/``group`` override
-        the workflow's (default: the local user, group ``default``; shares and limits count by them)."""
-        loaded = load_workflow(workflow) if isinstance(workflow, str | Path) else parse_workflow(workflow, "<dict>")
+        the workflow's (default: the local user, group ``default``; shares and limits count by them); ``source``
+        names a mapping in messages."""
+        loaded = load_workflow(workflow) if isinstance(workflow, str | Path) else parse_workflow(workflow, source)
         done = submit_workflow(Submitter.of(self.context), loaded, owner=owner or "", group=group or "")
         return Request(done.request, loaded.name, dict(done.ids), done.eta)
 

@@ -142,10 +142,16 @@ class RemoteClient(Calls):
         raise ValidationError(message) if answer.status_code < 500 else PilotfishError(message)
 
     def submit(
-        self, workflow: Mapping[str, Any] | str | Path, *, owner: str | None = None, group: str | None = None
+        self,
+        workflow: Mapping[str, Any] | str | Path,
+        *,
+        owner: str | None = None,
+        group: str | None = None,
+        source: str = "<dict>",
     ) -> Request:
-        data = read_document(workflow)[0] if isinstance(workflow, str | Path) else dict(workflow)
-        done = self.call("POST", "/v1/requests", {"workflow": data, "owner": owner or "", "group": group or ""})
+        data, source = read_document(workflow) if isinstance(workflow, str | Path) else (dict(workflow), source)
+        body = {"workflow": data, "owner": owner or "", "group": group or "", "source": source}
+        done = self.call("POST", "/v1/requests", body)
         return Request(done["request"], done["name"], dict(done["ids"]), float(done["eta"]))
 
     def status(self, request: Request | str, examples: int = 0) -> RequestStatus:

@@ -8,7 +8,7 @@ from typing import Any
 
 from fastapi import Depends, Request
 
-from taskqueues.errors import PilotfishError
+from taskqueues.errors import PilotfishError, Unauthenticated
 from taskqueues.settings import Settings
 
 from ..client import Client
@@ -63,9 +63,17 @@ def api(request: Request) -> Api:
 
 
 def caller(request: Request) -> Identity:
-    """The authenticated caller (401 otherwise), within its rate (429 otherwise)."""
+    """The authenticated caller (401 otherwise), within its rate (429 otherwise; refused credentials count
+    against their address's rate)."""
     state = api(request)
-    who = state.auth.identify(request.headers.get("authorization"))
+    try:
+        who = state.auth.identify(request.headers.get("authorization"))
+    except Unauthenticated:
+        # Refused credentials count against the address they come from: guessing is as slow as the rate.
+        wait = state.limiter.take(f"address {origin(request)}")
+        if wait:
+            raise RateLimited(origin(request), wait) from None
+        raise
     request.state.caller = who
     wait = state.limiter.take(f"{who.user}|{who.via}")
     if wait:

@@ -23,6 +23,8 @@ class Submission(BaseModel):
         "", description="The group charged: one of the caller's (default: the workflow's, else the caller's first)."
     )
 
+    source: str = Field("<request>", description="The workflow file's name, for messages.")
+
 
 class Reason(BaseModel):
     reason: str = "cancelled by user"
@@ -35,7 +37,7 @@ def submit(body: Submission, request: Request, caller: Identity = Caller) -> dic
     owner, group = owner_of_submission(
         caller, body.owner or str(body.workflow.get("owner") or ""), body.group or str(body.workflow.get("group") or "")
     )
-    done = state.client.submit(body.workflow, owner=owner, group=group)
+    done = state.client.submit(body.workflow, owner=owner, group=group, source=body.source)
     state.done(request, caller, "submit", done.id, jobs=len(done.ids), owner=owner, group=group)
     return {"request": done.id, "name": done.name, "ids": done.ids, "eta": done.eta}
 

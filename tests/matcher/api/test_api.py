@@ -161,6 +161,8 @@ def test_rate_limit_answers_429_with_retry_after(make_api: Callable[..., TestCli
     assert answer.status_code == 429 and int(answer.headers["Retry-After"]) >= 1
     assert "too many calls" in answer.json()["error"]
     assert http.get("/v1/whoami", headers=bearer(made["bob"])).status_code == 200  # per identity
+    guesses = [http.get("/v1/whoami", headers=bearer(f"pft_0123456789ab_{i}")).status_code for i in range(4)]
+    assert guesses == [401, 401, 401, 429]  # refused credentials count against their address
 
 
 def test_a_body_over_the_limit_is_refused_with_413_and_nothing_stored(
@@ -175,8 +177,9 @@ def test_a_body_over_the_limit_is_refused_with_413_and_nothing_stored(
 
 def test_errors_are_one_json_line_naming_what_is_wrong(http: TestClient, tokens: Tokens_) -> None:
     alice = tokens()["alice"]
-    answer = http.post("/v1/requests", json={"workflow": {"name": "w", "jobs": [{"name": "x"}]}}, headers=bearer(alice))
-    assert answer.status_code == 400 and "job 'x'" in answer.json()["error"], answer.text
+    bad = {"workflow": {"name": "w", "jobs": [{"name": "x"}]}, "source": "w.toml"}
+    answer = http.post("/v1/requests", json=bad, headers=bearer(alice))
+    assert answer.status_code == 400 and answer.json()["error"].startswith("w.toml: job 'x'"), answer.text
     answer = http.post("/v1/requests", json={"nothing": 1}, headers=bearer(alice))
     assert answer.status_code == 400 and "workflow" in answer.json()["error"]
     answer = http.get("/v1/jobs/999", headers=bearer(alice))
