@@ -170,16 +170,7 @@ class RemoteClient(Calls):
 
     def cancel(self, target: Request | str, reason: str = "cancelled by user") -> str:
         name = target.id if isinstance(target, Request) else target
-        path = quote(name, safe="")
-        try:
-            return str(self.call("POST", f"/v1/requests/{path}/cancel", {"reason": reason})["result"])
-        except NotFound:
-            if isinstance(target, Request):
-                raise
-        try:
-            return str(self.call("POST", f"/v1/jobs/{path}/cancel", {"reason": reason})["result"])
-        except NotFound:
-            raise NotFound(f"no request or job {name!r}") from None
+        return str(self.call("POST", f"/v1/cancel/{quote(name, safe='')}", {"reason": reason})["result"])
 
     def kill(self, job: str, reason: str = "killed by operator") -> str:
         return str(self.call("POST", f"/v1/jobs/{quote(job, safe='')}/kill", {"reason": reason})["result"])

@@ -8,8 +8,10 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
+from taskqueues.errors import NotFound
+
 from ...calls import Overview
-from ..authz import check_act, check_see, may_see, owner_of_submission, request_account
+from ..authz import check_act, check_see, job_account, may_see, owner_of_submission, request_account
 from ..identity import Identity
 from ..state import Caller, api
 
@@ -73,4 +75,22 @@ def cancel(request_id: str, body: Reason, request: Request, caller: Identity = C
     check_act(caller, f"request {rid}", *request_account(state.client.store, rid))
     line = state.client.cancel(rid, body.reason)
     state.done(request, caller, "cancel", rid, reason=body.reason)
+    return {"result": line}
+
+
+@router.post("/cancel/{target}")
+def cancel_target(target: str, body: Reason, request: Request, caller: Identity = Caller) -> dict[str, str]:
+    """``pilotfish cancel TARGET``: a request (by id) or else a job."""
+    state = api(request)
+    store = state.client.store
+    try:
+        account, what = request_account(store, target), f"request {target}"
+    except NotFound:
+        try:
+            account, what = job_account(store, target), f"job {target}"
+        except NotFound:
+            raise NotFound(f"no request or job {target!r}") from None
+    check_act(caller, what, *account)
+    line = state.client.cancel(target, body.reason)
+    state.done(request, caller, "cancel", target, reason=body.reason)
     return {"result": line}

@@ -99,7 +99,8 @@ def test_alices_cancel_of_bobs_job_is_refused_an_operators_succeeds(
     made = tokens()
     bobs = _submit(http, made["bob"], group="dev").json()
     job = bobs["ids"]["a"]
-    for path in (f"/v1/jobs/{job}/cancel", f"/v1/jobs/{job}/kill", f"/v1/requests/{bobs['request']}/cancel"):
+    paths = (f"/v1/jobs/{job}/cancel", f"/v1/jobs/{job}/kill", f"/v1/requests/{bobs['request']}/cancel")
+    for path in (*paths, f"/v1/cancel/{job}", f"/v1/cancel/{bobs['request']}"):
         answer = http.post(path, json={}, headers=bearer(made["alice"]))
         assert answer.status_code == 403 and "belongs to bob" in answer.json()["error"], answer.text
     carol = http.post(f"/v1/jobs/{job}/cancel", json={}, headers=bearer(made["carol"]))  # admin of prod, not dev
