@@ -98,3 +98,12 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(TimeLimit, seconds=settings.api_timeout)
     app.add_middleware(BodyLimit, limit=settings.api_max_body)
     return app
+
+
+def app_from_environment() -> FastAPI:
+    """The app of the settings the environment names: what each ``pilotfish serve --workers N`` process builds
+    (sealed, as the parent: non-dumpable, listed for ``down``)."""
+    from taskqueues.credentials import seal
+
+    seal()
+    return create_app(Settings.load())

@@ -22,18 +22,29 @@ __all__ = ["audit", "serve", "token"]
 @click.command("serve")
 @click.option("--host", default=None, help="Address to listen on [default: the api_host setting, 127.0.0.1].")
 @click.option("--port", type=click.IntRange(1, 65535), default=None, help="[default: the api_port setting, 8470]")
-def serve(host: str | None, port: int | None) -> None:
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Processes serving the port (each with its own rate-limit buckets): one per core the API may use.",
+)
+def serve(host: str | None, port: int | None, workers: int) -> None:
     """Serve the HTTP API (OpenAPI at /openapi.json, interactive docs at /docs) for holders of a token."""
     import uvicorn
 
     from ..api.app import create_app
 
     settings = Settings.load()
-    app = create_app(settings)
+    host, port = host or settings.api_host, port or settings.api_port
+    # Many workers: each process builds its app from the settings (an import string uvicorn can give to them).
+    target = "matcher.api.app:app_from_environment" if workers > 1 else create_app(settings)
     uvicorn.run(
-        app,
-        host=host or settings.api_host,
-        port=port or settings.api_port,
+        target,
+        factory=workers > 1,
+        workers=workers if workers > 1 else None,
+        host=host,
+        port=port,
         log_level="warning",
         access_log=False,
         timeout_keep_alive=5,
