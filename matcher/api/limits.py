@@ -19,7 +19,10 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 class RateLimiter:
-    """A token bucket per key (an identity): ``burst`` calls at once, then ``rate`` a second."""
+    """A token bucket per key (an identity, an address): ``burst`` calls at once, then ``rate`` a second. Past
+    :attr:`KEPT` keys, those whose bucket has filled up again are forgotten (they would start full anyway)."""
+
+    KEPT = 10_000
 
     def __init__(self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.rate = rate
@@ -32,6 +35,9 @@ class RateLimiter:
         """0 when the call may go on (one token taken), else the seconds until it may."""
         now = self.clock()
         with self._lock:
+            if len(self._buckets) > self.KEPT:
+                full = self.burst / self.rate
+                self._buckets = {k: (lv, t) for k, (lv, t) in self._buckets.items() if now - t < full}
             level, at = self._buckets.get(key, (self.burst, now))
             level = min(self.burst, level + (now - at) * self.rate)
             if level >= 1:

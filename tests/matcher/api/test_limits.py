@@ -50,3 +50,15 @@ def test_the_rate_limiter_gives_a_burst_then_the_rate() -> None:
     assert limiter.take("b") == 0.0  # buckets are per key
     now[0] = 0.5
     assert limiter.take("a") == 0.0
+
+
+def test_the_rate_limiter_forgets_buckets_that_filled_up_again() -> None:
+    now = [0.0]
+    limiter = RateLimiter(rate=1.0, burst=2, clock=lambda: now[0])
+    limiter.KEPT = 3
+    for key in "abcd":
+        limiter.take(key)
+    now[0] = 10.0  # every bucket full again
+    limiter.take("e")
+    assert set(limiter._buckets) == {"e"}
+    assert limiter.take("a") == 0.0
