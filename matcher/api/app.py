@@ -15,6 +15,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from taskqueues import __version__
 from taskqueues.errors import (
@@ -80,6 +81,13 @@ async def _invalid(request: Request, exc: Exception) -> JSONResponse:
     return await _refused(request, ValidationError("; ".join(problems[:10]) or "invalid request"))
 
 
+async def _http(request: Request, exc: Exception) -> JSONResponse:
+    """FastAPI's own refusals (no such path, method not allowed) in the same one-line form."""
+    assert isinstance(exc, StarletteHTTPException)
+    message = f"{request.method} {request.url.path}: {exc.detail}"
+    return Json({"error": message, "kind": "HTTPError"}, status_code=exc.status_code, headers=exc.headers)
+
+
 def create_app(settings: Settings) -> FastAPI:
     """The API of the deployment these settings name."""
     from .routes import admin, jobs, pilots, requests, shares
@@ -93,6 +101,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.api = Api.of(settings)
     app.add_exception_handler(PilotfishError, _refused)
     app.add_exception_handler(RequestValidationError, _invalid)
+    app.add_exception_handler(StarletteHTTPException, _http)
     for module in (requests, jobs, pilots, shares, admin):
         app.include_router(module.router)
     app.add_middleware(TimeLimit, seconds=settings.api_timeout)

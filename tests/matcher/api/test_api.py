@@ -183,6 +183,8 @@ def test_errors_are_one_json_line_naming_what_is_wrong(http: TestClient, tokens:
     assert answer.status_code == 400 and answer.json()["error"].startswith("w.toml: job 'x'"), answer.text
     answer = http.post("/v1/requests", json={"nothing": 1}, headers=bearer(alice))
     assert answer.status_code == 400 and "workflow" in answer.json()["error"]
+    answer = http.get("/v1/nowhere", headers=bearer(alice))
+    assert answer.status_code == 404 and answer.json() == {"error": "GET /v1/nowhere: Not Found", "kind": "HTTPError"}
     answer = http.get("/v1/jobs/999", headers=bearer(alice))
     assert answer.status_code == 404 and answer.json() == {"error": "no job '999'", "kind": "NotFound"}
 
