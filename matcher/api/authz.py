@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from taskqueues.errors import Forbidden
 from taskqueues.store import Store
+from taskqueues.store.fairshare import account_of
 
 from ..release import account_of_job
 from .identity import GROUP_ADMIN, Identity
@@ -54,6 +55,12 @@ def require_operator(caller: Identity, what: str) -> None:
         raise Forbidden(f"{caller.user} ({caller.role}) may not {what}: operators only")
 
 
+def task_queue_account(tq_id: str) -> tuple[str, str]:
+    """A task queue's (group, owner): its id names them (``taskqueues.store.fairshare.account_of``)."""
+    group, owner, _ = account_of(tq_id)
+    return group, owner
+
+
 def job_account(store: Store, job: str) -> tuple[str, str]:
     """A job's (group, owner); NotFound for an unknown job."""
     return account_of_job(store, store.job(job))
@@ -74,4 +81,5 @@ __all__ = [
     "owner_of_submission",
     "request_account",
     "require_operator",
+    "task_queue_account",
 ]

@@ -11,7 +11,15 @@ from pydantic import BaseModel, Field
 from taskqueues.errors import NotFound
 
 from ...calls import Overview
-from ..authz import check_act, check_see, job_account, may_see, owner_of_submission, request_account
+from ..authz import (
+    check_act,
+    check_see,
+    job_account,
+    may_see,
+    owner_of_submission,
+    request_account,
+    task_queue_account,
+)
 from ..identity import Identity
 from ..state import Caller, api
 
@@ -46,13 +54,14 @@ def submit(body: Submission, request: Request, caller: Identity = Caller) -> dic
 
 @router.get("/requests")
 def overview(request: Request, caller: Identity = Caller) -> dict[str, Any]:
-    """Every request the caller may see, every task queue, and (operators) the parked jobs."""
+    """The requests and task queues the caller may see (a task queue's id names its group and owner), and
+    (operators) the parked jobs."""
     state = api(request)
     everything = state.client.overview()
     see_all = state.settings.api_users_see_all
     shown = Overview(
         [r for r in everything.requests if may_see(caller, r.group or "default", r.owner or "default", see_all)],
-        everything.task_queues,
+        [q for q in everything.task_queues if may_see(caller, *task_queue_account(q.id), see_all)],
         everything.parked if caller.operator else [],
     )
     return {**shown.to_json(), "parked_jobs": [asdict(p) for p in shown.parked]}

@@ -130,8 +130,9 @@ def test_users_see_only_their_own_unless_the_deployment_says_otherwise(
     assert owners(private, "alice") == {"alice"}
     assert owners(private, "carol") == {"alice", "bob"}  # group admin of prod: both submitted there
     assert owners(private, "root") == {"alice", "bob"}
-    seen = private.get("/v1/requests", headers=bearer(made["alice"])).json()["requests"]
-    assert [r["id"] for r in seen] == [alices["request"]]
+    seen = private.get("/v1/requests", headers=bearer(made["alice"])).json()
+    assert [r["id"] for r in seen["requests"]] == [alices["request"]]
+    assert seen["task_queues"] and all(q["id"].split(".")[1:3] == ["prod", "alice"] for q in seen["task_queues"])
     answer = private.get(f"/v1/requests/{bobs['request']}", headers=bearer(made["alice"]))
     assert answer.status_code == 403
     job = bobs["ids"]["a"]
