@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 from pathlib import Path
 
 import click
 
 from taskqueues.context import Context
-from taskqueues.credentials import write_private
-from taskqueues.errors import ValidationError
+from taskqueues.errors import ConfigError, ValidationError
 from taskqueues.settings import Settings
 from taskqueues.units import parse_duration_s
 
@@ -89,12 +89,26 @@ def create(user: str, groups: tuple[str, ...], role: str, expires: str, write: s
     record, secret = store.tokens.create(user, groups, role, lifetime)
     _audit("token create", record.id, user=user, role=role, groups=list(record.groups))
     if write:
-        write_private(Path(write), secret + "\n")
+        _write_token(Path(write), secret)
     click.echo(secret)
     until = "never" if record.expires is None else _when(record.expires)
     click.echo(
         f"token {record.id} for {user} ({role}; groups {', '.join(groups) or 'none'}), expires {until}", err=True
     )
+
+
+def _write_token(path: Path, token: str) -> None:
+    """Write the token to ``path``, mode 0600 (an existing file is made 0600 before it is written); its
+    directory is left as it is (it may be the user's home, or /tmp)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+            os.write(fd, f"{token}\n".encode())
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot write the token: {exc.strerror or exc}") from None
 
 
 def _when(seconds: float) -> str:

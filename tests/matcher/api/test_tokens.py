@@ -69,10 +69,14 @@ def test_the_token_commands(api_store: Store, redis_url: str, tmp_path: Path, mo
     refused = runner.invoke(main, ["token", "create", "alice"])
     assert refused.exit_code == 1 and "needs at least one --group" in refused.output
     path = tmp_path / "alice.token"
+    path.write_text("old\n")
+    path.chmod(0o644)
+    tmp_path.chmod(0o755)
     made = runner.invoke(main, ["token", "create", "alice", "--group", "prod", "--expires", "2h", "--write", str(path)])
     assert made.exit_code == 0, made.output
     token = made.stdout.strip()
     assert path.read_text().strip() == token and stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(tmp_path.stat().st_mode) == 0o755  # its directory as it was (it may be /tmp)
     [listed] = json.loads(runner.invoke(main, ["token", "list", "--json"]).stdout)
     assert listed["user"] == "alice" and listed["state"] == "active" and "sha256" not in listed
     assert listed["expires"] - listed["created"] == 7200
