@@ -126,6 +126,36 @@ class Settings:
     # Where a job may ask its sandbox for a path (requirements sandbox_ro, sandbox_rw), ":"-separated absolute
     # paths: the site's shared scratch places (the examples share files through /tmp/pilotfish-examples).
     payload_shared_paths: str = "/tmp/pilotfish-examples"
+    # The HTTP API (pilotfish serve; docs/operator/api.md). api_url set: the CLI and Client speak to that API
+    # with a token ($PILOTFISH_TOKEN, else api_token_file) instead of to the store.
+    api_url: str = ""
+    # The file holding this user's API token (one line, mode 0600); empty: <state_dir>/token.
+    api_token_file: str = ""
+    # Where `pilotfish serve` (and `up`) listens.
+    api_host: str = "127.0.0.1"
+    api_port: int = 8470
+    # Users (role user) may list and look at other users' requests and jobs (Slurm's PrivateData unset); false:
+    # each sees only their own (a group admin its groups').
+    api_users_see_all: bool = False
+    # Calls per second each identity may make (a bucket of api_rate_burst calls): past it, 429 with Retry-After.
+    api_rate: float = 50.0
+    api_rate_burst: int = 200
+    # The largest request body (bytes) the API reads: past it, 413.
+    api_max_body: int = 16777216
+    # Seconds a call may take before the API answers 504.
+    api_timeout: float = 60.0
+    # The JSON-lines audit file; empty: <state_dir>/logs/audit.jsonl.
+    api_audit_file: str = ""
+    # JWTs from an OIDC issuer (WLCG Common JWT profile defaults): empty issuer = none accepted.
+    api_oidc_issuer: str = ""
+    # The audience a token must carry; empty: the API's own URL (api_url), else "https://wlcg.cern.ch/jwt/v1/any".
+    api_oidc_audience: str = ""
+    # The issuer's JWKS URL; empty: the jwks_uri of its discovery document (<issuer>/.well-known/openid-configuration).
+    api_oidc_jwks_url: str = ""
+    api_oidc_user_claim: str = "sub"
+    api_oidc_groups_claim: str = "wlcg.groups"
+    # Groups (after mapping, without the leading "/") whose members are operators, ","-separated.
+    api_oidc_operator_groups: str = ""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     @classmethod
@@ -206,8 +236,14 @@ class Settings:
             raise ConfigError(f"{where('log_format')}: must be text or json, got {self.log_format!r}")
         if self.metrics_task_queues < 0:
             raise ConfigError(f"{where('metrics_task_queues')}: must be >= 0, got {self.metrics_task_queues}")
-        if not 0 < self.flower_port < 65536:
-            raise ConfigError(f"{where('flower_port')}: not a TCP port: {self.flower_port}")
+        for name in ("flower_port", "api_port"):
+            if not 0 < getattr(self, name) < 65536:
+                raise ConfigError(f"{where(name)}: not a TCP port: {getattr(self, name)}")
+        for name in ("api_rate", "api_rate_burst", "api_max_body", "api_timeout"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{where(name)}: {name} must be positive, got {getattr(self, name)!r}")
+        if self.api_url and not self.api_url.startswith(("http://", "https://")):
+            raise ConfigError(f"{where('api_url')}: must be an http:// or https:// URL, got {self.api_url!r}")
         self._check_broker(where)
 
     def _check_broker(self, where: Any) -> None:

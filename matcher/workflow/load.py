@@ -63,6 +63,12 @@ def parse_workflow(data: Mapping[str, Any], source: str = "<workflow>") -> Workf
 
 def load_workflow(path: str | Path) -> Workflow:
     """Read and validate a ``.toml`` or ``.json`` workflow file; every refusal names the file first."""
+    return parse_workflow(*read_document(path))
+
+
+def read_document(path: str | Path) -> tuple[dict[str, Any], str]:
+    """The table a ``.toml`` or ``.json`` workflow file holds, and its name for messages (what
+    :func:`load_workflow` validates; the API's client sends it as JSON)."""
     path = Path(path)
     source = str(path)
     try:
@@ -82,7 +88,7 @@ def load_workflow(path: str | Path) -> Workflow:
     _refuse_duplicates(data, reader, source)
     if not isinstance(data, dict):
         raise WorkflowError(source, [f"the top level must be a table, not {type(data).__name__}"])
-    return parse_workflow(data, source)
+    return data, source
 
 
 def _decode(text: str, suffix: str, source: str, reader: _JsonReader) -> object:
