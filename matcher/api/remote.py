@@ -38,7 +38,7 @@ from ..cli.control import AlreadyEnded
 from ..explain import Explanation, PilotFit
 from ..joblist import JobRow, Listing
 from ..status import RequestStatus, TaskQueueStatus
-from ..workflow.files import read_document
+from ..workflow.load import read_document
 
 T = TypeVar("T")
 
