@@ -23,11 +23,11 @@ never to the number of jobs stored:
 5. a request's ETA is ``now +`` what its remaining work needs: at least the largest pressure among its
    ready and running jobs (a running job counts what is left of its own estimate). The jobs read in step
    4 bound it; only when that bound says the ETA moved by more than 1/16 of the remaining time is the
-   request read whole, the exact value taken (the fan-in bound of :mod:`matcher.eta` over its unfinished
+   request read whole, the exact value taken (the fan-in bound of :mod:`matcher.request_eta` over its unfinished
    jobs, as at submission: a join behind a fan waits for the fan's work on the cores), the ETA re-stored
    and every unfinished job of the request re-scored (the hysteresis keeps this rare: the one O(request)
    step, and it is the one the brief of the ETA asks for, since all of the request's scores move with
-   it). The load part of the submission's ETA is not re-evaluated (:mod:`matcher.eta`), only corrected:
+   it). The load part of the submission's ETA is not re-evaluated (:mod:`matcher.request_eta`), only corrected:
    the work re-estimated in step 3 moves the load of its request and of every request sent after it
    (:mod:`matcher.repressure_load`), which may re-store their ETAs and re-score them whole too;
 6. write back with ``rescore.lua`` in batches: new pressure, estimate and score per job, task-queue
@@ -52,8 +52,8 @@ from taskqueues.store.reads import RecordCache, RecordView
 from taskqueues.store.records import time_needed
 from taskqueues.store.rescore import Rescored, rescore
 
-from .eta import ETA_FRACTION, eta_moved, fan_in_bound, live_cores
 from .repressure_load import shift_loads, work_moved
+from .request_eta import ETA_FRACTION, eta_moved, fan_in_bound, live_cores
 
 __all__ = ["CURSOR_FIELD", "LOCK_NAME", "RULE_MARK", "Report", "eta_moved", "repressure", "repressure_locked"]
 
@@ -405,7 +405,7 @@ def _shape_date(records: RecordCache, view: _Request, rec: Record, now: float, c
 
 
 def _shape_need(records: RecordCache, view: _Request, live: Sequence[str], now: float, cores: float) -> float:
-    """:func:`matcher.eta.fan_in_bound` over the unfinished jobs (ids ascending: a topological order).
+    """:func:`matcher.request_eta.fan_in_bound` over the unfinished jobs (ids ascending: a topological order).
 
     A running job counts what is left of its own estimate, and its dependents wait only for that.
     """

@@ -18,7 +18,7 @@ every problem before storing anything (a refused request writes nothing: the sto
 5. pressures along the DAG give each job its score: ``ETA(request) - pressure(job) - priority``, the
    date by which it should start (lower is more urgent, one scale for every request); the ETA counts
    the critical path, what the request's shape needs on the cores (a long job behind a wide fan) and
-   the load of everyone's outstanding work (:mod:`matcher.eta`); the request's record keeps the date
+   the load of everyone's outstanding work (:mod:`matcher.request_eta`); the request's record keeps the date
    that load gave (``load``) and the cores it counted (``cores``): re-pressure moves that date when the
    estimates it summed are corrected (:mod:`matcher.repressure_load`).
 
@@ -45,15 +45,15 @@ from taskqueues.backend_options import check_job_options, normalize_options
 from taskqueues.catalog import Catalog, Queue
 from taskqueues.context import Context
 from taskqueues.errors import PilotfishError, ProblemList, RequirementError, ValidationError, located, shown
-from taskqueues.ete import DEFAULT_SPREAD, estimate
+from taskqueues.ete import estimate
 from taskqueues.placement import BACKEND_OPTIONS, INSTANCE_TYPE, SUBMIT_POOL
 from taskqueues.requirements import CONSUMABLES, Requirements, bucket, check_name, check_value, parse_requirements
+from taskqueues.settings import DEFAULTS
 from taskqueues.store import Store
 from taskqueues.store.fairshare import DEFAULT_GROUP, account_tq, default_owner
 from taskqueues.store.fairshare import check_name as check_account_name
 from taskqueues.store.records import NewJob
 
-from .eta import fan_in_bound, live_cores, load_seconds, request_eta
 from .limits import (
     MAX_COMMAND_BYTES,
     MAX_ETE,
@@ -67,13 +67,12 @@ from .limits import (
     check_number,
     check_text,
 )
-
-DEFAULT_ETE = 60.0
+from .request_eta import fan_in_bound, live_cores, load_seconds, request_eta
 
 
 @dataclass(frozen=True)
 class JobSpec:
-    """One job as a user describes it."""
+    """One job as a user describes it; ``max_retries`` None: the submitter's (the ``max_retries`` setting)."""
 
     name: str
     command: str
@@ -82,7 +81,7 @@ class JobSpec:
     key: str = ""
     rule: str = ""
     ete: float | None = None
-    max_retries: int = 3
+    max_retries: int | None = None
     deferred: Mapping[str, str] = field(default_factory=dict)
     deferred_spec: Mapping[str, Any] = field(default_factory=dict)
     #: Exit codes on which a failed payload runs again, at most ``retry_max`` times (the workflow's ``retry``).
@@ -274,14 +273,17 @@ class Submitter:
         catalog: Catalog,
         *,
         vo: str = "default",
-        default_ete: float = DEFAULT_ETE,
+        default_ete: float = DEFAULTS.default_ete,
         clock: Any = time.time,
         capacity: Callable[[], float] | None = None,
-        ete_spread: float = DEFAULT_SPREAD,
+        ete_spread: float = DEFAULTS.ete_spread,
+        max_retries: int = DEFAULTS.max_retries,
     ) -> None:
-        """``capacity`` gives the cores that run the work (for the load part of the ETA, :mod:`matcher.eta`);
-        ``ete_spread`` is the coefficient of variation over which a rule has no say over a job's hint."""
+        """``capacity`` gives the cores that run the work (for the load part of the ETA, :mod:`matcher.request_eta`);
+        ``ete_spread`` is the coefficient of variation over which a rule has no say over a job's hint;
+        ``max_retries`` is that of a job that gives none. Each defaults to its setting's default."""
         self.ete_spread = ete_spread
+        self.max_retries = max_retries
         self.store = store
         self.catalog = catalog
         self.vo = vo
@@ -298,6 +300,7 @@ class Submitter:
             vo=ctx.settings.vo,
             default_ete=ctx.settings.default_ete,
             ete_spread=ctx.settings.ete_spread,
+            max_retries=ctx.settings.max_retries,
         )
 
     def submit(
@@ -391,7 +394,7 @@ class Submitter:
                         dict(placement.requirements.values) if placement else {}, sort_keys=True, separators=(",", ":")
                     ),
                     name=job_name,
-                    max_retries=spec.max_retries,
+                    max_retries=self.max_retries if spec.max_retries is None else spec.max_retries,
                     key=spec.key,
                     rule=spec.rule,
                     dependents=tuple(index[d] for d in dependents[job_name]),
@@ -497,7 +500,7 @@ def _spec_problems(spec: JobSpec) -> list[str]:
             if spec.ete is None
             else check_number(spec.ete, job=job, field="ete", low=0, high=MAX_ETE, what="a number of seconds")
         ),
-        lambda: _check_retries(spec.max_retries, job),
+        lambda: spec.max_retries if spec.max_retries is None else _check_retries(spec.max_retries, job),
         lambda: _check_deps(spec.deps, job),
     )
 

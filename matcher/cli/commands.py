@@ -15,18 +15,17 @@ import click
 from taskqueues import logformat
 from taskqueues.context import Context
 from taskqueues.credentials import SECRET_SETTINGS
-from taskqueues.errors import NotFound, PilotfishError, ValidationError
+from taskqueues.errors import PilotfishError, ValidationError
 from taskqueues.settings import Settings
-from taskqueues.store import access, alive, stops
+from taskqueues.store import access, alive
 from taskqueues.store.connection import ping
 from taskqueues.store.fairshare import DEFAULT_GROUP, default_owner
 from taskqueues.store.fairshare import check_name as check_account_name
 from taskqueues.store.guard import shown_url
 from taskqueues.store.keys import Keys
 
-from ..submission import Submitter, submit_workflow
+from ..calls import Calls
 from ..workflow import load_workflow
-from .control import stop_job, stop_target
 
 
 @click.command()
@@ -54,17 +53,18 @@ def config(as_json: bool) -> None:
 @click.option("--group", default="", help='The group charged (default: the file\'s group, else "default").')
 def submit(workflow: str, remote: bool, timeout: float, as_json: bool, owner: str, group: str) -> None:
     """Submit a workflow file (TOML or JSON) as one request."""
-    ctx = Context(Settings.load())
-    loaded = load_workflow(workflow)
-    owner, group = owner or loaded.owner or default_owner(), group or loaded.group or DEFAULT_GROUP
     for value, what in ((owner, "owner"), (group, "group")):
         try:
-            check_account_name(value, what)
+            if value:
+                check_account_name(value, what)
         except ValidationError as exc:
             raise click.ClickException(str(exc)) from None
     if remote:
         from ..app.celery_app import configure
 
+        ctx = Context(Settings.load())
+        loaded = load_workflow(workflow)
+        owner, group = owner or loaded.owner or default_owner(), group or loaded.group or DEFAULT_GROUP
         app = configure(ctx)
         with open(workflow, "rb") as handle:
             data = handle.read()
@@ -73,13 +73,21 @@ def submit(workflow: str, remote: bool, timeout: float, as_json: bool, owner: st
         reply = app.send_task("pilotfish.submit_workflow", args=[raw, workflow]).get(timeout=timeout)
         request, ids, eta = reply["request"], reply["ids"], reply["eta"]
     else:
-        done = submit_workflow(Submitter.of(ctx), loaded, owner=owner, group=group)
-        request, ids, eta = done.request, done.ids, done.eta
+        # Through the API (api_url) the owner is the token's user; locally the file's, else the local user.
+        done = _client().submit(workflow, owner=owner or None, group=group or None)
+        request, ids, eta = done.id, done.ids, done.eta
     if as_json:
         click.echo(json.dumps({"request": request, "ids": ids, "eta": eta}))
     else:
         when = time.strftime("%H:%M:%S", time.localtime(eta))
         click.echo(f"request {request}: {len(ids)} jobs submitted, ETA {when}")
+
+
+def _client() -> Calls:
+    """The deployment the commands act on: through its API when api_url is set, else its store."""
+    from ..client import Client
+
+    return Client.from_settings()
 
 
 @click.command()
@@ -88,8 +96,8 @@ def submit(workflow: str, remote: bool, timeout: float, as_json: bool, owner: st
 def cancel(targets: tuple[str, ...], reason: str) -> None:
     """Cancel requests (by request id) or single jobs (by job id): waiting jobs end now, running ones are
     stopped by their pilot at once."""
-    store = Context(Settings.load()).store
-    _each(targets, lambda target: stop_target(store, target, reason))
+    client = _client()
+    _each(targets, lambda target: client.cancel(target, reason))
 
 
 @click.command()
@@ -97,8 +105,8 @@ def cancel(targets: tuple[str, ...], reason: str) -> None:
 @click.option("--reason", default="killed by operator", show_default=True)
 def kill(jobs: tuple[str, ...], reason: str) -> None:
     """Kill running jobs: their pilot, told on its own channel, terminates the payload at once."""
-    store = Context(Settings.load()).store
-    _each(jobs, lambda job: stop_job(store, job, reason, kill=True))
+    client = _client()
+    _each(jobs, lambda job: client.kill(job, reason))
 
 
 @click.command()
@@ -111,20 +119,8 @@ def kill(jobs: tuple[str, ...], reason: str) -> None:
 @click.option("--reason", default=None, help="Why (shown in the pilot's log and record).")
 def drain(pilots: tuple[str, ...], shutdown: bool, reason: str | None) -> None:
     """Drain PILOTS (names as in Flower): they take no new work, let their payloads finish, then exit."""
-    ctx = Context(Settings.load())
-    live = ctx.store.pilot_records(3 * ctx.settings.lease_seconds)
-    mode = "shutdown" if shutdown else "drain"
-
-    def one(name: str) -> str:
-        if name not in live or live[name].get("stopped"):
-            raise NotFound(
-                f"no live pilot {name!r} (pilots seen within {3 * ctx.settings.lease_seconds:g} s: "
-                f"{', '.join(sorted(n for n, r in live.items() if not r.get('stopped'))) or 'none'})"
-            )
-        stops.request(ctx.client, ctx.keys, name, mode, reason or f"{mode} requested by operator")
-        return f"pilot {name}: {'shutting down' if shutdown else 'draining'}"
-
-    _each(pilots, one)
+    client = _client()
+    _each(pilots, lambda name: client.drain(name, shutdown=shutdown, reason=reason))
 
 
 def _each(targets: tuple[str, ...], act: Callable[[str], str]) -> None:
@@ -301,7 +297,7 @@ def run(workflow: str, timeout: float | None) -> None:
 @click.command()
 def up() -> None:
     """Start every part of the local deployment that is not running: Redis, Celery worker, beat, director,
-    Flower (what a supervisor runs after any of them died)."""
+    Flower, the HTTP API (what a supervisor runs after any of them died)."""
     from .deploy import up as start
 
     ctx = Context(Settings.load(), start_redis=True)
@@ -314,6 +310,7 @@ def up() -> None:
         f"Flower: http://127.0.0.1:{ctx.settings.flower_port} (login in {login_file(ctx.settings.state_dir)}, "
         "or: pilotfish flower --login)"
     )
+    click.echo(f"API: http://127.0.0.1:{ctx.settings.api_port} (tokens: pilotfish token create USER --group G)")
     sandbox_warning = payload_sandbox_warning(ctx.settings.payload_sandbox)
     if sandbox_warning:
         click.echo(f"Warning: {sandbox_warning}", err=True)

@@ -59,3 +59,19 @@ def stop_target(store: Store, target: str, reason: str) -> str:
         )
     counts = cancel_request(store, target, reason)
     return f"request {target}: {counts['ended']} jobs cancelled, {counts['requested']} running jobs asked to stop now"
+
+
+def drain_pilot(store: Store, pilot: str, window: float, *, shutdown: bool = False, reason: str | None = None) -> str:
+    """``pilotfish drain PILOT``: ask a live pilot (seen within ``window`` seconds) to drain, or with ``shutdown``
+    to give its running payloads back now; a line saying what happened. NotFound names the live pilots."""
+    from taskqueues.store import stops
+
+    live = store.pilot_records(window)
+    mode = "shutdown" if shutdown else "drain"
+    if pilot not in live or live[pilot].get("stopped"):
+        raise NotFound(
+            f"no live pilot {pilot!r} (pilots seen within {window:g} s: "
+            f"{', '.join(sorted(n for n, r in live.items() if not r.get('stopped'))) or 'none'})"
+        )
+    stops.request(store.client, store.keys, pilot, mode, reason or f"{mode} requested by operator")
+    return f"pilot {pilot}: {'shutting down' if shutdown else 'draining'}"

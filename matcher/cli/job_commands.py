@@ -7,10 +7,7 @@ import sys
 
 import click
 
-from taskqueues.context import Context
-
-from ..joblist import JobFilter, list_jobs, parse_states, render_jobs
-from ..logview import follow, output, parse_streams, where_lines
+from ..joblist import render_jobs
 
 __all__ = ["jobs", "logs"]
 
@@ -40,14 +37,11 @@ def jobs(
 ) -> None:
     """List jobs, one line each: running first, then waiting (most urgent first), releasing, blocked, and
     finished ones (latest end first)."""
-    from ..status import find_request
+    from ..client import Client
 
-    store = Context().store
-    wanted = parse_states(states)
-    flt = JobFilter(
-        wanted, find_request(store, request) if request is not None else None, queue, task_queue, pilot, limit
+    listing = Client.from_settings().listing(
+        request=request, states=states, queue=queue, task_queue=task_queue, pilot=pilot, limit=limit
     )
-    listing = list_jobs(store, flt)
     if as_json:
         click.echo(json.dumps(listing.to_json(), sort_keys=True))
     else:
@@ -62,19 +56,20 @@ def jobs(
 def logs(job: str, stream: str | None, attempt: int | None, follow_: bool) -> None:
     """Print the tail of JOB's payload stdout and stderr (bytes that are not UTF-8 shown as \\xNN); where its
     pilot keeps the files is said on stderr."""
-    store = Context().store
-    streams = parse_streams(stream)
+    from ..client import Client
+
+    client = Client.from_settings()
     if follow_:
-        for _, text in follow(store, job, attempt, streams):
+        for _, text in client.follow(job, stream=stream, attempt=attempt):
             click.echo(text, nl=False)
             sys.stdout.flush()
         return
-    out = output(store, job, attempt, streams)
-    for line in where_lines(out):
+    out = client.log_view(job, stream=stream, attempt=attempt)
+    for line in out.where:
         click.echo(line, err=True)
-    for name in streams:
+    for name in out.streams:
         text = out.text(name)
-        if len(streams) > 1 and text:
+        if len(out.streams) > 1 and text:
             click.echo(f"==> {'stdout' if name == 'out' else 'stderr'} <==")
         click.echo(text, nl=False)
         if text and not text.endswith("\n"):

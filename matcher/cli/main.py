@@ -83,7 +83,7 @@ def main(ctx: click.Context, verbose: bool) -> None:
 
 
 #: Commands that run for long (started by `up`, a batch system or Kubernetes): their logs carry times.
-DAEMONS = frozenset({"matcher", "director", "pilot"})
+DAEMONS = frozenset({"matcher", "director", "pilot", "serve"})
 #: Commands that hold a credential for long: they mark themselves non-dumpable (taskqueues.credentials).
 LONG_RUNNING = DAEMONS | {"run", "up", "metrics", "flower"}
 
@@ -119,6 +119,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "events": ("matcher.cli.lifecycle_commands", "events"),
     "metrics": ("matcher.cli.metrics", "metrics"),
     "shares": ("matcher.cli.shares_command", "shares"),
+    "serve": ("matcher.cli.api_commands", "serve"),
+    "token": ("matcher.cli.api_commands", "token"),
+    "audit": ("matcher.cli.api_commands", "audit"),
 }
 
 

@@ -16,46 +16,30 @@ from typing import Any
 
 import click
 
-from taskqueues.context import Context
 from taskqueues.settings import Settings
-from taskqueues.store import Store
 from taskqueues.store.keys import Keys
 from taskqueues.store.moves import CHUNK, move_community
 
-from ..explain import explain as explain_job
+from ..calls import Calls
 from ..explain import render_explanation
-from ..status import (
-    EXAMPLES,
-    find_request,
-    render_parked,
-    render_requests,
-    render_task_queues,
-    request_status,
-    requests_status,
-    task_queues,
-)
+from ..status import EXAMPLES, render_parked, render_requests, render_task_queues
 
 __all__ = ["WATCH_SECONDS", "explain", "move", "status"]
 
 WATCH_SECONDS = 2.0
 
 
-def _snapshot(store: Store, request: str | None) -> tuple[dict[str, Any], list[str], bool]:
+def _snapshot(client: Calls, request: str | None) -> tuple[dict[str, Any], list[str], bool]:
     """(JSON document, human lines, every job shown is final) for one refresh."""
     now = time.time()
     if request is not None:
-        one = request_status(store, request, examples=EXAMPLES)
+        one = client.status(request, examples=EXAMPLES)
         return one.to_json(), render_requests([one], now), one.final
-    everything = requests_status(store)
-    queues = task_queues(store)
-    parked = list(store.parked().values())
-    doc: dict[str, Any] = {"requests": [s.to_json() for s in everything], "task_queues": [q.to_json() for q in queues]}
-    if parked:
-        doc["parked"] = len(parked)
-    lines = [*render_requests(everything, now), "", *render_task_queues(queues, now)]
-    if parked:
-        lines += ["", *render_parked(parked)]
-    return doc, lines, all(s.final for s in everything)
+    overview = client.overview()
+    lines = [*render_requests(overview.requests, now), "", *render_task_queues(overview.task_queues, now)]
+    if overview.parked:
+        lines += ["", *render_parked(overview.parked)]
+    return overview.to_json(), lines, all(s.final for s in overview.requests)
 
 
 @click.command("status")
@@ -64,11 +48,11 @@ def _snapshot(store: Store, request: str | None) -> tuple[dict[str, Any], list[s
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (one document per refresh with --watch).")
 def status(request: str | None, watch: bool, as_json: bool) -> None:
     """Show REQUEST (an id or a unique name), or every request and task queue."""
-    store = Context().store
-    request_id = find_request(store, request) if request is not None else None
+    client = _client()
+    request_id = client.status(request).id if request is not None else None
     terminal = sys.stdout.isatty()
     while True:
-        doc, lines, final = _snapshot(store, request_id)
+        doc, lines, final = _snapshot(client, request_id)
         if as_json:
             click.echo(json.dumps(doc, sort_keys=True))
         else:
@@ -83,13 +67,18 @@ def status(request: str | None, watch: bool, as_json: bool) -> None:
         time.sleep(WATCH_SECONDS)
 
 
+def _client() -> Calls:
+    from ..client import Client
+
+    return Client.from_settings()
+
+
 @click.command("explain")
 @click.argument("job")
 @click.option("--json", "as_json", is_flag=True, help="Print the explanation as JSON.")
 def explain(job: str, as_json: bool) -> None:
     """Say why JOB is still waiting (or what it is doing instead)."""
-    context = Context()
-    found = explain_job(context.store, context.catalog, job)
+    found = _client().explain(job)
     if as_json:
         click.echo(json.dumps(found.to_json(), sort_keys=True))
     else:

@@ -75,20 +75,18 @@ to is bounded while it expands (:mod:`matcher.limits`: jobs, text, dependency ed
 so a small file cannot build a huge request in memory before it is refused.
 
 Modules
-    ``files`` (reading a file), ``parse`` (the steps, in order), ``document`` (header, ``params``,
-    ``rules``), ``foreach`` (expansion and the per-job templates), ``patterns`` (``deps`` patterns),
-    ``values`` (requirement values and the ETE hint), ``compile`` (jobs to :class:`JobTemplate`),
-    ``model`` (the objects), ``problems`` (gathering problems, the text budget), ``deferred`` (release
-    time), ``outputs`` (``$PILOTFISH_OUTPUTS``), and ``expr``, the expression and template language.
+    ``load`` (the entry points, a document or a file, and the steps in order), ``document`` (header,
+    ``params``, ``rules``), ``jobs`` (``foreach`` expansion, ``deps`` patterns, compiling to
+    :class:`JobTemplate`), ``values`` (requirement values and the ETE hint), ``model`` (the objects, and
+    gathering problems with the text budget), ``outputs`` (``$PILOTFISH_OUTPUTS`` and release time), and
+    ``expr``, the expression and template language.
 """
 
 from matcher.limits import MAX_JOBS
 
-from .deferred import evaluate_deferred, render_command
-from .files import load_workflow
+from .load import load_workflow, parse_workflow
 from .model import JobTemplate, Rule, Workflow, WorkflowError
-from .outputs import OUTPUTS_ENV, parse_outputs
-from .parse import parse_workflow
+from .outputs import OUTPUTS_ENV, evaluate_deferred, parse_outputs, render_command
 from .values import is_duration, is_numeric
 
 __all__ = [

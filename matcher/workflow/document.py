@@ -10,8 +10,7 @@ from matcher.limits import MAX_NAME, MAX_PRIORITY, RULE_NAME_RE, RULE_NAME_RULE,
 from taskqueues.errors import ValidationError, shown
 from taskqueues.store.fairshare import check_name as check_account_name
 
-from .model import Rule
-from .problems import Collector
+from .model import Collector, Rule
 
 __all__ = ["IDENT_RE", "RESERVED_PARAMS", "parse_header", "parse_identity", "parse_params", "parse_rules"]
 

@@ -474,14 +474,10 @@ class Director:
 
     def _pilot_settings(self) -> dict[str, str]:
         s = self.ctx.settings
-        # The pilots' own credentials (taskqueues.store.access), never the control plane's.
-        env = {
-            "PILOTFISH_REDIS_URL": self.ctx.pilot_redis_url,
-            "PILOTFISH_VO": s.vo,
-            "PILOTFISH_PREFIX": s.prefix,
-            "PILOTFISH_LEASE_SECONDS": str(s.lease_seconds),
-            "PILOTFISH_PILOT_IDLE_TIMEOUT": str(s.pilot_idle_timeout),
-        }
+        # The pilots' own credentials (taskqueues.store.access), never the control plane's; they go into the
+        # one-use file (_pilot_env). Here only what is no option of default_pilot_command: a setting reaches a
+        # pilot one way (lease, idle timeout, vo, prefix on its command line, and nowhere else).
+        env = {"PILOTFISH_REDIS_URL": self.ctx.pilot_redis_url}
         if s.catalog:
             env["PILOTFISH_CATALOG"] = s.catalog
         if s.log_format != "text":

@@ -23,6 +23,7 @@ from redis.connection import Connection
 
 from ..errors import ConfigError, NotFound, StaleReport, StoreError, StoreUnavailable
 from . import functions
+from .audit import Audit
 from .connection import connect
 from .exchange import PendingExchange
 from .guard import client_url, converted, guard, guarded
@@ -43,6 +44,7 @@ from .records import (
 )
 from .records import text as _text
 from .reservations import DEFAULT_RESERVATION_SLACK, running_text
+from .tokens import Tokens
 
 _MAX_KEY_ROUNDS = 16
 #: Fields of the cursor hash: the server run the reaper last saw, and until when leases are not requeued.
@@ -115,6 +117,16 @@ class Store(StoreReads):
     def from_url(cls, url: str, *, vo: str = "default", prefix: str = "pf", **kwargs: Any) -> Store:
         keys = Keys(prefix=prefix, vo=vo)
         return cls(connect(url, community=keys.base), keys, **kwargs)
+
+    # -- the API's tokens and audit log (issue 30: taskqueues/store/tokens.py, audit.py) ----------
+
+    @property
+    def tokens(self) -> Tokens:
+        return Tokens(self.client, self.keys, self.clock)
+
+    @property
+    def audit(self) -> Audit:
+        return Audit(self.client, self.keys)
 
     @property
     def lifecycle(self) -> Lifecycle:

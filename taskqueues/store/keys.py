@@ -78,6 +78,10 @@ submissions and batch-system errors per backend, the pilots' match-latency histo
 | ``P:{vo}:fair`` | hash | fair-share state: ``u:<account>`` → ``"<decayed core-seconds> <at>"``, ``r:<account>``
 running cores (account = group or ``group.owner``), ``c:<group>@<site or queue>`` running cores there,
 ``n:<type>`` running jobs of a type; kept by match.lua and ``fair_end`` (``_lib.lua``) |
+| ``P:auth:{vo}:tokens`` | hash | API token id → token record (JSON: user, groups, role, sha256 of the secret,
+created, expires, last use, revoked; ``taskqueues.store.tokens``). Outside ``P:{vo}:*``: the pilots' ACL user
+may not read or write it |
+| ``P:auth:{vo}:audit`` | stream | who did what through the API or a token command (capped; ``store.audit``) |
 """
 
 from __future__ import annotations
@@ -284,6 +288,19 @@ class Keys:
     @property
     def fair(self) -> str:
         return f"{self.base}:fair"
+
+    @property
+    def auth_base(self) -> str:
+        """Keys of the API's tokens and audit: same hash tag, outside the pilots' ``<prefix>:{<vo>}:*``."""
+        return f"{self.prefix}:auth:{{{self.vo}}}"
+
+    @property
+    def tokens(self) -> str:
+        return f"{self.auth_base}:tokens"
+
+    @property
+    def audit(self) -> str:
+        return f"{self.auth_base}:audit"
 
 
 def lua_names() -> dict[str, str]:

@@ -165,6 +165,7 @@ def test_embedded_redis_keeps_its_data_across_down_and_up(tmp_path: Path) -> Non
     env = {**os.environ, "PILOTFISH_STATE_DIR": str(tmp_path / "state"), "PILOTFISH_FLOWER_PORT": "0"}
     env.pop("PILOTFISH_REDIS_URL", None)
     env["PILOTFISH_FLOWER_PORT"] = str(_free_port())
+    env["PILOTFISH_API_PORT"] = str(_free_port())
     try:
         up = cli(["up"], env).stdout
         assert "redis: started" in up and "Flower: http://127.0.0.1:" in up

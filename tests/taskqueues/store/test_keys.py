@@ -60,6 +60,8 @@ def test_every_key_builder_carries_the_hash_tag() -> None:
         keys.stats,
         keys.held,
         keys.events,
+        keys.tokens,
+        keys.audit,
     ]
     assert {key_slot(k.encode()) for k in built} == {key_slot(b"{lhcb}")}
     assert key_slot(Keys(vo="atlas").jobs.encode()) != key_slot(b"{lhcb}")

@@ -1,27 +1,74 @@
-"""Reading a workflow file: its size, its encoding and its TOML or JSON syntax, each refusal naming the file."""
+"""A workflow to a :class:`~matcher.workflow.model.Workflow`, the entry points: :func:`parse_workflow` takes
+a document (a mapping, from TOML, JSON or a program) through header, params and rules, foreach expansion,
+compilation, then the dependency graph, every problem gathered into one error; :func:`load_workflow` reads
+a file first: its size, its encoding and its TOML or JSON syntax, each refusal naming the file.
+"""
 
 from __future__ import annotations
 
 import json
 import tomllib
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from matcher.limits import MAX_NAME
+from taskqueues.dag import DagError, check_dag
 from taskqueues.errors import located, shown
 
-from .model import Workflow, WorkflowError
-from .parse import parse_workflow
-from .problems import job_owner
+from .document import parse_header, parse_identity, parse_params, parse_rules
+from .jobs import compile_jobs, expand_jobs
+from .model import Collector, Workflow, WorkflowError, job_owner
 
-__all__ = ["MAX_FILE_BYTES", "load_workflow"]
+__all__ = ["MAX_FILE_BYTES", "load_workflow", "parse_workflow"]
 
 MAX_FILE_BYTES = 16 * 1024 * 1024
 _TWICE = "the key is given twice in one JSON object; give it once"
 
 
+def parse_workflow(data: Mapping[str, Any], source: str = "<workflow>") -> Workflow:
+    """Validate a workflow given as a mapping (from TOML, JSON or a program). See :mod:`matcher.workflow`."""
+    out = Collector()
+    if not isinstance(data, Mapping):
+        raise WorkflowError(source, [f"the top level must be a table, not {type(data).__name__}"])
+    name, description, priority = parse_header(data, out)
+    owner, group = parse_identity(data, out)
+    params = parse_params(data.get("params", {}), out, "", "params")
+    rules = parse_rules(data.get("rules", {}), out)
+    raw_jobs = expand_jobs(data.get("jobs"), params, rules, out)
+    jobs = compile_jobs(raw_jobs, rules, out)
+    order: list[str] = []
+    if jobs and not out.full:
+        # Checked even when other problems were found, so cycles and unknown deps are listed with them.
+        try:
+            order = check_dag([job.name for job in jobs], {job.name: job.deps for job in jobs})
+        except DagError as exc:
+            out.problems.extend(exc.problems)
+    if out.problems:
+        raise WorkflowError(source, out.problems)
+    return Workflow(
+        name=name,
+        source=source,
+        jobs=jobs,
+        order=order,
+        priority=priority,
+        params=params,
+        rules=rules,
+        description=description,
+        owner=owner,
+        group=group,
+    )
+
+
 def load_workflow(path: str | Path) -> Workflow:
     """Read and validate a ``.toml`` or ``.json`` workflow file; every refusal names the file first."""
+    return parse_workflow(*read_document(path))
+
+
+def read_document(path: str | Path) -> tuple[dict[str, Any], str]:
+    """The table a ``.toml`` or ``.json`` workflow file holds, and its name for messages (what
+    :func:`load_workflow` validates; the API's client sends it as JSON)."""
     path = Path(path)
     source = str(path)
     try:
@@ -41,7 +88,7 @@ def load_workflow(path: str | Path) -> Workflow:
     _refuse_duplicates(data, reader, source)
     if not isinstance(data, dict):
         raise WorkflowError(source, [f"the top level must be a table, not {type(data).__name__}"])
-    return parse_workflow(data, source)
+    return data, source
 
 
 def _decode(text: str, suffix: str, source: str, reader: _JsonReader) -> object:

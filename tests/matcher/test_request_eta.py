@@ -1,4 +1,4 @@
-"""The fan-in bound of a request's ETA (matcher.eta): what the request's shape needs on the cores."""
+"""The fan-in bound of a request's ETA (matcher.request_eta): what the request's shape needs on the cores."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from matcher.eta import fan_in_bound, request_eta
+from matcher.request_eta import fan_in_bound, request_eta
 from taskqueues import dag
 from tests.support import schedules
 from tests.support.scripts import script

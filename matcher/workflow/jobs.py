@@ -1,22 +1,29 @@
-"""Jobs entries to jobs: ``foreach`` expansion, and the name, params, deps and key templates of each job."""
+"""The ``jobs`` entries of a workflow to :class:`~matcher.workflow.model.JobTemplate`: ``foreach`` expansion
+and the name, params, deps and key templates of each job; dependency patterns (``deps`` entries with ``*``,
+``?`` or ``[``) resolved against the job names within a budget; then each job compiled: deps resolved,
+command and requirements compiled, text and edges counted against the request's limits.
+"""
 
 from __future__ import annotations
 
+import bisect
+import fnmatch
 import itertools
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from matcher.limits import JOB_NAME_RE, JOB_NAME_RULE, MAX_JOBS
+from matcher.limits import JOB_NAME_RE, JOB_NAME_RULE, MAX_EDGES, MAX_JOBS, MAX_PATTERN_WORK, MAX_RETRIES
 from taskqueues.errors import shown
+from taskqueues.requirements import MAX_NAMES
 
 from .document import IDENT_RE, RESERVED_PARAMS, parse_params
-from .expr import ExprError, evaluate, render, template_names
-from .model import Rule
-from .problems import Collector, job_owner
+from .expr import ExprError, evaluate, render, template_dep_refs, template_names
+from .model import Collector, JobTemplate, Rule, job_owner
+from .values import Deferred, check_names, read_ete_hint, requirement_value
 
-__all__ = ["Raw", "expand_jobs"]
+__all__ = ["PATTERN_CHARS", "Patterns", "Raw", "compile_jobs", "expand_jobs", "resolve_deps"]
 
 _JOB_KEYS = frozenset({"name", "rule", "command", "params", "requirements", "deps", "key", "ete", "foreach", "retry"})
 _RANGE_RE = re.compile(r"\s*range\s*\((.*)\)\s*", re.DOTALL)
@@ -244,3 +251,188 @@ def _expand_one(
     if not out.spend(spent + sum(map(len, patterns)) + len(rendered_key or ""), where):
         return None
     return Raw(name, where, spec, env, patterns, rendered_key)
+
+
+PATTERN_CHARS = frozenset("*?[")
+
+
+class Patterns:
+    """``deps`` patterns resolved against the job names, within a budget of names tried.
+
+    A pattern's literal head (``"part_3_"`` of ``"part_3_*"``) selects its candidates by bisection in the
+    sorted names, so per-job patterns of a fan-in cost what they match; a pattern that starts with a
+    wildcard tries every name. Each distinct pattern is resolved once. Matches keep the order of the file.
+    """
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.position = {name: index for index, name in enumerate(names)}
+        self.sorted = sorted(self.position)
+        self.found: dict[str, list[str]] = {}
+        self.work = 0
+
+    def match(self, pattern: str) -> list[str] | None:
+        """The names matching ``pattern``; None once :data:`MAX_PATTERN_WORK` names have been tried."""
+        if pattern not in self.found:
+            head = pattern[: min((pattern.index(c) for c in PATTERN_CHARS if c in pattern), default=len(pattern))]
+            matches = re.compile(fnmatch.translate(pattern)).match
+            found = []
+            for index in range(bisect.bisect_left(self.sorted, head), len(self.sorted)):
+                name = self.sorted[index]
+                if not name.startswith(head):
+                    break
+                self.work += 1
+                if self.work > MAX_PATTERN_WORK:
+                    return None
+                if matches(name):
+                    found.append(name)
+            self.found[pattern] = sorted(found, key=self.position.__getitem__)
+        return self.found[pattern]
+
+
+def resolve_deps(raw: Raw, patterns: Patterns, out: Collector) -> tuple[str, ...] | None:
+    """The job's dependencies with patterns expanded; None when the patterns cost too much to resolve."""
+    resolved: dict[str, None] = {}
+    for pattern in raw.dep_patterns:
+        if PATTERN_CHARS & set(pattern):
+            matched = patterns.match(pattern)
+            if matched is None:
+                out.add(
+                    f"matching the deps patterns of the request tries over {MAX_PATTERN_WORK} job names: "
+                    "name the dependencies, or use fewer distinct patterns",
+                    owner=raw.entry,
+                    field="deps",
+                )
+                return None
+            matched = [name for name in matched if name != raw.name]
+            if not matched:
+                out.add(f"pattern {shown(pattern)} matches no job", owner=raw.entry, field="deps")
+            resolved.update(dict.fromkeys(matched))
+        else:
+            resolved[pattern] = None  # unknown names are reported by the graph check, with the others
+    return tuple(resolved)
+
+
+def compile_jobs(raws: Sequence[Raw], rules: Mapping[str, Rule], out: Collector) -> list[JobTemplate]:
+    """The jobs compiled in file order; it stops at the first limit the request passes (edges, patterns, text)."""
+    patterns = Patterns([raw.name for raw in raws])
+    jobs: list[JobTemplate] = []
+    edges = 0
+    for raw in raws:
+        deps = resolve_deps(raw, patterns, out)
+        if deps is None:
+            break
+        edges += len(deps)
+        if edges > MAX_EDGES:
+            out.add(f"the request has over {MAX_EDGES} dependency edges by this job", owner=raw.entry, field="deps")
+            break
+        jobs.append(_compile(raw, deps, rules, out))
+        if out.full:
+            break
+    return jobs
+
+
+def _text_size(value: object) -> int:
+    """About how many characters ``value`` takes in a stored record."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, list):
+        return sum(map(_text_size, value)) + 2
+    return 8
+
+
+def _env_text(env: Mapping[str, object]) -> int:
+    """About how much text ``env`` adds to a stored job (its deferred requirements keep it whole)."""
+    return sum(len(name) + _text_size(value) for name, value in env.items())
+
+
+def _compile(raw: Raw, deps: tuple[str, ...], rules: Mapping[str, Rule], out: Collector) -> JobTemplate:
+    spec, env, where = raw.spec, raw.env, raw.entry
+    rule = rules.get(spec["rule"]) if isinstance(spec.get("rule"), str) else None
+    needs: set[tuple[str, str]] = set()
+
+    command = spec.get("command", rule.command if rule else None)
+    command_deferred = False
+    if not isinstance(command, str) or not command.strip():
+        out.add("no command: give 'command' or a 'rule' that has one", owner=where, field="command")
+        command = ""
+    else:
+        try:
+            refs = template_dep_refs(command)
+            command_problems = check_names(template_names(command), refs, env, deps)
+            for problem in command_problems:
+                out.add(problem, owner=where, field="command")
+            needs |= refs
+            command_deferred = bool(refs)
+            if not command_deferred and not command_problems:
+                command = render(command, env)
+        except ExprError as exc:
+            out.add(str(exc), owner=where, field="command")
+
+    requirements: dict[str, object] = {}
+    deferred: dict[str, str] = {}
+    own = spec.get("requirements", {})
+    if not isinstance(own, Mapping):
+        out.add(f"must be a table, not {type(own).__name__}", owner=where, field="requirements")
+        own = {}
+    merged = {**(rule.requirements if rule else {}), **own}
+    if len(merged) > MAX_NAMES:
+        out.add(
+            f"at most {MAX_NAMES} requirement names are allowed, got {len(merged)}", owner=where, field="requirements"
+        )
+        merged = {}
+    for name, value in merged.items():
+        if not isinstance(name, str) or not name:
+            out.add(
+                f"a requirement name must be a non-empty string, not {shown(name)}", owner=where, field="requirements"
+            )
+            continue
+        outcome = requirement_value(name, value, env, deps, where, out)
+        if isinstance(outcome, Deferred):
+            deferred[name] = outcome.text
+            needs |= outcome.refs
+        else:
+            requirements[name] = outcome
+
+    ete_hint = read_ete_hint(spec.get("ete", rule.ete if rule else None), requirements, env, where, out)
+    retry_on, retry_max = _retry(spec.get("retry"), where, out)
+    stored = len(command) + sum(map(_text_size, requirements.values()))
+    if deferred or command_deferred:
+        stored += _env_text(env) + sum(map(len, deferred.values()))
+    out.spend(stored, where)
+    return JobTemplate(
+        name=raw.name,
+        command=command,
+        requirements=requirements,
+        deps=deps,
+        raw_requirements=merged,
+        deferred=deferred,
+        command_deferred=command_deferred,
+        needs_outputs=frozenset(needs),
+        key=raw.key,
+        rule=rule.name if rule else None,
+        ete_hint=ete_hint,
+        params=env,
+        retry_on=retry_on,
+        retry_max=retry_max,
+    )
+
+
+def _retry(value: object, where: str, out: Collector) -> tuple[tuple[int, ...], int]:
+    """A job's ``retry = {on_exit = [3, 137], max = 2}``: exit codes 0..255, at most MAX_RETRIES runs more."""
+    if value is None:
+        return (), 0
+    if not isinstance(value, Mapping) or set(value) != {"on_exit", "max"}:
+        out.add(f"must be a table {{on_exit = [codes], max = N}}, not {shown(value)}", owner=where, field="retry")
+        return (), 0
+    codes, most = value["on_exit"], value["max"]
+    if (
+        not isinstance(codes, list)
+        or not codes
+        or not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= 255 for c in codes)
+    ):
+        out.add(f"on_exit must list exit codes 0..255, not {shown(codes)}", owner=where, field="retry")
+        return (), 0
+    if isinstance(most, bool) or not isinstance(most, int) or not 1 <= most <= MAX_RETRIES:
+        out.add(f"max must be a whole number within 1..{MAX_RETRIES}, not {shown(most)}", owner=where, field="retry")
+        return (), 0
+    return tuple(sorted(set(codes))), most
