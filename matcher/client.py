@@ -6,8 +6,8 @@ calls through the HTTP API with the user's token, otherwise a :class:`Client` of
 vo=...)`` names the store itself. Every method goes through the code its command uses (:mod:`matcher.submission`,
 :mod:`matcher.status`, :mod:`matcher.cli.control`, :mod:`matcher.joblist`, :mod:`matcher.logview`,
 :mod:`matcher.lifecycle`), so what a program sees is what ``pilotfish status``, ``jobs``, ``logs`` and ``events``
-print (hold, release, resubmit, update and events: the store's client only, not yet through the API). Errors are the CLI's:
-:class:`taskqueues.errors.PilotfishError` and its subclasses, each naming what is wrong.
+print (hold, release, resubmit, update and events: the store's client only, not yet through the API). Errors are
+the CLI's: :class:`taskqueues.errors.PilotfishError` and its subclasses, each naming what is wrong.
 
 A submitted workflow is run by the control plane and pilots already running (``pilotfish up``, a director,
 a batch system): the client only talks to the store (or to the API, which does).
