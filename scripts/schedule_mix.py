@@ -7,8 +7,10 @@ each request is submitted at its arrival time (the pilots match right after); an
 what it runs (its jobs' cores, memory and estimated ends, from their hints), so the match's reservations
 (EASY backfill, ``match.lua``) work as with real pilots. Policies: ``pressure`` (the Submitter, hints = true
 run times), ``strict`` (the same, reservations off: the match of old), ``FIFO`` (scores in submission
-order, reservations on, the same match), and on the mixes whose requests have owners and groups of their own
-(tag ``owners``), ``shares``: pressure under the documented multi-user setting (:func:`shares_policy`).
+order, reservations on, the same match), on the mixes of several requests ``EASY``: pressure with the
+reservations of EASY backfill (``Settings.bounded_reservations`` false; ``pressure`` has them bounded, the
+default), and on the mixes whose requests have owners and groups of their own (tag ``owners``), ``shares``:
+pressure under the documented multi-user setting (:func:`shares_policy`).
 
 Per request: its completion stretch, (its last end - its arrival) / its own lower bound alone
 (:func:`mixes.request_bound`); the table shows the largest and the mean next to the makespans.
@@ -35,8 +37,6 @@ MIX_POLICIES = ("pressure", "strict", "fifo")
 #: mean job lengths, the catch-up capped. Run on the mixes tagged "owners" as the policy "shares".
 SHARES_HALFLIFE = 600.0
 SHARES_STRETCH = 4.0
-#: Bounded reservations (Settings.bounded_reservations) under pressure and shares (the scores are dates).
-BOUNDED = True
 SHARES_MAKESPAN = 1.05
 SHARES_CATCHUP = 1.2
 
@@ -48,8 +48,9 @@ def shares_policy(mix: Mix) -> Policy:
 
 
 def policies(mix: Mix) -> tuple[str, ...]:
-    """The policies a mix runs under: the three of every mix, and "shares" for the multi-owner ones."""
-    return MIX_POLICIES + (("shares",) if "owners" in mix.tags else ())
+    """The policies a mix runs under: the three of every mix, "easy" for a mix of several requests (its
+    per-request stretch with EASY's reservations), and "shares" for the multi-owner ones."""
+    return MIX_POLICIES + (("easy",) if len(mix.requests) > 1 else ()) + (("shares",) if "owners" in mix.tags else ())
 
 
 CATALOG = """
@@ -78,8 +79,9 @@ def simulate_mix(client: redis.Redis, mix: Mix, policy: str) -> MixResult:
     """Run ``mix`` to completion under ``policy`` (one of :data:`MIX_POLICIES`) on an emptied database."""
     client.flushdb()
     clock = SimClock()
-    # FIFO's scores are positions, not start-by dates: its reservations stay EASY's.
-    store = Store(client, clock=clock, lease_seconds=1e9, bounded_reservations=BOUNDED and policy != "fifo")
+    # Reservations are bounded (the default) where scores are start-by dates; FIFO's are positions, and "easy" is
+    # pressure with EASY's reservations: both have the unbounded rule.
+    store = Store(client, clock=clock, lease_seconds=1e9, bounded_reservations=policy not in ("fifo", "easy"))
     publish(client, store.keys, shares_policy(mix) if policy == "shares" else None)
     catalog = Catalog.loads(CATALOG)
     capacity = float(mix.pilots * mix.cores)
@@ -207,13 +209,21 @@ def print_mixes(rows: Sequence[tuple[Mix, dict[str, MixResult]]]) -> int:
             f"{max(res['fifo'].stretch.values()):5.2f}  {', '.join(verdict)}"
         )
     multi = [(m, r) for m, r in rows if len(m.requests) > 1]
-    for mix, res in multi:
-        for req in mix.requests:
-            parts = "  ".join(f"{pol} {r.stretch[req.name]:.2f}" for pol, r in res.items())
-            print(
-                f"  {mix.name}: {req.name:12} arrives {req.arrival:5.0f}, own LB {request_bound(mix, req):6.0f};"
-                f" stretch {parts}"
-            )
+    if multi:
+        print("\nPer-request stretch with reservations (bounded: pressure, the default; EASY) and without (strict):\n")
+        extra = [pol for pol in ("fifo", "shares") if any(pol in r for _, r in multi)]
+        head = f"  {'mix':30} {'request':12} {'arrives':>7} {'own LB':>6}  {'bounded':>7} {'EASY':>6} {'strict':>6}"
+        print(head + "".join(f" {pol:>6}" for pol in extra))
+        for mix, res in multi:
+            for req in mix.requests:
+                cells = "".join(
+                    f" {res[pol].stretch[req.name]:6.2f}" if pol in res else f" {'':6}"
+                    for pol in ("easy", "strict", *extra)
+                )
+                print(
+                    f"  {mix.name:30} {req.name:12} {req.arrival:7.0f} {request_bound(mix, req):6.0f}"
+                    f"  {res['pressure'].stretch[req.name]:7.2f}{cells}"
+                )
     print(
         "\nLargest request stretch with reservations (pressure) and without (strict); target: not worse with"
         f" them.\nWith owners, under the multi-user setting (shares): largest stretch <= {SHARES_STRETCH:g} and"
@@ -224,8 +234,8 @@ def print_mixes(rows: Sequence[tuple[Mix, dict[str, MixResult]]]) -> int:
         ok = worst["pressure"] <= worst["strict"] * (1 + 1e-9)
         missed += not ok
         line = (
-            f"  {mix.name:34} reservations {worst['pressure']:6.2f}  strict {worst['strict']:6.2f}"
-            f"  {'ok' if ok else 'MISS'}"
+            f"  {mix.name:34} reservations {worst['pressure']:6.2f} (EASY {worst['easy']:5.2f})"
+            f"  strict {worst['strict']:6.2f}  {'ok' if ok else 'MISS'}"
         )
         if "shares" in res:
             ratio = res["shares"].makespan / res["pressure"].makespan
