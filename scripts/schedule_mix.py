@@ -10,7 +10,10 @@ run times), ``strict`` (the same, reservations off: the match of old), ``FIFO`` 
 order, reservations on, the same match), on the mixes of several requests ``EASY``: pressure with the
 reservations of EASY backfill (``Settings.bounded_reservations`` false; ``pressure`` has them bounded, the
 default), and on the mixes whose requests have owners and groups of their own (tag ``owners``), ``shares``:
-pressure under the documented multi-user setting (:func:`shares_policy`).
+pressure under the documented multi-user setting (:func:`shares_policy`). On issue 29's mixes (tag ``late``) a
+diagnostic, ``one-eta``: pressure's scores with one ETA for every request (the latest of each request's arrival
+plus critical path) instead of each request's own, load included (``matcher.eta``): the same match and
+reservations; it tells a loss of the ETA term from one of the match or of the lower bound.
 
 Per request: its completion stretch, (its last end - its arrival) / its own lower bound alone
 (:func:`mixes.request_bound`); the table shows the largest and the mean next to the makespans.
@@ -25,8 +28,10 @@ from dataclasses import dataclass
 import redis
 from bench_schedule import QUEUE, T0, SimClock, SimulationError, submit_scored
 from mixes import Mix, MixRequest, MixTask, mix_bound, request_bound
+from workloads import critical_path
 
 from matcher.submission import JobSpec, SubmissionError, Submitter
+from taskqueues import dag
 from taskqueues.catalog import Catalog
 from taskqueues.store import Store
 from taskqueues.store.fairshare import Policy, publish
@@ -49,8 +54,14 @@ def shares_policy(mix: Mix) -> Policy:
 
 def policies(mix: Mix) -> tuple[str, ...]:
     """The policies a mix runs under: the three of every mix, "easy" for a mix of several requests (its
-    per-request stretch with EASY's reservations), and "shares" for the multi-owner ones."""
-    return MIX_POLICIES + (("easy",) if len(mix.requests) > 1 else ()) + (("shares",) if "owners" in mix.tags else ())
+    per-request stretch with EASY's reservations), "shares" for the multi-owner ones and the diagnostic
+    "one-eta" for issue 29's (tag ``late``)."""
+    return (
+        MIX_POLICIES
+        + (("easy",) if len(mix.requests) > 1 else ())
+        + (("shares",) if "owners" in mix.tags else ())
+        + (("one-eta",) if "late" in mix.tags else ())
+    )
 
 
 CATALOG = """
@@ -88,6 +99,7 @@ def simulate_mix(client: redis.Redis, mix: Mix, policy: str) -> MixResult:
     tasks: dict[str, tuple[MixTask, MixRequest]] = {}
     order = sorted(mix.requests, key=lambda r: r.arrival)
     fifo_next = 0
+    one_eta = max(r.arrival + critical_path(r.tasks) for r in mix.requests)
 
     def submit(request: MixRequest) -> None:
         nonlocal fifo_next
@@ -95,6 +107,11 @@ def simulate_mix(client: redis.Redis, mix: Mix, policy: str) -> MixResult:
         if policy == "fifo":
             scores = {j.name: T0 + fifo_next + i for i, j in enumerate(jobs)}
             fifo_next += len(jobs)
+            ids = submit_scored(store, catalog, jobs, scores, name=request.name, clock=clock)
+        elif policy == "one-eta":
+            deps = {j.name: j.deps for j in jobs}
+            pressure = dag.pressures(dag.check_dag(list(deps), deps), deps, {j.name: float(j.ete or 0) for j in jobs})
+            scores = {n: T0 + one_eta - p for n, p in pressure.items()}
             ids = submit_scored(store, catalog, jobs, scores, name=request.name, clock=clock)
         else:
             try:
@@ -224,18 +241,27 @@ def print_mixes(rows: Sequence[tuple[Mix, dict[str, MixResult]]]) -> int:
                     f"  {mix.name:30} {req.name:12} {req.arrival:7.0f} {request_bound(mix, req):6.0f}"
                     f"  {res['pressure'].stretch[req.name]:7.2f}{cells}"
                 )
+    for mix, res in rows:
+        if "one-eta" in res:
+            lb, one = mix_bound(mix), res["one-eta"]
+            print(
+                f"  diagnostic, {mix.name}: one ETA for all requests: makespan {one.makespan:.0f}"
+                f" ({one.makespan / lb:.3f} x LB, pressure {res['pressure'].makespan / lb:.3f}),"
+                f" largest stretch {max(one.stretch.values()):.2f}"
+            )
     print(
-        "\nLargest request stretch with reservations (pressure) and without (strict); target: not worse with"
-        f" them.\nWith owners, under the multi-user setting (shares): largest stretch <= {SHARES_STRETCH:g} and"
+        "\nLargest request stretch on every mix (one request: its makespan / its LB) with reservations (pressure,"
+        " bounded) and without (strict); target: not worse with them.\nWith owners, under the multi-user setting"
+        f" (shares): largest stretch <= {SHARES_STRETCH:g} and"
         f" makespan <= {SHARES_MAKESPAN:.2f} x pressure's."
     )
-    for mix, res in multi:
+    for mix, res in rows:
         worst = {pol: max(r.stretch.values()) for pol, r in res.items()}
         ok = worst["pressure"] <= worst["strict"] * (1 + 1e-9)
         missed += not ok
-        line = (
-            f"  {mix.name:34} reservations {worst['pressure']:6.2f} (EASY {worst['easy']:5.2f})"
-            f"  strict {worst['strict']:6.2f}  {'ok' if ok else 'MISS'}"
+        easy = f" (EASY {worst['easy']:5.3f})" if "easy" in worst else f" {'':12}"
+        line = f"  {mix.name:34} reservations {worst['pressure']:6.3f}{easy}  strict {worst['strict']:6.3f}  " + (
+            "ok" if ok else "MISS"
         )
         if "shares" in res:
             ratio = res["shares"].makespan / res["pressure"].makespan

@@ -54,4 +54,4 @@ def test_bounded_reservations_keep_the_late_small_request_within_the_strict_matc
     shares = sm.simulate_mix(real_redis, owners, "shares")
     assert max(shares.stretch.values()) <= sm.SHARES_STRETCH
     assert shares.makespan <= sm.SHARES_MAKESPAN * sm.simulate_mix(real_redis, owners, "pressure").makespan
-    assert sm.policies(plain) == (*sm.MIX_POLICIES, "easy") and "shares" in sm.policies(owners)
+    assert sm.policies(plain) == (*sm.MIX_POLICIES, "easy", "one-eta") and "shares" in sm.policies(owners)
