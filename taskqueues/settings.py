@@ -70,8 +70,8 @@ class Settings:
     # a rule whose run times' coefficient of variation is over this has no say over a job's own hint
     ete_spread: float = DEFAULT_SPREAD
     # a reservation of the match holds back no job past the date it should start by, less its own run
-    # (issue 29; docs/scheduling-notes.md): the multi-user setting
-    bounded_reservations: bool = False
+    # (issue 29; docs/user/scheduling.md); false: EASY backfill's reservations (scores that are not dates)
+    bounded_reservations: bool = True
     # periodic work (seconds)
     reap_interval: float = 5.0
     pool_refresh_interval: float = 900.0

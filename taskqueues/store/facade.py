@@ -71,7 +71,7 @@ class Store(StoreReads):
         submit_timeout: float = 5.0,
         replica_window: float = 600.0,
         reservation_slack: float = DEFAULT_RESERVATION_SLACK,
-        bounded_reservations: bool = False,
+        bounded_reservations: bool = True,
     ) -> None:
         """``ete_safety_factor``: a job without ``wall`` must find this many times its run-time estimate left
         in a pilot (:func:`taskqueues.store.records.time_needed`; every writer of a task-queue member uses this one).
