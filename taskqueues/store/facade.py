@@ -26,6 +26,7 @@ from . import functions
 from .connection import connect
 from .exchange import PendingExchange
 from .guard import client_url, converted, guard, guarded
+from .history import History
 from .keys import Keys
 from .packed import HotLine, PackedCall, pack_script
 from .queries import StoreReads
@@ -109,11 +110,18 @@ class Store(StoreReads):
         # round trip).
         self.floors = [self.keys.heads, self.keys.qfloor, self.keys.tqempty, self.keys.tqmax]
         self._line = HotLine.of(client)
+        #: What the end of a job writes or reads for the history index (``_lib.lua``'s ``index_history``).
+        self.history_keys = [self.keys.endedby, self.keys.requests]
 
     @classmethod
     def from_url(cls, url: str, *, vo: str = "default", prefix: str = "pf", **kwargs: Any) -> Store:
         keys = Keys(prefix=prefix, vo=vo)
         return cls(connect(url, community=keys.base), keys, **kwargs)
+
+    @property
+    def history(self) -> History:
+        """The history of ended jobs by time, owner and group (:mod:`taskqueues.store.history`)."""
+        return History(self.client, self.keys, self.where, self.jobs)
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -133,7 +141,15 @@ class Store(StoreReads):
         """
         declared = list(
             dict.fromkeys(
-                [*extra, self.keys.heads, self.keys.qfloor, self.keys.ended, self.keys.blocked, self.keys.stats]
+                [
+                    *extra,
+                    self.keys.heads,
+                    self.keys.qfloor,
+                    self.keys.ended,
+                    self.keys.blocked,
+                    self.keys.stats,
+                    *self.history_keys,
+                ]
             )
         )
         for _ in range(_MAX_KEY_ROUNDS):
@@ -418,6 +434,7 @@ class Store(StoreReads):
             k.ended,
             k.blocked,
             k.stats,
+            *self.history_keys,
         ]
 
     def _complete_args(self, job: str, attempt: int, pilot: str, result: RunResult | None, now: float) -> list[Any]:
