@@ -30,7 +30,17 @@ from taskqueues.store import Store, reads
 from taskqueues.store.fairshare import job_account
 from taskqueues.store.records import Job, JobState
 
-__all__ = ["ACTIVE", "FINISHED", "JobFilter", "JobRow", "Listing", "list_jobs", "parse_states", "render_jobs"]
+__all__ = [
+    "ACTIVE",
+    "FINISHED",
+    "Accounts",
+    "JobFilter",
+    "JobRow",
+    "Listing",
+    "list_jobs",
+    "parse_states",
+    "render_jobs",
+]
 
 #: Ids read from an index per round trip.
 PAGE = 500
@@ -64,7 +74,7 @@ def parse_states(values: Iterable[str]) -> frozenset[JobState]:
 class JobFilter:
     """Which jobs to list: ``states`` (default the unfinished ones) and optionally one request (id), one
     catalog queue (jobs whose task queue it may run, or that ran on one of its pilots), one task queue, one
-    pilot; at most ``limit`` rows."""
+    pilot, one owner, one group; at most ``limit`` rows."""
 
     states: frozenset[JobState] = ACTIVE
     request: str | None = None
@@ -72,6 +82,8 @@ class JobFilter:
     task_queue: str | None = None
     pilot: str | None = None
     limit: int = 100
+    owner: str | None = None
+    group: str | None = None
 
     def __post_init__(self) -> None:
         if self.limit < 1:
@@ -282,16 +294,7 @@ def list_jobs(store: Store, flt: JobFilter | None = None, now: float | None = No
     ]
     seen: set[str] = set()
     rows: list[JobRow] = []
-    requests: dict[str, Mapping[str, Any]] = {}
-
-    def account(job: Job) -> tuple[str, str]:
-        if job.request not in requests and "." not in job.tq_id:
-            try:
-                requests[job.request] = store.request(job.request)
-            except NotFound:
-                requests[job.request] = {}
-        return job_account(job.tq_id, requests.get(job.request, {}))
-
+    account = Accounts(store)
     now = time.time() if now is None else now
     for covers, source in sources:
         if not covers & states:
@@ -299,11 +302,31 @@ def list_jobs(store: Store, flt: JobFilter | None = None, now: float | None = No
         for job in source():
             if job.id in seen or job.state not in covers:
                 continue
+            group, owner = account(job)
+            if (flt.owner is not None and owner != flt.owner) or (flt.group is not None and group != flt.group):
+                continue
             if len(rows) == flt.limit:
                 return Listing(rows, True)
             seen.add(job.id)
-            rows.append(JobRow.of(job, now, account(job)))
+            rows.append(JobRow.of(job, now, (group, owner)))
     return Listing(rows, False)
+
+
+class Accounts:
+    """A job's (group, owner) (:func:`taskqueues.store.fairshare.job_account`), reading each request record
+    it needs once."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.requests: dict[str, Mapping[str, Any]] = {}
+
+    def __call__(self, job: Job) -> tuple[str, str]:
+        if job.request not in self.requests and "." not in job.tq_id:
+            try:
+                self.requests[job.request] = self.store.request(job.request)
+            except NotFound:
+                self.requests[job.request] = {}
+        return job_account(job.tq_id, self.requests.get(job.request, {}))
 
 
 _COLUMNS = (
