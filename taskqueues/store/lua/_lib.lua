@@ -405,7 +405,10 @@ local function history_entries(base, rec, state, ended)
     local ok, r = pcall(cjson.decode, raw or '')
     if ok and is_object(r) then g, o = tostring(r.group or g), tostring(r.owner or o) end
   end
-  local tail = string.format(':%014.3f:%s:%s', tonumber(ended) or 0, rec.id, state)
+  -- The end as the record stores it (cjson keeps 14 significant digits), so that whoever reads the record
+  -- later (forget.lua) names the same entry.
+  local at = tonumber(string.format('%.14g', tonumber(ended) or 0))
+  local tail = string.format(':%014.3f:%s:%s', at, rec.id, state)
   return 'o:' .. o .. tail .. ':' .. g, 'g:' .. g .. tail .. ':' .. o
 end
 -- A job's state changed from `before` (with the end time load() read) to rec.s: its entries follow.
