@@ -17,9 +17,13 @@ from taskqueues.errors import NotFound
 from taskqueues.store import Store, reads
 from taskqueues.store.records import Job, JobState, Parked
 
+from .formats import Columns, duration, stamp
+
 __all__ = [
+    "REQUEST_COLUMNS",
     "RequestStatus",
     "TaskQueueStatus",
+    "ended_summary",
     "find_request",
     "render_parked",
     "render_requests",
@@ -106,10 +110,53 @@ def request_status(store: Store, request: str, examples: int = 0) -> RequestStat
     return _status(request, store.request(request), store.request_jobs(request), examples)
 
 
-def requests_status(store: Store) -> list[RequestStatus]:
-    """Every request, oldest first (ties by job ids, which grow with each submission)."""
-    requests = sorted(store.requests().items(), key=lambda kv: (float(kv[1].get("ts", 0)), int(kv[1].get("first", 0))))
+def requests_status(store: Store, owner: str | None = None, group: str | None = None) -> list[RequestStatus]:
+    """Every request (of ``owner``, of ``group`` when given), oldest first (ties by job ids, which grow with each
+    submission)."""
+    requests = sorted(
+        (
+            (rid, rec)
+            for rid, rec in store.requests().items()
+            if (owner is None or rec.get("owner") == owner) and (group is None or rec.get("group") == group)
+        ),
+        key=lambda kv: (float(kv[1].get("ts", 0)), int(kv[1].get("first", 0))),
+    )
     return [_status(rid, rec, store.request_jobs(rid)) for rid, rec in requests]
+
+
+def ended_summary(statuses: Sequence[RequestStatus]) -> str:
+    """One line for requests not shown (ended ones): how many, and their jobs by state."""
+    states: Counter[str] = Counter()
+    for s in statuses:
+        states.update(s.states)
+    jobs = ", ".join(f"{states[state]} {state}" for state in STATE_ORDER if states[state])
+    return f"{len(statuses)} ended requests not shown ({jobs or 'no job'}): pilotfish status --all lists them"
+
+
+def _opt(value: object) -> str:
+    return "-" if value is None or value == "" else str(value)
+
+
+#: The fields of ``status --format`` (a request a line): its own, and a count per job state.
+REQUEST_COLUMNS: Columns[RequestStatus] = Columns(
+    "request",
+    {
+        "id": ("REQUEST", lambda s: s.id),
+        "name": ("NAME", lambda s: s.name),
+        "owner": ("OWNER", lambda s: _opt(s.owner)),
+        "group": ("GROUP", lambda s: _opt(s.group)),
+        "priority": ("PRIORITY", lambda s: f"{s.priority:g}"),
+        "jobs": ("JOBS", lambda s: str(s.jobs)),
+        "ended": ("ENDED", lambda s: "yes" if s.final else "no"),
+        "submit": ("SUBMIT", lambda s: stamp(s.submitted)),
+        "eta": ("ETA", lambda s: "-" if s.final else stamp(s.eta)),
+        "critical": ("CRITICAL", lambda s: duration(s.critical_path)),
+        **{
+            state: (state.upper(), lambda s, state=state: str(s.states.get(state, 0)))  # type: ignore[misc]
+            for state in STATE_ORDER
+        },
+    },
+)
 
 
 def find_request(store: Store, wanted: str) -> str:

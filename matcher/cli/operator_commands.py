@@ -24,8 +24,12 @@ from taskqueues.store.moves import CHUNK, move_community
 
 from ..explain import explain as explain_job
 from ..explain import render_explanation
+from ..formats import FORMAT_HELP
 from ..status import (
     EXAMPLES,
+    REQUEST_COLUMNS,
+    RequestStatus,
+    ended_summary,
     find_request,
     render_parked,
     render_requests,
@@ -40,42 +44,76 @@ __all__ = ["WATCH_SECONDS", "explain", "move", "status"]
 WATCH_SECONDS = 2.0
 
 
-def _snapshot(store: Store, request: str | None) -> tuple[dict[str, Any], list[str], bool]:
-    """(JSON document, human lines, every job shown is final) for one refresh."""
+def _snapshot(
+    store: Store, request: str | None, every: bool = False, owner: str | None = None, group: str | None = None
+) -> tuple[dict[str, Any], list[str], bool, list[RequestStatus]]:
+    """(JSON document, human lines, every job shown is final, the requests shown) for one refresh: one request,
+    or the active requests and non-empty task queues (``every``: all of them) with a count of the others."""
     now = time.time()
     if request is not None:
         one = request_status(store, request, examples=EXAMPLES)
-        return one.to_json(), render_requests([one], now), one.final
-    everything = requests_status(store)
-    queues = task_queues(store)
+        return one.to_json(), render_requests([one], now), one.final, [one]
+    everything = requests_status(store, owner, group)
+    shown = everything if every else [s for s in everything if not s.final]
+    ended = [s for s in everything if s.final and s not in shown]
+    queues = [q for q in task_queues(store) if _of_account(q.id, owner, group)]
+    listed = queues if every else [q for q in queues if q.waiting]
     parked = list(store.parked().values())
-    doc: dict[str, Any] = {"requests": [s.to_json() for s in everything], "task_queues": [q.to_json() for q in queues]}
+    doc: dict[str, Any] = {"requests": [s.to_json() for s in shown], "task_queues": [q.to_json() for q in listed]}
+    if not every:
+        doc |= {"ended_requests": len(ended), "empty_task_queues": len(queues) - len(listed)}
     if parked:
         doc["parked"] = len(parked)
-    lines = [*render_requests(everything, now), "", *render_task_queues(queues, now)]
+    lines = render_requests(shown, now) if shown or not ended else []
+    if ended:
+        lines.append(ended_summary(ended))
+    lines += ["", *render_task_queues(listed, now)] if listed or every else []
+    if len(queues) > len(listed):
+        lines.append(f"{len(queues) - len(listed)} empty task queues not shown (--all)")
     if parked:
         lines += ["", *render_parked(parked)]
-    return doc, lines, all(s.final for s in everything)
+    return doc, lines, all(s.final for s in shown), shown
+
+
+def _of_account(tq: str, owner: str | None, group: str | None) -> bool:
+    """Whether task queue ``tq`` (``<hash>.<group>.<owner>[.<type>]``) is of ``owner`` and ``group`` (None: any)."""
+    parts = tq.split(".")
+    return (owner is None or parts[2:3] == [owner]) and (group is None or parts[1:2] == [group])
 
 
 @click.command("status")
 @click.argument("request", required=False)
+@click.option("--all", "every", is_flag=True, help="Every request and task queue, ended and empty ones too.")
+@click.option("--owner", default=None, help="Only the requests of this owner.")
+@click.option("--group", default=None, help="Only the requests charged to this group.")
 @click.option("--watch", is_flag=True, help="Refresh every 2 s until every job shown has ended.")
+@click.option(
+    "--format",
+    "fmt",
+    default="table",
+    show_default=True,
+    help=FORMAT_HELP.replace("id,state,owner,exit,elapsed", "id,owner,done,failed,eta"),
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (one document per refresh with --watch).")
-def status(request: str | None, watch: bool, as_json: bool) -> None:
-    """Show REQUEST (an id or a unique name), or every request and task queue."""
+def status(
+    request: str | None, every: bool, owner: str | None, group: str | None, watch: bool, fmt: str, as_json: bool
+) -> None:
+    """Show REQUEST (an id or a unique name), or the active requests and waiting task queues (--all: every one)."""
+    form = REQUEST_COLUMNS.parse("json" if as_json else fmt)
     store = Context().store
     request_id = find_request(store, request) if request is not None else None
     terminal = sys.stdout.isatty()
     while True:
-        doc, lines, final = _snapshot(store, request_id)
-        if as_json:
+        doc, lines, final, shown = _snapshot(store, request_id, every, owner, group)
+        if form.kind == "json":
             click.echo(json.dumps(doc, sort_keys=True))
         else:
             if watch and terminal:
                 click.clear()
             if watch:
                 click.echo(time.strftime("-- %Y-%m-%d %H:%M:%S"))
+            if form.kind == "fields":
+                lines = REQUEST_COLUMNS.render(shown, form.fields) if shown else ["no request"]
             click.echo("\n".join(lines))
         if not watch or final:
             return
