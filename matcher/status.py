@@ -54,6 +54,8 @@ class RequestStatus:
     owner: str = ""
     group: str = ""
     """Who submitted it and the group charged ("" for a request stored before owners existed)."""
+    notify: dict[str, Any] | None = None
+    """Its webhook's notification (:mod:`matcher.notify`): url, state, attempts, error...; None without one."""
 
     @property
     def final(self) -> bool:
@@ -82,7 +84,9 @@ class TaskQueueStatus:
 EXAMPLES = 5
 
 
-def _status(request: str, rec: dict[str, Any], jobs: Sequence[Job], examples: int = 0) -> RequestStatus:
+def _status(
+    request: str, rec: dict[str, Any], jobs: Sequence[Job], examples: int = 0, notice: Any = None
+) -> RequestStatus:
     states = Counter(j.state.value for j in jobs)
     named: dict[str, list[dict[str, str]]] = {}
     for j in sorted(jobs, key=lambda j: int(j.id) if j.id.isdigit() else 0) if examples else ():
@@ -102,12 +106,16 @@ def _status(request: str, rec: dict[str, Any], jobs: Sequence[Job], examples: in
         examples={s: named[s] for s in STATE_ORDER if s in named},
         owner=str(rec.get("owner", "")),
         group=str(rec.get("group", "")),
+        notify=notice.to_json()
+        if notice is not None
+        else ({"url": rec["notify"], "state": "waiting"} if rec.get("notify") else None),
     )
 
 
 def request_status(store: Store, request: str, examples: int = 0) -> RequestStatus:
     """The status of one request (by id), naming up to ``examples`` jobs per state; NotFound if there is none."""
-    return _status(request, store.request(request), store.request_jobs(request), examples)
+    notice = store.notices.of([request]).get(request)
+    return _status(request, store.request(request), store.request_jobs(request), examples, notice)
 
 
 def requests_status(store: Store, owner: str | None = None, group: str | None = None) -> list[RequestStatus]:
@@ -121,7 +129,8 @@ def requests_status(store: Store, owner: str | None = None, group: str | None = 
         ),
         key=lambda kv: (float(kv[1].get("ts", 0)), int(kv[1].get("first", 0))),
     )
-    return [_status(rid, rec, store.request_jobs(rid)) for rid, rec in requests]
+    notices = store.notices.of([rid for rid, rec in requests if rec.get("notify")])
+    return [_status(rid, rec, store.request_jobs(rid), notice=notices.get(rid)) for rid, rec in requests]
 
 
 def ended_summary(statuses: Sequence[RequestStatus]) -> str:
@@ -151,6 +160,9 @@ REQUEST_COLUMNS: Columns[RequestStatus] = Columns(
         "submit": ("SUBMIT", lambda s: stamp(s.submitted)),
         "eta": ("ETA", lambda s: "-" if s.final else stamp(s.eta)),
         "critical": ("CRITICAL", lambda s: duration(s.critical_path)),
+        "notify": ("NOTIFY", lambda s: s.notify["state"] if s.notify else "-"),
+        "attempts": ("ATTEMPTS", lambda s: str(s.notify.get("attempts", 0)) if s.notify else "-"),
+        "error": ("ERROR", lambda s: _opt(s.notify.get("error")) if s.notify else "-"),
         **{
             state: (state.upper(), lambda s, state=state: str(s.states.get(state, 0)))  # type: ignore[misc]
             for state in STATE_ORDER
@@ -225,11 +237,29 @@ def render_requests(statuses: Sequence[RequestStatus], now: float) -> list[str]:
             more = s.states.get(state, 0) - len(listed)
             jobs = ", ".join(f"{j['id']} {j['name']}" if j["name"] else j["id"] for j in listed)
             lines.append(f"  {state}: {jobs}" + (f" (+{more} more)" if more > 0 else ""))
+        if s.notify:
+            lines.append(f"  notify {s.notify['url']}: {notify_text(s.notify, now)}")
         if s.final:
             lines.append("  finished")
         else:
             lines.append(f"  ETA {_when(s.eta, now)}; critical path left {_duration(s.critical_path)}")
     return lines
+
+
+def notify_text(notice: dict[str, Any], now: float) -> str:
+    """A notification's state in words: waiting for the end, sent, or the attempts and last error."""
+    state, attempts, error = notice.get("state", ""), notice.get("attempts", 0), notice.get("error", "")
+    if state == "waiting":
+        return "when the request ends"
+    if state == "sent":
+        return f"sent {_when(notice['sent'], now)}" + (
+            f" (attempt {attempts}; before: {error})" if attempts > 1 else ""
+        )
+    if state == "retry":
+        return f"attempt {attempts} failed: {error}; next {_when(notice['next'], now)}"
+    if state == "failed":
+        return f"failed for good after {attempts} attempts: {error}"
+    return f"{state} (attempt {attempts})" + (f"; last error: {error}" if error else "")
 
 
 def render_task_queues(queues: Sequence[TaskQueueStatus], now: float) -> list[str]:

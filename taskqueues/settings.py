@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from taskqueues.credentials import FILE_SUFFIX, SECRET_SETTINGS, SECRETS_VARIABLE, file_values, read_secrets
-from taskqueues.errors import ConfigError
+from taskqueues.errors import ConfigError, ValidationError
 from taskqueues.ete import DEFAULT_SPREAD
 from taskqueues.sandbox import SANDBOXES
 from taskqueues.store.records import DEFAULT_ETE_SAFETY_FACTOR
@@ -123,6 +123,13 @@ class Settings:
     # Where a job may ask its sandbox for a path (requirements sandbox_ro, sandbox_rw), ":"-separated absolute
     # paths: the site's shared scratch places (the examples share files through /tmp/pilotfish-examples).
     payload_shared_paths: str = "/tmp/pilotfish-examples"
+    # Request-end notifications (issue 28): the webhook a request without its own ``notify`` calls when it ends
+    # (POST, its summary as JSON; empty: none), how long a call may take (seconds), how many attempts before
+    # it fails for good, and the first back-off between attempts (seconds, doubling, at most an hour).
+    notify_url: str = ""
+    notify_timeout: float = 10.0
+    notify_attempts: int = 8
+    notify_backoff: float = 30.0
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     @classmethod
@@ -182,6 +189,9 @@ class Settings:
             "repressure_interval",
             "pilot_idle_timeout",
             "default_ete",
+            "notify_timeout",
+            "notify_backoff",
+            "notify_attempts",
         ):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{where(name)}: {name} must be positive, got {getattr(self, name)!r}")
@@ -203,6 +213,13 @@ class Settings:
             raise ConfigError(f"{where('metrics_task_queues')}: must be >= 0, got {self.metrics_task_queues}")
         if not 0 < self.flower_port < 65536:
             raise ConfigError(f"{where('flower_port')}: not a TCP port: {self.flower_port}")
+        if self.notify_url:
+            from .webhook import check_webhook
+
+            try:
+                check_webhook(self.notify_url, "notify_url")
+            except ValidationError as exc:
+                raise ConfigError(f"{where('notify_url')}: {exc}") from None
         self._check_broker(where)
 
     def _check_broker(self, where: Any) -> None:

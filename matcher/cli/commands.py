@@ -23,6 +23,7 @@ from taskqueues.store.fairshare import DEFAULT_GROUP, default_owner
 from taskqueues.store.fairshare import check_name as check_account_name
 from taskqueues.store.guard import shown_url
 from taskqueues.store.keys import Keys
+from taskqueues.webhook import check_webhook
 
 from ..submission import Submitter, submit_workflow
 from ..workflow import load_workflow
@@ -52,14 +53,21 @@ def config(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--owner", default="", help="Who submits (default: the file's owner, else the local user).")
 @click.option("--group", default="", help='The group charged (default: the file\'s group, else "default").')
-def submit(workflow: str, remote: bool, timeout: float, as_json: bool, owner: str, group: str) -> None:
+@click.option("--notify", default="", metavar="URL", help="A webhook called (POST, JSON) when the request ends.")
+def submit(workflow: str, remote: bool, timeout: float, as_json: bool, owner: str, group: str, notify: str) -> None:
     """Submit a workflow file (TOML or JSON) as one request."""
     ctx = Context(Settings.load())
     loaded = load_workflow(workflow)
     owner, group = owner or loaded.owner or default_owner(), group or loaded.group or DEFAULT_GROUP
-    for value, what in ((owner, "owner"), (group, "group")):
+    notify = notify or loaded.notify
+    checks: list[Callable[[], object]] = [
+        lambda: check_account_name(owner, "owner"),
+        lambda: check_account_name(group, "group"),
+        lambda: notify and check_webhook(notify, "--notify"),
+    ]
+    for check in checks:
         try:
-            check_account_name(value, what)
+            check()
         except ValidationError as exc:
             raise click.ClickException(str(exc)) from None
     if remote:
@@ -70,10 +78,12 @@ def submit(workflow: str, remote: bool, timeout: float, as_json: bool, owner: st
             data = handle.read()
         raw = json.loads(data) if workflow.endswith(".json") else __import__("tomllib").loads(data.decode())
         raw.update(owner=owner, group=group)  # resolved here: the matcher's user is not the submitter
+        if notify:
+            raw["notify"] = notify
         reply = app.send_task("pilotfish.submit_workflow", args=[raw, workflow]).get(timeout=timeout)
         request, ids, eta = reply["request"], reply["ids"], reply["eta"]
     else:
-        done = submit_workflow(Submitter.of(ctx), loaded, owner=owner, group=group)
+        done = submit_workflow(Submitter.of(ctx), loaded, owner=owner, group=group, notify=notify)
         request, ids, eta = done.request, done.ids, done.eta
     if as_json:
         click.echo(json.dumps({"request": request, "ids": ids, "eta": eta}))

@@ -28,6 +28,7 @@ from .exchange import PendingExchange
 from .guard import client_url, converted, guard, guarded
 from .history import History
 from .keys import Keys
+from .notices import Notices
 from .packed import HotLine, PackedCall, pack_script
 from .queries import StoreReads
 from .records import (
@@ -123,6 +124,16 @@ class Store(StoreReads):
         """The history of ended jobs by time, owner and group (:mod:`taskqueues.store.history`)."""
         return History(self.client, self.keys, self.where, self.jobs)
 
+    @property
+    def notices(self) -> Notices:
+        """Request-end notifications: watched requests, the due queue, claims (:mod:`taskqueues.store.notices`)."""
+        return Notices(
+            self.client,
+            self.keys,
+            self.where,
+            lambda name, keys, args: self.call_script(name, keys, [self._base, *args]),
+        )
+
     # -- plumbing ---------------------------------------------------------------------------------
 
     def call_script(
@@ -209,6 +220,7 @@ class Store(StoreReads):
         k = self.keys
         declared = [key for tq, d in tqs.items() for key in (k.tq(tq), k.pool(tq), *map(k.qheads, d["queues"]))]
         declared += [k.byrule(rule) for rule in {j.rule for j in jobs if j.rule}] + [k.work, *self.floors]
+        declared += [k.notifywatch] if request is not None and request[1].get("notify") else []
         keys = [k.jobs, k.seq, k.tqdefs, k.tqempty, k.poolstamp, k.releasing, k.requests, k.idrange]
         args = [self._base, now, json.dumps(body)]
         single = self.client.client()  # type: ignore[no-untyped-call]  # WAIT counts the writes of its own connection

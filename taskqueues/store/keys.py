@@ -58,6 +58,11 @@ scores 0, two entries per ended job, ``o:<owner>:<end>:<id>:<state>:<group>`` an
 ``g:<group>:<end>:<id>:<state>:<owner>`` (``<end>`` as ``%014.3f``, so text order is time order): ``pilotfish history
 --owner/--group`` reads a time window of one owner or group with ZRANGEBYLEX. Kept where ``ended`` is, forgotten
 with the record |
+| ``P:{vo}:notifywatch`` | zset | request id → submission time of each request with a webhook (``notify``) whose end
+was not seen yet (``submit.lua`` adds it; ``notify_ready.lua`` takes it out when the request has ended) |
+| ``P:{vo}:notify`` | hash | request id → its notification (JSON ``{"url", "state", "attempts", "error", "at", "next",
+"sent", "ended", "token"}``: ``taskqueues.store.notices``) |
+| ``P:{vo}:notifyq`` | zset | request id → when its notification is due, or until when a sender's claim holds it |
 | ``P:{vo}:blocked`` | zset | job id → submission time of every blocked job (waiting for its dependencies), kept by
 ``_lib.lua``'s ``save`` as states change: ``pilotfish jobs`` pages blocked jobs from it |
 | ``P:{vo}:log:<job>`` | hash | a job's payload output as its pilots shipped it (``ship_log.lua``): per attempt
@@ -258,6 +263,18 @@ class Keys:
         return f"{self.base}:endedby"
 
     @property
+    def notifywatch(self) -> str:
+        return f"{self.base}:notifywatch"
+
+    @property
+    def notify(self) -> str:
+        return f"{self.base}:notify"
+
+    @property
+    def notifyq(self) -> str:
+        return f"{self.base}:notifyq"
+
+    @property
     def blocked(self) -> str:
         return f"{self.base}:blocked"
 
@@ -311,6 +328,7 @@ def lua_names() -> dict[str, str]:
             ("K_ENDED", k.ended),
             ("K_ENDEDBY", k.endedby),
             ("K_REQUESTS", k.requests),
+            ("K_NOTIFYWATCH", k.notifywatch),
             ("K_BLOCKED", k.blocked),
             ("K_LOG", k.log("")),
             ("K_STATS", k.stats),
