@@ -329,6 +329,8 @@ def lua_names() -> dict[str, str]:
             ("K_ENDEDBY", k.endedby),
             ("K_REQUESTS", k.requests),
             ("K_NOTIFYWATCH", k.notifywatch),
+            ("K_NOTIFY", k.notify),
+            ("K_NOTIFYQ", k.notifyq),
             ("K_BLOCKED", k.blocked),
             ("K_LOG", k.log("")),
             ("K_STATS", k.stats),
