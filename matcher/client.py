@@ -3,7 +3,8 @@
 ``Client.from_settings()`` reads the settings the ``pilotfish`` command reads (defaults, ``pilotfish.toml``,
 ``PILOTFISH_*``); ``Client(redis_url, vo=...)`` names the store itself. Every method goes through the code its
 command uses (:mod:`matcher.submission`, :mod:`matcher.status`, :mod:`matcher.cli.control`, :mod:`matcher.joblist`,
-:mod:`matcher.logview`), so what a program sees is what ``pilotfish status``, ``jobs`` and ``logs`` print.
+:mod:`matcher.history`, :mod:`matcher.logview`), so what a program sees is what ``pilotfish status``, ``jobs``,
+``history`` and ``logs`` print.
 Errors are the CLI's: :class:`taskqueues.errors.PilotfishError` and its subclasses, each naming what is wrong.
 
 A submitted workflow is run by the control plane and pilots already running (``pilotfish up``, a director,
@@ -24,9 +25,10 @@ from taskqueues.settings import Settings
 from taskqueues.store import Store
 
 from .cli.control import stop_target
+from .history import HistoryFilter, HistoryListing, list_history
 from .joblist import JobFilter, JobRow, Listing, list_jobs, parse_states
 from .logview import Output, follow, output, parse_streams
-from .status import RequestStatus, find_request, request_status
+from .status import RequestStatus, find_request, request_status, requests_status
 from .submission import Submitter, submit_workflow
 from .workflow import load_workflow
 from .workflow.parse import parse_workflow
@@ -84,18 +86,52 @@ class Client:
         return request.id if isinstance(request, Request) else find_request(self.store, request)
 
     def submit(
-        self, workflow: Mapping[str, Any] | str | Path, *, owner: str | None = None, group: str | None = None
+        self,
+        workflow: Mapping[str, Any] | str | Path,
+        *,
+        owner: str | None = None,
+        group: str | None = None,
+        notify: str | None = None,
     ) -> Request:
         """Submit a workflow (a mapping as a workflow file holds it, or the path of a ``.toml``/``.json`` file)
         as one request; a WorkflowError names every problem and nothing is stored. ``owner``/``group`` override
-        the workflow's (default: the local user, group ``default``; shares and limits count by them)."""
+        the workflow's (default: the local user, group ``default``; shares and limits count by them);
+        ``notify``, the webhook called when it ends, the workflow's (default: the ``notify_url`` setting)."""
         loaded = load_workflow(workflow) if isinstance(workflow, str | Path) else parse_workflow(workflow, "<dict>")
-        done = submit_workflow(Submitter.of(self.context), loaded, owner=owner or "", group=group or "")
+        done = submit_workflow(
+            Submitter.of(self.context), loaded, owner=owner or "", group=group or "", notify=notify or ""
+        )
         return Request(done.request, loaded.name, dict(done.ids), done.eta)
 
     def status(self, request: Request | str) -> RequestStatus:
-        """The request's jobs by state, ETA and critical path (``pilotfish status REQUEST``)."""
+        """The request's jobs by state, ETA and critical path, and its webhook's notification
+        (``pilotfish status REQUEST``)."""
         return request_status(self.store, self._request_id(request))
+
+    def requests(
+        self, *, owner: str | None = None, group: str | None = None, ended: bool = False
+    ) -> list[RequestStatus]:
+        """The requests with unfinished jobs, oldest first (``pilotfish status``); with ``ended`` the ended
+        ones too (``status --all``); of one owner or group when given."""
+        found = requests_status(self.store, owner, group)
+        return found if ended else [s for s in found if not s.final]
+
+    def history(
+        self,
+        since: str = "1d",
+        until: str = "now",
+        *,
+        owner: str | None = None,
+        group: str | None = None,
+        states: Iterable[str] = (),
+        after: str | None = None,
+        limit: int = 100,
+    ) -> HistoryListing:
+        """A page of the jobs that ended in a time window, oldest end first (``pilotfish history``): times as
+        the command takes them (``2d``, a date, ``@<unix seconds>``); ``.next`` is the cursor of the next page
+        (pass it as ``after``), None after the last."""
+        flt = HistoryFilter.of(since, until, states=states, owner=owner, group=group, after=after, limit=limit)
+        return list_history(self.store, flt)
 
     def wait(
         self,
@@ -136,11 +172,20 @@ class Client:
         queue: str | None = None,
         task_queue: str | None = None,
         pilot: str | None = None,
+        owner: str | None = None,
+        group: str | None = None,
         limit: int = 100,
     ) -> list[JobRow]:
         """Jobs, as ``pilotfish jobs`` lists them (``states`` as ``--state`` takes them; default unfinished)."""
         return self.listing(
-            request=request, states=states, queue=queue, task_queue=task_queue, pilot=pilot, limit=limit
+            request=request,
+            states=states,
+            queue=queue,
+            task_queue=task_queue,
+            pilot=pilot,
+            owner=owner,
+            group=group,
+            limit=limit,
         ).rows
 
     def listing(
@@ -151,11 +196,14 @@ class Client:
         queue: str | None = None,
         task_queue: str | None = None,
         pilot: str | None = None,
+        owner: str | None = None,
+        group: str | None = None,
         limit: int = 100,
     ) -> Listing:
         """:meth:`jobs` with whether more jobs matched than ``limit``."""
         rid = self._request_id(request) if request is not None else None
-        return list_jobs(self.store, JobFilter(parse_states(states), rid, queue, task_queue, pilot, limit))
+        flt = JobFilter(parse_states(states), rid, queue, task_queue, pilot, limit, owner, group)
+        return list_jobs(self.store, flt)
 
     def logs(self, job: str, *, stream: str | None = None, attempt: int | None = None) -> Output:
         """A job's payload output (``pilotfish logs``): ``.text("out")`` / ``.text("err")``, and where its
