@@ -89,6 +89,7 @@ class Notifier:
     batch: int = 10
     sender: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     clock: Callable[[], float] = time.time
+    _ended_before: dict[str, int] = field(default_factory=dict, init=False, repr=False)
     _stopped: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
     _thread: threading.Thread | None = field(default=None, init=False, repr=False)
 
@@ -111,10 +112,14 @@ class Notifier:
                 rec = self.store.request(request)
             except NotFound:
                 notices.ready(request, self.clock())  # forgotten: dropped from the watch set
+                self._ended_before.pop(request, None)
                 continue
             ids = [str(i) for i in range(int(rec["first"]), int(rec["last"]) + 1)]
-            if notices.all_ended(ids) and notices.ready(request, self.clock()) == "due":
-                made += 1
+            # Jobs before the first unfinished one seen last time have ended: not read again.
+            self._ended_before[request] = open_at = notices.first_open(ids, self._ended_before.get(request, 0))
+            if open_at == len(ids):
+                self._ended_before.pop(request)
+                made += notices.ready(request, self.clock()) == "due"
         return made
 
     def send_due(self) -> list[str]:

@@ -86,12 +86,14 @@ class Notices:
         return [_text(r) for r in self.client.zrange(self.keys.notifywatch, 0, limit - 1)]
 
     @guarded("checking a request's end")
-    def all_ended(self, ids: Sequence[str], chunk: int = 5000) -> bool:
-        """Whether every job of ``ids`` is in the ``ended`` index (stops at the first that is not)."""
-        for start in range(0, len(ids), chunk):
-            if None in self.client.zmscore(self.keys.ended, list(ids[start : start + chunk])):
-                return False
-        return True
+    def first_open(self, ids: Sequence[str], start: int = 0, chunk: int = 5000) -> int:
+        """The index in ``ids``, from ``start``, of the first job not in the ``ended`` index (``len(ids)``: every
+        one has ended), read ``chunk`` ids per round trip."""
+        for at in range(start, len(ids), chunk):
+            scores = self.client.zmscore(self.keys.ended, list(ids[at : at + chunk]))
+            if None in scores:
+                return at + scores.index(None)
+        return len(ids)
 
     def ready(self, request: str, now: float) -> str:
         """The request has ended: its notification becomes due (``due``), unless another caller did that
