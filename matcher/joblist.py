@@ -10,7 +10,8 @@ until the listing has ``limit`` rows, and only the records of the ids a page nam
 * releasing jobs: the releasing zset, oldest first;
 * blocked jobs: the ``blocked`` zset (``_lib.lua`` keeps it), in submission order;
 * finished jobs: the ``ended`` zset, most recent end first; with ``--request``, the
-  request's own id range when that is shorter.
+  request's own id range when that is shorter; with ``--owner`` or ``--group``, that account's range of the
+  history index (``store.history``).
 
 A view for people (and :class:`matcher.client.Client`), not for the hot path: a page may see a job move
 between two reads; it is shown once, in the state its record has.
@@ -269,7 +270,20 @@ class _Reader:
             jobs = list(self.records(str(i) for i in range(self.range[0], self.range[1] + 1)))
             yield from sorted(jobs, key=lambda j: (-(j.ended or 0.0), -_order(j.id)))
             return
+        if self.flt.owner is not None or self.flt.group is not None:  # one account's range of the history index
+            yield from self.records(self._latest_of_account())
+            return
         yield from self.records(member for member, _ in self.pages(self.keys.ended, reverse=True))
+
+    def _latest_of_account(self) -> Iterator[str]:
+        start, size = 0, min(PAGE, self.flt.limit + 1)
+        while True:
+            page, more = self.store.history.latest(self.flt.owner, self.flt.group, start, size)
+            yield from page
+            if not more:
+                return
+            start += size
+            size = min(PAGE, size * 2)
 
 
 def _order(job: str) -> int:

@@ -100,6 +100,22 @@ class History:
         more = len(found) > limit
         return HistoryPage(self._jobs(ids), found[limit - 1][1] if more else None)
 
+    @guarded("reading the history of ended jobs")
+    def latest(self, owner: str | None, group: str | None, start: int, count: int) -> tuple[list[str], bool]:
+        """Ids of ranks ``start`` .. ``start + count - 1`` of one owner's (else one group's) ended jobs, latest
+        end first (those of the other half of the account dropped when both are given), and whether the
+        index may hold more after them."""
+        prefix = f"o:{owner}:" if owner is not None else f"g:{group}:"
+        entries = self.client.zrevrangebylex(
+            self.keys.endedby, f"({prefix[:-1]};", f"[{prefix}", start=start, num=count
+        )
+        out = []
+        for entry in map(_text, entries):
+            parts = entry[len(prefix) :].split(":")
+            if len(parts) == 4 and (owner is None or group is None or parts[3] == group):
+                out.append(parts[1])
+        return out, len(entries) == count
+
     def _by_account(
         self,
         since: float,

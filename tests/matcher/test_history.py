@@ -77,6 +77,8 @@ def test_history_pages_one_owner_and_jobs_filters_by_account(redis_url: str) -> 
     bobs = list_jobs(store, JobFilter(FINISHED, owner="bob", limit=50)).rows
     assert sorted(r.id for r in bobs) == sorted(j for j in ended if j not in alice)
     assert list_jobs(store, JobFilter(FINISHED, owner="bob", group="phys", limit=50)).rows == []
+    latest = list_jobs(store, JobFilter(FINISHED, owner="alice", limit=3))  # the history index, latest end first
+    assert [r.id for r in latest.rows] == alice[::-1][:3] and latest.more
 
 
 def test_the_commands_print_pages_field_lists_and_json(redis_url: str) -> None:
