@@ -182,3 +182,23 @@ def _free_port() -> int:
     from taskqueues.store.redis_server import free_port
 
     return free_port()
+
+
+def test_run_calls_the_workflows_webhook_once_when_it_ends(env: dict[str, str], tmp_path: Path) -> None:
+    """Issue 28: ``pilotfish run`` has no worker; it calls the request's webhook itself when the request ends."""
+    from matcher.notify import DELIVERY_HEADER
+    from tests.matcher.test_notify import Hook
+
+    hook = Hook()
+    try:
+        workflow = tmp_path / "w.toml"
+        workflow.write_text(f'name = "w"\nnotify = "{hook.url}"\n[[jobs]]\nname = "bad"\ncommand = "exit 3"\n')
+        done = cli(["run", str(workflow)], env, check=False)
+        assert done.returncode != 0 and "failed: bad: exit code 3" in done.stdout
+        [(body, headers, code)] = hook.calls
+        assert code == 200 and body["event"] == "request.ended" and body["states"] == {"failed": 1}
+        assert headers[DELIVERY_HEADER] == body["id"] and body["name"] == "w"
+        status = cli(["status", body["id"]], env).stdout
+        assert f"notify {hook.url}: sent " in status, status
+    finally:
+        hook.close()
