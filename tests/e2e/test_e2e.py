@@ -202,3 +202,25 @@ def test_run_calls_the_workflows_webhook_once_when_it_ends(env: dict[str, str], 
         assert f"notify {hook.url}: sent " in status, status
     finally:
         hook.close()
+
+
+def test_the_workers_notifier_calls_the_webhook_when_a_request_ends(tmp_path: Path) -> None:
+    """Issue 28: in a deployment (``up``) the Celery worker's notifier thread sends the notification."""
+    from tests.matcher.test_notify import Hook
+
+    env = {**os.environ, "PILOTFISH_STATE_DIR": str(tmp_path / "state"), "PILOTFISH_FLOWER_PORT": str(_free_port())}
+    env.pop("PILOTFISH_REDIS_URL", None)
+    env["PILOTFISH_NOTIFY_BACKOFF"] = "1"  # the worker's: its second attempt a second after the first
+    hook = Hook(codes=(500,))
+    try:
+        cli(["up"], env)
+        workflow = tmp_path / "w.toml"
+        workflow.write_text('name = "hooked"\n[[jobs]]\nname = "a"\ncommand = "true"\n')
+        request = json.loads(cli(["submit", "--json", "--notify", hook.url, str(workflow)], env).stdout)["request"]
+        wait_until(lambda: len(hook.answered()) == 1, timeout=120, interval=0.5, what="the webhook called")
+        assert [code for _, _, code in hook.calls] == [500, 200]
+        assert hook.answered()[0]["id"] == request and hook.answered()[0]["states"] == {"done": 1}
+        assert "notify " in cli(["status", request], env).stdout
+    finally:
+        cli(["down"], env, check=False)
+        hook.close()
