@@ -114,7 +114,11 @@ class Notifier:
                 notices.ready(request, self.clock())  # forgotten: dropped from the watch set
                 self._ended_before.pop(request, None)
                 continue
-            ids = [str(i) for i in range(int(rec["first"]), int(rec["last"]) + 1)]
+            try:
+                ids = [str(i) for i in range(int(rec["first"]), int(rec["last"]) + 1)]
+            except (KeyError, TypeError, ValueError):
+                log.warning("request %s: its record has no readable job range: no notification", request)
+                continue
             # Jobs before the first unfinished one seen last time have ended: not read again.
             self._ended_before[request] = open_at = notices.first_open(ids, self._ended_before.get(request, 0))
             if open_at == len(ids):
@@ -183,4 +187,6 @@ class Notifier:
                 self.run_once()
             except PilotfishError as exc:  # an outage: the worker's other parts say so; try again next round
                 log.debug("notifications: %s", exc)
+            except Exception:  # a bug must not end the thread: said once a round, with its traceback
+                log.exception("notifications: a round failed")
             self._stopped.wait(self.interval)
