@@ -59,7 +59,7 @@ scores 0, two entries per ended job, ``o:<owner>:<end>:<id>:<state>:<group>`` an
 --owner/--group`` reads a time window of one owner or group with ZRANGEBYLEX. Kept where ``ended`` is, forgotten
 with the record |
 | ``P:{vo}:notifywatch`` | zset | request id → submission time of each request with a webhook (``notify``) whose end
-was not seen yet (``submit.lua`` adds it; ``notify_ready.lua`` takes it out when the request has ended) |
+was not seen yet (``submit.lua`` adds it; ``notify.lua`` takes it out when the request has ended) |
 | ``P:{vo}:notify`` | hash | request id → its notification (JSON ``{"url", "state", "attempts", "error", "at", "next",
 "sent", "ended", "token"}``: ``taskqueues.store.notices``) |
 | ``P:{vo}:notifyq`` | zset | request id → when its notification is due, or until when a sender's claim holds it |

@@ -3,13 +3,15 @@ notification is due; senders claim due ones under a lease, call the webhook, and
 
 * ``notifywatch`` (zset, request id → submission): written by ``submit.lua`` for a request whose record names
   ``notify``; :meth:`Notices.ready` takes a request out once its caller found every job ended, and makes its
-  notification due (``notify_ready.lua``: the first of two callers does, the second changes nothing);
+  notification due (the first of two callers does, the second changes nothing);
 * ``notify`` (hash, request id → JSON): the notification — ``url``, ``state`` (due, sending, retry, sent,
   failed), ``attempts``, the last ``error``, ``at`` (last change), ``next`` (next attempt), ``sent``, ``ended``;
 * ``notifyq`` (zset, request id → due time): :meth:`Notices.claim` takes what is due and pushes each score to
-  the end of its lease (``notify_claim.lua``), so a sender killed with its claim leaves it due again when the
-  lease ends, and never to two senders at once; :meth:`Notices.settle` (``notify_settle.lua``) records the
-  outcome if the caller still holds the claim: sent, retry at a time, or failed for good.
+  the end of its lease, so a sender killed with its claim leaves it due again when the lease ends, and never
+  to two senders at once; :meth:`Notices.settle` records the outcome if the caller still holds the claim:
+  sent, retry at a time, or failed for good.
+
+Each is an operation of ``notify.lua``, one function without ``_lib`` (see its header for why).
 
 A sender that dies after the webhook answered and before it settled makes the notification be sent again
 when the lease ends: receivers tell a repeat by the delivery id the sender puts in a header (the request id).
@@ -98,23 +100,22 @@ class Notices:
     def ready(self, request: str, now: float) -> str:
         """The request has ended: its notification becomes due (``due``), unless another caller did that
         (``gone``) or the request record is gone (``forgotten``)."""
-        k = self.keys
-        reply = self._call("notify_ready", [k.notifywatch, k.notify, k.notifyq, k.requests], [request, now])
-        return _text(reply[0])
+        return _text(self._call("notify", self._keys(), ["ready", request, now])[0])
 
     def claim(self, sender: str, now: float, lease: float, count: int = 10) -> list[Claim]:
         """Up to ``count`` due notifications, held by ``sender`` for ``lease`` seconds."""
-        reply = [
-            _text(x)
-            for x in self._call("notify_claim", [self.keys.notifyq, self.keys.notify], [now, lease, count, sender])
-        ]
+        reply = [_text(x) for x in self._call("notify", self._keys(), ["claim", now, lease, count, sender])]
         return [Claim(reply[i], reply[i + 1], int(reply[i + 2]), reply[i + 3]) for i in range(0, len(reply), 4)]
 
     def settle(self, claim: Claim, now: float, error: str = "", retry_at: float | None = None) -> str:
         """How the claim's call went: sent (no ``error``), else retry at ``retry_at`` or failed for good (None).
         Returns the new state, or ``stale`` when the claim's lease ran out and another sender holds it."""
-        args = [claim.request, claim.token, now, error, "" if retry_at is None else repr(retry_at)]
-        return _text(self._call("notify_settle", [self.keys.notifyq, self.keys.notify], args)[0])
+        args = ["settle", claim.request, claim.token, now, error, "" if retry_at is None else repr(retry_at)]
+        return _text(self._call("notify", self._keys(), args)[0])
+
+    def _keys(self) -> list[str]:
+        k = self.keys
+        return [k.notifywatch, k.notify, k.notifyq, k.requests]
 
     @guarded("reading notifications")
     def of(self, requests: Sequence[str]) -> dict[str, Notice]:

@@ -11,7 +11,6 @@ from typing import Any
 
 from taskqueues.store import Store, payload_logs, retention
 from taskqueues.store.lock import Lock
-from taskqueues.store.notices import Claim
 from taskqueues.store.records import JobState, NewJob, PilotOffer, RunResult
 from tests.support.clock import FakeClock
 from tests.support.invariants import check, heads_violations
@@ -213,11 +212,7 @@ def script_calls(store: Store, pop: Population, clock: FakeClock) -> dict[str, C
             chunks={"out": (b"hello\n", 6), "err": (b"\xff", 9)},
         ),
     )
-    record("notify_ready", lambda: store.notices.ready("n3", clock.now))
-    record("notify_claim", lambda: store.notices.claim("t", clock.now, 60))
-    record(
-        "notify_settle", lambda: store.notices.settle(Claim("n1", "http://hooks.example.org/pf", 1, "s#1"), clock.now)
-    )
+    record("notify", lambda: store.notices.claim("t", clock.now, 60))  # ready and settle: tests/matcher/test_notify.py
     now = clock.now
     clock.now += 10_000  # every lease expired, every emptied task queue past its grace period
     try:
