@@ -112,6 +112,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "mjf": ("pilot.mjf.command", "mjf"),
     "jobs": ("matcher.cli.job_commands", "jobs"),
     "logs": ("matcher.cli.job_commands", "logs"),
+    "history": ("matcher.cli.job_commands", "history"),
     "metrics": ("matcher.cli.metrics", "metrics"),
     "shares": ("matcher.cli.shares_command", "shares"),
     "serve": ("matcher.cli.api_commands", "serve"),

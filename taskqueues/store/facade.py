@@ -27,7 +27,9 @@ from .audit import Audit
 from .connection import connect
 from .exchange import PendingExchange
 from .guard import client_url, converted, guard, guarded
+from .history import History
 from .keys import Keys
+from .notices import Notices
 from .packed import HotLine, PackedCall, pack_script
 from .queries import StoreReads
 from .records import (
@@ -111,6 +113,8 @@ class Store(StoreReads):
         # round trip).
         self.floors = [self.keys.heads, self.keys.qfloor, self.keys.tqempty, self.keys.tqmax]
         self._line = HotLine.of(client)
+        #: What the end of a job writes or reads for the history index (``_lib.lua``'s ``index_history``).
+        self.history_keys = [self.keys.endedby, self.keys.requests]
 
     @classmethod
     def from_url(cls, url: str, *, vo: str = "default", prefix: str = "pf", **kwargs: Any) -> Store:
@@ -126,6 +130,21 @@ class Store(StoreReads):
     @property
     def audit(self) -> Audit:
         return Audit(self.client, self.keys)
+
+    @property
+    def history(self) -> History:
+        """The history of ended jobs by time, owner and group (:mod:`taskqueues.store.history`)."""
+        return History(self.client, self.keys, self.where, self.jobs)
+
+    @property
+    def notices(self) -> Notices:
+        """Request-end notifications: watched requests, the due queue, claims (:mod:`taskqueues.store.notices`)."""
+        return Notices(
+            self.client,
+            self.keys,
+            self.where,
+            lambda name, keys, args: self.call_script(name, keys, [self._base, *args]),
+        )
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -145,7 +164,15 @@ class Store(StoreReads):
         """
         declared = list(
             dict.fromkeys(
-                [*extra, self.keys.heads, self.keys.qfloor, self.keys.ended, self.keys.blocked, self.keys.stats]
+                [
+                    *extra,
+                    self.keys.heads,
+                    self.keys.qfloor,
+                    self.keys.ended,
+                    self.keys.blocked,
+                    self.keys.stats,
+                    *self.history_keys,
+                ]
             )
         )
         for _ in range(_MAX_KEY_ROUNDS):
@@ -205,6 +232,7 @@ class Store(StoreReads):
         k = self.keys
         declared = [key for tq, d in tqs.items() for key in (k.tq(tq), k.pool(tq), *map(k.qheads, d["queues"]))]
         declared += [k.byrule(rule) for rule in {j.rule for j in jobs if j.rule}] + [k.work, *self.floors]
+        declared += [k.notifywatch] if request is not None and request[1].get("notify") else []
         keys = [k.jobs, k.seq, k.tqdefs, k.tqempty, k.poolstamp, k.releasing, k.requests, k.idrange]
         args = [self._base, now, json.dumps(body)]
         single = self.client.client()  # type: ignore[no-untyped-call]  # WAIT counts the writes of its own connection
@@ -430,6 +458,7 @@ class Store(StoreReads):
             k.ended,
             k.blocked,
             k.stats,
+            *self.history_keys,
         ]
 
     def _complete_args(self, job: str, attempt: int, pilot: str, result: RunResult | None, now: float) -> list[Any]:

@@ -106,6 +106,10 @@ def test_every_script_call_declares_keys_of_one_slot(real_redis: redis.Redis) ->
     payload_logs.ship(
         store, m.id, m.attempt, "p", cap=10, host="h", directory="/d", live=False, chunks={"out": (b"x", 1)}
     )
+    store.submit([job("t1")], ("rn", {"notify": "http://h.example.org/"}))  # request-end notifications
+    store.notices.ready("rn", clock.now)
+    [claim] = store.notices.claim("s", clock.now, 10)
+    store.notices.settle(claim, clock.now)
     retention.forget_ended(store, clock.now + 1)
     # unlock/renew take the lock's own key (keys.lock, checked above), not the store's.
     assert {name for name, _ in calls} == set(scripts.names()) - {"unlock", "renew"}
