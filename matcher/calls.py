@@ -19,6 +19,7 @@ from taskqueues.errors import PilotfishError
 from taskqueues.store.records import Parked
 
 from .explain import Explanation
+from .history import HistoryListing
 from .joblist import JobRow, Listing
 from .status import RequestStatus, TaskQueueStatus
 
@@ -98,9 +99,11 @@ class Calls(ABC):
         owner: str | None = None,
         group: str | None = None,
         source: str = "<dict>",
+        notify: str | None = None,
     ) -> Request:
         """Submit a workflow (a mapping as a workflow file holds it, or the path of a ``.toml``/``.json`` file)
-        as one request; a WorkflowError names every problem and nothing is stored."""
+        as one request; a WorkflowError names every problem and nothing is stored; ``notify``: the webhook
+        called once when it ends."""
 
     @abstractmethod
     def status(self, request: Request | str, examples: int = 0) -> RequestStatus:
@@ -133,6 +136,8 @@ class Calls(ABC):
         task_queue: str | None = None,
         pilot: str | None = None,
         limit: int = 100,
+        owner: str | None = None,
+        group: str | None = None,
     ) -> Listing:
         """Jobs as ``pilotfish jobs`` lists them, with whether more jobs matched than ``limit``."""
 
@@ -163,6 +168,22 @@ class Calls(ABC):
         stored one; a line saying what was done."""
 
     @abstractmethod
+    def history(
+        self,
+        since: str = "1d",
+        until: str = "now",
+        *,
+        owner: str | None = None,
+        group: str | None = None,
+        states: Iterable[str] = (),
+        after: str | None = None,
+        limit: int = 100,
+    ) -> HistoryListing:
+        """A page of the jobs that ended in a time window, oldest end first (``pilotfish history``): times as
+        the command takes them (``2d``, a date, ``@<unix seconds>``); ``.next`` is the cursor of the next page
+        (pass it as ``after``), None after the last."""
+
+    @abstractmethod
     def audit(self, limit: int = 50) -> list[dict[str, Any]]:
         """The last ``limit`` entries of the audit log, oldest first (operators; ``pilotfish audit``)."""
 
@@ -174,11 +195,20 @@ class Calls(ABC):
         queue: str | None = None,
         task_queue: str | None = None,
         pilot: str | None = None,
+        owner: str | None = None,
+        group: str | None = None,
         limit: int = 100,
     ) -> list[JobRow]:
         """Jobs, as ``pilotfish jobs`` lists them (``states`` as ``--state`` takes them; default unfinished)."""
         return self.listing(
-            request=request, states=states, queue=queue, task_queue=task_queue, pilot=pilot, limit=limit
+            request=request,
+            states=states,
+            queue=queue,
+            task_queue=task_queue,
+            pilot=pilot,
+            limit=limit,
+            owner=owner,
+            group=group,
         ).rows
 
     def wait(

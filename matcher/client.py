@@ -4,10 +4,11 @@
 ``PILOTFISH_*``): with ``api_url`` set it returns a :class:`matcher.api.remote.RemoteClient`, which makes the same
 calls through the HTTP API with the user's token, otherwise a :class:`Client` of the store. ``Client(redis_url,
 vo=...)`` names the store itself. Every method goes through the code its command uses (:mod:`matcher.submission`,
-:mod:`matcher.status`, :mod:`matcher.cli.control`, :mod:`matcher.joblist`, :mod:`matcher.logview`,
-:mod:`matcher.lifecycle`), so what a program sees is what ``pilotfish status``, ``jobs``, ``logs`` and ``events``
-print (hold, release, resubmit, update and events: the store's client only, not yet through the API). Errors are
-the CLI's: :class:`taskqueues.errors.PilotfishError` and its subclasses, each naming what is wrong.
+:mod:`matcher.status`, :mod:`matcher.cli.control`, :mod:`matcher.joblist`, :mod:`matcher.history`,
+:mod:`matcher.logview`, :mod:`matcher.lifecycle`), so what a program sees is what ``pilotfish status``, ``jobs``,
+``history``, ``logs`` and ``events`` print (hold, release, resubmit, update and events: the store's client only,
+not yet through the API). Errors are the CLI's: :class:`taskqueues.errors.PilotfishError` and its subclasses, each
+naming what is wrong.
 
 A submitted workflow is run by the control plane and pilots already running (``pilotfish up``, a director,
 a batch system): the client only talks to the store (or to the API, which does).
@@ -29,6 +30,7 @@ from .calls import Calls, LogView, Overview, Request, WaitTimeout
 from .cli.control import drain_pilot, stop_job, stop_target
 from .explain import Explanation
 from .explain import explain as explain_job
+from .history import HistoryFilter, HistoryListing, list_history
 from .joblist import JobFilter, Listing, list_jobs, parse_states
 from .logview import Output, follow, output, parse_streams, where_lines
 from .shares import set_policy, shares_view
@@ -88,13 +90,17 @@ class Client(Calls):
         owner: str | None = None,
         group: str | None = None,
         source: str = "<dict>",
+        notify: str | None = None,
     ) -> Request:
         """Submit a workflow (a mapping as a workflow file holds it, or the path of a ``.toml``/``.json`` file)
         as one request; a WorkflowError names every problem and nothing is stored. ``owner``/``group`` override
         the workflow's (default: the local user, group ``default``; shares and limits count by them); ``source``
-        names a mapping in messages."""
+        names a mapping in messages; ``notify``, the webhook called when it ends, the workflow's (default: the
+        ``notify_url`` setting)."""
         loaded = load_workflow(workflow) if isinstance(workflow, str | Path) else parse_workflow(workflow, source)
-        done = submit_workflow(Submitter.of(self.context), loaded, owner=owner or "", group=group or "")
+        done = submit_workflow(
+            Submitter.of(self.context), loaded, owner=owner or "", group=group or "", notify=notify or ""
+        )
         return Request(done.request, loaded.name, dict(done.ids), done.eta)
 
     def status(self, request: Request | str, examples: int = 0) -> RequestStatus:
@@ -102,6 +108,28 @@ class Client(Calls):
 
     def overview(self) -> Overview:
         return Overview(requests_status(self.store), task_queues(self.store), list(self.store.parked().values()))
+
+    def requests(
+        self, *, owner: str | None = None, group: str | None = None, ended: bool = False
+    ) -> list[RequestStatus]:
+        """The requests with unfinished jobs, oldest first (``pilotfish status``); with ``ended`` the ended
+        ones too (``status --all``); of one owner or group when given."""
+        found = requests_status(self.store, owner, group)
+        return found if ended else [s for s in found if not s.final]
+
+    def history(
+        self,
+        since: str = "1d",
+        until: str = "now",
+        *,
+        owner: str | None = None,
+        group: str | None = None,
+        states: Iterable[str] = (),
+        after: str | None = None,
+        limit: int = 100,
+    ) -> HistoryListing:
+        flt = HistoryFilter.of(since, until, states=states, owner=owner, group=group, after=after, limit=limit)
+        return list_history(self.store, flt)
 
     def cancel(self, target: Request | str, reason: str = "cancelled by user") -> str:
         """Cancel a request or one job (``pilotfish cancel``); a line saying what happened."""
@@ -123,10 +151,13 @@ class Client(Calls):
         task_queue: str | None = None,
         pilot: str | None = None,
         limit: int = 100,
+        owner: str | None = None,
+        group: str | None = None,
     ) -> Listing:
         """:meth:`jobs` with whether more jobs matched than ``limit``."""
         rid = self.request_id(request) if request is not None else None
-        return list_jobs(self.store, JobFilter(parse_states(states), rid, queue, task_queue, pilot, limit))
+        flt = JobFilter(parse_states(states), rid, queue, task_queue, pilot, limit, owner, group)
+        return list_jobs(self.store, flt)
 
     def explain(self, job: str) -> Explanation:
         return explain_job(self.store, self.context.catalog, job)

@@ -11,7 +11,8 @@ until the listing has ``limit`` rows, and only the records of the ids a page nam
 * blocked jobs: the ``blocked`` zset (``_lib.lua`` keeps it), in submission order;
 * held jobs: the ``held`` zset (``_lib.lua`` keeps it too), in the order they were held;
 * finished jobs: the ``ended`` zset, most recent end first; with ``--request``, the
-  request's own id range when that is shorter.
+  request's own id range when that is shorter; with ``--owner`` or ``--group``, that account's range of the
+  history index (``store.history``).
 
 A view for people (and :class:`matcher.client.Client`), not for the hot path: a page may see a job move
 between two reads; it is shown once, in the state its record has.
@@ -31,7 +32,17 @@ from taskqueues.store import Store, reads
 from taskqueues.store.fairshare import job_account
 from taskqueues.store.records import Job, JobState
 
-__all__ = ["ACTIVE", "FINISHED", "JobFilter", "JobRow", "Listing", "list_jobs", "parse_states", "render_jobs"]
+__all__ = [
+    "ACTIVE",
+    "FINISHED",
+    "Accounts",
+    "JobFilter",
+    "JobRow",
+    "Listing",
+    "list_jobs",
+    "parse_states",
+    "render_jobs",
+]
 
 #: Ids read from an index per round trip.
 PAGE = 500
@@ -67,7 +78,7 @@ def parse_states(values: Iterable[str]) -> frozenset[JobState]:
 class JobFilter:
     """Which jobs to list: ``states`` (default the unfinished ones) and optionally one request (id), one
     catalog queue (jobs whose task queue it may run, or that ran on one of its pilots), one task queue, one
-    pilot; at most ``limit`` rows."""
+    pilot, one owner, one group; at most ``limit`` rows."""
 
     states: frozenset[JobState] = ACTIVE
     request: str | None = None
@@ -75,6 +86,8 @@ class JobFilter:
     task_queue: str | None = None
     pilot: str | None = None
     limit: int = 100
+    owner: str | None = None
+    group: str | None = None
 
     def __post_init__(self) -> None:
         if self.limit < 1:
@@ -267,7 +280,20 @@ class _Reader:
             jobs = list(self.records(str(i) for i in range(self.range[0], self.range[1] + 1)))
             yield from sorted(jobs, key=lambda j: (-(j.ended or 0.0), -_order(j.id)))
             return
+        if self.flt.owner is not None or self.flt.group is not None:  # one account's range of the history index
+            yield from self.records(self._latest_of_account())
+            return
         yield from self.records(member for member, _ in self.pages(self.keys.ended, reverse=True))
+
+    def _latest_of_account(self) -> Iterator[str]:
+        start, size = 0, min(PAGE, self.flt.limit + 1)
+        while True:
+            page, more = self.store.history.latest(self.flt.owner, self.flt.group, start, size)
+            yield from page
+            if not more:
+                return
+            start += size
+            size = min(PAGE, size * 2)
 
 
 def _order(job: str) -> int:
@@ -293,16 +319,7 @@ def list_jobs(store: Store, flt: JobFilter | None = None, now: float | None = No
     ]
     seen: set[str] = set()
     rows: list[JobRow] = []
-    requests: dict[str, Mapping[str, Any]] = {}
-
-    def account(job: Job) -> tuple[str, str]:
-        if job.request not in requests and "." not in job.tq_id:
-            try:
-                requests[job.request] = store.request(job.request)
-            except NotFound:
-                requests[job.request] = {}
-        return job_account(job.tq_id, requests.get(job.request, {}))
-
+    account = Accounts(store)
     now = time.time() if now is None else now
     for covers, source in sources:
         if not covers & states:
@@ -310,11 +327,31 @@ def list_jobs(store: Store, flt: JobFilter | None = None, now: float | None = No
         for job in source():
             if job.id in seen or job.state not in covers:
                 continue
+            group, owner = account(job)
+            if (flt.owner is not None and owner != flt.owner) or (flt.group is not None and group != flt.group):
+                continue
             if len(rows) == flt.limit:
                 return Listing(rows, True)
             seen.add(job.id)
-            rows.append(JobRow.of(job, now, account(job)))
+            rows.append(JobRow.of(job, now, (group, owner)))
     return Listing(rows, False)
+
+
+class Accounts:
+    """A job's (group, owner) (:func:`taskqueues.store.fairshare.job_account`), reading each request record
+    it needs once."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.requests: dict[str, Mapping[str, Any]] = {}
+
+    def __call__(self, job: Job) -> tuple[str, str]:
+        if job.request not in self.requests and "." not in job.tq_id:
+            try:
+                self.requests[job.request] = self.store.request(job.request)
+            except NotFound:
+                self.requests[job.request] = {}
+        return job_account(job.tq_id, self.requests.get(job.request, {}))
 
 
 _COLUMNS = (

@@ -53,6 +53,7 @@ from taskqueues.store import Store
 from taskqueues.store.fairshare import DEFAULT_GROUP, account_tq, default_owner
 from taskqueues.store.fairshare import check_name as check_account_name
 from taskqueues.store.records import NewJob
+from taskqueues.webhook import check_webhook
 
 from .limits import (
     MAX_COMMAND_BYTES,
@@ -278,12 +279,15 @@ class Submitter:
         capacity: Callable[[], float] | None = None,
         ete_spread: float = DEFAULTS.ete_spread,
         max_retries: int = DEFAULTS.max_retries,
+        notify_url: str = DEFAULTS.notify_url,
     ) -> None:
         """``capacity`` gives the cores that run the work (for the load part of the ETA, :mod:`matcher.request_eta`);
         ``ete_spread`` is the coefficient of variation over which a rule has no say over a job's hint;
-        ``max_retries`` is that of a job that gives none. Each defaults to its setting's default."""
+        ``max_retries`` is that of a job that gives none; ``notify_url`` the webhook of a request that names none.
+        Each defaults to its setting's default."""
         self.ete_spread = ete_spread
         self.max_retries = max_retries
+        self.notify_url = notify_url
         self.store = store
         self.catalog = catalog
         self.vo = vo
@@ -301,6 +305,7 @@ class Submitter:
             default_ete=ctx.settings.default_ete,
             ete_spread=ctx.settings.ete_spread,
             max_retries=ctx.settings.max_retries,
+            notify_url=ctx.settings.notify_url,
         )
 
     def submit(
@@ -312,18 +317,23 @@ class Submitter:
         source: str = "",
         owner: str = "",
         group: str = "",
+        notify: str = "",
     ) -> Submitted:
         """Validate every job, then store the whole request in one atomic step (or nothing).
 
         Every check runs before the first write (the store's one ``submit`` call), so a refused request
         leaves Redis untouched; the refusal lists every problem, after ``source`` (the workflow file).
-        ``owner`` and ``group`` (:mod:`taskqueues.store.fairshare`) default to the local user and "default".
+        ``owner`` and ``group`` (:mod:`taskqueues.store.fairshare`) default to the local user and "default";
+        ``notify``, the webhook called when the request ends (:mod:`matcher.notify`), to ``notify_url``.
         """
         if not jobs:
             raise SubmissionError([located("the request has no job", field="jobs")], source)
         owner, group = owner or default_owner(), group or DEFAULT_GROUP
+        notify = notify or self.notify_url
         problems = _request_problems(name, priority) + _problems(
-            lambda: check_account_name(owner, "owner"), lambda: check_account_name(group, "group")
+            lambda: check_account_name(owner, "owner"),
+            lambda: check_account_name(group, "group"),
+            lambda: notify and check_webhook(notify),
         )
         problems += [p for spec in jobs for p in _spec_problems(spec)]
         if problems:
@@ -420,6 +430,8 @@ class Submitter:
             "owner": owner,
             "group": group,
         }
+        if notify:
+            record["notify"] = notify
         ids = self.store.submit(new_jobs, request=(request_id, record))
         return Submitted(request_id, dict(zip(order, ids, strict=True)), eta, critical)
 
@@ -564,9 +576,11 @@ def specs_from_workflow(workflow: Any) -> list[JobSpec]:
     return specs
 
 
-def submit_workflow(submitter: Submitter, workflow: Any, *, owner: str = "", group: str = "") -> Submitted:
-    """Submit a loaded workflow as one request, with its priority; ``owner``/``group`` (the CLI's) override
-    the file's."""
+def submit_workflow(
+    submitter: Submitter, workflow: Any, *, owner: str = "", group: str = "", notify: str = ""
+) -> Submitted:
+    """Submit a loaded workflow as one request, with its priority; ``owner``/``group``/``notify`` (the CLI's)
+    override the file's."""
     return submitter.submit(
         specs_from_workflow(workflow),
         name=workflow.name,
@@ -574,4 +588,5 @@ def submit_workflow(submitter: Submitter, workflow: Any, *, owner: str = "", gro
         source=workflow.source,
         owner=owner or workflow.owner,
         group=group or workflow.group,
+        notify=notify or workflow.notify,
     )

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from taskqueues.credentials import FILE_SUFFIX, SECRET_SETTINGS, SECRETS_VARIABLE, file_values, read_secrets
-from taskqueues.errors import ConfigError
+from taskqueues.errors import ConfigError, ValidationError
 from taskqueues.ete import DEFAULT_SPREAD
 from taskqueues.sandbox import SANDBOXES
 from taskqueues.store.records import DEFAULT_ETE_SAFETY_FACTOR, DEFAULT_MAX_RETRIES
@@ -70,8 +70,8 @@ class Settings:
     # a rule whose run times' coefficient of variation is over this has no say over a job's own hint
     ete_spread: float = DEFAULT_SPREAD
     # a reservation of the match holds back no job past the date it should start by, less its own run
-    # (issue 29; docs/scheduling-notes.md): the multi-user setting
-    bounded_reservations: bool = False
+    # (issue 29; docs/user/scheduling.md); false: EASY backfill's reservations (scores that are not dates)
+    bounded_reservations: bool = True
     # periodic work (seconds)
     reap_interval: float = 5.0
     pool_refresh_interval: float = 900.0
@@ -156,6 +156,13 @@ class Settings:
     api_oidc_groups_claim: str = "wlcg.groups"
     # Groups (after mapping, without the leading "/") whose members are operators, ","-separated.
     api_oidc_operator_groups: str = ""
+    # Request-end notifications (issue 28): the webhook a request without its own ``notify`` calls when it ends
+    # (POST, its summary as JSON; empty: none), how long a call may take (seconds), how many attempts before
+    # it fails for good, and the first back-off between attempts (seconds, doubling, at most an hour).
+    notify_url: str = ""
+    notify_timeout: float = 10.0
+    notify_attempts: int = 8
+    notify_backoff: float = 30.0
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     @classmethod
@@ -215,6 +222,9 @@ class Settings:
             "repressure_interval",
             "pilot_idle_timeout",
             "default_ete",
+            "notify_timeout",
+            "notify_backoff",
+            "notify_attempts",
         ):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{where(name)}: {name} must be positive, got {getattr(self, name)!r}")
@@ -244,6 +254,13 @@ class Settings:
                 raise ConfigError(f"{where(name)}: {name} must be positive, got {getattr(self, name)!r}")
         if self.api_url and not self.api_url.startswith(("http://", "https://")):
             raise ConfigError(f"{where('api_url')}: must be an http:// or https:// URL, got {self.api_url!r}")
+        if self.notify_url:
+            from .webhook import check_webhook
+
+            try:
+                check_webhook(self.notify_url, "notify_url")
+            except ValidationError as exc:
+                raise ConfigError(f"{where('notify_url')}: {exc}") from None
         self._check_broker(where)
 
     def _check_broker(self, where: Any) -> None:

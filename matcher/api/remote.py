@@ -36,6 +36,7 @@ from taskqueues.store.records import Parked
 from ..calls import Calls, LogView, Overview, Request
 from ..cli.control import AlreadyEnded
 from ..explain import Explanation, PilotFit
+from ..history import HistoryListing
 from ..joblist import JobRow, Listing
 from ..status import RequestStatus, TaskQueueStatus
 from ..workflow.load import read_document
@@ -148,9 +149,10 @@ class RemoteClient(Calls):
         owner: str | None = None,
         group: str | None = None,
         source: str = "<dict>",
+        notify: str | None = None,
     ) -> Request:
         data, source = read_document(workflow) if isinstance(workflow, str | Path) else (dict(workflow), source)
-        body = {"workflow": data, "owner": owner or "", "group": group or "", "source": source}
+        body = {"workflow": data, "owner": owner or "", "group": group or "", "source": source, "notify": notify or ""}
         done = self.call("POST", "/v1/requests", body)
         return Request(done["request"], done["name"], dict(done["ids"]), float(done["eta"]))
 
@@ -188,13 +190,31 @@ class RemoteClient(Calls):
         task_queue: str | None = None,
         pilot: str | None = None,
         limit: int = 100,
+        owner: str | None = None,
+        group: str | None = None,
     ) -> Listing:
         params: dict[str, Any] = {"state": list(states), "limit": limit}
         wanted = {"request": request.id if isinstance(request, Request) else request}
-        wanted.update(queue=queue, task_queue=task_queue, pilot=pilot)
+        wanted.update(queue=queue, task_queue=task_queue, pilot=pilot, owner=owner, group=group)
         params.update({k: v for k, v in wanted.items() if v is not None})
         doc = self.call("GET", "/v1/jobs", params=params)
         return Listing([_of(JobRow, r) for r in doc["jobs"]], bool(doc["more"]))
+
+    def history(
+        self,
+        since: str = "1d",
+        until: str = "now",
+        *,
+        owner: str | None = None,
+        group: str | None = None,
+        states: Iterable[str] = (),
+        after: str | None = None,
+        limit: int = 100,
+    ) -> HistoryListing:
+        params: dict[str, Any] = {"since": since, "until": until, "state": list(states), "limit": limit}
+        params.update({k: v for k, v in (("owner", owner), ("group", group), ("after", after)) if v is not None})
+        doc = self.call("GET", "/v1/history", params=params)
+        return HistoryListing([_of(JobRow, r) for r in doc["jobs"]], doc["next"])
 
     def explain(self, job: str) -> Explanation:
         doc = self.call("GET", f"/v1/jobs/{quote(job, safe='')}/explain")

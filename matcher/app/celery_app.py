@@ -168,6 +168,27 @@ class ReleaseStep(bootsteps.StartStopStep):  # type: ignore[misc,unused-ignore]
             self.releaser = None
 
 
+class NotifyStep(bootsteps.StartStopStep):  # type: ignore[misc,unused-ignore]
+    """The worker's notifier (:mod:`matcher.notify`): request-end webhooks, called from a thread of its own so
+    that a slow webhook holds none of the pool's processes. Every worker runs one; claims keep them apart."""
+
+    requires = ("celery.worker.components:Pool",)
+
+    def __init__(self, parent: Any, **kwargs: Any) -> None:
+        super().__init__(parent, **kwargs)
+        self.notifier: Any = None
+
+    def start(self, parent: Any) -> None:
+        from ..notify import Notifier
+
+        self.notifier = Notifier.of(context()).start()
+
+    def stop(self, parent: Any) -> None:
+        if self.notifier is not None:
+            self.notifier.stop()
+            self.notifier = None
+
+
 def _periodic(work: Callable[[Context], T], empty: T) -> T:
     """Run one periodic task's work; a store outage is the worker's outage, not a task failure."""
     try:
@@ -257,6 +278,7 @@ def get_app() -> Celery:
         app = Celery("pilotfish", amqp="matcher.app.housekeeping:QuietAMQP")
         app.conf.update(STATIC_CONF)
         app.steps["worker"].add(ReleaseStep)
+        app.steps["worker"].add(NotifyStep)
         for task, options in TASKS:
             app.task(**options)(task)
         housekeeping.set_events(app, False)  # the default, until configure() applies the setting

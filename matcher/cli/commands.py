@@ -23,6 +23,7 @@ from taskqueues.store.fairshare import DEFAULT_GROUP, default_owner
 from taskqueues.store.fairshare import check_name as check_account_name
 from taskqueues.store.guard import shown_url
 from taskqueues.store.keys import Keys
+from taskqueues.webhook import check_webhook
 
 from ..calls import Calls
 from ..workflow import load_workflow
@@ -51,12 +52,17 @@ def config(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--owner", default="", help="Who submits (default: the file's owner, else the local user).")
 @click.option("--group", default="", help='The group charged (default: the file\'s group, else "default").')
-def submit(workflow: str, remote: bool, timeout: float, as_json: bool, owner: str, group: str) -> None:
+@click.option("--notify", default="", metavar="URL", help="A webhook called (POST, JSON) when the request ends.")
+def submit(workflow: str, remote: bool, timeout: float, as_json: bool, owner: str, group: str, notify: str) -> None:
     """Submit a workflow file (TOML or JSON) as one request."""
-    for value, what in ((owner, "owner"), (group, "group")):
+    checks: list[Callable[[], object]] = [
+        lambda: owner and check_account_name(owner, "owner"),
+        lambda: group and check_account_name(group, "group"),
+        lambda: notify and check_webhook(notify, "--notify"),
+    ]
+    for check in checks:
         try:
-            if value:
-                check_account_name(value, what)
+            check()
         except ValidationError as exc:
             raise click.ClickException(str(exc)) from None
     if remote:
@@ -70,11 +76,13 @@ def submit(workflow: str, remote: bool, timeout: float, as_json: bool, owner: st
             data = handle.read()
         raw = json.loads(data) if workflow.endswith(".json") else __import__("tomllib").loads(data.decode())
         raw.update(owner=owner, group=group)  # resolved here: the matcher's user is not the submitter
+        if notify:
+            raw["notify"] = notify
         reply = app.send_task("pilotfish.submit_workflow", args=[raw, workflow]).get(timeout=timeout)
         request, ids, eta = reply["request"], reply["ids"], reply["eta"]
     else:
         # Through the API (api_url) the owner is the token's user; locally the file's, else the local user.
-        done = _client().submit(workflow, owner=owner or None, group=group or None)
+        done = _client().submit(workflow, owner=owner or None, group=group or None, notify=notify or None)
         request, ids, eta = done.id, done.ids, done.eta
     if as_json:
         click.echo(json.dumps({"request": request, "ids": ids, "eta": eta}))

@@ -117,6 +117,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "resubmit": ("matcher.cli.lifecycle_commands", "resubmit"),
     "update": ("matcher.cli.lifecycle_commands", "update"),
     "events": ("matcher.cli.lifecycle_commands", "events"),
+    "history": ("matcher.cli.job_commands", "history"),
     "metrics": ("matcher.cli.metrics", "metrics"),
     "shares": ("matcher.cli.shares_command", "shares"),
     "serve": ("matcher.cli.api_commands", "serve"),

@@ -33,7 +33,7 @@ from typing import IO
 
 from pilot.director.service import Director
 from taskqueues.context import Context
-from taskqueues.errors import StoreError
+from taskqueues.errors import PilotfishError, StoreError
 from taskqueues.store.records import Job, JobState
 
 from .. import periodic
@@ -268,6 +268,11 @@ def run_workflow(
         releaser.stop()
         stopped = director.stop_all(wait=STOP_WAIT)
         director.close()
+    if workflow.notify or ctx.settings.notify_url:  # no worker here: its webhook is called once, now
+        from ..notify import Notifier
+
+        with contextlib.suppress(PilotfishError):
+            Notifier.of(ctx).run_once()
     summary = summarise(ctx, submitted.request, workflow.name, started)
     summary.interrupted, summary.stopped, summary.cancelled = interrupt.signal, stopped, cancelled
     return summary

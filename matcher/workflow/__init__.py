@@ -6,6 +6,7 @@ A workflow is a TOML or JSON file (the same model; JSON is for programs that gen
     priority = 0                 # optional: shifts every job's score this many seconds earlier
     owner = "alice"              # optional: who submits (default: the local user; --owner overrides)
     group = "analysis"           # optional: the group charged, whose share serves it (default "default")
+    notify = "https://hooks.example.org/pf"  # optional: POSTed the summary when the request ends (--notify)
     [params]                     # request-wide parameters
     n = 4
     [rules.project]              # a rule: a command template, requirement templates, an ETE hint

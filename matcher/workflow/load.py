@@ -17,7 +17,7 @@ from matcher.limits import MAX_NAME
 from taskqueues.dag import DagError, check_dag
 from taskqueues.errors import located, shown
 
-from .document import parse_header, parse_identity, parse_params, parse_rules
+from .document import parse_header, parse_identity, parse_notify, parse_params, parse_rules
 from .jobs import compile_jobs, expand_jobs
 from .model import Collector, Workflow, WorkflowError, job_owner
 
@@ -34,6 +34,7 @@ def parse_workflow(data: Mapping[str, Any], source: str = "<workflow>") -> Workf
         raise WorkflowError(source, [f"the top level must be a table, not {type(data).__name__}"])
     name, description, priority = parse_header(data, out)
     owner, group = parse_identity(data, out)
+    notify = parse_notify(data, out)
     params = parse_params(data.get("params", {}), out, "", "params")
     rules = parse_rules(data.get("rules", {}), out)
     raw_jobs = expand_jobs(data.get("jobs"), params, rules, out)
@@ -58,6 +59,7 @@ def parse_workflow(data: Mapping[str, Any], source: str = "<workflow>") -> Workf
         description=description,
         owner=owner,
         group=group,
+        notify=notify,
     )
 
 

@@ -73,6 +73,8 @@ class Workflow:
     #: who submits and the group charged ("" = the submitter's defaults: the local user, group "default")
     owner: str = ""
     group: str = ""
+    #: the webhook called when the request ends ("" = the deployment's notify_url, if any)
+    notify: str = ""
 
     def job(self, name: str) -> JobTemplate:
         """The job called ``name`` (KeyError if none)."""

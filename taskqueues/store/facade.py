@@ -27,8 +27,10 @@ from .audit import Audit
 from .connection import connect
 from .exchange import PendingExchange
 from .guard import client_url, converted, guard, guarded
+from .history import History
 from .keys import Keys
 from .lifecycle import Lifecycle
+from .notices import Notices
 from .packed import HotLine, PackedCall, pack_script
 from .queries import StoreReads
 from .records import (
@@ -72,7 +74,7 @@ class Store(StoreReads):
         submit_timeout: float = 5.0,
         replica_window: float = 600.0,
         reservation_slack: float = DEFAULT_RESERVATION_SLACK,
-        bounded_reservations: bool = False,
+        bounded_reservations: bool = True,
     ) -> None:
         """``ete_safety_factor``: a job without ``wall`` must find this many times its run-time estimate left
         in a pilot (:func:`taskqueues.store.records.time_needed`; every writer of a task-queue member uses this one).
@@ -112,6 +114,8 @@ class Store(StoreReads):
         # round trip).
         self.floors = [self.keys.heads, self.keys.qfloor, self.keys.tqempty, self.keys.tqmax]
         self._line = HotLine.of(client)
+        #: What the end of a job writes or reads for the history index (``_lib.lua``'s ``index_history``).
+        self.history_keys = [self.keys.endedby, self.keys.requests]
 
     @classmethod
     def from_url(cls, url: str, *, vo: str = "default", prefix: str = "pf", **kwargs: Any) -> Store:
@@ -127,6 +131,21 @@ class Store(StoreReads):
     @property
     def audit(self) -> Audit:
         return Audit(self.client, self.keys)
+
+    @property
+    def history(self) -> History:
+        """The history of ended jobs by time, owner and group (:mod:`taskqueues.store.history`)."""
+        return History(self.client, self.keys, self.where, self.jobs)
+
+    @property
+    def notices(self) -> Notices:
+        """Request-end notifications: watched requests, the due queue, claims (:mod:`taskqueues.store.notices`)."""
+        return Notices(
+            self.client,
+            self.keys,
+            self.where,
+            lambda name, keys, args: self.call_script(name, keys, [self._base, *args]),
+        )
 
     @property
     def lifecycle(self) -> Lifecycle:
@@ -160,6 +179,7 @@ class Store(StoreReads):
                     self.keys.stats,
                     self.keys.held,
                     self.keys.events,
+                    *self.history_keys,
                 ]
             )
         )
@@ -220,6 +240,7 @@ class Store(StoreReads):
         k = self.keys
         declared = [key for tq, d in tqs.items() for key in (k.tq(tq), k.pool(tq), *map(k.qheads, d["queues"]))]
         declared += [k.byrule(rule) for rule in {j.rule for j in jobs if j.rule}] + [k.work, *self.floors]
+        declared += [k.notifywatch] if request is not None and request[1].get("notify") else []
         keys = [k.jobs, k.seq, k.tqdefs, k.tqempty, k.poolstamp, k.releasing, k.requests, k.idrange]
         args = [self._base, now, json.dumps(body)]
         single = self.client.client()  # type: ignore[no-untyped-call]  # WAIT counts the writes of its own connection
@@ -447,6 +468,7 @@ class Store(StoreReads):
             k.stats,
             k.held,
             k.events,
+            *self.history_keys,
         ]
 
     def _complete_args(self, job: str, attempt: int, pilot: str, result: RunResult | None, now: float) -> list[Any]:

@@ -53,6 +53,16 @@ the reaper last saw) and ``reap:grace`` (no lease requeued before this time: a r
 written by ``_lib.lua``'s ``save`` wherever a final state is stored: ``pilotfish jobs`` pages finished jobs from
 it, latest first. One entry per finished job record: it is bounded by the jobs hash, and whatever forgets a job
 record removes its entry |
+| ``P:{vo}:endedby`` | zset | the history index (``_lib.lua``'s ``index_history``, read by ``store.history``): all
+scores 0, two entries per ended job, ``o:<owner>:<end>:<id>:<state>:<group>`` and
+``g:<group>:<end>:<id>:<state>:<owner>`` (``<end>`` as ``%014.3f``, so text order is time order): ``pilotfish history
+--owner/--group`` reads a time window of one owner or group with ZRANGEBYLEX. Kept where ``ended`` is, forgotten
+with the record |
+| ``P:{vo}:notifywatch`` | zset | request id → submission time of each request with a webhook (``notify``) whose end
+was not seen yet (``submit.lua`` adds it; ``notify.lua`` takes it out when the request has ended) |
+| ``P:{vo}:notify`` | hash | request id → its notification (JSON ``{"url", "state", "attempts", "error", "at", "next",
+"sent", "ended", "token"}``: ``taskqueues.store.notices``) |
+| ``P:{vo}:notifyq`` | zset | request id → when its notification is due, or until when a sender's claim holds it |
 | ``P:{vo}:blocked`` | zset | job id → submission time of every blocked job (waiting for its dependencies), kept by
 ``_lib.lua``'s ``save`` as states change: ``pilotfish jobs`` pages blocked jobs from it |
 | ``P:{vo}:held`` | zset | job id → time it was held, of every held job (``pilotfish hold``), kept by ``_lib.lua``'s
@@ -259,6 +269,22 @@ class Keys:
         return f"{self.base}:ended"
 
     @property
+    def endedby(self) -> str:
+        return f"{self.base}:endedby"
+
+    @property
+    def notifywatch(self) -> str:
+        return f"{self.base}:notifywatch"
+
+    @property
+    def notify(self) -> str:
+        return f"{self.base}:notify"
+
+    @property
+    def notifyq(self) -> str:
+        return f"{self.base}:notifyq"
+
+    @property
     def blocked(self) -> str:
         return f"{self.base}:blocked"
 
@@ -331,6 +357,11 @@ def lua_names() -> dict[str, str]:
             ("K_RELEASE", k.release_channel),
             ("K_CTL", k.pilot_channel("")),
             ("K_ENDED", k.ended),
+            ("K_ENDEDBY", k.endedby),
+            ("K_REQUESTS", k.requests),
+            ("K_NOTIFYWATCH", k.notifywatch),
+            ("K_NOTIFY", k.notify),
+            ("K_NOTIFYQ", k.notifyq),
             ("K_BLOCKED", k.blocked),
             ("K_LOG", k.log("")),
             ("K_HELD", k.held),

@@ -50,7 +50,10 @@ def _request_of(raw: Any) -> str | None:
 def _forget(store: Store, cutoff: float, request: str, jobs: list[str]) -> tuple[str, int]:
     k = store.keys
     reply = store.call_script(
-        "forget", [k.jobs, k.requests, k.donelog, k.cursor, k.kills], [k.base + ":", repr(cutoff), request, *jobs]
+        "forget",
+        [k.jobs, k.requests, k.donelog, k.cursor, k.kills],
+        [k.base + ":", repr(cutoff), request, *jobs],
+        [k.notify, k.notifyq, k.notifywatch],
     )
     status = text(reply[0])
     return status, int(reply[1]) if status == "ok" else 0

@@ -134,3 +134,22 @@ def test_hold_release_resubmit_update_and_events(redis_url: str) -> None:
         ("cancelled", "waiting", "carol"),
     ]
     assert client.store.job(b).state is JobState.BLOCKED
+
+
+def test_history_requests_and_notify_from_python(redis_url: str) -> None:
+    """Issue 28: every new command is a method too."""
+    client = Client(redis_url)
+    ended = client.submit(HELLO, owner="alice", group="phys", notify="https://hooks.example.org/pf")
+    client.cancel(ended)
+    running = client.submit({**HELLO, "name": "later"}, owner="bob")
+    assert [s.id for s in client.requests()] == [running.id]
+    assert [s.id for s in client.requests(ended=True, owner="alice")] == [ended.id]
+    assert client.status(ended).notify == {"url": "https://hooks.example.org/pf", "state": "waiting"}
+    page = client.history("1h", owner="alice", limit=1)
+    assert [r.state for r in page.rows] == ["cancelled"] and page.next is not None
+    rest = client.history("1h", owner="alice", after=page.next)
+    assert [r.state for r in rest.rows] == ["dep-failed"] and rest.next is None
+    assert client.history("1h", group="phys", states=["done"]).rows == []
+    assert [r.owner for r in client.jobs(owner="bob")] == ["bob", "bob"] and client.jobs(group="phys") == []
+    with pytest.raises(ValidationError, match="--since 'then' is not a time"):
+        client.history("then")

@@ -11,7 +11,7 @@ from typing import Any
 
 from taskqueues.store import Placed, Store, payload_logs, retention
 from taskqueues.store.lock import Lock
-from taskqueues.store.records import NewJob, PilotOffer, RunResult
+from taskqueues.store.records import JobState, NewJob, PilotOffer, RunResult
 from tests.support.clock import FakeClock
 from tests.support.invariants import check, heads_violations
 from tests.support.keyspace import dump_all, restore_all, text
@@ -124,6 +124,14 @@ def populate(store: Store) -> Population:
     assert store.requeue_expired() == (1, 0, 0)
     assert store.kill(x, "by the operator") == "requested"
     store.client.set(store.keys.lock("beat"), "token-1", px=600_000)
+    # Request-end notifications (taskqueues.store.notices), each request one job failed at submission: n1's
+    # claimed by sender "s" (token "s#1"), n2's due, n3 watched with its job ended (not made due yet).
+    for request in ("n1", "n2", "n3"):
+        failed = job("n", state=JobState.FAILED, reason="refused at submission", queues=())
+        store.submit([failed], (request, {"name": request, "notify": "http://hooks.example.org/pf"}))
+    for request in ("n1", "n2"):
+        assert store.notices.ready(request, clock.now) == "due"
+    assert [c.token for c in store.notices.claim("s", clock.now, 60, 1)] == ["s#1"]
     return Population(waiting=a2, matched=a1, running=x, blocked=d, releasing=e, done=y, delayed=z)
 
 
@@ -208,6 +216,7 @@ def script_calls(store: Store, pop: Population, clock: FakeClock) -> dict[str, C
             chunks={"out": (b"hello\n", 6), "err": (b"\xff", 9)},
         ),
     )
+    record("notify", lambda: store.notices.claim("t", clock.now, 60))  # ready and settle: tests/matcher/test_notify.py
     now = clock.now
     clock.now += 10_000  # every lease expired, every emptied task queue past its grace period
     try:

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
+from ...history import HistoryListing
 from ...joblist import JobRow, Listing
 from ...release import account_of_job
 from ..authz import check_act, check_see, job_account, may_see, request_account
@@ -51,14 +52,38 @@ def jobs(
     queue: str | None = None,
     task_queue: str | None = None,
     pilot: str | None = None,
+    owner: str | None = None,
+    group: str | None = None,
     limit: int = Query(100, ge=1),
     caller: Identity = Caller,
 ) -> dict[str, Any]:
     """Jobs as ``pilotfish jobs`` lists them (the caller's own unless api_users_see_all)."""
-    found = _visible(
-        api(request), caller, request_id, limit, states=state_ or (), queue=queue, task_queue=task_queue, pilot=pilot
-    )
+    filters = {"queue": queue, "task_queue": task_queue, "pilot": pilot, "owner": owner, "group": group}
+    found = _visible(api(request), caller, request_id, limit, states=state_ or (), **filters)
     return found.to_json()
+
+
+@router.get("/history")
+def history(
+    request: Request,
+    since: str = "1d",
+    until: str = "now",
+    state_: Annotated[list[str] | None, Query(alias="state")] = None,
+    owner: str | None = None,
+    group: str | None = None,
+    after: str | None = None,
+    limit: int = Query(100, ge=1),
+    caller: Identity = Caller,
+) -> dict[str, Any]:
+    """Jobs that ended in a time window, oldest end first, a page at a time (``pilotfish history``): the
+    caller's own unless api_users_see_all (a group admin's: its groups' too)."""
+    state = api(request)
+    see_all = state.settings.api_users_see_all or caller.operator
+    if not see_all and owner is None and group is None:
+        owner = caller.user
+    page = state.client.history(since, until, owner=owner, group=group, states=state_ or (), after=after, limit=limit)
+    rows = page.rows if see_all else [r for r in page.rows if may_see(caller, r.group, r.owner, False)]
+    return HistoryListing(rows, page.next).to_json()
 
 
 @router.get("/jobs/{job}")

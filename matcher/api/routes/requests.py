@@ -34,6 +34,7 @@ class Submission(BaseModel):
     )
 
     source: str = Field("<request>", description="The workflow file's name, for messages.")
+    notify: str = Field("", description="A webhook called once when the request ends (default: the workflow's).")
 
 
 class Reason(BaseModel):
@@ -47,7 +48,7 @@ def submit(body: Submission, request: Request, caller: Identity = Caller) -> dic
     owner, group = owner_of_submission(
         caller, body.owner or str(body.workflow.get("owner") or ""), body.group or str(body.workflow.get("group") or "")
     )
-    done = state.client.submit(body.workflow, owner=owner, group=group, source=body.source)
+    done = state.client.submit(body.workflow, owner=owner, group=group, source=body.source, notify=body.notify)
     state.done(request, caller, "submit", done.id, jobs=len(done.ids), owner=owner, group=group)
     return {"request": done.id, "name": done.name, "ids": done.ids, "eta": done.eta}
 

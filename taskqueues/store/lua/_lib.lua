@@ -386,6 +386,7 @@ end
 -- past) loads as nil, like a missing one, with 'unreadable' as a second value: no script fails on it.
 local FINAL_STATES = {done = true, failed = true, cancelled = true, ['dep-failed'] = true}
 local LOADED_STATE = {} -- job id -> the state load() read (save() keeps the indexes of states)
+local LOADED_END = {} -- job id -> the end time load() read (save() moves its history entries)
 local LOADED_WHY = {}   -- job id -> the reason load() read (an event carries the reason a change wrote)
 -- ==== job events (issue 28) ====
 -- Every change of a job's state is recorded where it is stored: save() appends lines to the job's field of the
@@ -498,6 +499,7 @@ local function decode(raw, id)
   LOADED_WHY[id] = rec.why
   LOADED_PILOT[id] = rec.pl
   LOADED_RAW[id] = raw
+  LOADED_END[id] = rec.te
   if rec.mt then rec.m, rec.mt = id .. rec.mt, nil end
   rec.a = rec.a or 0
   rec.mr = rec.mr or MAX_RETRIES
@@ -506,6 +508,37 @@ end
 local function load(jobs, id)
   return decode(redis.call('HGET', jobs, id), id)
 end
+-- ==== history index (issue 28): ended jobs by owner and by group ====
+-- The `endedby` zset (all scores 0, read by ZRANGEBYLEX) holds two entries per ended job,
+-- "o:<owner>:<end>:<id>:<state>:<group>" and "g:<group>:<end>:<id>:<state>:<owner>", <end> the end time as
+-- "%014.3f" so that text order is time order (taskqueues/store/history.py reads them). The account comes
+-- from the task queue ("<hash>.<group>.<owner>[.<type>]"), else from the request record, else "default".
+local function history_entries(base, rec, state, ended)
+  local g, o = string.match(tostring(rec.t or ''), '^[^.]+%.([^.]+)%.([^.]+)')
+  if not g then
+    g, o = 'default', 'default'
+    local raw = type(rec.q) == 'string' and redis.call('HGET', base .. K_REQUESTS, rec.q)
+    local ok, r = pcall(cjson.decode, raw or '')
+    if ok and is_object(r) then g, o = tostring(r.group or g), tostring(r.owner or o) end
+  end
+  -- The end as the record stores it (cjson keeps 14 significant digits), so that whoever reads the record
+  -- later (forget.lua) names the same entry.
+  local at = tonumber(string.format('%.14g', tonumber(ended) or 0))
+  local tail = string.format(':%014.3f:%s:%s', at, rec.id, state)
+  return 'o:' .. o .. tail .. ':' .. g, 'g:' .. g .. tail .. ':' .. o
+end
+-- A job's state changed from `before` (with the end time load() read) to rec.s: its entries follow.
+local function index_history(base, rec, before)
+  if FINAL_STATES[before] then
+    redis.call('ZREM', base .. K_ENDEDBY, history_entries(base, rec, before, LOADED_END[rec.id]))
+  end
+  if FINAL_STATES[rec.s] then
+    local by_owner, by_group = history_entries(base, rec, rec.s, rec.te)
+    redis.call('ZADD', base .. K_ENDEDBY, 0, by_owner, 0, by_group)
+  end
+  LOADED_END[rec.id] = rec.te
+end
+-- ==== end of the history index ====
 local function save(jobs, rec)
   local id, m, a, mr = rec.id, rec.m, rec.a, rec.mr
   rec.id = nil
@@ -531,6 +564,7 @@ local function save(jobs, rec)
     elseif FINAL_STATES[before] then
       redis.call('ZREM', base .. K_ENDED, id)
     end
+    index_history(base, rec, before)
     if before then state_event(base, rec, before) end
     LOADED_STATE[id] = rec.s
     LOADED_WHY[id], LOADED_PILOT[id], LOADED_RAW[id] = rec.why, rec.pl, nil

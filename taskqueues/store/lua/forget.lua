@@ -10,8 +10,8 @@
 -- KEYS[3]  donelog zset
 -- KEYS[4]  cursor hash
 -- KEYS[5]  kills hash
--- KEYS[6..] the jobs' log hashes and their rules' byrule sets (asked for with needkeys), the ended index
---           and the stats hash, whose `forgotten` counter this script adds to (taskqueues/stats.py)
+-- KEYS[6..] the jobs' log hashes and their rules' byrule sets (asked for with needkeys), the ended and
+--           endedby indexes, the requests hash, the notify hash, queue and watch zset and the stats hash, whose `forgotten` counter this script adds to (taskqueues/stats.py)
 -- ARGV[1]  key base   ARGV[2] cutoff (ended before this time)   ARGV[3] request id, or '' for jobs of no request
 -- ARGV[4..] with no request: the job ids (at most MAX_BATCH)
 -- Returns  {'ok', jobs forgotten} | {'kept', why} (the request is not forgettable yet) | {'needkeys', key...}
@@ -92,6 +92,7 @@ for _, id in ipairs(ids) do
   if rec then
     redis.call('HDEL', KEYS[1], id)
     redis.call('ZREM', base .. K_ENDED, id)
+    redis.call('ZREM', base .. K_ENDEDBY, history_entries(base, rec, rec.s, rec.te))
     redis.call('ZREM', KEYS[3], id)
     redis.call('HDEL', KEYS[5], id)
     redis.call('DEL', base .. K_LOG .. id)
@@ -100,6 +101,12 @@ for _, id in ipairs(ids) do
     n = n + 1
   end
 end
-if request ~= '' then redis.call('HDEL', KEYS[2], request) end
+if request ~= '' then
+  redis.call('HDEL', KEYS[2], request)
+  -- its webhook's notification (taskqueues/store/notices.py) goes with it
+  redis.call('HDEL', base .. K_NOTIFY, request)
+  redis.call('ZREM', base .. K_NOTIFYQ, request)
+  redis.call('ZREM', base .. K_NOTIFYWATCH, request)
+end
 count(base, 'forgotten', n)
 return {'ok', n}

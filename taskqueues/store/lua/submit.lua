@@ -8,7 +8,7 @@
 -- KEYS[6]  releasing zset
 -- KEYS[7]  requests hash        (request id -> record JSON)
 -- KEYS[8]  idrange hash         (ceil, pending, epoch: job ids are never given twice, see below)
--- KEYS[9..] task-queue zsets, SubmitPool sets, queue-heads zsets, byrule sets, the work counter,
+-- KEYS[9..] task-queue zsets, SubmitPool sets, queue-heads zsets, byrule sets, the notify watch zset, the work counter,
 --           the heads, qfloor and tqmax hashes
 --           and the stats hash, whose counters this script adds to (taskqueues/stats.py)
 -- ARGV[1]  key base "<prefix>:{<vo>}:"
@@ -49,7 +49,7 @@ local NEW = {s = 'any', t = 'any', m_tail = 'tail', sc = 'score', c = 'text', r 
              ro = 'array', rm = 'count'}
 local INITIAL = {waiting = true, blocked = true, failed = true, ['dep-failed'] = true}
 local REQUEST = {name = 'text', priority = 'signed', ts = 'time', eta = 'signed', cp = 'amount', n = 'count',
-                 owner = 'name', group = 'name', load = 'signed', cores = 'amount'}
+                 owner = 'name', group = 'name', load = 'signed', cores = 'amount', notify = 'text'}
 if check_fields('ARGV[3] (payload)', payload, {tqs = 'any', jobs = 'array', request = 'any'}, {'tqs', 'jobs'}) then
   local jobs, tqs = payload.jobs, payload.tqs
   if #jobs == 0 then problem('ARGV[3] (payload).jobs', 'holds no job') end
@@ -229,6 +229,8 @@ end
 if request then
   request.rec.first, request.rec.last = ids[3], ids[#ids]
   redis.call('HSET', KEYS[7], request.id, cjson.encode(request.rec))
+  -- A request with a webhook is watched until it ends (taskqueues/store/notices.py; the caller declares the key).
+  if request.rec.notify then redis.call('ZADD', base .. K_NOTIFYWATCH, now, request.id) end
 end
 sync_heads(base, now)
 wake(base)

@@ -113,6 +113,10 @@ def test_every_script_call_declares_keys_of_one_slot(real_redis: redis.Redis) ->
     store.lifecycle.update(h, "alice", "priority 5", priority=5)
     store.lifecycle.hold([h], "alice", release=True)
     store.lifecycle.resubmit([c], "alice")
+    store.submit([job("t1")], ("rn", {"notify": "http://h.example.org/"}))  # request-end notifications
+    store.notices.ready("rn", clock.now)
+    [claim] = store.notices.claim("s", clock.now, 10)
+    store.notices.settle(claim, clock.now)
     retention.forget_ended(store, clock.now + 1)
     # unlock/renew take the lock's own key (keys.lock, checked above), not the store's.
     assert {name for name, _ in calls} == set(scripts.names()) - {"unlock", "renew"}

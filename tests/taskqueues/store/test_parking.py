@@ -122,7 +122,7 @@ def test_operators_see_a_parked_job(
     e = explain(store, catalog, bad)
     assert e.state == "unreadable" and e.verdict.startswith("parked: its record is running")
 
-    doc, lines, _ = _snapshot(store, None)
+    doc, lines, *_ = _snapshot(store, None)
     assert doc["parked"] == 1
     assert any(line.startswith("1 jobs parked") for line in lines)
     assert any(f"job {bad}: its record is running" in line for line in lines)
