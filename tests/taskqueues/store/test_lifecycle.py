@@ -265,3 +265,17 @@ def test_a_held_job_updated_enters_its_new_task_queue_when_released(store: Store
     assert [m for m, _ in store.task_queue(tq)] == [jid]
     (leased,) = store.match(offer())
     assert leased.id == jid and leased.cpu == 3 and leased.score == 5
+
+
+def test_a_resubmitted_job_leaves_the_history_until_it_ends_again(store: Store, clock: FakeClock) -> None:
+    (jid,) = store.submit([job()])
+    run(store, exit_code=1)
+    assert [j.id for j in store.history.page(0, clock.now + 1, owner="default").jobs] == [jid]
+    store.lifecycle.resubmit([jid], "alice")
+    assert store.history.page(0, clock.now + 1, owner="default").jobs == []
+    assert store.client.zscore(store.keys.ended, jid) is None
+    clock.now += 1
+    run(store)
+    assert [(j.id, j.state) for j in store.history.page(0, clock.now + 1, owner="default").jobs] == [
+        (jid, JobState.DONE)
+    ]
