@@ -92,6 +92,7 @@ IDLE_TARGET, LATENCY_TARGET = 0.10, 0.020  # of one core at 1,000 idle pilots; p
 #: (its queue is the first queue), and the seconds its wake and the vain matches it sets off have to settle.
 SMALL_JOBS, SMALL_QUEUE, SMALL_SETTLE = 10, 0, 1.0
 WAKE_TARGET = 0.100  # seconds: the load's wake reaches every idle pilot (issue 31)
+LOAD_WAKE = b"load"  # what the load's wake says, so a pilot late to read tells it from the small submission's
 #: Seconds between the probe pilot's exchanges (probe_main): modest next to the simulated pilots' rate.
 PROBE_PERIOD = 0.05
 
@@ -284,12 +285,14 @@ class Worker:
         """The wake channel spoke (``arrived``: when the selector showed it, time.time): match at once,
         unless a match is on its way or jobs run. Subscription notices wake nobody."""
         assert p.sub is not None
-        if not p.sub.drain():
+        messages = p.sub.drain()
+        if not messages:
             return
         phases = self.phases
-        if phases is not None and not p.small and phases.small_at <= arrived < phases.load_from:
+        load = any(m.get("data") == LOAD_WAKE for m in messages)  # else a submission's (the store's '1')
+        if phases is not None and not p.small and not load and arrived >= phases.small_at:
             p.small = arrived
-        if phases is not None and not p.woken and arrived >= phases.load_from:
+        if phases is not None and not p.woken and load:
             p.woken, p.read = arrived, time.time()
         if p.inflight is None and not p.running:
             p.backoff = BACKOFF_MIN
@@ -477,7 +480,7 @@ def wake_everyone(store: Store) -> float:
     before = store.client.info("commandstats").get("cmdstat_publish", {})
     pipe = store.client.pipeline(transaction=False)
     for channel in wake_channels(store, list(range(N_QUEUES))):
-        pipe.publish(channel, "1")
+        pipe.publish(channel, LOAD_WAKE)
     pipe.execute()
     after = store.client.info("commandstats").get("cmdstat_publish", {})
     return float(after.get("usec", 0)) - float(before.get("usec", 0))
