@@ -289,8 +289,9 @@ class Worker:
         if not messages:
             return
         phases = self.phases
-        load = any(m.get("data") == LOAD_WAKE for m in messages)  # else a submission's (the store's '1')
-        if phases is not None and not p.small and not load and arrived >= phases.small_at:
+        load = any(m.get("data") == LOAD_WAKE for m in messages)
+        submitted = any(m.get("data") != LOAD_WAKE for m in messages)  # the store's '1' (both may be read at once)
+        if phases is not None and not p.small and submitted and arrived >= phases.small_at:
             p.small = arrived
         if phases is not None and not p.woken and load:
             p.woken, p.read = arrived, time.time()
