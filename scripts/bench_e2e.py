@@ -477,7 +477,7 @@ def throughput_table(
     """The systems' rows (``pf`` unconfined, like Celery; ``sandboxed`` in bwrap, the product's default), then
     the ratios against Celery; the load average is the caller's to print."""
     rows = [
-        f"{'system':<24} {'jobs':>6} {'C':>3} {'seconds':>8} {'jobs/s':>8} {'submit s':>9} "
+        f"{'system':<26} {'jobs':>6} {'C':>3} {'seconds':>8} {'jobs/s':>8} {'submit s':>9} "
         f"{'1st start s':>11} {'agent CPU s':>11} {'ms CPU/job':>10} {'redis CPU s':>11}"
     ]
     for t in (pf, cel, sandboxed):
@@ -485,7 +485,7 @@ def throughput_table(
             continue
         first = "-" if t.first_start != t.first_start else f"{t.first_start:.3f}"
         rows.append(
-            f"{t.system:<24} {t.jobs:>6} {concurrency:>3} {t.seconds:>8.2f} {t.rate:>8.0f} "
+            f"{t.system:<26} {t.jobs:>6} {concurrency:>3} {t.seconds:>8.2f} {t.rate:>8.0f} "
             f"{t.submit_seconds:>9.2f} {first:>11} {t.agent_cpu:>11.2f} {1000 * t.agent_cpu / t.jobs:>10.3f} "
             f"{t.redis_cpu:>11.2f}"
         )
