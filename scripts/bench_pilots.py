@@ -50,6 +50,8 @@ import multiprocessing as mp
 import os
 import random
 import selectors
+import socket
+import struct
 import sys
 import tempfile
 import time
@@ -92,6 +94,7 @@ IDLE_TARGET, LATENCY_TARGET = 0.10, 0.020  # of one core at 1,000 idle pilots; p
 #: (its queue is the first queue), and the seconds its wake and the vain matches it sets off have to settle.
 SMALL_JOBS, SMALL_QUEUE, SMALL_SETTLE = 10, 0, 1.0
 WAKE_TARGET = 0.100  # seconds: the load's wake reaches every idle pilot (issue 31)
+SO_TIMESTAMPNS = 35  # Linux's socket option: a receive timestamp with each read (not in Python's socket module)
 LOAD_WAKE = b"load"  # what the load's wake says, so a pilot late to read tells it from the small submission's
 #: Seconds between the probe pilot's exchanges (probe_main): modest next to the simulated pilots' rate.
 PROBE_PERIOD = 0.05
@@ -123,7 +126,8 @@ class SimPilot:
     done: list[tuple[str, int, RunResult]] = field(default_factory=list)
     latency: LatencyHistogram = field(default_factory=LatencyHistogram)
     hungry: bool = True  # listening on its wake channel: its last match found nothing (pilot.agent.wake)
-    woken: float = 0.0  # when the load's wake was on its socket (time.time)
+    sock: Any = None  # its subscription's socket, which stamps what it receives (SO_TIMESTAMPNS)
+    woken: float = 0.0  # when the load's wake reached its socket (the kernel's stamp; time.time)
     read: float = 0.0  # when its process read it
     small: float = 0.0  # when the small submission's wake reached it
 
@@ -172,7 +176,9 @@ class Worker:
             p.sub.subscribe(keys.pilot_channel(p.name))
             while p.sub.message(0.5) is not None:
                 pass
-            self.selector.register(p.sub.socket(), selectors.EVENT_READ, ("work", i))  # type: ignore[arg-type]
+            p.sock = p.sub.socket()
+            p.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            self.selector.register(p.sock, selectors.EVENT_READ, ("work", i))
             p.conn = own_connection(self.store.client)
             self.beat(p, i, now)
             p.next_heartbeat = now + self.rng.uniform(0, HEARTBEAT)
@@ -282,9 +288,11 @@ class Worker:
             p.hungry = yes
 
     def woken(self, p: SimPilot, i: int, now: float, arrived: float) -> None:
-        """The wake channel spoke (``arrived``: when the selector showed it, time.time): match at once,
-        unless a match is on its way or jobs run. Subscription notices wake nobody."""
+        """The wake channel spoke: match at once, unless a match is on its way or jobs run. Subscription
+        notices wake nobody. It arrived when the kernel stamped it on the pilot's socket (``arrived``, when
+        the selector showed it, if no stamp came)."""
         assert p.sub is not None
+        selected, arrived = arrived, received_at(p.sock) or arrived
         messages = p.sub.drain()
         if not messages:
             return
@@ -293,8 +301,8 @@ class Worker:
         submitted = any(m.get("data") != LOAD_WAKE for m in messages)  # the store's '1' (both may be read at once)
         if phases is not None and not p.small and submitted and arrived >= phases.small_at:
             p.small = arrived
-        if phases is not None and not p.woken and load:
-            p.woken, p.read = arrived, time.time()
+        if phases is not None and not p.woken and load:  # behind the submission's, its own stamp is unknown
+            p.woken, p.read = selected if submitted else arrived, time.time()
         if p.inflight is None and not p.running:
             p.backoff = BACKOFF_MIN
             p.next_match = now
@@ -459,32 +467,52 @@ def probe_main(url: str, name: str, seed: int, inbox: Any, out: Any) -> None:
         worker.close()
 
 
+def received_at(sock: Any) -> float | None:
+    """When the kernel received the first unread bytes of ``sock`` (time.time), read without consuming them:
+    the moment a message reached the pilot, however late its simulating process looks at it. None when
+    nothing is unread on the socket (the client library has read it already) or no stamp came."""
+    try:
+        _, ancillary, _, _ = sock.recvmsg(1, socket.CMSG_SPACE(16), socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except OSError:
+        return None
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
+            seconds, nanoseconds = struct.unpack("qq", data[:16])
+            return float(seconds) + nanoseconds / 1e9
+    return None
+
+
 def wake_channels(store: Store, queues: list[int]) -> list[str]:
     """Every wake shard channel of these bench queues."""
     return [store.keys.wake_channel(queue_name(q), shard) for q in queues for shard in range(WAKE_SHARDS)]
 
 
-def small_submission(store: Store, seed: int) -> float:
+def small_submission(store: Store, seed: int) -> tuple[float, float]:
     """Submit ``SMALL_JOBS`` jobs for one queue, none of which an idle pilot fits (they need more time than it
     offers): the store wakes as many of that queue's idle pilots as jobs entered (issue 31), who match in
-    vain and listen again. The server's microseconds in that submit call (its wake included)."""
+    vain and listen again. The server's microseconds in that submit call (its wake included), and when it
+    was sent (time.time)."""
     tq = SMALL_QUEUE  # task queue t goes to queue t % N_QUEUES (bench_match.make_jobs)
+    jobs = make_jobs([tq] * SMALL_JOBS, random.Random(seed), 0)
     calls0, usec0 = fcall_stats(store.client)
-    store.submit(make_jobs([tq] * SMALL_JOBS, random.Random(seed), 0))
+    sent = time.time()
+    store.submit(jobs)
     calls1, usec1 = fcall_stats(store.client)
-    return (usec1 - usec0) / max(1, calls1 - calls0)
+    return (usec1 - usec0) / max(1, calls1 - calls0), sent
 
 
-def wake_everyone(store: Store) -> float:
+def wake_everyone(store: Store) -> tuple[float, float]:
     """What a submission of more jobs than there are idle pilots does: publish on every wake shard of every
-    queue (the load starts: every idle pilot matches at once). The server's microseconds in those PUBLISH."""
+    queue (the load starts: every idle pilot matches at once). The server's microseconds in those PUBLISH,
+    and when they were sent (time.time)."""
     before = store.client.info("commandstats").get("cmdstat_publish", {})
     pipe = store.client.pipeline(transaction=False)
     for channel in wake_channels(store, list(range(N_QUEUES))):
         pipe.publish(channel, LOAD_WAKE)
+    sent = time.time()
     pipe.execute()
     after = store.client.info("commandstats").get("cmdstat_publish", {})
-    return float(after.get("usec", 0)) - float(before.get("usec", 0))
+    return float(after.get("usec", 0)) - float(before.get("usec", 0)), sent
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -526,7 +554,7 @@ class Row:
     client_core: float  # the busiest pilot process's CPU seconds per second in the load window
     server_bytes: float  # per pilot
     client_bytes: float  # per pilot
-    fanout_p99: float  # seconds from the load's wake to its arrival on a pilot's socket (its selector shows it)
+    fanout_p99: float  # seconds from the load's wake to its arrival on a pilot's socket (the kernel's stamp)
     read_p99: float  # seconds from the load's wake to its simulated pilot's reading it (behind its process's others)
     woken: int  # pilots the load's wake reached
     publish_usec: float  # the server's time in the load wake's PUBLISH calls (one per wake shard of every queue)
@@ -602,9 +630,9 @@ def measure(url: str, store: Store, n: int, procs: int, seconds: float, payload_
     time.sleep(max(0.0, idle_from + seconds - time.time()))
     cpu1, (calls1, usec1) = server_cpu(client), fcall_stats(client)
     time.sleep(max(0.0, phases.small_at - time.time()))
-    submit_usec = small_submission(store, seed)
+    submit_usec, small_sent = small_submission(store, seed)
     time.sleep(max(0.0, phases.load_from - time.time()))
-    publish_usec = wake_everyone(store)
+    publish_usec, load_sent = wake_everyone(store)
     time.sleep(max(0.0, phases.window_from - time.time()))
     cpu2, (fc2, fu2, u2) = server_cpu(client), command_usec(client)
     time.sleep(max(0.0, phases.load_until - time.time()))
@@ -619,9 +647,10 @@ def measure(url: str, store: Store, n: int, procs: int, seconds: float, payload_
     latencies = [x for r in results for x in r["latencies"]]
     probe = [x for r in results for x in r.get("probe", [])]
     window_exchanges = sum(r["window_exchanges"] for r in results)
-    woken = [x for r in results for x in r["woken"]]
-    read = [x for r in results for x in r["read"]]
-    small = [x for r in results for x in r["small"]]
+    # The workers count from the planned moments; the wakes were sent a little later (a loaded host)
+    woken = [x - (load_sent - phases.load_from) for r in results for x in r["woken"]]
+    read = [x - (load_sent - phases.load_from) for r in results for x in r["read"]]
+    small = [x - (small_sent - phases.small_at) for r in results for x in r["small"]]
     listening = sum(r.get("in_small_queue", 0) for r in results)  # all idle then: nothing fits them
     calls = calls1 - calls0
     busiest = max((r["busy"] for r in results), default=0.0)
@@ -751,7 +780,8 @@ def wake_verdict(r: Row) -> str:
     line = (
         f"wake: {r.pilots:,} pilots, the load's wake (PUBLISH on each of the {WAKE_SHARDS} wake shards of "
         f"{N_QUEUES} queues, {r.publish_usec:,.0f} us in the server) reached {r.woken:,} idle pilots, the last "
-        f"(p99) on its socket {1000 * r.fanout_p99:.1f} ms after it was sent (read by its simulated pilot after "
+        f"(p99) on its socket {1000 * r.fanout_p99:.1f} ms after it was sent (the kernel's receive stamp; read by "
+        "its simulated pilot after "
         f"{1000 * r.read_p99:.0f} ms, behind the others of its process), load average {r.loadavg:.2f}"
     )
     if r.pilots >= 5000:
