@@ -25,7 +25,9 @@ def listeners(store: Store, channel: str) -> int:
 def test_a_pilot_listens_for_work_only_while_its_last_match_found_nothing(redis_url: str, tmp_path: Path) -> None:
     store = Store.from_url(redis_url)
     recorder = Recorder()
-    pilot = make_pilot(tmp_path, store, recorder, idle_timeout=60, backoff_min=60, backoff_max=60)
+    pilot = make_pilot(
+        tmp_path, store, recorder, idle_timeout=60, backoff_min=60, backoff_max=60, payload_sandbox="none"
+    )  # unconfined: its payload watches a file of the test
     channel = store.keys.pilot_wake_channel(QUEUE, pilot.name)
     stopped: list[str] = []
     runner = threading.Thread(target=lambda: stopped.append(pilot.run()), daemon=True)
@@ -33,9 +35,16 @@ def test_a_pilot_listens_for_work_only_while_its_last_match_found_nothing(redis_
     try:
         wait_until(lambda: listeners(store, channel) == 1, timeout=10, what="the idle pilot to listen")
         time.sleep(0.2)  # its first match, on an empty store, is answered: its next poll is a minute away
-        [whole] = store.submit([job(command="sleep 1.5", cpu=2)])  # every core of the pilot
+        go = tmp_path / "go"
+        # Every core of the pilot, until the test lets it end
+        [whole] = store.submit([job(command=f"until [ -e {go} ]; do sleep 0.05; done", cpu=2)])
         wait_until(lambda: store.job(whole).state == JobState.RUNNING, timeout=10, what="the wake to bring the job")
-        assert listeners(store, channel) == 0, "a pilot whose match brought jobs is not idle: it does not listen"
+        # A pilot whose match brought jobs is not idle: it stops listening (its UNSUBSCRIBE and its start's report
+        # go on two connections, so the server may take them in either order).
+        wait_until(lambda: listeners(store, channel) == 0, timeout=10, what="the busy pilot to stop listening")
+        time.sleep(0.3)
+        assert listeners(store, channel) == 0, "a pilot with no core free listens again"
+        go.touch()
         wait_until(lambda: store.job(whole).state == JobState.DONE, timeout=10, what="the job to end")
         wait_until(lambda: listeners(store, channel) == 1, timeout=10, what="the pilot to listen again")
         time.sleep(0.2)
