@@ -252,6 +252,7 @@ class Reports:
         if sent.want == 0:
             return
         state.match_latency.observe(time.monotonic() - sent.sent_at)
+        self.wake.hungry(not reply.matched)  # only a pilot that found nothing listens for work (pilot.agent.wake)
         if not reply.matched:
             state.back_off()
             return

@@ -120,10 +120,25 @@ class Subscription:
     def subscribe(self, channel: str) -> None:
         self._pubsub.subscribe(channel)
 
+    def unsubscribe(self, channel: str) -> None:
+        """Stop listening on ``channel`` (sent without waiting for the server's notice)."""
+        self._pubsub.unsubscribe(channel)
+
     def message(self, timeout: float) -> dict[str, Any] | None:
         """The next message or subscription notice, waiting at most ``timeout`` seconds; None if none came."""
         message: dict[str, Any] | None = self._pubsub.get_message(timeout=timeout)
         return message
+
+    def drain(self) -> list[dict[str, Any]]:
+        """Every message that has arrived, without waiting; subscription notices read and left out (where
+        :meth:`message` answers None for an ignored notice, a message behind it in the buffer would stay
+        unread while the socket shows nothing more to read)."""
+        messages: list[dict[str, Any]] = []
+        while (response := self._pubsub.parse_response(block=False, timeout=0)) is not None:
+            message = self._pubsub.handle_message(response, ignore_subscribe_messages=True)
+            if message is not None:
+                messages.append(message)
+        return messages
 
     def socket(self) -> socket.socket | None:
         """The socket messages arrive on (for a selector), None before the first subscription."""

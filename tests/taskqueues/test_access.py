@@ -91,9 +91,11 @@ def test_a_pilot_user_may_run_the_pilot_and_nothing_else(state: Path) -> None:
         with pytest.raises(redis.exceptions.NoPermissionError):
             pilot.execute_command(*command)
     with pytest.raises(redis.exceptions.NoPermissionError):
-        pilot.publish("pf:{atlas}:wake", "1")
+        pilot.publish("pf:{atlas}:wake:site/ce/q:0", "1")
     assert control.hget("pf:{atlas}:jobs", "1") == b"theirs"
-    assert pilot.publish("pf:{lhcb}:wake", "1") == 0
+    assert pilot.publish("pf:{lhcb}:wake:site/ce/q:0", "1") == 0
+    with pytest.raises(redis.exceptions.NoPermissionError):  # its wake channels only, not any name after wake
+        pilot.publish("pf:{lhcb}:wakeful", "1")
     # Celery's broadcast channel: a pilot listens there, and only the control plane publishes.
     with pytest.raises(redis.exceptions.NoPermissionError):
         pilot.publish("/0.celery.pidbox", "shutdown")

@@ -24,7 +24,7 @@ from taskqueues.store import Store, access, cluster
 from taskqueues.store.connection import Subscription, follow, give_back, own_connection
 from taskqueues.store.functions import library_name
 from taskqueues.store.guard import client_url, shown_url
-from taskqueues.store.keys import Keys
+from taskqueues.store.keys import WAKE_SHARDS, Keys
 from taskqueues.store.records import JobState, PilotOffer
 from tests.support.cluster import ClusterSet, cluster_set
 from tests.support.pilots import QUEUE, pilot_env, running_pilot
@@ -173,15 +173,17 @@ def test_a_subscription_hears_its_community_after_the_slot_moved(deployment: Clu
     store = _store(deployment, "wake")
     slot = cluster.slot_of(store.client)
     listener = Subscription(store.client, ignore_subscribe_messages=True)
-    listener.subscribe(store.keys.wake)
-    assert listener.message(timeout=0.5) is None
+    channels = [store.keys.wake_channel(QUEUE, shard) for shard in range(WAKE_SHARDS)]  # the job's is one
+    for channel in channels:
+        listener.subscribe(channel)
+    assert listener.message(timeout=0.5) is None  # the first notice came: the server has the subscriptions
     owner = deployment.owner(slot)
     deployment.migrate_atomic(slot, owner, (owner + 1) % len(deployment.nodes))
     store.submit([job(queues=(QUEUE,))])  # publishes on the wake channel, from the slot's new owner
     heard = None
-    for _ in range(20):
+    for _ in range(20 + WAKE_SHARDS):  # the subscription notices first (read as None)
         heard = heard or listener.message(timeout=0.5)
-    assert heard is not None and heard["channel"] == store.keys.wake.encode()
+    assert heard is not None and heard["channel"].decode() in channels
     listener.close()
 
 
