@@ -26,8 +26,7 @@ from itertools import islice
 from typing import Any
 
 from taskqueues.errors import NotFound, ValidationError
-from taskqueues.store import Store, reads
-from taskqueues.store.fairshare import job_account
+from taskqueues.store import Store, job_account, reads
 from taskqueues.store.records import Job, JobState
 
 __all__ = ["ACTIVE", "FINISHED", "JobFilter", "JobRow", "Listing", "list_jobs", "parse_states", "render_jobs"]

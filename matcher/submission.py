@@ -48,9 +48,7 @@ from taskqueues.errors import PilotfishError, ProblemList, RequirementError, Val
 from taskqueues.ete import DEFAULT_SPREAD, estimate
 from taskqueues.placement import BACKEND_OPTIONS, INSTANCE_TYPE, SUBMIT_POOL
 from taskqueues.requirements import CONSUMABLES, Requirements, bucket, check_name, check_value, parse_requirements
-from taskqueues.store import Store
-from taskqueues.store.fairshare import DEFAULT_GROUP, account_tq, default_owner
-from taskqueues.store.fairshare import check_name as check_account_name
+from taskqueues.store import DEFAULT_GROUP, Store, account_tq, check_account_name, default_owner
 from taskqueues.store.records import NewJob
 
 from .eta import fan_in_bound, live_cores, load_seconds, request_eta

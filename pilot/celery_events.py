@@ -45,8 +45,7 @@ from kombu.connection import Connection
 from pilot.agent.observer import Command, PilotInfo, PilotLoad
 from pilot.remote_control import RemoteControl, Reply, celery_mailbox, ok
 from taskqueues import __version__ as PILOTFISH_VERSION
-from taskqueues.store import sentinel
-from taskqueues.store.fairshare import account_of
+from taskqueues.store import account_of, sentinel
 from taskqueues.store.records import Job, RunResult
 
 log = logging.getLogger(__name__)

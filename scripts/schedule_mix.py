@@ -27,7 +27,7 @@ from mixes import Mix, MixRequest, MixTask, mix_bound, request_bound
 from matcher.submission import JobSpec, SubmissionError, Submitter
 from taskqueues.catalog import Catalog
 from taskqueues.store import Store
-from taskqueues.store.fairshare import Policy, publish
+from taskqueues.store.fairshare import Policy
 from taskqueues.store.records import PilotOffer, RunResult
 
 MIX_POLICIES = ("pressure", "strict", "fifo")
@@ -80,7 +80,7 @@ def simulate_mix(client: redis.Redis, mix: Mix, policy: str) -> MixResult:
     clock = SimClock()
     # FIFO's scores are positions, not start-by dates: its reservations stay EASY's.
     store = Store(client, clock=clock, lease_seconds=1e9, bounded_reservations=BOUNDED and policy != "fifo")
-    publish(client, store.keys, shares_policy(mix) if policy == "shares" else None)
+    store.shares.publish(shares_policy(mix) if policy == "shares" else None)
     catalog = Catalog.loads(CATALOG)
     capacity = float(mix.pilots * mix.cores)
     tasks: dict[str, tuple[MixTask, MixRequest]] = {}

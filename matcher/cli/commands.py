@@ -17,10 +17,8 @@ from taskqueues.context import Context
 from taskqueues.credentials import SECRET_SETTINGS
 from taskqueues.errors import NotFound, PilotfishError, ValidationError
 from taskqueues.settings import Settings
-from taskqueues.store import access, alive, stops
+from taskqueues.store import DEFAULT_GROUP, access, alive, check_account_name, default_owner, stops
 from taskqueues.store.connection import ping
-from taskqueues.store.fairshare import DEFAULT_GROUP, default_owner
-from taskqueues.store.fairshare import check_name as check_account_name
 from taskqueues.store.guard import shown_url
 from taskqueues.store.keys import Keys
 

@@ -14,7 +14,7 @@ import json
 import click
 
 from taskqueues.context import Context
-from taskqueues.store.fairshare import fair_state, publish, read_policy, stored_policy
+from taskqueues.store import read_policy
 
 from ..fairexplain import group_table
 
@@ -29,24 +29,24 @@ def shares(file: str | None, off: bool, as_json: bool) -> None:
     """Store FILE (TOML) as the shares and limits policy, or show usage against the stored one."""
     store = Context().store
     if off:
-        publish(store.client, store.keys, None)
+        store.shares.publish(None)
         click.echo("shares policy removed: the match serves by urgency alone")
         return
     if file:
         policy = read_policy(file)
-        publish(store.client, store.keys, policy)
+        store.shares.publish(policy)
         click.echo(
             f"shares policy stored: {len(policy.shares)} groups, {len(policy.cores)} core limits, "
             f"{len(policy.jobs)} type limits, half-life {policy.halflife:g} s"
         )
         return
-    stored = stored_policy(store.client, store.keys)
+    stored = store.shares.policy()
     if stored is None:
         click.echo("no shares policy: the match serves by urgency alone")
         return
     now = store.clock()
     rows = group_table(store, stored, now)
-    state = fair_state(store.client, store.keys, now, stored)
+    state = store.shares.state(now, stored)
     limits = [
         {"group": g, "where": w, "limit": n, "running": state.running(g) if w == "*" else state.count(f"c:{g}@{w}")}
         for (g, w), n in sorted(stored.cores.items())

@@ -1,16 +1,39 @@
-"""The task-queue store: the one part of Pilotfish that talks to Redis.
+"""The task-queue store: the one part of Pilotfish that talks to Redis, and its only door.
 
-Everything else reads and writes the store through this package: the facade (:class:`Store`, every
-operation on jobs one atomic Lua script, errors converted by one guard), the key names (``keys``), the typed
-records (``records``), read models for the operator's views and re-pressure (``reads``), the write of what
-re-pressure computed (``rescore``), the director's pilot registry (``registry``), subscriptions, pings and
-connections of their own (``connection``), and the helpers the long-running components share (``lock``,
-``alive``, ``stops``, ``outage``). ``access`` holds the ACL rules of its users, ``redis_server`` starts a
-server of our own. ``sentinel`` and ``cluster`` read the URL forms
-of a Sentinel-managed primary and of a Redis Cluster (a community's client there talks to the primary owning
-its slot).
+Code outside this package imports from here and nowhere deeper: :class:`Store` (jobs, leases, the match:
+every operation one atomic Lua script, errors converted by one guard) and its rooms, reached from it by
+one property each (``store.shares``…, :mod:`taskqueues.store.part`); the record types; and the few pure
+helpers named in ``__all__`` (account names, the shares file). Nothing here hands out a raw Redis client.
 """
 
 from .facade import Store
+from .fairshare import (
+    DEFAULT_GROUP,
+    FairState,
+    Policy,
+    Shares,
+    account_of,
+    account_tq,
+    default_owner,
+    job_account,
+    limit_hit,
+    rank,
+    read_policy,
+)
+from .fairshare import check_name as check_account_name
 
-__all__ = ["Store"]
+__all__ = [
+    "DEFAULT_GROUP",
+    "FairState",
+    "Policy",
+    "Shares",
+    "Store",
+    "account_of",
+    "account_tq",
+    "check_account_name",
+    "default_owner",
+    "job_account",
+    "limit_hit",
+    "rank",
+    "read_policy",
+]

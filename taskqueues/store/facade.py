@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import cached_property
 from typing import Any
 
 import redis
@@ -25,6 +26,7 @@ from ..errors import ConfigError, NotFound, StaleReport, StoreError, StoreUnavai
 from . import functions
 from .connection import connect
 from .exchange import PendingExchange
+from .fairshare import Shares
 from .guard import client_url, converted, guard, guarded
 from .keys import Keys
 from .packed import HotLine, PackedCall, pack_script
@@ -114,6 +116,13 @@ class Store(StoreReads):
     def from_url(cls, url: str, *, vo: str = "default", prefix: str = "pf", **kwargs: Any) -> Store:
         keys = Keys(prefix=prefix, vo=vo)
         return cls(connect(url, community=keys.base), keys, **kwargs)
+
+    # -- the rooms: every other operation, one property per concept (taskqueues/store/part.py) ------
+
+    @cached_property
+    def shares(self) -> Shares:
+        """The shares policy and the fair-share usage."""
+        return Shares(self.client, self.keys, self.where)
 
     # -- plumbing ---------------------------------------------------------------------------------
 
