@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from taskqueues.store import Policy, Store, account_of, limit_hit, reads
-from taskqueues.store.records import Job
+from taskqueues.store import Job, Policy, Store, account_of, limit_hit
 
 from .release import account_of_job
 
@@ -108,7 +107,7 @@ def fair_view(store: Store, job: Job, queues: Sequence[str], now: float) -> Fair
     state = store.shares.state(now, policy)
     waiting: set[str] = set()
     for queue in queues:
-        for tq, score in reads.zset_page(store, store.keys.qheads(queue), 0, -1):
+        for tq, score in store.views.zset_page(store.keys.qheads(queue), 0, -1):
             if score < 1e18:  # below _lib.lua's EMPTY: a task queue with jobs
                 waiting.add(account_of(tq)[0])
     rows = group_table(store, policy, now, sorted(waiting | {group}))

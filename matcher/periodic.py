@@ -17,8 +17,7 @@ import logging
 from dataclasses import dataclass
 
 from taskqueues.context import Context
-from taskqueues.store import retention
-from taskqueues.store.records import Largest
+from taskqueues.store import Largest
 
 from .release import sweep
 from .submission import pool_of_definition
@@ -112,7 +111,7 @@ def clean(ctx: Context) -> list[str]:
         if not batch:
             break
     if ctx.settings.job_retention > 0:
-        gone = retention.forget_ended(ctx.store, ctx.store.clock() - ctx.settings.job_retention)
+        gone = ctx.store.forget_ended(ctx.store.clock() - ctx.settings.job_retention)
         if gone.jobs:
             log.info("retention: forgot %d requests and %d jobs in all", gone.requests, gone.jobs)
     return removed

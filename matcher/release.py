@@ -21,8 +21,16 @@ from typing import Any
 
 from taskqueues.catalog import Catalog
 from taskqueues.errors import NotFound, PilotfishError
-from taskqueues.store import Store, account_tq, job_account
-from taskqueues.store.records import Job, JobState, member_tail, stored_requirements, time_needed
+from taskqueues.store import (
+    Job,
+    JobState,
+    Store,
+    account_tq,
+    job_account,
+    member_tail,
+    stored_requirements,
+    time_needed,
+)
 
 from .limits import MAX_COMMAND_BYTES, check_text
 from .submission import place

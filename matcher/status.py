@@ -14,8 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from taskqueues.errors import NotFound
-from taskqueues.store import Store, reads
-from taskqueues.store.records import Job, JobState, Parked
+from taskqueues.store import Job, JobState, Parked, Store
 
 __all__ = [
     "RequestStatus",
@@ -129,7 +128,7 @@ def task_queues(store: Store) -> list[TaskQueueStatus]:
     """Every task queue known (with a definition), most urgent head first, empty ones last."""
     defs = store.tq_definitions()
     ids = sorted(defs)
-    summaries = reads.task_queue_summaries(store, ids)
+    summaries = store.views.task_queue_summaries(ids)
     out = []
     for tq in ids:
         summary = summaries[tq]

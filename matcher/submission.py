@@ -48,8 +48,7 @@ from taskqueues.errors import PilotfishError, ProblemList, RequirementError, Val
 from taskqueues.ete import DEFAULT_SPREAD, estimate
 from taskqueues.placement import BACKEND_OPTIONS, INSTANCE_TYPE, SUBMIT_POOL
 from taskqueues.requirements import CONSUMABLES, Requirements, bucket, check_name, check_value, parse_requirements
-from taskqueues.store import DEFAULT_GROUP, Store, account_tq, check_account_name, default_owner
-from taskqueues.store.records import NewJob
+from taskqueues.store import DEFAULT_GROUP, NewJob, Store, account_tq, check_account_name, default_owner
 
 from .eta import fan_in_bound, live_cores, load_seconds, request_eta
 from .limits import (

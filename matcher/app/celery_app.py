@@ -26,9 +26,7 @@ from taskqueues import logformat
 from taskqueues.context import Context
 from taskqueues.errors import PilotfishError, StoreUnavailable
 from taskqueues.settings import Settings
-from taskqueues.store import alive as liveness
-from taskqueues.store import sentinel
-from taskqueues.store.outage import Outage
+from taskqueues.store import Outage, sentinel_transport_options
 
 from .. import periodic
 from ..releaser import Releaser
@@ -93,7 +91,7 @@ def configure(ctx: Context) -> Celery:
     s = ctx.settings
     app.conf.broker_url = ctx.broker_url
     app.conf.result_backend = ctx.broker_url
-    app.conf.broker_transport_options = app.conf.result_backend_transport_options = sentinel.transport_options(
+    app.conf.broker_transport_options = app.conf.result_backend_transport_options = sentinel_transport_options(
         ctx.broker_url, s.redis_sentinel_master
     )
     app.conf.beat_schedule = {
@@ -118,7 +116,7 @@ def _worker_alive(**_: Any) -> None:
     """
     ctx = context()
     try:
-        liveness.record(ctx.client, ctx.keys, "worker")
+        ctx.store.control.beat("worker")
     except StoreUnavailable as exc:
         OUTAGE.failed(exc)
     else:

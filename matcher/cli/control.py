@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from taskqueues.errors import NotFound, PilotfishError
-from taskqueues.store import Store
-from taskqueues.store.records import JobState
+from taskqueues.store import JobState, Store
 
 
 class AlreadyEnded(PilotfishError):

@@ -34,7 +34,7 @@ from typing import IO
 from pilot.director.service import Director
 from taskqueues.context import Context
 from taskqueues.errors import StoreError
-from taskqueues.store.records import Job, JobState
+from taskqueues.store import Job, JobState
 
 from .. import periodic
 from ..releaser import Releaser
@@ -263,7 +263,7 @@ def run_workflow(
 
 
 def _live_pilots(ctx: Context, since: float) -> list[dict[str, object]]:
-    records = ctx.store.pilot_records(3 * ctx.settings.lease_seconds)
+    records = ctx.store.pilot_records(ctx.store.pilots.live_window)
     return [r for r in records.values() if float(str(r.get("started", 0))) >= since - 1 and not r.get("stopped")]
 
 

@@ -22,7 +22,8 @@ from typing import Any
 
 from pilot.agent.payload import pidfds_supported
 from pilot.agent.state import PilotState
-from taskqueues.store.connection import CONNECTION_LOST, Subscription
+from taskqueues.errors import StoreUnavailable
+from taskqueues.store import Subscription
 
 log = logging.getLogger("pilot.agent")
 
@@ -93,13 +94,13 @@ class Wake:
     def listen(self) -> None:
         """Subscribe to the store's wake channel: work entering a task queue wakes an idle pilot at once
         instead of at its next back-off poll; and to the pilot's own channel, on which a kill or stop
-        request for it is announced (:mod:`taskqueues.store.stops`): it heartbeats at once. Polling and the
+        request for it is announced (``store.pilots``): it heartbeats at once. Polling and the
         heartbeat stay the fallback (a lost subscription is renewed at the next heartbeat)."""
         assert self._selector is not None
         state = self.state
         store = state.store
         try:
-            pubsub = Subscription(store.client, ignore_subscribe_messages=True)
+            pubsub = store.subscribe(ignore_subscribe_messages=True)
             pubsub.subscribe(store.keys.wake)
             while pubsub.message(0.5) is not None:
                 pass
@@ -115,7 +116,7 @@ class Wake:
             assert self._pubsub_sock is not None
             self._selector.register(self._pubsub_sock, selectors.EVENT_READ, ("work", None))
         except Exception as exc:
-            if isinstance(exc, CONNECTION_LOST):
+            if isinstance(exc, StoreUnavailable):
                 state.outage.failed(exc)
             else:
                 log.warning("pilot %s: no wake subscription (%s): polling only", state.name, exc)
@@ -152,7 +153,7 @@ class Wake:
                 if message.get("channel") == own:
                     state.next_heartbeat = 0.0  # a kill or stop request: read it now
         except Exception as exc:
-            if isinstance(exc, CONNECTION_LOST):
+            if isinstance(exc, StoreUnavailable):
                 state.outage.failed(exc)
             else:
                 log.warning("pilot %s: wake subscription lost (%s)", state.name, exc)

@@ -10,18 +10,16 @@ job each one hands out next): a job queued behind a more urgent one of its own t
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import redis
 
-from . import stats
-from .guard import client_url, guard
 from .keys import Keys
 from .records import text
+from .stats import StatField
 
 #: Job records read per round trip when the leased jobs are counted.
 PAGE = 1000
@@ -70,13 +68,9 @@ def pilot_state(record: Mapping[str, Any]) -> str:
     return "busy" if record.get("running") else "idle"
 
 
-def take(client: redis.Redis, keys: Keys, *, live_within: float, clock: Callable[[], float] = time.time) -> Census:
-    """Count what the store holds now; pilots are live when they beat within ``live_within`` seconds."""
-    with guard(client_url(client), "counting jobs and pilots for metrics"):
-        return _take(client, keys, live_within, clock())
-
-
-def _take(client: redis.Redis, keys: Keys, live_within: float, now: float) -> Census:
+def take(client: redis.Redis, keys: Keys, live_within: float, now: float) -> Census:
+    """Count what the store holds at ``now``; pilots are live when they beat within ``live_within`` seconds
+    (``store.views.census``, which guards it)."""
     census = Census(at=now)
     pipe = client.pipeline(transaction=False)
     pipe.hgetall(keys.stats)
@@ -111,7 +105,7 @@ def _take(client: redis.Redis, keys: Keys, live_within: float, now: float) -> Ce
         if head:
             heads.append(text(head[0]).split(":", 1)[0])
 
-    blocked = census.with_prefix(stats.BLOCKED_IN)
+    blocked = census.with_prefix(StatField.BLOCKED_IN)
     for tq, n in blocked.items():
         if n > 0:
             census.by_task_queue[tq or "deferred", "blocked"] += int(n)
@@ -141,7 +135,7 @@ def _take(client: redis.Redis, keys: Keys, live_within: float, now: float) -> Ce
 
     census.jobs = {
         "waiting": waiting + int(delayed),
-        "blocked": max(0, int(census.counter(stats.BLOCKED))),
+        "blocked": max(0, int(census.counter(StatField.BLOCKED))),
         "releasing": int(releasing),
         "matched": states["matched"],
         "running": states["running"],

@@ -24,13 +24,17 @@ from redis.connection import Connection
 
 from ..errors import ConfigError, NotFound, StaleReport, StoreError, StoreUnavailable
 from . import functions
-from .connection import connect
+from .connection import Subscription, connect, follow, give_back, own_connection
+from .control import Control
 from .exchange import PendingExchange
 from .fairshare import Shares
 from .guard import client_url, converted, guard, guarded
 from .keys import Keys
 from .packed import HotLine, PackedCall, pack_script
+from .payload_logs import Logs
+from .pilots import Pilots
 from .queries import StoreReads
+from .reads import Views
 from .records import (
     DEFAULT_ETE_SAFETY_FACTOR,
     Exchange,
@@ -43,7 +47,10 @@ from .records import (
     RunResult,
 )
 from .records import text as _text
+from .registry import Registry
+from .rescore import Rescored, rescore
 from .reservations import DEFAULT_RESERVATION_SLACK, running_text
+from .retention import Forgotten, forget_ended
 
 _MAX_KEY_ROUNDS = 16
 #: Fields of the cursor hash: the server run the reaper last saw, and until when leases are not requeued.
@@ -123,6 +130,73 @@ class Store(StoreReads):
     def shares(self) -> Shares:
         """The shares policy and the fair-share usage."""
         return Shares(self.client, self.keys, self.where)
+
+    @cached_property
+    def pilots(self) -> Pilots:
+        """Live pilots (the live window) and their stop requests."""
+        return Pilots(self.client, self.keys, self.where, lease_seconds=self.lease_seconds, clock=self.clock)
+
+    @cached_property
+    def control(self) -> Control:
+        """The control plane's beats, counters and locks."""
+        return Control(self.client, self.keys, self.where)
+
+    @cached_property
+    def views(self) -> Views:
+        """The read models of the operator's views and re-pressure."""
+        return Views(self.client, self.keys, self.where)
+
+    @cached_property
+    def logs(self) -> Logs:
+        """The payloads' shipped output."""
+        return Logs(self)
+
+    @cached_property
+    def registry(self) -> Registry:
+        """The pilots the directors submitted."""
+        return Registry(self.client, self.keys, self.where)
+
+    def rescore(
+        self,
+        jobs: Sequence[Rescored],
+        *,
+        waiting_tqs: Iterable[str] = (),
+        etas: Mapping[str, float] | None = None,
+        loads: Mapping[str, float] | None = None,
+        progress: Mapping[str, str] | None = None,
+        marks: Mapping[str, str] | None = None,
+    ) -> tuple[int, int]:
+        """Store one batch of re-pressure's scores (:func:`taskqueues.store.rescore.rescore`)."""
+        return rescore(self, jobs, waiting_tqs=waiting_tqs, etas=etas, loads=loads, progress=progress, marks=marks)
+
+    def forget_ended(self, cutoff: float) -> Forgotten:
+        """The job retention (:func:`taskqueues.store.retention.forget_ended`)."""
+        return forget_ended(self, cutoff)
+
+    @guarded("pinging the store")
+    def ping(self) -> None:
+        """One round trip to the server."""
+        self.client.ping()
+
+    def subscribe(self, *, ignore_subscribe_messages: bool = False) -> Subscription:
+        """A subscription to channels of the store, on a connection of its own (no channel yet)."""
+        return Subscription(self.client, ignore_subscribe_messages=ignore_subscribe_messages)
+
+    @guarded("taking a connection of one's own")
+    def own_connection(self) -> Connection:
+        """A connection taken out of the pool for one user's ordered traffic (:meth:`send_exchange`); give it
+        back with :meth:`give_back`."""
+        return own_connection(self.client)
+
+    @guarded("following the community's primary")
+    def follow(self, conn: Connection) -> None:
+        """Before sending on a connection of one's own with no reply due: on a Redis Cluster, move it to the
+        community's primary if the slot moved."""
+        follow(conn)
+
+    def give_back(self, conn: Connection) -> None:
+        """Close a connection taken with :meth:`own_connection` (replies may still be due on it), return it."""
+        give_back(self.client, conn)
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -320,7 +394,8 @@ class Store(StoreReads):
         max_jobs: int = 1,
     ) -> Exchange:
         """A pilot's reports and its next match in one round trip (see :class:`PendingExchange`)."""
-        conn = self.client.connection_pool.get_connection()
+        with guard(self.where, "taking a connection"):
+            conn = self.client.connection_pool.get_connection()
         try:
             return self.send_exchange(
                 pilot, conn, starts=starts, completions=completions, offer=offer, max_jobs=max_jobs

@@ -10,12 +10,15 @@ with a class deriving from :class:`Part`, and one property on the facade (CONTRI
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
+
 import redis
 
 from .guard import client_url
 from .keys import Keys
 
-__all__ = ["Part"]
+__all__ = ["Part", "Scripted"]
 
 
 class Part:
@@ -26,3 +29,25 @@ class Part:
         self.keys = keys
         #: Where the store lives, as errors name it (no password).
         self.where = client_url(client) if where is None else where
+
+
+class Scripted(Protocol):
+    """What a room that runs the store's scripts uses of the facade (:class:`taskqueues.store.Store` is one):
+    its script runner, which declares the keys a script asks for, and the keys every mover of members keeps."""
+
+    client: redis.Redis
+    keys: Keys
+    where: str
+    clock: Callable[[], float]
+    floors: list[str]
+
+    def call_script(
+        self,
+        name: str,
+        keys: Sequence[str],
+        args: Sequence[Any],
+        extra: Iterable[str] = (),
+        client: redis.Redis | None = None,
+    ) -> list[Any]: ...
+
+    def pool_keys(self, tq_ids: Iterable[str]) -> list[str]: ...

@@ -11,15 +11,19 @@ thousands of records and most of it only needs a few fields).
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import redis
+
+from .census import Census, take
+from .guard import guarded
+from .part import Part
 from .records import Job, read_requirements
 from .records import text as _text
-
-if TYPE_CHECKING:
-    from .facade import Store
+from .reservations import held_for
 
 #: Job ids read per HMGET by :class:`RecordCache`.
 FETCH_CHUNK = 1000
@@ -115,12 +119,14 @@ class RecordCache:
     """Job records fetched on demand and cached (None for an id with no readable record); ``read`` counts the
     records fetched."""
 
-    def __init__(self, store: Store) -> None:
-        self.client = store.client
-        self.key = store.keys.jobs
+    def __init__(self, client: redis.Redis, key: str, where: str) -> None:
+        self.client = client
+        self.key = key
+        self.where = where
         self.cache: dict[str, RecordView | None] = {}
         self.read = 0
 
+    @guarded("reading job records")
     def fetch(self, ids: Iterable[str]) -> None:
         todo = [i for i in dict.fromkeys(ids) if i not in self.cache]
         for start in range(0, len(todo), FETCH_CHUNK):
@@ -136,51 +142,6 @@ class RecordCache:
         return self.cache[job]
 
 
-# -- cursors, completions, rules, requests (re-pressure) ----------------------------------------------
-
-
-def cursor(store: Store, name: str) -> str | None:
-    """One field of the periodic tasks' cursor hash."""
-    raw = store.client.hget(store.keys.cursor, name)
-    return None if raw is None else _text(raw)
-
-
-def cursors(store: Store, names: Sequence[str]) -> list[str | None]:
-    """Several fields of the cursor hash, in order."""
-    return [None if raw is None else _text(raw) for raw in store.client.hmget(store.keys.cursor, list(names))]
-
-
-def completions(store: Store, low: str, batch: int) -> list[tuple[str, float]]:
-    """Up to ``batch`` successful jobs of the done log from ``low`` on (a Redis score bound), oldest first."""
-    entries: Any = store.client.zrangebyscore(store.keys.donelog, low, "+inf", start=0, num=batch, withscores=True)
-    return [(_text(member), float(score)) for member, score in entries]
-
-
-def rule_members(store: Store, rule: str) -> list[str]:
-    """The jobs listed under a rule (unfinished when listed)."""
-    return [_text(m) for m in store.client.sscan_iter(store.keys.byrule(rule), count=1000)]
-
-
-def forget_rule_members(store: Store, finished: dict[str, list[str]]) -> None:
-    """Drop finished jobs from their rules' lists (rule -> job ids), in one round trip."""
-    pipe = store.client.pipeline(transaction=False)
-    for rule, ids in finished.items():
-        if ids:
-            pipe.srem(store.keys.byrule(rule), *ids)
-    pipe.execute()
-
-
-def request_records(store: Store, requests: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """The records of these requests that exist."""
-    if not requests:
-        return {}
-    raws = store.client.hmget(store.keys.requests, list(requests))
-    return {q: json.loads(raw) for q, raw in zip(requests, raws, strict=True) if raw}
-
-
-# -- explain ----------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Place:
     """Where a job stands in its task queue: its rank (None when it is not in it), the queue's length, and
@@ -189,31 +150,6 @@ class Place:
     rank: int | None
     length: int
     delayed: float | None
-
-
-def job_member(store: Store, job: str) -> str:
-    """The task-queue member a job's record names (empty when there is none, or no record)."""
-    raw = store.client.hget(store.keys.jobs, job)
-    rec = json.loads(raw) if raw else {}
-    return job + str(rec["mt"]) if rec.get("mt") else ""
-
-
-def place(store: Store, job: str, tq_id: str, member: str) -> Place:
-    """The job's place in task queue ``tq_id`` (one round trip)."""
-    k = store.keys
-    pipe = store.client.pipeline(transaction=False)
-    pipe.zrank(k.tq(tq_id), member)
-    pipe.zcard(k.tq(tq_id))
-    pipe.zscore(k.delayed, job)
-    rank, length, delayed = pipe.execute()
-    return Place(None if rank is None else int(rank), int(length), None if delayed is None else float(delayed))
-
-
-def leased(store: Store, limit: int) -> list[str] | None:
-    """The ids of the leased jobs, or None when there are more than ``limit``."""
-    if int(store.client.zcard(store.keys.leases)) > limit:
-        return None
-    return [_text(i) for i in store.client.zrange(store.keys.leases, 0, -1)]
 
 
 @dataclass(frozen=True)
@@ -228,54 +164,6 @@ class Head:
     score: float
 
 
-def heads_before(store: Store, queue: str, score: float, *, skip: str = "") -> list[Head]:
-    """Heads of the task queues of ``queue`` (but ``skip``) more urgent than ``score``: those the heads index
-    puts before it, as their task queues hold them now (the index may lag below the real head: the real one
-    decides)."""
-    k = store.keys
-    entries: Any = store.client.zrangebyscore(k.qheads(queue), "-inf", f"({score!r}", withscores=True)
-    tqs = [_text(tq) for tq, _ in entries if _text(tq) != skip]
-    if not tqs:
-        return []
-    pipe = store.client.pipeline(transaction=False)
-    for tq in tqs:
-        pipe.zrange(k.tq(tq), 0, 0, withscores=True)
-    out = []
-    for tq, head in zip(tqs, pipe.execute(), strict=True):
-        if head and float(head[0][1]) < score:
-            _, cpu, mem, tmp, need = _text(head[0][0]).split(":")
-            out.append(Head(tq, int(cpu), int(mem), int(tmp), float(need), float(head[0][1])))
-    return out
-
-
-@dataclass(frozen=True)
-class LivePilots:
-    """The records of the pilots seen since a time, and how many pilots the pilots hash holds in all."""
-
-    records: dict[str, dict[str, Any]]
-    total: int
-
-
-def live_pilots(store: Store, since: float) -> LivePilots:
-    """The pilots with a heartbeat since ``since``, by name (sorted), with their records as stored; a record
-    that is gone or is not a JSON object reads as empty."""
-    k = store.keys
-    seen: Any = store.client.zrangebyscore(k.pilotseen, since, "+inf")
-    live = sorted(_text(p) for p in seen)
-    raws = store.client.hmget(k.pilots, live) if live else []
-    records: dict[str, dict[str, Any]] = {}
-    for pilot, raw in zip(live, raws, strict=True):
-        try:
-            rec = json.loads(raw) if raw else {}
-        except ValueError:
-            rec = {}
-        records[pilot] = rec if isinstance(rec, dict) else {}
-    return LivePilots(records, int(store.client.hlen(k.pilots)))
-
-
-# -- status -----------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class TaskQueueSummary:
     """A task queue's length, head score (None when empty) and SubmitPool."""
@@ -285,42 +173,147 @@ class TaskQueueSummary:
     queues: list[str]
 
 
-def task_queue_summaries(store: Store, tq_ids: Sequence[str]) -> dict[str, TaskQueueSummary]:
-    """Length, head score and SubmitPool of each task queue (one round trip)."""
-    pipe = store.client.pipeline(transaction=False)
-    for tq in tq_ids:
-        pipe.zcard(store.keys.tq(tq))
-        pipe.zrange(store.keys.tq(tq), 0, 0, withscores=True)
-        pipe.smembers(store.keys.pool(tq))
-    replies = pipe.execute() if tq_ids else []
-    out = {}
-    for i, tq in enumerate(tq_ids):
-        waiting, head, pool = replies[3 * i : 3 * i + 3]
-        out[tq] = TaskQueueSummary(int(waiting), float(head[0][1]) if head else None, sorted(_text(q) for q in pool))
-    return out
+class Views(Part):
+    """The read models (``store.views``): what the operator's views and re-pressure read, typed."""
 
+    @guarded("counting jobs and pilots for metrics")
+    def census(self, live_within: float, now: float | None = None) -> Census:
+        """Count what the store holds now; pilots are live when they beat within ``live_within`` seconds."""
+        return take(self.client, self.keys, live_within, time.time() if now is None else now)
 
-def zset_page(store: Store, key: str, start: int, stop: int, *, reverse: bool = False) -> list[tuple[str, float]]:
-    """(member, score) of ranks ``start``..``stop`` of a zset of the store (lowest score first, or highest
-    with ``reverse``): the listings page through their indexes with it."""
-    page: Any = store.client.zrange(key, start, stop, desc=reverse, withscores=True)
-    return [(_text(member), float(score)) for member, score in page]
+    @guarded("reading the reservations")
+    def held_for(self, queues: Iterable[str], job: str, now: float, *, bounded: bool = False) -> list[str]:
+        """Which pilot holds cores for which reserved job in each of ``queues``, as explain shows it
+        (:func:`taskqueues.store.reservations.held_for`)."""
+        return held_for(self.client, self.keys, queues, job, now, bounded=bounded)
 
+    def cache(self) -> RecordCache:
+        """An empty cache of job records, filled on demand."""
+        return RecordCache(self.client, self.keys.jobs, self.where)
 
-def zset_sizes(store: Store, keys: Sequence[str]) -> list[int]:
-    """The sizes of several zsets, in one round trip."""
-    pipe = store.client.pipeline(transaction=False)
-    for key in keys:
-        pipe.zcard(key)
-    return [int(n) for n in pipe.execute()]
+    @guarded("reading a cursor")
+    def cursor(self, name: str) -> str | None:
+        """One field of the periodic tasks' cursor hash."""
+        raw = self.client.hget(self.keys.cursor, name)
+        return None if raw is None else _text(raw)
 
+    @guarded("reading the cursors")
+    def cursors(self, names: Sequence[str]) -> list[str | None]:
+        """Several fields of the cursor hash, in order."""
+        return [None if raw is None else _text(raw) for raw in self.client.hmget(self.keys.cursor, list(names))]
 
-def task_queue_ids(store: Store) -> list[str]:
-    """Every task queue the store defines, sorted."""
-    return sorted(_text(tq) for tq in store.client.hkeys(store.keys.tqdefs))
+    @guarded("reading the completions")
+    def completions(self, low: str, batch: int) -> list[tuple[str, float]]:
+        """Up to ``batch`` successful jobs of the done log from ``low`` on (a Redis score bound), oldest first."""
+        entries: Any = self.client.zrangebyscore(self.keys.donelog, low, "+inf", start=0, num=batch, withscores=True)
+        return [(_text(member), float(score)) for member, score in entries]
 
+    @guarded("reading a rule's jobs")
+    def rule_members(self, rule: str) -> list[str]:
+        """The jobs listed under a rule (unfinished when listed)."""
+        return [_text(m) for m in self.client.sscan_iter(self.keys.byrule(rule), count=1000)]
 
-def all_request_records(store: Store) -> dict[str, dict[str, Any]]:
-    """Every request record (re-pressure's load step: the requests submitted after one whose work moved)."""
-    raw: Any = store.client.hgetall(store.keys.requests)
-    return {_text(k): json.loads(v) for k, v in raw.items()}
+    @guarded("forgetting a rule's finished jobs")
+    def forget_rule_members(self, finished: dict[str, list[str]]) -> None:
+        """Drop finished jobs from their rules' lists (rule -> job ids), in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for rule, ids in finished.items():
+            if ids:
+                pipe.srem(self.keys.byrule(rule), *ids)
+        pipe.execute()
+
+    @guarded("reading request records")
+    def request_records(self, requests: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The records of these requests that exist."""
+        if not requests:
+            return {}
+        raws = self.client.hmget(self.keys.requests, list(requests))
+        return {q: json.loads(raw) for q, raw in zip(requests, raws, strict=True) if raw}
+
+    @guarded("reading a job's task-queue member")
+    def job_member(self, job: str) -> str:
+        """The task-queue member a job's record names (empty when there is none, or no record)."""
+        raw = self.client.hget(self.keys.jobs, job)
+        rec = json.loads(raw) if raw else {}
+        return job + str(rec["mt"]) if rec.get("mt") else ""
+
+    @guarded("reading a job's place")
+    def place(self, job: str, tq_id: str, member: str) -> Place:
+        """The job's place in task queue ``tq_id`` (one round trip)."""
+        k = self.keys
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zrank(k.tq(tq_id), member)
+        pipe.zcard(k.tq(tq_id))
+        pipe.zscore(k.delayed, job)
+        rank, length, delayed = pipe.execute()
+        return Place(None if rank is None else int(rank), int(length), None if delayed is None else float(delayed))
+
+    @guarded("reading the leased jobs")
+    def leased(self, limit: int) -> list[str] | None:
+        """The ids of the leased jobs, or None when there are more than ``limit``."""
+        if int(self.client.zcard(self.keys.leases)) > limit:
+            return None
+        return [_text(i) for i in self.client.zrange(self.keys.leases, 0, -1)]
+
+    @guarded("reading the heads before a job")
+    def heads_before(self, queue: str, score: float, *, skip: str = "") -> list[Head]:
+        """Heads of the task queues of ``queue`` (but ``skip``) more urgent than ``score``: those the heads index
+        puts before it, as their task queues hold them now (the index may lag below the real head: the real one
+        decides)."""
+        k = self.keys
+        entries: Any = self.client.zrangebyscore(k.qheads(queue), "-inf", f"({score!r}", withscores=True)
+        tqs = [_text(tq) for tq, _ in entries if _text(tq) != skip]
+        if not tqs:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for tq in tqs:
+            pipe.zrange(k.tq(tq), 0, 0, withscores=True)
+        out = []
+        for tq, head in zip(tqs, pipe.execute(), strict=True):
+            if head and float(head[0][1]) < score:
+                _, cpu, mem, tmp, need = _text(head[0][0]).split(":")
+                out.append(Head(tq, int(cpu), int(mem), int(tmp), float(need), float(head[0][1])))
+        return out
+
+    @guarded("reading the task queues")
+    def task_queue_summaries(self, tq_ids: Sequence[str]) -> dict[str, TaskQueueSummary]:
+        """Length, head score and SubmitPool of each task queue (one round trip)."""
+        pipe = self.client.pipeline(transaction=False)
+        for tq in tq_ids:
+            pipe.zcard(self.keys.tq(tq))
+            pipe.zrange(self.keys.tq(tq), 0, 0, withscores=True)
+            pipe.smembers(self.keys.pool(tq))
+        replies = pipe.execute() if tq_ids else []
+        out = {}
+        for i, tq in enumerate(tq_ids):
+            waiting, head, pool = replies[3 * i : 3 * i + 3]
+            out[tq] = TaskQueueSummary(
+                int(waiting), float(head[0][1]) if head else None, sorted(_text(q) for q in pool)
+            )
+        return out
+
+    @guarded("reading a page of an index")
+    def zset_page(self, key: str, start: int, stop: int, *, reverse: bool = False) -> list[tuple[str, float]]:
+        """(member, score) of ranks ``start``..``stop`` of a zset of the store (lowest score first, or highest
+        with ``reverse``): the listings page through their indexes with it."""
+        page: Any = self.client.zrange(key, start, stop, desc=reverse, withscores=True)
+        return [(_text(member), float(score)) for member, score in page]
+
+    @guarded("reading index sizes")
+    def zset_sizes(self, keys: Sequence[str]) -> list[int]:
+        """The sizes of several zsets, in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.zcard(key)
+        return [int(n) for n in pipe.execute()]
+
+    @guarded("reading the task queues")
+    def task_queue_ids(self) -> list[str]:
+        """Every task queue the store defines, sorted."""
+        return sorted(_text(tq) for tq in self.client.hkeys(self.keys.tqdefs))
+
+    @guarded("reading the request records")
+    def all_request_records(self) -> dict[str, dict[str, Any]]:
+        """Every request record (re-pressure's load step: the requests submitted after one whose work moved)."""
+        raw: Any = self.client.hgetall(self.keys.requests)
+        return {_text(k): json.loads(v) for k, v in raw.items()}

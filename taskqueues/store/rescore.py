@@ -10,10 +10,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from .facade import Store
+from .part import Scripted
 
 
 @dataclass(frozen=True)
@@ -39,7 +38,7 @@ class Rescored:
 
 
 def rescore(
-    store: Store,
+    store: Scripted,
     jobs: Sequence[Rescored],
     *,
     waiting_tqs: Iterable[str] = (),
