@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass
 
 from taskqueues.context import Context
-from taskqueues.store import Largest
+from taskqueues.store import Largest, canonical_json
 
 from .release import sweep
 from .submission import pool_of_definition
@@ -68,7 +68,7 @@ def exact_definition(tq_def: str, largest: Largest | None) -> str:
     values.update(cpu=largest.cpu, mem=largest.mem, tmp=largest.tmp)
     if "wall" in values and largest.wall:
         values["wall"] = largest.wall
-    return json.dumps(values, sort_keys=True, separators=(",", ":"))
+    return canonical_json(values)
 
 
 def refresh_pools(ctx: Context) -> int:

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from taskqueues.errors import NotFound
-from taskqueues.store import Job, JobState, Parked, Store
+from taskqueues.store import Job, JobState, Parked, Store, canonical_json
 
 __all__ = [
     "RequestStatus",
@@ -190,7 +190,7 @@ def render_task_queues(queues: Sequence[TaskQueueStatus], now: float) -> list[st
     lines = []
     for q in queues:
         head = "empty" if q.head_score is None else f"head should start {_when(q.head_score, now)}"
-        reqs = json.dumps(q.requirements, sort_keys=True, separators=(",", ":"))
+        reqs = canonical_json(q.requirements)
         lines.append(f"task queue {q.id}: {q.waiting} waiting, {head}")
         lines.append(f"  requirements {reqs}")
         lines.append(f"  eligible queues: {', '.join(q.queues) or 'none'}")

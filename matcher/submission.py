@@ -48,7 +48,16 @@ from taskqueues.errors import PilotfishError, ProblemList, RequirementError, Val
 from taskqueues.ete import DEFAULT_SPREAD, estimate
 from taskqueues.placement import BACKEND_OPTIONS, INSTANCE_TYPE, SUBMIT_POOL
 from taskqueues.requirements import CONSUMABLES, Requirements, bucket, check_name, check_value, parse_requirements
-from taskqueues.store import DEFAULT_GROUP, NewJob, Store, account_tq, check_account_name, default_owner
+from taskqueues.store import (
+    DEFAULT_GROUP,
+    NewJob,
+    Store,
+    account_tq,
+    canonical_json,
+    check_account_name,
+    default_owner,
+    request_record,
+)
 
 from .eta import fan_in_bound, live_cores, load_seconds, request_eta
 from .limits import (
@@ -143,7 +152,7 @@ def place(catalog: Catalog, raw: Mapping[str, object], *, job: str, vo: str) -> 
         extras[SUBMIT_POOL] = split
     if not extras:
         return Placement(req, req.tq_id, req.canonical_json(), pool)
-    canonical = json.dumps({**req.canonical(), **extras}, sort_keys=True, separators=(",", ":"))
+    canonical = canonical_json({**req.canonical(), **extras})
     tq_id = Requirements(values={**req.values, **extras}).tq_id
     return Placement(req, tq_id, canonical, tuple(q.id for q in queues))
 
@@ -163,7 +172,7 @@ def _pool_mark(
     exact = (req.cpu, req.mem, req.tmp, req.wall or 0)
     if exact == (bucket(req.cpu), bucket(req.mem), bucket(req.tmp), bucket(req.wall or 0)):
         return None
-    definition = json.dumps({**req.canonical(), **extras}, sort_keys=True, separators=(",", ":"))
+    definition = canonical_json({**req.canonical(), **extras})
     if _bucket_pool(catalog, definition, vo) == frozenset(pool):
         return None
     return hashlib.sha256(",".join(sorted(pool)).encode()).hexdigest()[:12]
@@ -381,9 +390,7 @@ class Submitter:
                     tmp=placement.requirements.tmp if placement else 0,
                     ete=ete[job_name],
                     score=eta - pressure[job_name] - priority,
-                    requirements=json.dumps(
-                        dict(placement.requirements.values) if placement else {}, sort_keys=True, separators=(",", ":")
-                    ),
+                    requirements=canonical_json(dict(placement.requirements.values) if placement else {}),
                     name=job_name,
                     max_retries=spec.max_retries,
                     key=spec.key,
@@ -397,18 +404,18 @@ class Submitter:
                 )
             )
         request_id = uuid.uuid4().hex[:12]
-        record = {
-            "name": name or request_id,
-            "priority": priority,
-            "ts": round(now, 3),
-            "eta": round(eta, 3),
-            "cp": round(critical, 3),
-            "load": round(now + load, 3),
-            "cores": round(cores, 3),
-            "n": len(jobs),
-            "owner": owner,
-            "group": group,
-        }
+        record = request_record(
+            name=name or request_id,
+            priority=priority,
+            now=now,
+            eta=eta,
+            critical=critical,
+            load=now + load,
+            cores=cores,
+            jobs=len(jobs),
+            owner=owner,
+            group=group,
+        )
         ids = self.store.submit(new_jobs, request=(request_id, record))
         return Submitted(request_id, dict(zip(order, ids, strict=True)), eta, critical)
 
