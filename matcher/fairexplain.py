@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from taskqueues.store import Job, Policy, Store, account_of, limit_hit
 
-from .release import account_of_job
+from .job_release import account_of_job
 
 __all__ = ["FairView", "fair_view", "group_table"]
 

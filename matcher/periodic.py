@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from taskqueues.context import Context
 from taskqueues.store import Largest, canonical_json
 
-from .release import sweep
+from .job_release import sweep
 from .submission import pool_of_definition
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ every problem before storing anything (a refused request writes nothing: the sto
 
 A job whose template failed to evaluate is stored as failed with the reason, and the jobs depending on
 it as dep-failed; the rest of the request runs. Requirements that read dependency outputs are kept
-with the job and evaluated when it is released (:mod:`matcher.release`). Both kinds are still checked at
+with the job and evaluated when it is released (:mod:`matcher.job_release`). Both kinds are still checked at
 submission as far as they are known: their requirement names, their plain values, and that some queue
 is eligible for what is known.
 """

@@ -69,10 +69,10 @@ from bench_match import fcall_stats, fill, queue_name, queues_for, server_cpu  #
 from pilot.agent.config import PilotConfig  # noqa: E402
 from taskqueues.errors import StaleReport  # noqa: E402
 from taskqueues.store import Store, Subscription  # noqa: E402
+from taskqueues.store.counters import LatencyHistogram, StatField  # noqa: E402
 from taskqueues.store.exchange import PendingExchange  # noqa: E402
 from taskqueues.store.records import PilotOffer, RunResult  # noqa: E402
 from taskqueues.store.redis_server import RedisServer, server_version  # noqa: E402
-from taskqueues.store.stats import LatencyHistogram, StatField  # noqa: E402
 
 #: The real pilot's default periods (one place: its config).
 CONFIG = PilotConfig(queue="bench")

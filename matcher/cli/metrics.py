@@ -6,7 +6,7 @@ give the same answer). ``pilotfish metrics`` prints the exposition text once; ``
 ``/metrics`` over HTTP until stopped.
 
 Names follow Prometheus conventions: gauges of what is now (``pilotfish_jobs{state=...}``), ``_total``
-counters of what happened (kept by the store's scripts: ``taskqueues/store/stats.py``), seconds as the unit of
+counters of what happened (kept by the store's scripts: ``taskqueues/store/counters.py``), seconds as the unit of
 time. Every series carries the community (``vo``). Task queues are many and short-lived: only the
 ``metrics_task_queues`` largest get series of their own, the others add up under ``task_queue="other"``.
 

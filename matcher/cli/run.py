@@ -3,7 +3,7 @@
 It submits the workflow, then runs in one process what a deployment spreads over several: the
 matcher's periodic work (:mod:`matcher.periodic`: reaping, releasing, re-pressure, and at beat's
 intervals the pool refresh and cleaning: :class:`Maintenance`), the releaser that
-evaluates at once the dependents a completion announces (:mod:`matcher.releaser`), a site director
+evaluates at once the dependents a completion announces (:mod:`matcher.release_listener`), a site director
 whose queues (the local default catalog, or the configured one) start pilots through their backends,
 and a live progress display. Pilots are real ``pilotfish pilot`` processes that pull jobs from Redis.
 When every job has ended it stops the pilots it started and prints a summary; the exit status is
@@ -37,7 +37,7 @@ from taskqueues.errors import StoreError
 from taskqueues.store import Job, JobState
 
 from .. import periodic
-from ..releaser import Releaser
+from ..release_listener import Releaser
 from ..repressure import repressure_locked
 from ..status import RequestStatus, request_status
 from ..submission import Submitter, submit_workflow

@@ -8,7 +8,7 @@ system about the pilots it already has there (one call per backend), plan with
 ``n_max_queued`` per shape and ``max_running`` per queue), submit the new pilots with the start-by date
 of their most urgent job as priority, and cancel queued pilots whose demand has gone. Running pilots that
 no waiting job fits are asked to release themselves while another of our pilots waits for room in the
-same backend (:mod:`pilot.director.release`).
+same backend (:mod:`pilot.director.idle_pilots`).
 
 What the director submitted is recorded in Redis (``provisioned``), so any director process (a beat
 task, ``pilotfish director``) sees the same pilots. A local backend keeps its processes in the process
@@ -41,8 +41,8 @@ from taskqueues.settings import Settings
 from taskqueues.shapes import Shape
 from taskqueues.store import SENTINEL_MASTER_VARIABLE, Lock, Outage, is_secret, is_sentinel
 
+from .idle_pilots import Room, release_idle
 from .planner import Demand, ExistingPilot, Plan, can_serve, plan
-from .release import Room, release_idle
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ class QueueReport:
     errors: list[str] = field(default_factory=list)
     released: list[str] = field(default_factory=list)
     # What the release step needs: running pilots (batch id -> pilot name, from their heartbeats) and how
-    # this cycle left them (see pilot.director.release.Room).
+    # this cycle left them (see pilot.director.idle_pilots.Room).
     names: dict[str, str] = field(default_factory=dict)
     room: Room = field(default_factory=Room)
 

@@ -22,6 +22,7 @@ from .census import Census
 from .cluster import is_cluster
 from .connection import Connection, Subscription
 from .control import Control
+from .counters import MATCH_BUCKETS, LatencyHistogram, StatField
 from .exchange import PendingExchange
 from .facade import Store
 from .fairshare import (
@@ -46,7 +47,6 @@ from .moves import move_community
 from .outage import Outage, OutageLogFilter
 from .payload_logs import STREAMS, AttemptLog, Logs, StreamTail, escaped, shown
 from .pilots import LIVE_LEASES, LivePilots, Pilots
-from .reads import Place, RecordCache, RecordView, Views
 from .records import (
     Job,
     JobState,
@@ -69,8 +69,8 @@ from .sentinel import MASTER_VARIABLE as SENTINEL_MASTER_VARIABLE
 from .sentinel import is_sentinel
 from .sentinel import master_name as sentinel_master_name
 from .sentinel import transport_options as sentinel_transport_options
-from .stats import MATCH_BUCKETS, LatencyHistogram, StatField
 from .stops import StopRequest
+from .views import Place, RecordCache, RecordView, Views
 
 __all__ = [
     "CONTROL_USER",

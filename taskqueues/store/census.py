@@ -1,7 +1,7 @@
 """What a community's store holds now, counted for monitoring (``pilotfish metrics``): a read model.
 
 Reading only, in a few pipelined round trips, never loading every job: waiting jobs are counted from the
-task-queue zsets (ZCARD), blocked ones from the counters the scripts keep (:mod:`taskqueues.store.stats`), leased
+task-queue zsets (ZCARD), blocked ones from the counters the scripts keep (:mod:`taskqueues.store.counters`), leased
 ones from the leases zset (their records are read, a page at a time, for their task queue and pilot), pilots
 from their heartbeat records. The oldest waiting job is looked for among the heads of the task queues (the
 job each one hands out next): a job queued behind a more urgent one of its own task queue is not seen.
@@ -17,9 +17,9 @@ from typing import Any
 
 import redis
 
+from .counters import StatField
 from .keys import Keys
 from .records import text
-from .stats import StatField
 
 #: Job records read per round trip when the leased jobs are counted.
 PAGE = 1000
@@ -46,7 +46,7 @@ class Census:
     #: (task queue, state) -> jobs (waiting, blocked, running: matched or running).
     by_task_queue: Counter[tuple[str, str]] = field(default_factory=Counter)
     pilots: list[PilotCount] = field(default_factory=list)
-    #: The stats hash as stored (:mod:`taskqueues.store.stats`).
+    #: The stats hash as stored (:mod:`taskqueues.store.counters`).
     counters: dict[str, float] = field(default_factory=dict)
     #: Seconds since the oldest job among the task-queue heads was submitted (None: no job waits).
     oldest_waiting: float | None = None

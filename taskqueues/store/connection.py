@@ -3,7 +3,7 @@ connection of one's own.
 
 A pilot listens on the wake channel and its own channel (``pilot.agent.wake``) and sends its exchanges on a
 connection it keeps (``pilot.agent.reports``); the control plane's releaser listens on the release channel
-(``matcher.releaser``); commands ping the server. They do it through this module, so the Redis client
+(``matcher.release_listener``); commands ping the server. They do it through this module, so the Redis client
 library is used in the store package only.
 """
 

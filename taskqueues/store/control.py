@@ -7,7 +7,7 @@
   (:meth:`Control.last_beat`), so a hung replica fails its probe while its siblings beat
   (:mod:`taskqueues.store.alive`). Each write drops the entries nobody refreshed for an hour.
 * **Counters** (:meth:`Control.count_submitted`, :meth:`Control.count_error`): what no script counts (the
-  director's submissions and errors) is added to the ``stats`` hash (:mod:`taskqueues.store.stats`).
+  director's submissions and errors) is added to the ``stats`` hash (:mod:`taskqueues.store.counters`).
 * **Locks** (:meth:`Control.lock`, :meth:`Control.locked`): skip locks for periodic work
   (:mod:`taskqueues.store.lock`).
 """
@@ -19,10 +19,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from .alive import KEEP, member
+from .counters import StatField
 from .guard import guarded
 from .lock import Lock
 from .part import Part
-from .stats import StatField
 
 __all__ = ["Control"]
 

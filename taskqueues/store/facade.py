@@ -27,14 +27,13 @@ from . import functions
 from .connection import Subscription, connect, follow, give_back, own_connection
 from .control import Control
 from .exchange import PendingExchange
+from .facade_reads import StoreReads
 from .fairshare import Shares
 from .guard import client_url, converted, guard, guarded
 from .keys import Keys
 from .packed import HotLine, PackedCall, pack_script
 from .payload_logs import Logs
 from .pilots import Pilots
-from .queries import StoreReads
-from .reads import Views
 from .records import (
     DEFAULT_ETE_SAFETY_FACTOR,
     Exchange,
@@ -51,6 +50,7 @@ from .registry import Registry
 from .rescore import Rescored, rescore
 from .reservations import DEFAULT_RESERVATION_SLACK, running_text
 from .retention import Forgotten, forget_ended
+from .views import Views
 
 _MAX_KEY_ROUNDS = 16
 #: Fields of the cursor hash: the server run the reaper last saw, and until when leases are not requeued.
@@ -212,7 +212,7 @@ class Store(StoreReads):
 
         The heads and qfloor hashes are declared for every script: each one that moves task-queue members
         keeps them exact (``_lib.lua``), and declaring them up front saves that round trip. So is the stats
-        hash, which the scripts add their counters to (:mod:`taskqueues.store.stats`).
+        hash, which the scripts add their counters to (:mod:`taskqueues.store.counters`).
         """
         declared = list(
             dict.fromkeys(

@@ -21,10 +21,10 @@ from matcher.cli.metrics import registry
 from taskqueues.context import Context
 from taskqueues.settings import Settings
 from taskqueues.store import Store
+from taskqueues.store.counters import MATCH_BUCKETS, LatencyHistogram
 from taskqueues.store.keys import Keys
 from taskqueues.store.records import PilotOffer, RunResult
 from taskqueues.store.redis_server import RedisServer, free_port
-from taskqueues.store.stats import MATCH_BUCKETS, LatencyHistogram
 from tests.support.clock import FakeClock
 from tests.support.paths import ROOT
 from tests.support.pilots import QUEUE, pilot_env, running_pilot

@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from matcher.submission import JobSpec, Submitter
-from pilot.director.release import Room, release_idle
+from pilot.director.idle_pilots import Room, release_idle
 from pilot.director.service import Director
 from taskqueues.catalog import Catalog
 from taskqueues.context import Context

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from pilot.director.release import Room, release_idle
+from pilot.director.idle_pilots import Room, release_idle
 from taskqueues.store import Store
 from taskqueues.store.keys import Keys
 from taskqueues.store.records import JobState

@@ -15,8 +15,8 @@ import pytest
 
 from taskqueues.errors import StaleReport
 from taskqueues.store import Store
+from taskqueues.store.counters import StatField
 from taskqueues.store.records import JobState, PilotOffer, RunResult
-from taskqueues.store.stats import StatField
 from tests.support.clock import FakeClock
 from tests.support.keyspace import text
 from tests.support.store import check_store, job

@@ -3,7 +3,7 @@ evaluated the moment its last dependency completes, by the control plane, not by
 
 ``complete.lua`` puts such a job in the releasing set and announces its id on the store's release channel
 (``keys.release_channel``). A :class:`Releaser` is a thread subscribed to that channel that evaluates the
-announced jobs at once (:func:`matcher.release.release`), so pilots carry neither the catalog nor the
+announced jobs at once (:func:`matcher.job_release.release`), so pilots carry neither the catalog nor the
 workflow language. The Celery worker runs one (:mod:`matcher.app.celery_app`, as a worker bootstep), and so
 does ``pilotfish run``. Several are harmless: ``release.lua`` re-checks that the job is still releasing,
 so the second evaluation changes nothing. A job no releaser heard of (none was running, or its connection
@@ -22,7 +22,7 @@ from taskqueues.catalog import Catalog
 from taskqueues.errors import StoreUnavailable
 from taskqueues.store import Outage, Store, Subscription
 
-from .release import release, sweep
+from .job_release import release, sweep
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ completion. Two kinds of job cannot be released that way and land in the ``relea
   computed again from the catalog.
 
 complete.lua announces the jobs it puts in the set on the store's release channel, and the control plane's
-releaser (:mod:`matcher.releaser`) calls :func:`release` with those ids at once; the periodic tasks sweep
+releaser (:mod:`matcher.release_listener`) calls :func:`release` with those ids at once; the periodic tasks sweep
 the set too, so a lost announcement or a crash between the two steps delays a job, never loses it.
 """
 
