@@ -196,7 +196,7 @@ def matcher(beat: bool, beat_only: bool, concurrency: int, loglevel: str) -> Non
 def health(component: str | None, check_redis: bool, max_age: float) -> None:
     """Exit 0 when Redis answers and (with --component) that component's process on THIS host beat recently.
 
-    Only the process's own entry counts (see taskqueues/store/alive.py): ``<component>@<host name>``, or for a
+    Only the process's own entry counts (see taskqueues/store/control.py): ``<component>@<host name>``, or for a
     pilot its own name (the same environment gives the same name), so a Kubernetes probe run in a pod
     judges that pod's process and never a sibling's. One PING and one ZSCORE.
     """

@@ -4,7 +4,7 @@
   (SIGTERM, SIGKILL after the kill grace) and the pilot stops; a second one SIGKILLs every payload at once.
 * Operator commands arrive through the observer (Flower's remote control): ``kill`` a payload, ``drain``
   the pilot (take nothing new, let the running payloads finish) or ``shutdown`` it (Celery's warm shutdown).
-* Stop requests are stored for the pilot (:mod:`taskqueues.store.stops`, ``pilotfish drain`` and the director)
+* Stop requests are stored for the pilot (``store.pilots``, by ``pilotfish drain`` and the director)
   and read at its heartbeat, which its own channel makes immediate: ``release`` (the director: stop once
   idle), ``drain`` or ``shutdown``.
 """

@@ -46,7 +46,7 @@ from .moves import CHUNK as MOVE_CHUNK
 from .moves import move_community
 from .outage import Outage, OutageLogFilter
 from .payload_logs import STREAMS, AttemptLog, Logs, StreamTail, escaped, shown
-from .pilots import LIVE_LEASES, LivePilots, Pilots
+from .pilots import LIVE_LEASES, LivePilots, Pilots, StopRequest
 from .records import (
     Job,
     JobState,
@@ -69,7 +69,6 @@ from .sentinel import MASTER_VARIABLE as SENTINEL_MASTER_VARIABLE
 from .sentinel import is_sentinel
 from .sentinel import master_name as sentinel_master_name
 from .sentinel import transport_options as sentinel_transport_options
-from .stops import StopRequest
 from .views import Place, RecordCache, RecordView, Views
 
 __all__ = [

@@ -4,8 +4,10 @@
   zset ``alive:<component>`` from the loop that does its work (the Celery worker from its event-loop
   heartbeat, beat from its scheduler tick, the director from its cycle); ``pilotfish health`` (the
   Kubernetes liveness probe, same pod, same host name) reads its own member only
-  (:meth:`Control.last_beat`), so a hung replica fails its probe while its siblings beat
-  (:mod:`taskqueues.store.alive`). Each write drops the entries nobody refreshed for an hour.
+  (:meth:`Control.last_beat`), so a hung replica fails its probe while its siblings beat, no process can
+  keep another one alive, and the writer's and the reader's clocks are the same clock. Pilots need no entry
+  here: their heartbeat already records them in ``pilotseen`` under their own name. Pod names change at
+  every rollout, so each write also drops the entries nobody refreshed for :data:`KEEP` seconds.
 * **Counters** (:meth:`Control.count_submitted`, :meth:`Control.count_error`): what no script counts (the
   director's submissions and errors) is added to the ``stats`` hash (:mod:`taskqueues.store.counters`).
 * **Locks** (:meth:`Control.lock`, :meth:`Control.locked`): skip locks for periodic work
@@ -14,17 +16,25 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from .alive import KEEP, member
 from .counters import StatField
 from .guard import guarded
 from .lock import Lock
 from .part import Part
 
-__all__ = ["Control"]
+__all__ = ["KEEP", "Control", "member"]
+
+#: Seconds a beat nobody refreshes is kept (far above any probe's max age).
+KEEP = 3600.0
+
+
+def member(component: str, host: str | None = None) -> str:
+    """The entry of ``component`` on ``host`` (default: this host)."""
+    return f"{component}@{host or socket.gethostname()}"
 
 
 class Control(Part):

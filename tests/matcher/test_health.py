@@ -22,7 +22,7 @@ import pytest
 import redis
 
 from taskqueues.store import Store
-from taskqueues.store.alive import KEEP
+from taskqueues.store.control import KEEP
 from taskqueues.store.keys import Keys
 from tests.support.paths import ROOT
 from tests.support.polling import wait_until
@@ -123,9 +123,7 @@ def test_a_pilot_is_judged_by_its_own_name_from_the_pod_environment(
 
 
 def test_old_entries_of_gone_pods_are_dropped_by_the_next_write(real_redis: redis.Redis) -> None:
-    real_redis.zadd(
-        KEYS.alive("worker"), {"worker@gone": time.time() - KEEP - 1, "worker@sibling": time.time() - 10}
-    )
+    real_redis.zadd(KEYS.alive("worker"), {"worker@gone": time.time() - KEEP - 1, "worker@sibling": time.time() - 10})
     Store(real_redis, KEYS).control.beat("worker")
     assert set(real_redis.zrange(KEYS.alive("worker"), 0, -1)) == {b"worker@sibling", f"worker@{HOST}".encode()}
 
