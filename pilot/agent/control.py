@@ -110,7 +110,7 @@ class Control:
             return
         try:
             asked = store.pilots.stop_request(state.name)
-        except Exception as exc:  # redis raises several classes; asked again after the back-off
+        except Exception as exc:  # a StoreError (the guard's), or worse; asked again after the back-off
             self._next_read = time.monotonic() + self._reads.failed(exc)
             return
         self._reads.ok()

@@ -24,16 +24,13 @@ from redis.connection import Connection
 
 from ..errors import ConfigError, NotFound, StaleReport, StoreError, StoreUnavailable
 from . import functions
-from .connection import Subscription, connect, follow, give_back, own_connection
-from .control import Control
+from .connection import connect
 from .exchange import PendingExchange
 from .facade_reads import StoreReads
-from .fairshare import Shares
 from .guard import client_url, converted, guard, guarded
 from .keys import Keys
 from .packed import HotLine, PackedCall, pack_script
 from .payload_logs import Logs
-from .pilots import Pilots
 from .records import (
     DEFAULT_ETE_SAFETY_FACTOR,
     Exchange,
@@ -46,11 +43,8 @@ from .records import (
     RunResult,
 )
 from .records import text as _text
-from .registry import Registry
-from .rescore import Rescored, rescore
 from .reservations import DEFAULT_RESERVATION_SLACK, running_text
-from .retention import Forgotten, forget_ended
-from .views import Views
+from .rooms import StoreRooms
 
 _MAX_KEY_ROUNDS = 16
 #: Fields of the cursor hash: the server run the reaper last saw, and until when leases are not requeued.
@@ -62,7 +56,7 @@ log = logging.getLogger(__name__)
 Clock = Callable[[], float]
 
 
-class Store(StoreReads):
+class Store(StoreReads, StoreRooms):
     """Jobs, task queues and leases of one community (VO) in one Redis."""
 
     def __init__(
@@ -124,79 +118,12 @@ class Store(StoreReads):
         keys = Keys(prefix=prefix, vo=vo)
         return cls(connect(url, community=keys.base), keys, **kwargs)
 
-    # -- the rooms: every other operation, one property per concept (taskqueues/store/part.py) ------
-
-    @cached_property
-    def shares(self) -> Shares:
-        """The shares policy and the fair-share usage."""
-        return Shares(self.client, self.keys, self.where)
-
-    @cached_property
-    def pilots(self) -> Pilots:
-        """Live pilots (the live window) and their stop requests."""
-        return Pilots(self.client, self.keys, self.where, lease_seconds=self.lease_seconds, clock=self.clock)
-
-    @cached_property
-    def control(self) -> Control:
-        """The control plane's beats, counters and locks."""
-        return Control(self.client, self.keys, self.where)
-
-    @cached_property
-    def views(self) -> Views:
-        """The read models of the operator's views and re-pressure."""
-        return Views(self.client, self.keys, self.where)
+    # -- the room that runs scripts (the others: rooms.py) -------------------------------------
 
     @cached_property
     def logs(self) -> Logs:
         """The payloads' shipped output."""
         return Logs(self)
-
-    @cached_property
-    def registry(self) -> Registry:
-        """The pilots the directors submitted."""
-        return Registry(self.client, self.keys, self.where)
-
-    def rescore(
-        self,
-        jobs: Sequence[Rescored],
-        *,
-        waiting_tqs: Iterable[str] = (),
-        etas: Mapping[str, float] | None = None,
-        loads: Mapping[str, float] | None = None,
-        progress: Mapping[str, str] | None = None,
-        marks: Mapping[str, str] | None = None,
-    ) -> tuple[int, int]:
-        """Store one batch of re-pressure's scores (:func:`taskqueues.store.rescore.rescore`)."""
-        return rescore(self, jobs, waiting_tqs=waiting_tqs, etas=etas, loads=loads, progress=progress, marks=marks)
-
-    def forget_ended(self, cutoff: float) -> Forgotten:
-        """The job retention (:func:`taskqueues.store.retention.forget_ended`)."""
-        return forget_ended(self, cutoff)
-
-    @guarded("pinging the store")
-    def ping(self) -> None:
-        """One round trip to the server."""
-        self.client.ping()
-
-    def subscribe(self, *, ignore_subscribe_messages: bool = False) -> Subscription:
-        """A subscription to channels of the store, on a connection of its own (no channel yet)."""
-        return Subscription(self.client, ignore_subscribe_messages=ignore_subscribe_messages)
-
-    @guarded("taking a connection of one's own")
-    def own_connection(self) -> Connection:
-        """A connection taken out of the pool for one user's ordered traffic (:meth:`send_exchange`); give it
-        back with :meth:`give_back`."""
-        return own_connection(self.client)
-
-    @guarded("following the community's primary")
-    def follow(self, conn: Connection) -> None:
-        """Before sending on a connection of one's own with no reply due: on a Redis Cluster, move it to the
-        community's primary if the slot moved."""
-        follow(conn)
-
-    def give_back(self, conn: Connection) -> None:
-        """Close a connection taken with :meth:`own_connection` (replies may still be due on it), return it."""
-        give_back(self.client, conn)
 
     # -- plumbing ---------------------------------------------------------------------------------
 
