@@ -8,8 +8,10 @@ the store's scripts takes the facade itself and is a property of the facade (``S
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
+from typing import Any
 
 import redis
 from redis.connection import Connection
@@ -22,7 +24,7 @@ from .keys import Keys
 from .part import Scripted
 from .pilots import Pilots
 from .registry import Registry
-from .rescore import Rescored, rescore
+from .rescore import Rescored
 from .retention import Forgotten, forget_ended
 from .views import Views
 
@@ -98,8 +100,25 @@ class StoreRooms:
         progress: Mapping[str, str] | None = None,
         marks: Mapping[str, str] | None = None,
     ) -> tuple[int, int]:
-        """Store one batch of re-pressure's scores (:func:`taskqueues.store.rescore.rescore`)."""
-        return rescore(self, jobs, waiting_tqs=waiting_tqs, etas=etas, loads=loads, progress=progress, marks=marks)
+        """Store one batch; ``waiting_tqs`` are the task queues of the waiting jobs among them (their members
+        move); ``loads`` are new load dates of requests (:mod:`matcher.eta`). Returns (jobs rewritten, task-queue
+        members moved)."""
+        keys = self.keys
+        body: dict[str, Any] = {"jobs": [j.entry() for j in jobs]}
+        if etas is not None or loads is not None or progress is not None or marks is not None:
+            body.update(
+                requests=dict(etas or {}),
+                loads=dict(loads or {}),
+                progress=dict(progress or {}),
+                marks=dict(marks or {}),
+            )
+        reply = self.call_script(
+            "rescore",
+            [keys.jobs, keys.requests, keys.cursor],
+            [keys.base + ":", json.dumps(body)],
+            [keys.work, *self.floors, *self.pool_keys(sorted(set(waiting_tqs)))],
+        )
+        return int(reply[1]), int(reply[2])
 
     def forget_ended(self: Scripted, cutoff: float) -> Forgotten:
         """The job retention (:func:`taskqueues.store.retention.forget_ended`)."""
