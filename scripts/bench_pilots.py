@@ -71,13 +71,12 @@ from bench_match import N_QUEUES, fcall_stats, fill, make_jobs, queue_name, queu
 
 from pilot.agent.config import PilotConfig  # noqa: E402
 from taskqueues.errors import StaleReport  # noqa: E402
-from taskqueues.store import Store, stops  # noqa: E402
-from taskqueues.store.connection import Subscription, give_back, own_connection  # noqa: E402
+from taskqueues.store import Store, Subscription  # noqa: E402
+from taskqueues.store.counters import LatencyHistogram, StatField  # noqa: E402
 from taskqueues.store.exchange import PendingExchange  # noqa: E402
 from taskqueues.store.keys import WAKE_SHARDS  # noqa: E402
 from taskqueues.store.records import PilotOffer, RunResult  # noqa: E402
 from taskqueues.store.redis_server import RedisServer, server_version  # noqa: E402
-from taskqueues.store.stats import MATCHED, LatencyHistogram  # noqa: E402
 
 #: The real pilot's default periods (one place: its config).
 CONFIG = PilotConfig(queue="bench")
@@ -171,7 +170,7 @@ class Worker:
         their periods start at random phases, as pilots started at different times."""
         keys, now = self.store.keys, time.monotonic()
         for i, p in enumerate(self.pilots):
-            p.sub = Subscription(self.store.client, ignore_subscribe_messages=True)
+            p.sub = self.store.subscribe(ignore_subscribe_messages=True)
             p.sub.subscribe(keys.pilot_wake_channel(p.queue, p.name))
             p.sub.subscribe(keys.pilot_channel(p.name))
             while p.sub.message(0.5) is not None:
@@ -179,7 +178,7 @@ class Worker:
             p.sock = p.sub.socket()
             p.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
             self.selector.register(p.sock, selectors.EVENT_READ, ("work", i))
-            p.conn = own_connection(self.store.client)
+            p.conn = self.store.own_connection()
             self.beat(p, i, now)
             p.next_heartbeat = now + self.rng.uniform(0, HEARTBEAT)
             heapq.heappush(self.timers, (p.next_heartbeat, i, "beat"))
@@ -191,7 +190,7 @@ class Worker:
             if p.sub is not None:
                 p.sub.close()
             if p.conn is not None:
-                give_back(self.store.client, p.conn)
+                self.store.give_back(p.conn)
         self.selector.close()
 
     # -- what a pilot does -------------------------------------------------------------------------
@@ -228,7 +227,7 @@ class Worker:
         held = {job: attempt for job, attempt in p.running}
         held.update({job: attempt for job, attempt, _ in p.done})
         self.store.heartbeat(p.name, held, record)
-        stops.read(self.store.client, self.store.keys, p.name)
+        self.store.pilots.stop_request(p.name)
         self.beats += 1
 
     def send(self, p: SimPilot, i: int, now: float, offer: bool) -> None:
@@ -533,7 +532,7 @@ def command_usec(client: redis.Redis) -> tuple[int, int, int]:
 
 
 def counters(store: Store) -> tuple[int, int]:
-    raw = store.client.hmget(store.keys.stats, [MATCHED, "ended:done"])
+    raw = store.client.hmget(store.keys.stats, [StatField.MATCHED, "ended:done"])
     return int(raw[0] or 0), int(raw[1] or 0)
 
 

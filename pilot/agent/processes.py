@@ -28,7 +28,7 @@ from pilot.mjf.formulas import denormalise
 from taskqueues.errors import PilotfishError, StoreError
 from taskqueues.sandbox import none_warning
 from taskqueues.settings import Settings
-from taskqueues.store.records import Job, JobUsage, RunResult
+from taskqueues.store import Job, JobUsage, RunResult
 
 log = logging.getLogger("pilot.agent")
 

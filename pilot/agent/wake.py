@@ -25,7 +25,8 @@ from typing import Any
 
 from pilot.agent.payload import pidfds_supported
 from pilot.agent.state import PilotState
-from taskqueues.store.connection import CONNECTION_LOST, Subscription
+from taskqueues.errors import StoreUnavailable
+from taskqueues.store import Subscription
 
 log = logging.getLogger("pilot.agent")
 
@@ -100,7 +101,7 @@ class Wake:
         """Subscribe to the pilot's wake channel: work entering a task queue of its queue wakes it at once
         instead of at its next back-off poll (it starts hungry: its first match has not been answered);
         and to the pilot's own channel, on which a kill or stop request for it is announced
-        (:mod:`taskqueues.store.stops`): it heartbeats at once. Polling and the heartbeat stay the fallback
+        (``store.pilots``): it heartbeats at once. Polling and the heartbeat stay the fallback
         (a lost subscription is renewed at the next heartbeat)."""
         assert self._selector is not None
         state = self.state
@@ -108,7 +109,7 @@ class Wake:
         self._wake_channel = store.keys.pilot_wake_channel(state.config.queue, state.name)
         self._own_channel = store.keys.pilot_channel(state.name).encode()
         try:
-            pubsub = Subscription(store.client, ignore_subscribe_messages=True)
+            pubsub = store.subscribe(ignore_subscribe_messages=True)
             pubsub.subscribe(self._wake_channel)
             while pubsub.message(0.5) is not None:
                 pass
@@ -124,7 +125,7 @@ class Wake:
             assert self._pubsub_sock is not None
             self._selector.register(self._pubsub_sock, selectors.EVENT_READ, ("work", None))
         except Exception as exc:
-            if isinstance(exc, CONNECTION_LOST):
+            if isinstance(exc, StoreUnavailable):
                 state.outage.failed(exc)
             else:
                 log.warning("pilot %s: no wake subscription (%s): polling only", state.name, exc)
@@ -188,7 +189,7 @@ class Wake:
 
     def _lost(self, exc: Exception) -> None:
         state = self.state
-        if isinstance(exc, CONNECTION_LOST):
+        if isinstance(exc, StoreUnavailable):
             state.outage.failed(exc)
         else:
             log.warning("pilot %s: wake subscription lost (%s)", state.name, exc)

@@ -40,7 +40,7 @@ listens on its shard (:func:`wake_shard`) while its last match found nothing; a 
 on the shards of each queue they are eligible in until as many idle pilots heard it as jobs entered (``_lib.lua``'s
 ``wake``) |
 | ``P:{vo}:release`` | channel | job ids (space-separated) ``complete`` put in the releasing set: the control plane
-evaluates them at once (``matcher.releaser``) |
+evaluates them at once (``matcher.release_listener``) |
 | ``P:{vo}:ctl:<pilot>`` | channel | a kill or stop request for this pilot was stored: it heartbeats at once |
 | ``P:{vo}:stops`` | hash | pilot id → stop request (JSON: ``mode`` release / drain / shutdown, ``reason``, ``at``) |
 | ``P:{vo}:lock:<name>`` | string | a periodic task's lock (token, with an expiry) |
@@ -73,7 +73,7 @@ was not seen yet (``submit.lua`` adds it; ``notify.lua`` takes it out when the r
 how many bytes the stream had in all, ``<a>:meta`` JSON ``{"pilot", "host", "dir", "live", "at"}`` (where the
 pilot keeps the files; ``live`` 1 while the payload runs). Written only for a job whose record exists, at most
 ``output_cap`` bytes per stream and attempt; it lives as long as the job record and goes with it |
-| ``P:{vo}:stats`` | hash | counters the scripts keep, one HINCRBY per event (``store.stats`` names the fields):
+| ``P:{vo}:stats`` | hash | counters the scripts keep, one HINCRBY per event (``store.counters`` names the fields):
 jobs ended by state, lease expiries, retries, jobs matched, blocked jobs (in all and per task queue), director
 submissions and batch-system errors per backend, the pilots' match-latency histogram |
 | ``P:{vo}:resv`` | hash | catalog queue → its one reservation (match.lua, EASY backfill): ``"<state r|x> <tq> <job>

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from taskqueues.store import Store, payload_logs, retention
+from taskqueues.store import Store, retention
 from taskqueues.store.lock import Lock
 from taskqueues.store.records import JobState, NewJob, PilotOffer, RunResult
 from tests.support.clock import FakeClock
@@ -200,8 +200,7 @@ def script_calls(store: Store, pop: Population, clock: FakeClock) -> dict[str, C
     )
     record(
         "ship_log",
-        lambda: payload_logs.ship(
-            store,
+        lambda: store.logs.ship(
             pop.running,
             1,
             PILOT,
