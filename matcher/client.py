@@ -139,8 +139,7 @@ class Client(Calls):
         return stop_job(self.store, job, reason, kill=True)
 
     def drain(self, pilot: str, *, shutdown: bool = False, reason: str | None = None) -> str:
-        window = 3 * self.context.settings.lease_seconds
-        return drain_pilot(self.store, pilot, window, shutdown=shutdown, reason=reason)
+        return drain_pilot(self.store, pilot, shutdown=shutdown, reason=reason)
 
     def listing(
         self,

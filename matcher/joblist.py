@@ -28,9 +28,7 @@ from itertools import islice
 from typing import Any
 
 from taskqueues.errors import NotFound, ValidationError
-from taskqueues.store import Store, reads
-from taskqueues.store.fairshare import job_account
-from taskqueues.store.records import Job, JobState
+from taskqueues.store import Job, JobState, Store, job_account
 
 __all__ = [
     "ACTIVE",
@@ -171,7 +169,7 @@ class _Reader:
         self.queue_tqs: set[str] | None = None
         self.queue_pilots: set[str] = set()
         if flt.queue is not None:
-            index = reads.zset_page(store, self.keys.qheads(flt.queue), 0, -1)
+            index = store.views.zset_page(self.keys.qheads(flt.queue), 0, -1)
             self.queue_tqs = {tq for tq, score in index if score <= _EMPTY_SCORE}
             self.queue_pilots = {name for name, rec in store.pilot_records().items() if rec.get("queue") == flt.queue}
 
@@ -193,7 +191,7 @@ class _Reader:
         first page just large enough for the listing, doubling up to :data:`PAGE` while more are read."""
         start, size = 0, min(PAGE, self.flt.limit + 1)
         while True:
-            page = reads.zset_page(self.store, key, start, start + size - 1, reverse=reverse)
+            page = self.store.views.zset_page(key, start, start + size - 1, reverse=reverse)
             yield from page
             if len(page) < size:
                 return
@@ -221,7 +219,7 @@ class _Reader:
             return [self.flt.task_queue]
         if self.queue_tqs is not None:
             return sorted(self.queue_tqs)
-        return reads.task_queue_ids(self.store)
+        return self.store.views.task_queue_ids()
 
     def _members(self, tq: str) -> Iterator[tuple[float, str]]:
         for member, score in self.pages(self.keys.tq(tq)):
@@ -234,7 +232,7 @@ class _Reader:
         urgent jobs: about ``limit`` x (waiting jobs / the request's jobs) members, when its jobs are spread
         over the queues' order."""
         assert self.range is not None
-        waiting = sum(reads.zset_sizes(self.store, [self.keys.tq(tq) for tq in tqs]))
+        waiting = sum(self.store.views.zset_sizes([self.keys.tq(tq) for tq in tqs]))
         size = self.range[1] - self.range[0] + 1
         return size * size <= (self.flt.limit + 1) * waiting
 
@@ -275,7 +273,7 @@ class _Reader:
         """Finished jobs, most recent end first."""
         if (
             self.range is not None
-            and self.range[1] - self.range[0] + 1 < reads.zset_sizes(self.store, [self.keys.ended])[0]
+            and self.range[1] - self.range[0] + 1 < self.store.views.zset_sizes([self.keys.ended])[0]
         ):
             jobs = list(self.records(str(i) for i in range(self.range[0], self.range[1] + 1)))
             yield from sorted(jobs, key=lambda j: (-(j.ended or 0.0), -_order(j.id)))

@@ -46,11 +46,7 @@ from typing import Any
 
 from taskqueues import dag
 from taskqueues.ete import DEFAULT_SPREAD, RuleStats, estimate
-from taskqueues.store import Store, reads
-from taskqueues.store.lock import locked
-from taskqueues.store.reads import RecordCache, RecordView
-from taskqueues.store.records import time_needed
-from taskqueues.store.rescore import Rescored, rescore
+from taskqueues.store import RecordCache, RecordView, Rescored, Store, time_needed
 
 from .repressure_load import shift_loads, work_moved
 from .request_eta import ETA_FRACTION, eta_moved, fan_in_bound, live_cores
@@ -198,21 +194,21 @@ def repressure(
     default, as the Submitter's).
     """
     now = store.clock() if now is None else now
-    records = RecordCache(store)
+    records = store.views.cache()
     report = Report()
 
-    raw_cursor = reads.cursor(store, CURSOR_FIELD)
+    raw_cursor = store.views.cursor(CURSOR_FIELD)
     report.cursor_from = float(raw_cursor) if raw_cursor is not None else None
     # Inclusive: a completion stamped with the cursor's very time but logged after the last run must not
     # be lost; re-reading the few at that instant is harmless (the rule marks make it a no-op).
     low = "-inf" if report.cursor_from is None else repr(report.cursor_from)
-    entries = reads.completions(store, low, batch)
+    entries = store.views.completions(low, batch)
     report.completions = len(entries)
     report.cursor_to = max((s for _, s in entries), default=report.cursor_from)
     if len(entries) == batch and report.cursor_to == report.cursor_from:
         # A whole batch at one instant: step past it (exclusive) rather than read it again forever.
         low = f"({report.cursor_from!r}"
-        entries = reads.completions(store, low, batch)
+        entries = store.views.completions(low, batch)
         report.completions = len(entries)
         report.cursor_to = max((s for _, s in entries), default=report.cursor_from)
     done = [m for m, _ in entries]
@@ -231,7 +227,7 @@ def repressure(
         report.pressures_rewritten += len(rewritten)
         view.written = set(new_ete) | set(rewritten)
 
-    request_recs = reads.request_records(store, [q for q in views if q])
+    request_recs = store.views.request_records([q for q in views if q])
     frontier: dict[str, list[tuple[str, RecordView]]] = {}
     for job, rec in records.cache.items():
         if rec is not None and rec.state in _FRONTIER:
@@ -276,7 +272,7 @@ def repressure(
 
 def repressure_locked(store: Store, *, ttl: float = 300.0, **kwargs: Any) -> Report | None:
     """:func:`repressure` under the periodic-task lock; None when another run holds it (skip this beat)."""
-    with locked(store.client, store.keys, LOCK_NAME, ttl) as got:
+    with store.control.locked(LOCK_NAME, ttl) as got:
         return repressure(store, **kwargs) if got else None
 
 
@@ -300,7 +296,7 @@ def _moved_rules(
         return {}
     _, stats = store.ete_stats([], rules)
     fields = [m + r for r in rules for m in (RULE_MARK, FACTOR_MARK, WIDE_MARK)]
-    raws = reads.cursors(store, fields)
+    raws = store.views.cursors(fields)
     moved: dict[str, RuleStats] = {}
     for i, rule in enumerate(rules):
         raw, raw_factor, raw_wide = raws[3 * i : 3 * i + 3]
@@ -330,11 +326,11 @@ def _reestimate(
     """New estimates of the unfinished jobs of the moved rules, by request (finished ones are forgotten)."""
     members: dict[str, list[str]] = {}
     for rule in moved:
-        members[rule] = reads.rule_members(store, rule)
+        members[rule] = store.views.rule_members(rule)
         records.fetch(members[rule])
     finished = {rule: [j for j in ids if not _unfinished(records.get(j))] for rule, ids in members.items()}
     report.forgotten += sum(len(ids) for ids in finished.values())
-    reads.forget_rule_members(store, finished)
+    store.views.forget_rule_members(finished)
     live = [j for ids in members.values() for j in ids if _unfinished(records.get(j))]
     job_keys = {j: rec.key for j in live if (rec := records.cache[j]) is not None and rec.key}
     last, _ = store.ete_stats(job_keys.values(), [])
@@ -463,8 +459,7 @@ def _write(
         if not chunk and not report.etas and not report.loads and not progress and not marks:
             continue
         waiting = [r.task_queue for u in chunk if (r := records.cache.get(u.job)) and r.state == "waiting"]
-        written, moved = rescore(
-            store,
+        written, moved = store.rescore(
             chunk,
             waiting_tqs=waiting,
             etas=report.etas if last else None,

@@ -33,8 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from taskqueues.store import Store, reads
-from taskqueues.store.reads import RecordCache
+from taskqueues.store import RecordCache, Store
 
 from .request_eta import eta_moved
 
@@ -87,7 +86,7 @@ def shift_loads(
     out = LoadShift(etas=dict(etas))
     cores = max(cores, 1.0)
     shifting = any(abs(w) / cores >= MIN_SHIFT for w in moved.values())
-    requests: Mapping[str, Record] = reads.all_request_records(store) if shifting else touched
+    requests: Mapping[str, Record] = store.views.all_request_records() if shifting else touched
     starts = {q: int(requests[q]["first"]) for q in moved if q in requests} if shifting else {}
     for request, rec in requests.items():
         if "load" not in rec:

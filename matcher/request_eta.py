@@ -44,7 +44,7 @@ def default_floor() -> float:
 
 def live_cores(store: Store) -> float:
     """The cores of the pilots alive within three lease periods, this host's before any reports."""
-    return capacity_cores(store, max_age=3 * store.lease_seconds, floor=default_floor())
+    return capacity_cores(store, max_age=store.pilots.live_window, floor=default_floor())
 
 
 def load_seconds(store: Store, cores: float, extra_work: float = 0.0) -> float:

@@ -7,8 +7,7 @@ import tomllib
 from typing import Any
 
 from taskqueues.errors import ConfigError
-from taskqueues.store import Store
-from taskqueues.store.fairshare import fair_state, parse_policy, publish, stored_policy
+from taskqueues.store import Store, parse_policy
 
 from .fairexplain import group_table
 
@@ -18,14 +17,14 @@ __all__ = ["set_policy", "shares_view"]
 def set_policy(store: Store, text: str | None, source: str = "<policy>") -> str:
     """Store the shares file's TOML ``text`` (None: remove the policy); a line saying what was done."""
     if text is None:
-        publish(store.client, store.keys, None)
+        store.shares.publish(None)
         return "shares policy removed: the match serves by urgency alone"
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: {exc}") from None
     policy = parse_policy(data, source)
-    publish(store.client, store.keys, policy)
+    store.shares.publish(policy)
     return (
         f"shares policy stored: {len(policy.shares)} groups, {len(policy.cores)} core limits, "
         f"{len(policy.jobs)} type limits, half-life {policy.halflife:g} s"
@@ -35,12 +34,12 @@ def set_policy(store: Store, text: str | None, source: str = "<policy>") -> str:
 def shares_view(store: Store) -> dict[str, Any] | None:
     """The stored policy's groups (usage against share) and limits (what runs against them), as ``--json``
     prints it; None without a policy."""
-    stored = stored_policy(store.client, store.keys)
+    stored = store.shares.policy()
     if stored is None:
         return None
     now = store.clock()
     rows = group_table(store, stored, now)
-    state = fair_state(store.client, store.keys, now, stored)
+    state = store.shares.state(now, stored)
     limits: list[dict[str, Any]] = [
         {"group": g, "where": w, "limit": n, "running": state.running(g) if w == "*" else state.count(f"c:{g}@{w}")}
         for (g, w), n in sorted(stored.cores.items())

@@ -14,8 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from taskqueues.errors import NotFound
-from taskqueues.store import Store, reads
-from taskqueues.store.records import Job, JobState, Parked
+from taskqueues.store import Job, JobState, Parked, Store, canonical_json
 
 from .formats import Columns, duration, stamp
 
@@ -188,7 +187,7 @@ def task_queues(store: Store) -> list[TaskQueueStatus]:
     """Every task queue known (with a definition), most urgent head first, empty ones last."""
     defs = store.tq_definitions()
     ids = sorted(defs)
-    summaries = reads.task_queue_summaries(store, ids)
+    summaries = store.views.task_queue_summaries(ids)
     out = []
     for tq in ids:
         summary = summaries[tq]
@@ -268,7 +267,7 @@ def render_task_queues(queues: Sequence[TaskQueueStatus], now: float) -> list[st
     lines = []
     for q in queues:
         head = "empty" if q.head_score is None else f"head should start {_when(q.head_score, now)}"
-        reqs = json.dumps(q.requirements, sort_keys=True, separators=(",", ":"))
+        reqs = canonical_json(q.requirements)
         lines.append(f"task queue {q.id}: {q.waiting} waiting, {head}")
         lines.append(f"  requirements {reqs}")
         lines.append(f"  eligible queues: {', '.join(q.queues) or 'none'}")

@@ -24,7 +24,7 @@ every problem before storing anything (a refused request writes nothing: the sto
 
 A job whose template failed to evaluate is stored as failed with the reason, and the jobs depending on
 it as dep-failed; the rest of the request runs. Requirements that read dependency outputs are kept
-with the job and evaluated when it is released (:mod:`matcher.release`). Both kinds are still checked at
+with the job and evaluated when it is released (:mod:`matcher.job_release`). Both kinds are still checked at
 submission as far as they are known: their requirement names, their plain values, and that some queue
 is eligible for what is known.
 """
@@ -49,10 +49,16 @@ from taskqueues.ete import estimate
 from taskqueues.placement import BACKEND_OPTIONS, INSTANCE_TYPE, SUBMIT_POOL
 from taskqueues.requirements import CONSUMABLES, Requirements, bucket, check_name, check_value, parse_requirements
 from taskqueues.settings import DEFAULTS
-from taskqueues.store import Store
-from taskqueues.store.fairshare import DEFAULT_GROUP, account_tq, default_owner
-from taskqueues.store.fairshare import check_name as check_account_name
-from taskqueues.store.records import NewJob
+from taskqueues.store import (
+    DEFAULT_GROUP,
+    NewJob,
+    Store,
+    account_tq,
+    canonical_json,
+    check_account_name,
+    default_owner,
+    request_record,
+)
 from taskqueues.webhook import check_webhook
 
 from .limits import (
@@ -149,7 +155,7 @@ def place(catalog: Catalog, raw: Mapping[str, object], *, job: str, vo: str) -> 
         extras[SUBMIT_POOL] = split
     if not extras:
         return Placement(req, req.tq_id, req.canonical_json(), pool)
-    canonical = json.dumps({**req.canonical(), **extras}, sort_keys=True, separators=(",", ":"))
+    canonical = canonical_json({**req.canonical(), **extras})
     tq_id = Requirements(values={**req.values, **extras}).tq_id
     return Placement(req, tq_id, canonical, tuple(q.id for q in queues))
 
@@ -169,7 +175,7 @@ def _pool_mark(
     exact = (req.cpu, req.mem, req.tmp, req.wall or 0)
     if exact == (bucket(req.cpu), bucket(req.mem), bucket(req.tmp), bucket(req.wall or 0)):
         return None
-    definition = json.dumps({**req.canonical(), **extras}, sort_keys=True, separators=(",", ":"))
+    definition = canonical_json({**req.canonical(), **extras})
     if _bucket_pool(catalog, definition, vo) == frozenset(pool):
         return None
     return hashlib.sha256(",".join(sorted(pool)).encode()).hexdigest()[:12]
@@ -400,9 +406,7 @@ class Submitter:
                     tmp=placement.requirements.tmp if placement else 0,
                     ete=ete[job_name],
                     score=eta - pressure[job_name] - priority,
-                    requirements=json.dumps(
-                        dict(placement.requirements.values) if placement else {}, sort_keys=True, separators=(",", ":")
-                    ),
+                    requirements=canonical_json(dict(placement.requirements.values) if placement else {}),
                     name=job_name,
                     max_retries=self.max_retries if spec.max_retries is None else spec.max_retries,
                     key=spec.key,
@@ -418,20 +422,19 @@ class Submitter:
                 )
             )
         request_id = uuid.uuid4().hex[:12]
-        record = {
-            "name": name or request_id,
-            "priority": priority,
-            "ts": round(now, 3),
-            "eta": round(eta, 3),
-            "cp": round(critical, 3),
-            "load": round(now + load, 3),
-            "cores": round(cores, 3),
-            "n": len(jobs),
-            "owner": owner,
-            "group": group,
-        }
-        if notify:
-            record["notify"] = notify
+        record = request_record(
+            name=name or request_id,
+            priority=priority,
+            now=now,
+            eta=eta,
+            critical=critical,
+            load=now + load,
+            cores=cores,
+            jobs=len(jobs),
+            owner=owner,
+            group=group,
+            notify=notify,
+        )
         ids = self.store.submit(new_jobs, request=(request_id, record))
         return Submitted(request_id, dict(zip(order, ids, strict=True)), eta, critical)
 

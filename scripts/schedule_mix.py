@@ -34,7 +34,7 @@ from matcher.submission import JobSpec, SubmissionError, Submitter
 from taskqueues import dag
 from taskqueues.catalog import Catalog
 from taskqueues.store import Store
-from taskqueues.store.fairshare import Policy, publish
+from taskqueues.store.fairshare import Policy
 from taskqueues.store.records import PilotOffer, RunResult
 
 MIX_POLICIES = ("pressure", "strict", "fifo")
@@ -93,7 +93,7 @@ def simulate_mix(client: redis.Redis, mix: Mix, policy: str) -> MixResult:
     # Reservations are bounded (the default) where scores are start-by dates; FIFO's are positions, and "easy" is
     # pressure with EASY's reservations: both have the unbounded rule.
     store = Store(client, clock=clock, lease_seconds=1e9, bounded_reservations=policy not in ("fifo", "easy"))
-    publish(client, store.keys, shares_policy(mix) if policy == "shares" else None)
+    store.shares.publish(shares_policy(mix) if policy == "shares" else None)
     catalog = Catalog.loads(CATALOG)
     capacity = float(mix.pilots * mix.cores)
     tasks: dict[str, tuple[MixTask, MixRequest]] = {}

@@ -7,10 +7,9 @@ who, what and why."""
 from __future__ import annotations
 
 from taskqueues.errors import Forbidden
-from taskqueues.store import Store
-from taskqueues.store.fairshare import account_of
+from taskqueues.store import Store, account_of
 
-from ..release import account_of_job
+from ..job_release import account_of_job
 from .identity import GROUP_ADMIN, Identity
 
 

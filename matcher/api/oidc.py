@@ -18,7 +18,7 @@ import jwt
 
 from taskqueues.errors import ConfigError, Unauthenticated, ValidationError
 from taskqueues.settings import Settings
-from taskqueues.store.fairshare import check_name
+from taskqueues.store import check_account_name as check_name
 
 from .identity import OPERATOR, USER, Identity
 

@@ -31,7 +31,7 @@ from taskqueues.errors import (
     ValidationError,
 )
 from taskqueues.settings import Settings
-from taskqueues.store.records import Parked
+from taskqueues.store import Parked
 
 from ..calls import Calls, LogView, Overview, Request
 from ..cli.control import AlreadyEnded

@@ -17,12 +17,19 @@ from taskqueues.context import Context
 from taskqueues.credentials import SECRET_SETTINGS
 from taskqueues.errors import PilotfishError, ValidationError
 from taskqueues.settings import Settings
-from taskqueues.store import access, alive
-from taskqueues.store.connection import ping
-from taskqueues.store.fairshare import DEFAULT_GROUP, default_owner
-from taskqueues.store.fairshare import check_name as check_account_name
-from taskqueues.store.guard import shown_url
-from taskqueues.store.keys import Keys
+from taskqueues.store import (
+    CONTROL_USER,
+    DEFAULT_GROUP,
+    Keys,
+    check_account_name,
+    control_rules,
+    default_owner,
+    new_password,
+    pilot_rules,
+    pilot_selectors,
+    pilot_user,
+    shown_url,
+)
 from taskqueues.webhook import check_webhook
 
 from ..calls import Calls
@@ -151,7 +158,7 @@ def _each(targets: tuple[str, ...], act: Callable[[str], str]) -> None:
 @click.option("--loglevel", default="INFO", show_default=True)
 def matcher(beat: bool, beat_only: bool, concurrency: int, loglevel: str) -> None:
     """Run the control plane: a Celery worker (with beat unless --no-beat), or beat alone."""
-    from taskqueues.store.outage import OutageLogFilter
+    from taskqueues.store import OutageLogFilter
 
     from ..app import beat as beat_module
     from ..app import celery_app
@@ -192,29 +199,28 @@ def matcher(beat: bool, beat_only: bool, concurrency: int, loglevel: str) -> Non
 def health(component: str | None, check_redis: bool, max_age: float) -> None:
     """Exit 0 when Redis answers and (with --component) that component's process on THIS host beat recently.
 
-    Only the process's own entry counts (see taskqueues/store/alive.py): ``<component>@<host name>``, or for a
+    Only the process's own entry counts (see taskqueues/store/control.py): ``<component>@<host name>``, or for a
     pilot its own name (the same environment gives the same name), so a Kubernetes probe run in a pod
     judges that pod's process and never a sibling's. One PING and one ZSCORE.
     """
     ctx = Context(Settings.load())
     try:
-        ping(ctx.client)
+        ctx.store.ping()
     except Exception as exc:
         raise PilotfishError(f"Redis does not answer: {exc}") from None
     if check_redis or component is None:
         click.echo("redis: ok")
         return
+    who = component
     if component == "pilot":
         from pilot.agent.config import identity_from_environment
 
-        key, name = ctx.keys.pilotseen, identity_from_environment().name
-    else:
-        key, name = ctx.keys.alive(component), alive.member(component)
+        who = f"pilot:{identity_from_environment().name}"
     now = time.time()
-    seen = alive.last_seen(ctx.client, key, name)
+    name, seen = ctx.store.control.last_beat(who)
     if seen is None or now - seen > max_age:
         when = "never beat" if seen is None else f"last beat {now - seen:.0f} s ago"
-        others = alive.fresh_others(ctx.client, key, name, now - max_age)
+        others = ctx.store.control.others_beating(who, now - max_age)
         click.echo(
             f"{component}: {name} {when} (max age {max_age:.0f} s); {others} other {component} process(es) "
             f"beat within it, which do not count for this one",
@@ -229,16 +235,16 @@ def acl_commands(prefix: str, vo: str, db: int, control_password: str, pilot_pas
     them (Redis >= 7.2 or Valkey). ``Keys`` refuses a glob character in ``prefix`` or ``vo``, which would widen the
     pilots' key pattern to other communities' keys."""
     Keys(prefix=prefix, vo=vo)
-    control = ["ACL", "SETUSER", access.CONTROL_USER, "reset", "on", f">{control_password}", *access.control_rules()]
+    control = ["ACL", "SETUSER", CONTROL_USER, "reset", "on", f">{control_password}", *control_rules()]
     pilot = [
         "ACL",
         "SETUSER",
-        access.pilot_user(vo),
+        pilot_user(vo),
         "reset",
         "on",
         f">{pilot_password}",
-        *access.pilot_rules(prefix, vo, db),
-        *(f'"{selector}"' for selector in access.pilot_selectors(db)),
+        *pilot_rules(prefix, vo, db),
+        *(f'"{selector}"' for selector in pilot_selectors(db)),
     ]
     return [" ".join(control), " ".join(pilot)]
 
@@ -261,13 +267,13 @@ def acl(vo: str | None, prefix: str | None, db: int | None) -> None:
     if db is None:
         path = urlsplit(settings.redis_url).path.strip("/")
         db = int(path) if path.isdigit() else 0
-    control, pilot = access.new_password(), access.new_password()
+    control, pilot = new_password(), new_password()
     for line in acl_commands(prefix, vo, db, control, pilot):
         click.echo(line)
     click.echo("pilotfish: both users get new passwords; their URLs (put in your host and port):", err=True)
     for who, user, password in (
-        ("control plane", access.CONTROL_USER, control),
-        ("pilots", access.pilot_user(vo), pilot),
+        ("control plane", CONTROL_USER, control),
+        ("pilots", pilot_user(vo), pilot),
     ):
         click.echo(f"  {who + ':':<14} redis://{user}:{password}@HOST:PORT/{db}", err=True)
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from taskqueues.errors import NotFound, PilotfishError
-from taskqueues.store import Store
-from taskqueues.store.records import JobState
+from taskqueues.store import JobState, Store
 
 
 class AlreadyEnded(PilotfishError):
@@ -61,11 +60,10 @@ def stop_target(store: Store, target: str, reason: str) -> str:
     return f"request {target}: {counts['ended']} jobs cancelled, {counts['requested']} running jobs asked to stop now"
 
 
-def drain_pilot(store: Store, pilot: str, window: float, *, shutdown: bool = False, reason: str | None = None) -> str:
-    """``pilotfish drain PILOT``: ask a live pilot (seen within ``window`` seconds) to drain, or with ``shutdown``
+def drain_pilot(store: Store, pilot: str, *, shutdown: bool = False, reason: str | None = None) -> str:
+    """``pilotfish drain PILOT``: ask a live pilot (seen within the live window) to drain, or with ``shutdown``
     to give its running payloads back now; a line saying what happened. NotFound names the live pilots."""
-    from taskqueues.store import stops
-
+    window = store.pilots.live_window
     live = store.pilot_records(window)
     mode = "shutdown" if shutdown else "drain"
     if pilot not in live or live[pilot].get("stopped"):
@@ -73,5 +71,5 @@ def drain_pilot(store: Store, pilot: str, window: float, *, shutdown: bool = Fal
             f"no live pilot {pilot!r} (pilots seen within {window:g} s: "
             f"{', '.join(sorted(n for n, r in live.items() if not r.get('stopped'))) or 'none'})"
         )
-    stops.request(store.client, store.keys, pilot, mode, reason or f"{mode} requested by operator")
+    store.pilots.request_stop(pilot, mode, reason or f"{mode} requested by operator")
     return f"pilot {pilot}: {'shutting down' if shutdown else 'draining'}"

@@ -41,8 +41,7 @@ from taskqueues import credentials, embedded
 from taskqueues.context import Context
 from taskqueues.credentials import DEPLOYMENT_VARIABLE, SECRET_SETTINGS, SECRETS_VARIABLE, sealed, write_secrets
 from taskqueues.errors import PilotfishError
-from taskqueues.store import sentinel
-from taskqueues.store.access import scrubbed
+from taskqueues.store import SENTINEL_MASTER_VARIABLE, scrubbed
 
 MARKER = DEPLOYMENT_VARIABLE
 #: Seconds a part without a port must live after its start to count as started.
@@ -129,7 +128,7 @@ def up(ctx: Context, wait: float = 20.0) -> Iterator[tuple[str, str]]:
         SECRETS_VARIABLE: str(secrets_file),
         "PILOTFISH_STATE_DIR": str(state),
         "PILOTFISH_BEAT_DIRECTOR": "false",
-        sentinel.MASTER_VARIABLE: ctx.settings.redis_sentinel_master,  # whatever file it came from
+        SENTINEL_MASTER_VARIABLE: ctx.settings.redis_sentinel_master,  # whatever file it came from
         MARKER: marker(ctx),
     }
     started: list[tuple[Component, subprocess.Popen[bytes], float]] = []

@@ -4,7 +4,7 @@ Both build a :class:`taskqueues.context.Context` (settings from ``PILOTFISH_*`` 
 look at the same Redis and catalog as the services. ``--json`` prints machine-readable output;
 ``status --watch`` redraws every 2 s until every job shown has ended: on a terminal it clears the screen,
 otherwise (a pipe, a log file) it prints each refresh as plain lines after a time stamp. ``move`` moves a
-community's slot between the primaries of a Redis Cluster store (:func:`taskqueues.store.moves.move_community`).
+community's slot between the primaries of a Redis Cluster store (:func:`taskqueues.store.move_community`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ from typing import Any
 import click
 
 from taskqueues.settings import Settings
-from taskqueues.store.keys import Keys
-from taskqueues.store.moves import CHUNK, move_community
+from taskqueues.store import MOVE_CHUNK, Keys, move_community
 
 from ..calls import Calls
 from ..explain import render_explanation
@@ -146,7 +145,7 @@ def explain(job: str, as_json: bool) -> None:
 @click.option(
     "--chunk",
     type=click.IntRange(min=1),
-    default=CHUNK,
+    default=MOVE_CHUNK,
     show_default=True,
     help="Elements of a big key copied per step of a classic move.",
 )

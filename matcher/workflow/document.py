@@ -8,7 +8,7 @@ from typing import Any
 
 from matcher.limits import MAX_NAME, MAX_PRIORITY, RULE_NAME_RE, RULE_NAME_RULE, check_number, check_text
 from taskqueues.errors import ValidationError, shown
-from taskqueues.store.fairshare import check_name as check_account_name
+from taskqueues.store import check_account_name
 from taskqueues.webhook import check_webhook
 
 from .model import Collector, Rule

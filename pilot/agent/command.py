@@ -24,7 +24,7 @@ from taskqueues.credentials import FILE_SUFFIX, file_values, seal, take_pilot_fi
 from taskqueues.errors import ConfigError, PilotfishError
 from taskqueues.sandbox import SANDBOXES
 from taskqueues.settings import DEFAULTS, LOCAL_REDIS_URL
-from taskqueues.store.cluster import is_cluster
+from taskqueues.store import is_cluster
 
 
 def make_observer(events: bool, config: PilotConfig, broker_url: str = "") -> Observer:

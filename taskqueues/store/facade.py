@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import cached_property
 from typing import Any
 
 import redis
@@ -23,16 +24,16 @@ from redis.connection import Connection
 
 from ..errors import ConfigError, NotFound, StaleReport, StoreError, StoreUnavailable
 from . import functions
-from .audit import Audit
 from .connection import connect
 from .exchange import PendingExchange
+from .facade_reads import StoreReads
 from .guard import client_url, converted, guard, guarded
 from .history import History
 from .keys import Keys
 from .lifecycle import Lifecycle
 from .notices import Notices
 from .packed import HotLine, PackedCall, pack_script
-from .queries import StoreReads
+from .payload_logs import Logs
 from .records import (
     DEFAULT_ETE_SAFETY_FACTOR,
     Exchange,
@@ -46,7 +47,7 @@ from .records import (
 )
 from .records import text as _text
 from .reservations import DEFAULT_RESERVATION_SLACK, running_text
-from .tokens import Tokens
+from .rooms import StoreRooms
 
 _MAX_KEY_ROUNDS = 16
 #: Fields of the cursor hash: the server run the reaper last saw, and until when leases are not requeued.
@@ -58,7 +59,7 @@ log = logging.getLogger(__name__)
 Clock = Callable[[], float]
 
 
-class Store(StoreReads):
+class Store(StoreReads, StoreRooms):
     """Jobs, task queues and leases of one community (VO) in one Redis."""
 
     def __init__(
@@ -122,15 +123,12 @@ class Store(StoreReads):
         keys = Keys(prefix=prefix, vo=vo)
         return cls(connect(url, community=keys.base), keys, **kwargs)
 
-    # -- the API's tokens and audit log (issue 30: taskqueues/store/tokens.py, audit.py) ----------
+    # -- the rooms that run scripts or read jobs (the others: rooms.py) ------------------------
 
-    @property
-    def tokens(self) -> Tokens:
-        return Tokens(self.client, self.keys, self.clock)
-
-    @property
-    def audit(self) -> Audit:
-        return Audit(self.client, self.keys)
+    @cached_property
+    def logs(self) -> Logs:
+        """The payloads' shipped output."""
+        return Logs(self)
 
     @property
     def history(self) -> History:
@@ -166,7 +164,7 @@ class Store(StoreReads):
 
         The heads and qfloor hashes are declared for every script: each one that moves task-queue members
         keeps them exact (``_lib.lua``), and declaring them up front saves that round trip. So is the stats
-        hash, which the scripts add their counters to (:mod:`taskqueues.store.stats`).
+        hash, which the scripts add their counters to (:mod:`taskqueues.store.counters`).
         """
         declared = list(
             dict.fromkeys(
@@ -359,7 +357,8 @@ class Store(StoreReads):
         max_jobs: int = 1,
     ) -> Exchange:
         """A pilot's reports and its next match in one round trip (see :class:`PendingExchange`)."""
-        conn = self.client.connection_pool.get_connection()
+        with guard(self.where, "taking a connection"):
+            conn = self.client.connection_pool.get_connection()
         try:
             return self.send_exchange(
                 pilot, conn, starts=starts, completions=completions, offer=offer, max_jobs=max_jobs

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -155,6 +156,81 @@ def time_needed(wall: object, ete: float, ete_safety_factor: float) -> int:
     return math.ceil(round(ete * ete_safety_factor, 6))
 
 
+def canonical_json(value: Any) -> str:
+    """The one JSON form of whatever is hashed, compared or stored as a definition: sorted keys, no spaces,
+    ASCII, and no NaN or infinity (refused: they have no JSON form)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
+def request_record(
+    *,
+    name: str,
+    priority: float,
+    now: float,
+    eta: float,
+    critical: float,
+    load: float,
+    cores: float,
+    jobs: int,
+    owner: str,
+    group: str,
+    notify: str = "",
+) -> dict[str, Any]:
+    """The stored record of a request (``Store.submit``'s ``request``): its name and priority, when it was
+    submitted, its ETA, the critical path, the date its load ends, its cores, how many jobs, owner and group,
+    and the webhook called when it ends (only when it names one)."""
+    record: dict[str, Any] = {
+        "name": name,
+        "priority": priority,
+        "ts": round(now, 3),
+        "eta": round(eta, 3),
+        "cp": round(critical, 3),
+        "load": round(load, 3),
+        "cores": round(cores, 3),
+        "n": jobs,
+        "owner": owner,
+        "group": group,
+    }
+    if notify:
+        record["notify"] = notify
+    return record
+
+
+def placed_spec(
+    *,
+    tq_id: str,
+    tq_def: str,
+    queues: Sequence[str],
+    cpu: int,
+    mem: int,
+    tmp: int,
+    wall: object,
+    values: Mapping[str, Any],
+    ete: float,
+    ete_safety_factor: float,
+    command: str | None = None,
+) -> dict[str, Any]:
+    """What ``release.lua`` takes to move a releasing job into task queue ``tq_id`` (``Store.release``): its
+    member tail and exact requirements as a waiting record stores them, its run-time estimate, and the
+    command its dependencies' outputs filled in (None: unchanged)."""
+    spec: dict[str, Any] = {
+        "t": tq_id,
+        "def": tq_def,
+        "queues": list(queues),
+        "m_tail": member_tail(cpu, mem, tmp, time_needed(wall, ete, ete_safety_factor)),
+        **stored_requirements(canonical_json(dict(values)), cpu, mem),
+        "e": ete,
+    }
+    if command is not None:
+        spec["c"] = command
+    return spec
+
+
+def release_refusal(why: str) -> dict[str, Any]:
+    """What ``release.lua`` takes to fail a releasing job instead (``Store.release``)."""
+    return {"error": why}
+
+
 def member_tail(cpu: int, mem: int, tmp: int, need: int) -> str:
     """The part of a task-queue member after the job id: what match needs to decide whether it fits (``need``
     from :func:`time_needed`)."""
@@ -181,7 +257,7 @@ def stored_requirements(requirements: str, cpu: int, mem: int, parsed: object = 
             del values[name]
             elided = True
     out: dict[str, str] = {}
-    text = json.dumps(values, sort_keys=True, separators=(",", ":")) if elided else requirements
+    text = canonical_json(values) if elided else requirements
     if values:
         out["r"] = text
     if absent:

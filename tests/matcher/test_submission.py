@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from matcher.release import release, sweep
+from matcher.job_release import release, sweep
 from matcher.submission import JobSpec, SubmissionError, Submitter, specs_from_workflow, submit_workflow
 from matcher.workflow import parse_workflow
 from taskqueues.catalog import Catalog

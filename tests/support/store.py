@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from taskqueues.store import Placed, Store, payload_logs, retention
+from taskqueues.store import Placed, Store, retention
 from taskqueues.store.lock import Lock
 from taskqueues.store.records import JobState, NewJob, PilotOffer, RunResult
 from tests.support.clock import FakeClock
@@ -204,8 +204,7 @@ def script_calls(store: Store, pop: Population, clock: FakeClock) -> dict[str, C
     )
     record(
         "ship_log",
-        lambda: payload_logs.ship(
-            store,
+        lambda: store.logs.ship(
             pop.running,
             1,
             PILOT,

@@ -10,8 +10,8 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
 from ...history import HistoryListing
+from ...job_release import account_of_job
 from ...joblist import JobRow, Listing
-from ...release import account_of_job
 from ..authz import check_act, check_see, job_account, may_see, request_account
 from ..identity import Identity
 from ..state import Api, Caller, api

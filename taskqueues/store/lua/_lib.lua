@@ -211,7 +211,10 @@ local EMPTY = 1e18
 -- match scans the whole hash (at 100 task queues, 17% of a filling match's instructions went there).
 -- Nothing lists the heads hash; match only reads it by task-queue id.
 local SKIPLIST = string.rep('~', 65)
-local ENQUEUED = false
+-- The catalog queues this call enqueued work for: queue -> jobs enqueued there (wake() reads it), and
+-- where wake() starts its round of the queue's wake shards (the first enqueued job's id: calls rotate).
+local WAKE = {}
+local WAKE_FROM = nil
 local DECLARED = {}
 local MISSING = {}
 -- Every key of KEYS is declared (the fixed ones too: need() may ask for one a script has in a fixed place).
@@ -361,7 +364,8 @@ local function enqueue(base, tqempty, releasing, rec, queues, now)
     return
   end
   rec.s = 'waiting'
-  ENQUEUED = true
+  for _, q in ipairs(queues) do WAKE[q] = (WAKE[q] or 0) + 1 end
+  WAKE_FROM = WAKE_FROM or tonumber(rec.id) or #rec.id
   redis.call('ZADD', base .. K_TQ .. rec.t, rec.sc, rec.m)
   local fresh = redis.call('ZREM', tqempty, rec.t) == 1
   for _, q in ipairs(queues) do redis.call('ZADD', base .. K_QH .. q, 'LT', rec.sc, rec.t, 'inf', SKIPLIST) end
@@ -647,9 +651,21 @@ end
 local function park(base, id, why, tq, member, now)
   redis.call('HSET', base .. K_PARKED, id, cjson.encode({why = why, t = tq or '', m = member or '', at = now}))
 end
--- Wake idle pilots (they wait on this channel instead of polling) when this call enqueued work.
+-- Wake as many idle pilots as this call enqueued jobs, in each catalog queue it enqueued jobs for, and no
+-- more (issue 31). A pilot listens on one of its queue's WAKE_SHARDS channels (keys.wake_channel) only while
+-- its last match found nothing (pilot.agent.wake), so PUBLISH answers how many such idle pilots heard it: the
+-- shards are published in turn, from a place that moves from call to call, until as many idle pilots heard
+-- it as jobs entered (each takes one at least), or every shard was. A job eligible in several queues counts in
+-- each. A pilot that misses a wake (busy a moment ago, or its shard not reached) finds the job by its poll.
 local function wake(base)
-  if ENQUEUED then redis.call('PUBLISH', base .. K_WAKE, '1') end
+  local from = WAKE_FROM or 0
+  for q, jobs in pairs(WAKE) do
+    local heard = 0
+    for i = 0, WAKE_SHARDS - 1 do
+      heard = heard + redis.call('PUBLISH', base .. K_WAKE .. q .. ':' .. ((from + i) % WAKE_SHARDS), '1')
+      if heard >= jobs then break end
+    end
+  end
 end
 -- After the writes of a script that moved jobs: the heads kept exact (sync_heads), idle pilots woken (wake), and
 -- the control plane told which jobs it put in the releasing set (`releasing`, ids; keys.release_channel).

@@ -14,7 +14,7 @@ from redis.crc import key_slot
 
 from matcher.repressure import repressure
 from taskqueues.errors import ConfigError
-from taskqueues.store import Store, payload_logs, retention, scripts
+from taskqueues.store import Store, retention, scripts
 from taskqueues.store.keys import Keys
 from taskqueues.store.records import JobState, PilotOffer, RunResult
 from taskqueues.store.redis_server import RedisServer
@@ -105,9 +105,7 @@ def test_every_script_call_declares_keys_of_one_slot(real_redis: redis.Redis) ->
     clock.now += 100
     store.clean(grace=1)
     store.release(b, {"error": "nothing to release"})
-    payload_logs.ship(
-        store, m.id, m.attempt, "p", cap=10, host="h", directory="/d", live=False, chunks={"out": (b"x", 1)}
-    )
+    store.logs.ship(m.id, m.attempt, "p", cap=10, host="h", directory="/d", live=False, chunks={"out": (b"x", 1)})
     (h,) = store.submit([job("t1")])
     store.lifecycle.hold([h], "alice")
     store.lifecycle.update(h, "alice", "priority 5", priority=5)

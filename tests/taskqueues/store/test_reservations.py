@@ -11,7 +11,7 @@ from matcher.explain import explain
 from taskqueues.catalog import Catalog
 from taskqueues.errors import StoreError
 from taskqueues.store import Store
-from taskqueues.store.fairshare import Policy, publish
+from taskqueues.store.fairshare import Policy
 from taskqueues.store.records import PilotOffer
 from taskqueues.store.reservations import read_reservations
 from tests.support.clock import FakeClock
@@ -133,7 +133,7 @@ def test_the_checker_reads_reservations(store: Store) -> None:
 def test_with_a_shares_policy_the_reservation_goes_to_the_first_head_in_share_order(store: Store) -> None:
     """Shares and reservations compose: the head reserved is the first the share order serves (here one group,
     so the most urgent), and backfill still lets only the short job through."""
-    publish(store.client, store.keys, Policy(shares={"default": 1}))
+    store.shares.publish(Policy(shares={"default": 1}))
     wide, narrow, short = store.submit(
         [
             job("wide", cpu=4, ete=100, score=LATER + 1),

@@ -3,7 +3,7 @@ evaluated the moment its last dependency completes, by the control plane, not by
 
 ``complete.lua`` puts such a job in the releasing set and announces its id on the store's release channel
 (``keys.release_channel``). A :class:`Releaser` is a thread subscribed to that channel that evaluates the
-announced jobs at once (:func:`matcher.release.release`), so pilots carry neither the catalog nor the
+announced jobs at once (:func:`matcher.job_release.release`), so pilots carry neither the catalog nor the
 workflow language. The Celery worker runs one (:mod:`matcher.app.celery_app`, as a worker bootstep), and so
 does ``pilotfish run``. Several are harmless: ``release.lua`` re-checks that the job is still releasing,
 so the second evaluation changes nothing. A job no releaser heard of (none was running, or its connection
@@ -20,11 +20,9 @@ from typing import Any
 
 from taskqueues.catalog import Catalog
 from taskqueues.errors import StoreUnavailable
-from taskqueues.store import Store
-from taskqueues.store.connection import CONNECTION_LOST, Subscription, broken
-from taskqueues.store.outage import Outage
+from taskqueues.store import Outage, Store, Subscription
 
-from .release import release, sweep
+from .job_release import release, sweep
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +56,7 @@ class Releaser:
         while not self._stopped.is_set():
             try:
                 self._listen()
-            except (*CONNECTION_LOST, StoreUnavailable) as exc:
+            except StoreUnavailable as exc:
                 self._stopped.wait(self.outage.failed(exc))
             except Exception:  # the thread must outlive any one bad release; the sweep is the safety net
                 log.exception("releaser: evaluating released jobs failed; subscribing again")
@@ -66,7 +64,7 @@ class Releaser:
 
     def _listen(self) -> None:
         """One subscription, until it breaks or the releaser is stopped."""
-        pubsub = Subscription(self.store.client)
+        pubsub = self.store.subscribe()
         try:
             pubsub.subscribe(self.store.keys.release_channel)
             while (message := self._next(pubsub)) is None or message["type"] != "subscribe":
@@ -91,9 +89,4 @@ class Releaser:
 
     def _next(self, pubsub: Subscription, timeout: float | None = None) -> dict[str, Any] | None:
         """The next message, waiting at most ``timeout`` (``poll`` unless given)."""
-        try:
-            message = pubsub.message(self.poll if timeout is None else timeout)
-        except (OSError, ValueError) as exc:
-            # Its connection was closed under it: another thread dropped every connection at an outage's start.
-            raise broken(f"release channel: {exc}") from None
-        return message
+        return pubsub.message(self.poll if timeout is None else timeout)

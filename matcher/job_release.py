@@ -9,7 +9,7 @@ completion. Two kinds of job cannot be released that way and land in the ``relea
   computed again from the catalog.
 
 complete.lua announces the jobs it puts in the set on the store's release channel, and the control plane's
-releaser (:mod:`matcher.releaser`) calls :func:`release` with those ids at once; the periodic tasks sweep
+releaser (:mod:`matcher.release_listener`) calls :func:`release` with those ids at once; the periodic tasks sweep
 the set too, so a lost announcement or a crash between the two steps delays a job, never loses it.
 """
 
@@ -21,9 +21,15 @@ from typing import Any
 
 from taskqueues.catalog import Catalog
 from taskqueues.errors import NotFound, PilotfishError
-from taskqueues.store import Store
-from taskqueues.store.fairshare import account_tq, job_account
-from taskqueues.store.records import Job, JobState, member_tail, stored_requirements, time_needed
+from taskqueues.store import (
+    Job,
+    JobState,
+    Store,
+    account_tq,
+    job_account,
+    placed_spec,
+    release_refusal,
+)
 
 from .limits import MAX_COMMAND_BYTES, check_text
 from .submission import place
@@ -65,20 +71,22 @@ def release_spec(store: Store, catalog: Catalog, job: Job, vo: str) -> dict[str,
             )  # the outputs filled in must leave a runnable command
         placement = place(catalog, requirements, job=job.name or job.id, vo=vo)
     except PilotfishError as exc:
-        return {"error": str(exc)}
+        return release_refusal(str(exc))
     req = placement.requirements
     group, owner = account_of_job(store, job)
-    spec: dict[str, Any] = {
-        "t": account_tq(placement.tq_id, group, owner, job.rule),
-        "def": placement.tq_def,
-        "queues": list(placement.queues),
-        "m_tail": member_tail(req.cpu, req.mem, req.tmp, time_needed(req.wall, job.ete, store.ete_safety_factor)),
-        **stored_requirements(json.dumps(dict(req.values), sort_keys=True, separators=(",", ":")), req.cpu, req.mem),
-        "e": job.ete,
-    }
-    if command is not None:
-        spec["c"] = command
-    return spec
+    return placed_spec(
+        tq_id=account_tq(placement.tq_id, group, owner, job.rule),
+        tq_def=placement.tq_def,
+        queues=placement.queues,
+        cpu=req.cpu,
+        mem=req.mem,
+        tmp=req.tmp,
+        wall=req.wall,
+        values=req.values,
+        ete=job.ete,
+        ete_safety_factor=store.ete_safety_factor,
+        command=command,
+    )
 
 
 def release(store: Store, catalog: Catalog, ids: Iterable[str], *, vo: str = "default") -> dict[str, JobState]:

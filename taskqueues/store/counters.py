@@ -3,7 +3,8 @@
 The scripts that do a thing count it in the same atomic step, one HINCRBY on the stats hash per event
 (``_lib.lua``'s ``count``): so a counter never disagrees with the records it counts, and a crash between
 the event and its count cannot happen. What is not a script's business adds here from Python: the director
-counts its submissions and the batch systems' errors per backend (:func:`add`).
+counts its submissions and the batch systems' errors per backend
+(:class:`taskqueues.store.control.Control`).
 
 | field | kept by | meaning |
 |---|---|---|
@@ -35,23 +36,23 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 
-import redis
 
-from .guard import client_url, guard
-from .keys import Keys
+class StatField:
+    """The fields of the stats hash (the table above); a name ending in ``:`` is a prefix."""
 
-ENDED = "ended:"
-LEASE_EXPIRED = "lease_expired"
-RETRIES = "retries"
-TAKEN_BACK = "taken_back"
-MATCHED = "matched"
-FORGOTTEN = "forgotten"
-RESUBMITTED = "resubmitted"
-BLOCKED = "blocked"
-BLOCKED_IN = "blocked:"
-SUBMITTED = "submitted:"
-ERRORS = "errors:"
-MATCH_SECONDS = "match_seconds:"
+    ENDED = "ended:"
+    LEASE_EXPIRED = "lease_expired"
+    RETRIES = "retries"
+    TAKEN_BACK = "taken_back"
+    MATCHED = "matched"
+    FORGOTTEN = "forgotten"
+    RESUBMITTED = "resubmitted"
+    BLOCKED = "blocked"
+    BLOCKED_IN = "blocked:"
+    SUBMITTED = "submitted:"
+    ERRORS = "errors:"
+    MATCH_SECONDS = "match_seconds:"
+
 
 #: Upper bounds (seconds) of the match-latency buckets: a match is a round trip of a fraction of a
 #: millisecond on a quiet server, tens of milliseconds on a loaded one, seconds when something is wrong.
@@ -71,12 +72,6 @@ MATCH_BUCKETS: tuple[float, ...] = (
     5.0,
     10.0,
 )
-
-
-def add(client: redis.Redis, keys: Keys, field: str, amount: int = 1) -> None:
-    """Add ``amount`` to one counter (for what no script does: the director's submissions and errors)."""
-    with guard(client_url(client), f"counting {field}"):
-        client.hincrby(keys.stats, field, amount)
 
 
 class LatencyHistogram:

@@ -158,6 +158,7 @@ class StoreReads:
     def releasing(self, limit: int = 500) -> list[str]:
         return [_text(x) for x in self.client.zrange(self.keys.releasing, 0, limit - 1)]
 
+    @guarded("reading the task queues' largest values")
     def tq_largest(self, tq_ids: Sequence[str]) -> dict[str, Largest]:
         """The largest exact cpu, mem, tmp and wall of the jobs that entered each task queue since it was
         last empty, as the scripts keep them (task queues no job entered yet are left out)."""
@@ -171,6 +172,7 @@ class StoreReads:
             out[tq] = Largest(cpu, mem, tmp, wall)
         return out
 
+    @guarded("reading the parked jobs")
     def parked(self, ids: Sequence[str] | None = None) -> dict[str, Parked]:
         """Jobs taken out of their task queue because their member or record could not be read (all of
         them, or those of ``ids``)."""
@@ -184,6 +186,7 @@ class StoreReads:
             }
         return {job: Parked.from_entry(job, value) for job, value in raw.items()}
 
+    @guarded("reading the newly parked jobs")
     def newly_parked(self) -> list[Parked]:
         """Jobs parked since the last call (in any process): the cursor hash's ``parked`` field holds the
         time of the last one returned. Two concurrent callers may both return the same ones."""

@@ -9,7 +9,7 @@ pilot of ours waits in that backend, each of them is asked to release itself. Th
 when a waiting job fits the pilot again, not when the waiting pilot starts: a pilot asked to go has no
 work left, and keeping it would only make the next wait longer.
 
-The request goes through the store (:mod:`taskqueues.store.stops`), not through the batch system: a pilot stops
+The request goes through the store (``store.pilots``), not through the batch system: a pilot stops
 on it only when it is idle (nothing running, no match on the way), so a release never kills a payload and
 never strands a job a pilot has just matched. Cancelling the batch job instead would race with the
 pilot's next match and kill what it had started. A pilot that is busy when asked (its heartbeat was
@@ -21,9 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from taskqueues.store import stops
-from taskqueues.store.connection import Client
-from taskqueues.store.keys import Keys
+from taskqueues.store import Pilots
 
 
 @dataclass
@@ -40,15 +38,15 @@ class Room:
     expired: dict[str, str] = field(default_factory=dict)
 
 
-def release_idle(client: Client, keys: Keys, rooms: Iterable[Room], live: set[str]) -> list[str]:
+def release_idle(pilots: Pilots, rooms: Iterable[Room], live: set[str]) -> list[str]:
     """Ask idle pilots to release themselves where another pilot waits; withdraw the requests that no
     longer hold; forget the requests of pilots that are gone. Returns the pilots newly asked."""
-    pending = stops.pending(client, keys)
+    pending = pilots.stop_requests()
     asked: list[str] = []
     for room in rooms:
         for name, queue in room.expired.items():
             reason = f"released by the director: too little time left for any waiting job of {queue}"
-            if stops.request(client, keys, name, "release", reason):
+            if pilots.request_stop(name, "release", reason):
                 asked.append(name)
         for name, queue in room.idle.items():
             if name in room.expired:
@@ -58,9 +56,9 @@ def release_idle(client: Client, keys: Keys, rooms: Iterable[Room], live: set[st
                     f"released by the director: no waiting job of {queue} fits it, and {room.waiting} "
                     f"pilot(s) wait for room in its batch system"
                 )
-                if stops.request(client, keys, name, "release", reason):
+                if pilots.request_stop(name, "release", reason):
                     asked.append(name)
         for name in room.serving & set(pending):
-            stops.withdraw_release(client, keys, name)
-    stops.forget(client, keys, *(name for name in pending if name not in live))
+            pilots.withdraw_release(name)
+    pilots.forget_stops(*(name for name in pending if name not in live))
     return asked
