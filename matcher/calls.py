@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from taskqueues.errors import PilotfishError
-from taskqueues.store.records import Parked
+from taskqueues.store import Parked
 
 from .explain import Explanation
 from .history import HistoryListing

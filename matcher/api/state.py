@@ -31,18 +31,18 @@ class Api:
     """What the routes share."""
 
     settings: Settings
-    client: Client
+    local: Client
     auth: Authenticator
     audit: AuditLog
     limiter: RateLimiter
 
     @classmethod
     def of(cls, settings: Settings) -> Api:
-        client = Client(settings=settings)
-        store = client.store  # built now: the threads that serve calls share it
+        local = Client(settings=settings)
+        store = local.store  # built now: the threads that serve calls share it
         return cls(
             settings,
-            client,
+            local,
             Authenticator(store, settings),
             AuditLog(store, audit_file(settings)),
             RateLimiter(settings.api_rate, settings.api_rate_burst),
@@ -54,7 +54,9 @@ class Api:
 
 
 def origin(request: Request) -> str:
-    return request.client.host if request.client else "-"
+    """The caller's address (Starlette's peer, ``scope["client"]``), or "-"."""
+    peer = request.scope.get("client")
+    return str(peer[0]) if peer else "-"
 
 
 def api(request: Request) -> Api:

@@ -58,7 +58,7 @@ def token() -> None:
 
 
 def _audit(action: str, target: str, **extra: object) -> None:
-    from taskqueues.store.fairshare import default_owner
+    from taskqueues.store import default_owner
 
     from ..api.audit import AuditLog, audit_file
     from ..api.identity import OPERATOR, Identity

@@ -19,7 +19,7 @@ import click
 from taskqueues.settings import Settings
 from taskqueues.store import MOVE_CHUNK, Keys, move_community
 
-from ..calls import Calls
+from ..calls import Calls, Overview
 from ..explain import render_explanation
 from ..formats import FORMAT_HELP
 from ..status import (
@@ -32,7 +32,7 @@ from ..status import (
     render_task_queues,
 )
 
-__all__ = ["WATCH_SECONDS", "explain", "move", "status"]
+__all__ = ["WATCH_SECONDS", "explain", "move", "status", "view"]
 
 WATCH_SECONDS = 2.0
 
@@ -46,7 +46,15 @@ def _snapshot(
     if request is not None:
         one = client.status(request, examples=EXAMPLES)
         return one.to_json(), render_requests([one], now), one.final, [one]
-    overview = client.overview()
+    return view(client.overview(), every, owner, group)
+
+
+def view(
+    overview: Overview, every: bool = False, owner: str | None = None, group: str | None = None
+) -> tuple[dict[str, Any], list[str], bool, list[RequestStatus]]:
+    """:func:`_snapshot` of every request and task queue (``every``), or of the active ones and a count of the
+    others, of one owner or group when given."""
+    now = time.time()
     everything = [s for s in overview.requests if _of(s.owner, s.group, owner, group)]
     shown = everything if every else [s for s in everything if not s.final]
     ended = [s for s in everything if s.final and s not in shown]

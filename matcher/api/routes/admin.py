@@ -23,11 +23,11 @@ def whoami(caller: Identity = Caller) -> dict[str, object]:
 def audit(request: Request, limit: int = Query(50, ge=1, le=10_000), caller: Identity = Caller) -> dict[str, Any]:
     """The last entries of the audit log, oldest first."""
     require_operator(caller, "read the audit log")
-    return {"entries": api(request).client.store.audit.read(limit)}
+    return {"entries": api(request).local.store.audit.read(limit)}
 
 
 @router.get("/healthz")
 def healthz(request: Request) -> dict[str, bool]:
     """200 when the API answers and its store does (one read)."""
-    api(request).client.store.outstanding_work()
+    api(request).local.store.outstanding_work()
     return {"ok": True}

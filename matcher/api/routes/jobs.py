@@ -30,14 +30,14 @@ def _visible(state: Api, caller: Identity, request: str | None, limit: int, **fi
     """The listing, only of jobs the caller may see: read in growing pages until ``limit`` of them are found."""
     see_all = state.settings.api_users_see_all or caller.operator
     if request is not None:
-        request = state.client.request_id(request)
-        check_see(caller, f"request {request}", *request_account(state.client.store, request), see_all)
+        request = state.local.request_id(request)
+        check_see(caller, f"request {request}", *request_account(state.local.store, request), see_all)
         see_all = True  # a request's jobs are its owner's
     if see_all:
-        return state.client.listing(request=request, limit=limit, **filters)
+        return state.local.listing(request=request, limit=limit, **filters)
     read = limit
     while True:
-        listing = state.client.listing(request=request, limit=read, **filters)
+        listing = state.local.listing(request=request, limit=read, **filters)
         rows = [r for r in listing.rows if may_see(caller, r.group, r.owner, False)]
         if len(rows) > limit or not listing.more or read >= PRIVATE_SCAN:
             return Listing(rows[:limit], len(rows) > limit or listing.more)
@@ -81,7 +81,7 @@ def history(
     see_all = state.settings.api_users_see_all or caller.operator
     if not see_all and owner is None and group is None:
         owner = caller.user
-    page = state.client.history(since, until, owner=owner, group=group, states=state_ or (), after=after, limit=limit)
+    page = state.local.history(since, until, owner=owner, group=group, states=state_ or (), after=after, limit=limit)
     rows = page.rows if see_all else [r for r in page.rows if may_see(caller, r.group, r.owner, False)]
     return HistoryListing(rows, page.next).to_json()
 
@@ -90,10 +90,10 @@ def history(
 def job(job: str, request: Request, caller: Identity = Caller) -> dict[str, Any]:
     """One job as a row of the listing."""
     state = api(request)
-    record = state.client.store.job(job)
-    account = account_of_job(state.client.store, record)
+    record = state.local.store.job(job)
+    account = account_of_job(state.local.store, record)
     check_see(caller, f"job {job}", *account, state.settings.api_users_see_all)
-    return JobRow.of(record, state.client.store.clock(), account).to_json()
+    return JobRow.of(record, state.local.store.clock(), account).to_json()
 
 
 @router.get("/jobs/{job}/logs")
@@ -102,8 +102,8 @@ def logs(
 ) -> dict[str, Any]:
     """The kept tail of a job's stdout and stderr, and where its pilot keeps the files."""
     state = api(request)
-    check_see(caller, f"job {job}", *job_account(state.client.store, job), state.settings.api_users_see_all)
-    return state.client.log_view(job, stream=stream, attempt=attempt).to_json()
+    check_see(caller, f"job {job}", *job_account(state.local.store, job), state.settings.api_users_see_all)
+    return state.local.log_view(job, stream=stream, attempt=attempt).to_json()
 
 
 @router.get("/jobs/{job}/follow")
@@ -113,8 +113,8 @@ def follow(
     """What a running payload prints, as it prints it, until that attempt ends: one JSON object a line,
     ``{"stream": "out"|"err", "text": ...}`` (``logs --follow``)."""
     state = api(request)
-    check_see(caller, f"job {job}", *job_account(state.client.store, job), state.settings.api_users_see_all)
-    pieces = state.client.follow(job, stream=stream, attempt=attempt)
+    check_see(caller, f"job {job}", *job_account(state.local.store, job), state.settings.api_users_see_all)
+    pieces = state.local.follow(job, stream=stream, attempt=attempt)
     lines = (json.dumps({"stream": name, "text": text}) + "\n" for name, text in pieces)
     return StreamingResponse(lines, media_type="application/x-ndjson")
 
@@ -123,8 +123,8 @@ def follow(
 def explain(job: str, request: Request, caller: Identity = Caller) -> dict[str, Any]:
     """Why a job still waits (or what it does instead)."""
     state = api(request)
-    check_see(caller, f"job {job}", *job_account(state.client.store, job), state.settings.api_users_see_all)
-    return state.client.explain(job).to_json()
+    check_see(caller, f"job {job}", *job_account(state.local.store, job), state.settings.api_users_see_all)
+    return state.local.explain(job).to_json()
 
 
 @router.post("/jobs/{job}/cancel")
@@ -141,7 +141,7 @@ def kill(job: str, body: Reason, request: Request, caller: Identity = Caller) ->
 
 def _stop(job: str, reason: str, request: Request, caller: Identity, *, kill: bool) -> dict[str, str]:
     state = api(request)
-    check_act(caller, f"job {job}", *job_account(state.client.store, job))
-    line = state.client.kill(job, reason) if kill else state.client.cancel(job, reason)
+    check_act(caller, f"job {job}", *job_account(state.local.store, job))
+    line = state.local.kill(job, reason) if kill else state.local.cancel(job, reason)
     state.done(request, caller, "kill" if kill else "cancel", job, reason=reason)
     return {"result": line}

@@ -22,6 +22,6 @@ def drain(pilot: str, body: Drain, request: Request, caller: Identity = Caller) 
     """Drain a live pilot (no new work; its payloads finish), or with ``shutdown`` give them back now."""
     require_operator(caller, f"drain pilot {pilot}")
     state = api(request)
-    line = state.client.drain(pilot, shutdown=body.shutdown, reason=body.reason)
+    line = state.local.drain(pilot, shutdown=body.shutdown, reason=body.reason)
     state.done(request, caller, "shutdown" if body.shutdown else "drain", pilot)
     return {"result": line}

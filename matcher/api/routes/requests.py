@@ -48,7 +48,7 @@ def submit(body: Submission, request: Request, caller: Identity = Caller) -> dic
     owner, group = owner_of_submission(
         caller, body.owner or str(body.workflow.get("owner") or ""), body.group or str(body.workflow.get("group") or "")
     )
-    done = state.client.submit(body.workflow, owner=owner, group=group, source=body.source, notify=body.notify)
+    done = state.local.submit(body.workflow, owner=owner, group=group, source=body.source, notify=body.notify)
     state.done(request, caller, "submit", done.id, jobs=len(done.ids), owner=owner, group=group)
     return {"request": done.id, "name": done.name, "ids": done.ids, "eta": done.eta}
 
@@ -58,7 +58,7 @@ def overview(request: Request, caller: Identity = Caller) -> dict[str, Any]:
     """The requests and task queues the caller may see (a task queue's id names its group and owner), and
     (operators) the parked jobs."""
     state = api(request)
-    everything = state.client.overview()
+    everything = state.local.overview()
     see_all = state.settings.api_users_see_all
     shown = Overview(
         [r for r in everything.requests if may_see(caller, r.group or "default", r.owner or "default", see_all)],
@@ -72,18 +72,18 @@ def overview(request: Request, caller: Identity = Caller) -> dict[str, Any]:
 def status(request_id: str, request: Request, examples: int = 0, caller: Identity = Caller) -> dict[str, Any]:
     """One request (by id or unique name): its jobs by state, ETA, critical path."""
     state = api(request)
-    rid = state.client.request_id(request_id)
-    check_see(caller, f"request {rid}", *request_account(state.client.store, rid), state.settings.api_users_see_all)
-    return state.client.status(rid, examples=examples).to_json()
+    rid = state.local.request_id(request_id)
+    check_see(caller, f"request {rid}", *request_account(state.local.store, rid), state.settings.api_users_see_all)
+    return state.local.status(rid, examples=examples).to_json()
 
 
 @router.post("/requests/{request_id}/cancel")
 def cancel(request_id: str, body: Reason, request: Request, caller: Identity = Caller) -> dict[str, str]:
     """Cancel every unfinished job of a request."""
     state = api(request)
-    rid = state.client.request_id(request_id)
-    check_act(caller, f"request {rid}", *request_account(state.client.store, rid))
-    line = state.client.cancel(rid, body.reason)
+    rid = state.local.request_id(request_id)
+    check_act(caller, f"request {rid}", *request_account(state.local.store, rid))
+    line = state.local.cancel(rid, body.reason)
     state.done(request, caller, "cancel", rid, reason=body.reason)
     return {"result": line}
 
@@ -92,7 +92,7 @@ def cancel(request_id: str, body: Reason, request: Request, caller: Identity = C
 def cancel_target(target: str, body: Reason, request: Request, caller: Identity = Caller) -> dict[str, str]:
     """``pilotfish cancel TARGET``: a request (by id) or else a job."""
     state = api(request)
-    store = state.client.store
+    store = state.local.store
     try:
         account, what = request_account(store, target), f"request {target}"
     except NotFound:
@@ -101,6 +101,6 @@ def cancel_target(target: str, body: Reason, request: Request, caller: Identity 
         except NotFound:
             raise NotFound(f"no request or job {target!r}") from None
     check_act(caller, what, *account)
-    line = state.client.cancel(target, body.reason)
+    line = state.local.cancel(target, body.reason)
     state.done(request, caller, "cancel", target, reason=body.reason)
     return {"result": line}

@@ -22,7 +22,7 @@ class Policy(BaseModel):
 @router.get("/shares")
 def shares(request: Request, caller: Identity = Caller) -> dict[str, Any]:
     """The stored policy's groups and limits (``{"policy": null}`` without one)."""
-    return {"policy": api(request).client.shares()}
+    return {"policy": api(request).local.shares()}
 
 
 @router.post("/shares")
@@ -30,6 +30,6 @@ def set_shares(body: Policy, request: Request, caller: Identity = Caller) -> dic
     """Store (or, with a null policy, remove) the community's shares and limits policy."""
     require_operator(caller, "set the shares policy")
     state = api(request)
-    line = state.client.set_shares(body.policy, body.source)
+    line = state.local.set_shares(body.policy, body.source)
     state.done(request, caller, "shares off" if body.policy is None else "shares", body.source)
     return {"result": line}
