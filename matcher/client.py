@@ -5,9 +5,10 @@
 calls through the HTTP API with the user's token, otherwise a :class:`Client` of the store. ``Client(redis_url,
 vo=...)`` names the store itself. Every method goes through the code its command uses (:mod:`matcher.submission`,
 :mod:`matcher.status`, :mod:`matcher.cli.control`, :mod:`matcher.joblist`, :mod:`matcher.history`,
-:mod:`matcher.logview`), so what a program sees is what ``pilotfish status``, ``jobs``, ``history`` and ``logs``
-print. Errors are the CLI's: :class:`taskqueues.errors.PilotfishError` and its subclasses, each naming what is
-wrong.
+:mod:`matcher.logview`, :mod:`matcher.lifecycle`), so what a program sees is what ``pilotfish status``, ``jobs``,
+``history``, ``logs`` and ``events`` print (hold, release, resubmit, update and events: the store's client only,
+not yet through the API). Errors are the CLI's: :class:`taskqueues.errors.PilotfishError` and its subclasses, each
+naming what is wrong.
 
 A submitted workflow is run by the control plane and pilots already running (``pilotfish up``, a director,
 a batch system): the client only talks to the store (or to the API, which does).
@@ -22,8 +23,9 @@ from typing import Any
 from taskqueues.context import Context
 from taskqueues.errors import PilotfishError
 from taskqueues.settings import Settings
-from taskqueues.store import Store
+from taskqueues.store import JobEvent, Store
 
+from . import lifecycle
 from .calls import Calls, LogView, Overview, Request, WaitTimeout
 from .cli.control import drain_pilot, stop_job, stop_target
 from .explain import Explanation
@@ -180,3 +182,51 @@ class Client(Calls):
 
     def audit(self, limit: int = 50) -> list[dict[str, Any]]:
         return self.store.audit.read(limit)
+
+    def _names(self, targets: tuple[Request | str, ...]) -> list[str]:
+        return [t.id if isinstance(t, Request) else t for t in targets]
+
+    def hold(self, *targets: Request | str, reason: str = "", by: str | None = None) -> str:
+        """Keep jobs (ids) or a request's waiting jobs from being matched (``pilotfish hold``); a line saying
+        what happened. :class:`taskqueues.errors.JobRefused` for a running job, nothing changed."""
+        return lifecycle.hold(self.store, self._names(targets), by or lifecycle.local_user(), reason)
+
+    def release(self, *targets: Request | str, reason: str = "", by: str | None = None) -> str:
+        """Give held jobs (ids, or a request's) back to their task queues with their urgency (``pilotfish
+        release``)."""
+        return lifecycle.release(self.store, self._names(targets), by or lifecycle.local_user(), reason)
+
+    def resubmit(
+        self, *targets: Request | str, states: Iterable[str] | None = None, reason: str = "", by: str | None = None
+    ) -> str:
+        """Run ended jobs again as a new attempt, with their dep-failed dependents (``pilotfish resubmit``);
+        ``states`` picks a request's jobs (default: its failed ones)."""
+        picked = parse_states(states) if states is not None else None
+        return lifecycle.resubmit(self.store, self._names(targets), by or lifecycle.local_user(), reason, picked)
+
+    def update(
+        self,
+        job: str,
+        *,
+        priority: float | None = None,
+        requirements: Mapping[str, object] | None = None,
+        wall: str | None = None,
+        by: str | None = None,
+    ) -> str:
+        """Change a waiting or held job's priority, requirements (a value None removes one) or wall, validated
+        as at submission (``pilotfish update``)."""
+        ctx = self.context
+        return lifecycle.update(
+            ctx.store,
+            ctx.catalog,
+            job,
+            by or lifecycle.local_user(),
+            vo=ctx.settings.vo,
+            priority=priority,
+            requirements=requirements,
+            wall=wall,
+        )
+
+    def events(self, job: str) -> list[JobEvent]:
+        """Every change of a job's state, oldest first (``pilotfish events``)."""
+        return lifecycle.job_events(self.store, job)

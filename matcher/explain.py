@@ -317,9 +317,13 @@ def _with(base: Explanation, **changes: Any) -> Explanation:
 
 
 def _not_waiting(store: Store, job: Job) -> str:
+    if job.state is JobState.HELD:
+        why = f" ({job.reason})" if job.reason else ""
+        return f"held by {job.held_by}{why}: no pilot matches it until it is released (pilotfish release {job.id})"
     if job.state is JobState.BLOCKED:
         unfinished = [d.id for d in store.jobs(list(job.deps)) if not d.state.final]
-        return f"blocked: {len(unfinished)} dependencies unfinished ({', '.join(unfinished[:10])})"
+        held = f"; held by {job.held_by} as soon as it would wait" if job.held_by else ""
+        return f"blocked: {len(unfinished)} dependencies unfinished ({', '.join(unfinished[:10])}){held}"
     if job.state is JobState.RELEASING:
         return "releasing: its requirements are being evaluated before it enters its task queue"
     if job.state in (JobState.MATCHED, JobState.RUNNING):

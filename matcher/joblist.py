@@ -9,6 +9,7 @@ until the listing has ``limit`` rows, and only the records of the ids a page nam
   the request is short next to the task queues, its own id range is read and sorted;
 * releasing jobs: the releasing zset, oldest first;
 * blocked jobs: the ``blocked`` zset (``_lib.lua`` keeps it), in submission order;
+* held jobs: the ``held`` zset (``_lib.lua`` keeps it too), in the order they were held;
 * finished jobs: the ``ended`` zset, most recent end first; with ``--request``, the
   request's own id range when that is shorter; with ``--owner`` or ``--group``, that account's range of the
   history index (``store.history``).
@@ -44,7 +45,9 @@ __all__ = [
 #: Ids read from an index per round trip.
 PAGE = 500
 
-ACTIVE = frozenset({JobState.MATCHED, JobState.RUNNING, JobState.WAITING, JobState.RELEASING, JobState.BLOCKED})
+ACTIVE = frozenset(
+    {JobState.MATCHED, JobState.RUNNING, JobState.WAITING, JobState.RELEASING, JobState.BLOCKED, JobState.HELD}
+)
 FINISHED = frozenset(s for s in JobState if s.final)
 #: Words ``--state`` takes besides the states themselves.
 STATE_GROUPS = {"active": ACTIVE, "finished": FINISHED, "all": frozenset(JobState)}
@@ -108,6 +111,8 @@ class JobRow:
     run_time: float | None
     exit_code: int | None
     reason: str | None
+    #: Who held it (``pilotfish hold``), while it is held or will be as soon as it waits.
+    held_by: str | None = None
 
     @classmethod
     def of(cls, job: Job, now: float, account: tuple[str, str]) -> JobRow:
@@ -133,6 +138,7 @@ class JobRow:
             run,
             job.exit_code,
             job.reason,
+            job.held_by,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -259,6 +265,10 @@ class _Reader:
         """Blocked jobs, in submission order."""
         yield from self.records(m for m, _ in self.pages(self.keys.blocked) if self.in_range(m))
 
+    def held(self) -> Iterator[Job]:
+        """Held jobs (``pilotfish hold``), in the order they were held."""
+        yield from self.records(m for m, _ in self.pages(self.keys.held) if self.in_range(m))
+
     def finished(self) -> Iterator[Job]:
         """Finished jobs, most recent end first."""
         if (
@@ -290,7 +300,7 @@ def _order(job: str) -> int:
 
 def list_jobs(store: Store, flt: JobFilter | None = None, now: float | None = None) -> Listing:
     """The jobs ``flt`` selects, in listing order: running, waiting (most urgent first), releasing, blocked,
-    finished (latest end first); at most ``flt.limit`` rows, ``more`` telling whether others matched.
+    held, finished (latest end first); at most ``flt.limit`` rows, ``more`` telling whether others matched.
 
     Raises NotFound for an unknown request.
     """
@@ -302,6 +312,7 @@ def list_jobs(store: Store, flt: JobFilter | None = None, now: float | None = No
         (frozenset({JobState.WAITING}), reader.waiting),
         (frozenset({JobState.RELEASING}), reader.releasing),
         (frozenset({JobState.BLOCKED}), reader.blocked),
+        (frozenset({JobState.HELD}), reader.held),
         (FINISHED, reader.finished),
     ]
     seen: set[str] = set()

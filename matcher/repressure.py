@@ -436,7 +436,8 @@ def _update(
     pressure, ete = view.pressure[job], view.ete[job]
     if request is not None:
         eta = new_eta if new_eta is not None else float(request["eta"])
-        score = eta - pressure - float(request.get("priority", 0.0))
+        own = rec.priority
+        score = eta - pressure - (own if own is not None else float(request.get("priority", 0.0)))
     else:  # a job stored without a request record: keep the date its old score implied
         score = rec.score + view.pressure.stored(job) - pressure
     need = time_needed(rec.requirements().get("wall"), ete, ete_safety_factor)

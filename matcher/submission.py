@@ -91,6 +91,9 @@ class JobSpec:
     max_retries: int | None = None
     deferred: Mapping[str, str] = field(default_factory=dict)
     deferred_spec: Mapping[str, Any] = field(default_factory=dict)
+    #: Exit codes on which a failed payload runs again, at most ``retry_max`` times (the workflow's ``retry``).
+    retry_on: tuple[int, ...] = ()
+    retry_max: int = 0
 
 
 @dataclass(frozen=True)
@@ -414,6 +417,8 @@ class Submitter:
                     deferred=deferred_text.get(job_name, ""),
                     pressure=pressure[job_name],
                     hint=hints.get(job_name),
+                    retry_on=spec.retry_on,
+                    retry_max=spec.retry_max,
                 )
             )
         request_id = uuid.uuid4().hex[:12]
@@ -567,6 +572,8 @@ def specs_from_workflow(workflow: Any) -> list[JobSpec]:
                 ete=job.ete_hint,
                 deferred=dict(job.deferred) or ({"command": job.command} if job.command_deferred else {}),
                 deferred_spec=deferred_spec,
+                retry_on=job.retry_on,
+                retry_max=job.retry_max,
             )
         )
     return specs

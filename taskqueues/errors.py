@@ -129,6 +129,10 @@ class StaleReport(StoreError):
     """A report names an attempt or a state the job is no longer in: it changed nothing."""
 
 
+class JobRefused(StoreError):
+    """A hold, release, resubmit or update named a job in a state that refuses it: nothing changed."""
+
+
 class BackendError(PilotfishError):
     """A batch system (local, Slurm, Grid Engine) refused or failed a command."""
 

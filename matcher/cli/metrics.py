@@ -100,6 +100,7 @@ def families(census: Census, vo: str, max_task_queues: int) -> Iterator[Metric]:
         ),
         ("pilotfish_matches", StatField.MATCHED, "Jobs leased to pilots"),
         ("pilotfish_jobs_forgotten", StatField.FORGOTTEN, "Ended jobs forgotten by the retention (job_retention)"),
+        ("pilotfish_jobs_resubmitted", StatField.RESUBMITTED, "Ended jobs brought back by pilotfish resubmit"),
     ):
         counter = CounterMetricFamily(name, doc, labels=["vo"])
         counter.add_metric([vo], census.counter(field))

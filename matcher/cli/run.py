@@ -47,7 +47,18 @@ from .control import cancel_request
 #: How long a run waits for the pilots it stops at its end (SIGKILL comes after the backend's grace).
 STOP_WAIT = 15.0
 
-STATE_ORDER = ("blocked", "releasing", "waiting", "matched", "running", "done", "failed", "cancelled", "dep-failed")
+STATE_ORDER = (
+    "blocked",
+    "releasing",
+    "held",
+    "waiting",
+    "matched",
+    "running",
+    "done",
+    "failed",
+    "cancelled",
+    "dep-failed",
+)
 
 
 @dataclass

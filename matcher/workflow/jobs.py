@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from matcher.limits import JOB_NAME_RE, JOB_NAME_RULE, MAX_EDGES, MAX_JOBS, MAX_PATTERN_WORK
+from matcher.limits import JOB_NAME_RE, JOB_NAME_RULE, MAX_EDGES, MAX_JOBS, MAX_PATTERN_WORK, MAX_RETRIES
 from taskqueues.errors import shown
 from taskqueues.requirements import MAX_NAMES
 
@@ -25,7 +25,7 @@ from .values import Deferred, check_names, read_ete_hint, requirement_value
 
 __all__ = ["PATTERN_CHARS", "Patterns", "Raw", "compile_jobs", "expand_jobs", "resolve_deps"]
 
-_JOB_KEYS = frozenset({"name", "rule", "command", "params", "requirements", "deps", "key", "ete", "foreach"})
+_JOB_KEYS = frozenset({"name", "rule", "command", "params", "requirements", "deps", "key", "ete", "foreach", "retry"})
 _RANGE_RE = re.compile(r"\s*range\s*\((.*)\)\s*", re.DOTALL)
 
 
@@ -394,6 +394,7 @@ def _compile(raw: Raw, deps: tuple[str, ...], rules: Mapping[str, Rule], out: Co
             requirements[name] = outcome
 
     ete_hint = read_ete_hint(spec.get("ete", rule.ete if rule else None), requirements, env, where, out)
+    retry_on, retry_max = _retry(spec.get("retry"), where, out)
     stored = len(command) + sum(map(_text_size, requirements.values()))
     if deferred or command_deferred:
         stored += _env_text(env) + sum(map(len, deferred.values()))
@@ -411,4 +412,27 @@ def _compile(raw: Raw, deps: tuple[str, ...], rules: Mapping[str, Rule], out: Co
         rule=rule.name if rule else None,
         ete_hint=ete_hint,
         params=env,
+        retry_on=retry_on,
+        retry_max=retry_max,
     )
+
+
+def _retry(value: object, where: str, out: Collector) -> tuple[tuple[int, ...], int]:
+    """A job's ``retry = {on_exit = [3, 137], max = 2}``: exit codes 0..255, at most MAX_RETRIES runs more."""
+    if value is None:
+        return (), 0
+    if not isinstance(value, Mapping) or set(value) != {"on_exit", "max"}:
+        out.add(f"must be a table {{on_exit = [codes], max = N}}, not {shown(value)}", owner=where, field="retry")
+        return (), 0
+    codes, most = value["on_exit"], value["max"]
+    if (
+        not isinstance(codes, list)
+        or not codes
+        or not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= 255 for c in codes)
+    ):
+        out.add(f"on_exit must list exit codes 0..255, not {shown(codes)}", owner=where, field="retry")
+        return (), 0
+    if isinstance(most, bool) or not isinstance(most, int) or not 1 <= most <= MAX_RETRIES:
+        out.add(f"max must be a whole number within 1..{MAX_RETRIES}, not {shown(most)}", owner=where, field="retry")
+        return (), 0
+    return tuple(sorted(set(codes))), most

@@ -52,6 +52,10 @@ class JobTemplate:
     rule: str | None = None
     ete_hint: float | None = None
     params: dict[str, object] = field(default_factory=dict)
+    #: ``retry = {on_exit = [3, 137], max = 2}``: a payload failing with one of these exit codes runs again,
+    #: at most ``retry_max`` times.
+    retry_on: tuple[int, ...] = ()
+    retry_max: int = 0
 
 
 @dataclass(frozen=True)

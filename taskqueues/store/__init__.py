@@ -42,6 +42,7 @@ from .fairshare import (
 from .fairshare import check_name as check_account_name
 from .guard import shown_url
 from .keys import Keys
+from .lifecycle import JobEvent, Placed
 from .lock import Lock, LockError
 from .moves import CHUNK as MOVE_CHUNK
 from .moves import move_community
@@ -87,6 +88,7 @@ __all__ = [
     "FairState",
     "Forgotten",
     "Job",
+    "JobEvent",
     "JobState",
     "JobUsage",
     "Keys",
@@ -104,6 +106,7 @@ __all__ = [
     "PilotOffer",
     "Pilots",
     "Place",
+    "Placed",
     "Policy",
     "RecordCache",
     "RecordView",

@@ -39,7 +39,7 @@ class Census:
     """Counts of one community at :attr:`at`."""
 
     at: float
-    #: Jobs by state: waiting (in a task queue or in back-off), blocked, releasing, matched, running, parked.
+    #: Jobs by state: waiting (in a task queue or in back-off), blocked, releasing, matched, running, parked, held.
     jobs: dict[str, int] = field(default_factory=dict)
     #: (catalog queue, state) -> jobs; a waiting or blocked job counts in every queue its task queue may use.
     by_queue: Counter[tuple[str, str]] = field(default_factory=Counter)
@@ -81,7 +81,8 @@ def take(client: redis.Redis, keys: Keys, live_within: float, now: float) -> Cen
     pipe.zrange(keys.leases, 0, -1)
     pipe.hgetall(keys.pilots)
     pipe.zrangebyscore(keys.pilotseen, now - live_within, "+inf")
-    raw_stats, tq_ids, delayed, releasing, parked, leased, pilot_raw, seen = pipe.execute()
+    pipe.zcard(keys.held)
+    raw_stats, tq_ids, delayed, releasing, parked, leased, pilot_raw, seen, held = pipe.execute()
     census.counters = {text(k): float(v) for k, v in raw_stats.items()}
     tqs = sorted(text(t) for t in tq_ids)
 
@@ -140,6 +141,7 @@ def take(client: redis.Redis, keys: Keys, live_within: float, now: float) -> Cen
         "matched": states["matched"],
         "running": states["running"],
         "parked": int(parked),
+        "held": int(held),
     }
     submitted = [float(rec["ts"]) for rec in _records(client, keys, heads) if "ts" in rec]
     census.oldest_waiting = max(0.0, now - min(submitted)) if submitted else None

@@ -10,13 +10,15 @@ counts its submissions and the batch systems' errors per backend
 |---|---|---|
 | ``ended:<state>`` | complete.lua, ``_lib.lua``'s finish | jobs that ended: done, failed, cancelled, dep-failed |
 | ``lease_expired`` | reap.lua | leases that expired (their pilot died or lost contact) |
-| ``retries`` | reap.lua, fail.lua | jobs put back to wait for another attempt |
+| ``retries`` | reap.lua, fail.lua | jobs put back to wait for another attempt (a lost lease, a pre-emption, an exit
+code the job's ``retry.on_exit`` names) |
+| ``resubmitted`` | resubmit.lua | ended jobs brought back by ``pilotfish resubmit`` (their dependents included) |
 | ``taken_back`` | complete.lua, fail.lua, heartbeat.lua, start.lua | jobs requeued after an expired lease
 that their pilot's report or heartbeat of the same attempt took back, nobody having matched them since (a
 store paused longer than the lease; ``_lib.lua``'s ``take_back``) |
 | ``matched`` | match.lua | jobs leased to pilots |
 | ``forgotten`` | forget.lua | ended jobs forgotten by the retention (``taskqueues.store.retention``) |
-| ``blocked`` | submit.lua, complete.lua, finish | jobs waiting for their dependencies now (a gauge) |
+| ``blocked`` | submit.lua, complete.lua, resubmit.lua, finish | jobs waiting for their dependencies now (a gauge) |
 | ``blocked:<tq>`` | the same | the same, per task queue (the field goes when it reaches 0) |
 | ``submitted:<backend>`` | the director | pilots submitted to a batch system |
 | ``errors:<backend>`` | the director | batch-system calls that failed |
@@ -44,6 +46,7 @@ class StatField:
     TAKEN_BACK = "taken_back"
     MATCHED = "matched"
     FORGOTTEN = "forgotten"
+    RESUBMITTED = "resubmitted"
     BLOCKED = "blocked"
     BLOCKED_IN = "blocked:"
     SUBMITTED = "submitted:"

@@ -30,6 +30,7 @@ from .facade_reads import StoreReads
 from .guard import client_url, converted, guard, guarded
 from .history import History
 from .keys import Keys
+from .lifecycle import Lifecycle
 from .notices import Notices
 from .packed import HotLine, PackedCall, pack_script
 from .payload_logs import Logs
@@ -144,6 +145,11 @@ class Store(StoreReads, StoreRooms):
             lambda name, keys, args: self.call_script(name, keys, [self._base, *args]),
         )
 
+    @property
+    def lifecycle(self) -> Lifecycle:
+        """Hold, release, resubmit and update jobs, and read their events (:mod:`taskqueues.store.lifecycle`)."""
+        return Lifecycle(self)
+
     # -- plumbing ---------------------------------------------------------------------------------
 
     def call_script(
@@ -169,6 +175,8 @@ class Store(StoreReads, StoreRooms):
                     self.keys.ended,
                     self.keys.blocked,
                     self.keys.stats,
+                    self.keys.held,
+                    self.keys.events,
                     *self.history_keys,
                 ]
             )
@@ -457,6 +465,8 @@ class Store(StoreReads, StoreRooms):
             k.ended,
             k.blocked,
             k.stats,
+            k.held,
+            k.events,
             *self.history_keys,
         ]
 

@@ -68,6 +68,12 @@ was not seen yet (``submit.lua`` adds it; ``notify.lua`` takes it out when the r
 | ``P:{vo}:notifyq`` | zset | request id → when its notification is due, or until when a sender's claim holds it |
 | ``P:{vo}:blocked`` | zset | job id → submission time of every blocked job (waiting for its dependencies), kept by
 ``_lib.lua``'s ``save`` as states change: ``pilotfish jobs`` pages blocked jobs from it |
+| ``P:{vo}:held`` | zset | job id → time it was held, of every held job (``pilotfish hold``), kept by ``_lib.lua``'s
+``save`` as states change: ``pilotfish jobs`` pages held jobs from it |
+| ``P:{vo}:events`` | hash | job id → its state changes, one JSON object a line (``{"t", "f", "s", "by", "why", "a",
+"p", "x"}``: time, from, to, who, reason, attempt, pilot, exit), appended by ``_lib.lua``'s ``save`` and capped
+(``EVENTS_CAP``); what the record tells is read from it (its submission, a lease under way or ended by its
+pilot's report); forgotten with the record |
 | ``P:{vo}:log:<job>`` | hash | a job's payload output as its pilots shipped it (``ship_log.lua``): per attempt
 ``<a>:out`` / ``<a>:err`` the last ``output_cap`` bytes of the stream (raw bytes), ``<a>:out:n`` / ``<a>:err:n``
 how many bytes the stream had in all, ``<a>:meta`` JSON ``{"pilot", "host", "dir", "live", "at"}`` (where the
@@ -308,6 +314,14 @@ class Keys:
         return f"{self.base}:log:{job}"
 
     @property
+    def held(self) -> str:
+        return f"{self.base}:held"
+
+    @property
+    def events(self) -> str:
+        return f"{self.base}:events"
+
+    @property
     def stats(self) -> str:
         return f"{self.base}:stats"
 
@@ -372,6 +386,8 @@ def lua_names() -> dict[str, str]:
             ("K_NOTIFYQ", k.notifyq),
             ("K_BLOCKED", k.blocked),
             ("K_LOG", k.log("")),
+            ("K_HELD", k.held),
+            ("K_EVENTS", k.events),
             ("K_STATS", k.stats),
             ("K_RESV", k.resv),
             ("K_SHARES", k.shares),

@@ -10,7 +10,10 @@ see :func:`stored_requirements`), ``q`` request, ``n`` name, ``e`` estimated run
 submitted, ``rt``/``mr`` retries done/allowed (``a`` and ``mr`` are left out while 0 and
 :data:`DEFAULT_MAX_RETRIES`), ``pl`` pilot, ``tm`` matched, ``st`` started,
 ``te`` ended, ``x`` exit code, ``w`` wall seconds, ``cpu`` CPU seconds, ``pm`` peak memory MB, ``why``
-reason, ``o`` outputs (JSON text), ``cx`` cancel requested, ``k`` key, ``ru`` rule, ``dn`` dependents,
+reason, ``o`` outputs (JSON text), ``cx`` cancel requested, ``hb`` who held it, ``ho`` held while blocked
+(it becomes held instead of waiting), ``py`` its own priority (``pilotfish update``), ``ro``/``rm``/``rr`` the
+exit codes that retry it automatically, how many times at most, how many were done, ``k`` key, ``ru`` rule,
+``dn`` dependents,
 ``nd`` unfinished dependencies, ``dp`` dependencies, ``dx`` requirements deferred until the dependencies'
 outputs exist (``df`` holds what evaluating them needs), ``pr`` pressure (seconds of critical path from
 the job's start to its request's targets), ``h`` the user's own run-time hint (what the rule's hint
@@ -48,6 +51,8 @@ class JobState(StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     DEP_FAILED = "dep-failed"
+    #: Kept out of its task queue by ``pilotfish hold`` until released (``pilotfish release``).
+    HELD = "held"
 
     @property
     def final(self) -> bool:
@@ -90,6 +95,10 @@ class NewJob:
     state: JobState | None = None
     reason: str = ""
     hint: float | None = None
+    #: Exit codes on which a failed payload runs again at once (the workflow's ``retry.on_exit``), at most
+    #: ``retry_max`` times.
+    retry_on: tuple[int, ...] = ()
+    retry_max: int = 0
 
     def record(self, now: float, ete_safety_factor: float = DEFAULT_ETE_SAFETY_FACTOR) -> dict[str, Any]:
         """The stored record; ``dl``/``dpl`` (indexes) become ``dn``/``dp`` (ids) inside submit.lua.
@@ -127,6 +136,8 @@ class NewJob:
             rec["pr"] = round(self.pressure, 3)
         if self.hint is not None:
             rec["h"] = self.hint
+        if self.retry_on and self.retry_max:
+            rec["ro"], rec["rm"] = list(self.retry_on), self.retry_max
         if self.reason:
             rec["why"] = self.reason
             rec["te"] = round(now, 3)
@@ -301,6 +312,14 @@ class Job:
     pending: int = 0
     deferred: str = ""
     pressure: float = 0.0
+    #: Who held the job (``pilotfish hold``): while it is held, or blocked with a hold waiting for it.
+    held_by: str | None = None
+    #: The job's own priority (``pilotfish update --priority``), else None: its request's.
+    priority: float | None = None
+    #: Automatic retries: the exit codes that retry, how many times at most, and how many were done.
+    retry_on: tuple[int, ...] = ()
+    retry_max: int = 0
+    auto_retries: int = 0
     #: Why this record cannot be run as stored (not UTF-8, unreadable): a pilot fails such a job with it.
     problem: str = ""
 
@@ -365,6 +384,11 @@ class Job:
             pending=int(get("nd", 0)),
             deferred=get("df", "") if get("dx") else "",
             pressure=float(get("pr", 0)),
+            held_by=get("hb"),
+            priority=get("py"),
+            retry_on=tuple(int(x) for x in get("ro") or ()),
+            retry_max=int(get("rm", 0)),
+            auto_retries=int(get("rr", 0)),
             problem=problem,
         )
         return job

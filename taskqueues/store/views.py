@@ -71,6 +71,12 @@ class RecordView:
         return float(self.raw.get("e", 0.0))
 
     @property
+    def priority(self) -> float | None:
+        """The job's own priority (``pilotfish update --priority``), None when it has its request's."""
+        value = self.raw.get("py")
+        return float(value) if isinstance(value, int | float) else None
+
+    @property
     def hint(self) -> float | None:
         """The run-time estimate the user gave (``ete``), if any."""
         raw = self.raw.get("h")

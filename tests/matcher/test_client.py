@@ -106,6 +106,36 @@ def test_owner_and_group_reach_the_request_and_every_job_row(redis_url: str) -> 
         client.submit(HELLO, owner="al ice")
 
 
+def test_hold_release_resubmit_update_and_events(redis_url: str) -> None:
+    client = Client(redis_url)
+    request = client.submit(HELLO)
+    a, b = request.ids["a"], request.ids["b"]
+    assert client.hold(request, reason="wait", by="alice") == (
+        f"request {request.id}: 1 held, 1 hold-pending by alice (wait)".replace(
+            "hold-pending", "held when they would wait"
+        )
+    )
+    assert client.store.job(b).held_by == "alice" and {r.id: r.state for r in client.jobs(request=request)} == {
+        a: "held",
+        b: "blocked",
+    }
+    assert client.release(a, b, by="bob") == "2 jobs: 2 released by bob"
+    assert "priority 0 -> 30" in client.update(a, priority=30, by="bob")
+    client.cancel(request)
+    assert client.resubmit(request, states=["cancelled"], by="carol") == (
+        f"request {request.id}: 1 jobs resubmitted by carol, and 1 dep-failed dependents with them"
+    )
+    assert [(e.source, e.state, e.by) for e in client.events(a)] == [
+        (None, "waiting", "submit"),
+        ("waiting", "held", "alice"),
+        ("held", "waiting", "bob"),
+        ("waiting", "waiting", "bob"),  # the update
+        ("waiting", "cancelled", "cancel"),
+        ("cancelled", "waiting", "carol"),
+    ]
+    assert client.store.job(b).state is JobState.BLOCKED
+
+
 def test_history_requests_and_notify_from_python(redis_url: str) -> None:
     """Issue 28: every new command is a method too."""
     client = Client(redis_url)

@@ -85,6 +85,16 @@ def test_a_cancelled_dependency_ends_its_blocked_dependents_as_dep_failed(any_re
     assert seen.jobs["blocked"] == 0
 
 
+def test_held_jobs_are_counted_apart_from_waiting_ones(any_redis: redis.Redis) -> None:
+    store = Store(any_redis)
+    held, _ = store.submit([job("t1"), job("t1")])
+    store.lifecycle.hold([held], "alice")
+    seen = store.views.census(30)
+    assert seen.jobs["held"] == 1 and seen.jobs["waiting"] == 1 and seen.by_queue["site/ce/q1", "waiting"] == 1
+    store.lifecycle.hold([held], "alice", release=True)
+    assert store.views.census(30).jobs["held"] == 0
+
+
 def test_task_queue_series_are_capped_and_the_rest_adds_up_under_other(redis_url: str, tmp_path: Path) -> None:
     store = Store.from_url(redis_url)
     store.submit([job(f"tq{i}") for i in range(5) for _ in range(i + 1)])

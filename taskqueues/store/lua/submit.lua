@@ -45,7 +45,8 @@ local window = argv_number(5, 'replica window', 0, MAX_TIME)
 local payload = check_json('ARGV[3] (payload)', ARGV[3])
 local NEW = {s = 'any', t = 'any', m_tail = 'tail', sc = 'score', c = 'text', r = 'json', rn = 'any', e = 'ete', h = 'ete',
              ts = 'time', mr = 'count', q = 'request', n = 'text', k = 'text', ru = 'name', dl = 'array',
-             dpl = 'array', nd = 'count', dx = 'one', df = 'json', pr = 'signed', why = 'text', te = 'time'}
+             dpl = 'array', nd = 'count', dx = 'one', df = 'json', pr = 'signed', why = 'text', te = 'time',
+             ro = 'array', rm = 'count'}
 local INITIAL = {waiting = true, blocked = true, failed = true, ['dep-failed'] = true}
 local REQUEST = {name = 'text', priority = 'signed', ts = 'time', eta = 'signed', cp = 'amount', n = 'count',
                  owner = 'name', group = 'name', load = 'signed', cores = 'amount', notify = 'text'}
@@ -73,6 +74,8 @@ if check_fields('ARGV[3] (payload)', payload, {tqs = 'any', jobs = 'array', requ
       check_text(where .. '.t', rec.t, (final or rec.dx) and '^[%w_.%-]*$' or PATTERN.tq, 256)
       if rec.rn then check_text(where .. '.rn', rec.rn, '^c?m?$') end
       if rec.mr then check_number(where .. '.mr', rec.mr, 0, 100, true) end
+      for j, x in ipairs(rec.ro or {}) do check_number(where .. '.ro[' .. (j - 1) .. ']', x, 0, 255, true) end
+      if rec.rm then check_number(where .. '.rm', rec.rm, 0, 100, true) end
       if rec.s == 'waiting' and not tqs[rec.t] then
         problem(where .. '.t', 'names a task queue this call does not define: ' .. shown(rec.t))
       end

@@ -58,6 +58,8 @@ def test_every_key_builder_carries_the_hash_tag() -> None:
         keys.blocked,
         keys.log("12"),
         keys.stats,
+        keys.held,
+        keys.events,
         keys.tokens,
         keys.audit,
     ]
@@ -104,6 +106,11 @@ def test_every_script_call_declares_keys_of_one_slot(real_redis: redis.Redis) ->
     store.clean(grace=1)
     store.release(b, {"error": "nothing to release"})
     store.logs.ship(m.id, m.attempt, "p", cap=10, host="h", directory="/d", live=False, chunks={"out": (b"x", 1)})
+    (h,) = store.submit([job("t1")])
+    store.lifecycle.hold([h], "alice")
+    store.lifecycle.update(h, "alice", "priority 5", priority=5)
+    store.lifecycle.hold([h], "alice", release=True)
+    store.lifecycle.resubmit([c], "alice")
     store.submit([job("t1")], ("rn", {"notify": "http://h.example.org/"}))  # request-end notifications
     store.notices.ready("rn", clock.now)
     [claim] = store.notices.claim("s", clock.now, 10)
