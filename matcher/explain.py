@@ -24,15 +24,12 @@ from typing import Any
 from taskqueues.catalog import Catalog
 from taskqueues.errors import PilotfishError
 from taskqueues.requirements import Requirements
-from taskqueues.store import Store, reads
-from taskqueues.store.records import Job, JobState, Parked, time_needed
-from taskqueues.store.reservations import held_for
+from taskqueues.store import Job, JobState, Parked, Place, Store, time_needed
 
 from .fairexplain import fair_view
 
-__all__ = ["LIVE_LEASES", "Explanation", "PilotFit", "explain", "render_explanation"]
+__all__ = ["Explanation", "PilotFit", "explain", "render_explanation"]
 
-LIVE_LEASES = 3
 #: Up to this many leased jobs, explain counts what each pilot holds from the jobs rather than its heartbeat.
 LEASE_SCAN = 20_000
 _FREE = (("cpu", "free_cpu", "cores"), ("mem", "free_mem", "MB memory"), ("tmp", "free_tmp", "MB scratch"))
@@ -77,7 +74,7 @@ class Explanation:
     skipped: int = 0
     """Pilots in the pilots hash not listed: no heartbeat within the liveness window, or stopped."""
     window: float = 0.0
-    """The liveness window, seconds (3 leases)."""
+    """The liveness window, seconds (``store.pilots.live_window``)."""
     parked: str | None = None
     reservations: list[str] = field(default_factory=list)
     """Pilots holding cores for a reserved job in the job's eligible queues (match.lua's EASY backfill)."""
@@ -115,7 +112,7 @@ def _number(rec: dict[str, Any], name: str) -> float | None:
 def _held_now(store: Store) -> dict[str, dict[str, int]] | None:
     """What each pilot's matched and running jobs hold now (used_cpu, used_mem, used_tmp), from the leased
     jobs' own records; None when there are more than :data:`LEASE_SCAN` of them (heartbeats are used)."""
-    ids = reads.leased(store, LEASE_SCAN)
+    ids = store.views.leased(LEASE_SCAN)
     if ids is None:
         return None
     held: dict[str, dict[str, int]] = {}
@@ -165,7 +162,7 @@ def _fit(job: Job, seconds: float, rec: dict[str, Any]) -> tuple[list[str], list
 def _heads_ahead(store: Store, queue: str, job: Job, score: float, rec: dict[str, Any]) -> int:
     """Heads of other task queues of ``queue`` more urgent than the job that fit what the pilot has free."""
     count = 0
-    for head in reads.heads_before(store, queue, score, skip=job.tq_id):
+    for head in store.views.heads_before(queue, score, skip=job.tq_id):
         free = [_free(rec, key) for _, key, _ in _FREE]
         left = _number(rec, "time_left")
         wants = [float(head.cpu), float(head.mem), float(head.tmp)]
@@ -188,13 +185,13 @@ def explain(store: Store, catalog: Catalog, job_id: str, *, now: float | None = 
         if parked is None:
             raise PilotfishError(f"job {job_id}: its record cannot be read ({exc})") from None
         return _unreadable(job_id, parked)
-    member = reads.job_member(store, job_id)
+    member = store.views.job_member(job_id)
     need = (
         float(member.rsplit(":", 1)[1])
         if member.count(":") == 4
         else float(time_needed(job.requirements.get("wall"), job.ete, store.ete_safety_factor))
     )
-    place = reads.place(store, job_id, job.tq_id, member) if job.tq_id else reads.Place(None, 0, None)
+    place = store.views.place(job_id, job.tq_id, member) if job.tq_id else Place(None, 0, None)
     rank, length, delayed = place.rank, place.length, place.delayed
     eligible = sorted(store.pool(job.tq_id)) if job.tq_id else []
     base = Explanation(
@@ -214,7 +211,7 @@ def explain(store: Store, catalog: Catalog, job_id: str, *, now: float | None = 
         eligible=eligible,
         ineligible=_ineligible(store, catalog, job, set(eligible)) if job.tq_id else {},
         parked=_parked(parked),
-        reservations=held_for(store.client, store.keys, eligible, job_id, now, bounded=store.bounded_reservations)
+        reservations=store.views.held_for(eligible, job_id, now, bounded=store.bounded_reservations)
         if job.tq_id
         else [],
     )
@@ -240,8 +237,8 @@ def explain(store: Store, catalog: Catalog, job_id: str, *, now: float | None = 
     if not eligible:
         return _with(base, verdict="no queue is eligible for its task queue: check the catalog reasons")
 
-    window = LIVE_LEASES * store.lease_seconds
-    pilots = reads.live_pilots(store, now - window)
+    window = store.pilots.live_window
+    pilots = store.pilots.live(now - window)
     fits: list[PilotFit] = []
     stopped = 0
     held = _held_now(store)
@@ -320,9 +317,13 @@ def _with(base: Explanation, **changes: Any) -> Explanation:
 
 
 def _not_waiting(store: Store, job: Job) -> str:
+    if job.state is JobState.HELD:
+        why = f" ({job.reason})" if job.reason else ""
+        return f"held by {job.held_by}{why}: no pilot matches it until it is released (pilotfish release {job.id})"
     if job.state is JobState.BLOCKED:
         unfinished = [d.id for d in store.jobs(list(job.deps)) if not d.state.final]
-        return f"blocked: {len(unfinished)} dependencies unfinished ({', '.join(unfinished[:10])})"
+        held = f"; held by {job.held_by} as soon as it would wait" if job.held_by else ""
+        return f"blocked: {len(unfinished)} dependencies unfinished ({', '.join(unfinished[:10])}){held}"
     if job.state is JobState.RELEASING:
         return "releasing: its requirements are being evaluated before it enters its task queue"
     if job.state in (JobState.MATCHED, JobState.RUNNING):

@@ -12,17 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from taskqueues.store import Store, reads
-from taskqueues.store.fairshare import (
-    Policy,
-    account_of,
-    fair_state,
-    limit_hit,
-    stored_policy,
-)
-from taskqueues.store.records import Job
+from taskqueues.store import Job, Policy, Store, account_of, limit_hit
 
-from .release import account_of_job
+from .job_release import account_of_job
 
 __all__ = ["FairView", "fair_view", "group_table"]
 
@@ -86,7 +78,7 @@ class FairView:
 
 def group_table(store: Store, policy: Policy, now: float, extra: Sequence[str] = ()) -> list[GroupRow]:
     """Every group of the policy, with usage or named in ``extra``, as the share rule sees it at ``now``."""
-    state = fair_state(store.client, store.keys, now, policy)
+    state = store.shares.state(now, policy)
     names = set(policy.shares) | set(extra)
     names |= {f[2:] for f in state.fields if f[:2] in ("u:", "r:") and "." not in f[2:]}
     usage = {g: state.usage(g) for g in names}
@@ -108,14 +100,14 @@ def group_table(store: Store, policy: Policy, now: float, extra: Sequence[str] =
 
 def fair_view(store: Store, job: Job, queues: Sequence[str], now: float) -> FairView:
     """The share and limits standing of a waiting job (its account alone when no policy is stored)."""
-    policy = stored_policy(store.client, store.keys)
+    policy = store.shares.policy()
     group, owner = account_of_job(store, job)
     if policy is None:
         return FairView(group, owner)
-    state = fair_state(store.client, store.keys, now, policy)
+    state = store.shares.state(now, policy)
     waiting: set[str] = set()
     for queue in queues:
-        for tq, score in reads.zset_page(store, store.keys.qheads(queue), 0, -1):
+        for tq, score in store.views.zset_page(store.keys.qheads(queue), 0, -1):
             if score < 1e18:  # below _lib.lua's EMPTY: a task queue with jobs
                 waiting.add(account_of(tq)[0])
     rows = group_table(store, policy, now, sorted(waiting | {group}))

@@ -9,8 +9,10 @@ until the listing has ``limit`` rows, and only the records of the ids a page nam
   the request is short next to the task queues, its own id range is read and sorted;
 * releasing jobs: the releasing zset, oldest first;
 * blocked jobs: the ``blocked`` zset (``_lib.lua`` keeps it), in submission order;
+* held jobs: the ``held`` zset (``_lib.lua`` keeps it too), in the order they were held;
 * finished jobs: the ``ended`` zset, most recent end first; with ``--request``, the
-  request's own id range when that is shorter.
+  request's own id range when that is shorter; with ``--owner`` or ``--group``, that account's range of the
+  history index (``store.history``).
 
 A view for people (and :class:`matcher.client.Client`), not for the hot path: a page may see a job move
 between two reads; it is shown once, in the state its record has.
@@ -26,16 +28,26 @@ from itertools import islice
 from typing import Any
 
 from taskqueues.errors import NotFound, ValidationError
-from taskqueues.store import Store, reads
-from taskqueues.store.fairshare import job_account
-from taskqueues.store.records import Job, JobState
+from taskqueues.store import Job, JobState, Store, job_account
 
-__all__ = ["ACTIVE", "FINISHED", "JobFilter", "JobRow", "Listing", "list_jobs", "parse_states", "render_jobs"]
+__all__ = [
+    "ACTIVE",
+    "FINISHED",
+    "Accounts",
+    "JobFilter",
+    "JobRow",
+    "Listing",
+    "list_jobs",
+    "parse_states",
+    "render_jobs",
+]
 
 #: Ids read from an index per round trip.
 PAGE = 500
 
-ACTIVE = frozenset({JobState.MATCHED, JobState.RUNNING, JobState.WAITING, JobState.RELEASING, JobState.BLOCKED})
+ACTIVE = frozenset(
+    {JobState.MATCHED, JobState.RUNNING, JobState.WAITING, JobState.RELEASING, JobState.BLOCKED, JobState.HELD}
+)
 FINISHED = frozenset(s for s in JobState if s.final)
 #: Words ``--state`` takes besides the states themselves.
 STATE_GROUPS = {"active": ACTIVE, "finished": FINISHED, "all": frozenset(JobState)}
@@ -64,7 +76,7 @@ def parse_states(values: Iterable[str]) -> frozenset[JobState]:
 class JobFilter:
     """Which jobs to list: ``states`` (default the unfinished ones) and optionally one request (id), one
     catalog queue (jobs whose task queue it may run, or that ran on one of its pilots), one task queue, one
-    pilot; at most ``limit`` rows."""
+    pilot, one owner, one group; at most ``limit`` rows."""
 
     states: frozenset[JobState] = ACTIVE
     request: str | None = None
@@ -72,6 +84,8 @@ class JobFilter:
     task_queue: str | None = None
     pilot: str | None = None
     limit: int = 100
+    owner: str | None = None
+    group: str | None = None
 
     def __post_init__(self) -> None:
         if self.limit < 1:
@@ -97,6 +111,8 @@ class JobRow:
     run_time: float | None
     exit_code: int | None
     reason: str | None
+    #: Who held it (``pilotfish hold``), while it is held or will be as soon as it waits.
+    held_by: str | None = None
 
     @classmethod
     def of(cls, job: Job, now: float, account: tuple[str, str]) -> JobRow:
@@ -122,6 +138,7 @@ class JobRow:
             run,
             job.exit_code,
             job.reason,
+            job.held_by,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -152,7 +169,7 @@ class _Reader:
         self.queue_tqs: set[str] | None = None
         self.queue_pilots: set[str] = set()
         if flt.queue is not None:
-            index = reads.zset_page(store, self.keys.qheads(flt.queue), 0, -1)
+            index = store.views.zset_page(self.keys.qheads(flt.queue), 0, -1)
             self.queue_tqs = {tq for tq, score in index if score <= _EMPTY_SCORE}
             self.queue_pilots = {name for name, rec in store.pilot_records().items() if rec.get("queue") == flt.queue}
 
@@ -174,7 +191,7 @@ class _Reader:
         first page just large enough for the listing, doubling up to :data:`PAGE` while more are read."""
         start, size = 0, min(PAGE, self.flt.limit + 1)
         while True:
-            page = reads.zset_page(self.store, key, start, start + size - 1, reverse=reverse)
+            page = self.store.views.zset_page(key, start, start + size - 1, reverse=reverse)
             yield from page
             if len(page) < size:
                 return
@@ -202,7 +219,7 @@ class _Reader:
             return [self.flt.task_queue]
         if self.queue_tqs is not None:
             return sorted(self.queue_tqs)
-        return reads.task_queue_ids(self.store)
+        return self.store.views.task_queue_ids()
 
     def _members(self, tq: str) -> Iterator[tuple[float, str]]:
         for member, score in self.pages(self.keys.tq(tq)):
@@ -215,7 +232,7 @@ class _Reader:
         urgent jobs: about ``limit`` x (waiting jobs / the request's jobs) members, when its jobs are spread
         over the queues' order."""
         assert self.range is not None
-        waiting = sum(reads.zset_sizes(self.store, [self.keys.tq(tq) for tq in tqs]))
+        waiting = sum(self.store.views.zset_sizes([self.keys.tq(tq) for tq in tqs]))
         size = self.range[1] - self.range[0] + 1
         return size * size <= (self.flt.limit + 1) * waiting
 
@@ -248,16 +265,33 @@ class _Reader:
         """Blocked jobs, in submission order."""
         yield from self.records(m for m, _ in self.pages(self.keys.blocked) if self.in_range(m))
 
+    def held(self) -> Iterator[Job]:
+        """Held jobs (``pilotfish hold``), in the order they were held."""
+        yield from self.records(m for m, _ in self.pages(self.keys.held) if self.in_range(m))
+
     def finished(self) -> Iterator[Job]:
         """Finished jobs, most recent end first."""
         if (
             self.range is not None
-            and self.range[1] - self.range[0] + 1 < reads.zset_sizes(self.store, [self.keys.ended])[0]
+            and self.range[1] - self.range[0] + 1 < self.store.views.zset_sizes([self.keys.ended])[0]
         ):
             jobs = list(self.records(str(i) for i in range(self.range[0], self.range[1] + 1)))
             yield from sorted(jobs, key=lambda j: (-(j.ended or 0.0), -_order(j.id)))
             return
+        if self.flt.owner is not None or self.flt.group is not None:  # one account's range of the history index
+            yield from self.records(self._latest_of_account())
+            return
         yield from self.records(member for member, _ in self.pages(self.keys.ended, reverse=True))
+
+    def _latest_of_account(self) -> Iterator[str]:
+        start, size = 0, min(PAGE, self.flt.limit + 1)
+        while True:
+            page, more = self.store.history.latest(self.flt.owner, self.flt.group, start, size)
+            yield from page
+            if not more:
+                return
+            start += size
+            size = min(PAGE, size * 2)
 
 
 def _order(job: str) -> int:
@@ -266,7 +300,7 @@ def _order(job: str) -> int:
 
 def list_jobs(store: Store, flt: JobFilter | None = None, now: float | None = None) -> Listing:
     """The jobs ``flt`` selects, in listing order: running, waiting (most urgent first), releasing, blocked,
-    finished (latest end first); at most ``flt.limit`` rows, ``more`` telling whether others matched.
+    held, finished (latest end first); at most ``flt.limit`` rows, ``more`` telling whether others matched.
 
     Raises NotFound for an unknown request.
     """
@@ -278,20 +312,12 @@ def list_jobs(store: Store, flt: JobFilter | None = None, now: float | None = No
         (frozenset({JobState.WAITING}), reader.waiting),
         (frozenset({JobState.RELEASING}), reader.releasing),
         (frozenset({JobState.BLOCKED}), reader.blocked),
+        (frozenset({JobState.HELD}), reader.held),
         (FINISHED, reader.finished),
     ]
     seen: set[str] = set()
     rows: list[JobRow] = []
-    requests: dict[str, Mapping[str, Any]] = {}
-
-    def account(job: Job) -> tuple[str, str]:
-        if job.request not in requests and "." not in job.tq_id:
-            try:
-                requests[job.request] = store.request(job.request)
-            except NotFound:
-                requests[job.request] = {}
-        return job_account(job.tq_id, requests.get(job.request, {}))
-
+    account = Accounts(store)
     now = time.time() if now is None else now
     for covers, source in sources:
         if not covers & states:
@@ -299,11 +325,31 @@ def list_jobs(store: Store, flt: JobFilter | None = None, now: float | None = No
         for job in source():
             if job.id in seen or job.state not in covers:
                 continue
+            group, owner = account(job)
+            if (flt.owner is not None and owner != flt.owner) or (flt.group is not None and group != flt.group):
+                continue
             if len(rows) == flt.limit:
                 return Listing(rows, True)
             seen.add(job.id)
-            rows.append(JobRow.of(job, now, account(job)))
+            rows.append(JobRow.of(job, now, (group, owner)))
     return Listing(rows, False)
+
+
+class Accounts:
+    """A job's (group, owner) (:func:`taskqueues.store.fairshare.job_account`), reading each request record
+    it needs once."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.requests: dict[str, Mapping[str, Any]] = {}
+
+    def __call__(self, job: Job) -> tuple[str, str]:
+        if job.request not in self.requests and "." not in job.tq_id:
+            try:
+                self.requests[job.request] = self.store.request(job.request)
+            except NotFound:
+                self.requests[job.request] = {}
+        return job_account(job.tq_id, self.requests.get(job.request, {}))
 
 
 _COLUMNS = (

@@ -14,9 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from taskqueues.errors import ValidationError
-from taskqueues.store import Store, payload_logs
-from taskqueues.store.payload_logs import STREAMS, AttemptLog, StreamTail
-from taskqueues.store.records import Job, JobState
+from taskqueues.store import STREAMS, AttemptLog, Job, JobState, Store, StreamTail, escaped, shown
 
 __all__ = ["FOLLOW_POLL", "Output", "follow", "output", "parse_streams", "where_lines"]
 
@@ -60,7 +58,7 @@ class Output:
     def text(self, stream: str) -> str:
         """The kept tail of ``stream`` as text (non-UTF-8 bytes escaped); empty when nothing was kept."""
         tail = self.tail(stream)
-        return payload_logs.shown(tail.data) if tail is not None else ""
+        return shown(tail.data) if tail is not None else ""
 
 
 def output(store: Store, job: str, attempt: int | None = None, streams: Sequence[str] = ("out", "err")) -> Output:
@@ -68,7 +66,7 @@ def output(store: Store, job: str, attempt: int | None = None, streams: Sequence
     ValidationError for an attempt it has not had."""
     record = store.job(job)
     number = chosen_attempt(record, attempt)
-    return Output(record, number, payload_logs.read(store, job).get(number), tuple(streams))
+    return Output(record, number, store.logs.read(job).get(number), tuple(streams))
 
 
 def where_lines(out: Output) -> list[str]:
@@ -116,7 +114,7 @@ def follow(
     while True:
         record = store.job(job)
         ending = record.attempt != number or record.state not in (JobState.MATCHED, JobState.RUNNING)
-        log = payload_logs.read(store, job).get(number)
+        log = store.logs.read(job).get(number)
         for stream in streams:
             tail = log.streams.get(stream) if log is not None else None
             if tail is None or tail.total <= done[stream]:
@@ -125,13 +123,13 @@ def follow(
             if done[stream] < start:
                 yield stream, f"[pilotfish: {start - done[stream]} bytes skipped]\n"
                 done[stream] = start
-            text = payload_logs.escaped(decoders[stream].decode(tail.data[done[stream] - start :]))
+            text = escaped(decoders[stream].decode(tail.data[done[stream] - start :]))
             done[stream] = tail.total
             if text:
                 yield stream, text
         if (log is not None and not log.live) or ending:
             for stream in streams:
-                rest = payload_logs.escaped(decoders[stream].decode(b"", final=True))
+                rest = escaped(decoders[stream].decode(b"", final=True))
                 if rest:
                     yield stream, rest
             return

@@ -17,10 +17,9 @@ import logging
 from dataclasses import dataclass
 
 from taskqueues.context import Context
-from taskqueues.store import retention
-from taskqueues.store.records import Largest
+from taskqueues.store import Largest, canonical_json
 
-from .release import sweep
+from .job_release import sweep
 from .submission import pool_of_definition
 
 log = logging.getLogger(__name__)
@@ -69,7 +68,7 @@ def exact_definition(tq_def: str, largest: Largest | None) -> str:
     values.update(cpu=largest.cpu, mem=largest.mem, tmp=largest.tmp)
     if "wall" in values and largest.wall:
         values["wall"] = largest.wall
-    return json.dumps(values, sort_keys=True, separators=(",", ":"))
+    return canonical_json(values)
 
 
 def refresh_pools(ctx: Context) -> int:
@@ -112,7 +111,7 @@ def clean(ctx: Context) -> list[str]:
         if not batch:
             break
     if ctx.settings.job_retention > 0:
-        gone = retention.forget_ended(ctx.store, ctx.store.clock() - ctx.settings.job_retention)
+        gone = ctx.store.forget_ended(ctx.store.clock() - ctx.settings.job_retention)
         if gone.jobs:
             log.info("retention: forgot %d requests and %d jobs in all", gone.requests, gone.jobs)
     return removed

@@ -23,11 +23,11 @@ never to the number of jobs stored:
 5. a request's ETA is ``now +`` what its remaining work needs: at least the largest pressure among its
    ready and running jobs (a running job counts what is left of its own estimate). The jobs read in step
    4 bound it; only when that bound says the ETA moved by more than 1/16 of the remaining time is the
-   request read whole, the exact value taken (the fan-in bound of :mod:`matcher.eta` over its unfinished
+   request read whole, the exact value taken (the fan-in bound of :mod:`matcher.request_eta` over its unfinished
    jobs, as at submission: a join behind a fan waits for the fan's work on the cores), the ETA re-stored
    and every unfinished job of the request re-scored (the hysteresis keeps this rare: the one O(request)
    step, and it is the one the brief of the ETA asks for, since all of the request's scores move with
-   it). The load part of the submission's ETA is not re-evaluated (:mod:`matcher.eta`), only corrected:
+   it). The load part of the submission's ETA is not re-evaluated (:mod:`matcher.request_eta`), only corrected:
    the work re-estimated in step 3 moves the load of its request and of every request sent after it
    (:mod:`matcher.repressure_load`), which may re-store their ETAs and re-score them whole too;
 6. write back with ``rescore.lua`` in batches: new pressure, estimate and score per job, task-queue
@@ -46,14 +46,10 @@ from typing import Any
 
 from taskqueues import dag
 from taskqueues.ete import DEFAULT_SPREAD, RuleStats, estimate
-from taskqueues.store import Store, reads
-from taskqueues.store.lock import locked
-from taskqueues.store.reads import RecordCache, RecordView
-from taskqueues.store.records import time_needed
-from taskqueues.store.rescore import Rescored, rescore
+from taskqueues.store import RecordCache, RecordView, Rescored, Store, time_needed
 
-from .eta import ETA_FRACTION, eta_moved, fan_in_bound, live_cores
 from .repressure_load import shift_loads, work_moved
+from .request_eta import ETA_FRACTION, eta_moved, fan_in_bound, live_cores
 
 __all__ = ["CURSOR_FIELD", "LOCK_NAME", "RULE_MARK", "Report", "eta_moved", "repressure", "repressure_locked"]
 
@@ -198,21 +194,21 @@ def repressure(
     default, as the Submitter's).
     """
     now = store.clock() if now is None else now
-    records = RecordCache(store)
+    records = store.views.cache()
     report = Report()
 
-    raw_cursor = reads.cursor(store, CURSOR_FIELD)
+    raw_cursor = store.views.cursor(CURSOR_FIELD)
     report.cursor_from = float(raw_cursor) if raw_cursor is not None else None
     # Inclusive: a completion stamped with the cursor's very time but logged after the last run must not
     # be lost; re-reading the few at that instant is harmless (the rule marks make it a no-op).
     low = "-inf" if report.cursor_from is None else repr(report.cursor_from)
-    entries = reads.completions(store, low, batch)
+    entries = store.views.completions(low, batch)
     report.completions = len(entries)
     report.cursor_to = max((s for _, s in entries), default=report.cursor_from)
     if len(entries) == batch and report.cursor_to == report.cursor_from:
         # A whole batch at one instant: step past it (exclusive) rather than read it again forever.
         low = f"({report.cursor_from!r}"
-        entries = reads.completions(store, low, batch)
+        entries = store.views.completions(low, batch)
         report.completions = len(entries)
         report.cursor_to = max((s for _, s in entries), default=report.cursor_from)
     done = [m for m, _ in entries]
@@ -231,7 +227,7 @@ def repressure(
         report.pressures_rewritten += len(rewritten)
         view.written = set(new_ete) | set(rewritten)
 
-    request_recs = reads.request_records(store, [q for q in views if q])
+    request_recs = store.views.request_records([q for q in views if q])
     frontier: dict[str, list[tuple[str, RecordView]]] = {}
     for job, rec in records.cache.items():
         if rec is not None and rec.state in _FRONTIER:
@@ -276,7 +272,7 @@ def repressure(
 
 def repressure_locked(store: Store, *, ttl: float = 300.0, **kwargs: Any) -> Report | None:
     """:func:`repressure` under the periodic-task lock; None when another run holds it (skip this beat)."""
-    with locked(store.client, store.keys, LOCK_NAME, ttl) as got:
+    with store.control.locked(LOCK_NAME, ttl) as got:
         return repressure(store, **kwargs) if got else None
 
 
@@ -300,7 +296,7 @@ def _moved_rules(
         return {}
     _, stats = store.ete_stats([], rules)
     fields = [m + r for r in rules for m in (RULE_MARK, FACTOR_MARK, WIDE_MARK)]
-    raws = reads.cursors(store, fields)
+    raws = store.views.cursors(fields)
     moved: dict[str, RuleStats] = {}
     for i, rule in enumerate(rules):
         raw, raw_factor, raw_wide = raws[3 * i : 3 * i + 3]
@@ -330,11 +326,11 @@ def _reestimate(
     """New estimates of the unfinished jobs of the moved rules, by request (finished ones are forgotten)."""
     members: dict[str, list[str]] = {}
     for rule in moved:
-        members[rule] = reads.rule_members(store, rule)
+        members[rule] = store.views.rule_members(rule)
         records.fetch(members[rule])
     finished = {rule: [j for j in ids if not _unfinished(records.get(j))] for rule, ids in members.items()}
     report.forgotten += sum(len(ids) for ids in finished.values())
-    reads.forget_rule_members(store, finished)
+    store.views.forget_rule_members(finished)
     live = [j for ids in members.values() for j in ids if _unfinished(records.get(j))]
     job_keys = {j: rec.key for j in live if (rec := records.cache[j]) is not None and rec.key}
     last, _ = store.ete_stats(job_keys.values(), [])
@@ -405,7 +401,7 @@ def _shape_date(records: RecordCache, view: _Request, rec: Record, now: float, c
 
 
 def _shape_need(records: RecordCache, view: _Request, live: Sequence[str], now: float, cores: float) -> float:
-    """:func:`matcher.eta.fan_in_bound` over the unfinished jobs (ids ascending: a topological order).
+    """:func:`matcher.request_eta.fan_in_bound` over the unfinished jobs (ids ascending: a topological order).
 
     A running job counts what is left of its own estimate, and its dependents wait only for that.
     """
@@ -440,7 +436,8 @@ def _update(
     pressure, ete = view.pressure[job], view.ete[job]
     if request is not None:
         eta = new_eta if new_eta is not None else float(request["eta"])
-        score = eta - pressure - float(request.get("priority", 0.0))
+        own = rec.priority
+        score = eta - pressure - (own if own is not None else float(request.get("priority", 0.0)))
     else:  # a job stored without a request record: keep the date its old score implied
         score = rec.score + view.pressure.stored(job) - pressure
     need = time_needed(rec.requirements().get("wall"), ete, ete_safety_factor)
@@ -462,8 +459,7 @@ def _write(
         if not chunk and not report.etas and not report.loads and not progress and not marks:
             continue
         waiting = [r.task_queue for u in chunk if (r := records.cache.get(u.job)) and r.state == "waiting"]
-        written, moved = rescore(
-            store,
+        written, moved = store.rescore(
             chunk,
             waiting_tqs=waiting,
             etas=report.etas if last else None,

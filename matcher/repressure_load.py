@@ -1,6 +1,6 @@
 """Re-pressure's load step: a request's ETA follows what was learnt about the work it counted.
 
-A request's ETA is at least the date its load gives (:mod:`matcher.eta`): the work outstanding when it
+A request's ETA is at least the date its load gives (:mod:`matcher.request_eta`): the work outstanding when it
 was submitted (every request's, from the estimates known then) plus its own, over the cores. The
 submission keeps that date in the request's record (``load``) with the cores it counted (``cores``).
 The estimates it summed may have been wrong (hints 3x off, a rule not learnt yet): when re-pressure
@@ -20,7 +20,7 @@ Only what was learnt moves a load: time passing and a request falling behind do 
 * an ETA re-pressure just re-stored from the shape side is never earlier than the load.
 
 It is re-stored, and all the request's jobs re-scored, when it moves by more than 1/16 of the time left
-(:func:`matcher.eta.eta_moved`); the new load dates are stored whatever the ETA does, so moves add
+(:func:`matcher.request_eta.eta_moved`); the new load dates are stored whatever the ETA does, so moves add
 up. A load date already past holds nothing and is left alone. Cost: when a run moved some request's work
 by :data:`MIN_SHIFT` seconds of the live cores or more, one read of the request records (not of their
 jobs); shifts below :data:`MIN_SHIFT` seconds are dropped. Records stored before the load was kept have
@@ -33,10 +33,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from taskqueues.store import Store, reads
-from taskqueues.store.reads import RecordCache
+from taskqueues.store import RecordCache, Store
 
-from .eta import eta_moved
+from .request_eta import eta_moved
 
 __all__ = ["MIN_SHIFT", "LoadShift", "shift_loads", "work_moved"]
 
@@ -87,7 +86,7 @@ def shift_loads(
     out = LoadShift(etas=dict(etas))
     cores = max(cores, 1.0)
     shifting = any(abs(w) / cores >= MIN_SHIFT for w in moved.values())
-    requests: Mapping[str, Record] = reads.all_request_records(store) if shifting else touched
+    requests: Mapping[str, Record] = store.views.all_request_records() if shifting else touched
     starts = {q: int(requests[q]["first"]) for q in moved if q in requests} if shifting else {}
     for request, rec in requests.items():
         if "load" not in rec:

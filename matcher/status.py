@@ -14,12 +14,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from taskqueues.errors import NotFound
-from taskqueues.store import Store, reads
-from taskqueues.store.records import Job, JobState, Parked
+from taskqueues.store import Job, JobState, Parked, Store, canonical_json
+
+from .formats import Columns, duration, stamp
 
 __all__ = [
+    "REQUEST_COLUMNS",
     "RequestStatus",
     "TaskQueueStatus",
+    "ended_summary",
     "find_request",
     "render_parked",
     "render_requests",
@@ -50,6 +53,8 @@ class RequestStatus:
     owner: str = ""
     group: str = ""
     """Who submitted it and the group charged ("" for a request stored before owners existed)."""
+    notify: dict[str, Any] | None = None
+    """Its webhook's notification (:mod:`matcher.notify`): url, state, attempts, error...; None without one."""
 
     @property
     def final(self) -> bool:
@@ -78,7 +83,9 @@ class TaskQueueStatus:
 EXAMPLES = 5
 
 
-def _status(request: str, rec: dict[str, Any], jobs: Sequence[Job], examples: int = 0) -> RequestStatus:
+def _status(
+    request: str, rec: dict[str, Any], jobs: Sequence[Job], examples: int = 0, notice: Any = None
+) -> RequestStatus:
     states = Counter(j.state.value for j in jobs)
     named: dict[str, list[dict[str, str]]] = {}
     for j in sorted(jobs, key=lambda j: int(j.id) if j.id.isdigit() else 0) if examples else ():
@@ -98,18 +105,69 @@ def _status(request: str, rec: dict[str, Any], jobs: Sequence[Job], examples: in
         examples={s: named[s] for s in STATE_ORDER if s in named},
         owner=str(rec.get("owner", "")),
         group=str(rec.get("group", "")),
+        notify=notice.to_json()
+        if notice is not None
+        else ({"url": rec["notify"], "state": "waiting"} if rec.get("notify") else None),
     )
 
 
 def request_status(store: Store, request: str, examples: int = 0) -> RequestStatus:
     """The status of one request (by id), naming up to ``examples`` jobs per state; NotFound if there is none."""
-    return _status(request, store.request(request), store.request_jobs(request), examples)
+    notice = store.notices.of([request]).get(request)
+    return _status(request, store.request(request), store.request_jobs(request), examples, notice)
 
 
-def requests_status(store: Store) -> list[RequestStatus]:
-    """Every request, oldest first (ties by job ids, which grow with each submission)."""
-    requests = sorted(store.requests().items(), key=lambda kv: (float(kv[1].get("ts", 0)), int(kv[1].get("first", 0))))
-    return [_status(rid, rec, store.request_jobs(rid)) for rid, rec in requests]
+def requests_status(store: Store, owner: str | None = None, group: str | None = None) -> list[RequestStatus]:
+    """Every request (of ``owner``, of ``group`` when given), oldest first (ties by job ids, which grow with each
+    submission)."""
+    requests = sorted(
+        (
+            (rid, rec)
+            for rid, rec in store.requests().items()
+            if (owner is None or rec.get("owner") == owner) and (group is None or rec.get("group") == group)
+        ),
+        key=lambda kv: (float(kv[1].get("ts", 0)), int(kv[1].get("first", 0))),
+    )
+    notices = store.notices.of([rid for rid, rec in requests if rec.get("notify")])
+    return [_status(rid, rec, store.request_jobs(rid), notice=notices.get(rid)) for rid, rec in requests]
+
+
+def ended_summary(statuses: Sequence[RequestStatus]) -> str:
+    """One line for requests not shown (ended ones): how many, and their jobs by state."""
+    states: Counter[str] = Counter()
+    for s in statuses:
+        states.update(s.states)
+    jobs = ", ".join(f"{states[state]} {state}" for state in STATE_ORDER if states[state])
+    return f"{len(statuses)} ended requests not shown ({jobs or 'no job'}): pilotfish status --all lists them"
+
+
+def _opt(value: object) -> str:
+    return "-" if value is None or value == "" else str(value)
+
+
+#: The fields of ``status --format`` (a request a line): its own, and a count per job state.
+REQUEST_COLUMNS: Columns[RequestStatus] = Columns(
+    "request",
+    {
+        "id": ("REQUEST", lambda s: s.id),
+        "name": ("NAME", lambda s: s.name),
+        "owner": ("OWNER", lambda s: _opt(s.owner)),
+        "group": ("GROUP", lambda s: _opt(s.group)),
+        "priority": ("PRIORITY", lambda s: f"{s.priority:g}"),
+        "jobs": ("JOBS", lambda s: str(s.jobs)),
+        "ended": ("ENDED", lambda s: "yes" if s.final else "no"),
+        "submit": ("SUBMIT", lambda s: stamp(s.submitted)),
+        "eta": ("ETA", lambda s: "-" if s.final else stamp(s.eta)),
+        "critical": ("CRITICAL", lambda s: duration(s.critical_path)),
+        "notify": ("NOTIFY", lambda s: s.notify["state"] if s.notify else "-"),
+        "attempts": ("ATTEMPTS", lambda s: str(s.notify.get("attempts", 0)) if s.notify else "-"),
+        "error": ("ERROR", lambda s: _opt(s.notify.get("error")) if s.notify else "-"),
+        **{
+            state: (state.upper(), lambda s, state=state: str(s.states.get(state, 0)))  # type: ignore[misc]
+            for state in STATE_ORDER
+        },
+    },
+)
 
 
 def find_request(store: Store, wanted: str) -> str:
@@ -129,7 +187,7 @@ def task_queues(store: Store) -> list[TaskQueueStatus]:
     """Every task queue known (with a definition), most urgent head first, empty ones last."""
     defs = store.tq_definitions()
     ids = sorted(defs)
-    summaries = reads.task_queue_summaries(store, ids)
+    summaries = store.views.task_queue_summaries(ids)
     out = []
     for tq in ids:
         summary = summaries[tq]
@@ -178,11 +236,29 @@ def render_requests(statuses: Sequence[RequestStatus], now: float) -> list[str]:
             more = s.states.get(state, 0) - len(listed)
             jobs = ", ".join(f"{j['id']} {j['name']}" if j["name"] else j["id"] for j in listed)
             lines.append(f"  {state}: {jobs}" + (f" (+{more} more)" if more > 0 else ""))
+        if s.notify:
+            lines.append(f"  notify {s.notify['url']}: {notify_text(s.notify, now)}")
         if s.final:
             lines.append("  finished")
         else:
             lines.append(f"  ETA {_when(s.eta, now)}; critical path left {_duration(s.critical_path)}")
     return lines
+
+
+def notify_text(notice: dict[str, Any], now: float) -> str:
+    """A notification's state in words: waiting for the end, sent, or the attempts and last error."""
+    state, attempts, error = notice.get("state", ""), notice.get("attempts", 0), notice.get("error", "")
+    if state == "waiting":
+        return "when the request ends"
+    if state == "sent":
+        return f"sent {_when(notice['sent'], now)}" + (
+            f" (attempt {attempts}; before: {error})" if attempts > 1 else ""
+        )
+    if state == "retry":
+        return f"attempt {attempts} failed: {error}; next {_when(notice['next'], now)}"
+    if state == "failed":
+        return f"failed for good after {attempts} attempts: {error}"
+    return f"{state} (attempt {attempts})" + (f"; last error: {error}" if error else "")
 
 
 def render_task_queues(queues: Sequence[TaskQueueStatus], now: float) -> list[str]:
@@ -191,7 +267,7 @@ def render_task_queues(queues: Sequence[TaskQueueStatus], now: float) -> list[st
     lines = []
     for q in queues:
         head = "empty" if q.head_score is None else f"head should start {_when(q.head_score, now)}"
-        reqs = json.dumps(q.requirements, sort_keys=True, separators=(",", ":"))
+        reqs = canonical_json(q.requirements)
         lines.append(f"task queue {q.id}: {q.waiting} waiting, {head}")
         lines.append(f"  requirements {reqs}")
         lines.append(f"  eligible queues: {', '.join(q.queues) or 'none'}")

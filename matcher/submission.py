@@ -18,13 +18,13 @@ every problem before storing anything (a refused request writes nothing: the sto
 5. pressures along the DAG give each job its score: ``ETA(request) - pressure(job) - priority``, the
    date by which it should start (lower is more urgent, one scale for every request); the ETA counts
    the critical path, what the request's shape needs on the cores (a long job behind a wide fan) and
-   the load of everyone's outstanding work (:mod:`matcher.eta`); the request's record keeps the date
+   the load of everyone's outstanding work (:mod:`matcher.request_eta`); the request's record keeps the date
    that load gave (``load``) and the cores it counted (``cores``): re-pressure moves that date when the
    estimates it summed are corrected (:mod:`matcher.repressure_load`).
 
 A job whose template failed to evaluate is stored as failed with the reason, and the jobs depending on
 it as dep-failed; the rest of the request runs. Requirements that read dependency outputs are kept
-with the job and evaluated when it is released (:mod:`matcher.release`). Both kinds are still checked at
+with the job and evaluated when it is released (:mod:`matcher.job_release`). Both kinds are still checked at
 submission as far as they are known: their requirement names, their plain values, and that some queue
 is eligible for what is known.
 """
@@ -45,15 +45,22 @@ from taskqueues.backend_options import check_job_options, normalize_options
 from taskqueues.catalog import Catalog, Queue
 from taskqueues.context import Context
 from taskqueues.errors import PilotfishError, ProblemList, RequirementError, ValidationError, located, shown
-from taskqueues.ete import DEFAULT_SPREAD, estimate
+from taskqueues.ete import estimate
 from taskqueues.placement import BACKEND_OPTIONS, INSTANCE_TYPE, SUBMIT_POOL
 from taskqueues.requirements import CONSUMABLES, Requirements, bucket, check_name, check_value, parse_requirements
-from taskqueues.store import Store
-from taskqueues.store.fairshare import DEFAULT_GROUP, account_tq, default_owner
-from taskqueues.store.fairshare import check_name as check_account_name
-from taskqueues.store.records import NewJob
+from taskqueues.settings import DEFAULTS
+from taskqueues.store import (
+    DEFAULT_GROUP,
+    NewJob,
+    Store,
+    account_tq,
+    canonical_json,
+    check_account_name,
+    default_owner,
+    request_record,
+)
+from taskqueues.webhook import check_webhook
 
-from .eta import fan_in_bound, live_cores, load_seconds, request_eta
 from .limits import (
     MAX_COMMAND_BYTES,
     MAX_ETE,
@@ -67,13 +74,12 @@ from .limits import (
     check_number,
     check_text,
 )
-
-DEFAULT_ETE = 60.0
+from .request_eta import fan_in_bound, live_cores, load_seconds, request_eta
 
 
 @dataclass(frozen=True)
 class JobSpec:
-    """One job as a user describes it."""
+    """One job as a user describes it; ``max_retries`` None: the submitter's (the ``max_retries`` setting)."""
 
     name: str
     command: str
@@ -82,9 +88,12 @@ class JobSpec:
     key: str = ""
     rule: str = ""
     ete: float | None = None
-    max_retries: int = 3
+    max_retries: int | None = None
     deferred: Mapping[str, str] = field(default_factory=dict)
     deferred_spec: Mapping[str, Any] = field(default_factory=dict)
+    #: Exit codes on which a failed payload runs again, at most ``retry_max`` times (the workflow's ``retry``).
+    retry_on: tuple[int, ...] = ()
+    retry_max: int = 0
 
 
 @dataclass(frozen=True)
@@ -146,7 +155,7 @@ def place(catalog: Catalog, raw: Mapping[str, object], *, job: str, vo: str) -> 
         extras[SUBMIT_POOL] = split
     if not extras:
         return Placement(req, req.tq_id, req.canonical_json(), pool)
-    canonical = json.dumps({**req.canonical(), **extras}, sort_keys=True, separators=(",", ":"))
+    canonical = canonical_json({**req.canonical(), **extras})
     tq_id = Requirements(values={**req.values, **extras}).tq_id
     return Placement(req, tq_id, canonical, tuple(q.id for q in queues))
 
@@ -166,7 +175,7 @@ def _pool_mark(
     exact = (req.cpu, req.mem, req.tmp, req.wall or 0)
     if exact == (bucket(req.cpu), bucket(req.mem), bucket(req.tmp), bucket(req.wall or 0)):
         return None
-    definition = json.dumps({**req.canonical(), **extras}, sort_keys=True, separators=(",", ":"))
+    definition = canonical_json({**req.canonical(), **extras})
     if _bucket_pool(catalog, definition, vo) == frozenset(pool):
         return None
     return hashlib.sha256(",".join(sorted(pool)).encode()).hexdigest()[:12]
@@ -271,14 +280,20 @@ class Submitter:
         catalog: Catalog,
         *,
         vo: str = "default",
-        default_ete: float = DEFAULT_ETE,
+        default_ete: float = DEFAULTS.default_ete,
         clock: Any = time.time,
         capacity: Callable[[], float] | None = None,
-        ete_spread: float = DEFAULT_SPREAD,
+        ete_spread: float = DEFAULTS.ete_spread,
+        max_retries: int = DEFAULTS.max_retries,
+        notify_url: str = DEFAULTS.notify_url,
     ) -> None:
-        """``capacity`` gives the cores that run the work (for the load part of the ETA, :mod:`matcher.eta`);
-        ``ete_spread`` is the coefficient of variation over which a rule has no say over a job's hint."""
+        """``capacity`` gives the cores that run the work (for the load part of the ETA, :mod:`matcher.request_eta`);
+        ``ete_spread`` is the coefficient of variation over which a rule has no say over a job's hint;
+        ``max_retries`` is that of a job that gives none; ``notify_url`` the webhook of a request that names none.
+        Each defaults to its setting's default."""
         self.ete_spread = ete_spread
+        self.max_retries = max_retries
+        self.notify_url = notify_url
         self.store = store
         self.catalog = catalog
         self.vo = vo
@@ -295,6 +310,8 @@ class Submitter:
             vo=ctx.settings.vo,
             default_ete=ctx.settings.default_ete,
             ete_spread=ctx.settings.ete_spread,
+            max_retries=ctx.settings.max_retries,
+            notify_url=ctx.settings.notify_url,
         )
 
     def submit(
@@ -306,18 +323,23 @@ class Submitter:
         source: str = "",
         owner: str = "",
         group: str = "",
+        notify: str = "",
     ) -> Submitted:
         """Validate every job, then store the whole request in one atomic step (or nothing).
 
         Every check runs before the first write (the store's one ``submit`` call), so a refused request
         leaves Redis untouched; the refusal lists every problem, after ``source`` (the workflow file).
-        ``owner`` and ``group`` (:mod:`taskqueues.store.fairshare`) default to the local user and "default".
+        ``owner`` and ``group`` (:mod:`taskqueues.store.fairshare`) default to the local user and "default";
+        ``notify``, the webhook called when the request ends (:mod:`matcher.notify`), to ``notify_url``.
         """
         if not jobs:
             raise SubmissionError([located("the request has no job", field="jobs")], source)
         owner, group = owner or default_owner(), group or DEFAULT_GROUP
+        notify = notify or self.notify_url
         problems = _request_problems(name, priority) + _problems(
-            lambda: check_account_name(owner, "owner"), lambda: check_account_name(group, "group")
+            lambda: check_account_name(owner, "owner"),
+            lambda: check_account_name(group, "group"),
+            lambda: notify and check_webhook(notify),
         )
         problems += [p for spec in jobs for p in _spec_problems(spec)]
         if problems:
@@ -384,11 +406,9 @@ class Submitter:
                     tmp=placement.requirements.tmp if placement else 0,
                     ete=ete[job_name],
                     score=eta - pressure[job_name] - priority,
-                    requirements=json.dumps(
-                        dict(placement.requirements.values) if placement else {}, sort_keys=True, separators=(",", ":")
-                    ),
+                    requirements=canonical_json(dict(placement.requirements.values) if placement else {}),
                     name=job_name,
-                    max_retries=spec.max_retries,
+                    max_retries=self.max_retries if spec.max_retries is None else spec.max_retries,
                     key=spec.key,
                     rule=spec.rule,
                     dependents=tuple(index[d] for d in dependents[job_name]),
@@ -397,21 +417,24 @@ class Submitter:
                     deferred=deferred_text.get(job_name, ""),
                     pressure=pressure[job_name],
                     hint=hints.get(job_name),
+                    retry_on=spec.retry_on,
+                    retry_max=spec.retry_max,
                 )
             )
         request_id = uuid.uuid4().hex[:12]
-        record = {
-            "name": name or request_id,
-            "priority": priority,
-            "ts": round(now, 3),
-            "eta": round(eta, 3),
-            "cp": round(critical, 3),
-            "load": round(now + load, 3),
-            "cores": round(cores, 3),
-            "n": len(jobs),
-            "owner": owner,
-            "group": group,
-        }
+        record = request_record(
+            name=name or request_id,
+            priority=priority,
+            now=now,
+            eta=eta,
+            critical=critical,
+            load=now + load,
+            cores=cores,
+            jobs=len(jobs),
+            owner=owner,
+            group=group,
+            notify=notify,
+        )
         ids = self.store.submit(new_jobs, request=(request_id, record))
         return Submitted(request_id, dict(zip(order, ids, strict=True)), eta, critical)
 
@@ -492,7 +515,7 @@ def _spec_problems(spec: JobSpec) -> list[str]:
             if spec.ete is None
             else check_number(spec.ete, job=job, field="ete", low=0, high=MAX_ETE, what="a number of seconds")
         ),
-        lambda: _check_retries(spec.max_retries, job),
+        lambda: spec.max_retries if spec.max_retries is None else _check_retries(spec.max_retries, job),
         lambda: _check_deps(spec.deps, job),
     )
 
@@ -549,14 +572,18 @@ def specs_from_workflow(workflow: Any) -> list[JobSpec]:
                 ete=job.ete_hint,
                 deferred=dict(job.deferred) or ({"command": job.command} if job.command_deferred else {}),
                 deferred_spec=deferred_spec,
+                retry_on=job.retry_on,
+                retry_max=job.retry_max,
             )
         )
     return specs
 
 
-def submit_workflow(submitter: Submitter, workflow: Any, *, owner: str = "", group: str = "") -> Submitted:
-    """Submit a loaded workflow as one request, with its priority; ``owner``/``group`` (the CLI's) override
-    the file's."""
+def submit_workflow(
+    submitter: Submitter, workflow: Any, *, owner: str = "", group: str = "", notify: str = ""
+) -> Submitted:
+    """Submit a loaded workflow as one request, with its priority; ``owner``/``group``/``notify`` (the CLI's)
+    override the file's."""
     return submitter.submit(
         specs_from_workflow(workflow),
         name=workflow.name,
@@ -564,4 +591,5 @@ def submit_workflow(submitter: Submitter, workflow: Any, *, owner: str = "", gro
         source=workflow.source,
         owner=owner or workflow.owner,
         group=group or workflow.group,
+        notify=notify or workflow.notify,
     )

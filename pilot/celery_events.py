@@ -45,9 +45,7 @@ from kombu.connection import Connection
 from pilot.agent.observer import Command, PilotInfo, PilotLoad
 from pilot.remote_control import RemoteControl, Reply, celery_mailbox, ok
 from taskqueues import __version__ as PILOTFISH_VERSION
-from taskqueues.store import sentinel
-from taskqueues.store.fairshare import account_of
-from taskqueues.store.records import Job, RunResult
+from taskqueues.store import Job, RunResult, account_of, sentinel_transport_options
 
 log = logging.getLogger(__name__)
 
@@ -246,7 +244,7 @@ class CeleryObserver:
     ) -> None:
         self.app = app or Celery("pilotfish-pilot", broker=broker_url, set_as_current=False)
         if app is None:
-            self.app.conf.broker_transport_options = sentinel.transport_options(broker_url)
+            self.app.conf.broker_transport_options = sentinel_transport_options(broker_url)
         self.freq = freq
         self._control_enabled = control
         self._max_queued = max_queued

@@ -52,7 +52,7 @@ from workloads import Request, Task, cybershake, epigenomics, lower_bound, monta
 from matcher.submission import JobSpec, Submitter
 from taskqueues.catalog import Catalog
 from taskqueues.store import Store
-from taskqueues.store.fairshare import Policy, publish
+from taskqueues.store.fairshare import Policy
 from taskqueues.store.records import PilotOffer, RunResult
 from taskqueues.store.redis_server import RedisServer
 
@@ -97,7 +97,7 @@ def simulate(
     client.flushdb()
     clock = SimClock()
     store = Store(client, clock=clock, lease_seconds=1e12)
-    publish(client, store.keys, policy)
+    store.shares.publish(policy)
     catalog = Catalog.loads(CATALOG)
     submitter = Submitter(store, catalog, clock=clock, capacity=lambda: float(pilots * cores))
     kinds = sorted({t.kind for a in arrivals for t in a.request.tasks})

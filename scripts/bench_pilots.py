@@ -50,9 +50,12 @@ import multiprocessing as mp
 import os
 import random
 import selectors
+import socket
+import struct
 import sys
 import tempfile
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,17 +67,17 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_match import fcall_stats, fill, queue_name, queues_for, server_cpu  # noqa: E402
+from bench_match import N_QUEUES, fcall_stats, fill, make_jobs, queue_name, queues_for, server_cpu  # noqa: E402
 
 from pilot.agent.config import PilotConfig  # noqa: E402
 from taskqueues.errors import StaleReport  # noqa: E402
-from taskqueues.store import Store, stops  # noqa: E402
-from taskqueues.store.connection import Subscription, give_back, own_connection  # noqa: E402
+from taskqueues.store import Store, Subscription  # noqa: E402
+from taskqueues.store.counters import LatencyHistogram, StatField  # noqa: E402
 from taskqueues.store.exchange import PendingExchange  # noqa: E402
+from taskqueues.store.keys import WAKE_SHARDS  # noqa: E402
 from taskqueues.store.records import PilotOffer, RunResult  # noqa: E402
 from taskqueues.store.redis_server import RedisServer, server_version  # noqa: E402
-from taskqueues.store.stats import LatencyHistogram  # noqa: E402
-from taskqueues.store.stats import matched as matched_count  # noqa: E402
+from taskqueues.store.keys import MATCHED_COUNT  # noqa: E402
 
 #: The real pilot's default periods (one place: its config).
 CONFIG = PilotConfig(queue="bench")
@@ -87,6 +90,12 @@ BUSY_LEFT = 6000.0
 SETTLE = 1.0
 N_TQS = 10
 IDLE_TARGET, LATENCY_TARGET = 0.10, 0.020  # of one core at 1,000 idle pilots; p99 seconds at 5,000 pilots
+#: The small submission before the load (small_submission): this many jobs for one task queue, the first
+#: (its queue is the first queue), and the seconds its wake and the vain matches it sets off have to settle.
+SMALL_JOBS, SMALL_QUEUE, SMALL_SETTLE = 10, 0, 1.0
+WAKE_TARGET = 0.100  # seconds: the load's wake reaches every idle pilot (issue 31)
+SO_TIMESTAMPNS = 35  # Linux's socket option: a receive timestamp with each read (not in Python's socket module)
+LOAD_WAKE = b"load"  # what the load's wake says, so a pilot late to read tells it from the small submission's
 #: Seconds between the probe pilot's exchanges (probe_main): modest next to the simulated pilots' rate.
 PROBE_PERIOD = 0.05
 
@@ -116,13 +125,19 @@ class SimPilot:
     ends_at: float = 0.0
     done: list[tuple[str, int, RunResult]] = field(default_factory=list)
     latency: LatencyHistogram = field(default_factory=LatencyHistogram)
-    woken: float = 0.0
+    hungry: bool = True  # listening on its wake channel: its last match found nothing (pilot.agent.wake)
+    sock: Any = None  # its subscription's socket, which stamps what it receives (SO_TIMESTAMPNS)
+    woken: float = 0.0  # when the load's wake reached its socket (the kernel's stamp; time.time)
+    read: float = 0.0  # when its process read it
+    small: float = 0.0  # when the small submission's wake reached it
 
 
 @dataclass
 class Phases:
-    """Wall-clock (time.time) moments every worker follows: the load starts, its window, its end."""
+    """Wall-clock (time.time) moments every worker follows: the small submission, the load starts, its
+    window, its end."""
 
+    small_at: float
     load_from: float
     window_from: float
     load_until: float
@@ -156,13 +171,15 @@ class Worker:
         their periods start at random phases, as pilots started at different times."""
         keys, now = self.store.keys, time.monotonic()
         for i, p in enumerate(self.pilots):
-            p.sub = Subscription(self.store.client, ignore_subscribe_messages=True)
-            p.sub.subscribe(keys.wake)
+            p.sub = self.store.subscribe(ignore_subscribe_messages=True)
+            p.sub.subscribe(keys.pilot_wake_channel(p.queue, p.name))
             p.sub.subscribe(keys.pilot_channel(p.name))
             while p.sub.message(0.5) is not None:
                 pass
-            self.selector.register(p.sub.socket(), selectors.EVENT_READ, ("work", i))  # type: ignore[arg-type]
-            p.conn = own_connection(self.store.client)
+            p.sock = p.sub.socket()
+            p.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            self.selector.register(p.sock, selectors.EVENT_READ, ("work", i))
+            p.conn = self.store.own_connection()
             self.beat(p, i, now)
             p.next_heartbeat = now + self.rng.uniform(0, HEARTBEAT)
             heapq.heappush(self.timers, (p.next_heartbeat, i, "beat"))
@@ -174,7 +191,7 @@ class Worker:
             if p.sub is not None:
                 p.sub.close()
             if p.conn is not None:
-                give_back(self.store.client, p.conn)
+                self.store.give_back(p.conn)
         self.selector.close()
 
     # -- what a pilot does -------------------------------------------------------------------------
@@ -211,7 +228,7 @@ class Worker:
         held = {job: attempt for job, attempt in p.running}
         held.update({job: attempt for job, attempt, _ in p.done})
         self.store.heartbeat(p.name, held, record)
-        stops.read(self.store.client, self.store.keys, p.name)
+        self.store.pilots.stop_request(p.name)
         self.beats += 1
 
     def send(self, p: SimPilot, i: int, now: float, offer: bool) -> None:
@@ -245,6 +262,7 @@ class Worker:
             return
         seconds = now - p.sent_at
         p.latency.observe(seconds)
+        self.hungry(p, not reply.matched)
         phases = self.phases
         in_window = phases is not None and phases.window_from <= time.time() - seconds < phases.load_until
         if in_window:
@@ -261,13 +279,30 @@ class Worker:
         p.ends_at = now + self.payload_seconds * self.rng.uniform(0.5, 1.5)  # payloads end at their own pace
         heapq.heappush(self.timers, (p.ends_at, i, "end"))
 
-    def woken(self, p: SimPilot, i: int, now: float) -> None:
-        """The wake channel spoke: match at once, unless a match is on its way or jobs run."""
+    def hungry(self, p: SimPilot, yes: bool) -> None:
+        """As the real pilot: listen on its wake channel only while its last match found nothing."""
         assert p.sub is not None
-        while p.sub.message(0) is not None:
-            pass
-        if not p.woken:
-            p.woken = time.time()
+        if yes != p.hungry:
+            channel = self.store.keys.pilot_wake_channel(p.queue, p.name)
+            (p.sub.subscribe if yes else p.sub.unsubscribe)(channel)
+            p.hungry = yes
+
+    def woken(self, p: SimPilot, i: int, now: float, arrived: float) -> None:
+        """The wake channel spoke: match at once, unless a match is on its way or jobs run. Subscription
+        notices wake nobody. It arrived when the kernel stamped it on the pilot's socket (``arrived``, when
+        the selector showed it, if no stamp came)."""
+        assert p.sub is not None
+        selected, arrived = arrived, received_at(p.sock) or arrived
+        messages = p.sub.drain()
+        if not messages:
+            return
+        phases = self.phases
+        load = any(m.get("data") == LOAD_WAKE for m in messages)
+        submitted = any(m.get("data") != LOAD_WAKE for m in messages)  # the store's '1' (both may be read at once)
+        if phases is not None and not p.small and submitted and arrived >= phases.small_at:
+            p.small = arrived
+        if phases is not None and not p.woken and load:  # behind the submission's, its own stamp is unknown
+            p.woken, p.read = selected if submitted else arrived, time.time()
         if p.inflight is None and not p.running:
             p.backoff = BACKOFF_MIN
             p.next_match = now
@@ -302,12 +337,14 @@ class Worker:
                 when, i, kind = heapq.heappop(self.timers)
                 self.due(kind, self.pilots[i], i, when, now)
             timeout = min(until - now_wall, (self.timers[0][0] - now) if self.timers else 1.0, 1.0)
-            for key, _ in self.selector.select(max(0.0, timeout)):
+            events = self.selector.select(max(0.0, timeout))
+            arrived = time.time()
+            for key, _ in events:
                 kind, i = key.data
                 p = self.pilots[i]
                 now = time.monotonic()
                 if kind == "work":
-                    self.woken(p, i, now)
+                    self.woken(p, i, now, arrived)
                 elif p.inflight is not None and p.inflight.ready():
                     self.received(p, i, now)
                     if p.inflight is None and p.done:  # its payloads ended while the reply was on its way
@@ -341,6 +378,8 @@ def worker_main(url: str, names: list[str], seed: int, payload_seconds: float, i
         busy = (time.process_time() - cpu0) / (phases.load_until - phases.window_from)
         worker.drain()
         woken = [p.woken - phases.load_from for p in worker.pilots if p.woken]
+        read = [p.read - phases.load_from for p in worker.pilots if p.read]
+        small = [p.small - phases.small_at for p in worker.pilots if p.small]
         out.put(
             (
                 "done",
@@ -355,6 +394,9 @@ def worker_main(url: str, names: list[str], seed: int, payload_seconds: float, i
                     "idle_exchanges": worker.idle_exchanges,
                     "beats": worker.beats,
                     "woken": woken,
+                    "read": read,
+                    "small": small,
+                    "in_small_queue": sum(p.queue == queue_name(SMALL_QUEUE) for p in worker.pilots),
                     "busy": busy,
                     "held": sum(len(p.running) + len(p.done) for p in worker.pilots),
                     "cores": sum(p.cpu for p in worker.pilots),
@@ -364,9 +406,15 @@ def worker_main(url: str, names: list[str], seed: int, payload_seconds: float, i
     except StaleReport as exc:  # pragma: no cover - a bench that lost leases says so
         out.put(("error", str(exc)))
     except Exception as exc:
-        out.put(("error", repr(exc)))
+        out.put(("error", failure(exc)))
     finally:
         worker.close()
+
+
+def failure(exc: BaseException) -> str:
+    """What failed and where (redis-py's repr of its errors names the class only: not the message)."""
+    where = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    return f"{type(exc).__name__}: {exc}" + (f" ({where.filename}:{where.lineno})" if where else "")
 
 
 def probe_main(url: str, name: str, seed: int, inbox: Any, out: Any) -> None:
@@ -412,11 +460,59 @@ def probe_main(url: str, name: str, seed: int, inbox: Any, out: Any) -> None:
         tally.update(
             refused=refused, exchanges=exchanges, window_exchanges=in_window, idle_exchanges=0, beats=worker.beats
         )
-        out.put(("done", {**tally, "woken": [], "busy": 0.0, "held": 0, "cores": 0}))
+        out.put(("done", {**tally, "woken": [], "read": [], "small": [], "busy": 0.0, "held": 0, "cores": 0}))
     except Exception as exc:
-        out.put(("error", repr(exc)))
+        out.put(("error", failure(exc)))
     finally:
         worker.close()
+
+
+def received_at(sock: Any) -> float | None:
+    """When the kernel received the first unread bytes of ``sock`` (time.time), read without consuming them:
+    the moment a message reached the pilot, however late its simulating process looks at it. None when
+    nothing is unread on the socket (the client library has read it already) or no stamp came."""
+    try:
+        _, ancillary, _, _ = sock.recvmsg(1, socket.CMSG_SPACE(16), socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except OSError:
+        return None
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
+            seconds, nanoseconds = struct.unpack("qq", data[:16])
+            return float(seconds) + nanoseconds / 1e9
+    return None
+
+
+def wake_channels(store: Store, queues: list[int]) -> list[str]:
+    """Every wake shard channel of these bench queues."""
+    return [store.keys.wake_channel(queue_name(q), shard) for q in queues for shard in range(WAKE_SHARDS)]
+
+
+def small_submission(store: Store, seed: int) -> tuple[float, float]:
+    """Submit ``SMALL_JOBS`` jobs for one queue, none of which an idle pilot fits (they need more time than it
+    offers): the store wakes as many of that queue's idle pilots as jobs entered (issue 31), who match in
+    vain and listen again. The server's microseconds in that submit call (its wake included), and when it
+    was sent (time.time)."""
+    tq = SMALL_QUEUE  # task queue t goes to queue t % N_QUEUES (bench_match.make_jobs)
+    jobs = make_jobs([tq] * SMALL_JOBS, random.Random(seed), 0)
+    calls0, usec0 = fcall_stats(store.client)
+    sent = time.time()
+    store.submit(jobs)
+    calls1, usec1 = fcall_stats(store.client)
+    return (usec1 - usec0) / max(1, calls1 - calls0), sent
+
+
+def wake_everyone(store: Store) -> tuple[float, float]:
+    """What a submission of more jobs than there are idle pilots does: publish on every wake shard of every
+    queue (the load starts: every idle pilot matches at once). The server's microseconds in those PUBLISH,
+    and when they were sent (time.time)."""
+    before = store.client.info("commandstats").get("cmdstat_publish", {})
+    pipe = store.client.pipeline(transaction=False)
+    for channel in wake_channels(store, list(range(N_QUEUES))):
+        pipe.publish(channel, LOAD_WAKE)
+    sent = time.time()
+    pipe.execute()
+    after = store.client.info("commandstats").get("cmdstat_publish", {})
+    return float(after.get("usec", 0)) - float(before.get("usec", 0)), sent
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -438,7 +534,7 @@ def command_usec(client: redis.Redis) -> tuple[int, int, int]:
 
 def counters(store: Store) -> tuple[int, int]:
     done = store.client.hget(store.keys.stats, "ended:done")
-    return matched_count(store.client, store.keys), int(done or 0)  # type: ignore[arg-type]
+    return int(store.client.hget(store.keys.heads, MATCHED_COUNT) or 0), int(done or 0)  # type: ignore[arg-type]
 
 
 @dataclass
@@ -458,7 +554,14 @@ class Row:
     client_core: float  # the busiest pilot process's CPU seconds per second in the load window
     server_bytes: float  # per pilot
     client_bytes: float  # per pilot
-    fanout_p99: float  # seconds from the wake publication to a pilot's reading it
+    fanout_p99: float  # seconds from the load's wake to its arrival on a pilot's socket (the kernel's stamp)
+    read_p99: float  # seconds from the load's wake to its simulated pilot's reading it (behind its process's others)
+    woken: int  # pilots the load's wake reached
+    publish_usec: float  # the server's time in the load wake's PUBLISH calls (one per wake shard of every queue)
+    small_woken: int  # pilots the small submission woke
+    small_listening: int  # pilots of the small submission's queue (all idle then, listening)
+    small_last: float  # seconds from the small submission to its wake's arrival on the last pilot it woke
+    small_usec: float  # the server's time in that submission's FCALL, its wake included
     probe_p50: float  # the probe pilot's own match latency (its own process, PROBE_PERIOD apart)
     probe_p99: float
     probe_n: int
@@ -511,10 +614,13 @@ def measure(url: str, store: Store, n: int, procs: int, seconds: float, payload_
     warm = BACKOFF_MIN * (2**6)
     start = time.time()
     idle_from = start + warm
+    small_at = idle_from + seconds + 0.5
+    load_from = small_at + SMALL_SETTLE
     phases = Phases(
-        load_from=idle_from + seconds + 0.5,
-        window_from=idle_from + seconds + 0.5 + SETTLE,
-        load_until=idle_from + 2 * seconds + 0.5 + SETTLE,
+        small_at=small_at,
+        load_from=load_from,
+        window_from=load_from + SETTLE,
+        load_until=load_from + SETTLE + seconds,
     )
     m0, d0 = counters(store)
     for inbox in inboxes:
@@ -523,8 +629,10 @@ def measure(url: str, store: Store, n: int, procs: int, seconds: float, payload_
     cpu0, (calls0, usec0) = server_cpu(client), fcall_stats(client)
     time.sleep(max(0.0, idle_from + seconds - time.time()))
     cpu1, (calls1, usec1) = server_cpu(client), fcall_stats(client)
+    time.sleep(max(0.0, phases.small_at - time.time()))
+    submit_usec, small_sent = small_submission(store, seed)
     time.sleep(max(0.0, phases.load_from - time.time()))
-    client.publish(store.keys.wake, "1")  # as a submission does: every idle pilot matches at once
+    publish_usec, load_sent = wake_everyone(store)
     time.sleep(max(0.0, phases.window_from - time.time()))
     cpu2, (fc2, fu2, u2) = server_cpu(client), command_usec(client)
     time.sleep(max(0.0, phases.load_until - time.time()))
@@ -539,7 +647,11 @@ def measure(url: str, store: Store, n: int, procs: int, seconds: float, payload_
     latencies = [x for r in results for x in r["latencies"]]
     probe = [x for r in results for x in r.get("probe", [])]
     window_exchanges = sum(r["window_exchanges"] for r in results)
-    woken = [x for r in results for x in r["woken"]]
+    # The workers count from the planned moments; the wakes were sent a little later (a loaded host)
+    woken = [x - (load_sent - phases.load_from) for r in results for x in r["woken"]]
+    read = [x - (load_sent - phases.load_from) for r in results for x in r["read"]]
+    small = [x - (small_sent - phases.small_at) for r in results for x in r["small"]]
+    listening = sum(r.get("in_small_queue", 0) for r in results)  # all idle then: nothing fits them
     calls = calls1 - calls0
     busiest = max((r["busy"] for r in results), default=0.0)
     return Row(
@@ -557,6 +669,13 @@ def measure(url: str, store: Store, n: int, procs: int, seconds: float, payload_
         server_bytes / n,
         client_bytes / n,
         percentile(woken, 0.99),
+        percentile(read, 0.99),
+        len(woken),
+        publish_usec,
+        len(small),
+        listening,
+        max(small, default=float("nan")),
+        submit_usec,
         percentile(probe, 0.5),
         percentile(probe, 0.99),
         len(probe),
@@ -651,6 +770,28 @@ def report(rows: list[Row], jobs: int, seconds: float, payloads: str, procs: int
         print(line)
     for r in rows:
         print(load_verdict(r))
+    for r in rows:
+        print(wake_verdict(r))
+
+
+def wake_verdict(r: Row) -> str:
+    """The wake lines of one row: the load's wake (every idle pilot) against its target, and the small
+    submission's (as many idle pilots as jobs, issue 31)."""
+    line = (
+        f"wake: {r.pilots:,} pilots, the load's wake (PUBLISH on each of the {WAKE_SHARDS} wake shards of "
+        f"{N_QUEUES} queues, {r.publish_usec:,.0f} us in the server) reached {r.woken:,} idle pilots, the last "
+        f"(p99) on its socket {1000 * r.fanout_p99:.1f} ms after it was sent (the kernel's receive stamp; read by "
+        "its simulated pilot after "
+        f"{1000 * r.read_p99:.0f} ms, behind the others of its process), load average {r.loadavg:.2f}"
+    )
+    if r.pilots >= 5000:
+        line += f", target < {1000 * WAKE_TARGET:.0f} ms: {verdict(r.fanout_p99 < WAKE_TARGET)}"
+    return line + (
+        f"\nwake: {r.pilots:,} pilots, a submission of {SMALL_JOBS} jobs for one queue woke {r.small_woken:,} of "
+        f"the {r.small_listening:,} idle pilots listening there (every pilot was woken by any submission "
+        f"before issue 31), the last after {1000 * r.small_last:.1f} ms; its submit call took "
+        f"{r.small_usec:,.0f} us in the server"
+    )
 
 
 def load_verdict(r: Row) -> str:
@@ -707,9 +848,9 @@ def load_verdict(r: Row) -> str:
             f"the machine: the server used {100 * r.load_core:.0f}% of a core and the pilot processes the rest "
             "of this 2-core host, so the probe waits for a core as much as for the server"
         )
-    if r.fanout_p99 > SETTLE:
+    if r.read_p99 > SETTLE:
         bounds.append(
-            f"the simulated pilots' processes: one wake reached their last pilots {r.fanout_p99:.1f} s after it "
+            f"the simulated pilots' processes: their last pilots read the load's wake {r.read_p99:.1f} s after it "
             f"was sent, past the window's start ({SETTLE:g} s), as {r.pilots // max(1, r.procs):,} pilots per "
             "process read their subscriptions and send their exchanges in turn: the herd of exchanges it sets "
             "off arrives in bursts the probe waits behind"

@@ -110,7 +110,7 @@ from matcher.submission import JobSpec, SubmissionError, Submitter, place
 from taskqueues import dag
 from taskqueues.catalog import Catalog
 from taskqueues.errors import PilotfishError
-from taskqueues.settings import Settings
+from taskqueues.settings import DEFAULTS, Settings
 from taskqueues.store import Store
 from taskqueues.store.records import NewJob, PilotOffer, RunResult
 from taskqueues.store.redis_server import RedisServer
@@ -214,7 +214,7 @@ def submit_scored(
                 score=scores[job_name],
                 requirements="{}",
                 name=job_name,
-                max_retries=spec.max_retries,
+                max_retries=DEFAULTS.max_retries if spec.max_retries is None else spec.max_retries,
                 dependents=tuple(index[d] for d in dependents[job_name]),
                 deps=tuple(index[d] for d in spec.deps),
                 pending=len(set(spec.deps)),

@@ -108,6 +108,7 @@ class Deployment:
             "PILOTFISH_DIRECTOR_INTERVAL": str(args.director_interval),
             "PILOTFISH_PILOT_IDLE_TIMEOUT": str(args.idle_timeout),
             "PILOTFISH_FLOWER_PORT": str(_free_port()),
+            "PILOTFISH_API_PORT": str(_free_port()),
             "PILOTFISH_BACKOFF_SECONDS": "2",
             # The payloads append to a log there (requirement sandbox_rw): the one place of the run they may.
             "PILOTFISH_PAYLOAD_SHARED_PATHS": str(base / "payloads"),

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The static checks CI runs with the tests (through scripts/test.sh): ruff's lint on the whole tree, ruff's
 # formatter and mypy --strict on the three packages. Every check runs; the exit status is non-zero if any
-# of them found something. Needs the test extras (`pip install -e '.[test]'`).
+# of them found something, and no commit since main's head when the rule began has a subject over 72
+# characters (scripts/commit_subjects.py; skipped outside a git checkout or in a shallow clone). Needs the
+# test extras (`pip install -e '.[test]'`).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -14,4 +16,5 @@ run() {
 run python3 -m ruff check .
 run python3 -m ruff format --check --output-format concise "${PACKAGES[@]}"
 run python3 -m mypy --strict "${PACKAGES[@]}"
+run python3 scripts/commit_subjects.py
 exit "$status"

@@ -9,8 +9,12 @@ of those codes ask for them; plus the synthetic case that shows starvation of wi
 Lower bound of a mix on a pool of ``cores`` cores and ``mem`` MB (no schedule ends sooner): the largest of
 the longest chain of each request after its arrival, the core-seconds and the MB-seconds of the requests
 arriving at or after each arrival time spread over the whole pool after it, and the same for the jobs that
-cannot start before a time (their head) or must leave a time after they end (their tail).
-A request's own bound (its stretch's denominator) is the same bound for the request alone, from its arrival.
+cannot start before a time (their head) or must leave a time after they end (their tail), and the packing
+bound (:func:`packing_bound`): jobs run on ``pilots`` separate pilots, not on one pool of cores and memory, so
+what the pilots can hold at once (two 20 GB jobs never share a 32 GB pilot, an 8-core job leaves no core of
+its pilot to anyone) bounds the pilot-time they need, by a configuration LP (needs the ``bench`` extra: scipy).
+A request's own bound (its stretch's denominator) is the same bound without the packing bound, for the request
+alone, from its arrival (so every policy's stretch of a request has the denominator it had before).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from dataclasses import dataclass, field, replace
 
 from workloads import Request, Task, _runtime, critical_path, cybershake, epigenomics, ligo, montage
 
-__all__ = ["Mix", "MixRequest", "MixTask", "mix_bound", "mixes", "request_bound"]
+__all__ = ["Mix", "MixRequest", "MixTask", "mix_bound", "mixes", "packing_bound", "pilot_time", "request_bound"]
 
 
 @dataclass(frozen=True)
@@ -105,10 +109,73 @@ def _energy(requests: Sequence[MixRequest], cores: int, mem: int) -> float:
     return best
 
 
+#: Column-generation rounds of :func:`pilot_time` at most (the bound stays valid when it stops early).
+PRICING_ROUNDS = 500
+
+
+def pilot_time(jobs: Sequence[MixTask], cores: int, mem: int) -> float:
+    """A lower bound on the pilot-seconds that running ``jobs`` takes on pilots of ``cores`` cores and ``mem`` MB.
+
+    At any instant a pilot runs a *configuration*: a set of jobs whose cores and memory fit it. Over a schedule,
+    the time each pilot spends in each configuration covers every kind's run time (a kind: a (cores, memory)
+    pair; ``w_k`` the run times of its jobs added up), so the configuration LP ``min sum_c x_c`` subject to
+    ``sum_c a_kc x_c >= w_k``, ``x >= 0``, bounds the pilot-time from below. It is solved by column generation
+    (the knapsack of the duals over one pilot, exactly, by HiGHS' MILP), and the value returned is Farley's
+    bound ``sum_k pi_k w_k / max_c pi . a_c`` from the last duals ``pi``: a lower bound on the LP's optimum
+    whatever ``pi`` is, so on any schedule even if the pricing stopped early.
+    """
+    import numpy as np
+    from scipy.optimize import Bounds, LinearConstraint, linprog, milp
+
+    work: dict[tuple[int, int], float] = {}
+    for t in jobs:
+        work[(t.cpu, t.mem)] = work.get((t.cpu, t.mem), 0.0) + t.runtime
+    kinds = sorted(work)
+    if not kinds:
+        return 0.0
+    if any(c > cores or m > mem for c, m in kinds):
+        raise ValueError(f"a job of {max(kinds)} (cores, MB) fits no pilot of {cores} cores and {mem} MB")
+    rhs = np.array([work[k] for k in kinds])
+    size = np.array([[k[0] for k in kinds], [k[1] for k in kinds]], dtype=float)
+    columns = [np.eye(len(kinds))[i] for i in range(len(kinds))]
+    best = 0.0
+    for _ in range(PRICING_ROUNDS):
+        master = linprog(np.ones(len(columns)), A_ub=-np.array(columns).T, b_ub=-rhs, bounds=(0, None), method="highs")
+        pi = np.maximum(-master.ineqlin.marginals, 0.0)
+        knap = milp(
+            -pi,
+            constraints=LinearConstraint(size, 0, [cores, mem]),
+            integrality=np.ones(len(kinds)),
+            bounds=Bounds(0, cores),
+            options={"mip_rel_gap": 0.0},
+        )
+        # The knapsack's proven upper bound, not only the configuration found: Farley's bound needs the maximum.
+        top = max(float(pi @ np.round(knap.x)), -float(knap.mip_dual_bound), 1e-12)
+        best = max(best, float(pi @ rhs) / top * (1 - 1e-9))
+        if top <= 1 + 1e-9:
+            break
+        columns.append(np.round(knap.x))
+    return best
+
+
+def packing_bound(requests: Sequence[MixRequest], pilots: int, cores: int, mem: int) -> float:
+    """The largest, over arrival times ``a``, of ``a`` + the pilot-time of the requests arriving at or after
+    ``a`` (:func:`pilot_time`) spread over the ``pilots``: no schedule ends sooner."""
+    best = 0.0
+    for a in sorted({r.arrival for r in requests}):
+        later = [t for r in requests if r.arrival >= a for t in r.tasks]
+        best = max(best, a + pilot_time(later, cores, mem) / pilots)  # type: ignore[arg-type]
+    return best
+
+
 def mix_bound(mix: Mix) -> float:
     """The mix's lower bound on its whole pool (see the module doc)."""
     cores, mem = mix.pilots * mix.cores, mix.pilots * mix.mem
-    return max(_bound(mix.requests, cores, mem), _energy(mix.requests, cores, mem))
+    return max(
+        _bound(mix.requests, cores, mem),
+        _energy(mix.requests, cores, mem),
+        packing_bound(mix.requests, mix.pilots, mix.cores, mix.mem),
+    )
 
 
 def request_bound(mix: Mix, request: MixRequest) -> float:

@@ -7,8 +7,13 @@ each request is submitted at its arrival time (the pilots match right after); an
 what it runs (its jobs' cores, memory and estimated ends, from their hints), so the match's reservations
 (EASY backfill, ``match.lua``) work as with real pilots. Policies: ``pressure`` (the Submitter, hints = true
 run times), ``strict`` (the same, reservations off: the match of old), ``FIFO`` (scores in submission
-order, reservations on, the same match), and on the mixes whose requests have owners and groups of their own
-(tag ``owners``), ``shares``: pressure under the documented multi-user setting (:func:`shares_policy`).
+order, reservations on, the same match), on the mixes of several requests ``EASY``: pressure with the
+reservations of EASY backfill (``Settings.bounded_reservations`` false; ``pressure`` has them bounded, the
+default), and on the mixes whose requests have owners and groups of their own (tag ``owners``), ``shares``:
+pressure under the documented multi-user setting (:func:`shares_policy`). On issue 29's mixes (tag ``late``) a
+diagnostic, ``one-eta``: pressure's scores with one ETA for every request (the latest of each request's arrival
+plus critical path) instead of each request's own, load included (``matcher.eta``): the same match and
+reservations; it tells a loss of the ETA term from one of the match or of the lower bound.
 
 Per request: its completion stretch, (its last end - its arrival) / its own lower bound alone
 (:func:`mixes.request_bound`); the table shows the largest and the mean next to the makespans.
@@ -23,11 +28,13 @@ from dataclasses import dataclass
 import redis
 from bench_schedule import QUEUE, T0, SimClock, SimulationError, submit_scored
 from mixes import Mix, MixRequest, MixTask, mix_bound, request_bound
+from workloads import critical_path
 
 from matcher.submission import JobSpec, SubmissionError, Submitter
+from taskqueues import dag
 from taskqueues.catalog import Catalog
 from taskqueues.store import Store
-from taskqueues.store.fairshare import Policy, publish
+from taskqueues.store.fairshare import Policy
 from taskqueues.store.records import PilotOffer, RunResult
 
 MIX_POLICIES = ("pressure", "strict", "fifo")
@@ -35,8 +42,6 @@ MIX_POLICIES = ("pressure", "strict", "fifo")
 #: mean job lengths, the catch-up capped. Run on the mixes tagged "owners" as the policy "shares".
 SHARES_HALFLIFE = 600.0
 SHARES_STRETCH = 4.0
-#: Bounded reservations (Settings.bounded_reservations) under pressure and shares (the scores are dates).
-BOUNDED = True
 SHARES_MAKESPAN = 1.05
 SHARES_CATCHUP = 1.2
 
@@ -48,8 +53,15 @@ def shares_policy(mix: Mix) -> Policy:
 
 
 def policies(mix: Mix) -> tuple[str, ...]:
-    """The policies a mix runs under: the three of every mix, and "shares" for the multi-owner ones."""
-    return MIX_POLICIES + (("shares",) if "owners" in mix.tags else ())
+    """The policies a mix runs under: the three of every mix, "easy" for a mix of several requests (its
+    per-request stretch with EASY's reservations), "shares" for the multi-owner ones and the diagnostic
+    "one-eta" for issue 29's (tag ``late``)."""
+    return (
+        MIX_POLICIES
+        + (("easy",) if len(mix.requests) > 1 else ())
+        + (("shares",) if "owners" in mix.tags else ())
+        + (("one-eta",) if "late" in mix.tags else ())
+    )
 
 
 CATALOG = """
@@ -78,14 +90,16 @@ def simulate_mix(client: redis.Redis, mix: Mix, policy: str) -> MixResult:
     """Run ``mix`` to completion under ``policy`` (one of :data:`MIX_POLICIES`) on an emptied database."""
     client.flushdb()
     clock = SimClock()
-    # FIFO's scores are positions, not start-by dates: its reservations stay EASY's.
-    store = Store(client, clock=clock, lease_seconds=1e9, bounded_reservations=BOUNDED and policy != "fifo")
-    publish(client, store.keys, shares_policy(mix) if policy == "shares" else None)
+    # Reservations are bounded (the default) where scores are start-by dates; FIFO's are positions, and "easy" is
+    # pressure with EASY's reservations: both have the unbounded rule.
+    store = Store(client, clock=clock, lease_seconds=1e9, bounded_reservations=policy not in ("fifo", "easy"))
+    store.shares.publish(shares_policy(mix) if policy == "shares" else None)
     catalog = Catalog.loads(CATALOG)
     capacity = float(mix.pilots * mix.cores)
     tasks: dict[str, tuple[MixTask, MixRequest]] = {}
     order = sorted(mix.requests, key=lambda r: r.arrival)
     fifo_next = 0
+    one_eta = max(r.arrival + critical_path(r.tasks) for r in mix.requests)
 
     def submit(request: MixRequest) -> None:
         nonlocal fifo_next
@@ -93,6 +107,11 @@ def simulate_mix(client: redis.Redis, mix: Mix, policy: str) -> MixResult:
         if policy == "fifo":
             scores = {j.name: T0 + fifo_next + i for i, j in enumerate(jobs)}
             fifo_next += len(jobs)
+            ids = submit_scored(store, catalog, jobs, scores, name=request.name, clock=clock)
+        elif policy == "one-eta":
+            deps = {j.name: j.deps for j in jobs}
+            pressure = dag.pressures(dag.check_dag(list(deps), deps), deps, {j.name: float(j.ete or 0) for j in jobs})
+            scores = {n: T0 + one_eta - p for n, p in pressure.items()}
             ids = submit_scored(store, catalog, jobs, scores, name=request.name, clock=clock)
         else:
             try:
@@ -207,25 +226,42 @@ def print_mixes(rows: Sequence[tuple[Mix, dict[str, MixResult]]]) -> int:
             f"{max(res['fifo'].stretch.values()):5.2f}  {', '.join(verdict)}"
         )
     multi = [(m, r) for m, r in rows if len(m.requests) > 1]
-    for mix, res in multi:
-        for req in mix.requests:
-            parts = "  ".join(f"{pol} {r.stretch[req.name]:.2f}" for pol, r in res.items())
+    if multi:
+        print("\nPer-request stretch with reservations (bounded: pressure, the default; EASY) and without (strict):\n")
+        extra = [pol for pol in ("fifo", "shares") if any(pol in r for _, r in multi)]
+        head = f"  {'mix':30} {'request':12} {'arrives':>7} {'own LB':>6}  {'bounded':>7} {'EASY':>6} {'strict':>6}"
+        print(head + "".join(f" {pol:>6}" for pol in extra))
+        for mix, res in multi:
+            for req in mix.requests:
+                cells = "".join(
+                    f" {res[pol].stretch[req.name]:6.2f}" if pol in res else f" {'':6}"
+                    for pol in ("easy", "strict", *extra)
+                )
+                print(
+                    f"  {mix.name:30} {req.name:12} {req.arrival:7.0f} {request_bound(mix, req):6.0f}"
+                    f"  {res['pressure'].stretch[req.name]:7.2f}{cells}"
+                )
+    for mix, res in rows:
+        if "one-eta" in res:
+            lb, one = mix_bound(mix), res["one-eta"]
             print(
-                f"  {mix.name}: {req.name:12} arrives {req.arrival:5.0f}, own LB {request_bound(mix, req):6.0f};"
-                f" stretch {parts}"
+                f"  diagnostic, {mix.name}: one ETA for all requests: makespan {one.makespan:.0f}"
+                f" ({one.makespan / lb:.3f} x LB, pressure {res['pressure'].makespan / lb:.3f}),"
+                f" largest stretch {max(one.stretch.values()):.2f}"
             )
     print(
-        "\nLargest request stretch with reservations (pressure) and without (strict); target: not worse with"
-        f" them.\nWith owners, under the multi-user setting (shares): largest stretch <= {SHARES_STRETCH:g} and"
+        "\nLargest request stretch on every mix (one request: its makespan / its LB) with reservations (pressure,"
+        " bounded) and without (strict); target: not worse with them.\nWith owners, under the multi-user setting"
+        f" (shares): largest stretch <= {SHARES_STRETCH:g} and"
         f" makespan <= {SHARES_MAKESPAN:.2f} x pressure's."
     )
-    for mix, res in multi:
+    for mix, res in rows:
         worst = {pol: max(r.stretch.values()) for pol, r in res.items()}
         ok = worst["pressure"] <= worst["strict"] * (1 + 1e-9)
         missed += not ok
-        line = (
-            f"  {mix.name:34} reservations {worst['pressure']:6.2f}  strict {worst['strict']:6.2f}"
-            f"  {'ok' if ok else 'MISS'}"
+        easy = f" (EASY {worst['easy']:5.3f})" if "easy" in worst else f" {'':12}"
+        line = f"  {mix.name:34} reservations {worst['pressure']:6.3f}{easy}  strict {worst['strict']:6.3f}  " + (
+            "ok" if ok else "MISS"
         )
         if "shares" in res:
             ratio = res["shares"].makespan / res["pressure"].makespan

@@ -129,9 +129,26 @@ class StaleReport(StoreError):
     """A report names an attempt or a state the job is no longer in: it changed nothing."""
 
 
+class JobRefused(StoreError):
+    """A hold, release, resubmit or update named a job in a state that refuses it: nothing changed."""
+
+
 class BackendError(PilotfishError):
     """A batch system (local, Slurm, Grid Engine) refused or failed a command."""
 
 
 class BackendUnavailable(BackendError):
     """A batch system's binaries or daemons cannot be reached."""
+
+
+class AuthError(PilotfishError):
+    """The API refused a call: who is calling is unknown (:class:`Unauthenticated`) or may not do it
+    (:class:`Forbidden`); the message says why, and nothing was stored."""
+
+
+class Unauthenticated(AuthError):
+    """No credential, or one that is expired, revoked, forged or unknown (HTTP 401)."""
+
+
+class Forbidden(AuthError):
+    """A known caller asked for something its role, owner or groups do not allow (HTTP 403)."""

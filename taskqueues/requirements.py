@@ -42,7 +42,6 @@ reserves what the job asked, the bucket only groups.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -50,6 +49,7 @@ from types import MappingProxyType
 
 from taskqueues import sandbox
 from taskqueues.errors import RequirementError, shown
+from taskqueues.store.records import canonical_json
 from taskqueues.units import parse_duration_s, parse_size_mb
 
 __all__ = [
@@ -311,7 +311,7 @@ class Requirements:
 
     def canonical_json(self) -> str:
         """The canonical form as compact JSON with sorted keys: the same text in every process."""
-        return json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+        return canonical_json(self.canonical())
 
     @property
     def tq_id(self) -> str:

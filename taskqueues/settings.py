@@ -31,10 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from taskqueues.credentials import FILE_SUFFIX, SECRET_SETTINGS, SECRETS_VARIABLE, file_values, read_secrets
-from taskqueues.errors import ConfigError
+from taskqueues.errors import ConfigError, ValidationError
 from taskqueues.ete import DEFAULT_SPREAD
 from taskqueues.sandbox import SANDBOXES
-from taskqueues.store.records import DEFAULT_ETE_SAFETY_FACTOR
+from taskqueues.store.records import DEFAULT_ETE_SAFETY_FACTOR, DEFAULT_MAX_RETRIES
+from taskqueues.store.sentinel import DEFAULT_MASTER
 
 ENV_PREFIX = "PILOTFISH_"
 
@@ -60,15 +61,17 @@ class Settings:
     lease_seconds: float = 60.0
     # The back-off (seconds) before the reaper requeues a job whose lease expired again (a first expiry has none).
     backoff_seconds: float = 10.0
-    max_retries: int = 3
+    # How many times a job whose lease expired is requeued before it fails (a job submitted through the API
+    # may give its own, 0..100).
+    max_retries: int = DEFAULT_MAX_RETRIES
     # The run-time estimate (seconds) of a job with no hint, no earlier run and no statistics of its rule.
     default_ete: float = 60.0
     ete_safety_factor: float = DEFAULT_ETE_SAFETY_FACTOR
     # a rule whose run times' coefficient of variation is over this has no say over a job's own hint
     ete_spread: float = DEFAULT_SPREAD
     # a reservation of the match holds back no job past the date it should start by, less its own run
-    # (issue 29; docs/scheduling-notes.md): the multi-user setting
-    bounded_reservations: bool = False
+    # (issue 29; docs/user/scheduling.md); false: EASY backfill's reservations (scores that are not dates)
+    bounded_reservations: bool = True
     # periodic work (seconds)
     reap_interval: float = 5.0
     pool_refresh_interval: float = 900.0
@@ -106,7 +109,7 @@ class Settings:
     housekeeping_events: bool = False
     # The primary's name when redis_url is a Sentinel URL (sentinel://h1:26379;sentinel://h2:26379): the
     # store's, Celery's (master_name transport option) and the pilots' ($PILOTFISH_REDIS_SENTINEL_MASTER).
-    redis_sentinel_master: str = "mymaster"
+    redis_sentinel_master: str = DEFAULT_MASTER
     # A submission is acknowledged once this many replicas hold it (WAIT; at most the primary's connected
     # replicas, so a primary without one acknowledges at once): 0 = as soon as the primary does.
     submit_replicas: int = 1
@@ -123,6 +126,43 @@ class Settings:
     # Where a job may ask its sandbox for a path (requirements sandbox_ro, sandbox_rw), ":"-separated absolute
     # paths: the site's shared scratch places (the examples share files through /tmp/pilotfish-examples).
     payload_shared_paths: str = "/tmp/pilotfish-examples"
+    # The HTTP API (pilotfish serve; docs/operator/api.md). api_url set: the CLI and Client speak to that API
+    # with a token ($PILOTFISH_TOKEN, else api_token_file) instead of to the store.
+    api_url: str = ""
+    # The file holding this user's API token (one line, mode 0600); empty: <state_dir>/token.
+    api_token_file: str = ""
+    # Where `pilotfish serve` (and `up`) listens.
+    api_host: str = "127.0.0.1"
+    api_port: int = 8470
+    # Users (role user) may list and look at other users' requests and jobs (Slurm's PrivateData unset); false:
+    # each sees only their own (a group admin its groups').
+    api_users_see_all: bool = False
+    # Calls per second each identity may make (a bucket of api_rate_burst calls): past it, 429 with Retry-After.
+    api_rate: float = 50.0
+    api_rate_burst: int = 200
+    # The largest request body (bytes) the API reads: past it, 413.
+    api_max_body: int = 16777216
+    # Seconds a call may take before the API answers 504.
+    api_timeout: float = 60.0
+    # The JSON-lines audit file; empty: <state_dir>/logs/audit.jsonl.
+    api_audit_file: str = ""
+    # JWTs from an OIDC issuer (WLCG Common JWT profile defaults): empty issuer = none accepted.
+    api_oidc_issuer: str = ""
+    # The audience a token must carry; empty: the API's own URL (api_url), else "https://wlcg.cern.ch/jwt/v1/any".
+    api_oidc_audience: str = ""
+    # The issuer's JWKS URL; empty: the jwks_uri of its discovery document (<issuer>/.well-known/openid-configuration).
+    api_oidc_jwks_url: str = ""
+    api_oidc_user_claim: str = "sub"
+    api_oidc_groups_claim: str = "wlcg.groups"
+    # Groups (after mapping, without the leading "/") whose members are operators, ","-separated.
+    api_oidc_operator_groups: str = ""
+    # Request-end notifications (issue 28): the webhook a request without its own ``notify`` calls when it ends
+    # (POST, its summary as JSON; empty: none), how long a call may take (seconds), how many attempts before
+    # it fails for good, and the first back-off between attempts (seconds, doubling, at most an hour).
+    notify_url: str = ""
+    notify_timeout: float = 10.0
+    notify_attempts: int = 8
+    notify_backoff: float = 30.0
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     @classmethod
@@ -182,6 +222,9 @@ class Settings:
             "repressure_interval",
             "pilot_idle_timeout",
             "default_ete",
+            "notify_timeout",
+            "notify_backoff",
+            "notify_attempts",
         ):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{where(name)}: {name} must be positive, got {getattr(self, name)!r}")
@@ -189,6 +232,8 @@ class Settings:
             raise ConfigError(
                 f"{where('redis_appendfsync')}: must be always, everysec or no, got {self.redis_appendfsync!r}"
             )
+        if self.max_retries < 0:
+            raise ConfigError(f"{where('max_retries')}: must be >= 0, got {self.max_retries}")
         if self.payload_sandbox not in SANDBOXES:
             raise ConfigError(
                 f"{where('payload_sandbox')}: must be {' or '.join(SANDBOXES)}, got {self.payload_sandbox!r}"
@@ -201,8 +246,21 @@ class Settings:
             raise ConfigError(f"{where('log_format')}: must be text or json, got {self.log_format!r}")
         if self.metrics_task_queues < 0:
             raise ConfigError(f"{where('metrics_task_queues')}: must be >= 0, got {self.metrics_task_queues}")
-        if not 0 < self.flower_port < 65536:
-            raise ConfigError(f"{where('flower_port')}: not a TCP port: {self.flower_port}")
+        for name in ("flower_port", "api_port"):
+            if not 0 < getattr(self, name) < 65536:
+                raise ConfigError(f"{where(name)}: not a TCP port: {getattr(self, name)}")
+        for name in ("api_rate", "api_rate_burst", "api_max_body", "api_timeout"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{where(name)}: {name} must be positive, got {getattr(self, name)!r}")
+        if self.api_url and not self.api_url.startswith(("http://", "https://")):
+            raise ConfigError(f"{where('api_url')}: must be an http:// or https:// URL, got {self.api_url!r}")
+        if self.notify_url:
+            from .webhook import check_webhook
+
+            try:
+                check_webhook(self.notify_url, "notify_url")
+            except ValidationError as exc:
+                raise ConfigError(f"{where('notify_url')}: {exc}") from None
         self._check_broker(where)
 
     def _check_broker(self, where: Any) -> None:
@@ -261,3 +319,8 @@ class Settings:
             for f in fields(self)
             if f.name != "sources"
         ]
+
+
+#: The defaults: what the pilot's options and the matcher's objects that a setting configures start from, so
+#: each setting has its one default here (tests/taskqueues/test_settings.py holds them to it).
+DEFAULTS = Settings()

@@ -130,6 +130,53 @@ def test_the_walk_sees_the_imports() -> None:
     assert "taskqueues.context" in GRAPH["pilot.director.command"]
 
 
+def test_matcher_and_pilot_enter_the_store_by_its_door() -> None:
+    """``matcher/`` and ``pilot/`` import ``taskqueues.store`` (the package: ``Store``, its rooms, record types
+    and the names of its ``__all__``), never one of its modules."""
+    bad = sorted(
+        f"{a} -> {b}"
+        for a, deps in GRAPH.items()
+        for b in deps
+        if _top(a) in ("matcher", "pilot") and b.startswith("taskqueues.store.")
+    )
+    assert not bad, bad
+
+
+def test_the_door_check_sees_a_submodule_import(tmp_path: Path) -> None:
+    """The check above would pass on a walk that missed them: both spellings of a submodule import are seen,
+    and a name of the package's face is not taken for a module."""
+    path = tmp_path / "x.py"
+    path.write_text("from taskqueues.store import keys, Store\nimport taskqueues.store.lock\n")
+    found = _imports("matcher.x", path)
+    assert {"taskqueues.store.keys", "taskqueues.store.lock", "taskqueues.store"} <= found
+    assert not any(name.endswith(".Store") for name in found)
+
+
+def _raw_client_uses(path: Path) -> list[str]:
+    """Where a module reaches for a store's or a context's raw Redis client (``x.client``,
+    ``x.connection_pool``)."""
+    return [
+        f"{path.name}:{node.lineno}: {ast.unparse(node)}"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute) and node.attr in ("client", "connection_pool")
+    ]
+
+
+def test_matcher_and_pilot_never_hold_a_raw_client() -> None:
+    """Callers talk to Redis through the store's methods and rooms, never through its client."""
+    bad = [
+        use for name, path in MODULES.items() if _top(name) in ("matcher", "pilot") for use in _raw_client_uses(path)
+    ]
+    assert not bad, bad
+
+
+def test_the_raw_client_check_sees_a_use(tmp_path: Path) -> None:
+    """The check above would pass on a walk that found nothing: it finds both spellings."""
+    sample = tmp_path / "x.py"
+    sample.write_text("def f(ctx):\n    ctx.store.client.ping()\n    return ctx.client.connection_pool\n")
+    assert len(_raw_client_uses(sample)) == 3
+
+
 def test_only_the_store_imports_the_redis_client() -> None:
     bad = []
     for name, path in MODULES.items():

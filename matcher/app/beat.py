@@ -23,8 +23,7 @@ from celery import signals
 from celery.beat import PersistentScheduler, Service
 
 from taskqueues.errors import StoreUnavailable
-from taskqueues.store import alive
-from taskqueues.store.outage import Outage
+from taskqueues.store import Outage
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +54,7 @@ class Scheduler(PersistentScheduler):  # type: ignore[misc]
 
             ctx = context()
             try:
-                alive.record(ctx.client, ctx.keys, "beat")
+                ctx.store.control.beat("beat")
             except StoreUnavailable as exc:  # beat keeps scheduling; its probe will tell
                 OUTAGE.failed(exc)
             else:

@@ -4,7 +4,7 @@ Run it with ``pilotfish matcher`` (a worker with an embedded beat), or ``--no-be
 for separate processes (exactly one beat per deployment; see :mod:`matcher.periodic` for why a second
 one would still be harmless). Messages are JSON, never pickle. Payloads do not travel through Celery:
 the match path is one Lua call on Redis; Celery carries periodic and administrative work. Each worker also
-runs the releaser (:mod:`matcher.releaser`), which evaluates at once the dependents a completion announces.
+runs the releaser (:mod:`matcher.release_listener`), which evaluates at once the dependents a completion announces.
 
 Importing this module configures nothing: :func:`get_app` builds the app on first use (its static settings,
 the worker's steps, the tasks and the liveness signal) and :func:`configure` points it at a store. Celery's
@@ -26,12 +26,10 @@ from taskqueues import logformat
 from taskqueues.context import Context
 from taskqueues.errors import PilotfishError, StoreUnavailable
 from taskqueues.settings import Settings
-from taskqueues.store import alive as liveness
-from taskqueues.store import sentinel
-from taskqueues.store.outage import Outage
+from taskqueues.store import Outage, sentinel_transport_options
 
 from .. import periodic
-from ..releaser import Releaser
+from ..release_listener import Releaser
 from . import housekeeping
 
 #: The app's settings that do not depend on the deployment.
@@ -93,7 +91,7 @@ def configure(ctx: Context) -> Celery:
     s = ctx.settings
     app.conf.broker_url = ctx.broker_url
     app.conf.result_backend = ctx.broker_url
-    app.conf.broker_transport_options = app.conf.result_backend_transport_options = sentinel.transport_options(
+    app.conf.broker_transport_options = app.conf.result_backend_transport_options = sentinel_transport_options(
         ctx.broker_url, s.redis_sentinel_master
     )
     app.conf.beat_schedule = {
@@ -118,7 +116,7 @@ def _worker_alive(**_: Any) -> None:
     """
     ctx = context()
     try:
-        liveness.record(ctx.client, ctx.keys, "worker")
+        ctx.store.control.beat("worker")
     except StoreUnavailable as exc:
         OUTAGE.failed(exc)
     else:
@@ -146,7 +144,7 @@ def say_through_logging() -> None:
 
 
 class ReleaseStep(bootsteps.StartStopStep):  # type: ignore[misc,unused-ignore]
-    """The worker's releaser (:mod:`matcher.releaser`): started with the worker, after its pool, and stopped
+    """The worker's releaser (:mod:`matcher.release_listener`): started with the worker, after its pool, and stopped
     at its shutdown. Beat alone (``--beat-only``) is no worker and runs none."""
 
     requires = ("celery.worker.components:Pool",)
@@ -166,6 +164,27 @@ class ReleaseStep(bootsteps.StartStopStep):  # type: ignore[misc,unused-ignore]
         if self.releaser is not None:
             self.releaser.stop()
             self.releaser = None
+
+
+class NotifyStep(bootsteps.StartStopStep):  # type: ignore[misc,unused-ignore]
+    """The worker's notifier (:mod:`matcher.notify`): request-end webhooks, called from a thread of its own so
+    that a slow webhook holds none of the pool's processes. Every worker runs one; claims keep them apart."""
+
+    requires = ("celery.worker.components:Pool",)
+
+    def __init__(self, parent: Any, **kwargs: Any) -> None:
+        super().__init__(parent, **kwargs)
+        self.notifier: Any = None
+
+    def start(self, parent: Any) -> None:
+        from ..notify import Notifier
+
+        self.notifier = Notifier.of(context()).start()
+
+    def stop(self, parent: Any) -> None:
+        if self.notifier is not None:
+            self.notifier.stop()
+            self.notifier = None
 
 
 def _periodic(work: Callable[[Context], T], empty: T) -> T:
@@ -257,6 +276,7 @@ def get_app() -> Celery:
         app = Celery("pilotfish", amqp="matcher.app.housekeeping:QuietAMQP")
         app.conf.update(STATIC_CONF)
         app.steps["worker"].add(ReleaseStep)
+        app.steps["worker"].add(NotifyStep)
         for task, options in TASKS:
             app.task(**options)(task)
         housekeeping.set_events(app, False)  # the default, until configure() applies the setting

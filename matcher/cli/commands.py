@@ -15,18 +15,25 @@ import click
 from taskqueues import logformat
 from taskqueues.context import Context
 from taskqueues.credentials import SECRET_SETTINGS
-from taskqueues.errors import NotFound, PilotfishError, ValidationError
+from taskqueues.errors import PilotfishError, ValidationError
 from taskqueues.settings import Settings
-from taskqueues.store import access, alive, stops
-from taskqueues.store.connection import ping
-from taskqueues.store.fairshare import DEFAULT_GROUP, default_owner
-from taskqueues.store.fairshare import check_name as check_account_name
-from taskqueues.store.guard import shown_url
-from taskqueues.store.keys import Keys
+from taskqueues.store import (
+    CONTROL_USER,
+    DEFAULT_GROUP,
+    Keys,
+    check_account_name,
+    control_rules,
+    default_owner,
+    new_password,
+    pilot_rules,
+    pilot_selectors,
+    pilot_user,
+    shown_url,
+)
+from taskqueues.webhook import check_webhook
 
-from ..submission import Submitter, submit_workflow
+from ..calls import Calls
 from ..workflow import load_workflow
-from .control import stop_job, stop_target
 
 
 @click.command()
@@ -52,34 +59,50 @@ def config(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--owner", default="", help="Who submits (default: the file's owner, else the local user).")
 @click.option("--group", default="", help='The group charged (default: the file\'s group, else "default").')
-def submit(workflow: str, remote: bool, timeout: float, as_json: bool, owner: str, group: str) -> None:
+@click.option("--notify", default="", metavar="URL", help="A webhook called (POST, JSON) when the request ends.")
+def submit(workflow: str, remote: bool, timeout: float, as_json: bool, owner: str, group: str, notify: str) -> None:
     """Submit a workflow file (TOML or JSON) as one request."""
-    ctx = Context(Settings.load())
-    loaded = load_workflow(workflow)
-    owner, group = owner or loaded.owner or default_owner(), group or loaded.group or DEFAULT_GROUP
-    for value, what in ((owner, "owner"), (group, "group")):
+    checks: list[Callable[[], object]] = [
+        lambda: owner and check_account_name(owner, "owner"),
+        lambda: group and check_account_name(group, "group"),
+        lambda: notify and check_webhook(notify, "--notify"),
+    ]
+    for check in checks:
         try:
-            check_account_name(value, what)
+            check()
         except ValidationError as exc:
             raise click.ClickException(str(exc)) from None
     if remote:
         from ..app.celery_app import configure
 
+        ctx = Context(Settings.load())
+        loaded = load_workflow(workflow)
+        owner, group = owner or loaded.owner or default_owner(), group or loaded.group or DEFAULT_GROUP
         app = configure(ctx)
         with open(workflow, "rb") as handle:
             data = handle.read()
         raw = json.loads(data) if workflow.endswith(".json") else __import__("tomllib").loads(data.decode())
         raw.update(owner=owner, group=group)  # resolved here: the matcher's user is not the submitter
+        if notify:
+            raw["notify"] = notify
         reply = app.send_task("pilotfish.submit_workflow", args=[raw, workflow]).get(timeout=timeout)
         request, ids, eta = reply["request"], reply["ids"], reply["eta"]
     else:
-        done = submit_workflow(Submitter.of(ctx), loaded, owner=owner, group=group)
-        request, ids, eta = done.request, done.ids, done.eta
+        # Through the API (api_url) the owner is the token's user; locally the file's, else the local user.
+        done = _client().submit(workflow, owner=owner or None, group=group or None, notify=notify or None)
+        request, ids, eta = done.id, done.ids, done.eta
     if as_json:
         click.echo(json.dumps({"request": request, "ids": ids, "eta": eta}))
     else:
         when = time.strftime("%H:%M:%S", time.localtime(eta))
         click.echo(f"request {request}: {len(ids)} jobs submitted, ETA {when}")
+
+
+def _client() -> Calls:
+    """The deployment the commands act on: through its API when api_url is set, else its store."""
+    from ..client import Client
+
+    return Client.from_settings()
 
 
 @click.command()
@@ -88,8 +111,8 @@ def submit(workflow: str, remote: bool, timeout: float, as_json: bool, owner: st
 def cancel(targets: tuple[str, ...], reason: str) -> None:
     """Cancel requests (by request id) or single jobs (by job id): waiting jobs end now, running ones are
     stopped by their pilot at once."""
-    store = Context(Settings.load()).store
-    _each(targets, lambda target: stop_target(store, target, reason))
+    client = _client()
+    _each(targets, lambda target: client.cancel(target, reason))
 
 
 @click.command()
@@ -97,8 +120,8 @@ def cancel(targets: tuple[str, ...], reason: str) -> None:
 @click.option("--reason", default="killed by operator", show_default=True)
 def kill(jobs: tuple[str, ...], reason: str) -> None:
     """Kill running jobs: their pilot, told on its own channel, terminates the payload at once."""
-    store = Context(Settings.load()).store
-    _each(jobs, lambda job: stop_job(store, job, reason, kill=True))
+    client = _client()
+    _each(jobs, lambda job: client.kill(job, reason))
 
 
 @click.command()
@@ -111,20 +134,8 @@ def kill(jobs: tuple[str, ...], reason: str) -> None:
 @click.option("--reason", default=None, help="Why (shown in the pilot's log and record).")
 def drain(pilots: tuple[str, ...], shutdown: bool, reason: str | None) -> None:
     """Drain PILOTS (names as in Flower): they take no new work, let their payloads finish, then exit."""
-    ctx = Context(Settings.load())
-    live = ctx.store.pilot_records(3 * ctx.settings.lease_seconds)
-    mode = "shutdown" if shutdown else "drain"
-
-    def one(name: str) -> str:
-        if name not in live or live[name].get("stopped"):
-            raise NotFound(
-                f"no live pilot {name!r} (pilots seen within {3 * ctx.settings.lease_seconds:g} s: "
-                f"{', '.join(sorted(n for n, r in live.items() if not r.get('stopped'))) or 'none'})"
-            )
-        stops.request(ctx.client, ctx.keys, name, mode, reason or f"{mode} requested by operator")
-        return f"pilot {name}: {'shutting down' if shutdown else 'draining'}"
-
-    _each(pilots, one)
+    client = _client()
+    _each(pilots, lambda name: client.drain(name, shutdown=shutdown, reason=reason))
 
 
 def _each(targets: tuple[str, ...], act: Callable[[str], str]) -> None:
@@ -147,7 +158,7 @@ def _each(targets: tuple[str, ...], act: Callable[[str], str]) -> None:
 @click.option("--loglevel", default="INFO", show_default=True)
 def matcher(beat: bool, beat_only: bool, concurrency: int, loglevel: str) -> None:
     """Run the control plane: a Celery worker (with beat unless --no-beat), or beat alone."""
-    from taskqueues.store.outage import OutageLogFilter
+    from taskqueues.store import OutageLogFilter
 
     from ..app import beat as beat_module
     from ..app import celery_app
@@ -188,29 +199,28 @@ def matcher(beat: bool, beat_only: bool, concurrency: int, loglevel: str) -> Non
 def health(component: str | None, check_redis: bool, max_age: float) -> None:
     """Exit 0 when Redis answers and (with --component) that component's process on THIS host beat recently.
 
-    Only the process's own entry counts (see taskqueues/store/alive.py): ``<component>@<host name>``, or for a
+    Only the process's own entry counts (see taskqueues/store/control.py): ``<component>@<host name>``, or for a
     pilot its own name (the same environment gives the same name), so a Kubernetes probe run in a pod
     judges that pod's process and never a sibling's. One PING and one ZSCORE.
     """
     ctx = Context(Settings.load())
     try:
-        ping(ctx.client)
+        ctx.store.ping()
     except Exception as exc:
         raise PilotfishError(f"Redis does not answer: {exc}") from None
     if check_redis or component is None:
         click.echo("redis: ok")
         return
+    who = component
     if component == "pilot":
         from pilot.agent.config import identity_from_environment
 
-        key, name = ctx.keys.pilotseen, identity_from_environment().name
-    else:
-        key, name = ctx.keys.alive(component), alive.member(component)
+        who = f"pilot:{identity_from_environment().name}"
     now = time.time()
-    seen = alive.last_seen(ctx.client, key, name)
+    name, seen = ctx.store.control.last_beat(who)
     if seen is None or now - seen > max_age:
         when = "never beat" if seen is None else f"last beat {now - seen:.0f} s ago"
-        others = alive.fresh_others(ctx.client, key, name, now - max_age)
+        others = ctx.store.control.others_beating(who, now - max_age)
         click.echo(
             f"{component}: {name} {when} (max age {max_age:.0f} s); {others} other {component} process(es) "
             f"beat within it, which do not count for this one",
@@ -225,16 +235,16 @@ def acl_commands(prefix: str, vo: str, db: int, control_password: str, pilot_pas
     them (Redis >= 7.2 or Valkey). ``Keys`` refuses a glob character in ``prefix`` or ``vo``, which would widen the
     pilots' key pattern to other communities' keys."""
     Keys(prefix=prefix, vo=vo)
-    control = ["ACL", "SETUSER", access.CONTROL_USER, "reset", "on", f">{control_password}", *access.control_rules()]
+    control = ["ACL", "SETUSER", CONTROL_USER, "reset", "on", f">{control_password}", *control_rules()]
     pilot = [
         "ACL",
         "SETUSER",
-        access.pilot_user(vo),
+        pilot_user(vo),
         "reset",
         "on",
         f">{pilot_password}",
-        *access.pilot_rules(prefix, vo, db),
-        *(f'"{selector}"' for selector in access.pilot_selectors(db)),
+        *pilot_rules(prefix, vo, db),
+        *(f'"{selector}"' for selector in pilot_selectors(db)),
     ]
     return [" ".join(control), " ".join(pilot)]
 
@@ -257,13 +267,13 @@ def acl(vo: str | None, prefix: str | None, db: int | None) -> None:
     if db is None:
         path = urlsplit(settings.redis_url).path.strip("/")
         db = int(path) if path.isdigit() else 0
-    control, pilot = access.new_password(), access.new_password()
+    control, pilot = new_password(), new_password()
     for line in acl_commands(prefix, vo, db, control, pilot):
         click.echo(line)
     click.echo("pilotfish: both users get new passwords; their URLs (put in your host and port):", err=True)
     for who, user, password in (
-        ("control plane", access.CONTROL_USER, control),
-        ("pilots", access.pilot_user(vo), pilot),
+        ("control plane", CONTROL_USER, control),
+        ("pilots", pilot_user(vo), pilot),
     ):
         click.echo(f"  {who + ':':<14} redis://{user}:{password}@HOST:PORT/{db}", err=True)
 
@@ -301,7 +311,7 @@ def run(workflow: str, timeout: float | None) -> None:
 @click.command()
 def up() -> None:
     """Start every part of the local deployment that is not running: Redis, Celery worker, beat, director,
-    Flower (what a supervisor runs after any of them died)."""
+    Flower, the HTTP API (what a supervisor runs after any of them died)."""
     from .deploy import up as start
 
     ctx = Context(Settings.load(), start_redis=True)
@@ -314,6 +324,7 @@ def up() -> None:
         f"Flower: http://127.0.0.1:{ctx.settings.flower_port} (login in {login_file(ctx.settings.state_dir)}, "
         "or: pilotfish flower --login)"
     )
+    click.echo(f"API: http://127.0.0.1:{ctx.settings.api_port} (tokens: pilotfish token create USER --group G)")
     sandbox_warning = payload_sandbox_warning(ctx.settings.payload_sandbox)
     if sandbox_warning:
         click.echo(f"Warning: {sandbox_warning}", err=True)

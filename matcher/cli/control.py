@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from taskqueues.errors import NotFound, PilotfishError
-from taskqueues.store import Store
-from taskqueues.store.records import JobState
+from taskqueues.store import JobState, Store
 
 
 class AlreadyEnded(PilotfishError):
@@ -59,3 +58,18 @@ def stop_target(store: Store, target: str, reason: str) -> str:
         )
     counts = cancel_request(store, target, reason)
     return f"request {target}: {counts['ended']} jobs cancelled, {counts['requested']} running jobs asked to stop now"
+
+
+def drain_pilot(store: Store, pilot: str, *, shutdown: bool = False, reason: str | None = None) -> str:
+    """``pilotfish drain PILOT``: ask a live pilot (seen within the live window) to drain, or with ``shutdown``
+    to give its running payloads back now; a line saying what happened. NotFound names the live pilots."""
+    window = store.pilots.live_window
+    live = store.pilot_records(window)
+    mode = "shutdown" if shutdown else "drain"
+    if pilot not in live or live[pilot].get("stopped"):
+        raise NotFound(
+            f"no live pilot {pilot!r} (pilots seen within {window:g} s: "
+            f"{', '.join(sorted(n for n, r in live.items() if not r.get('stopped'))) or 'none'})"
+        )
+    store.pilots.request_stop(pilot, mode, reason or f"{mode} requested by operator")
+    return f"pilot {pilot}: {'shutting down' if shutdown else 'draining'}"

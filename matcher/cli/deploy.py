@@ -3,7 +3,8 @@
 ``up`` is what a supervisor runs, as often as it likes: it starts each part that is not running — the
 embedded Redis (unless ``redis_url`` is set; its append-only file keeps the data), the Celery worker
 (``pilotfish matcher --no-beat``), Celery beat in a process of its own (``--beat-only``: killed alone, it is
-started again alone), the site director and Flower — and leaves the live ones alone. A part is reported
+started again alone), the site director, Flower and the HTTP API (``pilotfish serve`` on loopback, port
+``api_port``) — and leaves the live ones alone. A part is reported
 ``started`` only once it is seen alive after its start (Flower: once its port answers); one that exited at
 once fails ``up`` with its log's name.
 
@@ -40,8 +41,7 @@ from taskqueues import credentials, embedded
 from taskqueues.context import Context
 from taskqueues.credentials import DEPLOYMENT_VARIABLE, SECRET_SETTINGS, SECRETS_VARIABLE, sealed, write_secrets
 from taskqueues.errors import PilotfishError
-from taskqueues.store import sentinel
-from taskqueues.store.access import scrubbed
+from taskqueues.store import SENTINEL_MASTER_VARIABLE, scrubbed
 
 MARKER = DEPLOYMENT_VARIABLE
 #: Seconds a part without a port must live after its start to count as started.
@@ -66,6 +66,8 @@ def components(ctx: Context) -> list[Component]:
         Component("director", [*cli, "director", "--log-dir", str(logs / "pilots"), "--stop-pilots-on-exit"]),
         # Behind a login (matcher.cli.flower); the broker's URL is read from the settings, never argv or env.
         Component("flower", [*cli, "flower", f"--port={s.flower_port}", "--address=127.0.0.1"], port=s.flower_port),
+        # The HTTP API on loopback (tokens: pilotfish token create); a reverse proxy or the chart's Ingress exposes it.
+        Component("api", [*cli, "serve", "--host=127.0.0.1", f"--port={s.api_port}"], port=s.api_port),
     ]
 
 
@@ -126,7 +128,7 @@ def up(ctx: Context, wait: float = 20.0) -> Iterator[tuple[str, str]]:
         SECRETS_VARIABLE: str(secrets_file),
         "PILOTFISH_STATE_DIR": str(state),
         "PILOTFISH_BEAT_DIRECTOR": "false",
-        sentinel.MASTER_VARIABLE: ctx.settings.redis_sentinel_master,  # whatever file it came from
+        SENTINEL_MASTER_VARIABLE: ctx.settings.redis_sentinel_master,  # whatever file it came from
         MARKER: marker(ctx),
     }
     started: list[tuple[Component, subprocess.Popen[bytes], float]] = []

@@ -1,9 +1,9 @@
 """The ``pilotfish`` command: one click group, each command defined beside the code it drives.
 
 The error boundary: errors that Pilotfish raises on purpose (:class:`taskqueues.errors.PilotfishError`)
-print as one line and exit with status 1; so does a Redis error that reached here without going through
-the store's guard (:mod:`taskqueues.store.guard`), named with the server's URL (never its password) and the
-command. ``--verbose`` shows the traceback instead.
+print as one line and exit with status 1; ``--verbose`` shows the traceback instead. A Redis error is one
+of them: every call into the store goes through its guard, which names the server's URL (never its
+password) and the operation, so no raw client error reaches this boundary.
 """
 
 from __future__ import annotations
@@ -18,9 +18,6 @@ import click
 from taskqueues import __version__
 from taskqueues.credentials import seal
 from taskqueues.errors import PilotfishError
-from taskqueues.settings import Settings
-from taskqueues.store.connection import ClientError
-from taskqueues.store.guard import from_exception, shown_url
 
 
 class _Group(click.Group):
@@ -40,25 +37,11 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (PilotfishError, ClientError) as exc:
+        except PilotfishError as exc:
             if ctx.obj and ctx.obj.get("verbose"):
                 raise
-            error = (
-                exc
-                if isinstance(exc, PilotfishError)
-                else from_exception(exc, _where(), f"running pilotfish {ctx.invoked_subcommand}")
-            )
-            click.echo(f"pilotfish: error: {error}", err=True)
+            click.echo(f"pilotfish: error: {exc}", err=True)
             sys.exit(1)
-
-
-def _where() -> str:
-    """The configured Redis as messages show it (the embedded server when none is configured)."""
-    try:
-        url = Settings.load().redis_url
-    except PilotfishError:
-        url = ""
-    return shown_url(url) if url else "the embedded server"
 
 
 @click.group(cls=_Group)
@@ -83,7 +66,7 @@ def main(ctx: click.Context, verbose: bool) -> None:
 
 
 #: Commands that run for long (started by `up`, a batch system or Kubernetes): their logs carry times.
-DAEMONS = frozenset({"matcher", "director", "pilot"})
+DAEMONS = frozenset({"matcher", "director", "pilot", "serve"})
 #: Commands that hold a credential for long: they mark themselves non-dumpable (taskqueues.credentials).
 LONG_RUNNING = DAEMONS | {"run", "up", "metrics", "flower"}
 
@@ -112,8 +95,17 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "mjf": ("pilot.mjf.command", "mjf"),
     "jobs": ("matcher.cli.job_commands", "jobs"),
     "logs": ("matcher.cli.job_commands", "logs"),
+    "hold": ("matcher.cli.lifecycle_commands", "hold"),
+    "release": ("matcher.cli.lifecycle_commands", "release"),
+    "resubmit": ("matcher.cli.lifecycle_commands", "resubmit"),
+    "update": ("matcher.cli.lifecycle_commands", "update"),
+    "events": ("matcher.cli.lifecycle_commands", "events"),
+    "history": ("matcher.cli.job_commands", "history"),
     "metrics": ("matcher.cli.metrics", "metrics"),
     "shares": ("matcher.cli.shares_command", "shares"),
+    "serve": ("matcher.cli.api_commands", "serve"),
+    "token": ("matcher.cli.api_commands", "token"),
+    "audit": ("matcher.cli.api_commands", "audit"),
 }
 
 

@@ -1,12 +1,12 @@
 """``pilotfish metrics``: the community's state for Prometheus, read from the store at each scrape.
 
-A :class:`StoreCollector` takes a :func:`taskqueues.store.census.take` of the store every time it is collected,
+A :class:`StoreCollector` takes a ``store.views.census()`` of the store every time it is collected,
 so a scrape never sees a stale value and the process keeps no state of its own (any number of replicas
 give the same answer). ``pilotfish metrics`` prints the exposition text once; ``--serve PORT`` answers
 ``/metrics`` over HTTP until stopped.
 
 Names follow Prometheus conventions: gauges of what is now (``pilotfish_jobs{state=...}``), ``_total``
-counters of what happened (kept by the store's scripts: :mod:`taskqueues.store.stats`), seconds as the unit of
+counters of what happened (kept by the store's scripts: ``taskqueues/store/counters.py``), seconds as the unit of
 time. Every series carries the community (``vo``). Task queues are many and short-lived: only the
 ``metrics_task_queues`` largest get series of their own, the others add up under ``task_queue="other"``.
 
@@ -16,6 +16,7 @@ one warning line, whether printed once or served; a store that refuses the crede
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections import Counter
@@ -28,10 +29,7 @@ from prometheus_client.registry import Collector
 
 from taskqueues.context import Context
 from taskqueues.errors import PilotfishError, StoreUnavailable
-from taskqueues.store import stats
-from taskqueues.store.census import Census, take
-from taskqueues.store.connection import ping
-from taskqueues.store.guard import client_url, guard
+from taskqueues.store import MATCH_BUCKETS, Census, StatField
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +48,7 @@ class StoreCollector(Collector):
         vo = self.ctx.settings.vo
         up = GaugeMetricFamily("pilotfish_store_up", "1 if the store answered this scrape, else 0", labels=["vo"])
         try:
-            census = take(self.ctx.client, self.ctx.keys, live_within=3 * self.ctx.settings.lease_seconds)
+            census = self.ctx.store.views.census(self.ctx.store.pilots.live_window)
         except PilotfishError as exc:
             log.warning("metrics: the store did not answer: %s", exc)
             up.add_metric([vo], 0)
@@ -90,18 +88,19 @@ def families(census: Census, vo: str, max_task_queues: int) -> Iterator[Metric]:
 
     ended = CounterMetricFamily("pilotfish_jobs_ended", "Jobs that ended, by final state", labels=["vo", "state"])
     for state in ENDED:
-        ended.add_metric([vo, state], census.counter(stats.ENDED + state))
+        ended.add_metric([vo, state], census.counter(StatField.ENDED + state))
     yield ended
     for name, field, doc in (
-        ("pilotfish_lease_expiries", stats.LEASE_EXPIRED, "Leases that expired (their pilot died or lost contact)"),
-        ("pilotfish_retries", stats.RETRIES, "Jobs put back to wait for another attempt"),
+        ("pilotfish_lease_expiries", StatField.LEASE_EXPIRED, "Leases that expired (their pilot died or lost contact)"),
+        ("pilotfish_retries", StatField.RETRIES, "Jobs put back to wait for another attempt"),
         (
             "pilotfish_leases_taken_back",
-            stats.TAKEN_BACK,
+            StatField.TAKEN_BACK,
             "Requeued jobs their pilot's report or heartbeat took back (a store paused longer than the lease)",
         ),
-        ("pilotfish_matches", stats.MATCHED, "Jobs leased to pilots"),
-        ("pilotfish_jobs_forgotten", stats.FORGOTTEN, "Ended jobs forgotten by the retention (job_retention)"),
+        ("pilotfish_matches", StatField.MATCHED, "Jobs leased to pilots"),
+        ("pilotfish_jobs_forgotten", StatField.FORGOTTEN, "Ended jobs forgotten by the retention (job_retention)"),
+        ("pilotfish_jobs_resubmitted", StatField.RESUBMITTED, "Ended jobs brought back by pilotfish resubmit"),
     ):
         counter = CounterMetricFamily(name, doc, labels=["vo"])
         counter.add_metric([vo], census.counter(field))
@@ -117,8 +116,12 @@ def families(census: Census, vo: str, max_task_queues: int) -> Iterator[Metric]:
     yield pilots
 
     for name, prefix, doc in (
-        ("pilotfish_director_submissions", stats.SUBMITTED, "Pilots the director submitted, by backend"),
-        ("pilotfish_batch_system_errors", stats.ERRORS, "Batch-system calls of the director that failed, by backend"),
+        ("pilotfish_director_submissions", StatField.SUBMITTED, "Pilots the director submitted, by backend"),
+        (
+            "pilotfish_batch_system_errors",
+            StatField.ERRORS,
+            "Batch-system calls of the director that failed, by backend",
+        ),
     ):
         counter = CounterMetricFamily(name, doc, labels=["vo", "backend"])
         for backend, total in sorted(census.with_prefix(prefix).items()):
@@ -138,9 +141,9 @@ def families(census: Census, vo: str, max_task_queues: int) -> Iterator[Metric]:
 
 def latency(census: Census, vo: str) -> HistogramMetricFamily:
     """The match latency the pilots saw (their heartbeats add it to the stats hash)."""
-    per_bucket = census.with_prefix(stats.MATCH_SECONDS)
+    per_bucket = census.with_prefix(StatField.MATCH_SECONDS)
     buckets, seen = [], 0.0
-    for i, bound in enumerate([*map(repr, stats.MATCH_BUCKETS), "+Inf"]):
+    for i, bound in enumerate([*map(repr, MATCH_BUCKETS), "+Inf"]):
         seen += per_bucket.get(str(i), 0.0)
         buckets.append((bound, seen))
     family = HistogramMetricFamily(
@@ -185,12 +188,10 @@ def metrics(port: int | None, address: str) -> None:
     """Print the Prometheus metrics of the community (or serve them with --serve PORT)."""
     ctx = Context()
     reg = registry(ctx)
-    try:
-        client = ctx.client
-        with guard(client_url(client), "answering a ping"):
-            ping(client)  # a wrong password or a URL that is no Redis: the CLI's one-line error, now
-    except StoreUnavailable:
-        pass  # the store down, or not started: the samples say so (pilotfish_store_up 0), and a warning
+    # A wrong password or a URL that is no Redis: the CLI's one-line error, now. The store down, or not
+    # started: the samples say so (pilotfish_store_up 0), and a warning.
+    with contextlib.suppress(StoreUnavailable):
+        ctx.store.ping()
     if port is None:
         click.echo(generate_latest(reg).decode(), nl=False)
         return

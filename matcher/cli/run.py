@@ -3,7 +3,7 @@
 It submits the workflow, then runs in one process what a deployment spreads over several: the
 matcher's periodic work (:mod:`matcher.periodic`: reaping, releasing, re-pressure, and at beat's
 intervals the pool refresh and cleaning: :class:`Maintenance`), the releaser that
-evaluates at once the dependents a completion announces (:mod:`matcher.releaser`), a site director
+evaluates at once the dependents a completion announces (:mod:`matcher.release_listener`), a site director
 whose queues (the local default catalog, or the configured one) start pilots through their backends,
 and a live progress display. Pilots are real ``pilotfish pilot`` processes that pull jobs from Redis.
 When every job has ended it stops the pilots it started and prints a summary; the exit status is
@@ -33,11 +33,11 @@ from typing import IO
 
 from pilot.director.service import Director
 from taskqueues.context import Context
-from taskqueues.errors import StoreError
-from taskqueues.store.records import Job, JobState
+from taskqueues.errors import PilotfishError, StoreError
+from taskqueues.store import Job, JobState
 
 from .. import periodic
-from ..releaser import Releaser
+from ..release_listener import Releaser
 from ..repressure import repressure_locked
 from ..status import RequestStatus, request_status
 from ..submission import Submitter, submit_workflow
@@ -47,7 +47,18 @@ from .control import cancel_request
 #: How long a run waits for the pilots it stops at its end (SIGKILL comes after the backend's grace).
 STOP_WAIT = 15.0
 
-STATE_ORDER = ("blocked", "releasing", "waiting", "matched", "running", "done", "failed", "cancelled", "dep-failed")
+STATE_ORDER = (
+    "blocked",
+    "releasing",
+    "held",
+    "waiting",
+    "matched",
+    "running",
+    "done",
+    "failed",
+    "cancelled",
+    "dep-failed",
+)
 
 
 @dataclass
@@ -257,13 +268,18 @@ def run_workflow(
         releaser.stop()
         stopped = director.stop_all(wait=STOP_WAIT)
         director.close()
+    if workflow.notify or ctx.settings.notify_url:  # no worker here: its webhook is called once, now
+        from ..notify import Notifier
+
+        with contextlib.suppress(PilotfishError):
+            Notifier.of(ctx).run_once()
     summary = summarise(ctx, submitted.request, workflow.name, started)
     summary.interrupted, summary.stopped, summary.cancelled = interrupt.signal, stopped, cancelled
     return summary
 
 
 def _live_pilots(ctx: Context, since: float) -> list[dict[str, object]]:
-    records = ctx.store.pilot_records(3 * ctx.settings.lease_seconds)
+    records = ctx.store.pilot_records(ctx.store.pilots.live_window)
     return [r for r in records.values() if float(str(r.get("started", 0))) >= since - 1 and not r.get("stopped")]
 
 

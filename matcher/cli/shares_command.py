@@ -4,19 +4,18 @@
 the file and the key) and stores it; from the next match on, pilots are served by share within the
 running limits. ``pilotfish shares --off`` removes the policy (strict urgency again). ``pilotfish shares``
 alone prints each group's running cores, its part of the decayed core-seconds against its share, and the
-limits with what runs against them.
+limits with what runs against them. :func:`shares_view` and :func:`set_policy` are what
+:class:`matcher.client.Client` (and so the HTTP API) calls.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
-from taskqueues.context import Context
-from taskqueues.store.fairshare import fair_state, publish, read_policy, stored_policy
-
-from ..fairexplain import group_table
+from taskqueues.errors import ConfigError
 
 __all__ = ["shares"]
 
@@ -27,40 +26,31 @@ __all__ = ["shares"]
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def shares(file: str | None, off: bool, as_json: bool) -> None:
     """Store FILE (TOML) as the shares and limits policy, or show usage against the stored one."""
-    store = Context().store
-    if off:
-        publish(store.client, store.keys, None)
-        click.echo("shares policy removed: the match serves by urgency alone")
+    from ..client import Client
+
+    client = Client.from_settings()
+    if off or file:
+        text = None
+        if file:
+            try:
+                text = Path(file).read_text()
+            except OSError as exc:
+                raise ConfigError(f"{file}: cannot read the shares file: {exc.strerror}") from None
+        click.echo(client.set_shares(text, file or ""))
         return
-    if file:
-        policy = read_policy(file)
-        publish(store.client, store.keys, policy)
-        click.echo(
-            f"shares policy stored: {len(policy.shares)} groups, {len(policy.cores)} core limits, "
-            f"{len(policy.jobs)} type limits, half-life {policy.halflife:g} s"
-        )
-        return
-    stored = stored_policy(store.client, store.keys)
-    if stored is None:
+    view = client.shares()
+    if view is None:
         click.echo("no shares policy: the match serves by urgency alone")
         return
-    now = store.clock()
-    rows = group_table(store, stored, now)
-    state = fair_state(store.client, store.keys, now, stored)
-    limits = [
-        {"group": g, "where": w, "limit": n, "running": state.running(g) if w == "*" else state.count(f"c:{g}@{w}")}
-        for (g, w), n in sorted(stored.cores.items())
-    ]
-    limits += [{"type": t, "limit": n, "running": state.count(f"n:{t}")} for t, n in sorted(stored.jobs.items())]
     if as_json:
-        click.echo(json.dumps({"halflife": stored.halflife, "groups": [r.__dict__ for r in rows], "limits": limits}))
+        click.echo(json.dumps(view))
         return
-    click.echo(f"half-life {stored.halflife:g} s; served first: the lowest usage/share")
-    for r in rows:
+    click.echo(f"half-life {view['halflife']:g} s; served first: the lowest usage/share")
+    for r in view["groups"]:
         click.echo(
-            f"group {r.group}: {r.running} cores running, {r.used:.1%} of the decayed core-seconds, "
-            f"share {r.share:.1%} (usage/share {r.rank:.4g})"
+            f"group {r['group']}: {r['running']} cores running, {r['used']:.1%} of the decayed core-seconds, "
+            f"share {r['share']:.1%} (usage/share {r['rank']:.4g})"
         )
-    for row in limits:
+    for row in view["limits"]:
         what = f"group {row['group']} at {row['where']}" if "group" in row else f"type {row['type']}"
         click.echo(f"limit {what}: {row['running']} of {row['limit']} {'cores' if 'group' in row else 'jobs'}")

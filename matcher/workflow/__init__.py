@@ -6,6 +6,7 @@ A workflow is a TOML or JSON file (the same model; JSON is for programs that gen
     priority = 0                 # optional: shifts every job's score this many seconds earlier
     owner = "alice"              # optional: who submits (default: the local user; --owner overrides)
     group = "analysis"           # optional: the group charged, whose share serves it (default "default")
+    notify = "https://hooks.example.org/pf"  # optional: POSTed the summary when the request ends (--notify)
     [params]                     # request-wide parameters
     n = 4
     [rules.project]              # a rule: a command template, requirement templates, an ETE hint
@@ -75,20 +76,18 @@ to is bounded while it expands (:mod:`matcher.limits`: jobs, text, dependency ed
 so a small file cannot build a huge request in memory before it is refused.
 
 Modules
-    ``files`` (reading a file), ``parse`` (the steps, in order), ``document`` (header, ``params``,
-    ``rules``), ``foreach`` (expansion and the per-job templates), ``patterns`` (``deps`` patterns),
-    ``values`` (requirement values and the ETE hint), ``compile`` (jobs to :class:`JobTemplate`),
-    ``model`` (the objects), ``problems`` (gathering problems, the text budget), ``deferred`` (release
-    time), ``outputs`` (``$PILOTFISH_OUTPUTS``), and ``expr``, the expression and template language.
+    ``load`` (the entry points, a document or a file, and the steps in order), ``document`` (header,
+    ``params``, ``rules``), ``jobs`` (``foreach`` expansion, ``deps`` patterns, compiling to
+    :class:`JobTemplate`), ``values`` (requirement values and the ETE hint), ``model`` (the objects, and
+    gathering problems with the text budget), ``outputs`` (``$PILOTFISH_OUTPUTS`` and release time), and
+    ``expr``, the expression and template language.
 """
 
 from matcher.limits import MAX_JOBS
 
-from .deferred import evaluate_deferred, render_command
-from .files import load_workflow
+from .load import load_workflow, parse_workflow
 from .model import JobTemplate, Rule, Workflow, WorkflowError
-from .outputs import OUTPUTS_ENV, parse_outputs
-from .parse import parse_workflow
+from .outputs import OUTPUTS_ENV, evaluate_deferred, parse_outputs, render_command
 from .values import is_duration, is_numeric
 
 __all__ = [

@@ -8,14 +8,22 @@ from typing import Any
 
 from matcher.limits import MAX_NAME, MAX_PRIORITY, RULE_NAME_RE, RULE_NAME_RULE, check_number, check_text
 from taskqueues.errors import ValidationError, shown
-from taskqueues.store.fairshare import check_name as check_account_name
+from taskqueues.store import check_account_name
+from taskqueues.webhook import check_webhook
 
-from .model import Rule
-from .problems import Collector
+from .model import Collector, Rule
 
-__all__ = ["IDENT_RE", "RESERVED_PARAMS", "parse_header", "parse_identity", "parse_params", "parse_rules"]
+__all__ = [
+    "IDENT_RE",
+    "RESERVED_PARAMS",
+    "parse_header",
+    "parse_identity",
+    "parse_notify",
+    "parse_params",
+    "parse_rules",
+]
 
-_TOP_KEYS = frozenset({"name", "description", "priority", "params", "rules", "jobs", "owner", "group"})
+_TOP_KEYS = frozenset({"name", "description", "priority", "params", "rules", "jobs", "owner", "group", "notify"})
 _RULE_KEYS = frozenset({"command", "requirements", "ete"})
 RESERVED_PARAMS = frozenset({"job", "deps"})
 IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -45,6 +53,16 @@ def parse_header(data: Mapping[str, Any], out: Collector) -> tuple[str, str, flo
         out.problems.append(str(exc))
         priority = 0
     return name, description, float(priority)
+
+
+def parse_notify(data: Mapping[str, Any], out: Collector) -> str:
+    """The request's ``notify`` webhook ("" when absent)."""
+    value = data.get("notify", "")
+    try:
+        return check_webhook(value) if value != "" else ""
+    except ValidationError as exc:
+        out.problems.append(str(exc))
+        return ""
 
 
 def parse_identity(data: Mapping[str, Any], out: Collector) -> tuple[str, str]:

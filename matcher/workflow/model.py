@@ -1,5 +1,6 @@
 """What a workflow file becomes: its rules, its jobs ready for submission, and the error that lists
-what is wrong with it.
+what is wrong with it; and the :class:`Collector` that gathers those problems while the file is read,
+with the text budget it spends as it expands.
 """
 
 from __future__ import annotations
@@ -7,9 +8,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from taskqueues.errors import ProblemList
+from matcher.limits import MAX_NAME, MAX_REQUEST_TEXT
+from taskqueues.errors import ProblemList, located, shown
 
-__all__ = ["JobTemplate", "Rule", "Workflow", "WorkflowError"]
+__all__ = ["Collector", "JobTemplate", "Rule", "Workflow", "WorkflowError", "job_owner"]
 
 
 class WorkflowError(ProblemList):
@@ -50,6 +52,10 @@ class JobTemplate:
     rule: str | None = None
     ete_hint: float | None = None
     params: dict[str, object] = field(default_factory=dict)
+    #: ``retry = {on_exit = [3, 137], max = 2}``: a payload failing with one of these exit codes runs again,
+    #: at most ``retry_max`` times.
+    retry_on: tuple[int, ...] = ()
+    retry_max: int = 0
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,8 @@ class Workflow:
     #: who submits and the group charged ("" = the submitter's defaults: the local user, group "default")
     owner: str = ""
     group: str = ""
+    #: the webhook called when the request ends ("" = the deployment's notify_url, if any)
+    notify: str = ""
 
     def job(self, name: str) -> JobTemplate:
         """The job called ``name`` (KeyError if none)."""
@@ -79,3 +87,36 @@ class Workflow:
     def deps(self) -> dict[str, tuple[str, ...]]:
         """Dependencies by job name, as :mod:`taskqueues.dag` takes them."""
         return {job.name: job.deps for job in self.jobs}
+
+
+class Collector:
+    """The problems found so far, each located (``job 'x', field 'mem': ...``), and the text spent.
+
+    ``spend`` counts the text the request's jobs hold as the file expands (see
+    :data:`matcher.limits.MAX_REQUEST_TEXT`); once over, it records one problem and says to stop.
+    """
+
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+        self.text = 0
+        self.full = False
+
+    def add(self, message: str, *, owner: str = "", field: object = None) -> None:
+        self.problems.append(located(message, owner=owner, field=field))
+
+    def spend(self, size: int, owner: str) -> bool:
+        """Count ``size`` characters of stored text; False (and one problem) once the request is over its limit."""
+        self.text += size
+        if self.text > MAX_REQUEST_TEXT and not self.full:
+            self.full = True
+            self.add(
+                f"the request's jobs hold over {MAX_REQUEST_TEXT // 2**20} MiB of text (commands, names, "
+                "keys, parameters) by this job: split it into smaller requests",
+                owner=owner,
+            )
+        return not self.full
+
+
+def job_owner(name: object) -> str:
+    """How problems name a job: ``job 'x'``."""
+    return f"job {shown(name, MAX_NAME)}"

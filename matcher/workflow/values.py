@@ -12,7 +12,7 @@ from matcher.limits import MAX_ETE, check_number
 from taskqueues.errors import ValidationError, shown
 
 from .expr import ExprError, Kind, dep_refs, evaluate, names, parse, parse_quantity, render, template_names
-from .problems import Collector
+from .model import Collector
 
 __all__ = [
     "Deferred",

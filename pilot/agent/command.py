@@ -16,16 +16,15 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from pilot.agent.config import DEFAULTS, PilotConfig
+from pilot.agent.config import PilotConfig
 from pilot.agent.observer import NullObserver, Observer
 from pilot.agent.pilot import Pilot
-from pilot.mjf.jobstatus import DEFAULT_REVERT_HOLD
 from taskqueues import logformat
 from taskqueues.credentials import FILE_SUFFIX, file_values, seal, take_pilot_file
 from taskqueues.errors import ConfigError, PilotfishError
 from taskqueues.sandbox import SANDBOXES
-from taskqueues.settings import LOCAL_REDIS_URL
-from taskqueues.store.cluster import is_cluster
+from taskqueues.settings import DEFAULTS, LOCAL_REDIS_URL
+from taskqueues.store import is_cluster
 
 
 def make_observer(events: bool, config: PilotConfig, broker_url: str = "") -> Observer:
@@ -71,15 +70,16 @@ def make_observer(events: bool, config: PilotConfig, broker_url: str = "") -> Ob
 @click.option("--tmp", type=click.IntRange(min=0), default=None, help="Override the scratch space (MB).")
 @click.option(
     "--idle-timeout",
+    envvar="PILOTFISH_PILOT_IDLE_TIMEOUT",
     type=click.FloatRange(min=0, min_open=True),
     default=DEFAULTS.pilot_idle_timeout,
     show_default=True,
-    help="Stop after this many seconds with nothing running and nothing matched.",
+    help="Stop after this many seconds with nothing running and nothing matched (env PILOTFISH_PILOT_IDLE_TIMEOUT).",
 )
 @click.option(
     "--stop-margin",
     type=click.FloatRange(min=0),
-    default=0.0,
+    default=PilotConfig.stop_margin,
     show_default=True,
     help="Seconds kept free before the pilot's end to stop payloads and report.",
 )
@@ -91,10 +91,11 @@ def make_observer(events: bool, config: PilotConfig, broker_url: str = "") -> Ob
 )
 @click.option(
     "--lease",
+    envvar="PILOTFISH_LEASE_SECONDS",
     type=click.FloatRange(min=0, min_open=True),
     default=DEFAULTS.lease_seconds,
     show_default=True,
-    help="Lease length the heartbeat renews, seconds.",
+    help="Lease length the heartbeat renews, seconds (env PILOTFISH_LEASE_SECONDS).",
 )
 @click.option(
     "--workdir",
@@ -113,42 +114,42 @@ def make_observer(events: bool, config: PilotConfig, broker_url: str = "") -> Ob
 @click.option(
     "--kill-grace",
     type=click.FloatRange(min=0),
-    default=5.0,
+    default=PilotConfig.kill_grace,
     show_default=True,
     help="Seconds between SIGTERM and SIGKILL of a payload.",
 )
 @click.option(
     "--output-cap",
     type=click.IntRange(min=0),
-    default=64 * 1024,
+    default=PilotConfig.output_cap,
     show_default=True,
     help="Bytes of each payload's stdout/stderr tail kept in the log directory and in the store.",
 )
 @click.option(
     "--log-interval",
     type=click.FloatRange(min=0, min_open=True),
-    default=1.0,
+    default=PilotConfig.log_interval,
     show_default=True,
     help="Seconds between two shipments of a running payload's new output to the store.",
 )
 @click.option(
     "--mem-tolerance",
     type=click.FloatRange(min=0),
-    default=0.10,
+    default=PilotConfig.mem_tolerance,
     show_default=True,
     help="Fraction above its memory requirement a payload may use before it is killed.",
 )
 @click.option(
     "--priority-factor",
     type=int,
-    default=0,
+    default=PilotConfig.priority_factor,
     show_default=True,
     help="Integer published as $JOBSTATUS priority_factor (higher is better; its meaning is yours).",
 )
 @click.option(
     "--jobstatus-hold",
     type=click.FloatRange(min=0),
-    default=DEFAULT_REVERT_HOLD,
+    default=PilotConfig.jobstatus_revert_hold,
     show_default=True,
     help="Seconds the other $JOBSTATUS values stay as published after can_postpone_last_job reverts "
     "to True (a withdrawn drain); 0: no hold.",

@@ -20,10 +20,7 @@ from pathlib import Path
 from pilot.mjf.jobstatus import DEFAULT_REVERT_HOLD
 from taskqueues.errors import ConfigError
 from taskqueues.sandbox import SANDBOXES
-from taskqueues.settings import LOCAL_REDIS_URL, Settings
-
-#: The one settings object's defaults: what a pilot shares with the control plane starts from them.
-DEFAULTS = Settings()
+from taskqueues.settings import DEFAULTS, LOCAL_REDIS_URL
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@
   (SIGTERM, SIGKILL after the kill grace) and the pilot stops; a second one SIGKILLs every payload at once.
 * Operator commands arrive through the observer (Flower's remote control): ``kill`` a payload, ``drain``
   the pilot (take nothing new, let the running payloads finish) or ``shutdown`` it (Celery's warm shutdown).
-* Stop requests are stored for the pilot (:mod:`taskqueues.store.stops`, ``pilotfish drain`` and the director)
+* Stop requests are stored for the pilot (``store.pilots``, by ``pilotfish drain`` and the director)
   and read at its heartbeat, which its own channel makes immediate: ``release`` (the director: stop once
   idle), ``drain`` or ``shutdown``.
 """
@@ -20,8 +20,7 @@ from collections.abc import Callable
 from pilot.agent.observer import Command
 from pilot.agent.payload import Stop
 from pilot.agent.state import PilotState
-from taskqueues.store import stops
-from taskqueues.store.outage import Outage
+from taskqueues.store import Outage
 
 log = logging.getLogger("pilot.agent")
 
@@ -103,15 +102,15 @@ class Control:
                 payload.terminate(Stop("pilot shut down by operator", "requeue"), state.config.kill_grace)
 
     def obey_stop_request(self, *, reachable: bool = False) -> None:
-        """Act on this pilot's stop request in the store, if any (:mod:`taskqueues.store.stops`).
+        """Act on this pilot's stop request in the store, if any (``store.pilots``).
         ``reachable``: another call just went through (the heartbeat), so the read is not held back."""
         state = self.state
         store = state.store
         if not reachable and time.monotonic() < self._next_read:
             return
         try:
-            asked = stops.read(store.client, store.keys, state.name)
-        except Exception as exc:  # redis raises several classes; asked again after the back-off
+            asked = store.pilots.stop_request(state.name)
+        except Exception as exc:  # a StoreError (the guard's), or worse; asked again after the back-off
             self._next_read = time.monotonic() + self._reads.failed(exc)
             return
         self._reads.ok()
@@ -132,4 +131,4 @@ class Control:
         """Remove the pilot's stop request: one it acted on, or one that came too late."""
         store = self.state.store
         with contextlib.suppress(Exception):
-            stops.forget(store.client, store.keys, self.state.name)
+            store.pilots.forget_stops(self.state.name)

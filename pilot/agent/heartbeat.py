@@ -126,7 +126,7 @@ class Heartbeat:
 
     def outgoing(self) -> tuple[dict[str, Any], list[float] | None]:
         """The record a heartbeat sends: :meth:`record` and the match latencies seen since the last one (its
-        ``mlat``: :mod:`taskqueues.store.stats`), which are taken (given back to the histogram if it fails)."""
+        ``mlat``: :mod:`taskqueues.store.counters`), which are taken (given back to the histogram if it fails)."""
         record = self.record()
         latency = self.state.match_latency.take()
         if latency is not None:

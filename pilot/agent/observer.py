@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from taskqueues.store.records import Job, RunResult
+from taskqueues.store import Job, RunResult
 
 
 @dataclass(frozen=True)

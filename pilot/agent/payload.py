@@ -38,7 +38,7 @@ from pilot.agent.memory import Usage
 from pilot.agent.sandbox import Sandbox, payload_members, reap_adopted
 from pilot.mjf.payload import PayloadSandbox
 from taskqueues.errors import PilotfishError
-from taskqueues.store.records import Job, RunResult
+from taskqueues.store import Job, RunResult
 
 log = logging.getLogger("pilot.agent")
 

@@ -45,9 +45,7 @@ from pilot.mjf.payload import PayloadArea
 from pilot.mjf.payload import _remove_tree as remove_tree
 from pilot.mjf.source import FeatureReader
 from taskqueues.errors import PilotfishError, StoreError, StoreUnavailable
-from taskqueues.store import Store
-from taskqueues.store.connection import ping
-from taskqueues.store.outage import Outage
+from taskqueues.store import Outage, Store
 
 log = logging.getLogger("pilot.agent")
 
@@ -138,8 +136,8 @@ class Pilot:
     def _setup(self) -> None:
         config, state = self.config, self.state
         try:
-            ping(self.store.client)
-        except Exception as exc:  # redis raises several classes; all mean "cannot use the store"
+            self.store.ping()
+        except Exception as exc:  # a StoreError (the guard's), or whatever a broken URL raises
             raise StoreUnavailable(f"Redis at {config.redis_url} is not reachable: {exc}") from None
         try:
             if config.scratch_workdir:  # its own scratch: nobody else may read what payloads leave there

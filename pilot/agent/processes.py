@@ -28,7 +28,7 @@ from pilot.mjf.formulas import denormalise
 from taskqueues.errors import PilotfishError, StoreError
 from taskqueues.sandbox import none_warning
 from taskqueues.settings import Settings
-from taskqueues.store.records import Job, JobUsage, RunResult
+from taskqueues.store import Job, JobUsage, RunResult
 
 log = logging.getLogger("pilot.agent")
 
@@ -43,6 +43,7 @@ class Processes:
         self.guardian: Guardian | None = None
         self.confinement: Sandbox | None = None
         self._next_sample = 0.0
+        self._logs = state.config.logs  # a property building a path: 40 us a payload when asked each time
 
     def start_guardian(self) -> None:
         """Start the guardian and make the payload sandbox (:mod:`pilot.agent.sandbox`); raises
@@ -106,7 +107,7 @@ class Processes:
         payload = Payload(
             job,
             sandbox,
-            log_dir=config.logs,
+            log_dir=self._logs,
             output_cap=config.output_cap,
             guardian=self.guardian,
             confinement=self.confinement,

@@ -37,9 +37,7 @@ from pilot.agent.slots import Amount
 from pilot.agent.state import PilotState
 from pilot.agent.wake import Wake
 from taskqueues.errors import StaleReport, StoreError, StoreUnavailable
-from taskqueues.store.connection import Connection, follow, give_back, own_connection
-from taskqueues.store.exchange import PendingExchange
-from taskqueues.store.records import PilotOffer, RunResult
+from taskqueues.store import Connection, PendingExchange, PilotOffer, RunResult
 
 log = logging.getLogger("pilot.agent")
 
@@ -163,9 +161,9 @@ class Reports:
         store = state.store
         try:
             if self._channel is None:
-                self._channel = own_connection(store.client)
+                self._channel = store.own_connection()
             elif not self.inflight:
-                follow(self._channel)  # a Cluster slot that moved: to its new owner while no reply is due
+                store.follow(self._channel)  # a Cluster slot that moved: to its new owner while no reply is due
             exchange = store.send_exchange(
                 state.name,
                 self._channel,
@@ -252,6 +250,7 @@ class Reports:
         if sent.want == 0:
             return
         state.match_latency.observe(time.monotonic() - sent.sent_at)
+        self.wake.hungry(not reply.matched)  # only a pilot that found nothing listens for work (pilot.agent.wake)
         if not reply.matched:
             state.back_off()
             return
@@ -377,5 +376,5 @@ class Reports:
     def close(self) -> None:
         """Give the pilot's connection back (closed: replies may still be due on it)."""
         if self._channel is not None:
-            give_back(self.state.store.client, self._channel)
+            self.state.store.give_back(self._channel)
             self._channel = None

@@ -18,7 +18,6 @@ import time
 from pilot.agent.payload import Payload
 from pilot.agent.state import PilotState
 from taskqueues.errors import StoreError
-from taskqueues.store import payload_logs
 
 log = logging.getLogger("pilot.agent")
 
@@ -60,8 +59,7 @@ class Shipping:
         state = self.state
         config = state.config
         try:
-            refused = payload_logs.ship(
-                state.store,
+            refused = state.store.logs.ship(
                 payload.id,
                 payload.job.attempt,
                 state.name,

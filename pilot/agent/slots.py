@@ -9,7 +9,7 @@ and it is all the pilot ever offers.
 from __future__ import annotations
 
 from pilot.agent.payload import Payload
-from taskqueues.store.records import Job
+from taskqueues.store import Job
 
 #: cores, MB of memory, MB of scratch
 Amount = tuple[int, int, int]

@@ -22,9 +22,7 @@ from pilot.agent.observer import Observer, PilotInfo
 from pilot.agent.slots import Slots
 from pilot.mjf.features import Features
 from pilot.mjf.payload import PayloadArea
-from taskqueues.store import Store
-from taskqueues.store.outage import Outage
-from taskqueues.store.stats import LatencyHistogram
+from taskqueues.store import LatencyHistogram, Outage, Store
 
 log = logging.getLogger("pilot.agent")
 

@@ -3,9 +3,12 @@
 The pilot runs in one thread around one selector. Exits are noticed at once: each payload's pidfd is in
 the selector (readable when the process exits), or, on kernels without pidfds, SIGCHLD wakes the selector
 through ``signal.set_wakeup_fd``; SIGTERM and SIGINT (preemption) wake it the same way. Work entering a
-task queue wakes an idle pilot through the store's wake channel, and a kill or stop request for this pilot
-through its own channel. The payloads' output pipes and the reply socket of the pilot's exchanges are in
-the selector too: :meth:`Wake.wait` hands their events to the pilot, which passes them to their owners.
+task queue wakes an idle pilot through a wake channel of its queue, and a kill or stop request for this
+pilot through its own channel. The pilot listens on its wake channel (one of its queue's shards,
+``Keys.pilot_wake_channel``) only while its last match found nothing (:meth:`Wake.hungry`): the store wakes
+as many listening pilots as jobs entered, so a pilot busy with what it holds neither hears nor is counted.
+The payloads' output pipes and the reply socket of the pilot's exchanges are in the selector too:
+:meth:`Wake.wait` hands their events to the pilot, which passes them to their owners.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from typing import Any
 
 from pilot.agent.payload import pidfds_supported
 from pilot.agent.state import PilotState
-from taskqueues.store.connection import CONNECTION_LOST, Subscription
+from taskqueues.errors import StoreUnavailable
+from taskqueues.store import Subscription
 
 log = logging.getLogger("pilot.agent")
 
@@ -40,6 +44,9 @@ class Wake:
         self._on_signal: Callable[[int], None] | None = None
         self._pubsub: Subscription | None = None
         self._pubsub_sock: Any = None  # the wake subscription's socket, as registered in the selector
+        self._wake_channel = ""
+        self._own_channel = b""
+        self._hungry = False  # listening on the wake channel
 
     def open(self) -> None:
         self._selector = selectors.DefaultSelector()
@@ -91,16 +98,19 @@ class Wake:
             self._on_signal(number)
 
     def listen(self) -> None:
-        """Subscribe to the store's wake channel: work entering a task queue wakes an idle pilot at once
-        instead of at its next back-off poll; and to the pilot's own channel, on which a kill or stop
-        request for it is announced (:mod:`taskqueues.store.stops`): it heartbeats at once. Polling and the
-        heartbeat stay the fallback (a lost subscription is renewed at the next heartbeat)."""
+        """Subscribe to the pilot's wake channel: work entering a task queue of its queue wakes it at once
+        instead of at its next back-off poll (it starts hungry: its first match has not been answered);
+        and to the pilot's own channel, on which a kill or stop request for it is announced
+        (``store.pilots``): it heartbeats at once. Polling and the heartbeat stay the fallback
+        (a lost subscription is renewed at the next heartbeat)."""
         assert self._selector is not None
         state = self.state
         store = state.store
+        self._wake_channel = store.keys.pilot_wake_channel(state.config.queue, state.name)
+        self._own_channel = store.keys.pilot_channel(state.name).encode()
         try:
-            pubsub = Subscription(store.client, ignore_subscribe_messages=True)
-            pubsub.subscribe(store.keys.wake)
+            pubsub = store.subscribe(ignore_subscribe_messages=True)
+            pubsub.subscribe(self._wake_channel)
             while pubsub.message(0.5) is not None:
                 pass
             try:  # apart: a server whose ACL refuses this channel must not cost the wake channel
@@ -115,12 +125,31 @@ class Wake:
             assert self._pubsub_sock is not None
             self._selector.register(self._pubsub_sock, selectors.EVENT_READ, ("work", None))
         except Exception as exc:
-            if isinstance(exc, CONNECTION_LOST):
+            if isinstance(exc, StoreUnavailable):
                 state.outage.failed(exc)
             else:
                 log.warning("pilot %s: no wake subscription (%s): polling only", state.name, exc)
             return
         self._pubsub = pubsub
+        self._hungry = True
+
+    def hungry(self, yes: bool) -> None:
+        """Listen on the wake channel (``yes``: the last match found nothing) or stop listening (it brought
+        jobs: the pilot matches again when one ends, and the store must not count it among the idle). The
+        command is sent without waiting for its notice; a wake published meanwhile is missed, and the
+        back-off's first poll (``backoff_min`` after the empty match) finds the work."""
+        pubsub = self._pubsub
+        if pubsub is None or yes == self._hungry:
+            return
+        try:
+            if yes:
+                pubsub.subscribe(self._wake_channel)
+            else:
+                pubsub.unsubscribe(self._wake_channel)
+        except Exception as exc:
+            self._lost(exc)
+            return
+        self._hungry = yes
 
     def wait(self, timeout: float, handle: Callable[[str, Any, int], None]) -> None:
         """Sleep until something is ready or ``timeout`` passes. Signals and subscriptions are handled here;
@@ -146,18 +175,25 @@ class Wake:
     def _work_arrived(self) -> None:
         assert self._pubsub is not None
         state = self.state
-        own = state.store.keys.pilot_channel(state.name).encode()
         try:
-            while (message := self._pubsub.message(0)) is not None:
-                if message.get("channel") == own:
-                    state.next_heartbeat = 0.0  # a kill or stop request: read it now
+            messages = self._pubsub.drain()
         except Exception as exc:
-            if isinstance(exc, CONNECTION_LOST):
-                state.outage.failed(exc)
+            self._lost(exc)
+            state.match_now()
+            return
+        for message in messages:
+            if message.get("channel") == self._own_channel:
+                state.next_heartbeat = 0.0  # a kill or stop request: read it now
             else:
-                log.warning("pilot %s: wake subscription lost (%s)", state.name, exc)
-            self._drop_pubsub()
-        state.match_now()
+                state.match_now()  # work entered: the notices of (un)subscribing wake nobody
+
+    def _lost(self, exc: Exception) -> None:
+        state = self.state
+        if isinstance(exc, StoreUnavailable):
+            state.outage.failed(exc)
+        else:
+            log.warning("pilot %s: wake subscription lost (%s)", state.name, exc)
+        self._drop_pubsub()
 
     def _drop_pubsub(self) -> None:
         if self._pubsub is None:
@@ -170,6 +206,7 @@ class Wake:
         with contextlib.suppress(Exception):
             self._pubsub.close()
         self._pubsub = None
+        self._hungry = False
 
     def close(self) -> None:
         """Unsubscribe, give the signals back their previous handlers, close the selector."""

@@ -47,7 +47,7 @@ import psutil
 from taskqueues.backend_options import parse_options
 from taskqueues.errors import BackendError
 from taskqueues.shapes import Shape
-from taskqueues.store.access import scrubbed
+from taskqueues.store import scrubbed
 
 from .base import PilotRequest, PilotState, PilotStatus
 

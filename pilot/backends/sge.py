@@ -61,7 +61,7 @@ from pathlib import Path
 from pilot.mjf.derive import SgeComplex, parse_sge_complexes, sge_per_slot
 from taskqueues.backend_options import parse_sge_options
 from taskqueues.errors import BackendError, BackendUnavailable
-from taskqueues.store.access import scrubbed
+from taskqueues.store import scrubbed
 
 from .base import (
     BackendCommandError,

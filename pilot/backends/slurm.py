@@ -51,7 +51,7 @@ from pathlib import Path
 
 from taskqueues.backend_options import parse_slurm_options
 from taskqueues.errors import BackendError, BackendUnavailable
-from taskqueues.store.access import scrubbed
+from taskqueues.store import scrubbed
 
 from .base import (
     BackendCommandError,

@@ -8,7 +8,7 @@ system about the pilots it already has there (one call per backend), plan with
 ``n_max_queued`` per shape and ``max_running`` per queue), submit the new pilots with the start-by date
 of their most urgent job as priority, and cancel queued pilots whose demand has gone. Running pilots that
 no waiting job fits are asked to release themselves while another of our pilots waits for room in the
-same backend (:mod:`pilot.director.release`).
+same backend (:mod:`pilot.director.idle_pilots`).
 
 What the director submitted is recorded in Redis (``provisioned``), so any director process (a beat
 task, ``pilotfish director``) sees the same pilots. A local backend keeps its processes in the process
@@ -39,15 +39,10 @@ from taskqueues.placement import BACKEND_OPTIONS, INSTANCE_TYPE
 from taskqueues.sandbox import NONE, none_warning
 from taskqueues.settings import Settings
 from taskqueues.shapes import Shape
-from taskqueues.store import alive, sentinel, stats
-from taskqueues.store.access import is_secret
-from taskqueues.store.guard import guard
-from taskqueues.store.lock import Lock
-from taskqueues.store.outage import Outage
-from taskqueues.store.registry import Registry
+from taskqueues.store import SENTINEL_MASTER_VARIABLE, Lock, Outage, is_secret, is_sentinel
 
+from .idle_pilots import Room, release_idle
 from .planner import Demand, ExistingPilot, Plan, can_serve, plan
-from .release import Room, release_idle
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +115,7 @@ class QueueReport:
     errors: list[str] = field(default_factory=list)
     released: list[str] = field(default_factory=list)
     # What the release step needs: running pilots (batch id -> pilot name, from their heartbeats) and how
-    # this cycle left them (see pilot.director.release.Room).
+    # this cycle left them (see pilot.director.idle_pilots.Room).
     names: dict[str, str] = field(default_factory=dict)
     room: Room = field(default_factory=Room)
 
@@ -158,7 +153,7 @@ class Director:
         log_dir: str | None = None,
     ) -> None:
         self.ctx = ctx
-        self.registry = Registry(ctx.client, ctx.keys)  # the pilots submitted, for a later director to adopt
+        self.registry = ctx.store.registry  # the pilots submitted, for a later director to adopt
         self.pilot_command = pilot_command
         self.env = env or {}
         self._swept_credentials = 0.0
@@ -232,8 +227,7 @@ class Director:
         for queue_id, backend in self._backends.items():
             queue = self.ctx.catalog.queue(queue_id, self.ctx.settings.vo)
             try:
-                with guard(self.ctx.where, "listing the pilots to stop"):
-                    ids = list(self.provisioned(queue, backend))
+                ids = list(self.provisioned(queue, backend))
             except StoreError:
                 if not wait:
                     raise
@@ -241,7 +235,7 @@ class Director:
             if ids:
                 backend.cancel(ids)
                 cancelled.update(f"{backend.kind}:{i}" for i in ids)
-                with contextlib.suppress(StoreError), guard(self.ctx.where, "forgetting the stopped pilots"):
+                with contextlib.suppress(StoreError):
                     self.registry.forget(queue.id, backend.kind, ids)
         if wait:
             for backend in self._shared.values():
@@ -256,13 +250,12 @@ class Director:
         demand). The lock lives a few director intervals, so a killed director holds it that long at most;
         it is renewed before each queue, and a director that lost it (paused past its time to live while
         another took over) stops before submitting anything more."""
-        with guard(self.ctx.where, "running a director cycle"):  # what does not go through the store
-            return self._cycle()
+        return self._cycle()
 
     def _cycle(self) -> CycleReport:
         report = CycleReport()
-        alive.record(self.ctx.client, self.ctx.keys, "director")  # pilotfish health --component director
-        lock = Lock(self.ctx.client, self.ctx.keys.lock("director"), self.lock_ttl)
+        self.ctx.store.control.beat("director")  # pilotfish health --component director
+        lock = self.ctx.store.control.lock("director", self.lock_ttl)
         if not lock.acquire():
             report.skipped = True
             return report
@@ -309,10 +302,10 @@ class Director:
             room.expired.update(qr.room.expired)
         live = {
             name
-            for name, r in self.ctx.store.pilot_records(3 * self.ctx.settings.lease_seconds).items()
+            for name, r in self.ctx.store.pilot_records(self.ctx.store.pilots.live_window).items()
             if not r.get("stopped")
         }
-        asked = set(release_idle(self.ctx.client, self.ctx.keys, rooms.values(), live))
+        asked = set(release_idle(self.ctx.store.pilots, rooms.values(), live))
         for qr in report.queues.values():
             qr.released = sorted(asked & (set(qr.room.idle) | set(qr.room.expired)))
 
@@ -345,7 +338,7 @@ class Director:
             existing = self._existing(queue, backend, out)
         except BackendError as exc:
             out.errors.append(str(exc))
-            stats.add(self.ctx.client, self.ctx.keys, stats.ERRORS + queue.batch)
+            self.ctx.store.control.count_error(queue.batch)
             return out
         now = time.time()
         shapes = [s for s in queue.shapes if self._refused.get((queue.id, s.name), 0.0) <= now] or queue.shapes
@@ -421,7 +414,7 @@ class Director:
             except BackendError as exc:
                 credentials.forget_pilot_file(request.env)  # no pilot will take it
                 out.errors.append(str(exc))
-                stats.add(self.ctx.client, self.ctx.keys, stats.ERRORS + backend.kind)
+                self.ctx.store.control.count_error(backend.kind)
                 self._refused[(queue.id, planned.shape.name)] = time.time() + self.refusal_pause
                 log.warning(
                     "queue %s: shape %s refused by the batch system; planning without it for %.0f s: %s",
@@ -448,7 +441,7 @@ class Director:
                 },
             )
             out.submitted.append(batch_id)
-            stats.add(self.ctx.client, self.ctx.keys, stats.SUBMITTED + backend.kind)
+            self.ctx.store.control.count_submitted(backend.kind)
             submitted += 1
         if result.cancel:
             backend.cancel(result.cancel)
@@ -474,21 +467,17 @@ class Director:
 
     def _pilot_settings(self) -> dict[str, str]:
         s = self.ctx.settings
-        # The pilots' own credentials (taskqueues.store.access), never the control plane's.
-        env = {
-            "PILOTFISH_REDIS_URL": self.ctx.pilot_redis_url,
-            "PILOTFISH_VO": s.vo,
-            "PILOTFISH_PREFIX": s.prefix,
-            "PILOTFISH_LEASE_SECONDS": str(s.lease_seconds),
-            "PILOTFISH_PILOT_IDLE_TIMEOUT": str(s.pilot_idle_timeout),
-        }
+        # The pilots' own credentials (taskqueues.store.access), never the control plane's; they go into the
+        # one-use file (_pilot_env). Here only what is no option of default_pilot_command: a setting reaches a
+        # pilot one way (lease, idle timeout, vo, prefix on its command line, and nowhere else).
+        env = {"PILOTFISH_REDIS_URL": self.ctx.pilot_redis_url}
         if s.catalog:
             env["PILOTFISH_CATALOG"] = s.catalog
         if s.log_format != "text":
             env["PILOTFISH_LOG_FORMAT"] = s.log_format
         broker = self.ctx.pilot_broker_url
-        if sentinel.is_sentinel(self.ctx.pilot_redis_url) or sentinel.is_sentinel(broker):
-            env[sentinel.MASTER_VARIABLE] = s.redis_sentinel_master
+        if is_sentinel(self.ctx.pilot_redis_url) or is_sentinel(broker):
+            env[SENTINEL_MASTER_VARIABLE] = s.redis_sentinel_master
         if broker:  # Celery's broker apart from the store (a Redis Cluster's): the pilots' events go there
             env["PILOTFISH_BROKER_URL"] = broker
         return {**env, **self.env}
@@ -518,7 +507,7 @@ class Director:
         # A pilot's heartbeat names its batch job as (batch, batch_id); local ids carry the kind as a prefix.
         retire_after = self.ctx.settings.pilot_retire_after
         live: dict[str, dict[str, Any]] = {}
-        for r in self.ctx.store.pilot_records(max(retire_after, 3 * self.ctx.settings.lease_seconds)).values():
+        for r in self.ctx.store.pilot_records(max(retire_after, self.ctx.store.pilots.live_window)).values():
             if r.get("queue") == queue.id:
                 live[str(r.get("batch_id"))] = live[f"{r.get('batch')}-{r.get('batch_id')}"] = r
         shapes = {s.name: s for s in queue.shapes}

@@ -48,7 +48,7 @@ from typing import Any
 from pilot.mjf.features import MACHINE_KEYS, Features, Value, format_value
 from pilot.mjf.formulas import denormalise, normalise
 from taskqueues.errors import PilotfishError
-from taskqueues.store.access import scrubbed
+from taskqueues.store import scrubbed
 
 #: Variables of the pilot's environment that name deployment paths: never passed to a payload (with every
 #: ``PILOTFISH_*`` setting, the state directory's among them).

@@ -110,7 +110,7 @@ def pilot_rules(prefix: str, vo: str, db: int = 0) -> list[str]:
         "resetkeys",
         f"~{base}*",
         "resetchannels",
-        f"&{base}wake",
+        f"&{base}wake:*",
         f"&{base}release",
         f"&{base}ctl:*",
         f"&/{db}.celeryev/*",

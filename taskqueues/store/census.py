@@ -1,7 +1,7 @@
 """What a community's store holds now, counted for monitoring (``pilotfish metrics``): a read model.
 
 Reading only, in a few pipelined round trips, never loading every job: waiting jobs are counted from the
-task-queue zsets (ZCARD), blocked ones from the counters the scripts keep (:mod:`taskqueues.store.stats`), leased
+task-queue zsets (ZCARD), blocked ones from the counters the scripts keep (:mod:`taskqueues.store.counters`), leased
 ones from the leases zset (their records are read, a page at a time, for their task queue and pilot), pilots
 from their heartbeat records. The oldest waiting job is looked for among the heads of the task queues (the
 job each one hands out next): a job queued behind a more urgent one of its own task queue is not seen.
@@ -10,16 +10,14 @@ job each one hands out next): a job queued behind a more urgent one of its own t
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import redis
 
-from . import stats
-from .guard import client_url, guard
+from .counters import StatField
 from .keys import MATCHED_COUNT, Keys
 from .records import text
 
@@ -41,14 +39,14 @@ class Census:
     """Counts of one community at :attr:`at`."""
 
     at: float
-    #: Jobs by state: waiting (in a task queue or in back-off), blocked, releasing, matched, running, parked.
+    #: Jobs by state: waiting (in a task queue or in back-off), blocked, releasing, matched, running, parked, held.
     jobs: dict[str, int] = field(default_factory=dict)
     #: (catalog queue, state) -> jobs; a waiting or blocked job counts in every queue its task queue may use.
     by_queue: Counter[tuple[str, str]] = field(default_factory=Counter)
     #: (task queue, state) -> jobs (waiting, blocked, running: matched or running).
     by_task_queue: Counter[tuple[str, str]] = field(default_factory=Counter)
     pilots: list[PilotCount] = field(default_factory=list)
-    #: The stats hash as stored (:mod:`taskqueues.store.stats`).
+    #: The stats hash as stored (:mod:`taskqueues.store.counters`).
     counters: dict[str, float] = field(default_factory=dict)
     #: Seconds since the oldest job among the task-queue heads was submitted (None: no job waits).
     oldest_waiting: float | None = None
@@ -70,13 +68,9 @@ def pilot_state(record: Mapping[str, Any]) -> str:
     return "busy" if record.get("running") else "idle"
 
 
-def take(client: redis.Redis, keys: Keys, *, live_within: float, clock: Callable[[], float] = time.time) -> Census:
-    """Count what the store holds now; pilots are live when they beat within ``live_within`` seconds."""
-    with guard(client_url(client), "counting jobs and pilots for metrics"):
-        return _take(client, keys, live_within, clock())
-
-
-def _take(client: redis.Redis, keys: Keys, live_within: float, now: float) -> Census:
+def take(client: redis.Redis, keys: Keys, live_within: float, now: float) -> Census:
+    """Count what the store holds at ``now``; pilots are live when they beat within ``live_within`` seconds
+    (``store.views.census``, which guards it)."""
     census = Census(at=now)
     pipe = client.pipeline(transaction=False)
     pipe.hgetall(keys.stats)
@@ -87,10 +81,11 @@ def _take(client: redis.Redis, keys: Keys, live_within: float, now: float) -> Ce
     pipe.zrange(keys.leases, 0, -1)
     pipe.hgetall(keys.pilots)
     pipe.zrangebyscore(keys.pilotseen, now - live_within, "+inf")
-    pipe.hget(keys.heads, MATCHED_COUNT)  # match.lua counts its leases there (taskqueues.store.stats)
-    raw_stats, tq_ids, delayed, releasing, parked, leased, pilot_raw, seen, matched = pipe.execute()
+    pipe.zcard(keys.held)
+    pipe.hget(keys.heads, MATCHED_COUNT)  # match.lua counts its leases there (Control.matched)
+    raw_stats, tq_ids, delayed, releasing, parked, leased, pilot_raw, seen, held, matched = pipe.execute()
     census.counters = {text(k): float(v) for k, v in raw_stats.items()}
-    census.counters[stats.MATCHED] = float(matched or 0)
+    census.counters[StatField.MATCHED] = float(matched or 0)
     tqs = sorted(text(t) for t in tq_ids)
 
     pipe = client.pipeline(transaction=False)
@@ -113,7 +108,7 @@ def _take(client: redis.Redis, keys: Keys, live_within: float, now: float) -> Ce
         if head:
             heads.append(text(head[0]).split(":", 1)[0])
 
-    blocked = census.with_prefix(stats.BLOCKED_IN)
+    blocked = census.with_prefix(StatField.BLOCKED_IN)
     for tq, n in blocked.items():
         if n > 0:
             census.by_task_queue[tq or "deferred", "blocked"] += int(n)
@@ -143,11 +138,12 @@ def _take(client: redis.Redis, keys: Keys, live_within: float, now: float) -> Ce
 
     census.jobs = {
         "waiting": waiting + int(delayed),
-        "blocked": max(0, int(census.counter(stats.BLOCKED))),
+        "blocked": max(0, int(census.counter(StatField.BLOCKED))),
         "releasing": int(releasing),
         "matched": states["matched"],
         "running": states["running"],
         "parked": int(parked),
+        "held": int(held),
     }
     submitted = [float(rec["ts"]) for rec in _records(client, keys, heads) if "ts" in rec]
     census.oldest_waiting = max(0.0, now - min(submitted)) if submitted else None

@@ -3,7 +3,7 @@ connection of one's own.
 
 A pilot listens on the wake channel and its own channel (``pilot.agent.wake``) and sends its exchanges on a
 connection it keeps (``pilot.agent.reports``); the control plane's releaser listens on the release channel
-(``matcher.releaser``); commands ping the server. They do it through this module, so the Redis client
+(``matcher.release_listener``); commands ping the server. They do it through this module, so the Redis client
 library is used in the store package only.
 """
 
@@ -18,13 +18,12 @@ from typing import Any, Generic, TypeVar
 import redis
 from redis.connection import Connection
 
+from ..errors import StoreUnavailable
 from . import cluster, sentinel
+from .guard import client_url, guard, guarded
 
 #: The client of one server (what :class:`~taskqueues.store.Store` is built on).
 Client = redis.Redis
-
-#: Any error the client library raises.
-ClientError = redis.RedisError
 
 #: The errors that mean the connection broke or timed out (the store may be back later).
 CONNECTION_LOST: tuple[type[redis.ConnectionError], type[redis.TimeoutError]] = (
@@ -35,7 +34,6 @@ CONNECTION_LOST: tuple[type[redis.ConnectionError], type[redis.TimeoutError]] = 
 __all__ = [
     "CONNECTION_LOST",
     "Client",
-    "ClientError",
     "Connection",
     "PerPool",
     "Subscription",
@@ -110,20 +108,48 @@ def give_back(client: Client, conn: Connection) -> None:
 
 
 class Subscription:
-    """A subscription to channels of the store, on a connection of its own."""
+    """A subscription to channels of the store, on a connection of its own (``store.subscribe()``). Its errors
+    are the guard's: a broken connection is a :class:`~taskqueues.errors.StoreUnavailable`."""
 
     def __init__(self, client: Client, *, ignore_subscribe_messages: bool = False) -> None:
+        self.where = client_url(client)
         self._pubsub: Any = client.pubsub(  # type: ignore[no-untyped-call]
             ignore_subscribe_messages=ignore_subscribe_messages
         )
 
+    @guarded("subscribing to a channel")
     def subscribe(self, channel: str) -> None:
         self._pubsub.subscribe(channel)
 
+    @guarded("leaving a channel")
+    def unsubscribe(self, channel: str) -> None:
+        """Stop listening on ``channel`` (sent without waiting for the server's notice)."""
+        self._pubsub.unsubscribe(channel)
+
     def message(self, timeout: float) -> dict[str, Any] | None:
         """The next message or subscription notice, waiting at most ``timeout`` seconds; None if none came."""
-        message: dict[str, Any] | None = self._pubsub.get_message(timeout=timeout)
+        with guard(self.where, "listening on a channel"):
+            try:
+                message: dict[str, Any] | None = self._pubsub.get_message(timeout=timeout)
+            except (OSError, ValueError) as exc:
+                # Its connection was closed under it: another thread dropped every connection at an outage's start.
+                raise StoreUnavailable(f"the subscription to Redis at {self.where} was closed ({exc})") from None
         return message
+
+    def drain(self) -> list[dict[str, Any]]:
+        """Every message that has arrived, without waiting; subscription notices read and left out (where
+        :meth:`message` answers None for an ignored notice, a message behind it in the buffer would stay
+        unread while the socket shows nothing more to read)."""
+        messages: list[dict[str, Any]] = []
+        with guard(self.where, "listening on a channel"):
+            try:
+                while (response := self._pubsub.parse_response(block=False, timeout=0)) is not None:
+                    message = self._pubsub.handle_message(response, ignore_subscribe_messages=True)
+                    if message is not None:
+                        messages.append(message)
+            except (OSError, ValueError) as exc:
+                raise StoreUnavailable(f"the subscription to Redis at {self.where} was closed ({exc})") from None
+        return messages
 
     def socket(self) -> socket.socket | None:
         """The socket messages arrive on (for a selector), None before the first subscription."""

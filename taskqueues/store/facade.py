@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import cached_property
 from typing import Any
 
 import redis
@@ -25,10 +26,14 @@ from ..errors import ConfigError, NotFound, StaleReport, StoreError, StoreUnavai
 from . import functions
 from .connection import connect
 from .exchange import PendingExchange
+from .facade_reads import StoreReads
 from .guard import client_url, converted, guard, guarded
+from .history import History
 from .keys import Keys
+from .lifecycle import Lifecycle
+from .notices import Notices
 from .packed import HotLine, PackedCall, pack_script
-from .queries import StoreReads
+from .payload_logs import Logs
 from .records import (
     DEFAULT_ETE_SAFETY_FACTOR,
     Exchange,
@@ -42,6 +47,7 @@ from .records import (
 )
 from .records import text as _text
 from .reservations import DEFAULT_RESERVATION_SLACK, running_text
+from .rooms import StoreRooms
 
 _MAX_KEY_ROUNDS = 16
 #: Fields of the cursor hash: the server run the reaper last saw, and until when leases are not requeued.
@@ -53,7 +59,7 @@ log = logging.getLogger(__name__)
 Clock = Callable[[], float]
 
 
-class Store(StoreReads):
+class Store(StoreReads, StoreRooms):
     """Jobs, task queues and leases of one community (VO) in one Redis."""
 
     def __init__(
@@ -69,7 +75,7 @@ class Store(StoreReads):
         submit_timeout: float = 5.0,
         replica_window: float = 600.0,
         reservation_slack: float = DEFAULT_RESERVATION_SLACK,
-        bounded_reservations: bool = False,
+        bounded_reservations: bool = True,
     ) -> None:
         """``ete_safety_factor``: a job without ``wall`` must find this many times its run-time estimate left
         in a pilot (:func:`taskqueues.store.records.time_needed`; every writer of a task-queue member uses this one).
@@ -109,11 +115,40 @@ class Store(StoreReads):
         # round trip).
         self.floors = [self.keys.heads, self.keys.qfloor, self.keys.tqempty, self.keys.tqmax]
         self._line = HotLine.of(client)
+        #: What the end of a job writes or reads for the history index (``_lib.lua``'s ``index_history``).
+        self.history_keys = [self.keys.endedby, self.keys.requests]
 
     @classmethod
     def from_url(cls, url: str, *, vo: str = "default", prefix: str = "pf", **kwargs: Any) -> Store:
         keys = Keys(prefix=prefix, vo=vo)
         return cls(connect(url, community=keys.base), keys, **kwargs)
+
+    # -- the rooms that run scripts or read jobs (the others: rooms.py) ------------------------
+
+    @cached_property
+    def logs(self) -> Logs:
+        """The payloads' shipped output."""
+        return Logs(self)
+
+    @property
+    def history(self) -> History:
+        """The history of ended jobs by time, owner and group (:mod:`taskqueues.store.history`)."""
+        return History(self.client, self.keys, self.where, self.jobs)
+
+    @property
+    def notices(self) -> Notices:
+        """Request-end notifications: watched requests, the due queue, claims (:mod:`taskqueues.store.notices`)."""
+        return Notices(
+            self.client,
+            self.keys,
+            self.where,
+            lambda name, keys, args: self.call_script(name, keys, [self._base, *args]),
+        )
+
+    @property
+    def lifecycle(self) -> Lifecycle:
+        """Hold, release, resubmit and update jobs, and read their events (:mod:`taskqueues.store.lifecycle`)."""
+        return Lifecycle(self)
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -129,11 +164,21 @@ class Store(StoreReads):
 
         The heads and qfloor hashes are declared for every script: each one that moves task-queue members
         keeps them exact (``_lib.lua``), and declaring them up front saves that round trip. So is the stats
-        hash, which the scripts add their counters to (:mod:`taskqueues.store.stats`).
+        hash, which the scripts add their counters to (:mod:`taskqueues.store.counters`).
         """
         declared = list(
             dict.fromkeys(
-                [*extra, self.keys.heads, self.keys.qfloor, self.keys.ended, self.keys.blocked, self.keys.stats]
+                [
+                    *extra,
+                    self.keys.heads,
+                    self.keys.qfloor,
+                    self.keys.ended,
+                    self.keys.blocked,
+                    self.keys.stats,
+                    self.keys.held,
+                    self.keys.events,
+                    *self.history_keys,
+                ]
             )
         )
         for _ in range(_MAX_KEY_ROUNDS):
@@ -193,6 +238,7 @@ class Store(StoreReads):
         k = self.keys
         declared = [key for tq, d in tqs.items() for key in (k.tq(tq), k.pool(tq), *map(k.qheads, d["queues"]))]
         declared += [k.byrule(rule) for rule in {j.rule for j in jobs if j.rule}] + [k.work, *self.floors]
+        declared += [k.notifywatch] if request is not None and request[1].get("notify") else []
         keys = [k.jobs, k.seq, k.tqdefs, k.tqempty, k.poolstamp, k.releasing, k.requests, k.idrange]
         args = [self._base, now, json.dumps(body)]
         single = self.client.client()  # type: ignore[no-untyped-call]  # WAIT counts the writes of its own connection
@@ -311,7 +357,8 @@ class Store(StoreReads):
         max_jobs: int = 1,
     ) -> Exchange:
         """A pilot's reports and its next match in one round trip (see :class:`PendingExchange`)."""
-        conn = self.client.connection_pool.get_connection()
+        with guard(self.where, "taking a connection"):
+            conn = self.client.connection_pool.get_connection()
         try:
             return self.send_exchange(
                 pilot, conn, starts=starts, completions=completions, offer=offer, max_jobs=max_jobs
@@ -418,6 +465,9 @@ class Store(StoreReads):
             k.ended,
             k.blocked,
             k.stats,
+            k.held,
+            k.events,
+            *self.history_keys,
         ]
 
     def _complete_args(self, job: str, attempt: int, pilot: str, result: RunResult | None, now: float) -> list[Any]:

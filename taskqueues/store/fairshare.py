@@ -9,7 +9,7 @@ DIRAC task queue's definition), so every task-queue head belongs to one account 
 serve accounts without reading any job.
 
 The **policy** (:class:`Policy`, read from a shares file by :func:`read_policy`, written to the
-community's ``shares`` hash by :func:`publish`) gives each group a share, optionally each owner of a
+community's ``shares`` hash by :meth:`Shares.publish`) gives each group a share, optionally each owner of a
 group a share inside it, and running limits: cores of a group overall, at a site or at a queue, and
 jobs of a type. With no policy stored the match is today's, and nothing is counted.
 
@@ -37,11 +37,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import redis
-
 from ..errors import ConfigError, ValidationError
 from ..units import parse_duration_s
-from .keys import POLICY_MARK, Keys
+from .guard import guarded
+from .keys import POLICY_MARK
+from .part import Part
 from .records import text as _text
 
 NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,63}")
@@ -266,26 +266,6 @@ def read_policy(path: str | Path) -> Policy:
     return parse_policy(data, str(path))
 
 
-def publish(client: redis.Redis, keys: Keys, policy: Policy | None) -> None:
-    """Store ``policy`` as the community's (None: no policy, the match is strict urgency again)."""
-    pipe = client.pipeline(transaction=True)
-    pipe.delete(keys.shares)
-    if policy is not None:
-        fields = policy.fields()
-        fields["json"] = json.dumps(fields, sort_keys=True)  # what match.lua reads, in one HGET
-        pipe.hset(keys.shares, items=[x for pair in fields.items() for x in pair])
-        pipe.hset(keys.qfloor, POLICY_MARK, "1")  # match.lua reads the policy only where this mark is
-    else:
-        pipe.hdel(keys.qfloor, POLICY_MARK)
-    pipe.execute()
-
-
-def stored_policy(client: redis.Redis, keys: Keys) -> Policy | None:
-    """The community's policy, None when it has none."""
-    raw = client.hgetall(keys.shares)
-    return Policy.from_fields({_text(k): _text(v) for k, v in raw.items()}) if raw else None
-
-
 @dataclass(frozen=True)
 class FairState:
     """The fair hash read at one time: running cores, decayed usage and running counts."""
@@ -313,12 +293,6 @@ class FairState:
         if self.clamp is not None:
             decayed = min(max(decayed, r * tau * self.clamp[0]), r * tau * self.clamp[1])
         return decayed + r * tau
-
-
-def fair_state(client: redis.Redis, keys: Keys, now: float, policy: Policy | None = None) -> FairState:
-    raw = client.hgetall(keys.fair)
-    halflife = policy.halflife if policy else DEFAULT_HALFLIFE
-    return FairState({_text(k): _text(v) for k, v in raw.items()}, now, halflife, policy.clamp() if policy else None)
 
 
 def rank(policy: Policy, state: FairState, tq_id: str) -> tuple[float, float]:
@@ -356,3 +330,36 @@ def limit_hit(policy: Policy, state: FairState, tq_id: str, cpu: int, queue: str
     if m is not None and state.count(f"n:{job_type}") + 1 > m:
         return f"{state.count(f'n:{job_type}')} jobs of type {job_type} run, the limit is {m}"
     return None
+
+
+class Shares(Part):
+    """The community's shares policy and the fair hash the match keeps (``store.shares``)."""
+
+    @guarded("storing the shares policy")
+    def publish(self, policy: Policy | None) -> None:
+        """Store ``policy`` as the community's (None: no policy, the match is strict urgency again)."""
+        keys = self.keys
+        pipe = self.client.pipeline(transaction=True)
+        pipe.delete(keys.shares)
+        if policy is not None:
+            fields = policy.fields()
+            fields["json"] = json.dumps(fields, sort_keys=True)  # what match.lua reads, in one HGET
+            pipe.hset(keys.shares, items=[x for pair in fields.items() for x in pair])
+            pipe.hset(keys.qfloor, POLICY_MARK, "1")  # match.lua reads the policy only where this mark is
+        else:
+            pipe.hdel(keys.qfloor, POLICY_MARK)
+        pipe.execute()
+
+    @guarded("reading the shares policy")
+    def policy(self) -> Policy | None:
+        """The community's policy, None when it has none."""
+        raw = self.client.hgetall(self.keys.shares)
+        return Policy.from_fields({_text(k): _text(v) for k, v in raw.items()}) if raw else None
+
+    @guarded("reading the fair-share usage")
+    def state(self, now: float, policy: Policy | None = None) -> FairState:
+        """The fair hash at ``now``, read with ``policy``'s half-life and catch-up cap."""
+        raw = self.client.hgetall(self.keys.fair)
+        halflife = policy.halflife if policy else DEFAULT_HALFLIFE
+        clamp = policy.clamp() if policy else None
+        return FairState({_text(k): _text(v) for k, v in raw.items()}, now, halflife, clamp)

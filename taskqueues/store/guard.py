@@ -121,11 +121,4 @@ def guarded(operation: str) -> Callable[[Callable[Concatenate[S, P], R]], Callab
     return wrap
 
 
-def from_exception(exc: BaseException, where: str, operation: str = "") -> PilotfishError | None:
-    """``exc`` as a Pilotfish error if it is a redis-py error (the CLI's last resort), else None."""
-    if isinstance(exc, redis.RedisError):
-        return converted(exc, where, operation)
-    return None
-
-
-__all__ = ["client_url", "converted", "from_exception", "guard", "guarded", "shown_url"]
+__all__ = ["client_url", "converted", "guard", "guarded", "shown_url"]

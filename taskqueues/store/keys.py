@@ -36,9 +36,12 @@ member or record could not be read (by match, or by reap for a leased or delayed
 ratio to the jobs' hints (:class:`taskqueues.ete.RuleStats`) |
 | ``P:{vo}:byrule:<rule>`` | set | unfinished jobs of a rule (re-pressure finds them when the rule's mean moves) |
 | ``P:{vo}:work`` | string | outstanding core-seconds of unfinished jobs (the load in a request's ETA) |
-| ``P:{vo}:wake`` | channel | published when work enters a task queue: idle pilots wait on it |
+| ``P:{vo}:wake:<queue>:<shard>`` | channel | one of a catalog queue's :data:`WAKE_SHARDS` wake channels: a pilot
+listens on its shard (:func:`wake_shard`) while its last match found nothing; a call that enqueues jobs publishes
+on the shards of each queue they are eligible in until as many idle pilots heard it as jobs entered (``_lib.lua``'s
+``wake``) |
 | ``P:{vo}:release`` | channel | job ids (space-separated) ``complete`` put in the releasing set: the control plane
-evaluates them at once (``matcher.releaser``) |
+evaluates them at once (``matcher.release_listener``) |
 | ``P:{vo}:ctl:<pilot>`` | channel | a kill or stop request for this pilot was stored: it heartbeats at once |
 | ``P:{vo}:stops`` | hash | pilot id → stop request (JSON: ``mode`` release / drain / shutdown, ``reason``, ``at``) |
 | ``P:{vo}:lock:<name>`` | string | a periodic task's lock (token, with an expiry) |
@@ -54,14 +57,30 @@ the reaper last saw) and ``reap:grace`` (no lease requeued before this time: a r
 written by ``_lib.lua``'s ``save`` wherever a final state is stored: ``pilotfish jobs`` pages finished jobs from
 it, latest first. One entry per finished job record: it is bounded by the jobs hash, and whatever forgets a job
 record removes its entry |
+| ``P:{vo}:endedby`` | zset | the history index (``_lib.lua``'s ``index_history``, read by ``store.history``): all
+scores 0, two entries per ended job, ``o:<owner>:<end>:<id>:<state>:<group>`` and
+``g:<group>:<end>:<id>:<state>:<owner>`` (``<end>`` as ``%014.3f``, so text order is time order): ``pilotfish history
+--owner/--group`` reads a time window of one owner or group with ZRANGEBYLEX. Kept where ``ended`` is, forgotten
+with the record |
+| ``P:{vo}:notifywatch`` | zset | request id → submission time of each request with a webhook (``notify``) whose end
+was not seen yet (``submit.lua`` adds it; ``notify.lua`` takes it out when the request has ended) |
+| ``P:{vo}:notify`` | hash | request id → its notification (JSON ``{"url", "state", "attempts", "error", "at", "next",
+"sent", "ended", "token"}``: ``taskqueues.store.notices``) |
+| ``P:{vo}:notifyq`` | zset | request id → when its notification is due, or until when a sender's claim holds it |
 | ``P:{vo}:blocked`` | zset | job id → submission time of every blocked job (waiting for its dependencies), kept by
 ``_lib.lua``'s ``save`` as states change: ``pilotfish jobs`` pages blocked jobs from it |
+| ``P:{vo}:held`` | zset | job id → time it was held, of every held job (``pilotfish hold``), kept by ``_lib.lua``'s
+``save`` as states change: ``pilotfish jobs`` pages held jobs from it |
+| ``P:{vo}:events`` | hash | job id → its state changes, one JSON object a line (``{"t", "f", "s", "by", "why", "a",
+"p", "x"}``: time, from, to, who, reason, attempt, pilot, exit), appended by ``_lib.lua``'s ``save`` and capped
+(``EVENTS_CAP``); what the record tells is read from it (its submission, a lease under way or ended by its
+pilot's report); forgotten with the record |
 | ``P:{vo}:log:<job>`` | hash | a job's payload output as its pilots shipped it (``ship_log.lua``): per attempt
 ``<a>:out`` / ``<a>:err`` the last ``output_cap`` bytes of the stream (raw bytes), ``<a>:out:n`` / ``<a>:err:n``
 how many bytes the stream had in all, ``<a>:meta`` JSON ``{"pilot", "host", "dir", "live", "at"}`` (where the
 pilot keeps the files; ``live`` 1 while the payload runs). Written only for a job whose record exists, at most
 ``output_cap`` bytes per stream and attempt; it lives as long as the job record and goes with it |
-| ``P:{vo}:stats`` | hash | counters the scripts keep, one HINCRBY per event (``store.stats`` names the fields):
+| ``P:{vo}:stats`` | hash | counters the scripts keep, one HINCRBY per event (``store.counters`` names the fields):
 jobs ended by state, lease expiries, retries, jobs matched, blocked jobs (in all and per task queue), director
 submissions and batch-system errors per backend, the pilots' match-latency histogram |
 | ``P:{vo}:resv`` | hash | catalog queue → its one reservation (match.lua, EASY backfill): ``"<state r|x> <tq> <job>
@@ -73,10 +92,15 @@ submissions and batch-system errors per backend, the pilots' match-latency histo
 | ``P:{vo}:fair`` | hash | fair-share state: ``u:<account>`` → ``"<decayed core-seconds> <at>"``, ``r:<account>``
 running cores (account = group or ``group.owner``), ``c:<group>@<site or queue>`` running cores there,
 ``n:<type>`` running jobs of a type; kept by match.lua and ``fair_end`` (``_lib.lua``) |
+| ``P:auth:{vo}:tokens`` | hash | API token id → token record (JSON: user, groups, role, sha256 of the secret,
+created, expires, last use, revoked; ``taskqueues.store.tokens``). Outside ``P:{vo}:*``: the pilots' ACL user
+may not read or write it |
+| ``P:auth:{vo}:audit`` | stream | who did what through the API or a token command (capped; ``store.audit``) |
 """
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 
 from ..errors import ConfigError
@@ -90,6 +114,15 @@ POLICY_MARK = ""
 #: :mod:`taskqueues.store.stats`): read with the first page of heads and written with them, it costs a call no
 #: command of its own. Never a task-queue id (those are hashes, with an account).
 MATCHED_COUNT = "~matched"
+#: Wake channels per catalog queue: a call that enqueues k jobs wakes the idle pilots of as many shards as it
+#: takes to reach k of them (about k + idle/WAKE_SHARDS), not every idle pilot of the queue; and when no pilot
+#: is idle it costs this many PUBLISH of nobody (~1 us each) per queue it enqueued for (issue 31).
+WAKE_SHARDS = 16
+
+
+def wake_shard(pilot: str) -> int:
+    """The wake shard a pilot listens on (``Keys.wake_channel``): spread by a hash of its name."""
+    return zlib.crc32(pilot.encode()) % WAKE_SHARDS
 
 
 @dataclass(frozen=True)
@@ -214,7 +247,16 @@ class Keys:
 
     @property
     def wake(self) -> str:
-        return f"{self.base}:wake"
+        """What every wake channel of the community starts with (``wake_channel``)."""
+        return f"{self.base}:wake:"
+
+    def wake_channel(self, queue: str, shard: int) -> str:
+        """One of the ``WAKE_SHARDS`` wake channels of a catalog queue (``wake_shard`` names a pilot's)."""
+        return f"{self.wake}{queue}:{shard}"
+
+    def pilot_wake_channel(self, queue: str, pilot: str) -> str:
+        """The wake channel a pilot of ``queue`` listens on while idle."""
+        return self.wake_channel(queue, wake_shard(pilot))
 
     @property
     def release_channel(self) -> str:
@@ -254,11 +296,35 @@ class Keys:
         return f"{self.base}:ended"
 
     @property
+    def endedby(self) -> str:
+        return f"{self.base}:endedby"
+
+    @property
+    def notifywatch(self) -> str:
+        return f"{self.base}:notifywatch"
+
+    @property
+    def notify(self) -> str:
+        return f"{self.base}:notify"
+
+    @property
+    def notifyq(self) -> str:
+        return f"{self.base}:notifyq"
+
+    @property
     def blocked(self) -> str:
         return f"{self.base}:blocked"
 
     def log(self, job: str) -> str:
         return f"{self.base}:log:{job}"
+
+    @property
+    def held(self) -> str:
+        return f"{self.base}:held"
+
+    @property
+    def events(self) -> str:
+        return f"{self.base}:events"
 
     @property
     def stats(self) -> str:
@@ -275,6 +341,19 @@ class Keys:
     @property
     def fair(self) -> str:
         return f"{self.base}:fair"
+
+    @property
+    def auth_base(self) -> str:
+        """Keys of the API's tokens and audit: same hash tag, outside the pilots' ``<prefix>:{<vo>}:*``."""
+        return f"{self.prefix}:auth:{{{self.vo}}}"
+
+    @property
+    def tokens(self) -> str:
+        return f"{self.auth_base}:tokens"
+
+    @property
+    def audit(self) -> str:
+        return f"{self.auth_base}:audit"
 
 
 def lua_names() -> dict[str, str]:
@@ -305,8 +384,15 @@ def lua_names() -> dict[str, str]:
             ("K_RELEASE", k.release_channel),
             ("K_CTL", k.pilot_channel("")),
             ("K_ENDED", k.ended),
+            ("K_ENDEDBY", k.endedby),
+            ("K_REQUESTS", k.requests),
+            ("K_NOTIFYWATCH", k.notifywatch),
+            ("K_NOTIFY", k.notify),
+            ("K_NOTIFYQ", k.notifyq),
             ("K_BLOCKED", k.blocked),
             ("K_LOG", k.log("")),
+            ("K_HELD", k.held),
+            ("K_EVENTS", k.events),
             ("K_STATS", k.stats),
             ("K_RESV", k.resv),
             ("K_SHARES", k.shares),

@@ -6,24 +6,21 @@ crashed holder blocks the others. A run that may take longer than the ttl renews
 its lock (expired while it was paused) learns it from :meth:`Lock.renew` and from :meth:`Lock.release`
 returning False, and never deletes somebody else's lock.
 
-This is a *skip* lock, not a queue: :func:`locked` yields False when someone else holds it, and the
-periodic task simply skips this run (the next beat will come).
+This is a *skip* lock, not a queue: :meth:`taskqueues.store.control.Control.locked` yields False when
+someone else holds it, and the periodic task simply skips this run (the next beat will come).
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import redis
 
 from ..errors import StoreError
 from . import functions
 from .guard import client_url, guard
-from .keys import Keys
 
-__all__ = ["Lock", "LockError", "locked"]
+__all__ = ["Lock", "LockError"]
 
 
 class LockError(StoreError):
@@ -72,18 +69,3 @@ class Lock:
     def _call(self, script: functions.Function, args: list[str | int]) -> object:
         with guard(client_url(self.client), f"using lock {self.key}"):
             return script(keys=[self.key], args=args)
-
-
-@contextmanager
-def locked(client: redis.Redis, keys: Keys, name: str, ttl: float) -> Iterator[bool]:
-    """Hold the periodic task lock ``name`` for the block; yields False (skip this run) when it is taken.
-
-    ``ttl`` should exceed the longest expected run: the lock frees itself that long after a crash.
-    """
-    lock = Lock(client, keys.lock(name), ttl)
-    got = lock.acquire()
-    try:
-        yield got
-    finally:
-        if got:
-            lock.release()

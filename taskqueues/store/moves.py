@@ -38,6 +38,7 @@ from redis.exceptions import AskError
 
 from ..errors import StoreError
 from . import cluster
+from .guard import guard
 from .keys import Keys
 
 #: Elements of one key moved in one step of a chunked classic move (also the largest key moved by MIGRATE).
@@ -306,6 +307,11 @@ def move_community(
     the primary at ``target`` (``host:port``), by :func:`move_slot` (``atomic`` and ``chunk`` as there, its
     stats hash first). Refused, with nothing done, unless ``url`` names a Cluster, ``target`` one of its
     primaries that does not own the slot already, and the community has keys."""
+    with guard(cluster.shown_url(url) if url else "the embedded server", f"moving community {keys.vo!r}"):
+        return _move_community(url, keys, target, atomic=atomic, chunk=chunk)
+
+
+def _move_community(url: str, keys: Keys, target: str, *, atomic: bool | None, chunk: int) -> CommunityMove:
     if not cluster.is_cluster(url):
         shown = f"redis_url {cluster.shown_url(url)!r}" if url else "the embedded server"
         raise MoveRefused(

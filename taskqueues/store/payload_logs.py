@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import NotFound
-from .facade import Store
 from .guard import guarded
+from .part import Scripted
 from .records import text
 
 #: The streams a payload has, by the short name the pilot and the store use.
@@ -76,70 +76,76 @@ def shown(data: bytes) -> str:
     return escaped(data.decode("utf-8", errors="backslashreplace"))
 
 
-@guarded("shipping a payload's output")
-def ship(
-    store: Store,
-    job: str,
-    attempt: int,
-    pilot: str,
-    *,
-    cap: int,
-    host: str,
-    directory: str,
-    live: bool,
-    chunks: Mapping[str, tuple[bytes, int]],
-) -> str | None:
-    """Append new output of one attempt (stream -> (newest bytes, the stream's total bytes)) to the job's log
-    hash; None when stored, else why not (the job is gone, or never had that attempt)."""
-    args: list[Any] = [
-        job,
-        attempt,
-        pilot,
-        store.clock(),
-        cap,
-        json.dumps({"host": host, "dir": directory}),
-        "1" if live else "0",
-    ]
-    for stream, (data, total) in chunks.items():
-        args += [stream, data[-cap:] if cap else b"", total]
-    reply = store.call_script("ship_log", [store.keys.jobs, store.keys.log(job)], args)
-    return None if text(reply[0]) == "ok" else text(reply[1])
+class Logs:
+    """The payloads' shipped output (``store.logs``)."""
 
+    def __init__(self, store: Scripted) -> None:
+        self._store = store
+        self.where = store.where
 
-@guarded("reading a job's output")
-def read(store: Store, job: str) -> dict[int, AttemptLog]:
-    """Every attempt's shipped output of ``job`` (attempt -> log); NotFound for an unknown job."""
-    pipe = store.client.pipeline(transaction=False)
-    pipe.hexists(store.keys.jobs, job)
-    pipe.hgetall(store.keys.log(job))
-    exists, raw = pipe.execute()
-    if not exists:
-        raise NotFound(f"no job {job!r}")
-    fields = {text(k): v for k, v in raw.items()}
-    out: dict[int, AttemptLog] = {}
-    for name, value in fields.items():
-        number, _, what = name.partition(":")
-        if what != "meta" or not number.isdigit():
-            continue
-        try:
-            meta = json.loads(value)
-        except ValueError:
-            meta = {}
-        meta = meta if isinstance(meta, dict) else {}
-        attempt = int(number)
-        streams = {}
-        for stream in STREAMS.values():
-            data = fields.get(f"{attempt}:{stream}")
-            if data is not None:
-                total = fields.get(f"{attempt}:{stream}:n")
-                streams[stream] = StreamTail(bytes(data), int(total) if total is not None else len(data))
-        out[attempt] = AttemptLog(
+    @guarded("shipping a payload's output")
+    def ship(
+        self,
+        job: str,
+        attempt: int,
+        pilot: str,
+        *,
+        cap: int,
+        host: str,
+        directory: str,
+        live: bool,
+        chunks: Mapping[str, tuple[bytes, int]],
+    ) -> str | None:
+        """Append new output of one attempt (stream -> (newest bytes, the stream's total bytes)) to the job's log
+        hash; None when stored, else why not (the job is gone, or never had that attempt)."""
+        args: list[Any] = [
+            job,
             attempt,
-            streams,
-            str(meta.get("pilot", "")),
-            str(meta.get("host", "")),
-            str(meta.get("dir", "")),
-            bool(meta.get("live")),
-            float(meta.get("at") or 0),
-        )
-    return out
+            pilot,
+            self._store.clock(),
+            cap,
+            json.dumps({"host": host, "dir": directory}),
+            "1" if live else "0",
+        ]
+        for stream, (data, total) in chunks.items():
+            args += [stream, data[-cap:] if cap else b"", total]
+        reply = self._store.call_script("ship_log", [self._store.keys.jobs, self._store.keys.log(job)], args)
+        return None if text(reply[0]) == "ok" else text(reply[1])
+
+    @guarded("reading a job's output")
+    def read(self, job: str) -> dict[int, AttemptLog]:
+        """Every attempt's shipped output of ``job`` (attempt -> log); NotFound for an unknown job."""
+        pipe = self._store.client.pipeline(transaction=False)
+        pipe.hexists(self._store.keys.jobs, job)
+        pipe.hgetall(self._store.keys.log(job))
+        exists, raw = pipe.execute()
+        if not exists:
+            raise NotFound(f"no job {job!r}")
+        fields = {text(k): v for k, v in raw.items()}
+        out: dict[int, AttemptLog] = {}
+        for name, value in fields.items():
+            number, _, what = name.partition(":")
+            if what != "meta" or not number.isdigit():
+                continue
+            try:
+                meta = json.loads(value)
+            except ValueError:
+                meta = {}
+            meta = meta if isinstance(meta, dict) else {}
+            attempt = int(number)
+            streams = {}
+            for stream in STREAMS.values():
+                data = fields.get(f"{attempt}:{stream}")
+                if data is not None:
+                    total = fields.get(f"{attempt}:{stream}:n")
+                    streams[stream] = StreamTail(bytes(data), int(total) if total is not None else len(data))
+            out[attempt] = AttemptLog(
+                attempt,
+                streams,
+                str(meta.get("pilot", "")),
+                str(meta.get("host", "")),
+                str(meta.get("dir", "")),
+                bool(meta.get("live")),
+                float(meta.get("at") or 0),
+            )
+        return out

@@ -10,7 +10,10 @@ see :func:`stored_requirements`), ``q`` request, ``n`` name, ``e`` estimated run
 submitted, ``rt``/``mr`` retries done/allowed (``a`` and ``mr`` are left out while 0 and
 :data:`DEFAULT_MAX_RETRIES`), ``pl`` pilot, ``tm`` matched, ``st`` started,
 ``te`` ended, ``x`` exit code, ``w`` wall seconds, ``cpu`` CPU seconds, ``pm`` peak memory MB, ``why``
-reason, ``o`` outputs (JSON text), ``cx`` cancel requested, ``k`` key, ``ru`` rule, ``dn`` dependents,
+reason, ``o`` outputs (JSON text), ``cx`` cancel requested, ``hb`` who held it, ``ho`` held while blocked
+(it becomes held instead of waiting), ``py`` its own priority (``pilotfish update``), ``ro``/``rm``/``rr`` the
+exit codes that retry it automatically, how many times at most, how many were done, ``k`` key, ``ru`` rule,
+``dn`` dependents,
 ``nd`` unfinished dependencies, ``dp`` dependencies, ``dx`` requirements deferred until the dependencies'
 outputs exist (``df`` holds what evaluating them needs), ``pr`` pressure (seconds of critical path from
 the job's start to its request's targets), ``h`` the user's own run-time hint (what the rule's hint
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -47,6 +51,8 @@ class JobState(StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     DEP_FAILED = "dep-failed"
+    #: Kept out of its task queue by ``pilotfish hold`` until released (``pilotfish release``).
+    HELD = "held"
 
     @property
     def final(self) -> bool:
@@ -89,6 +95,10 @@ class NewJob:
     state: JobState | None = None
     reason: str = ""
     hint: float | None = None
+    #: Exit codes on which a failed payload runs again at once (the workflow's ``retry.on_exit``), at most
+    #: ``retry_max`` times.
+    retry_on: tuple[int, ...] = ()
+    retry_max: int = 0
 
     def record(self, now: float, ete_safety_factor: float = DEFAULT_ETE_SAFETY_FACTOR) -> dict[str, Any]:
         """The stored record; ``dl``/``dpl`` (indexes) become ``dn``/``dp`` (ids) inside submit.lua.
@@ -126,6 +136,8 @@ class NewJob:
             rec["pr"] = round(self.pressure, 3)
         if self.hint is not None:
             rec["h"] = self.hint
+        if self.retry_on and self.retry_max:
+            rec["ro"], rec["rm"] = list(self.retry_on), self.retry_max
         if self.reason:
             rec["why"] = self.reason
             rec["te"] = round(now, 3)
@@ -142,6 +154,81 @@ def time_needed(wall: object, ete: float, ete_safety_factor: float) -> int:
     if isinstance(wall, int) and not isinstance(wall, bool) and wall > 0:
         return wall
     return math.ceil(round(ete * ete_safety_factor, 6))
+
+
+def canonical_json(value: Any) -> str:
+    """The one JSON form of whatever is hashed, compared or stored as a definition: sorted keys, no spaces,
+    ASCII, and no NaN or infinity (refused: they have no JSON form)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
+def request_record(
+    *,
+    name: str,
+    priority: float,
+    now: float,
+    eta: float,
+    critical: float,
+    load: float,
+    cores: float,
+    jobs: int,
+    owner: str,
+    group: str,
+    notify: str = "",
+) -> dict[str, Any]:
+    """The stored record of a request (``Store.submit``'s ``request``): its name and priority, when it was
+    submitted, its ETA, the critical path, the date its load ends, its cores, how many jobs, owner and group,
+    and the webhook called when it ends (only when it names one)."""
+    record: dict[str, Any] = {
+        "name": name,
+        "priority": priority,
+        "ts": round(now, 3),
+        "eta": round(eta, 3),
+        "cp": round(critical, 3),
+        "load": round(load, 3),
+        "cores": round(cores, 3),
+        "n": jobs,
+        "owner": owner,
+        "group": group,
+    }
+    if notify:
+        record["notify"] = notify
+    return record
+
+
+def placed_spec(
+    *,
+    tq_id: str,
+    tq_def: str,
+    queues: Sequence[str],
+    cpu: int,
+    mem: int,
+    tmp: int,
+    wall: object,
+    values: Mapping[str, Any],
+    ete: float,
+    ete_safety_factor: float,
+    command: str | None = None,
+) -> dict[str, Any]:
+    """What ``release.lua`` takes to move a releasing job into task queue ``tq_id`` (``Store.release``): its
+    member tail and exact requirements as a waiting record stores them, its run-time estimate, and the
+    command its dependencies' outputs filled in (None: unchanged)."""
+    spec: dict[str, Any] = {
+        "t": tq_id,
+        "def": tq_def,
+        "queues": list(queues),
+        "m_tail": member_tail(cpu, mem, tmp, time_needed(wall, ete, ete_safety_factor)),
+        **stored_requirements(canonical_json(dict(values)), cpu, mem),
+        "e": ete,
+    }
+    if command is not None:
+        spec["c"] = command
+    return spec
+
+
+def release_refusal(why: str) -> dict[str, Any]:
+    """What ``release.lua`` takes to fail a releasing job instead (``Store.release``)."""
+    return {"error": why}
 
 
 def member_tail(cpu: int, mem: int, tmp: int, need: int) -> str:
@@ -170,7 +257,7 @@ def stored_requirements(requirements: str, cpu: int, mem: int, parsed: object = 
             del values[name]
             elided = True
     out: dict[str, str] = {}
-    text = json.dumps(values, sort_keys=True, separators=(",", ":")) if elided else requirements
+    text = canonical_json(values) if elided else requirements
     if values:
         out["r"] = text
     if absent:
@@ -225,6 +312,14 @@ class Job:
     pending: int = 0
     deferred: str = ""
     pressure: float = 0.0
+    #: Who held the job (``pilotfish hold``): while it is held, or blocked with a hold waiting for it.
+    held_by: str | None = None
+    #: The job's own priority (``pilotfish update --priority``), else None: its request's.
+    priority: float | None = None
+    #: Automatic retries: the exit codes that retry, how many times at most, and how many were done.
+    retry_on: tuple[int, ...] = ()
+    retry_max: int = 0
+    auto_retries: int = 0
     #: Why this record cannot be run as stored (not UTF-8, unreadable): a pilot fails such a job with it.
     problem: str = ""
 
@@ -289,6 +384,11 @@ class Job:
             pending=int(get("nd", 0)),
             deferred=get("df", "") if get("dx") else "",
             pressure=float(get("pr", 0)),
+            held_by=get("hb"),
+            priority=get("py"),
+            retry_on=tuple(int(x) for x in get("ro") or ()),
+            retry_max=int(get("rm", 0)),
+            auto_retries=int(get("rr", 0)),
             problem=problem,
         )
         return job

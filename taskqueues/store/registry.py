@@ -11,34 +11,32 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-import redis
-
-from .keys import Keys
+from .guard import guarded
+from .part import Part
 from .records import text as _text
 
 
-class Registry:
-    """The pilots the directors of one community submitted, by queue and batch system."""
-
-    def __init__(self, client: redis.Redis, keys: Keys) -> None:
-        self.client = client
-        self.keys = keys
+class Registry(Part):
+    """The pilots the directors of one community submitted, by queue and batch system (``store.registry``)."""
 
     @staticmethod
     def name(queue: str, kind: str, batch_id: str) -> str:
         """The field of one pilot."""
         return f"{queue}|{kind}|{batch_id}"
 
+    @guarded("recording a submitted pilot")
     def record(self, queue: str, kind: str, batch_id: str, record: dict[str, Any]) -> None:
         """Write (or rewrite) the record of one pilot."""
         self.client.hset(self.keys.provisioned, self.name(queue, kind, batch_id), json.dumps(record))
 
+    @guarded("forgetting submitted pilots")
     def forget(self, queue: str, kind: str, batch_ids: Iterable[str]) -> None:
         """Drop the records of these pilots (ended, cancelled, or retired)."""
         names = [self.name(queue, kind, b) for b in batch_ids]
         if names:
             self.client.hdel(self.keys.provisioned, *names)
 
+    @guarded("reading the submitted pilots")
     def of(self, queue: str, kind: str) -> dict[str, dict[str, Any]]:
         """Batch id -> record, for the pilots of one queue in one batch system."""
         prefix = self.name(queue, kind, "")

@@ -4,7 +4,9 @@ stored reservations as Python reads them (``pilotfish explain``, the invariant c
 When the most urgent head a pilot could ever hold does not fit what it has free, ``match.lua`` reserves it
 on the pilot whose running jobs free enough soonest (by their estimated ends), and that pilot leases a less
 urgent job only if the job ends before the reserved start or fits in what the reserved job leaves over (see
-the "Reservations" block of ``match.lua``). One reservation per catalog queue, in ``keys.resv``.
+the "Reservations" block of ``match.lua``), or, with bounded reservations (``Store.bounded_reservations``, the
+default), if its score less its need is before the reserved start (docs/operator/scheduling.md). One
+reservation per catalog queue, in ``keys.resv``.
 """
 
 from __future__ import annotations

@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .guard import guarded
+from .part import Scripted
 from .records import text
-
-if TYPE_CHECKING:
-    from .facade import Store
 
 #: Entries of the ended index read per round trip.
 PAGE = 1000
@@ -47,17 +45,20 @@ def _request_of(raw: Any) -> str | None:
     return q if isinstance(q, str) else None
 
 
-def _forget(store: Store, cutoff: float, request: str, jobs: list[str]) -> tuple[str, int]:
+def _forget(store: Scripted, cutoff: float, request: str, jobs: list[str]) -> tuple[str, int]:
     k = store.keys
     reply = store.call_script(
-        "forget", [k.jobs, k.requests, k.donelog, k.cursor, k.kills], [k.base + ":", repr(cutoff), request, *jobs]
+        "forget",
+        [k.jobs, k.requests, k.donelog, k.cursor, k.kills],
+        [k.base + ":", repr(cutoff), request, *jobs],
+        [k.notify, k.notifyq, k.notifywatch],
     )
     status = text(reply[0])
     return status, int(reply[1]) if status == "ok" else 0
 
 
 @guarded("forgetting ended jobs")
-def forget_ended(store: Store, cutoff: float) -> Forgotten:
+def forget_ended(store: Scripted, cutoff: float) -> Forgotten:
     """Forget every request whose jobs all ended before ``cutoff`` (unix seconds), and the jobs of no request
     that did and whose dependents ended; returns what was forgotten."""
     k = store.keys

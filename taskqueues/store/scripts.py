@@ -8,7 +8,7 @@ them as one Redis function library (:mod:`taskqueues.store.functions`).
 Names exist once: a script does not spell a key suffix or a default of Python's, it names a constant
 (``K_TQ``, ``MAX_RETRIES``...) and the loader puts in front of it one line of ``local`` constants holding
 those it uses, rendered from :func:`taskqueues.store.keys.lua_names` and
-:data:`taskqueues.store.records.DEFAULT_MAX_RETRIES`.
+:data:`taskqueues.store.records.DEFAULT_MAX_RETRIES` (and :data:`taskqueues.store.keys.WAKE_SHARDS`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import re
 from functools import cache
 from importlib import resources
 
-from .keys import MATCHED_COUNT, lua_names
+from .keys import MATCHED_COUNT, WAKE_SHARDS, lua_names
 from .records import DEFAULT_MAX_RETRIES
 
 _LIB = "_lib"
@@ -39,7 +39,7 @@ def source(name: str) -> str:
 
 def constants() -> dict[str, str | int]:
     """Every constant the loader may put in front of a script, by its Lua name."""
-    return {**lua_names(), "MAX_RETRIES": DEFAULT_MAX_RETRIES, "MATCHED": MATCHED_COUNT}
+    return {**lua_names(), "MAX_RETRIES": DEFAULT_MAX_RETRIES, "MATCHED": MATCHED_COUNT, "WAKE_SHARDS": WAKE_SHARDS}
 
 
 def prelude(text: str) -> str:

@@ -92,6 +92,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
     env.update(
         PILOTFISH_STATE_DIR=str(work / "state"),
         PILOTFISH_FLOWER_PORT=str(port),
+        PILOTFISH_API_PORT=str(free_port()),
         PILOTFISH_DIRECTOR_INTERVAL="1",
         PILOTFISH_PILOT_EVENTS="true",
         PYTHONPATH=str(ROOT),
@@ -216,6 +217,7 @@ def test_up_on_a_configured_redis_keeps_its_urls_in_the_secrets_file(tmp_path: P
         env.update(
             PILOTFISH_STATE_DIR=str(tmp_path / "state"),
             PILOTFISH_FLOWER_PORT=str(free_port()),
+            PILOTFISH_API_PORT=str(free_port()),
             PILOTFISH_DIRECTOR_INTERVAL="1",
             PILOTFISH_REDIS_URL=access.with_credentials(base, access.CONTROL_USER, control_pw),
             PILOTFISH_PILOT_REDIS_URL=access.with_credentials(base, access.pilot_user("default"), pilot_pw),

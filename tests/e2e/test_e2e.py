@@ -165,6 +165,7 @@ def test_embedded_redis_keeps_its_data_across_down_and_up(tmp_path: Path) -> Non
     env = {**os.environ, "PILOTFISH_STATE_DIR": str(tmp_path / "state"), "PILOTFISH_FLOWER_PORT": "0"}
     env.pop("PILOTFISH_REDIS_URL", None)
     env["PILOTFISH_FLOWER_PORT"] = str(_free_port())
+    env["PILOTFISH_API_PORT"] = str(_free_port())
     try:
         up = cli(["up"], env).stdout
         assert "redis: started" in up and "Flower: http://127.0.0.1:" in up
@@ -182,3 +183,45 @@ def _free_port() -> int:
     from taskqueues.store.redis_server import free_port
 
     return free_port()
+
+
+def test_run_calls_the_workflows_webhook_once_when_it_ends(env: dict[str, str], tmp_path: Path) -> None:
+    """Issue 28: ``pilotfish run`` has no worker; it calls the request's webhook itself when the request ends."""
+    from matcher.notify import DELIVERY_HEADER
+    from tests.matcher.test_notify import Hook
+
+    hook = Hook()
+    try:
+        workflow = tmp_path / "w.toml"
+        workflow.write_text(f'name = "w"\nnotify = "{hook.url}"\n[[jobs]]\nname = "bad"\ncommand = "exit 3"\n')
+        done = cli(["run", str(workflow)], env, check=False)
+        assert done.returncode != 0 and "failed: bad: exit code 3" in done.stdout
+        [(body, headers, code)] = hook.calls
+        assert code == 200 and body["event"] == "request.ended" and body["states"] == {"failed": 1}
+        assert headers[DELIVERY_HEADER] == body["id"] and body["name"] == "w"
+        status = cli(["status", body["id"]], env).stdout
+        assert f"notify {hook.url}: sent " in status, status
+    finally:
+        hook.close()
+
+
+def test_the_workers_notifier_calls_the_webhook_when_a_request_ends(tmp_path: Path) -> None:
+    """Issue 28: in a deployment (``up``) the Celery worker's notifier thread sends the notification."""
+    from tests.matcher.test_notify import Hook
+
+    env = {**os.environ, "PILOTFISH_STATE_DIR": str(tmp_path / "state"), "PILOTFISH_FLOWER_PORT": str(_free_port())}
+    env.pop("PILOTFISH_REDIS_URL", None)
+    env["PILOTFISH_NOTIFY_BACKOFF"] = "1"  # the worker's: its second attempt a second after the first
+    hook = Hook(codes=(500,))
+    try:
+        cli(["up"], env)
+        workflow = tmp_path / "w.toml"
+        workflow.write_text('name = "hooked"\n[[jobs]]\nname = "a"\ncommand = "true"\n')
+        request = json.loads(cli(["submit", "--json", "--notify", hook.url, str(workflow)], env).stdout)["request"]
+        wait_until(lambda: len(hook.answered()) == 1, timeout=120, interval=0.5, what="the webhook called")
+        assert [code for _, _, code in hook.calls] == [500, 200]
+        assert hook.answered()[0]["id"] == request and hook.answered()[0]["states"] == {"done": 1}
+        assert "notify " in cli(["status", request], env).stdout
+    finally:
+        cli(["down"], env, check=False)
+        hook.close()

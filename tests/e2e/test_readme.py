@@ -20,6 +20,7 @@ from taskqueues.catalog import Catalog
 from taskqueues.settings import Settings
 from taskqueues.store import Store
 from taskqueues.store.records import JobState
+from taskqueues.store.redis_server import free_port
 from tests.support.pages import blocks, named, pages
 from tests.support.paths import ROOT
 from tests.support.pilots import pilot_env
@@ -98,8 +99,10 @@ def test_the_first_run_prints_what_the_readme_shows(tmp_path: Path, redis_url: s
     assert re.fullmatch(r"pilots \d+, utilisation \d+% of their cores", got[-1])
 
 
-def test_the_tour_runs_as_the_readme_shows(tmp_path: Path, redis_url: str) -> None:
-    """Every command of the tour, in the README's order, against a real Redis and a real pilot.
+@pytest.mark.parametrize("via", ["store", "api"])
+def test_the_tour_runs_as_the_readme_shows(tmp_path: Path, redis_url: str, via: str) -> None:
+    """Every command of the tour, in the README's order, against a real Redis and a real pilot: run by the
+    deployment's owner on the store, and (``via`` api) by a user through ``pilotfish serve`` with a token.
 
     ``pilotfish up`` and ``down`` are stood in for by one pilot this test starts and stops (a 1-core pilot
     whose heartbeat comes every 200 s, so what ``kill`` and ``cancel`` do at once is not a heartbeat's
@@ -139,12 +142,26 @@ def test_the_tour_runs_as_the_readme_shows(tmp_path: Path, redis_url: str) -> No
         "PYTHONPATH": str(ROOT),
     }
     store = Store.from_url(redis_url)
+    user = env  # what the commands run with (metrics reads the store: an operator's, never through the API)
+    server: subprocess.Popen[bytes] | None = None
+    if via == "api":
+        token = store.tokens.create("tourist", ["default"], "user", 3600)[1]
+        port = free_port()
+        server = subprocess.Popen(
+            [sys.executable, "-m", "matcher.cli", "serve", "--port", str(port)],
+            cwd=here,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        user = {**env, "PILOTFISH_API_URL": f"http://127.0.0.1:{port}", "PILOTFISH_TOKEN": token}
+        wait_until(lambda: _answers(port), timeout=60, what="pilotfish serve answering")
 
     def cli(command: str, ok: bool = True) -> str:
         done = subprocess.run(
             [sys.executable, "-m", "matcher.cli", *command.split()[1:]],
             cwd=here,
-            env=env,
+            env=env if command.split()[1] == "metrics" else user,
             capture_output=True,
             text=True,
             timeout=60,
@@ -197,7 +214,8 @@ def test_the_tour_runs_as_the_readme_shows(tmp_path: Path, redis_url: str) -> No
                 )
             elif verb == "status" and len(command.split()) == 2:
                 out = cli(command)
-                line = rf"request {request} 'montage' owner \S+ group default priority 0: 42 jobs \("
+                owner = "tourist" if via == "api" else r"\S+"
+                line = rf"request {request} 'montage' owner {owner} group default priority 0: 42 jobs \("
                 assert re.search(line, out), out
                 assert "critical path left" in out and "ETA" in out and "eligible queues: local/localhost/local" in out
             elif verb == "status":
@@ -220,7 +238,7 @@ def test_the_tour_runs_as_the_readme_shows(tmp_path: Path, redis_url: str) -> No
                 shown = subprocess.run(
                     [sys.executable, "-m", "matcher.cli", *argv],
                     cwd=here,
-                    env=env,
+                    env=user,
                     capture_output=True,
                     text=True,
                     timeout=60,
@@ -256,7 +274,7 @@ def test_the_tour_runs_as_the_readme_shows(tmp_path: Path, redis_url: str) -> No
                 err = subprocess.run(
                     [sys.executable, "-m", "matcher.cli", "kill", running],
                     cwd=here,
-                    env=env,
+                    env=user,
                     capture_output=True,
                     text=True,
                     timeout=60,
@@ -302,9 +320,19 @@ def test_the_tour_runs_as_the_readme_shows(tmp_path: Path, redis_url: str) -> No
             else:
                 pytest.fail(f"the tour has a command this test does not know: {command}")
     finally:
-        if pilot is not None and pilot.poll() is None:
-            pilot.kill()
-            pilot.wait()
+        for process in (pilot, server):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+def _answers(port: int) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 @pytest.mark.parametrize("example", ["small-dag", "mixed-batch", "montage"])

@@ -104,3 +104,52 @@ def test_owner_and_group_reach_the_request_and_every_job_row(redis_url: str) -> 
     }
     with pytest.raises(ValidationError, match="al ice"):
         client.submit(HELLO, owner="al ice")
+
+
+def test_hold_release_resubmit_update_and_events(redis_url: str) -> None:
+    client = Client(redis_url)
+    request = client.submit(HELLO)
+    a, b = request.ids["a"], request.ids["b"]
+    assert client.hold(request, reason="wait", by="alice") == (
+        f"request {request.id}: 1 held, 1 hold-pending by alice (wait)".replace(
+            "hold-pending", "held when they would wait"
+        )
+    )
+    assert client.store.job(b).held_by == "alice" and {r.id: r.state for r in client.jobs(request=request)} == {
+        a: "held",
+        b: "blocked",
+    }
+    assert client.release(a, b, by="bob") == "2 jobs: 2 released by bob"
+    assert "priority 0 -> 30" in client.update(a, priority=30, by="bob")
+    client.cancel(request)
+    assert client.resubmit(request, states=["cancelled"], by="carol") == (
+        f"request {request.id}: 1 jobs resubmitted by carol, and 1 dep-failed dependents with them"
+    )
+    assert [(e.source, e.state, e.by) for e in client.events(a)] == [
+        (None, "waiting", "submit"),
+        ("waiting", "held", "alice"),
+        ("held", "waiting", "bob"),
+        ("waiting", "waiting", "bob"),  # the update
+        ("waiting", "cancelled", "cancel"),
+        ("cancelled", "waiting", "carol"),
+    ]
+    assert client.store.job(b).state is JobState.BLOCKED
+
+
+def test_history_requests_and_notify_from_python(redis_url: str) -> None:
+    """Issue 28: every new command is a method too."""
+    client = Client(redis_url)
+    ended = client.submit(HELLO, owner="alice", group="phys", notify="https://hooks.example.org/pf")
+    client.cancel(ended)
+    running = client.submit({**HELLO, "name": "later"}, owner="bob")
+    assert [s.id for s in client.requests()] == [running.id]
+    assert [s.id for s in client.requests(ended=True, owner="alice")] == [ended.id]
+    assert client.status(ended).notify == {"url": "https://hooks.example.org/pf", "state": "waiting"}
+    page = client.history("1h", owner="alice", limit=1)
+    assert [r.state for r in page.rows] == ["cancelled"] and page.next is not None
+    rest = client.history("1h", owner="alice", after=page.next)
+    assert [r.state for r in rest.rows] == ["dep-failed"] and rest.next is None
+    assert client.history("1h", group="phys", states=["done"]).rows == []
+    assert [r.owner for r in client.jobs(owner="bob")] == ["bob", "bob"] and client.jobs(group="phys") == []
+    with pytest.raises(ValidationError, match="--since 'then' is not a time"):
+        client.history("then")

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from taskqueues.store import Store, stops
+from taskqueues.store import Store
 from taskqueues.store.records import PilotOffer, RunResult
 from tests.support.paths import ROOT
 from tests.support.store import job
@@ -51,10 +51,10 @@ def test_drain_asks_a_live_pilot_through_the_store(redis_url: str, tmp_path: Pat
     store.heartbeat("local-7@node", {}, {"queue": "site/ce/q1", "cores": 1})
     done = cli(redis_url, tmp_path, "drain", "local-7@node")
     assert (done.returncode, done.stdout) == (0, "pilot local-7@node: draining\n")
-    held = stops.read(store.client, store.keys, "local-7@node")
+    held = store.pilots.stop_request("local-7@node")
     assert held is not None and held.mode == "drain"
     done = cli(redis_url, tmp_path, "drain", "--shutdown", "local-7@node")
-    held = stops.read(store.client, store.keys, "local-7@node")
+    held = store.pilots.stop_request("local-7@node")
     assert done.returncode == 0 and held is not None and held.mode == "shutdown"
     done = cli(redis_url, tmp_path, "drain", "nobody@nowhere")
     assert done.returncode == 1 and "no live pilot 'nobody@nowhere'" in done.stderr

@@ -25,7 +25,7 @@ from taskqueues.store.redis_server import free_port
 from tests.support.paths import ROOT
 from tests.support.polling import wait_until
 
-PARTS = ("worker", "beat", "director", "flower")
+PARTS = ("worker", "beat", "director", "flower", "api")
 
 
 class Deployment:
@@ -35,6 +35,7 @@ class Deployment:
             **os.environ,
             "PILOTFISH_STATE_DIR": str(self.state),
             "PILOTFISH_FLOWER_PORT": str(free_port()),
+            "PILOTFISH_API_PORT": str(free_port()),
             "PILOTFISH_LEASE_SECONDS": "5",
             "PILOTFISH_REAP_INTERVAL": "1",
             "PILOTFISH_DIRECTOR_INTERVAL": "1",
@@ -104,8 +105,10 @@ def test_up_restarts_what_died_and_down_stops_every_process_orphans_included(
         "beat": "started",
         "director": "started",
         "flower": "running",
+        "api": "running",
         "Redis": again["Redis"],
         "Flower": again["Flower"],
+        "API": again["API"],
     }, again
     assert deployment.pid("beat") != beat
 

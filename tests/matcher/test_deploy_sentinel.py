@@ -86,7 +86,9 @@ def test_up_on_a_cluster_store_with_a_sentinel_broker_runs_a_job_without_a_trace
             wait_until(
                 lambda: bool(_workers(port, made.state)), timeout=60, what="Flower to list the control-plane worker"
             )
-            wait_until(lambda: "(1 done)" in made.cli("status").stdout, timeout=90, interval=1, what="the job done")
+            wait_until(
+                lambda: "(1 done)" in made.cli("status", "--all").stdout, timeout=90, interval=1, what="the job done"
+            )
         finally:
             made.cli("down")
         for part in ("worker", "beat", "director", "flower"):

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from taskqueues.store import alive
+from taskqueues.store import Store
+from taskqueues.store.control import KEEP
 from taskqueues.store.keys import Keys
 from tests.support.paths import ROOT
 from tests.support.polling import wait_until
@@ -87,7 +88,7 @@ def start(
 
 
 def test_a_fresh_entry_of_this_host_passes(env: dict[str, str], real_redis: redis.Redis) -> None:
-    alive.record(real_redis, KEYS, "worker")
+    Store(real_redis, KEYS).control.beat("worker")
     done = health(env, "--component", "worker")
     assert done.returncode == 0, done.stderr
     ago = re.fullmatch(rf"worker: ok \(worker@{re.escape(HOST)}, last beat (\d+) s ago\)\n", done.stdout)
@@ -95,7 +96,7 @@ def test_a_fresh_entry_of_this_host_passes(env: dict[str, str], real_redis: redi
 
 
 def test_a_stale_entry_of_this_host_fails_saying_how_old(env: dict[str, str], real_redis: redis.Redis) -> None:
-    alive.record(real_redis, KEYS, "beat", now=time.time() - 125)
+    Store(real_redis, KEYS).control.beat("beat", now=time.time() - 125)
     done = health(env, "--component", "beat")
     assert done.returncode == 1
     ago = re.match(rf"beat: beat@{re.escape(HOST)} last beat (\d+) s ago \(max age 60 s\)", done.stderr)
@@ -122,10 +123,8 @@ def test_a_pilot_is_judged_by_its_own_name_from_the_pod_environment(
 
 
 def test_old_entries_of_gone_pods_are_dropped_by_the_next_write(real_redis: redis.Redis) -> None:
-    real_redis.zadd(
-        KEYS.alive("worker"), {"worker@gone": time.time() - alive.KEEP - 1, "worker@sibling": time.time() - 10}
-    )
-    alive.record(real_redis, KEYS, "worker")
+    real_redis.zadd(KEYS.alive("worker"), {"worker@gone": time.time() - KEEP - 1, "worker@sibling": time.time() - 10})
+    Store(real_redis, KEYS).control.beat("worker")
     assert set(real_redis.zrange(KEYS.alive("worker"), 0, -1)) == {b"worker@sibling", f"worker@{HOST}".encode()}
 
 

@@ -20,11 +20,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from matcher.cli.metrics import registry
 from taskqueues.context import Context
 from taskqueues.settings import Settings
-from taskqueues.store import Store, census
+from taskqueues.store import Store
+from taskqueues.store.counters import MATCH_BUCKETS, LatencyHistogram
 from taskqueues.store.keys import Keys
 from taskqueues.store.records import PilotOffer, RunResult
 from taskqueues.store.redis_server import RedisServer, free_port
-from taskqueues.store.stats import MATCH_BUCKETS, LatencyHistogram
 from tests.support.clock import FakeClock
 from tests.support.paths import ROOT
 from tests.support.pilots import QUEUE, pilot_env, running_pilot
@@ -52,7 +52,7 @@ def test_scripts_count_ends_expiries_retries_matches_and_blocked_jobs(any_redis:
     clock = FakeClock()
     store = Store(any_redis, lease_seconds=10, backoff=0, clock=clock)
     a, _, c, d = store.submit([job("t1", dependents=(1,)), job("t2", pending=1), job("t3"), job("t1")])
-    seen = census.take(any_redis, store.keys, live_within=30, clock=clock)
+    seen = store.views.census(30, clock())
     assert seen.jobs["blocked"] == 1 and seen.by_task_queue["t2", "blocked"] == 1
     assert seen.jobs["waiting"] == 3 and seen.by_queue["site/ce/q1", "waiting"] == 3
     assert seen.by_queue["site/ce/q1", "blocked"] == 1
@@ -67,7 +67,7 @@ def test_scripts_count_ends_expiries_retries_matches_and_blocked_jobs(any_redis:
     clock.now += 11
     store.requeue_expired()  # its lease expired: a retry
     store.cancel(c if m3.id != c else d)
-    seen = census.take(any_redis, store.keys, live_within=30, clock=clock)
+    seen = store.views.census(30, clock())
     assert seen.counter("ended:done") == 1 and seen.counter("ended:cancelled") == 1
     assert seen.counter("matched") == 3 and seen.counter("retries") == 2 and seen.counter("lease_expired") == 1
     assert seen.jobs["blocked"] == 0 and ("t2", "blocked") not in seen.by_task_queue
@@ -80,9 +80,19 @@ def test_a_cancelled_dependency_ends_its_blocked_dependents_as_dep_failed(any_re
         [job("t1", dependents=(1,)), job("t2", pending=1, dependents=(2,)), job("t2", pending=1)]
     )
     store.cancel(first)
-    seen = census.take(any_redis, store.keys, live_within=30)
+    seen = store.views.census(30)
     assert seen.counter("ended:cancelled") == 1 and seen.counter("ended:dep-failed") == 2
     assert seen.jobs["blocked"] == 0
+
+
+def test_held_jobs_are_counted_apart_from_waiting_ones(any_redis: redis.Redis) -> None:
+    store = Store(any_redis)
+    held, _ = store.submit([job("t1"), job("t1")])
+    store.lifecycle.hold([held], "alice")
+    seen = store.views.census(30)
+    assert seen.jobs["held"] == 1 and seen.jobs["waiting"] == 1 and seen.by_queue["site/ce/q1", "waiting"] == 1
+    store.lifecycle.hold([held], "alice", release=True)
+    assert store.views.census(30).jobs["held"] == 0
 
 
 def test_task_queue_series_are_capped_and_the_rest_adds_up_under_other(redis_url: str, tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """Releasing dependents is the control plane's work, not the worker node's.
 
 A dependent whose requirements read its dependency's outputs is announced by ``complete`` on the release
-channel and evaluated at once by the control plane's releaser (:mod:`matcher.releaser`), which the Celery
+channel and evaluated at once by the control plane's releaser (:mod:`matcher.release_listener`), which the Celery
 worker runs; the pilot carries neither the catalog nor the workflow language and imports no ``matcher``
 module. Real redis-server, real ``pilotfish matcher`` worker and real pilot processes.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from matcher.releaser import Releaser
+from matcher.release_listener import Releaser
 from matcher.submission import Submitter, submit_workflow
 from matcher.workflow import parse_workflow
 from taskqueues.context import Context

@@ -124,6 +124,15 @@ def test_a_chain_that_grows_becomes_more_urgent_and_match_follows(submitter: Sub
     assert order == [a.ids["a1"], b.ids["b"], a.ids["x"]]
 
 
+def test_a_job_s_own_priority_survives_a_rescore(submitter: Submitter, store: Store) -> None:
+    a = submitter.submit(chain(["a1", "a2"], 10, "sim"), name="A", priority=5)
+    store.lifecycle.update(a.ids["a1"], "alice", "priority 5 -> 100", priority=100)
+    assert score_of(store, a, "a1") == NOW + 20 - 20 - 100  # ETA - pressure - its own priority
+    learn(submitter, store, "sim", 1000)
+    repressure(store)
+    assert score_of(store, a, "a1") == NOW + 2000 - 2000 - 100 and score_of(store, a, "a2") == NOW + 2000 - 1000 - 5
+
+
 def test_a_job_with_a_wall_keeps_needing_its_wall_when_its_estimate_moves(submitter: Submitter, store: Store) -> None:
     """Re-pressure moves a job's estimate, its urgency; what it needs from a pilot stays its wall."""
     sub = submitter.submit([spec("w", 10, rule="sim", wall="5m"), spec("n", 10, rule="sim", mem=200)])

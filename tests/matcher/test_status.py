@@ -157,3 +157,28 @@ def test_status_of_one_request_names_its_first_jobs_per_state(submitter: Submitt
     assert [j["name"] for j in doc["examples"]["waiting"]] == [f"w{i}" for i in range(5)]
     everything = CliRunner().invoke(status, [], env=env).output
     assert "  waiting: " not in everything, "the view of every request stays one block per request"
+
+
+def test_a_bare_status_shows_active_requests_and_counts_the_rest(
+    submitter: Submitter, store: Store, env: dict[str, str]
+) -> None:
+    """Issue 28: a bare ``status`` listed every request of the last 30 days and every empty task queue."""
+    done = submitter.submit([JobSpec("x", "true", {"Platform": "EL8"}, ete=10)], name="old", owner="bob").request
+    (job,) = store.match(PilotOffer("p", QB, 4, 8000))
+    store.complete(job.id, job.attempt, "p")
+    active, _ = chain_request(submitter)
+    runner = CliRunner()
+    out = runner.invoke(status, [], env=env).output
+    assert f"request {active} 'demo'" in out and f"request {done}" not in out
+    assert "1 ended requests not shown (1 done): pilotfish status --all lists them" in out
+    assert "1 empty task queues not shown (--all)" in out  # the one "old" ran in
+    everything = runner.invoke(status, ["--all"], env=env).output
+    assert f"request {done} 'old' owner bob" in everything and "no task queue" not in everything
+    doc = json.loads(runner.invoke(status, ["--json"], env=env).output)
+    assert [r["id"] for r in doc["requests"]] == [active]
+    assert (doc["ended_requests"], doc["empty_task_queues"], len(doc["task_queues"])) == (1, 1, 2)
+    bobs = runner.invoke(status, ["--all", "--owner", "bob", "--format", "id,owner,ended,done,waiting"], env=env)
+    assert bobs.output.splitlines() == ["REQUEST       OWNER  ENDED  DONE  WAITING", f"{done}  bob    yes    1     0"]
+    assert runner.invoke(status, ["--group", "nobody"], env=env).output.strip() == "no request"
+    bad = runner.invoke(status, ["--format", "id,colour"], env=env)
+    assert "no field named 'colour'" in str(bad.exception)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from matcher.release import release, sweep
+from matcher.job_release import release, sweep
 from matcher.submission import JobSpec, SubmissionError, Submitter, specs_from_workflow, submit_workflow
 from matcher.workflow import parse_workflow
 from taskqueues.catalog import Catalog
@@ -475,3 +475,12 @@ def test_examples_submit_against_the_example_catalog(store: Store, clock: FakeCl
         workflow = load_workflow(f"examples/{name}.toml")
         sub = submitter.submit(specs_from_workflow(workflow), name=workflow.name)
         assert len(sub.ids) == len(workflow.jobs)
+
+
+def test_the_max_retries_setting_is_a_jobs_unless_it_gives_its_own(redis_url: str, tmp_path: Path) -> None:
+    """The setting has a reader: the submitter of a context, from its settings; a job's own value wins."""
+    ctx = Context(Settings(redis_url=redis_url, state_dir=str(tmp_path), max_retries=1))
+    sub = Submitter.of(ctx).submit([JobSpec("plain", "true"), JobSpec("own", "true", max_retries=5)], name="retries")
+    assert ctx.store.job(sub.ids["plain"]).max_retries == 1
+    assert ctx.store.job(sub.ids["own"]).max_retries == 5
+    assert Submitter(ctx.store, ctx.catalog).max_retries == Settings().max_retries == 3

@@ -8,6 +8,7 @@ measured times are consistent.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from types import ModuleType
 
@@ -54,7 +55,11 @@ def test_small_run_end_to_end(bench: ModuleType, redis_server: RedisServer, redi
     assert cel.jobs == n and cel.rate > 0 and cel.submit_seconds <= cel.seconds
 
     table = bench.throughput_table(pf, cel, 2, "1 pilot x 2 cores")
-    assert "Pilotfish" in table and "Celery" in table and f"{pf.rate / cel.rate:.2f}x" in table
+    assert "Pilotfish" in table and "Celery" in table and f"{pf.rate / cel.rate:.2f}x, like for like" in table
+    assert "target >= 2x" in table and "bwrap / none" not in table
+    boxed = dataclasses.replace(pf, system="Pilotfish, bwrap (default)", seconds=2 * pf.seconds)
+    table = bench.throughput_table(pf, cel, 2, "2 pilots x 1 core", boxed, pilots=2)
+    assert "target >= 2.5x" in table and "Pilotfish, bwrap (default)" in table and "bwrap / none 0.50" in table
     assert "submit -> done seen (total)" in bench.latency_table(trials, "smoke")
 
 

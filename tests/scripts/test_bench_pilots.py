@@ -42,10 +42,13 @@ def test_bench_pilots_prints_a_consistent_table() -> None:
         matched, completed, server_matched, server_done = (int(x.replace(",", "")) for x in row[-4:])
         assert matched == completed == server_matched == server_done
     assert int(rows[0][1]) == 200  # the first row starts with every job waiting
-    assert int(rows[1][1].replace(",", "")) == 200 - int(rows[0][-4])  # the second with what the first left
+    # The second with what the first left, and the 10 jobs of the first's small submission (issue 31's wake).
+    assert int(rows[1][1].replace(",", "")) == 200 + 10 - int(rows[0][-4])
     assert int(rows[0][-4]) + int(rows[1][-4]) > 0  # woken by the wake channel, the pilots leased jobs
     assert "5 pilots: counts consistent" in out and "8 pilots: counts consistent" in out
     assert out.count("idle: ") == 2 and out.count("load: ") == 2
+    assert out.count("the load's wake (PUBLISH on each of the 16 wake shards") == 2
+    assert out.count("a submission of 10 jobs for one queue woke") == 2
     side = next(i for i, line in enumerate(lines) if line.split()[:4] == ["pilots", "pay", "s", "loadavg"])
     for line, pilots in zip(lines[side + 1 : side + 3], ["5", "8"], strict=True):
         cells = line.replace("|", " ").split()

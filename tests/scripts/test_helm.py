@@ -305,6 +305,38 @@ def test_flower_ingress_and_notes_tell_how_to_reach_it(hc: ModuleType) -> None:
     assert "no pilot will start" in plain
 
 
+def test_the_api_is_deployed_probed_served_and_optionally_behind_a_tls_ingress(hc: ModuleType) -> None:
+    objects = [m["object"] for m in hc.manifests(hc.render({}))]
+    api = named(objects, "Deployment", "-api")
+    c = container(api)
+    assert c["args"] == ["serve", "--host", "0.0.0.0", "--port", "8470"]
+    assert c["ports"] == [{"name": "http", "containerPort": 8470, "protocol": "TCP"}]
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "http"}
+    service = named(objects, "Service", "-api")
+    assert service["spec"]["ports"][0]["port"] == 8470 and service["spec"]["ports"][0]["targetPort"] == "http"
+    assert not by_kind(objects, "Ingress")
+    values = {
+        "api": {
+            "settings": {"api_oidc_issuer": "https://iam.site.test", "api_users_see_all": True},
+            "ingress": {"enabled": True, "host": "api.site.test", "tls": {"enabled": True}},
+        }
+    }
+    rendered = hc.render(values)
+    objects = [m["object"] for m in hc.manifests(rendered)]
+    env = {e["name"]: e.get("value") for e in container(named(objects, "Deployment", "-api"))["env"]}
+    assert env["PILOTFISH_API_OIDC_ISSUER"] == "https://iam.site.test" and env["PILOTFISH_API_USERS_SEE_ALL"] == "true"
+    ingress = named(objects, "Ingress", "-api")
+    assert ingress["spec"]["rules"][0]["host"] == "api.site.test"
+    assert ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["name"].endswith("-api")
+    assert ingress["spec"]["tls"] == [{"hosts": ["api.site.test"], "secretName": "pf-pilotfish-api-tls"}]
+    assert "https://api.site.test/" in rendered["pilotfish/templates/NOTES.txt"]
+    assert not hc.lint_problems(values)
+    assert hc.lint_problems({"api": {"settings": {"redis_url": "redis://elsewhere"}}})  # api_* settings only
+    off = [m["object"]["metadata"]["name"] for m in hc.manifests(hc.render({"api": {"enabled": False}}))]
+    assert off and not [name for name in off if name.endswith("-api")]
+
+
 # --- the store: bundled (Valkey, two ACL users) or external, and where its passwords may appear --------
 
 STORE_VALUES: dict[str, Any] = {

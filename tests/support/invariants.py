@@ -318,7 +318,7 @@ def _work(snap: _Snapshot, out: list[Violation]) -> None:
 
 
 #: Fields of a pilot's record (heartbeat.lua) and of a request's (submit.lua) that the control plane reads as
-#: numbers (matcher.eta, matcher.cli.run, matcher.status): None where null is allowed too.
+#: numbers (matcher.request_eta, matcher.cli.run, matcher.status): None where null is allowed too.
 _PILOT_NUMBERS = {
     "cores": False,
     "mem": False,

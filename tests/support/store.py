@@ -9,9 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from taskqueues.store import Store, payload_logs, retention
+from taskqueues.store import Placed, Store, retention
 from taskqueues.store.lock import Lock
-from taskqueues.store.records import NewJob, PilotOffer, RunResult
+from taskqueues.store.records import JobState, NewJob, PilotOffer, RunResult
 from tests.support.clock import FakeClock
 from tests.support.invariants import check, heads_violations
 from tests.support.keyspace import dump_all, restore_all, text
@@ -124,6 +124,14 @@ def populate(store: Store) -> Population:
     assert store.requeue_expired() == (1, 0, 0)
     assert store.kill(x, "by the operator") == "requested"
     store.client.set(store.keys.lock("beat"), "token-1", px=600_000)
+    # Request-end notifications (taskqueues.store.notices), each request one job failed at submission: n1's
+    # claimed by sender "s" (token "s#1"), n2's due, n3 watched with its job ended (not made due yet).
+    for request in ("n1", "n2", "n3"):
+        failed = job("n", state=JobState.FAILED, reason="refused at submission", queues=())
+        store.submit([failed], (request, {"name": request, "notify": "http://hooks.example.org/pf"}))
+    for request in ("n1", "n2"):
+        assert store.notices.ready(request, clock.now) == "due"
+    assert [c.token for c in store.notices.claim("s", clock.now, 60, 1)] == ["s#1"]
     return Population(waiting=a2, matched=a1, running=x, blocked=d, releasing=e, done=y, delayed=z)
 
 
@@ -167,6 +175,10 @@ def script_calls(store: Store, pop: Population, clock: FakeClock) -> dict[str, C
         ),
     )
     record("cancel", lambda: store.cancel(pop.waiting, "no longer needed"))
+    record("hold", lambda: store.lifecycle.hold([pop.waiting, pop.blocked], "alice", "look first"))
+    record("resubmit", lambda: store.lifecycle.resubmit([pop.done], "alice", "again"))
+    placed = Placed("n", '{"class":"n"}', (QUEUE,), {"cpu": 2, "mem": 200, "tmp": 0}, 2, 200, 0, None)
+    record("update", lambda: store.lifecycle.update(pop.waiting, "alice", "cpu 1 -> 2", priority=3, placed=placed))
     record("refresh_pool", lambda: store.refresh_pool("a", [QUEUE, "site/ce/q2"]))
     record(
         "release",
@@ -192,8 +204,7 @@ def script_calls(store: Store, pop: Population, clock: FakeClock) -> dict[str, C
     )
     record(
         "ship_log",
-        lambda: payload_logs.ship(
-            store,
+        lambda: store.logs.ship(
             pop.running,
             1,
             PILOT,
@@ -204,6 +215,7 @@ def script_calls(store: Store, pop: Population, clock: FakeClock) -> dict[str, C
             chunks={"out": (b"hello\n", 6), "err": (b"\xff", 9)},
         ),
     )
+    record("notify", lambda: store.notices.claim("t", clock.now, 60))  # ready and settle: tests/matcher/test_notify.py
     now = clock.now
     clock.now += 10_000  # every lease expired, every emptied task queue past its grace period
     try:

@@ -91,9 +91,11 @@ def test_a_pilot_user_may_run_the_pilot_and_nothing_else(state: Path) -> None:
         with pytest.raises(redis.exceptions.NoPermissionError):
             pilot.execute_command(*command)
     with pytest.raises(redis.exceptions.NoPermissionError):
-        pilot.publish("pf:{atlas}:wake", "1")
+        pilot.publish("pf:{atlas}:wake:site/ce/q:0", "1")
     assert control.hget("pf:{atlas}:jobs", "1") == b"theirs"
-    assert pilot.publish("pf:{lhcb}:wake", "1") == 0
+    assert pilot.publish("pf:{lhcb}:wake:site/ce/q:0", "1") == 0
+    with pytest.raises(redis.exceptions.NoPermissionError):  # its wake channels only, not any name after wake
+        pilot.publish("pf:{lhcb}:wakeful", "1")
     # Celery's broadcast channel: a pilot listens there, and only the control plane publishes.
     with pytest.raises(redis.exceptions.NoPermissionError):
         pilot.publish("/0.celery.pidbox", "shutdown")
@@ -233,7 +235,7 @@ def test_a_server_started_without_credentials_is_not_taken_over(tmp_path: Path) 
 def test_a_pilot_user_ships_output_for_its_own_community_only(state: Path) -> None:
     """Shipping payload output (``ship_log.lua``) needs no right a pilot lacks, and reaches no other community."""
     from taskqueues.errors import StoreAccessDenied
-    from taskqueues.store import Store, payload_logs
+    from taskqueues.store import Store
     from taskqueues.store.keys import Keys
     from tests.support.store import job
 
@@ -246,11 +248,11 @@ def test_a_pilot_user_ships_output_for_its_own_community_only(state: Path) -> No
     [theirs] = Store(control, Keys(vo="atlas")).submit([job()])
     control.execute_command("ACL", "LOG", "RESET")
     ship = {"cap": 64, "host": "node", "directory": "/logs", "live": False, "chunks": {"out": (b"hello\n", 6)}}
-    assert payload_logs.ship(Store(pilot, Keys(vo="lhcb")), ours, 0, "p", **ship) is None  # type: ignore[arg-type]
+    assert Store(pilot, Keys(vo="lhcb")).logs.ship(ours, 0, "p", **ship) is None  # type: ignore[arg-type]
     assert acl_log(control) == []
-    assert payload_logs.read(Store(control, Keys(vo="lhcb")), ours)[0].streams["out"].data == b"hello\n"
+    assert Store(control, Keys(vo="lhcb")).logs.read(ours)[0].streams["out"].data == b"hello\n"
     with pytest.raises(StoreAccessDenied):
-        payload_logs.ship(Store(pilot, Keys(vo="atlas")), theirs, 0, "p", **ship)  # type: ignore[arg-type]
+        Store(pilot, Keys(vo="atlas")).logs.ship(theirs, 0, "p", **ship)  # type: ignore[arg-type]
     with pytest.raises(redis.exceptions.NoPermissionError):
         pilot.hset(Keys(vo="atlas").log(theirs), "0:out", "x")
     assert not control.exists(Keys(vo="atlas").log(theirs))

@@ -9,23 +9,23 @@ import textwrap
 import pytest
 import redis
 
+from taskqueues.store import Store
 from taskqueues.store.keys import Keys
-from taskqueues.store.lock import Lock, LockError, locked
+from taskqueues.store.lock import Lock, LockError
 from tests.support.polling import wait_until
 
 # A worker process: tries the lock ROUNDS times; when it holds it, it logs enter/leave with a pause in
 # between (long enough for the others to try meanwhile) and counts its skips.
 WORKER = textwrap.dedent("""
     import sys, time, redis
-    from taskqueues.store.keys import Keys
-    from taskqueues.store.lock import locked
+    from taskqueues.store import Store
     url, me, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
     client = redis.Redis.from_url(url)
     client.incr("ready")
     while client.get("go") is None:
         time.sleep(0.001)
     for _ in range(rounds):
-        with locked(client, Keys(), "beat", ttl=5) as got:
+        with Store(client).control.locked("beat", ttl=5) as got:
             if got:
                 client.rpush("log", f"enter {me} {time.time()!r}")
                 time.sleep(0.01)
@@ -61,10 +61,10 @@ def test_a_crashed_holder_blocks_others_only_until_the_ttl(redis_url: str, real_
         "sys.exit(0 if Lock(redis.Redis.from_url(sys.argv[1]), Keys().lock('beat'), 3).acquire() else 3)"
     )
     assert subprocess.run([sys.executable, "-c", code, redis_url], timeout=30).returncode == 0
-    with locked(real_redis, Keys(), "beat", ttl=5) as got:
+    with Store(real_redis).control.locked("beat", ttl=5) as got:
         assert not got
     wait_until(lambda: not real_redis.exists(Keys().lock("beat")), what="the dead holder's lock to expire")
-    with locked(real_redis, Keys(), "beat", ttl=5) as got:
+    with Store(real_redis).control.locked("beat", ttl=5) as got:
         assert got
 
 
@@ -102,7 +102,7 @@ def test_bad_ttl_is_refused(real_redis: redis.Redis, ttl: float) -> None:
 
 
 def test_locked_releases_when_the_block_raises(real_redis: redis.Redis) -> None:
-    with pytest.raises(RuntimeError), locked(real_redis, Keys(), "beat", ttl=5) as got:
+    with pytest.raises(RuntimeError), Store(real_redis).control.locked("beat", ttl=5) as got:
         assert got
         raise RuntimeError("task crashed")
     assert real_redis.exists(Keys().lock("beat")) == 0

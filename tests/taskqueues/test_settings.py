@@ -1,14 +1,22 @@
-"""Settings from defaults, a file and the environment: bad numbers are refused naming the setting and where."""
+"""Settings from defaults, a file and the environment: bad numbers are refused naming the setting and where;
+each setting has one default, which what it configures starts from."""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import os
 from pathlib import Path
 
+import click
 import pytest
 
+from matcher.submission import Submitter
+from pilot.agent.command import pilot
+from pilot.agent.config import PilotConfig
 from taskqueues.errors import ConfigError
-from taskqueues.settings import Settings
+from taskqueues.settings import DEFAULTS, Settings
+from taskqueues.store import Store
 
 
 @pytest.mark.parametrize("value", ["nan", "-1", "abc"])
@@ -100,3 +108,70 @@ def test_a_bad_value_read_from_a_file_is_refused_naming_the_variable(tmp_path: P
     (tmp_path / "broker").write_text("redis+cluster://h1:6379\n")
     with pytest.raises(ConfigError, match=r"\$PILOTFISH_BROKER_URL_FILE .*Redis Cluster"):
         Settings.load(path="/dev/null", env={"PILOTFISH_BROKER_URL_FILE": str(tmp_path / "broker")})
+
+
+# --- one default per setting ---------------------------------------------------------------------------------
+
+#: The pilot command's options that are settings (PilotConfig's fields of the same names), and their settings.
+PILOT_SETTINGS = {
+    "vo": "vo",
+    "prefix": "prefix",
+    "lease": "lease_seconds",
+    "idle_timeout": "pilot_idle_timeout",
+    "payload_sandbox": "payload_sandbox",
+    "payload_shared_paths": "payload_shared_paths",
+}
+
+
+def _options() -> dict[str, click.Option]:
+    return {p.name: p for p in pilot.params if isinstance(p, click.Option) and p.name}
+
+
+def test_the_pilot_starts_from_the_settings_defaults_by_construction_not_by_copy() -> None:
+    """``is``, not ``==``: a float written again as a literal elsewhere is another object (small ints and short
+    strings are shared by Python whatever their origin, so those are held by value only)."""
+    options = _options()
+    config = {f.name: f.default for f in dataclasses.fields(PilotConfig)}
+    for option, setting in PILOT_SETTINGS.items():
+        default = getattr(DEFAULTS, setting)
+        assert options[option].default == default == config[option], option
+        if isinstance(default, float):
+            assert options[option].default is default and config[option] is default, option
+
+
+def test_the_pilot_commands_other_defaults_are_its_configs() -> None:
+    options = _options()
+    shared = {
+        "stop_margin": "stop_margin",
+        "kill_grace": "kill_grace",
+        "output_cap": "output_cap",
+        "log_interval": "log_interval",
+        "mem_tolerance": "mem_tolerance",
+        "priority_factor": "priority_factor",
+        "jobstatus_hold": "jobstatus_revert_hold",
+    }
+    config = {f.name: f.default for f in dataclasses.fields(PilotConfig)}
+    for option, field in shared.items():
+        assert options[option].default == config[field], option
+        if isinstance(config[field], float):
+            assert options[option].default is config[field], option
+
+
+def test_a_pilot_reads_a_setting_from_the_variable_the_control_plane_reads() -> None:
+    """A pilot started without the option (a chart's pod, by hand) takes the deployment's value."""
+    options = _options()
+    for option, setting in PILOT_SETTINGS.items():
+        assert options[option].envvar == f"PILOTFISH_{setting.upper()}", option
+
+
+def test_the_submitter_and_the_store_start_from_the_settings_defaults() -> None:
+    submitter = inspect.signature(Submitter.__init__).parameters
+    for name in ("default_ete", "ete_spread", "max_retries"):
+        assert submitter[name].default is getattr(DEFAULTS, name), name
+    # The store keeps a literal of its own (taskqueues/store, another change's): held by value here.
+    assert inspect.signature(Store.__init__).parameters["lease_seconds"].default == DEFAULTS.lease_seconds
+
+
+def test_a_negative_max_retries_is_refused_naming_where() -> None:
+    with pytest.raises(ConfigError, match="PILOTFISH_MAX_RETRIES: must be >= 0, got -1"):
+        Settings.load(path="/dev/null", env={"PILOTFISH_MAX_RETRIES": "-1"})

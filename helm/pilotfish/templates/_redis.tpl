@@ -33,7 +33,7 @@ listening (PIDBOX_COMMANDS), never publishing, on Celery's broadcast channel. No
 {{- $broker := list "smembers" "lpush" }}
 {{- $brokerKeys := list "%R~_kombu.binding.reply.celery.pidbox" "~[^_]*.reply.celery.pidbox*" }}
 {{- $pidbox := list "subscribe" "psubscribe" "unsubscribe" "punsubscribe" }}
-{{- $rules := list "resetkeys" (printf "~%s*" $base) "resetchannels" (printf "&%swake" $base) (printf "&%srelease" $base) (printf "&%sctl:*" $base) (printf "&/%d.celeryev/*" $db) "-@all" }}
+{{- $rules := list "resetkeys" (printf "~%s*" $base) "resetchannels" (printf "&%swake:*" $base) (printf "&%srelease" $base) (printf "&%sctl:*" $base) (printf "&/%d.celeryev/*" $db) "-@all" }}
 {{- range uniq (concat $session $data) }}
 {{- $rules = append $rules (printf "+%s" .) }}
 {{- end }}

@@ -96,7 +96,7 @@ local function check_json(where, text)
 end
 -- One value of a JSON payload, by kind (a string naming it: no closures to build on every call).
 local STATES = {blocked = true, releasing = true, waiting = true, matched = true, running = true, done = true,
-                failed = true, cancelled = true, ['dep-failed'] = true}
+                failed = true, cancelled = true, ['dep-failed'] = true, held = true}
 local function check_kind(where, v, kind)
   if kind == 'text' then check_text(where, v)
   elseif kind == 'time' then check_number(where, v, 0, MAX_TIME)
@@ -185,6 +185,15 @@ local function base_of_jobs(roles)
   check_keys(base, roles)
   return base
 end
+-- ARGV[i], ARGV[i + 1]: who asks for a change and why ('' for no reason), as its events say.
+local function argv_actor(i)
+  return argv_text(i, 'who', PATTERN.name, 256), argv_text(i + 1, 'reason', nil, 4096)
+end
+-- ARGV[first..]: job ids, at most MAX_BATCH of them.
+local function argv_job_ids(first)
+  if #ARGV - first + 1 > MAX_BATCH then problem('ARGV', 'holds more than ' .. MAX_BATCH .. ' job ids') end
+  for i = first, #ARGV do argv_text(i, 'job id', PATTERN.job, 64) end
+end
 local function check_count(n_args, exact)
   if #ARGV < n_args or (exact and #ARGV > n_args) then
     problem('ARGV', 'wants ' .. (exact and '' or 'at least ') .. n_args .. ' arguments, got ' .. #ARGV)
@@ -202,7 +211,10 @@ local EMPTY = 1e18
 -- match scans the whole hash (at 100 task queues, 17% of a filling match's instructions went there).
 -- Nothing lists the heads hash; match only reads it by task-queue id.
 local SKIPLIST = string.rep('~', 65)
-local ENQUEUED = false
+-- The catalog queues this call enqueued work for: queue -> jobs enqueued there (wake() reads it), and
+-- where wake() starts its round of the queue's wake shards (the first enqueued job's id: calls rotate).
+local WAKE = {}
+local WAKE_FROM = nil
 local DECLARED = {}
 local MISSING = {}
 -- Every key of KEYS is declared (the fixed ones too: need() may ask for one a script has in a fixed place).
@@ -340,14 +352,20 @@ end
 -- stays at or below its task queue's real head score (what match relies on). A task queue with no
 -- SubmitPool (cleaned meanwhile, or no queue eligible any more) sends the job to the releasing set,
 -- where the caller recomputes its pool from the catalog (release.lua).
+-- A job held before it could wait (blocked, releasing: `pilotfish hold`) becomes held instead (rec.ho).
 local function enqueue(base, tqempty, releasing, rec, queues, now)
+  if rec.ho then
+    rec.s, rec.ho = 'held', nil
+    return
+  end
   if #queues == 0 then
     rec.s = 'releasing'
     redis.call('ZADD', releasing, now, rec.id)
     return
   end
   rec.s = 'waiting'
-  ENQUEUED = true
+  for _, q in ipairs(queues) do WAKE[q] = (WAKE[q] or 0) + 1 end
+  WAKE_FROM = WAKE_FROM or tonumber(rec.id) or #rec.id
   redis.call('ZADD', base .. K_TQ .. rec.t, rec.sc, rec.m)
   local fresh = redis.call('ZREM', tqempty, rec.t) == 1
   for _, q in ipairs(queues) do redis.call('ZADD', base .. K_QH .. q, 'LT', rec.sc, rec.t, 'inf', SKIPLIST) end
@@ -372,6 +390,106 @@ end
 -- past) loads as nil, like a missing one, with 'unreadable' as a second value: no script fails on it.
 local FINAL_STATES = {done = true, failed = true, cancelled = true, ['dep-failed'] = true}
 local LOADED_STATE = {} -- job id -> the state load() read (save() keeps the indexes of states)
+local LOADED_END = {} -- job id -> the end time load() read (save() moves its history entries)
+local LOADED_WHY = {}   -- job id -> the reason load() read (an event carries the reason a change wrote)
+-- ==== job events (issue 28) ====
+-- Every change of a job's state is recorded where it is stored: save() appends lines to the job's field of the
+-- `events` hash (keys.py), one JSON object each, {"t": time, "f": from, "s": to, "by": who, "why": reason,
+-- "a": attempt, "p": pilot, "x": exit}, keeping the last EVENTS_CAP lines; the hash is declared by
+-- Store.call_script, and a packed call (a pilot's completion) reaches it by the key base like match.lua its task
+-- queues (same hash tag, same slot). What the record itself tells is not written while it tells it, to keep
+-- the memory per waiting job, the match and the start as they were: the submission (`ts`), and a lease while
+-- it lasts (match.lua and start.lua write no event: the match is the record's `tm` and `pl`, the start its
+-- `st`). When the lease ends (done, failed, requeued, given back...), save() writes its match and start with
+-- the change that ends it, in one append; the reader (taskqueues.store.lifecycle) shows the submission and a
+-- lease under way from the record.
+-- A script names who makes its changes with events_by(now, who) (default: the script's name, now from TIME).
+local EVENTS_CAP = 100
+local EVENT_BY, EVENT_NOW, EVENT_NOTE = nil, nil, nil
+local LOADED_PILOT = {} -- job id -> the pilot its record named when load() read it
+local LOADED_RAW = {}   -- job id -> its record's text as load() read it
+local function events_by(now, who)
+  EVENT_NOW, EVENT_BY = now, who
+end
+local function event_now()
+  if not EVENT_NOW then
+    local t = redis.call('TIME')
+    EVENT_NOW = tonumber(t[1]) + tonumber(t[2]) / 1e6
+  end
+  return EVENT_NOW
+end
+-- Append `events` (a list) to job id's lines, dropping the oldest past EVENTS_CAP.
+local function append_event(base, id, events)
+  local key = base .. K_EVENTS
+  local lines = {}
+  for i, e in ipairs(events) do lines[i] = cjson.encode(e) end
+  local line = table.concat(lines, '\n')
+  local old = redis.call('HGET', key, id)
+  if old then
+    if #old > EVENTS_CAP * 40 then
+      local n = select(2, string.gsub(old, '\n', '')) + #events
+      for _ = EVENTS_CAP, n do old = string.sub(old, (string.find(old, '\n', 1, true) or #old) + 1) end
+    end
+    if old ~= '' then line = old .. '\n' .. line end
+  end
+  redis.call('HSET', key, id, line)
+end
+-- A lease's events: its match, its start if the payload started, then `e` (the change that ended it).
+local function lease_events(rec, e)
+  local pilot = e.p
+  local tm, st = tonumber(rec.tm), tonumber(rec.st)
+  local out = {{t = tm or e.t, f = 'waiting', s = 'matched', by = 'match', p = pilot, a = rec.a}}
+  e.f = 'matched'
+  if st and (not tm or st >= tm) then
+    out[2] = {t = st, f = 'matched', s = 'running', by = 'pilot ' .. tostring(pilot), p = pilot, a = rec.a}
+    e.f = 'running'
+  end
+  out[#out + 1] = e
+  return out
+end
+-- The end of a lease as its pilot reported it, from a record that ended so (done, failed, cancelled, by its
+-- pilot's report): what the record tells and save() did not write (see below).
+local function ended_lease(rec)
+  local e = {t = tonumber(rec.te) or 0, s = rec.s, by = 'pilot ' .. tostring(rec.pl), a = rec.a, p = rec.pl}
+  if rec.x ~= nil and rec.x ~= cjson.null then e.x = rec.x end
+  if rec.why then e.why = rec.why end
+  return lease_events(rec, e)
+end
+-- Whether `text` (a job's event lines) ends with the end of attempt `a` in state `s`.
+local function written_end(text, s, a)
+  local last = string.match(text or '', '([^\n]*)$')
+  local ok, e = pcall(cjson.decode, last or '')
+  return ok and type(e) == 'table' and e.s == s and tostring(e.a) == tostring(a)
+end
+-- The events of a change of rec's state from `before` (what load() read) to rec.s: nothing while a lease
+-- lasts; at its end, its match (and its start, if the payload started) first. A lease its own pilot ends for
+-- good (done, failed, cancelled by its report) writes nothing either: the record tells all of it (tm, st, pl,
+-- te, x, why), and most jobs end so; the change that takes the job out of that state (a resubmit) writes it
+-- first, from the record as load() read it (LOADED_RAW), unless it was written.
+local function state_event(base, rec, before)
+  if rec.s == 'matched' or rec.s == 'running' then return end
+  local e = {t = event_now(), f = before, s = rec.s, by = EVENT_BY or SCRIPT, a = rec.a}
+  local why = EVENT_NOTE or (rec.why ~= LOADED_WHY[rec.id] and rec.why) or nil
+  if why then e.why = why end
+  if before == 'matched' or before == 'running' then
+    local pilot = LOADED_PILOT[rec.id] or rec.pl or rec.lx
+    if FINAL_STATES[rec.s] and e.by == 'pilot ' .. tostring(pilot) then return end
+    e.p = pilot
+    -- an exit code this change reports (a pilot's), not one an earlier attempt left on the record
+    if rec.x ~= nil and rec.x ~= cjson.null and string.sub(e.by, 1, 6) == 'pilot ' then e.x = rec.x end
+    append_event(base, rec.id, lease_events(rec, e))
+    return
+  end
+  local out = {e}
+  local old = FINAL_STATES[before] and LOADED_RAW[rec.id] and cjson.decode(LOADED_RAW[rec.id])
+  if old and old.tm and old.pl and not written_end(redis.call('HGET', base .. K_EVENTS, rec.id), old.s, old.a or 0) then
+    old.a = old.a or 0
+    out = ended_lease(old)
+    out[#out + 1] = e
+  end
+  append_event(base, rec.id, out)
+end
+-- ==== end of the job-event block ====
 -- A job record from its stored text (false/nil: no record); nil, 'unreadable' when it cannot be read.
 local function decode(raw, id)
   if not raw then return nil end
@@ -382,6 +500,10 @@ local function decode(raw, id)
   end
   rec.id = id
   LOADED_STATE[id] = rec.s
+  LOADED_WHY[id] = rec.why
+  LOADED_PILOT[id] = rec.pl
+  LOADED_RAW[id] = raw
+  LOADED_END[id] = rec.te
   if rec.mt then rec.m, rec.mt = id .. rec.mt, nil end
   rec.a = rec.a or 0
   rec.mr = rec.mr or MAX_RETRIES
@@ -390,6 +512,37 @@ end
 local function load(jobs, id)
   return decode(redis.call('HGET', jobs, id), id)
 end
+-- ==== history index (issue 28): ended jobs by owner and by group ====
+-- The `endedby` zset (all scores 0, read by ZRANGEBYLEX) holds two entries per ended job,
+-- "o:<owner>:<end>:<id>:<state>:<group>" and "g:<group>:<end>:<id>:<state>:<owner>", <end> the end time as
+-- "%014.3f" so that text order is time order (taskqueues/store/history.py reads them). The account comes
+-- from the task queue ("<hash>.<group>.<owner>[.<type>]"), else from the request record, else "default".
+local function history_entries(base, rec, state, ended)
+  local g, o = string.match(tostring(rec.t or ''), '^[^.]+%.([^.]+)%.([^.]+)')
+  if not g then
+    g, o = 'default', 'default'
+    local raw = type(rec.q) == 'string' and redis.call('HGET', base .. K_REQUESTS, rec.q)
+    local ok, r = pcall(cjson.decode, raw or '')
+    if ok and is_object(r) then g, o = tostring(r.group or g), tostring(r.owner or o) end
+  end
+  -- The end as the record stores it (cjson keeps 14 significant digits), so that whoever reads the record
+  -- later (forget.lua) names the same entry.
+  local at = tonumber(string.format('%.14g', tonumber(ended) or 0))
+  local tail = string.format(':%014.3f:%s:%s', at, rec.id, state)
+  return 'o:' .. o .. tail .. ':' .. g, 'g:' .. g .. tail .. ':' .. o
+end
+-- A job's state changed from `before` (with the end time load() read) to rec.s: its entries follow.
+local function index_history(base, rec, before)
+  if FINAL_STATES[before] then
+    redis.call('ZREM', base .. K_ENDEDBY, history_entries(base, rec, before, LOADED_END[rec.id]))
+  end
+  if FINAL_STATES[rec.s] then
+    local by_owner, by_group = history_entries(base, rec, rec.s, rec.te)
+    redis.call('ZADD', base .. K_ENDEDBY, 0, by_owner, 0, by_group)
+  end
+  LOADED_END[rec.id] = rec.te
+end
+-- ==== end of the history index ====
 local function save(jobs, rec)
   local id, m, a, mr = rec.id, rec.m, rec.a, rec.mr
   rec.id = nil
@@ -401,13 +554,24 @@ local function save(jobs, rec)
   -- The `blocked` and `ended` indexes (`pilotfish jobs` pages blocked jobs by submission and finished ones by
   -- end from them) are kept here, where every state is written, when the state changes from the one load()
   -- read (a new record: none); the caller declares both.
+  -- So is the `held` index, and a job leaving a final state (resubmitted) leaves `ended`. A change of state
+  -- from a record that existed is recorded as an event (state_event).
   local before = LOADED_STATE[id]
   if rec.s ~= before then
     local base = string.match(jobs, '^(.*)jobs$')
     if before == 'blocked' then redis.call('ZREM', base .. K_BLOCKED, id) end
     if rec.s == 'blocked' then redis.call('ZADD', base .. K_BLOCKED, tonumber(rec.ts) or 0, id) end
-    if FINAL_STATES[rec.s] then redis.call('ZADD', base .. K_ENDED, tonumber(rec.te) or 0, id) end
+    if before == 'held' then redis.call('ZREM', base .. K_HELD, id) end
+    if rec.s == 'held' then redis.call('ZADD', base .. K_HELD, event_now(), id) end
+    if FINAL_STATES[rec.s] then
+      redis.call('ZADD', base .. K_ENDED, tonumber(rec.te) or 0, id)
+    elseif FINAL_STATES[before] then
+      redis.call('ZREM', base .. K_ENDED, id)
+    end
+    index_history(base, rec, before)
+    if before then state_event(base, rec, before) end
     LOADED_STATE[id] = rec.s
+    LOADED_WHY[id], LOADED_PILOT[id], LOADED_RAW[id] = rec.why, rec.pl, nil
   end
 end
 -- Whether a record holds what enqueue() writes (a hand-made record may not).
@@ -487,9 +651,28 @@ end
 local function park(base, id, why, tq, member, now)
   redis.call('HSET', base .. K_PARKED, id, cjson.encode({why = why, t = tq or '', m = member or '', at = now}))
 end
--- Wake idle pilots (they wait on this channel instead of polling) when this call enqueued work.
+-- Wake as many idle pilots as this call enqueued jobs, in each catalog queue it enqueued jobs for, and no
+-- more (issue 31). A pilot listens on one of its queue's WAKE_SHARDS channels (keys.wake_channel) only while
+-- its last match found nothing (pilot.agent.wake), so PUBLISH answers how many such idle pilots heard it: the
+-- shards are published in turn, from a place that moves from call to call, until as many idle pilots heard
+-- it as jobs entered (each takes one at least), or every shard was. A job eligible in several queues counts in
+-- each. A pilot that misses a wake (busy a moment ago, or its shard not reached) finds the job by its poll.
 local function wake(base)
-  if ENQUEUED then redis.call('PUBLISH', base .. K_WAKE, '1') end
+  local from = WAKE_FROM or 0
+  for q, jobs in pairs(WAKE) do
+    local heard = 0
+    for i = 0, WAKE_SHARDS - 1 do
+      heard = heard + redis.call('PUBLISH', base .. K_WAKE .. q .. ':' .. ((from + i) % WAKE_SHARDS), '1')
+      if heard >= jobs then break end
+    end
+  end
+end
+-- After the writes of a script that moved jobs: the heads kept exact (sync_heads), idle pilots woken (wake), and
+-- the control plane told which jobs it put in the releasing set (`releasing`, ids; keys.release_channel).
+local function moved(base, now, releasing)
+  sync_heads(base, now)
+  wake(base)
+  if #releasing > 0 then redis.call('PUBLISH', base .. K_RELEASE, table.concat(releasing, ' ')) end
 end
 -- A lease that expired while its pilot lived (issue 32): the store was paused (SIGSTOP, a frozen VM, a cut
 -- network) longer than the lease, its run id did not change, so the reaper gave no grace and requeued the job

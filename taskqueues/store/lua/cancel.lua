@@ -10,17 +10,21 @@
 --           the work counter and the parked hash (a job that ends leaves it)
 --           and the stats hash, whose counters this script adds to (taskqueues/stats.py)
 -- ARGV[1]  key base   ARGV[2] job id   ARGV[3] "cancel" | "kill"   ARGV[4] reason   ARGV[5] now
+-- ARGV[6]  who asks (optional: the events name it; default "cancel")
 -- Returns  {'ended', state} | {'requested', state} | {'final', state} | {'unknown'} | {'needkeys', key}
 SCRIPT = 'cancel'
 local base = check_base({'jobs', 'kills', 'delayed', 'releasing'})
-check_count(5, true)
+check_count(5)
+if #ARGV > 6 then problem('ARGV', 'wants 5 or 6 arguments, got ' .. #ARGV) end
 local id = argv_text(2, 'job id', PATTERN.job, 64)
 local mode = ARGV[3]
 if mode ~= 'cancel' and mode ~= 'kill' then problem('ARGV[3] (mode)', 'wants cancel or kill, got ' .. shown(mode)) end
 local reason = argv_text(4, 'reason', nil, 4096)
 local now = argv_number(5, 'now', 0, MAX_TIME)
+local by = ARGV[6] and argv_text(6, 'who', PATTERN.name, 256) or 'cancel'
 if PROBLEM then return refused() end
 declare_keys()
+events_by(now, by)
 need(base .. K_WORK)
 need(base .. K_PARKED)
 local rec = load(KEYS[1], id)

@@ -44,6 +44,7 @@ local result = check_json('ARGV[6] (result)', ARGV[6])
 check_fields('ARGV[6] (result)', result, RESULT)
 if PROBLEM then return refused() end
 declare_keys()
+events_by(now, 'pilot ' .. pilot)
 local rec = load(KEYS[1], id)
 -- Requeued by the reaper after the store paused longer than the lease, and matched by nobody since: this
 -- pilot's report of that attempt takes it back (_lib.lua's requeued_from).
@@ -105,7 +106,5 @@ for _, d in ipairs(rec.dn or {}) do
     save(KEYS[1], drec)
   end
 end
-sync_heads(base, now)
-wake(base)
-if #releasing > 0 then redis.call('PUBLISH', base .. K_RELEASE, table.concat(releasing, ' ')) end
+moved(base, now, releasing)
 return out

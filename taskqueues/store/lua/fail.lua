@@ -10,7 +10,8 @@
 -- ARGV[1]  key base   ARGV[2] job id   ARGV[3] attempt   ARGV[4] pilot id   ARGV[5] now
 -- ARGV[6]  result JSON {"x": exit, "w": wall s, "cpu": cpu s, "pm": peak MB, "why": reason, "o": outputs,
 --          "st": started} (those fields only: they are copied onto the record)
--- ARGV[7]  "1" to give the job back to its task queue at once (counts as a retry), "0" to fail it
+-- ARGV[7]  "1" to give the job back to its task queue at once (counts as a retry), "0" to fail it (unless
+--          its exit code is one its retry policy names: ro, rm, rr below)
 -- A lease taken under a shares policy gives its cores back to the fair hash's counters (fair_end, _lib.lua).
 -- A job the reaper requeued from this pilot's lease of this attempt, and nobody matched since (the store was
 -- paused longer than the lease), is taken back first (_lib.lua's requeued_from): KEYS then also hold its task
@@ -28,6 +29,7 @@ check_fields('ARGV[6] (result)', result, RESULT)
 if ARGV[7] ~= '0' and ARGV[7] ~= '1' then problem('ARGV[7] (requeue)', 'wants 0 or 1, got ' .. shown(ARGV[7])) end
 if PROBLEM then return refused() end
 declare_keys()
+events_by(now, 'pilot ' .. pilot)
 need(base .. K_WORK)
 need_heads(base)
 local rec = load(KEYS[1], id)
@@ -37,9 +39,16 @@ local bad, back = check_end_report(base, rec, id, attempt, pilot)
 if bad then return {'stale', bad} end
 local kill = redis.call('HGET', KEYS[3], id)
 local retry = ARGV[7] == '1' and not kill and ((rec.rt or 0) - (back and 1 or 0)) < rec.mr
+-- A failure whose exit code the job's retry policy names (the workflow's retry.on_exit) runs it again, as a
+-- new attempt, up to rm times (rr counts them).
+local auto = false
+if ARGV[7] == '0' and not kill and type(result.x) == 'number' and type(rec.ro) == 'table'
+    and (tonumber(rec.rr) or 0) < (tonumber(rec.rm) or 0) then
+  for _, code in ipairs(rec.ro) do if code == result.x then auto = true end end
+end
 local queues = {}
-if retry then queues = pool_of(base, rec.t) end
-if retry or back then
+if retry or auto then queues = pool_of(base, rec.t) end
+if retry or back or auto then
   local missing = needkeys()
   if missing then return missing end
 end
@@ -48,8 +57,14 @@ for k, v in pairs(result) do rec[k] = v end
 redis.call('ZREM', KEYS[2], id)
 redis.call('HDEL', KEYS[3], id)
 fair_end(base, rec, now)
-if retry then
-  rec.rt = (rec.rt or 0) + 1
+if retry or auto then
+  if auto then
+    rec.rr = (tonumber(rec.rr) or 0) + 1
+    rec.why = 'exit ' .. tostring(result.x) .. ': automatic retry ' .. rec.rr .. ' of ' .. tostring(rec.rm)
+      .. ' (retry.on_exit)'
+  else
+    rec.rt = (rec.rt or 0) + 1
+  end
   rec.pl, rec.lx, rec.ls = nil, nil, nil -- given back, not requeued by the reaper: nobody takes it back
   count(base, 'retries', 1)
   enqueue(base, KEYS[4], KEYS[5], rec, queues, now)

@@ -1,5 +1,5 @@
 -- forget: job retention. Forget one request whose every job ended before the cutoff: its job records, their
--- payload logs, their entries in the ended index, the done log and their rules' lists, their kill requests,
+-- payload logs and events, their entries in the ended index, the done log and their rules' lists, their kill requests,
 -- and the request record. With no request, forget those of the given jobs of no request that ended before
 -- the cutoff and whose dependents have all ended (no release will read them), and index entries of no
 -- record. A successful job is forgotten only once re-pressure has read it from the done log (its entry not
@@ -10,8 +10,8 @@
 -- KEYS[3]  donelog zset
 -- KEYS[4]  cursor hash
 -- KEYS[5]  kills hash
--- KEYS[6..] the jobs' log hashes and their rules' byrule sets (asked for with needkeys), the ended index
---           and the stats hash, whose `forgotten` counter this script adds to (taskqueues/stats.py)
+-- KEYS[6..] the jobs' log hashes and their rules' byrule sets (asked for with needkeys), the ended and
+--           endedby indexes, the requests hash, the notify hash, queue and watch zset and the stats hash, whose `forgotten` counter this script adds to (taskqueues/stats.py)
 -- ARGV[1]  key base   ARGV[2] cutoff (ended before this time)   ARGV[3] request id, or '' for jobs of no request
 -- ARGV[4..] with no request: the job ids (at most MAX_BATCH)
 -- Returns  {'ok', jobs forgotten} | {'kept', why} (the request is not forgettable yet) | {'needkeys', key...}
@@ -22,8 +22,7 @@ local cutoff = argv_number(2, 'cutoff', -MAX_TIME, MAX_TIME)
 local request = ARGV[3]
 if request ~= '' then request = argv_text(3, 'request id', PATTERN.request, 64) end
 if request ~= '' and #ARGV > 3 then problem('ARGV', 'takes no job ids with a request') end
-if #ARGV - 3 > MAX_BATCH then problem('ARGV', 'holds more than ' .. MAX_BATCH .. ' job ids') end
-for i = 4, #ARGV do argv_text(i, 'job id', PATTERN.job, 64) end
+argv_job_ids(4)
 if PROBLEM then return refused() end
 declare_keys()
 local learnt = tonumber(redis.call('HGET', KEYS[4], 'repressure') or '')
@@ -93,13 +92,21 @@ for _, id in ipairs(ids) do
   if rec then
     redis.call('HDEL', KEYS[1], id)
     redis.call('ZREM', base .. K_ENDED, id)
+    redis.call('ZREM', base .. K_ENDEDBY, history_entries(base, rec, rec.s, rec.te))
     redis.call('ZREM', KEYS[3], id)
     redis.call('HDEL', KEYS[5], id)
     redis.call('DEL', base .. K_LOG .. id)
+    redis.call('HDEL', base .. K_EVENTS, id)
     if type(rec.ru) == 'string' then redis.call('SREM', base .. K_BYRULE .. rec.ru, id) end
     n = n + 1
   end
 end
-if request ~= '' then redis.call('HDEL', KEYS[2], request) end
+if request ~= '' then
+  redis.call('HDEL', KEYS[2], request)
+  -- its webhook's notification (taskqueues/store/notices.py) goes with it
+  redis.call('HDEL', base .. K_NOTIFY, request)
+  redis.call('ZREM', base .. K_NOTIFYQ, request)
+  redis.call('ZREM', base .. K_NOTIFYWATCH, request)
+end
 count(base, 'forgotten', n)
 return {'ok', n}

@@ -60,6 +60,7 @@ if PROBLEM then return refused() end
 -- since (the store was paused longer than the lease), is taken back (_lib.lua's requeued_from): its payload
 -- goes on, leased again. Its keys are declared, or the script answers needkeys before any write.
 declare_keys()
+events_by(now, 'pilot ' .. pilot)
 local back, raws = {}, {}
 for i = 5, #ARGV, 4 do
   local raw = redis.call('HGET', KEYS[1], ARGV[i]) -- kept for the write phase; decoded here only if marked

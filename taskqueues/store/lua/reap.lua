@@ -26,6 +26,7 @@ local backoff = argv_number(3, 'back-off', 0, 1e7)
 local batch = argv_number(4, 'batch size', 1, MAX_BATCH, true)
 local upto = ARGV[5] ~= nil and ARGV[5] ~= '-inf' and argv_number(5, 'lease cutoff', 0, MAX_TIME)
 if PROBLEM then return refused() end
+events_by(now, 'reaper')
 local cutoff = ARGV[5] == '-inf' and '-inf' or string.format('%.17g', upto or now)
 declare_keys()
 need(base .. K_WORK)

@@ -31,6 +31,7 @@ else
 end
 if PROBLEM then return refused() end
 declare_keys()
+events_by(now, 'releaser')
 local rec = load(KEYS[1], id)
 if not rec or rec.s ~= 'releasing' then return {'final', rec and rec.s or 'unknown'} end
 if arg.error then

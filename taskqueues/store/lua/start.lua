@@ -23,6 +23,7 @@ local started = now
 if ARGV[6] ~= nil and ARGV[6] ~= '' then started = argv_number(6, 'started', 0, MAX_TIME) end
 if PROBLEM then return refused() end
 declare_keys()
+events_by(now, 'pilot ' .. pilot)
 local rec = load(KEYS[1], id)
 local back = requeued_from(rec, attempt, pilot) and rec.ls == 'matched'
 if back then

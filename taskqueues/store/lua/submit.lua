@@ -8,7 +8,7 @@
 -- KEYS[6]  releasing zset
 -- KEYS[7]  requests hash        (request id -> record JSON)
 -- KEYS[8]  idrange hash         (ceil, pending, epoch: job ids are never given twice, see below)
--- KEYS[9..] task-queue zsets, SubmitPool sets, queue-heads zsets, byrule sets, the work counter,
+-- KEYS[9..] task-queue zsets, SubmitPool sets, queue-heads zsets, byrule sets, the notify watch zset, the work counter,
 --           the heads, qfloor and tqmax hashes
 --           and the stats hash, whose counters this script adds to (taskqueues/stats.py)
 -- ARGV[1]  key base "<prefix>:{<vo>}:"
@@ -45,10 +45,11 @@ local window = argv_number(5, 'replica window', 0, MAX_TIME)
 local payload = check_json('ARGV[3] (payload)', ARGV[3])
 local NEW = {s = 'any', t = 'any', m_tail = 'tail', sc = 'score', c = 'text', r = 'json', rn = 'any', e = 'ete', h = 'ete',
              ts = 'time', mr = 'count', q = 'request', n = 'text', k = 'text', ru = 'name', dl = 'array',
-             dpl = 'array', nd = 'count', dx = 'one', df = 'json', pr = 'signed', why = 'text', te = 'time'}
+             dpl = 'array', nd = 'count', dx = 'one', df = 'json', pr = 'signed', why = 'text', te = 'time',
+             ro = 'array', rm = 'count'}
 local INITIAL = {waiting = true, blocked = true, failed = true, ['dep-failed'] = true}
 local REQUEST = {name = 'text', priority = 'signed', ts = 'time', eta = 'signed', cp = 'amount', n = 'count',
-                 owner = 'name', group = 'name', load = 'signed', cores = 'amount'}
+                 owner = 'name', group = 'name', load = 'signed', cores = 'amount', notify = 'text'}
 if check_fields('ARGV[3] (payload)', payload, {tqs = 'any', jobs = 'array', request = 'any'}, {'tqs', 'jobs'}) then
   local jobs, tqs = payload.jobs, payload.tqs
   if #jobs == 0 then problem('ARGV[3] (payload).jobs', 'holds no job') end
@@ -73,6 +74,8 @@ if check_fields('ARGV[3] (payload)', payload, {tqs = 'any', jobs = 'array', requ
       check_text(where .. '.t', rec.t, (final or rec.dx) and '^[%w_.%-]*$' or PATTERN.tq, 256)
       if rec.rn then check_text(where .. '.rn', rec.rn, '^c?m?$') end
       if rec.mr then check_number(where .. '.mr', rec.mr, 0, 100, true) end
+      for j, x in ipairs(rec.ro or {}) do check_number(where .. '.ro[' .. (j - 1) .. ']', x, 0, 255, true) end
+      if rec.rm then check_number(where .. '.rm', rec.rm, 0, 100, true) end
       if rec.s == 'waiting' and not tqs[rec.t] then
         problem(where .. '.t', 'names a task queue this call does not define: ' .. shown(rec.t))
       end
@@ -226,6 +229,8 @@ end
 if request then
   request.rec.first, request.rec.last = ids[3], ids[#ids]
   redis.call('HSET', KEYS[7], request.id, cjson.encode(request.rec))
+  -- A request with a webhook is watched until it ends (taskqueues/store/notices.py; the caller declares the key).
+  if request.rec.notify then redis.call('ZADD', base .. K_NOTIFYWATCH, now, request.id) end
 end
 sync_heads(base, now)
 wake(base)

@@ -193,6 +193,21 @@ def test_ete_hint_forms() -> None:
     assert [j.ete_hint for j in jobs] == [30.0, 12.0, 7200.0, None]
 
 
+def test_retry_on_exit_codes() -> None:
+    (a, b) = wf(jobs=[job("a", retry={"on_exit": [137, 3, 3], "max": 2}), job("b")]).jobs
+    assert (a.retry_on, a.retry_max) == ((3, 137), 2) and (b.retry_on, b.retry_max) == ((), 0)
+    found = problems(
+        jobs=[
+            job("a", retry={"on_exit": [3]}),
+            job("b", retry={"on_exit": [], "max": 1}),
+            job("c", retry={"on_exit": [256], "max": 1}),
+            job("d", retry={"on_exit": [3], "max": 0}),
+        ]
+    )
+    assert len(found) == 4 and all("retry" in p for p in found)
+    assert "must be a table {on_exit = [codes], max = N}" in found[0] and "within 1..100" in found[3]
+
+
 def test_priority_and_description() -> None:
     workflow = wf(priority=-30, description="hi", jobs=[job("a")])
     assert workflow.priority == -30.0

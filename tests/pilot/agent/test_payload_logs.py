@@ -15,7 +15,7 @@ import redis
 
 from matcher.logview import follow, output
 from taskqueues.errors import NotFound, ValidationError
-from taskqueues.store import Store, payload_logs
+from taskqueues.store import Store, StreamTail
 from taskqueues.store.records import JobState, NewJob
 from tests.support.paths import ROOT
 from tests.support.pilots import QUEUE, finish, pilot_env, running_pilot
@@ -128,8 +128,8 @@ def test_huge_binary_output_without_newlines_stays_capped(
     assert store.job(noisy).state is JobState.DONE
     usage = real_redis.memory_usage(store.keys.log(noisy))
     assert usage is not None and usage < 4 * 4096, usage
-    logs = payload_logs.read(store, noisy)[1]
-    assert logs.streams["out"] == payload_logs.StreamTail(b"x" * 4096, 5_000_000)
+    logs = store.logs.read(noisy)[1]
+    assert logs.streams["out"] == StreamTail(b"x" * 4096, 5_000_000)
     assert logs.streams["err"].total == 4_000_000 and len(logs.streams["err"].data) == 4096
     shown = cli(redis_url, "logs", noisy)
     text = shown.stdout.decode()
@@ -154,9 +154,7 @@ def test_bad_input_is_named(store: Store, redis_url: str) -> None:
         output(store, waiting, 0)
     # The store refuses a shipment for a job that does not exist (no log hash without its record).
     assert (
-        payload_logs.ship(
-            store, "424242", 1, "p", cap=10, host="h", directory="/d", live=False, chunks={"out": (b"x", 1)}
-        )
+        store.logs.ship("424242", 1, "p", cap=10, host="h", directory="/d", live=False, chunks={"out": (b"x", 1)})
         == "unknown job 424242"
     )
     assert not store.client.exists(store.keys.log("424242"))

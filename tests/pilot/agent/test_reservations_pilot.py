@@ -4,6 +4,7 @@ at once by the next one, and the 4-core job waits until they stop coming)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from matcher.explain import explain
@@ -38,7 +39,9 @@ def test_a_four_core_job_starts_while_one_core_jobs_keep_arriving(redis_url: str
     submitted: list[str] = []
 
     def feed() -> None:
-        """Keep BACKLOG 1-core jobs waiting (less urgent than the 4-core one), until BAG were submitted."""
+        """Keep BACKLOG 1-core jobs waiting (less urgent than the 4-core one), until BAG were submitted. Scores
+        are dates, as the Submitter makes them: the 1-core jobs should start 100 s from now or later, so bounded
+        reservations (the default) hold them back as EASY's do."""
         waiting = sum(1 for j in store.jobs(submitted) if j.state is JobState.WAITING)
         more = min(BACKLOG - waiting, BAG - len(submitted))
         if more > 0:
@@ -51,7 +54,7 @@ def test_a_four_core_job_starts_while_one_core_jobs_keep_arriving(redis_url: str
                             cpu=1,
                             mem=100,
                             ete=sleep(base + i),
-                            score=100 + base + i,
+                            score=time.time() + 100 + base + i,
                             command=f"sleep {sleep(base + i)}",
                         )
                         for i in range(more)
@@ -68,7 +71,7 @@ def test_a_four_core_job_starts_while_one_core_jobs_keep_arriving(redis_url: str
             timeout=30,
             what="four 1-core jobs running",
         )
-        (wide,) = store.submit([job("wide", cpu=4, mem=100, ete=0.5, score=0, command="sleep 0.5")])
+        (wide,) = store.submit([job("wide", cpu=4, mem=100, ete=0.5, score=time.time(), command="sleep 0.5")])
         seen: list[str] = []
 
         def wide_done() -> bool:

@@ -14,7 +14,7 @@ import redis
 
 from pilot.agent.config import identity_from_environment
 from taskqueues.errors import ValidationError
-from taskqueues.store import Store, stops
+from taskqueues.store import StopRequest, Store
 from taskqueues.store.keys import Keys
 from taskqueues.store.records import JobState
 from tests.support.pilots import finish, pilot_env, pilot_log, running_pilot
@@ -57,10 +57,10 @@ def test_a_release_stops_an_idle_pilot_at_once(store: Store, redis_url: str, tmp
     name, env = named_env(tmp_path, "release-idle")
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "3000", *SLOW, env=env) as proc:
         wait_until(lambda: seen(store, name), timeout=WINDOW, what="the pilot's first heartbeat")
-        assert stops.request(store.client, store.keys, name, "release", "no demand left for c1")
+        assert store.pilots.request_stop(name, "release", "no demand left for c1")
         log = finish(proc, tmp_path, WINDOW)
     assert f"pilot {name} stopped: no demand left for c1" in log
-    assert stops.read(store.client, store.keys, name) is None, "the request it acted on is gone"
+    assert store.pilots.stop_request(name) is None, "the request it acted on is gone"
 
 
 def test_a_busy_pilot_finishes_its_payload_before_it_releases_itself(
@@ -71,7 +71,7 @@ def test_a_busy_pilot_finishes_its_payload_before_it_releases_itself(
     name, env = named_env(tmp_path, "release-busy")
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "3000", *SLOW, env=env) as proc:
         wait_until(lambda: store.job(busy).state == JobState.RUNNING, timeout=WINDOW, what="the job to run")
-        stops.request(store.client, store.keys, name, "release", "released by the director")
+        store.pilots.request_stop(name, "release", "released by the director")
         log = finish(proc, tmp_path, WINDOW)
     assert marker.exists() and store.job(busy).state == JobState.DONE, log
     assert f"pilot {name} stopped: released by the director" in log
@@ -82,7 +82,7 @@ def test_a_drain_lets_payloads_finish_and_takes_nothing_new(store: Store, redis_
     name, env = named_env(tmp_path, "drain-1")
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "3000", *SLOW, env=env) as proc:
         wait_until(lambda: store.job(running).state == JobState.RUNNING, timeout=WINDOW, what="the job to run")
-        stops.request(store.client, store.keys, name, "drain", "drained by operator")
+        store.pilots.request_stop(name, "drain", "drained by operator")
         [later] = store.submit([job(command="true", score=1)])
         log = finish(proc, tmp_path, WINDOW)
     assert store.job(running).state == JobState.DONE, log
@@ -95,7 +95,7 @@ def test_a_shutdown_gives_the_running_payload_back(store: Store, redis_url: str,
     name, env = named_env(tmp_path, "shutdown-1")
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "3000", *SLOW, env=env) as proc:
         wait_until(lambda: store.job(long).state == JobState.RUNNING, timeout=WINDOW, what="the job to run")
-        stops.request(store.client, store.keys, name, "shutdown", "shut down by operator")
+        store.pilots.request_stop(name, "shutdown", "shut down by operator")
         log = finish(proc, tmp_path, WINDOW)
     record = store.job(long)
     assert record.state == JobState.WAITING and record.reason == "pilot shut down by operator", log
@@ -103,16 +103,16 @@ def test_a_shutdown_gives_the_running_payload_back(store: Store, redis_url: str,
 
 def test_an_operator_request_is_never_replaced_by_a_release(any_redis: redis.Redis) -> None:
     keys = Keys()
-    assert stops.request(any_redis, keys, "p1", "drain", "operator", now=1.0)
-    assert not stops.request(any_redis, keys, "p1", "release", "director", now=2.0)
-    assert not stops.withdraw_release(any_redis, keys, "p1")
-    assert stops.read(any_redis, keys, "p1") == stops.StopRequest("drain", "operator", 1.0)
-    assert stops.request(any_redis, keys, "p1", "shutdown", "operator", now=3.0)
-    assert stops.request(any_redis, keys, "p2", "release", "director", now=4.0)
-    assert stops.withdraw_release(any_redis, keys, "p2")
-    assert set(stops.pending(any_redis, keys)) == {"p1"}
+    assert Store(any_redis, keys).pilots.request_stop("p1", "drain", "operator", now=1.0)
+    assert not Store(any_redis, keys).pilots.request_stop("p1", "release", "director", now=2.0)
+    assert not Store(any_redis, keys).pilots.withdraw_release("p1")
+    assert Store(any_redis, keys).pilots.stop_request("p1") == StopRequest("drain", "operator", 1.0)
+    assert Store(any_redis, keys).pilots.request_stop("p1", "shutdown", "operator", now=3.0)
+    assert Store(any_redis, keys).pilots.request_stop("p2", "release", "director", now=4.0)
+    assert Store(any_redis, keys).pilots.withdraw_release("p2")
+    assert set(Store(any_redis, keys).pilots.stop_requests()) == {"p1"}
     with pytest.raises(ValidationError, match="stop mode must be one of release, drain, shutdown"):
-        stops.request(any_redis, keys, "p1", "pause", "?")
+        Store(any_redis, keys).pilots.request_stop("p1", "pause", "?")
 
 
 def test_a_draining_pilot_can_still_be_shut_down(store: Store, redis_url: str, tmp_path: Path) -> None:
@@ -120,10 +120,10 @@ def test_a_draining_pilot_can_still_be_shut_down(store: Store, redis_url: str, t
     name, env = named_env(tmp_path, "drain-then-shutdown")
     with running_pilot(redis_url, tmp_path, "--idle-timeout", "3000", *SLOW, env=env) as proc:
         wait_until(lambda: store.job(long).state == JobState.RUNNING, timeout=WINDOW, what="the job to run")
-        stops.request(store.client, store.keys, name, "drain", "drained by operator")
+        store.pilots.request_stop(name, "drain", "drained by operator")
         wait_until(
             lambda: "takes no more jobs" in pilot_log(tmp_path), timeout=WINDOW, what="the pilot to say it drains"
         )
-        stops.request(store.client, store.keys, name, "shutdown", "shut down by operator")
+        store.pilots.request_stop(name, "shutdown", "shut down by operator")
         log = finish(proc, tmp_path, WINDOW)
     assert store.job(long).state == JobState.WAITING, log

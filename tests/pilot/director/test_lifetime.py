@@ -17,13 +17,13 @@ import pytest
 import redis
 
 from matcher.submission import JobSpec, Submitter
-from pilot.director.release import Room, release_idle
+from pilot.director.idle_pilots import Room, release_idle
 from pilot.director.service import Director
 from taskqueues.catalog import Catalog
 from taskqueues.context import Context
 from taskqueues.errors import ConfigError
 from taskqueues.settings import Settings
-from taskqueues.store import stops
+from taskqueues.store import Store
 from taskqueues.store.keys import Keys
 
 CATALOG = textwrap.dedent(
@@ -90,8 +90,8 @@ def test_a_pilot_too_short_for_every_waiting_job_is_released_while_the_queue_is_
 ) -> None:
     keys = Keys()
     room = Room(idle={"p1": "S/C/Q"}, expired={"p1": "S/C/Q"})  # no other pilot waits in the backend
-    assert release_idle(real_redis, keys, [room], live={"p1"}) == ["p1"]
-    held = stops.read(real_redis, keys, "p1")
+    assert release_idle(Store(real_redis, keys).pilots, [room], live={"p1"}) == ["p1"]
+    held = Store(real_redis, keys).pilots.stop_request("p1")
     assert held is not None and held.mode == "release" and "too little time left" in held.reason
     # An idle pilot that is not out of time stays while nothing waits for its room.
-    assert release_idle(real_redis, keys, [Room(idle={"p2": "S/C/Q"})], live={"p1", "p2"}) == []
+    assert release_idle(Store(real_redis, keys).pilots, [Room(idle={"p2": "S/C/Q"})], live={"p1", "p2"}) == []

@@ -12,7 +12,6 @@ import pytest
 from matcher.submission import Submitter
 from pilot.director.service import Director
 from taskqueues.context import Context
-from taskqueues.store import census
 from tests.e2e.test_json_logs import json_lines
 from tests.matcher.test_metrics import parse, value
 from tests.pilot.director.test_local import cli_env, ctx, in_tmp, job, settings_for, wait_pilots_stopped
@@ -82,6 +81,6 @@ def test_a_batch_system_refusal_is_counted_under_its_backend(in_tmp: Path, redis
     finally:
         director.close()
     assert report.queues["S/ctld/q"].errors, report.summary()
-    seen = census.take(ctx.client, ctx.keys, live_within=10)
+    seen = ctx.store.views.census(10)
     assert seen.counter("errors:slurm") == len(report.queues["S/ctld/q"].errors)
     assert not seen.with_prefix("submitted:")

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from pilot.director.release import Room, release_idle
-from taskqueues.store import stops
+from pilot.director.idle_pilots import Room, release_idle
+from taskqueues.store import Store
 from taskqueues.store.keys import Keys
 from taskqueues.store.records import JobState
 from tests.support.directors import KINDS, Rig, all_final
@@ -55,7 +55,7 @@ def test_an_idle_pilot_no_job_fits_is_released_when_another_shape_waits(rig: Rig
         report = rig.cycle()
         assert report.released == [] and small not in rig.ended(), report
         time.sleep(0.3)
-    assert stops.pending(rig.ctx.client, rig.ctx.keys) == {}
+    assert rig.ctx.store.pilots.stop_requests() == {}
 
     # A 2-core job: the idle 1-core pilot cannot take it, a c2 pilot is planned, the c1 pilot goes.
     second = list(rig.submit([rig.job("two", cpu=2, seconds=0.5)]).ids.values())
@@ -73,25 +73,25 @@ def test_an_idle_pilot_no_job_fits_is_released_when_another_shape_waits(rig: Rig
 def test_release_requests_follow_the_demand(real_redis: redis.Redis) -> None:
     keys = Keys()
     idle = Room(idle={"p1": "site/ce/q"}, waiting=1)
-    assert release_idle(real_redis, keys, [idle], live={"p1"}) == ["p1"]
-    held = stops.read(real_redis, keys, "p1")
+    assert release_idle(Store(real_redis, keys).pilots, [idle], live={"p1"}) == ["p1"]
+    held = Store(real_redis, keys).pilots.stop_request("p1")
     assert held is not None and held.mode == "release" and "1 pilot(s) wait" in held.reason
-    assert release_idle(real_redis, keys, [idle], live={"p1"}) == [], "asked once, not at every cycle"
+    assert release_idle(Store(real_redis, keys).pilots, [idle], live={"p1"}) == [], "asked once, not at every cycle"
 
     # A waiting job fits it again: the request is withdrawn.
-    release_idle(real_redis, keys, [Room(serving={"p1"}, waiting=1)], live={"p1"})
-    assert stops.read(real_redis, keys, "p1") is None
+    release_idle(Store(real_redis, keys).pilots, [Room(serving={"p1"}, waiting=1)], live={"p1"})
+    assert Store(real_redis, keys).pilots.stop_request("p1") is None
     # Idle, but nothing waits for its room: it is left alone; once asked, it stays asked.
-    assert release_idle(real_redis, keys, [Room(idle={"p1": "site/ce/q"})], live={"p1"}) == []
-    assert stops.read(real_redis, keys, "p1") is None
-    release_idle(real_redis, keys, [idle], live={"p1"})
-    release_idle(real_redis, keys, [Room(idle={"p1": "site/ce/q"})], live={"p1"})
-    assert stops.read(real_redis, keys, "p1") is not None
-    release_idle(real_redis, keys, [Room(serving={"p1"})], live={"p1"})
+    assert release_idle(Store(real_redis, keys).pilots, [Room(idle={"p1": "site/ce/q"})], live={"p1"}) == []
+    assert Store(real_redis, keys).pilots.stop_request("p1") is None
+    release_idle(Store(real_redis, keys).pilots, [idle], live={"p1"})
+    release_idle(Store(real_redis, keys).pilots, [Room(idle={"p1": "site/ce/q"})], live={"p1"})
+    assert Store(real_redis, keys).pilots.stop_request("p1") is not None
+    release_idle(Store(real_redis, keys).pilots, [Room(serving={"p1"})], live={"p1"})
 
     # An operator's drain is not withdrawn by the director; requests of pilots that are gone are dropped.
-    stops.request(real_redis, keys, "p2", "drain", "operator")
-    release_idle(real_redis, keys, [Room(serving={"p2"}, waiting=1)], live={"p2"})
-    assert stops.read(real_redis, keys, "p2") is not None
-    release_idle(real_redis, keys, [], live=set())
-    assert stops.pending(real_redis, keys) == {}
+    Store(real_redis, keys).pilots.request_stop("p2", "drain", "operator")
+    release_idle(Store(real_redis, keys).pilots, [Room(serving={"p2"}, waiting=1)], live={"p2"})
+    assert Store(real_redis, keys).pilots.stop_request("p2") is not None
+    release_idle(Store(real_redis, keys).pilots, [], live=set())
+    assert Store(real_redis, keys).pilots.stop_requests() == {}

@@ -1,4 +1,5 @@
-"""Settings.pilot_stop_margin reaches the pilots: the director passes ``--stop-margin`` and plans with it.
+"""Settings.pilot_stop_margin reaches the pilots: the director passes ``--stop-margin`` and plans with it; and
+every setting the pilot command has an option for reaches a pilot one way, its command line.
 
 A pilot keeps its stop margin free before its end (``pilot --stop-margin``: seconds to stop payloads and
 report), so none of that is time its jobs can use: the director asks the batch system for it on top of what
@@ -7,11 +8,14 @@ the jobs need, and a job that would need it is unplaceable on the shape.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+import click
 import pytest
 
 from matcher.submission import Submitter
+from pilot.agent.command import pilot
 from pilot.agent.config import PilotConfig
 from pilot.director.service import Director, default_pilot_command
 from taskqueues.context import Context
@@ -72,3 +76,26 @@ def test_the_pilots_defaults_are_the_settings_defaults() -> None:
         defaults.pilot_idle_timeout,
     )
     assert config.redis_url == LOCAL_REDIS_URL  # the pilot's store when none is named (no embedded server to find)
+
+
+def test_each_setting_reaches_a_pilot_one_way(tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the director's pilot command line carries, the pilot's environment does not carry again: parsed
+    by the pilot command itself (with no PILOTFISH_ variable around), the line alone gives each value."""
+    settings = settings_for(tmp_path, redis_url, CATALOG).with_(vo="lhcb", prefix="site1", pilot_idle_timeout=7.5)
+    ctx = Context(settings)
+    queue = ctx.catalog.queue("L/host/q", settings.vo)
+    argv = default_pilot_command(queue, queue.shapes[0], 300, settings)
+    assert argv[2:4] == ["matcher.cli", "pilot"]
+    for name in [n for n in os.environ if n.startswith("PILOTFISH_")]:
+        monkeypatch.delenv(name)
+    parsed = pilot.make_context("pilot", argv[4:]).params
+    assert (parsed["vo"], parsed["prefix"], parsed["lease"], parsed["idle_timeout"]) == ("lhcb", "site1", 3.0, 7.5)
+    env = Director(ctx)._pilot_env()
+    on_the_line = {p.envvar for p in pilot.params if isinstance(p, click.Option) and p.opts[0] in argv}
+    assert on_the_line >= {
+        "PILOTFISH_VO",
+        "PILOTFISH_PREFIX",
+        "PILOTFISH_LEASE_SECONDS",
+        "PILOTFISH_PILOT_IDLE_TIMEOUT",
+    }
+    assert not on_the_line & set(env), sorted(on_the_line & set(env))

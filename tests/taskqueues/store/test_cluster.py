@@ -21,10 +21,9 @@ import pytest
 
 from taskqueues.errors import ConfigError, StoreUnavailable
 from taskqueues.store import Store, access, cluster
-from taskqueues.store.connection import Subscription, follow, give_back, own_connection
 from taskqueues.store.functions import library_name
 from taskqueues.store.guard import client_url, shown_url
-from taskqueues.store.keys import Keys
+from taskqueues.store.keys import WAKE_SHARDS, Keys
 from taskqueues.store.records import JobState, PilotOffer
 from tests.support.cluster import ClusterSet, cluster_set
 from tests.support.pilots import QUEUE, pilot_env, running_pilot
@@ -172,16 +171,18 @@ def test_the_library_is_on_every_primary_and_reloaded_where_lost(deployment: Clu
 def test_a_subscription_hears_its_community_after_the_slot_moved(deployment: ClusterSet) -> None:
     store = _store(deployment, "wake")
     slot = cluster.slot_of(store.client)
-    listener = Subscription(store.client, ignore_subscribe_messages=True)
-    listener.subscribe(store.keys.wake)
-    assert listener.message(timeout=0.5) is None
+    listener = store.subscribe(ignore_subscribe_messages=True)
+    channels = [store.keys.wake_channel(QUEUE, shard) for shard in range(WAKE_SHARDS)]  # the job's is one
+    for channel in channels:
+        listener.subscribe(channel)
+    assert listener.message(timeout=0.5) is None  # the first notice came: the server has the subscriptions
     owner = deployment.owner(slot)
     deployment.migrate_atomic(slot, owner, (owner + 1) % len(deployment.nodes))
     store.submit([job(queues=(QUEUE,))])  # publishes on the wake channel, from the slot's new owner
     heard = None
-    for _ in range(20):
+    for _ in range(20 + WAKE_SHARDS):  # the subscription notices first (read as None)
         heard = heard or listener.message(timeout=0.5)
-    assert heard is not None and heard["channel"] == store.keys.wake.encode()
+    assert heard is not None and heard["channel"].decode() in channels
     listener.close()
 
 
@@ -217,7 +218,7 @@ def test_a_pilots_own_connection_follows_the_slot_when_no_reply_is_due(deploymen
     first, second = store.submit([job(queues=(QUEUE,)), job(queues=(QUEUE,))])
     slot = cluster.slot_of(store.client)
     owner = deployment.owner(slot)
-    channel = own_connection(store.client)
+    channel = store.own_connection()
     store.send_exchange("p1", channel, offer=_offer()).receive()  # connects it to the owner
     target = (owner + 1) % len(deployment.nodes)
     deployment.migrate_atomic(slot, owner, target)
@@ -225,8 +226,8 @@ def test_a_pilots_own_connection_follows_the_slot_when_no_reply_is_due(deploymen
     # Replies may still be due on the channel: it stays, its scripts answer MOVED and are redone alone.
     assert [j.id for j in store.send_exchange("p1", channel, offer=_offer()).receive().matched] == [second]
     assert channel.port == deployment.nodes[owner].port
-    follow(channel)  # nothing due: to the new owner
+    store.follow(channel)  # nothing due: to the new owner
     store.send_exchange("p1", channel, starts=[(first, 1, 0.0)]).receive()
     assert channel.port == deployment.nodes[target].port
     assert store.job(first).state is JobState.RUNNING
-    give_back(store.client, channel)
+    store.give_back(channel)

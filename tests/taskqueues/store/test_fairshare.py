@@ -23,9 +23,7 @@ from taskqueues.store.fairshare import (
     account_of,
     job_account,
     parse_policy,
-    publish,
     read_policy,
-    stored_policy,
 )
 from taskqueues.store.keys import Keys
 from taskqueues.store.records import PilotOffer
@@ -111,7 +109,7 @@ def test_a_shares_file_is_validated_key_by_key(tmp_path: Path) -> None:
 def test_groups_are_served_by_share_and_limits_hold(submitter: Submitter, store: Store) -> None:
     flood = submitter.submit([el9(f"f{i}", ete=10) for i in range(40)], owner="prod1", group="prod", priority=1e6)
     late = submitter.submit([el9(f"a{i}", ete=10) for i in range(40)], owner="ana1", group="ana")
-    publish(store.client, store.keys, Policy(shares={"prod": 3, "ana": 1}, cores={("ana", "A"): 8}))
+    store.shares.publish(Policy(shares={"prod": 3, "ana": 1}, cores={("ana", "A"): 8}))
     got = store.match(PilotOffer("p", QA, 16, 64000), max_jobs=16)
     by_group = [account_of(j.tq_id)[0] for j in got]
     # The flood is far more urgent (its priority), yet cores go 3:1 by share until ana's limit of 8 at site A.
@@ -146,7 +144,7 @@ def test_groups_are_served_by_share_and_limits_hold(submitter: Submitter, store:
 def test_explain_names_the_groups_served_first(submitter: Submitter, store: Store) -> None:
     submitter.submit([el9(f"f{i}", ete=10) for i in range(8)], owner="p1", group="prod")
     late = submitter.submit([el9("a", ete=10)], owner="a1", group="ana", priority=1e6)
-    publish(store.client, store.keys, Policy(shares={"prod": 1, "ana": 1}))
+    store.shares.publish(Policy(shares={"prod": 1, "ana": 1}))
     store.client.hset(store.keys.fair, mapping={"u:ana": f"5000 {NOW}"})  # ana ran recently, prod did not
     e = explain(store, Catalog.loads(TWO_SITES), late.ids["a"])
     assert e.verdict.startswith(
@@ -166,13 +164,13 @@ def test_the_shares_command_stores_shows_and_removes(
     runner = CliRunner()
     out = runner.invoke(shares_command, [str(path)])
     assert out.exit_code == 0 and "2 groups, 1 core limits" in out.output, out.output
-    assert stored_policy(store.client, store.keys) == read_policy(path)
+    assert store.shares.policy() == read_policy(path)
     out = runner.invoke(shares_command, ["--json"])
     doc = json.loads(out.output)
     assert {g["group"]: round(g["share"], 3) for g in doc["groups"]} == {"prod": 0.667, "ana": 0.333}
     assert doc["limits"] == [{"group": "prod", "where": "*", "limit": 4, "running": 0}]
     out = runner.invoke(shares_command, ["--off"])
-    assert out.exit_code == 0 and stored_policy(store.client, store.keys) is None
+    assert out.exit_code == 0 and store.shares.policy() is None
 
 
 def test_a_job_outside_a_task_queue_takes_its_account_from_its_request() -> None:
@@ -201,7 +199,7 @@ def test_the_catch_up_cap_bounds_what_a_late_group_takes(
     E = R * tau stays below prod's 16 tau): twice prod's cores. With catchup = 1.2 no group runs more than
     1.2 x another's cores per share (one core of rounding): ana 12, prod 8 + 4."""
     policy = Policy(halflife=600.0, shares={"prod": 1, "ana": 1}, catchup=catchup)
-    publish(store.client, store.keys, policy)
+    store.shares.publish(policy)
     submitter.submit([el9(f"f{i}", ete=10) for i in range(40)], owner="p", group="prod")
     first = store.match(PilotOffer("p0", QA, 8, 64000), max_jobs=8)
     assert {account_of(j.tq_id)[0] for j in first} == {"prod"}

@@ -8,7 +8,7 @@ import multiprocessing as mp
 import redis
 
 from taskqueues.store import Store
-from taskqueues.store.fairshare import Policy, account_of, publish
+from taskqueues.store.fairshare import Policy, account_of
 from taskqueues.store.records import PilotOffer
 from tests.support.store import check_store, job
 
@@ -33,7 +33,7 @@ def hold(url: str, pilot: int, out: mp.Queue) -> None:  # type: ignore[type-arg]
 
 def test_concurrent_pilots_never_pass_a_limit(redis_url: str) -> None:
     store = Store.from_url(redis_url)
-    publish(store.client, store.keys, POLICY)
+    store.shares.publish(POLICY)
     tqs = ("t1.g1.ann", "t2.g1.bob.reco", "t3.g2.cy", "t4.g3.dee.reco", "t5.g3.dee")
     # g2 runs only at s2, g3's second task queue only at s1/c/a: the limits there are reached whichever pilots
     # start first.

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from taskqueues.store import Store
-from taskqueues.store.fairshare import Policy, account_of, publish
+from taskqueues.store.fairshare import Policy, account_of
 from taskqueues.store.records import PilotOffer, member_tail
 from tests.support.clock import FakeClock
 from tests.support.store import check_pools, check_states, check_store, job
@@ -153,7 +153,7 @@ def test_share_rule_agrees_with_the_oracle(real_redis: redis.Redis, ops: list[tu
     real_redis.flushall()
     clock = FakeClock()
     store = Store(real_redis, lease_seconds=30, backoff=1, clock=clock)
-    publish(real_redis, store.keys, POLICY)
+    store.shares.publish(POLICY)
     oracle = Oracle()
     for op in ops:
         if op[0] == "submit":

@@ -32,7 +32,7 @@ from tests.support.keyspace import dump_all, restore_all
 from tests.support.store import Call, populate, script_calls
 
 #: ARGV index of each script's JSON argument.
-JSON_ARG = {"submit": 2, "complete": 5, "fail": 5, "heartbeat": 3, "release": 3, "rescore": 1}
+JSON_ARG = {"submit": 2, "complete": 5, "fail": 5, "heartbeat": 3, "release": 3, "rescore": 1, "update": 5}
 
 BAD_TEXT = [
     "",

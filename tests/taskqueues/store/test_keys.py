@@ -14,7 +14,7 @@ from redis.crc import key_slot
 
 from matcher.repressure import repressure
 from taskqueues.errors import ConfigError
-from taskqueues.store import Store, payload_logs, retention, scripts
+from taskqueues.store import Store, retention, scripts
 from taskqueues.store.keys import Keys
 from taskqueues.store.records import JobState, PilotOffer, RunResult
 from taskqueues.store.redis_server import RedisServer
@@ -58,6 +58,10 @@ def test_every_key_builder_carries_the_hash_tag() -> None:
         keys.blocked,
         keys.log("12"),
         keys.stats,
+        keys.held,
+        keys.events,
+        keys.tokens,
+        keys.audit,
     ]
     assert {key_slot(k.encode()) for k in built} == {key_slot(b"{lhcb}")}
     assert key_slot(Keys(vo="atlas").jobs.encode()) != key_slot(b"{lhcb}")
@@ -101,9 +105,16 @@ def test_every_script_call_declares_keys_of_one_slot(real_redis: redis.Redis) ->
     clock.now += 100
     store.clean(grace=1)
     store.release(b, {"error": "nothing to release"})
-    payload_logs.ship(
-        store, m.id, m.attempt, "p", cap=10, host="h", directory="/d", live=False, chunks={"out": (b"x", 1)}
-    )
+    store.logs.ship(m.id, m.attempt, "p", cap=10, host="h", directory="/d", live=False, chunks={"out": (b"x", 1)})
+    (h,) = store.submit([job("t1")])
+    store.lifecycle.hold([h], "alice")
+    store.lifecycle.update(h, "alice", "priority 5", priority=5)
+    store.lifecycle.hold([h], "alice", release=True)
+    store.lifecycle.resubmit([c], "alice")
+    store.submit([job("t1")], ("rn", {"notify": "http://h.example.org/"}))  # request-end notifications
+    store.notices.ready("rn", clock.now)
+    [claim] = store.notices.claim("s", clock.now, 10)
+    store.notices.settle(claim, clock.now)
     retention.forget_ended(store, clock.now + 1)
     # unlock/renew take the lock's own key (keys.lock, checked above), not the store's.
     assert {name for name, _ in calls} == set(scripts.names()) - {"unlock", "renew"}

@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from taskqueues.store import Store
-from taskqueues.store.fairshare import Policy, publish
+from taskqueues.store.fairshare import Policy
 from taskqueues.store.records import PilotOffer
 from taskqueues.store.reservations import read_reservations
 from tests.support.clock import FakeClock
@@ -77,10 +77,10 @@ def test_without_a_shares_policy_or_with_one_that_cannot_be_read_the_match_is_st
         return got, b'"fq":' in (store.client.hget(store.keys.jobs, got) or b"")
 
     store.submit([job("tqA.g1.o1", score=1)])
-    publish(store.client, store.keys, Policy(shares={"g1": 1, "g2": 1}))
+    store.shares.publish(Policy(shares={"g1": 1, "g2": 1}))
     store.client.hset(store.keys.fair, "r:g1", 5)  # g1 runs 5 cores: g2 goes first
     assert lease("tqB.g2.o2", 2) == ("2", True)
-    publish(store.client, store.keys, None)
+    store.shares.publish(None)
     assert lease("tqB.g2.o2", 2) == ("1", False)  # no policy: the most urgent
     store.client.hset(store.keys.shares, "json", "not json")
     assert lease("tqA.g1.o1", 1) == ("4", False)  # unreadable: strict again
@@ -100,11 +100,11 @@ def test_a_call_without_a_policy_reads_neither_the_shares_hash_nor_more_than_bef
         store.submit([job(f"tq{i}.g1.o1", score=i)])
     strict = PilotOffer("p1", Q, 4, 4000, 0, None)
     assert reads(strict) == (0, 3)  # the floor and mark, one page's heads, the record
-    publish(store.client, store.keys, Policy(shares={"g1": 1}))
+    store.shares.publish(Policy(shares={"g1": 1}))
     assert store.client.hget(store.keys.qfloor, "") == b"1"
     hget, _ = reads(strict)
     assert hget >= 1  # the policy (and the fair hash's fields) are read
-    publish(store.client, store.keys, None)
+    store.shares.publish(None)
     assert store.client.hget(store.keys.qfloor, "") is None
     assert reads(strict) == (0, 3)
     assert check(store.client, store.keys) == []

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from matcher import periodic
-from matcher.cli.operator_commands import _snapshot
+from matcher.calls import Overview
+from matcher.cli.operator_commands import view
 from matcher.explain import explain, render_explanation
 from matcher.repressure import repressure
-from matcher.status import requests_status
+from matcher.status import requests_status, task_queues
 from matcher.submission import JobSpec, Submitter
 from taskqueues.catalog import Catalog
 from taskqueues.context import Context
@@ -122,7 +123,7 @@ def test_operators_see_a_parked_job(
     e = explain(store, catalog, bad)
     assert e.state == "unreadable" and e.verdict.startswith("parked: its record is running")
 
-    doc, lines, _ = _snapshot(store, None)
+    doc, lines, *_ = view(Overview(requests_status(store), task_queues(store), list(store.parked().values())))
     assert doc["parked"] == 1
     assert any(line.startswith("1 jobs parked") for line in lines)
     assert any(f"job {bad}: its record is running" in line for line in lines)

@@ -15,8 +15,8 @@ import pytest
 
 from taskqueues.errors import StaleReport
 from taskqueues.store import Store
+from taskqueues.store.counters import StatField
 from taskqueues.store.records import JobState, PilotOffer, RunResult
-from taskqueues.store.stats import TAKEN_BACK
 from tests.support.clock import FakeClock
 from tests.support.keyspace import text
 from tests.support.store import check_store, job
@@ -37,7 +37,7 @@ def offer(pilot: str = "p1", cpu: int = 8) -> PilotOffer:
 
 
 def taken_back(store: Store) -> int:
-    return int(text(store.client.hget(store.keys.stats, TAKEN_BACK) or b"0"))
+    return int(text(store.client.hget(store.keys.stats, StatField.TAKEN_BACK) or b"0"))
 
 
 def paused(store: Store, clock: FakeClock, *, start: bool = True) -> str:

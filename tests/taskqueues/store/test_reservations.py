@@ -11,7 +11,7 @@ from matcher.explain import explain
 from taskqueues.catalog import Catalog
 from taskqueues.errors import StoreError
 from taskqueues.store import Store
-from taskqueues.store.fairshare import Policy, publish
+from taskqueues.store.fairshare import Policy
 from taskqueues.store.records import PilotOffer
 from taskqueues.store.reservations import read_reservations
 from tests.support.clock import FakeClock
@@ -26,6 +26,10 @@ CATALOG = """
 shapes = [{ name = "four", cpu = 4, mem = "4G" }]
 """
 BUSY = ((50.0, 1, 100, 0),) * 3  # three 1-core jobs ending in 50 s: one core free of four
+#: Scores are dates (the date by which a job should start): these jobs should start in over 1000 s, so none is
+#: due before a reservation's start and the bound of bounded reservations (the default) lets none through
+#: (tests/taskqueues/store/test_bounded_reservations.py tests that bound).
+LATER = 1_000_000.0 + 1000
 
 
 @pytest.fixture
@@ -44,9 +48,9 @@ def ids(store: Store, o: PilotOffer, n: int = 1) -> list[str]:
 def test_the_pilot_holds_its_free_core_for_the_wide_job_and_lets_only_short_jobs_through(store: Store) -> None:
     wide, narrow, short = store.submit(
         [
-            job("wide", cpu=4, ete=100, score=1),
-            job("narrow", cpu=1, ete=100, score=2),
-            job("short", cpu=1, ete=20, score=3),
+            job("wide", cpu=4, ete=100, score=LATER + 1),
+            job("narrow", cpu=1, ete=100, score=LATER + 2),
+            job("short", cpu=1, ete=20, score=LATER + 3),
         ]
     )
     assert ids(store, offer("p1"), 2) == [short]  # 20 s x 1.5 ends before the reserved start in 50 s
@@ -57,7 +61,9 @@ def test_the_pilot_holds_its_free_core_for_the_wide_job_and_lets_only_short_jobs
 
 
 def test_a_pilot_that_frees_sooner_takes_the_reservation_over(store: Store) -> None:
-    wide, narrow = store.submit([job("wide", cpu=4, ete=100, score=1), job("narrow", cpu=1, ete=100, score=2)])
+    wide, narrow = store.submit(
+        [job("wide", cpu=4, ete=100, score=LATER + 1), job("narrow", cpu=1, ete=100, score=LATER + 2)]
+    )
     assert ids(store, offer("p1")) == []
     assert ids(store, offer("p2", running=((10.0, 1, 100, 0),) * 3)) == []
     assert read_reservations(store.client, store.keys)[0][0].pilot == "p2"
@@ -69,9 +75,9 @@ def test_a_pilot_that_frees_sooner_takes_the_reservation_over(store: Store) -> N
 def test_a_reservation_whose_start_passed_by_the_slack_holds_nothing(store: Store) -> None:
     _, narrow, other = store.submit(
         [
-            job("wide", cpu=4, ete=100, score=1),
-            job("narrow", cpu=1, ete=100, score=2),
-            job("other", cpu=1, ete=100, score=3),
+            job("wide", cpu=4, ete=100, score=LATER + 1),
+            job("narrow", cpu=1, ete=100, score=LATER + 2),
+            job("other", cpu=1, ete=100, score=LATER + 3),
         ]
     )
     assert ids(store, offer("p1")) == []
@@ -85,7 +91,9 @@ def test_a_reservation_whose_start_passed_by_the_slack_holds_nothing(store: Stor
 
 
 def test_explain_names_the_pilot_holding_cores(store: Store) -> None:
-    wide, narrow = store.submit([job("wide", cpu=4, ete=100, score=1), job("narrow", cpu=1, ete=100, score=2)])
+    wide, narrow = store.submit(
+        [job("wide", cpu=4, ete=100, score=LATER + 1), job("narrow", cpu=1, ete=100, score=LATER + 2)]
+    )
     ids(store, offer("p1"))
     catalog = Catalog.loads(CATALOG)
     assert explain(store, catalog, wide).reservations == [
@@ -96,7 +104,7 @@ def test_explain_names_the_pilot_holding_cores(store: Store) -> None:
 
 
 def test_a_bad_list_of_running_jobs_is_refused_before_anything_changes(store: Store) -> None:
-    store.submit([job("wide", cpu=4, ete=100, score=1)])
+    store.submit([job("wide", cpu=4, ete=100, score=LATER + 1)])
     before = store.client.hgetall(store.keys.resv)
     bad = store._match_call(Q)
     args = store.match_args(offer("p1"), 1)
@@ -110,7 +118,7 @@ def test_a_bad_list_of_running_jobs_is_refused_before_anything_changes(store: St
 
 
 def test_the_checker_reads_reservations(store: Store) -> None:
-    store.submit([job("wide", cpu=4, ete=100, score=1), job("narrow", cpu=1, ete=100, score=2)])
+    store.submit([job("wide", cpu=4, ete=100, score=LATER + 1), job("narrow", cpu=1, ete=100, score=LATER + 2)])
     ids(store, offer("p1"))
     text = store.client.hget(store.keys.resv, Q)
     store.client.hset(store.keys.resv, Q, b"garbage")
@@ -125,12 +133,12 @@ def test_the_checker_reads_reservations(store: Store) -> None:
 def test_with_a_shares_policy_the_reservation_goes_to_the_first_head_in_share_order(store: Store) -> None:
     """Shares and reservations compose: the head reserved is the first the share order serves (here one group,
     so the most urgent), and backfill still lets only the short job through."""
-    publish(store.client, store.keys, Policy(shares={"default": 1}))
+    store.shares.publish(Policy(shares={"default": 1}))
     wide, narrow, short = store.submit(
         [
-            job("wide", cpu=4, ete=100, score=1),
-            job("narrow", cpu=1, ete=100, score=2),
-            job("short", cpu=1, ete=20, score=3),
+            job("wide", cpu=4, ete=100, score=LATER + 1),
+            job("narrow", cpu=1, ete=100, score=LATER + 2),
+            job("short", cpu=1, ete=20, score=LATER + 3),
         ]
     )
     assert ids(store, offer("p1"), 2) == [short]

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from taskqueues.errors import StoreError
-from taskqueues.store import Store, payload_logs, retention
+from taskqueues.store import Store, retention
 from taskqueues.store.records import PilotOffer, RunResult
 from tests.support.clock import FakeClock
 from tests.support.store import check_store, job
@@ -44,7 +44,7 @@ def test_a_request_is_forgotten_whole_once_all_its_jobs_ended_before_the_cutoff(
     old = request(store, "old", 3)
     run_all(store, clock, fail={old[1]})
     for j in old:
-        payload_logs.ship(store, j, 1, "p", cap=100, host="h", directory="/d", live=False, chunks={"out": (b"hi", 2)})
+        store.logs.ship(j, 1, "p", cap=100, host="h", directory="/d", live=False, chunks={"out": (b"hi", 2)})
     clock.now += 100
     young = request(store, "young", 2)
     run_all(store, clock)

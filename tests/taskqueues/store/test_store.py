@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from collections.abc import Iterator
 
 import pytest
 import redis
 
 from taskqueues.errors import ConfigError, NotFound, StaleReport, StoreError
-from taskqueues.store import Store, stats
-from taskqueues.store.keys import MATCHED_COUNT, Keys
+from taskqueues.store import Store
+from taskqueues.store.keys import MATCHED_COUNT, WAKE_SHARDS, Keys
 from taskqueues.store.records import (
     Job,
     JobState,
@@ -148,7 +149,7 @@ def test_a_heads_index_and_the_heads_hash_are_kept_out_of_listpacks(store: Store
     assert store.match(offer()) == []
     # the emptied task queue's entry went; the sentinel stays, and the count of jobs leased (match.lua)
     assert sorted(store.client.hkeys(heads)) == sorted([b"~" * 65, MATCHED_COUNT.encode()])
-    assert stats.matched(store.client, store.keys) == 1
+    assert store.control.matched() == 1
 
 
 def test_a_match_that_redis_refuses_is_a_store_error(store: Store) -> None:
@@ -395,18 +396,64 @@ def test_refresh_pool_and_clean(store: Store, clock: FakeClock) -> None:
     assert store.pool("t") == set() and store.client.zscore(store.keys.poolstamp, "t") == before
 
 
-def test_idle_pilots_are_woken_when_work_enters_a_task_queue(store: Store) -> None:
-    pubsub = store.client.pubsub(ignore_subscribe_messages=True)
-    pubsub.subscribe(store.keys.wake)
-    pubsub.get_message(timeout=0.5)
-    store.submit([job()])
-    message = pubsub.get_message(timeout=2)
-    assert message is not None and message["channel"] == store.keys.wake.encode()
+def _heard(listeners: list[redis.client.PubSub], expect: int) -> list[int]:
+    """The shards whose listener heard a wake (each drained): read until ``expect`` have, then a little more
+    for any beyond them (a wake is published before the submission's reply, but may be read after it)."""
+    heard: set[int] = set()
+    deadline = time.monotonic() + 5.0
+    settle: float | None = None
+    while True:
+        for shard, listener in enumerate(listeners):
+            while listener.get_message(timeout=0) is not None:
+                heard.add(shard)
+        now = time.monotonic()
+        if settle is None and (len(heard) >= expect or now > deadline):
+            settle = now + 0.1
+        if settle is not None and now > settle:
+            return sorted(heard)
+        time.sleep(0.005)
+
+
+def test_a_submission_wakes_as_many_idle_pilots_as_jobs_entered_in_their_queues(store: Store) -> None:
+    """Issue 31: one idle pilot per wake shard of Q1 and of Q2 listens; work entering for Q1 wakes as many
+    Q1 listeners as jobs entered (each takes one at least), in consecutive shards from a place that moves
+    from call to call, and none of Q2; work for both queues wakes each; nothing entering wakes nobody."""
+
+    def listeners(queue: str) -> list[redis.client.PubSub]:
+        subs = []
+        for shard in range(WAKE_SHARDS):
+            sub = store.client.pubsub(ignore_subscribe_messages=True)
+            sub.subscribe(store.keys.wake_channel(queue, shard))
+            assert sub.get_message(timeout=0.5) is None  # the notice, ignored
+            subs.append(sub)
+        return subs
+
+    q1, q2 = listeners(Q1), listeners(Q2)
+    first = store.submit([job()])
+    heard = _heard(q1, 1)
+    assert heard == [int(first[0]) % WAKE_SHARDS] and _heard(q2, 0) == []
+    second = store.submit([job(), job(), job()])
+    heard = _heard(q1, 3)
+    start = int(second[0]) % WAKE_SHARDS
+    assert sorted(heard) == sorted((start + i) % WAKE_SHARDS for i in range(3))  # moved on: the next jobs' ids
+    store.submit([job("tqB", queues=(Q1, Q2)) for _ in range(WAKE_SHARDS + 1)])  # more jobs than listeners
+    assert _heard(q1, WAKE_SHARDS) == list(range(WAKE_SHARDS)) == _heard(q2, WAKE_SHARDS)
     # Nothing entered a task queue: nothing to wake for (a job blocked alone, with no dependency to release
     # it, is refused: see test_store_validation.py).
     store.submit([job("b", state=JobState.FAILED, reason="its template did not evaluate")])
-    assert pubsub.get_message(timeout=0.3) is None
-    pubsub.close()
+    assert _heard(q1, 0) == [] == _heard(q2, 0)
+    for sub in q1 + q2:
+        sub.close()
+
+
+def test_a_wake_nobody_hears_goes_round_every_shard_once(real_redis: redis.Redis) -> None:
+    """With no pilot idle (none listening) a submission publishes once on each wake shard of its queue and
+    stops there: PUBLISH answers 0 each time (INFO commandstats counts the calls, on a real server)."""
+    store = Store(real_redis)
+    store.submit([job()])  # loads the library, so the count below is of the submission alone
+    real_redis.config_resetstat()
+    store.submit([job(), job()])
+    assert int(real_redis.info("commandstats").get("cmdstat_publish", {}).get("calls", 0)) == WAKE_SHARDS
 
 
 # -- the match hot path's supports: exact heads, queue floors, the lease on the stored text, compact records
