@@ -72,12 +72,11 @@ from bench_match import N_QUEUES, fcall_stats, fill, make_jobs, queue_name, queu
 from pilot.agent.config import PilotConfig  # noqa: E402
 from taskqueues.errors import StaleReport  # noqa: E402
 from taskqueues.store import Store, Subscription  # noqa: E402
-from taskqueues.store.counters import LatencyHistogram, StatField  # noqa: E402
+from taskqueues.store.counters import LatencyHistogram  # noqa: E402
 from taskqueues.store.exchange import PendingExchange  # noqa: E402
-from taskqueues.store.keys import WAKE_SHARDS  # noqa: E402
+from taskqueues.store.keys import MATCHED_COUNT, WAKE_SHARDS  # noqa: E402
 from taskqueues.store.records import PilotOffer, RunResult  # noqa: E402
 from taskqueues.store.redis_server import RedisServer, server_version  # noqa: E402
-from taskqueues.store.keys import MATCHED_COUNT  # noqa: E402
 
 #: The real pilot's default periods (one place: its config).
 CONFIG = PilotConfig(queue="bench")

@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_match import Stock, pilot_asks, trivial_call
 
 from taskqueues.store import Store
-from taskqueues.store.fairshare import Policy, publish
+from taskqueues.store.fairshare import Policy
 from taskqueues.store.redis_server import find_redis_server, free_port
 
 
@@ -121,7 +121,7 @@ def row(server: Counted, n_tqs: int, kind: str, calls: int) -> tuple[float, floa
     shares = "+s" in kind
     store = Store(client, lease_seconds=3600)
     if shares:
-        publish(client, store.keys, POLICY)
+        store.shares.publish(POLICY)
     Stock(store, n_tqs, groups=len(POLICY.shares) if shares else 0).top_up(20_000)
     asks = pilot_asks(1, kind.startswith("fill"), "+r" in kind)
     trivial = trivial_call(client)

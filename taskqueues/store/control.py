@@ -45,7 +45,7 @@ class Control(Part):
     def matched(self) -> int:
         """The jobs match.lua has leased (it counts them with the heads it writes, not in the stats hash: a call
         pays no command of its own for it)."""
-        return int(self.client.hget(self.keys.heads, MATCHED_COUNT) or 0)  # type: ignore[arg-type]
+        return int(self.client.hget(self.keys.heads, MATCHED_COUNT) or 0)
 
     @guarded("recording that a component is alive")
     def beat(self, component: str, now: float | None = None) -> None:
