@@ -62,19 +62,22 @@ def queue_name(i: int) -> str:
     return f"site{i}/ce/q"
 
 
-def tq_id(t: int) -> str:
-    return f"{t:016x}"
+def tq_id(t: int, groups: int = 0) -> str:
+    """Task queue t's id; with ``groups``, of the account of group ``g<t % groups>`` (owner ``u``), as
+    submissions make them for a community with owners and groups (taskqueues.store.fairshare.account_tq)."""
+    return f"{t:016x}" + (f".g{t % groups}.u" if groups else "")
 
 
-def make_jobs(tqs: Sequence[int], rng: random.Random, start: int) -> list[NewJob]:
-    """One job for each entry of ``tqs`` (task-queue numbers), numbered from ``start``."""
+def make_jobs(tqs: Sequence[int], rng: random.Random, start: int, groups: int = 0) -> list[NewJob]:
+    """One job for each entry of ``tqs`` (task-queue numbers), numbered from ``start``; with ``groups``,
+    spread over that many groups (:func:`tq_id`)."""
     jobs = []
     for tq in tqs:
         cpu, mem = SHAPES[tq % len(SHAPES)]
         jobs.append(
             NewJob(
                 command=COMMAND,
-                tq_id=tq_id(tq),
+                tq_id=tq_id(tq, groups),
                 tq_def=json.dumps({"cpu": cpu, "tq": tq}),
                 queues=(queue_name(tq % N_QUEUES),),
                 cpu=cpu,
@@ -87,12 +90,12 @@ def make_jobs(tqs: Sequence[int], rng: random.Random, start: int) -> list[NewJob
     return jobs
 
 
-def fill(store: Store, tqs: Sequence[int], start: int, batch: int = 1000) -> float:
+def fill(store: Store, tqs: Sequence[int], start: int, batch: int = 1000, groups: int = 0) -> float:
     """Submit one job per entry of ``tqs``, ``batch`` per call; the submit rate (jobs/s)."""
     rng = random.Random(start)
     t0 = time.perf_counter()
     for off in range(0, len(tqs), batch):
-        store.submit(make_jobs(tqs[off : off + batch], rng, start + off))
+        store.submit(make_jobs(tqs[off : off + batch], rng, start + off, groups))
     return len(tqs) / (time.perf_counter() - t0)
 
 
@@ -235,8 +238,8 @@ class Stock:
     """The waiting jobs of one run: every task queue topped up to its share of the row's size before every
     slice of matches (pilots favour the queues whose jobs fit most of them, and drain those first)."""
 
-    def __init__(self, store: Store, n_tqs: int) -> None:
-        self.store, self.n_tqs = store, n_tqs
+    def __init__(self, store: Store, n_tqs: int, groups: int = 0) -> None:
+        self.store, self.n_tqs, self.groups = store, n_tqs, groups
         self.submitted = 0
         self.least = 1.0  # the smallest fraction of the row's size left waiting at the end of a slice
 
@@ -245,12 +248,12 @@ class Stock:
         turn as at first; the submit rate (jobs/s)."""
         pipe = self.store.client.pipeline(transaction=False)
         for t in range(self.n_tqs):
-            pipe.zcard(self.store.keys.tq(tq_id(t)))
+            pipe.zcard(self.store.keys.tq(tq_id(t, self.groups)))
         short = [size // self.n_tqs - int(n) for n in pipe.execute()]
         tqs = [t for turn in range(max(short)) for t in range(self.n_tqs) if short[t] > turn]
         if not tqs:
             return 0.0
-        submit_rate = fill(self.store, tqs, self.submitted)
+        submit_rate = fill(self.store, tqs, self.submitted, groups=self.groups)
         self.submitted += len(tqs)
         return submit_rate
 

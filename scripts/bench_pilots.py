@@ -72,9 +72,9 @@ from bench_match import N_QUEUES, fcall_stats, fill, make_jobs, queue_name, queu
 from pilot.agent.config import PilotConfig  # noqa: E402
 from taskqueues.errors import StaleReport  # noqa: E402
 from taskqueues.store import Store, Subscription  # noqa: E402
-from taskqueues.store.counters import LatencyHistogram, StatField  # noqa: E402
+from taskqueues.store.counters import LatencyHistogram  # noqa: E402
 from taskqueues.store.exchange import PendingExchange  # noqa: E402
-from taskqueues.store.keys import WAKE_SHARDS  # noqa: E402
+from taskqueues.store.keys import MATCHED_COUNT, WAKE_SHARDS  # noqa: E402
 from taskqueues.store.records import PilotOffer, RunResult  # noqa: E402
 from taskqueues.store.redis_server import RedisServer, server_version  # noqa: E402
 
@@ -532,8 +532,8 @@ def command_usec(client: redis.Redis) -> tuple[int, int, int]:
 
 
 def counters(store: Store) -> tuple[int, int]:
-    raw = store.client.hmget(store.keys.stats, [StatField.MATCHED, "ended:done"])
-    return int(raw[0] or 0), int(raw[1] or 0)
+    done = store.client.hget(store.keys.stats, "ended:done")
+    return int(store.client.hget(store.keys.heads, MATCHED_COUNT) or 0), int(done or 0)  # type: ignore[arg-type]
 
 
 @dataclass

@@ -9,14 +9,18 @@ run it on each. Kernel time (the socket reads and writes) is not counted. Needs 
 Each row is ``<task queues>:<kind>``: a fresh store with 20,000 waiting jobs in that many task queues (the
 jobs and pilots of bench_match.py), 400 calls to warm up, then ``--calls`` calls counted. Kinds: ``fill``
 asks for as many jobs as the pilot has free cores, ``one`` for one job, ``trivial`` is the ceiling's
-``return 1``. A kind ending in ``+r`` (``fill+r``, ``one+r``) has its pilots say what they run, as real pilots
-do (bench_match.pilot_asks with ``running``: reservations on). Prints the instructions per call and per job
-matched, and each row's ratio to the stored baseline (``scripts/match_baseline.json``) when it holds that row.
+``return 1``. A kind with ``+r`` (``fill+r``, ``one+r``) has its pilots say what they run, as real pilots
+do (bench_match.pilot_asks with ``running``: reservations on). A kind with ``+s`` (``fill+s``) has a shares
+policy stored (``POLICY``: four groups, shares 1 to 4) and its jobs spread over those groups' accounts (the
+task queues are as many, each of one group: bench_match.tq_id with ``groups``): the fair-share match.
+Prints the instructions per call and per job matched, and each row's ratio to the stored baseline
+(``scripts/match_baseline.json``) when it holds that row.
 The baseline's rows are counted in its own order on one server (a row's count depends a little on the rows
 before it), so ``--rows`` and ``--calls`` must be left alone for the ratios to hold; ``--write-baseline``
 stores this run's figures as the new baseline (do it in the commit that makes the match cheaper or dearer
 on purpose, and say why). bench_match.py and bench_e2e.py print :func:`guard`'s line at their end.
-Usage: python scripts/count_match.py [--rows 10:fill,1000:fill,1000:one,1000:fill+r,10:trivial] [--calls 300]
+Usage: python scripts/count_match.py [--rows 10:fill,1000:fill,1000:one,1000:fill+r,1000:fill+s,10:trivial]
+       [--calls 300]
        [--write-baseline]
 """
 
@@ -41,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_match import Stock, pilot_asks, trivial_call
 
 from taskqueues.store import Store
+from taskqueues.store.fairshare import Policy
 from taskqueues.store.redis_server import find_redis_server, free_port
 
 
@@ -105,13 +110,20 @@ class Counted:
         self.proc.wait()
 
 
+#: The shares of the ``+s`` rows: four groups, none of them the default one.
+POLICY = Policy(shares={"g0": 1.0, "g1": 2.0, "g2": 3.0, "g3": 4.0})
+
+
 def row(server: Counted, n_tqs: int, kind: str, calls: int) -> tuple[float, float]:
     """Instructions per call and jobs matched per call."""
     client = server.client
     client.flushall()
-    Stock(Store(client, lease_seconds=3600), n_tqs).top_up(20_000)
+    shares = "+s" in kind
     store = Store(client, lease_seconds=3600)
-    asks = pilot_asks(1, kind.startswith("fill"), kind.endswith("+r"))
+    if shares:
+        store.shares.publish(POLICY)
+    Stock(store, n_tqs, groups=len(POLICY.shares) if shares else 0).top_up(20_000)
+    asks = pilot_asks(1, kind.startswith("fill"), "+r" in kind)
     trivial = trivial_call(client)
 
     def call(i: int) -> int:
@@ -128,7 +140,7 @@ def row(server: Counted, n_tqs: int, kind: str, calls: int) -> tuple[float, floa
 
 
 BASELINE = Path(__file__).resolve().parent / "match_baseline.json"
-DEFAULT_ROWS = "10:fill,1000:fill,1000:one,1000:fill+r,1000:one+r"
+DEFAULT_ROWS = "10:fill,1000:fill,1000:one,1000:fill+r,1000:one+r,10:fill+s,100:fill+s"
 DEFAULT_CALLS = 300
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import redis
 
 from .counters import StatField
-from .keys import Keys
+from .keys import MATCHED_COUNT, Keys
 from .records import text
 
 #: Job records read per round trip when the leased jobs are counted.
@@ -82,8 +82,10 @@ def take(client: redis.Redis, keys: Keys, live_within: float, now: float) -> Cen
     pipe.hgetall(keys.pilots)
     pipe.zrangebyscore(keys.pilotseen, now - live_within, "+inf")
     pipe.zcard(keys.held)
-    raw_stats, tq_ids, delayed, releasing, parked, leased, pilot_raw, seen, held = pipe.execute()
+    pipe.hget(keys.heads, MATCHED_COUNT)  # match.lua counts its leases there (Control.matched)
+    raw_stats, tq_ids, delayed, releasing, parked, leased, pilot_raw, seen, held, matched = pipe.execute()
     census.counters = {text(k): float(v) for k, v in raw_stats.items()}
+    census.counters[StatField.MATCHED] = float(matched or 0)
     tqs = sorted(text(t) for t in tq_ids)
 
     pipe = client.pipeline(transaction=False)

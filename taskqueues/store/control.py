@@ -23,6 +23,7 @@ from contextlib import contextmanager
 
 from .counters import StatField
 from .guard import guarded
+from .keys import MATCHED_COUNT
 from .lock import Lock
 from .part import Part
 
@@ -39,6 +40,12 @@ def member(component: str, host: str | None = None) -> str:
 
 class Control(Part):
     """Component beats, counters and locks of the control plane."""
+
+    @guarded("reading the match count")
+    def matched(self) -> int:
+        """The jobs match.lua has leased (it counts them with the heads it writes, not in the stats hash: a call
+        pays no command of its own for it)."""
+        return int(self.client.hget(self.keys.heads, MATCHED_COUNT) or 0)
 
     @guarded("recording that a component is alive")
     def beat(self, component: str, now: float | None = None) -> None:

@@ -16,7 +16,8 @@ code the job's ``retry.on_exit`` names) |
 | ``taken_back`` | complete.lua, fail.lua, heartbeat.lua, start.lua | jobs requeued after an expired lease
 that their pilot's report or heartbeat of the same attempt took back, nobody having matched them since (a
 store paused longer than the lease; ``_lib.lua``'s ``take_back``) |
-| ``matched`` | match.lua | jobs leased to pilots |
+| ``matched`` | match.lua | jobs leased to pilots (kept in the heads hash, field ``~matched``:
+:data:`~taskqueues.store.keys.MATCHED_COUNT`; :func:`matched` reads it) |
 | ``forgotten`` | forget.lua | ended jobs forgotten by the retention (``taskqueues.store.retention``) |
 | ``blocked`` | submit.lua, complete.lua, resubmit.lua, finish | jobs waiting for their dependencies now (a gauge) |
 | ``blocked:<tq>`` | the same | the same, per task queue (the field goes when it reaches 0) |

@@ -291,7 +291,7 @@ class Store(StoreReads, StoreRooms):
             call = PackedCall(
                 self._line,
                 self._scripts["match"],
-                [k.jobs, k.qheads(queue), k.leases, k.tqempty, k.heads, k.qfloor, k.parked, k.stats, k.resv],
+                [k.qheads(queue), k.stats],  # the keys match.lua declares: it builds the others from the base
                 n_args=11,
             )
             self._match_calls[queue] = call

@@ -19,7 +19,8 @@ since it was last empty (what the SubmitPool refresh judges eligibility on) |
 | ``P:{vo}:pool:<tq>`` | set | SubmitPool: catalog queues eligible for a task queue |
 | ``P:{vo}:poolstamp`` | zset | task-queue id → time its SubmitPool was last computed |
 | ``P:{vo}:qh:<queue>`` | zset | heads index of a catalog queue: task-queue id → head score (never above the real one) |
-| ``P:{vo}:heads`` | hash | task-queue id → ``"<score> <member> <floor>"``: its head and a floor (+ a sentinel field) |
+| ``P:{vo}:heads`` | hash | task-queue id → ``"<score> <member> <floor>"``: its head and a floor (+ a sentinel field,
+and :data:`MATCHED_COUNT`: the jobs match leased, counted with the heads it writes) |
 | ``P:{vo}:qfloor`` | hash | catalog queue → floor ``cpu:mem:tmp:need`` of every job of the task queues it indexes;
 its field ``""`` (:data:`POLICY_MARK`) is ``1`` while the community has a shares policy (match reads both at once) |
 | ``P:{vo}:leases`` | zset | job id → lease expiry (unix seconds) |
@@ -109,6 +110,10 @@ DEFAULT_VO = "default"
 #: The qfloor hash's field that marks a community with a shares policy (a queue is never named ""): match.lua
 #: reads it with the queue's floor, so a community without a policy pays no read for it.
 POLICY_MARK = ""
+#: The heads hash's field where match.lua counts the jobs it leased (the ``matched`` counter of
+#: :mod:`taskqueues.store.stats`): read with the first page of heads and written with them, it costs a call no
+#: command of its own. Never a task-queue id (those are hashes, with an account).
+MATCHED_COUNT = "~matched"
 #: Wake channels per catalog queue: a call that enqueues k jobs wakes the idle pilots of as many shards as it
 #: takes to reach k of them (about k + idle/WAKE_SHARDS), not every idle pilot of the queue; and when no pilot
 #: is idle it costs this many PUBLISH of nobody (~1 us each) per queue it enqueued for (issue 31).

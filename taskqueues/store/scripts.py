@@ -17,7 +17,7 @@ import re
 from functools import cache
 from importlib import resources
 
-from .keys import WAKE_SHARDS, lua_names
+from .keys import MATCHED_COUNT, WAKE_SHARDS, lua_names
 from .records import DEFAULT_MAX_RETRIES
 
 _LIB = "_lib"
@@ -39,7 +39,7 @@ def source(name: str) -> str:
 
 def constants() -> dict[str, str | int]:
     """Every constant the loader may put in front of a script, by its Lua name."""
-    return {**lua_names(), "MAX_RETRIES": DEFAULT_MAX_RETRIES, "WAKE_SHARDS": WAKE_SHARDS}
+    return {**lua_names(), "MAX_RETRIES": DEFAULT_MAX_RETRIES, "MATCHED": MATCHED_COUNT, "WAKE_SHARDS": WAKE_SHARDS}
 
 
 def prelude(text: str) -> str:

@@ -25,7 +25,7 @@ from typing import Any
 
 import redis
 
-from taskqueues.store.keys import Keys
+from taskqueues.store.keys import MATCHED_COUNT, Keys
 from taskqueues.store.records import Job, JobState
 from taskqueues.store.records import text as _text
 from taskqueues.store.reservations import read_reservations
@@ -121,7 +121,7 @@ def _read(client: redis.Redis, keys: Keys) -> _Snapshot:
     for key, tq in _under(client, keys.pool_prefix):
         snap.pools[tq] = {_text(q) for q in client.smembers(key)}
     snap.defs = set(_hash(client, keys.tqdefs))
-    snap.heads = {tq: e for tq, e in _hash(client, keys.heads).items() if tq != _SENTINEL}
+    snap.heads = {tq: e for tq, e in _hash(client, keys.heads).items() if tq not in (_SENTINEL, MATCHED_COUNT)}
     snap.qfloor = _hash(client, keys.qfloor)
     snap.tqmax = _hash(client, keys.tqmax)
     snap.tqempty = set(_zset(client, keys.tqempty))

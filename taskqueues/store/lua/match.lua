@@ -1,16 +1,16 @@
 -- match: lease to one pilot the most urgent task-queue head that fits what it has free; optionally repeat
 -- until nothing more fits (fill a multi-core pilot in one call).
--- KEYS[1]  jobs hash
--- KEYS[2]  qh zset of the pilot's queue (task-queue id -> score, never above the real head score)
--- KEYS[3]  leases zset (job id -> expiry)
--- KEYS[4]  tqempty zset
--- KEYS[5]  heads hash (task-queue id -> "<score> <member> <floor>": its exact head; see _lib.lua)
--- KEYS[6]  qfloor hash (queue -> "cpu:mem:tmp:need" at or below every job its index can reach)
--- KEYS[7]  parked hash (job id -> why it was taken out of its task queue; see below)
--- KEYS[8]  stats hash (its "matched" field counts the jobs leased; taskqueues/store/stats.py)
--- KEYS[9]  resv hash (catalog queue -> its one reservation; see "Reservations" below)
+-- KEYS[1]  qh zset of the pilot's queue (task-queue id -> score, never above the real head score)
+-- KEYS[2]  stats hash: not written (see MATCHED below), declared as by every store script, so that a slot
+--          move holds the call off while it copies the community (docs/operator/failover.md)
+-- Every other key is built from the key base: the jobs hash, leases zset (job id -> expiry), tqempty zset,
+-- heads hash (task-queue id -> "<score> <member> <floor>": its exact head; see _lib.lua; its field MATCHED
+-- counts the jobs leased, see the end), qfloor hash (queue -> "cpu:mem:tmp:need" at or below every job its
+-- index can reach), parked hash (job id -> why it was taken out of its task queue; see below) and resv hash
+-- (catalog queue -> its one reservation; see "Reservations" below). Each declared key was a RESP argument,
+-- a Redis string and a Lua string per call, and checking them against the base two strings more.
 -- The task-queue zsets it touches (the one it leases from; one whose index entry has no heads entry) are
--- not declared: it builds their keys from the key base, which carries the community's hash tag, so they hash
+-- not declared either: it builds their keys from the key base, which carries the community's hash tag, so they hash
 -- to the slot of every declared key, and Redis (standalone, or a Cluster node serving that slot) serves them
 -- (tests/test_keys.py runs a community on a real two-node Cluster).
 -- Declaring every task queue the queue can see (argument parsing and building KEYS), for the one or two a
@@ -46,25 +46,32 @@
 -- another member, is taken out of its task queue into the parked hash (job id -> {"why", "t", "m", "at"};
 -- `pilotfish explain` and `status` show it, the periodic reap logs it) and the walk goes on to the next
 -- head in the same call.
-if #KEYS ~= 9 or #ARGV ~= 11 then
-  return redis.error_reply('match: wants 9 KEYS and 11 ARGV, got ' .. #KEYS .. ' and ' .. #ARGV)
+if #KEYS ~= 2 or #ARGV ~= 11 then
+  return redis.error_reply('match: wants 2 KEYS and 11 ARGV, got ' .. #KEYS .. ' and ' .. #ARGV)
 end
 local base, pilot = ARGV[1], ARGV[2]
-local now, length = tonumber(ARGV[3]), tonumber(ARGV[4])
-local cpu, mem, tmp, left = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local want = tonumber(ARGV[9])
-local jobs, qh, heads, qfloor = KEYS[1], KEYS[2], KEYS[5], KEYS[6]
-local queue = string.sub(qh, #base + 4)
+-- Texts known to be numbers are read by arithmetic: one strtod each, where tonumber makes two (and strtod
+-- was 7% of a call). The arguments in a pcall, so that one that is not a number is named by the checks below.
+local ok, now, length, cpu, mem, tmp, left, want = pcall(function(a)
+  return a[3] + 0, a[4] + 0, a[5] + 0, a[6] + 0, a[7] + 0, a[8] + 0, a[9] + 0
+end, ARGV)
+if not ok then
+  now, length, cpu, mem, tmp, left = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]),
+    tonumber(ARGV[7]), tonumber(ARGV[8])
+  want = tonumber(ARGV[9])
+end
+local qh, index = KEYS[1], base .. K_QH
+local queue = string.sub(qh, #index + 1)
+local jobs, heads, qfloor = base .. K_JOBS, base .. K_HEADS, base .. K_QFLOOR
+-- The slack alone is a number; with ":b" (bounded) it is parsed.
+local slack, bounded = tonumber(ARGV[11]), false
+if not slack then
+  slack, bounded = string.match(ARGV[11], '^([^:]+)(:b)$')
+  slack = tonumber(slack)
+end
 local bad
-local slack, bounded = string.match(ARGV[11], '^([^:]+)(:?b?)$')
-slack = tonumber(slack)
--- The keys are checked as one text against one text (one string made each side, not one per key).
-if queue == '' or jobs .. ' ' .. qh .. ' ' .. KEYS[3] .. ' ' .. KEYS[4] .. ' ' .. heads .. ' ' .. qfloor .. ' '
-      .. KEYS[7] .. ' ' .. KEYS[8] .. ' ' .. KEYS[9]
-    ~= base .. K_JOBS .. ' ' .. base .. K_QH .. queue .. ' ' .. base .. K_LEASES .. ' ' .. base .. K_TQEMPTY .. ' '
-      .. base .. K_HEADS .. ' ' .. base .. K_QFLOOR .. ' ' .. base .. K_PARKED .. ' ' .. base .. K_STATS .. ' '
-      .. base .. K_RESV then
-  bad = 'KEYS want the jobs, qh:<queue>, leases, tqempty, heads, qfloor, parked, stats and resv keys of ' .. base
+if queue == '' or string.sub(qh, 1, #index) ~= index or KEYS[2] ~= base .. K_STATS then
+  bad = 'KEYS want the keys ' .. index .. '<queue> and ' .. base .. K_STATS .. ' (of the base ARGV[1])'
 elseif pilot == '' or #pilot > 256 then bad = 'ARGV[2] (pilot id) wants 1 to 256 bytes'
 elseif not (now and now >= 0 and now <= 1e12) then bad = 'ARGV[3] (now) wants a number in [0, 1e12]'
 elseif not (length and length > 0 and length <= 1e12) then bad = 'ARGV[4] (lease length) wants a number in (0, 1e12]'
@@ -149,7 +156,7 @@ if policy then
   local ok, cfg = false, nil
   if text then ok, cfg = pcall(cjson.decode, text) end
   if ok and type(cfg) == 'table' then
-    FS = {cfg = {}, h = {}, U = {}, E = {}, acct = {}, dirty = {}, owners = {},
+    FS = {cfg = {}, h = {}, U = {}, E = {}, acct = {}, dirty = {}, owners = {}, rank = {}, room = {},
           site = string.match(queue, '^([^/]+)/') or queue, tau = 21600 / math.log(2)}
     for field, v in pairs(cfg) do
       FS.cfg[field] = tonumber(v)
@@ -213,26 +220,38 @@ if FS then
     return s
   end
   -- The rank of a task queue's account: (group's E / share, owner's E / share or 0); lower is served first.
+  -- Ranks and rooms are kept per task queue until a lease changes the counters (fs_take empties them): the walk
+  -- weighs every entry against the best so far, and their names (string concatenations) were most of its cost.
   local function fs_rank(tq)
+    local k = FS.rank[tq]
+    if k then return k[1], k[2] end
     local a = fs_acct(tq)
     local r1 = fs_usage(a[1]) / fs_share(a[1], FS.cfg['s:*'] or 1)
     local r2 = 0
     if FS.owners[a[1]] then r2 = fs_usage(a[2]) / fs_share(a[2], FS.cfg['s:' .. a[1] .. '.*'] or 1) end
+    FS.rank[tq] = {r1, r2}
     return r1, r2
   end
-  -- Whether leasing `cpu` more cores of task queue tq stays within every running limit.
+  -- Whether leasing `c` more cores of task queue tq stays within every running limit: the cores its limits
+  -- leave (its group's overall, at the pilot's site, at its queue) and the jobs of its type.
   local function fs_allowed(tq, c)
-    local a, cfg = fs_acct(tq), FS.cfg
-    local g = a[1]
-    local l = cfg['l:' .. g .. '@*']
-    if l and fs_num('r:' .. g) + c > l then return false end
-    l = cfg['l:' .. g .. '@' .. FS.site]
-    if l and fs_num('c:' .. g .. '@' .. FS.site) + c > l then return false end
-    l = cfg['l:' .. g .. '@' .. queue]
-    if l and fs_num('c:' .. g .. '@' .. queue) + c > l then return false end
-    l = a[3] and cfg['t:' .. a[3]]
-    if l and fs_num('n:' .. a[3]) + 1 > l then return false end
-    return true
+    local room = FS.room[tq]
+    if not room then
+      local a, cfg = fs_acct(tq), FS.cfg
+      local g = a[1]
+      local cores, jobs = math.huge, math.huge
+      local l = cfg['l:' .. g .. '@*']
+      if l then cores = math.min(cores, l - fs_num('r:' .. g)) end
+      l = cfg['l:' .. g .. '@' .. FS.site]
+      if l then cores = math.min(cores, l - fs_num('c:' .. g .. '@' .. FS.site)) end
+      l = cfg['l:' .. g .. '@' .. queue]
+      if l then cores = math.min(cores, l - fs_num('c:' .. g .. '@' .. queue)) end
+      l = a[3] and cfg['t:' .. a[3]]
+      if l then jobs = l - fs_num('n:' .. a[3]) end
+      room = {cores, jobs}
+      FS.room[tq] = room
+    end
+    return c <= room[1] and 1 <= room[2]
   end
   -- Whether entry x (task queue tq, score r) goes before entry b: allowed, then by rank, score, task-queue id.
   fs_before = function(X, x, b)
@@ -248,6 +267,7 @@ if FS then
   -- A lease of `c` cores from task queue tq begins (sign 1) or is taken back (-1: its record was parked).
   fs_take = function(tq, c, sign)
     local a, h = fs_acct(tq), FS.h
+    FS.rank, FS.room = {}, {}
     for _, name in ipairs({a[1], a[2]}) do
       fs_usage(name)
       local r = fs_num('r:' .. name) + sign * c
@@ -288,20 +308,22 @@ local lease, expiry
 -- is kept as text, so '"s":"waiting"', '"a":', '"tm":' and 'mt":"<tail>"' can only be the record's own
 -- fields (no other field name ends in mt). Plain finds and one splice (pattern scans over the whole text cost
 -- more than cjson; every C call costs as much as a few dozen Lua instructions); the record must name the
--- member the job was taken from (`tail`, after the job id). Any other form: decode/encode.
+-- member the job was taken from (`tail`, after the job id). Any other form: decode/encode. That the record
+-- has no pl and no tm is looked for as 'pl":' and 'tm":' (a rarer first byte than '"', which plain find
+-- looks for first): a field name merely ending so only sends the record down the decode/encode path.
 -- Returns the leased record, or nil and why the member must be parked.
 local function leased(raw, tail)
   if not raw then return nil, 'it has no record' end
   local s = string.find(raw, '"s":"waiting"', 1, true)
   if s and string.find(raw, 'mt":"' .. tail .. '"', 2, true)
-      and not string.find(raw, '"pl":', 1, true) and not string.find(raw, '"tm":', 1, true) then
+      and not string.find(raw, 'pl":', 1, true) and not string.find(raw, 'tm":', 1, true) then
     local a = string.find(raw, '"a":', 1, true)
     local digits = a and string.match(raw, '^%d+', a + 4)
     if not a or digits then
       -- 'waiting' and 'matched' have the same length: the attempt's position stays valid
       raw = string.sub(raw, 1, s + 4) .. 'matched' .. string.sub(raw, s + 12, -2)
       if not a then return raw .. ',"a":1' .. lease end
-      return string.sub(raw, 1, a + 3) .. (tonumber(digits) + 1) .. string.sub(raw, a + 4 + #digits) .. lease
+      return string.sub(raw, 1, a + 3) .. (digits + 1) .. string.sub(raw, a + 4 + #digits) .. lease
     end
   end
   local ok, rec = pcall(cjson.decode, raw)
@@ -323,8 +345,13 @@ end
 
 local f1, f2, f3, f4
 if floor_text then
-  f1, f2, f3, f4 = string.match(floor_text, '^([^:]+):([^:]+):([^:]+):([^:]+)$')
-  if f1 then f1, f2, f3, f4 = tonumber(f1), tonumber(f2), tonumber(f3), tonumber(f4) end
+  f1, f2, f3, f4 = string.match(floor_text, '^(%d+):(%d+):(%d+):(%d+)$') -- whole numbers: read by arithmetic
+  if f1 then
+    f1, f2, f3, f4 = f1 + 0, f2 + 0, f3 + 0, f4 + 0
+  else
+    f1, f2, f3, f4 = string.match(floor_text, '^([^:]+):([^:]+):([^:]+):([^:]+)$')
+    if f1 then f1, f2, f3, f4 = tonumber(f1), tonumber(f2), tonumber(f3), tonumber(f4) end
+  end
   if not (f1 and f2 and f3 and f4) then f1 = nil end -- unreadable: as if there were none (a walk rewrites it)
 end
 
@@ -341,7 +368,8 @@ local n, bound, all = 0, -EMPTY, false
 -- heads entries set, as (score, task queue) and (task queue, entry) pairs; heads entries deleted; task
 -- queues that emptied, as (now, task queue); leases, as (expiry, job). A task queue named twice in one
 -- command ends with the later value, which is the later one here too.
-local zq, hs, hd, ze, ex = {}, {}, {}, {}, {}
+local zq, hs, ex = {}, {}, {}
+local emptied -- the task queues that emptied (heads entries deleted, tqempty): made when one does
 -- The jobs taken, with (task queue, member tail) pairs in `out` until their records are read, leased and
 -- put there in their place once the walk stops; `checked` of them had their record read.
 local ids, out = {}, {}
@@ -349,6 +377,8 @@ local got, checked = 0, 0
 -- Entries to mend (their heads entry is missing, unreadable or stale), and parked members as (job id,
 -- entry) pairs for one HSET at the end: tables made only when needed, like everything off the usual path.
 local todo, pk
+-- The count of jobs leased before this call (the heads hash's field MATCHED), read with the first page.
+local matched
 
 -- == Reservations, continued ===========================================================================
 if RV then
@@ -366,7 +396,7 @@ if RV then
     rs, ec, em, et = shadow(R.c, R.m, R.t)
     if rs then rtq, rscore = R.tq, R.score else R, rdirty = nil, true end
   end
-  local text = redis.call('HGET', KEYS[9], queue)
+  local text = redis.call('HGET', base .. K_RESV, queue)
   if text then
     local st, tq, id, sc, c, m, t, need, start, at, who = string.match(text,
       '^([rx]) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (.+)$')
@@ -421,7 +451,9 @@ while got < want do
   -- The entry of the most urgent head that fits what is free (ties go to the smaller task-queue id, as
   -- ZRANGE orders equal scores), reading pages until no entry left unread can beat it.
   local b
-  local size = want - got + 2
+  -- With a policy every entry is weighed (the walk reads the whole index): in one page, not in pages that
+  -- double, each of which made a pass over all the entries read before it.
+  local size = FS and 100000 or want - got + 2
   while true do
     if todo then
       -- Entries read from their task queue's zset: its head, if it can be read, becomes the entry (with a
@@ -434,8 +466,8 @@ while got < want do
           local head = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
           if #head == 0 then
             zq[#zq + 1] = EMPTY_TEXT zq[#zq + 1] = tq
-            hd[#hd + 1] = tq
-            ze[#ze + 1] = now ze[#ze + 1] = tq
+            emptied = emptied or {}
+            emptied[#emptied + 1] = tq
             break
           end
           if string.match(head[1], '^[^:%s]+:%d+:%d+:%d+:%d+$') then
@@ -466,8 +498,8 @@ while got < want do
         if r < EMPTY and (not b or r <= X[b + 2]) then
           local c = X[x + 4]
           if not c then
-            local c1, m1, t1, e1 = string.match(X[x + 3], '^%S+ [^:]+:([^:]+):([^:]+):([^:]+):(%S+)')
-            if c1 then c, m1, t1, e1 = tonumber(c1), tonumber(m1), tonumber(t1), tonumber(e1) end
+            local c1, m1, t1, e1 = string.match(X[x + 3], '^%S+ [^:]+:(%d+):(%d+):(%d+):(%d+) ')
+            if c1 then c, m1, t1, e1 = c1 + 0, m1 + 0, t1 + 0, e1 + 0 end
             if not (c and m1 and t1 and e1) then
               todo = {x} -- an entry that cannot be read: mended, and the pass made again
               break
@@ -492,8 +524,8 @@ while got < want do
         if r < EMPTY then
           local c = X[x + 4]
           if not c then
-            local c1, m1, t1, e1 = string.match(X[x + 3], '^%S+ [^:]+:([^:]+):([^:]+):([^:]+):(%S+)')
-            if c1 then c, m1, t1, e1 = tonumber(c1), tonumber(m1), tonumber(t1), tonumber(e1) end
+            local c1, m1, t1, e1 = string.match(X[x + 3], '^%S+ [^:]+:(%d+):(%d+):(%d+):(%d+) ')
+            if c1 then c, m1, t1, e1 = c1 + 0, m1 + 0, t1 + 0, e1 + 0 end
             if not (c and m1 and t1 and e1) then
               todo = {x} -- an entry that cannot be read: mended, and the pass made again
               break
@@ -527,11 +559,17 @@ while got < want do
     elseif all then
       -- Nothing fits, and every non-empty task queue of the index was read: the queue's floor is theirs.
       b = nil
+      local o1, o2, o3, o4 = f1, f2, f3, f4
       f1, f2, f3, f4 = EMPTY, EMPTY, EMPTY, EMPTY
       for x = 0, 7 * (n - 1), 7 do
         if X[x + 2] < EMPTY then
-          local g1, g2, g3, g4 = string.match(X[x + 3], '^%S+ %S+ ([^:]+):([^:]+):([^:]+):([^:]+)$')
-          if g1 then g1, g2, g3, g4 = tonumber(g1), tonumber(g2), tonumber(g3), tonumber(g4) end
+          local g1, g2, g3, g4 = string.match(X[x + 3], '^%S+ %S+ (%d+):(%d+):(%d+):(%d+)$')
+          if g1 then
+            g1, g2, g3, g4 = g1 + 0, g2 + 0, g3 + 0, g4 + 0
+          else
+            g1, g2, g3, g4 = string.match(X[x + 3], '^%S+ %S+ ([^:]+):([^:]+):([^:]+):([^:]+)$')
+            if g1 then g1, g2, g3, g4 = tonumber(g1), tonumber(g2), tonumber(g3), tonumber(g4) end
+          end
           if not (g1 and g2 and g3 and g4) then g1, g2, g3, g4 = 0, 0, 0, 0 end -- unreadable: 0, never wrong
           if g1 < f1 then f1 = g1 end
           if g2 < f2 then f2 = g2 end
@@ -539,8 +577,11 @@ while got < want do
           if g4 < f4 then f4 = g4 end
         end
       end
-      local text = string.format('%.17g:%.17g:%.17g:%.17g', f1, f2, f3, f4)
-      if text ~= floor_text then redis.call('HSET', qfloor, queue, text) floor_text = text end
+      -- Formatted (four %.17g: 2% of a filling call) only when it changed.
+      if not (f1 == o1 and f2 == o2 and f3 == o3 and f4 == o4) then
+        local text = string.format('%.17g:%.17g:%.17g:%.17g', f1, f2, f3, f4)
+        if text ~= floor_text then redis.call('HSET', qfloor, queue, text) floor_text = text end
+      end
       break
     else
       b = nil
@@ -556,16 +597,31 @@ while got < want do
       if k < size then all = true end
       if k > 0 then
         local x0 = 7 * n
-        local last = all and EMPTY or tonumber(redis.call('ZSCORE', qh, page[k]))
+        local last = all and EMPTY or redis.call('ZSCORE', qh, page[k]) + 0 -- Redis's own number
+        -- The first page reads the count of jobs leased too (the heads hash's field MATCHED, see the end).
+        if n == 0 then page[k + 1] = MATCHED end
         local entries = redis.call('HMGET', heads, unpack(page))
+        if n == 0 then matched = tonumber(entries[k + 1]) or 0 end
+        -- The scores by arithmetic in a pcall (one strtod each, where tonumber makes two: a 17-digit score
+        -- costs more than a Redis command's dispatch); an entry that is not a number fails it, and the page's
+        -- scores are read again with tonumber, which tells such an entry apart.
+        local read = pcall(function()
+          for i = 1, k do
+            local text = entries[i] and string.match(entries[i], '^%S+')
+            X[x0 + 7 * i - 5] = text and text + 0
+          end
+        end)
         for i = 1, k do
           local x, tq, entry = x0 + 7 * (i - 1), page[i], entries[i]
+          local r = read and X[x + 2]
+          if not read then
+            local text = entry and string.match(entry, '^%S+')
+            r = text and tonumber(text)
+          end
           X[x + 1], X[x + 4], X[x + 5], X[x + 6], X[x + 7] = tq, false, false, false, false
-          local text = entry and string.match(entry, '^%S+')
-          local r = text and tonumber(text)
           if r then
             X[x + 2], X[x + 3] = r, entry
-            if r > last then zq[#zq + 1] = text zq[#zq + 1] = tq end
+            if r > last then zq[#zq + 1] = string.match(entry, '^%S+') zq[#zq + 1] = tq end
           else
             X[x + 2], X[x + 3] = EMPTY, false
             todo = todo or {}
@@ -595,17 +651,20 @@ while got < want do
     if #head == 0 then
       X[b + 2] = EMPTY
       zq[#zq + 1] = EMPTY_TEXT zq[#zq + 1] = tq
-      hd[#hd + 1] = tq
-      ze[#ze + 1] = now ze[#ze + 1] = tq
+      emptied = emptied or {}
+      emptied[#emptied + 1] = tq
     else
       local entry = head[2] .. ' ' .. head[1] .. ' ' .. fl
-      X[b + 2], X[b + 3], X[b + 4] = tonumber(head[2]), entry, false
+      X[b + 2], X[b + 3], X[b + 4] = head[2] + 0, entry, false -- Redis's own number
       zq[#zq + 1] = head[2] zq[#zq + 1] = tq
       hs[#hs + 1] = tq hs[#hs + 1] = entry
     end
     if not lease then
-      lease = ',"pl":' .. cjson.encode(pilot) .. (FS and ',"fq":' .. cjson.encode(queue) or '') .. ',"tm":'
-        .. cjson.encode(now) .. '}'
+      -- As cjson writes them (it escapes '"', '\\', '/' and control characters; numbers as %.14g), without
+      -- its encoder for a pilot id that needs no escape.
+      local pl = string.find(pilot, '[%c"\\/\127-\255]') and cjson.encode(pilot) or '"' .. pilot .. '"'
+      lease = ',"pl":' .. pl .. (FS and ',"fq":' .. cjson.encode(queue) or '') .. ',"tm":'
+        .. string.format('%.14g', now) .. '}'
       expiry = string.format('%.17g', now + length)
     end
     got = got + 1
@@ -642,21 +701,27 @@ until not parked
 
 if rdirty then -- reservations
   if R then
-    redis.call('HSET', KEYS[9], queue, string.format('%s %s %s %.17g %d %d %d %d %.17g %.17g %s', R.st, R.tq, R.id,
-      R.score, R.c, R.m, R.t, R.need, R.start, R.at, R.pilot))
+    redis.call('HSET', base .. K_RESV, queue, string.format('%s %s %s %.17g %d %d %d %d %.17g %.17g %s', R.st, R.tq,
+      R.id, R.score, R.c, R.m, R.t, R.need, R.start, R.at, R.pilot))
   else
-    redis.call('HDEL', KEYS[9], queue)
+    redis.call('HDEL', base .. K_RESV, queue)
   end
 end
+-- The jobs leased are counted in the heads hash (its field MATCHED; taskqueues/store/stats.py), written with
+-- the heads: a HINCRBY of the stats hash was 2% of a call. The first page read it: a call leases only after.
+if got > 0 then hs[#hs + 1] = MATCHED hs[#hs + 1] = matched + got end
 if #hs > 0 then redis.call('HSET', heads, unpack(hs)) end
-if #hd > 0 then redis.call('HDEL', heads, unpack(hd)) end
+if emptied then
+  redis.call('HDEL', heads, unpack(emptied))
+  local ze = {}
+  for i, tq in ipairs(emptied) do ze[2 * i - 1], ze[2 * i] = now, tq end
+  redis.call('ZADD', base .. K_TQEMPTY, 'NX', unpack(ze))
+end
 if #zq > 0 then redis.call('ZADD', qh, unpack(zq)) end
-if #ze > 0 then redis.call('ZADD', KEYS[4], 'NX', unpack(ze)) end
-if pk then redis.call('HSET', KEYS[7], unpack(pk)) end
+if pk then redis.call('HSET', base .. K_PARKED, unpack(pk)) end
 if FS then fs_write() end
 if got > 0 then
   redis.call('HSET', jobs, unpack(out))
-  redis.call('ZADD', KEYS[3], unpack(ex))
-  redis.call('HINCRBY', KEYS[8], 'matched', got)
+  redis.call('ZADD', base .. K_LEASES, unpack(ex))
 end
 return out

@@ -12,7 +12,7 @@ import redis
 
 from taskqueues.errors import ConfigError, NotFound, StaleReport, StoreError
 from taskqueues.store import Store
-from taskqueues.store.keys import WAKE_SHARDS, Keys
+from taskqueues.store.keys import MATCHED_COUNT, WAKE_SHARDS, Keys
 from taskqueues.store.records import (
     Job,
     JobState,
@@ -147,7 +147,9 @@ def test_a_heads_index_and_the_heads_hash_are_kept_out_of_listpacks(store: Store
     assert [row[0] for row in store.waiting_heads(Q1)] == ["a"]
     assert [j.id for j in store.match(offer(), max_jobs=5)] == [jid]
     assert store.match(offer()) == []
-    assert store.client.hkeys(heads) == [b"~" * 65]  # the emptied task queue's entry went, the sentinel stays
+    # the emptied task queue's entry went; the sentinel stays, and the count of jobs leased (match.lua)
+    assert sorted(store.client.hkeys(heads)) == sorted([b"~" * 65, MATCHED_COUNT.encode()])
+    assert store.control.matched() == 1
 
 
 def test_a_match_that_redis_refuses_is_a_store_error(store: Store) -> None:

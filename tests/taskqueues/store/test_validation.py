@@ -224,8 +224,11 @@ def test_keys_of_the_wrong_role_or_community_are_refused(
     keys, args = calls[name]
     swapped = [keys[1], keys[0], *keys[2:]]
     refused(store, name, swapped, list(args), rf"^{name}: KEYS")
+    if name == "match":  # two keys, the others built from the base: another community's index is refused
+        other = [keys[0].replace("{default}", "{atlas}"), keys[1]]
+        refused(store, name, other, list(args), r"^match: KEYS want the keys pf:\{default\}:qh:<queue> and ")
     foreign = [*keys, "pf:{atlas}:jobs"]
-    if name != "match":  # match takes exactly its seven keys
+    if name != "match":  # match takes exactly its two keys
         refused(store, name, foreign, list(args), rf'^{name}: KEYS\[{len(foreign)}\]: "pf:{{atlas}}:jobs" is not a key')
 
 
