@@ -192,3 +192,13 @@ def test_only_the_store_imports_the_redis_client() -> None:
             )
             bad += [f"{name} -> {m}" for m in modules if m == "redis" or m.startswith("redis.")]
     assert not bad, bad
+
+
+#: The most lines a product module may have: past it, a room holds more than one concept (CONTRIBUTING.md).
+MAX_LINES = 600
+
+
+def test_no_product_module_is_a_giant() -> None:
+    sizes = {name: len(path.read_text().splitlines()) for name, path in MODULES.items()}
+    assert not {name: n for name, n in sizes.items() if n > MAX_LINES}
+    assert max(sizes.values()) > MAX_LINES / 2  # the walk read the modules

@@ -21,10 +21,9 @@ import contextlib
 import json
 import logging
 import math
-import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,72 +36,17 @@ from taskqueues.context import Context
 from taskqueues.errors import BackendError, PilotfishError, StoreError, StoreUnavailable
 from taskqueues.placement import BACKEND_OPTIONS, INSTANCE_TYPE
 from taskqueues.sandbox import NONE, none_warning
-from taskqueues.settings import Settings
-from taskqueues.shapes import Shape
 from taskqueues.store import SENTINEL_MASTER_VARIABLE, Lock, Outage, is_secret, is_sentinel
 
 from .idle_pilots import Room, release_idle
+from .launch import PilotCommand, default_pilot_command, split_batch_options
 from .planner import Demand, ExistingPilot, Plan, can_serve, plan
 
 log = logging.getLogger(__name__)
 
-PilotCommand = Callable[[Queue, Shape, int, Settings], list[str]]
-
-# batch_options keys that are not backend settings but resources passed with every pilot (the seed's
-# pass-through resources); any other resource goes in a ``resources`` sub-table (Grid Engine ``-l``).
 #: A pilot's credential file not taken within this many seconds (a pilot cancelled while queued) is removed,
 #: at most every CREDENTIAL_SWEEP seconds.
 CREDENTIAL_TTL, CREDENTIAL_SWEEP = 7 * 24 * 3600.0, 600.0
-PASS_THROUGH = {
-    "slurm": {"gres", "features", "licenses", "reservation", "nodes", "excludes"},
-    "sge": {"hard", "soft"},
-    "local": set(),
-}
-
-
-def split_batch_options(queue: Queue) -> tuple[dict[str, object], dict[str, str]]:
-    """A queue's ``batch_options`` as (backend settings, resources passed with each pilot)."""
-    options = dict(queue.batch_options)
-    raw = options.pop("resources", {})
-    resources = {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
-    for key in PASS_THROUGH.get(queue.batch, set()) & set(options):
-        resources[key] = str(options.pop(key))
-    return options, resources
-
-
-def default_pilot_command(queue: Queue, shape: Shape, wall: int, settings: Settings) -> list[str]:
-    """How a pilot is started: this Python, the ``pilotfish pilot`` command, the shape and wall it holds."""
-    return [
-        sys.executable,
-        "-m",
-        "matcher.cli",
-        "pilot",
-        "--queue",
-        queue.id,
-        "--vo",
-        settings.vo,
-        "--prefix",
-        settings.prefix,
-        "--cores",
-        str(shape.cpu),
-        "--mem",
-        str(shape.mem),
-        "--tmp",
-        str(shape.tmp),
-        "--wall",
-        str(wall),
-        "--lease",
-        str(settings.lease_seconds),
-        "--idle-timeout",
-        str(settings.pilot_idle_timeout),
-        "--stop-margin",
-        str(settings.pilot_stop_margin),
-        "--events" if settings.pilot_events else "--no-events",
-        "--payload-sandbox",
-        settings.payload_sandbox,
-        "--payload-shared-paths",
-        settings.payload_shared_paths,
-    ]
 
 
 @dataclass

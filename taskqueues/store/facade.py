@@ -16,7 +16,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from functools import cached_property
 from typing import Any
 
 import redis
@@ -28,12 +27,9 @@ from .connection import connect
 from .exchange import PendingExchange
 from .facade_reads import StoreReads
 from .guard import client_url, converted, guard, guarded
-from .history import History
 from .keys import Keys
 from .lifecycle import Lifecycle
-from .notices import Notices
 from .packed import HotLine, PackedCall, pack_script
-from .payload_logs import Logs
 from .records import (
     DEFAULT_ETE_SAFETY_FACTOR,
     Exchange,
@@ -122,28 +118,6 @@ class Store(StoreReads, StoreRooms):
     def from_url(cls, url: str, *, vo: str = "default", prefix: str = "pf", **kwargs: Any) -> Store:
         keys = Keys(prefix=prefix, vo=vo)
         return cls(connect(url, community=keys.base), keys, **kwargs)
-
-    # -- the rooms that run scripts or read jobs (the others: rooms.py) ------------------------
-
-    @cached_property
-    def logs(self) -> Logs:
-        """The payloads' shipped output."""
-        return Logs(self)
-
-    @property
-    def history(self) -> History:
-        """The history of ended jobs by time, owner and group (:mod:`taskqueues.store.history`)."""
-        return History(self.client, self.keys, self.where, self.jobs)
-
-    @property
-    def notices(self) -> Notices:
-        """Request-end notifications: watched requests, the due queue, claims (:mod:`taskqueues.store.notices`)."""
-        return Notices(
-            self.client,
-            self.keys,
-            self.where,
-            lambda name, keys, args: self.call_script(name, keys, [self._base, *args]),
-        )
 
     @property
     def lifecycle(self) -> Lifecycle:

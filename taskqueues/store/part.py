@@ -17,6 +17,7 @@ import redis
 
 from .guard import client_url
 from .keys import Keys
+from .records import Job
 
 __all__ = ["Part", "Scripted"]
 
@@ -51,3 +52,5 @@ class Scripted(Protocol):
     ) -> list[Any]: ...
 
     def pool_keys(self, tq_ids: Iterable[str]) -> list[str]: ...
+
+    def jobs(self, ids: Sequence[str]) -> list[Job]: ...

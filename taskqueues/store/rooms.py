@@ -21,8 +21,11 @@ from .connection import Subscription, follow, give_back, own_connection
 from .control import Control
 from .fairshare import Shares
 from .guard import guarded
+from .history import History
 from .keys import Keys
+from .notices import Notices
 from .part import Scripted
+from .payload_logs import Logs
 from .pilots import Pilots
 from .registry import Registry
 from .rescore import Rescored
@@ -76,6 +79,26 @@ class StoreRooms:
     def registry(self) -> Registry:
         """The pilots the directors submitted."""
         return Registry(self.client, self.keys, self.where)
+
+    # -- the rooms that run scripts or read jobs: they take the facade itself -----------------
+
+    @property
+    def logs(self: Scripted) -> Logs:
+        """The payloads' shipped output."""
+        return Logs(self)
+
+    @property
+    def history(self: Scripted) -> History:
+        """The history of ended jobs by time, owner and group (:mod:`taskqueues.store.history`)."""
+        return History(self.client, self.keys, self.where, self.jobs)
+
+    @property
+    def notices(self: Scripted) -> Notices:
+        """Request-end notifications: watched requests, the due queue, claims (:mod:`taskqueues.store.notices`)."""
+        base = self.keys.base + ":"
+        return Notices(
+            self.client, self.keys, self.where, lambda name, keys, args: self.call_script(name, keys, [base, *args])
+        )
 
     @guarded("pinging the store")
     def ping(self) -> None:

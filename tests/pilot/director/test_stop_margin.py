@@ -17,7 +17,8 @@ import pytest
 from matcher.submission import Submitter
 from pilot.agent.command import pilot
 from pilot.agent.config import PilotConfig
-from pilot.director.service import Director, default_pilot_command
+from pilot.director.launch import default_pilot_command
+from pilot.director.service import Director
 from taskqueues.context import Context
 from taskqueues.settings import LOCAL_REDIS_URL, Settings
 from tests.pilot.director.test_local import CATALOG, Placeholders, job, settings_for
