@@ -18,6 +18,7 @@ from fastapi.responses import HTMLResponse
 from taskqueues.errors import PilotfishError, Unauthenticated
 
 from ...page import job_page, request_page
+from ...status import request_status
 from ..authz import check_see, job_account, request_account
 from ..identity import Identity
 from ..state import api, identify
@@ -90,7 +91,8 @@ def request_view(
     rid = state.local.request_id(request_id)
     check_see(caller, f"request {rid}", *request_account(state.local.store, rid), state.settings.api_users_see_all)
     store = state.local.store
-    return _html(request_page(state.local.status(rid), store.request_jobs(rid), store.clock()))
+    jobs = store.request_jobs(rid)  # read once, for the status and the page
+    return _html(request_page(request_status(store, rid, jobs=jobs), jobs, store.clock()))
 
 
 @router.get("/jobs/{job}/page", response_class=HTMLResponse)
