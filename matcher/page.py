@@ -240,7 +240,8 @@ def _graph_svg(nodes: Sequence[RuleNode]) -> str:
     height = margin * 2 + len(layers) * box_h + max(len(layers) - 1, 0) * gap_y
     where: dict[str, tuple[float, float]] = {}
     for row, depth in enumerate(sorted(layers)):
-        layer = layers[depth]
+        # Fewer crossings: a node sits under the mean position of the rules it needs (the barycenter heuristic).
+        layer = sorted(layers[depth], key=lambda n: _mean([where[r][0] for r in n.needs if r in where]))
         span = len(layer) * box_w + (len(layer) - 1) * gap_x
         x0 = (width - span) / 2
         for i, node in enumerate(layer):
@@ -283,6 +284,11 @@ def _graph_svg(nodes: Sequence[RuleNode]) -> str:
         out.append("</g>")
     out.append("</svg>")
     return "".join(out)
+
+
+def _mean(values: list[float]) -> float:
+    """The mean, or infinity for none (a node that needs no placed rule goes after those that do)."""
+    return sum(values) / len(values) if values else math.inf
 
 
 def _short(text: str, most: int) -> str:

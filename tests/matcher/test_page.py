@@ -59,3 +59,13 @@ def test_progress_buckets_count_the_ended_jobs_by_state() -> None:
     p = progress(jobs, T0, now=T0 + 100, buckets=10)
     assert p.ended == 2 and p.buckets[0]["done"] == 1 and p.buckets[9]["failed"] == 1
     assert p.start == T0 and p.width == 10.0
+
+
+def test_a_layer_is_ordered_under_what_it_needs() -> None:
+    """Two chains a -> y and b -> x: x sits under b and y under a, whatever order they come in."""
+    jobs = [_job(1, "a"), _job(2, "b"), _job(3, "x", deps=("2",)), _job(4, "y", deps=("1",))]
+    html = request_page(_status(jobs), jobs, T0)
+    xs = {
+        r: float(x) for r, x in re.findall(r'data-rule="([^"]+)" data-jobs="\d+" transform="translate\(([\d.]+),', html)
+    }
+    assert xs["a"] < xs["b"] and xs["y"] < xs["x"] and xs["y"] == xs["a"]
