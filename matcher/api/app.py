@@ -104,6 +104,9 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_exception_handler(StarletteHTTPException, _http)
     for module in (requests, jobs, pilots, shares, admin):
         app.include_router(module.router)
+    from .routes import pages  # the request page (issue 28, part 6)
+
+    app.include_router(pages.router)
     app.add_middleware(TimeLimit, seconds=settings.api_timeout)
     app.add_middleware(BodyLimit, limit=settings.api_max_body)
     return app

@@ -67,9 +67,14 @@ def api(request: Request) -> Api:
 def caller(request: Request) -> Identity:
     """The authenticated caller (401 otherwise), within its rate (429 otherwise; refused credentials count
     against their address's rate)."""
+    return identify(request, request.headers.get("authorization"))
+
+
+def identify(request: Request, authorization: str | None) -> Identity:
+    """The caller this ``Authorization`` value names (401 otherwise), within its rate (429 otherwise)."""
     state = api(request)
     try:
-        who = state.auth.identify(request.headers.get("authorization"))
+        who = state.auth.identify(authorization)
     except Unauthenticated:
         # Refused credentials count against the address they come from: guessing is as slow as the rate.
         wait = state.limiter.take(f"address {origin(request)}")
