@@ -62,8 +62,12 @@ def _check_targets(state: Api, caller: Identity, names: list[str]) -> None:
     if picked.request is not None:
         check_act(caller, f"request {picked.request}", *request_account(store, picked.request))
         return
+    accounts: dict[tuple[str, str], tuple[str, str]] = {}  # jobs of one request share its account
     for job in picked.jobs:
-        check_act(caller, f"job {job.id}", *account_of_job(store, job))
+        key = (job.tq_id, job.request)
+        if key not in accounts:
+            accounts[key] = account_of_job(store, job)
+        check_act(caller, f"job {job.id}", *accounts[key])
 
 
 def _done(request: Request, caller: Identity, action: str, body: Change, by: str, result: str) -> dict[str, str]:
