@@ -130,12 +130,13 @@ class Client(Calls):
         flt = HistoryFilter.of(since, until, states=states, owner=owner, group=group, after=after, limit=limit)
         return list_history(self.store, flt)
 
-    def cancel(self, target: Request | str, reason: str = "cancelled by user") -> str:
-        """Cancel a request or one job (``pilotfish cancel``); a line saying what happened."""
-        return stop_target(self.store, target.id if isinstance(target, Request) else target, reason)
+    def cancel(self, target: Request | str, reason: str = "cancelled by user", *, by: str | None = None) -> str:
+        """Cancel a request or one job (``pilotfish cancel``); a line saying what happened. ``by``: who asks,
+        as the jobs' events say it (the API's caller; default "cancel")."""
+        return stop_target(self.store, target.id if isinstance(target, Request) else target, reason, by)
 
-    def kill(self, job: str, reason: str = "killed by operator") -> str:
-        return stop_job(self.store, job, reason, kill=True)
+    def kill(self, job: str, reason: str = "killed by operator", *, by: str | None = None) -> str:
+        return stop_job(self.store, job, reason, kill=True, by=by)
 
     def drain(self, pilot: str, *, shutdown: bool = False, reason: str | None = None) -> str:
         return drain_pilot(self.store, pilot, shutdown=shutdown, reason=reason)

@@ -119,7 +119,8 @@ def test_the_events_name_the_caller_and_only_an_operator_may_name_another(
     http: TestClient, tokens: Tokens_, api_store: Store
 ) -> None:
     made = tokens()
-    job = _submit(http, made["alice"], "prod")["ids"]["a"]
+    hers = _submit(http, made["alice"], "prod")
+    job = hers["ids"]["a"]
     before = _events(api_store, job)
     posed = http.post("/v1/hold", json={"targets": [job], "by": "bob"}, headers=bearer(made["alice"]))
     assert posed.status_code == 403 and posed.json()["error"].startswith("alice may not act as bob")
@@ -135,6 +136,8 @@ def test_the_events_name_the_caller_and_only_an_operator_may_name_another(
     ]
     refused = [e for e in api_store.audit.read(20) if e["action"] == "POST /v1/hold"]
     assert len(refused) == 1 and refused[0]["who"] == "alice" and refused[0]["outcome"].startswith("403 ")
+    cancelled = http.post(f"/v1/cancel/{hers['request']}", json={}, headers=bearer(made["root"]))
+    assert cancelled.status_code == 200 and _events(api_store, job)[-1] == ("waiting", "cancelled", "root")
 
 
 def test_resubmit_through_the_api_and_a_state_that_refuses_is_409(
@@ -146,6 +149,7 @@ def test_resubmit_through_the_api_and_a_state_that_refuses_is_409(
     assert waiting.status_code == 409 and waiting.json()["kind"] == "JobRefused"
     assert waiting.json()["error"].startswith(f"job {job} is waiting: only a job that is")
     assert http.post(f"/v1/jobs/{job}/cancel", json={}, headers=bearer(made["bob"])).status_code == 200
+    assert _events(api_store, job)[-1] == ("waiting", "cancelled", "bob")  # the caller, as for the lifecycle calls
     hold = http.post("/v1/hold", json={"targets": [job]}, headers=bearer(made["bob"]))
     assert hold.status_code == 409 and hold.json()["kind"] == "JobRefused"
     wrong = http.post("/v1/resubmit", json={"targets": [job], "states": ["nosuch"]}, headers=bearer(made["bob"]))
