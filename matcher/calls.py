@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from taskqueues.errors import PilotfishError
-from taskqueues.store import Parked
+from taskqueues.store import JobEvent, Parked
 
 from .explain import Explanation
 from .history import HistoryListing
@@ -186,6 +186,47 @@ class Calls(ABC):
     @abstractmethod
     def audit(self, limit: int = 50) -> list[dict[str, Any]]:
         """The last ``limit`` entries of the audit log, oldest first (operators; ``pilotfish audit``)."""
+
+    @abstractmethod
+    def hold(self, *targets: Request | str, reason: str = "", by: str | None = None) -> str:
+        """Keep jobs (ids) or a request's waiting jobs from being matched (``pilotfish hold``); a line saying
+        what happened. :class:`taskqueues.errors.JobRefused` for a running job, nothing changed. ``by``: who acts,
+        as the job's events say it (locally default the local user; through the API the caller, and only an
+        operator may name another)."""
+
+    @abstractmethod
+    def release(self, *targets: Request | str, reason: str = "", by: str | None = None) -> str:
+        """Give held jobs (ids, or a request's) back to their task queues with their urgency (``pilotfish
+        release``)."""
+
+    @abstractmethod
+    def resubmit(
+        self, *targets: Request | str, states: Iterable[str] | None = None, reason: str = "", by: str | None = None
+    ) -> str:
+        """Run ended jobs again as a new attempt, with their dep-failed dependents (``pilotfish resubmit``);
+        ``states`` picks a request's jobs (default: its failed ones)."""
+
+    @abstractmethod
+    def update(
+        self,
+        job: str,
+        *,
+        priority: float | None = None,
+        requirements: Mapping[str, object] | None = None,
+        wall: str | None = None,
+        by: str | None = None,
+    ) -> str:
+        """Change a waiting or held job's priority, requirements (a value None removes one) or wall, validated
+        as at submission (``pilotfish update``)."""
+
+    @abstractmethod
+    def events(self, job: str) -> list[JobEvent]:
+        """Every change of a job's state, oldest first (``pilotfish events``)."""
+
+    @staticmethod
+    def target_names(targets: Iterable[Request | str]) -> list[str]:
+        """Targets as names: a request by its id."""
+        return [t.id if isinstance(t, Request) else t for t in targets]
 
     def jobs(
         self,

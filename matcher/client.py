@@ -6,9 +6,8 @@ calls through the HTTP API with the user's token, otherwise a :class:`Client` of
 vo=...)`` names the store itself. Every method goes through the code its command uses (:mod:`matcher.submission`,
 :mod:`matcher.status`, :mod:`matcher.cli.control`, :mod:`matcher.joblist`, :mod:`matcher.history`,
 :mod:`matcher.logview`, :mod:`matcher.lifecycle`), so what a program sees is what ``pilotfish status``, ``jobs``,
-``history``, ``logs`` and ``events`` print (hold, release, resubmit, update and events: the store's client only,
-not yet through the API). Errors are the CLI's: :class:`taskqueues.errors.PilotfishError` and its subclasses, each
-naming what is wrong.
+``history``, ``logs`` and ``events`` print. Errors are the CLI's: :class:`taskqueues.errors.PilotfishError` and its
+subclasses, each naming what is wrong.
 
 A submitted workflow is run by the control plane and pilots already running (``pilotfish up``, a director,
 a batch system): the client only talks to the store (or to the API, which does).
@@ -131,12 +130,13 @@ class Client(Calls):
         flt = HistoryFilter.of(since, until, states=states, owner=owner, group=group, after=after, limit=limit)
         return list_history(self.store, flt)
 
-    def cancel(self, target: Request | str, reason: str = "cancelled by user") -> str:
-        """Cancel a request or one job (``pilotfish cancel``); a line saying what happened."""
-        return stop_target(self.store, target.id if isinstance(target, Request) else target, reason)
+    def cancel(self, target: Request | str, reason: str = "cancelled by user", *, by: str | None = None) -> str:
+        """Cancel a request or one job (``pilotfish cancel``); a line saying what happened. ``by``: who asks,
+        as the jobs' events say it (the API's caller; default "cancel")."""
+        return stop_target(self.store, target.id if isinstance(target, Request) else target, reason, by)
 
-    def kill(self, job: str, reason: str = "killed by operator") -> str:
-        return stop_job(self.store, job, reason, kill=True)
+    def kill(self, job: str, reason: str = "killed by operator", *, by: str | None = None) -> str:
+        return stop_job(self.store, job, reason, kill=True, by=by)
 
     def drain(self, pilot: str, *, shutdown: bool = False, reason: str | None = None) -> str:
         return drain_pilot(self.store, pilot, shutdown=shutdown, reason=reason)
@@ -183,26 +183,17 @@ class Client(Calls):
     def audit(self, limit: int = 50) -> list[dict[str, Any]]:
         return self.store.audit.read(limit)
 
-    def _names(self, targets: tuple[Request | str, ...]) -> list[str]:
-        return [t.id if isinstance(t, Request) else t for t in targets]
-
     def hold(self, *targets: Request | str, reason: str = "", by: str | None = None) -> str:
-        """Keep jobs (ids) or a request's waiting jobs from being matched (``pilotfish hold``); a line saying
-        what happened. :class:`taskqueues.errors.JobRefused` for a running job, nothing changed."""
-        return lifecycle.hold(self.store, self._names(targets), by or lifecycle.local_user(), reason)
+        return lifecycle.hold(self.store, self.target_names(targets), by or lifecycle.local_user(), reason)
 
     def release(self, *targets: Request | str, reason: str = "", by: str | None = None) -> str:
-        """Give held jobs (ids, or a request's) back to their task queues with their urgency (``pilotfish
-        release``)."""
-        return lifecycle.release(self.store, self._names(targets), by or lifecycle.local_user(), reason)
+        return lifecycle.release(self.store, self.target_names(targets), by or lifecycle.local_user(), reason)
 
     def resubmit(
         self, *targets: Request | str, states: Iterable[str] | None = None, reason: str = "", by: str | None = None
     ) -> str:
-        """Run ended jobs again as a new attempt, with their dep-failed dependents (``pilotfish resubmit``);
-        ``states`` picks a request's jobs (default: its failed ones)."""
         picked = parse_states(states) if states is not None else None
-        return lifecycle.resubmit(self.store, self._names(targets), by or lifecycle.local_user(), reason, picked)
+        return lifecycle.resubmit(self.store, self.target_names(targets), by or lifecycle.local_user(), reason, picked)
 
     def update(
         self,
@@ -213,8 +204,6 @@ class Client(Calls):
         wall: str | None = None,
         by: str | None = None,
     ) -> str:
-        """Change a waiting or held job's priority, requirements (a value None removes one) or wall, validated
-        as at submission (``pilotfish update``)."""
         ctx = self.context
         return lifecycle.update(
             ctx.store,
@@ -228,5 +217,4 @@ class Client(Calls):
         )
 
     def events(self, job: str) -> list[JobEvent]:
-        """Every change of a job's state, oldest first (``pilotfish events``)."""
         return lifecycle.job_events(self.store, job)

@@ -3,8 +3,9 @@ audit log, the rate limiter), the caller dependency, the error answers, and the 
 
 Every answer that is not a success is JSON ``{"error": "<one line>", "kind": "<error class>"}``: 400 for input that
 is wrong, 401 (with ``WWW-Authenticate: Bearer``) without a valid credential, 403 for what the caller may not do,
-404 for what does not exist, 409 for what has already ended, 413 for a body too big, 429 (``Retry-After``) past the
-caller's rate, 503 when the store does not answer, 504 past ``api_timeout``.
+404 for what does not exist, 409 for what has already ended or whose state refuses the call (a hold of a running
+job), 413 for a body too big, 429 (``Retry-After``) past the caller's rate, 503 when the store does not answer,
+504 past ``api_timeout``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from taskqueues import __version__
 from taskqueues.errors import (
     ConfigError,
     Forbidden,
+    JobRefused,
     NotFound,
     PilotfishError,
     StoreUnavailable,
@@ -48,6 +50,7 @@ STATUS: list[tuple[type[Exception], int]] = [
     (Forbidden, 403),
     (NotFound, 404),
     (AlreadyEnded, 409),
+    (JobRefused, 409),
     (RateLimited, 429),
     (StoreUnavailable, 503),
     (ValidationError, 400),
@@ -90,7 +93,7 @@ async def _http(request: Request, exc: Exception) -> JSONResponse:
 
 def create_app(settings: Settings) -> FastAPI:
     """The API of the deployment these settings name."""
-    from .routes import admin, jobs, pilots, requests, shares
+    from .routes import admin, jobs, lifecycle, pilots, requests, shares
 
     app = FastAPI(
         title="Pilotfish",
@@ -102,7 +105,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_exception_handler(PilotfishError, _refused)
     app.add_exception_handler(RequestValidationError, _invalid)
     app.add_exception_handler(StarletteHTTPException, _http)
-    for module in (requests, jobs, pilots, shares, admin):
+    for module in (requests, jobs, lifecycle, pilots, shares, admin):
         app.include_router(module.router)
     from .routes import pages  # the request page (issue 28, part 6)
 

@@ -24,6 +24,7 @@ import httpx
 from taskqueues.errors import (
     ConfigError,
     Forbidden,
+    JobRefused,
     NotFound,
     PilotfishError,
     StoreUnavailable,
@@ -31,7 +32,7 @@ from taskqueues.errors import (
     ValidationError,
 )
 from taskqueues.settings import Settings
-from taskqueues.store import Parked
+from taskqueues.store import JobEvent, Parked
 
 from ..calls import Calls, LogView, Overview, Request
 from ..cli.control import AlreadyEnded
@@ -46,7 +47,8 @@ T = TypeVar("T")
 TOKEN_VARIABLE = "PILOTFISH_TOKEN"
 #: Errors raised again by the class the API names (others: ValidationError for a 4xx, PilotfishError).
 KINDS: dict[str, type[PilotfishError]] = {
-    cls.__name__: cls for cls in (NotFound, AlreadyEnded, Unauthenticated, Forbidden, StoreUnavailable, ConfigError)
+    cls.__name__: cls
+    for cls in (NotFound, AlreadyEnded, JobRefused, Unauthenticated, Forbidden, StoreUnavailable, ConfigError)
 }
 #: Times a call the API refused for its rate (429) is made again, after the Retry-After it names.
 RATE_RETRIES = 5
@@ -249,3 +251,34 @@ class RemoteClient(Calls):
 
     def audit(self, limit: int = 50) -> list[dict[str, Any]]:
         return list(self.call("GET", "/v1/audit", params={"limit": limit})["entries"])
+
+    def _change(self, path: str, body: Mapping[str, Any]) -> str:
+        return str(self.call("POST", path, {k: v for k, v in body.items() if v is not None})["result"])
+
+    def hold(self, *targets: Request | str, reason: str = "", by: str | None = None) -> str:
+        return self._change("/v1/hold", {"targets": self.target_names(targets), "reason": reason, "by": by})
+
+    def release(self, *targets: Request | str, reason: str = "", by: str | None = None) -> str:
+        return self._change("/v1/release", {"targets": self.target_names(targets), "reason": reason, "by": by})
+
+    def resubmit(
+        self, *targets: Request | str, states: Iterable[str] | None = None, reason: str = "", by: str | None = None
+    ) -> str:
+        body = {"targets": self.target_names(targets), "reason": reason, "by": by}
+        return self._change("/v1/resubmit", {**body, "states": None if states is None else list(states)})
+
+    def update(
+        self,
+        job: str,
+        *,
+        priority: float | None = None,
+        requirements: Mapping[str, object] | None = None,
+        wall: str | None = None,
+        by: str | None = None,
+    ) -> str:
+        body = {"priority": priority, "requirements": None if requirements is None else dict(requirements)}
+        return self._change(f"/v1/jobs/{quote(job, safe='')}/update", {**body, "wall": wall, "by": by})
+
+    def events(self, job: str) -> list[JobEvent]:
+        doc = self.call("GET", f"/v1/jobs/{quote(job, safe='')}/events")
+        return [_of(JobEvent, e) for e in doc["events"]]

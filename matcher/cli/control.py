@@ -12,8 +12,11 @@ class AlreadyEnded(PilotfishError):
     """A cancel or kill named a job or request that has already ended: nothing was done."""
 
 
-def cancel_request(store: Store, request: str, reason: str = "request cancelled") -> dict[str, int]:
-    """Cancel every unfinished job of a request: waiting and blocked ones at once, running ones killed.
+def cancel_request(
+    store: Store, request: str, reason: str = "request cancelled", by: str | None = None
+) -> dict[str, int]:
+    """Cancel every unfinished job of a request: waiting and blocked ones at once, running ones killed (``by``:
+    who asks, as the jobs' events say it; default "cancel").
 
     Returns how many ended at once and how many kill requests were sent to pilots.
     """
@@ -21,17 +24,17 @@ def cancel_request(store: Store, request: str, reason: str = "request cancelled"
     for job in store.request_jobs(request):
         if job.state.final or job.state is JobState.DEP_FAILED:
             continue
-        outcome = store.cancel(job.id, reason)
+        outcome = store.cancel(job.id, reason, by=by)
         if outcome in counts:
             counts[outcome] += 1
     return counts
 
 
-def stop_job(store: Store, job: str, reason: str, *, kill: bool = False) -> str:
+def stop_job(store: Store, job: str, reason: str, *, kill: bool = False, by: str | None = None) -> str:
     """Cancel (or kill) one job; a line saying what happened. A job that is still waiting ends at once; a
     running one's pilot is told on its own channel and stops the payload at once (its heartbeat is the
     safety net). Raises NotFound for an unknown job and :class:`AlreadyEnded` for one that has ended."""
-    outcome = store.cancel(job, reason, kill=kill)
+    outcome = store.cancel(job, reason, kill=kill, by=by)
     record = store.job(job)
     if outcome == "final":
         raise AlreadyEnded(f"job {job} has already ended ({record.state.value})")
@@ -40,13 +43,13 @@ def stop_job(store: Store, job: str, reason: str, *, kill: bool = False) -> str:
     return f"job {job}: ended ({record.state.value}; it was not running)"
 
 
-def stop_target(store: Store, target: str, reason: str) -> str:
+def stop_target(store: Store, target: str, reason: str, by: str | None = None) -> str:
     """``pilotfish cancel TARGET``: a request (id) or else a job; a line saying what happened."""
     try:
         jobs = store.request_jobs(target)
     except NotFound:
         try:
-            return stop_job(store, target, reason)
+            return stop_job(store, target, reason, by=by)
         except NotFound:
             raise NotFound(f"no request or job {target!r}") from None
     if all(j.state.final for j in jobs):
@@ -56,7 +59,7 @@ def stop_target(store: Store, target: str, reason: str) -> str:
             + ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
             + ")"
         )
-    counts = cancel_request(store, target, reason)
+    counts = cancel_request(store, target, reason, by)
     return f"request {target}: {counts['ended']} jobs cancelled, {counts['requested']} running jobs asked to stop now"
 
 

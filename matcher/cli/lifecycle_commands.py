@@ -1,6 +1,8 @@
 """``pilotfish hold``, ``release``, ``resubmit``, ``update`` and ``events``: a job after its submission
-(:mod:`matcher.lifecycle`). Who acts is the local user (``--by`` names another, for a service acting for
-someone); a refusal is one line and exit status 1, nothing changed."""
+(:mod:`matcher.lifecycle`), through :meth:`matcher.client.Client.from_settings` as ``cancel`` (the API when
+``api_url`` is set, printing the same). Who acts is the local user, through the API the token's user (``--by``
+names another, for a service acting for someone: through the API, operators only); a refusal is one line and
+exit status 1, nothing changed."""
 
 from __future__ import annotations
 
@@ -8,21 +10,26 @@ import json
 
 import click
 
-from taskqueues.context import Context
-from taskqueues.store import JobState
-
-from ..joblist import parse_states
-from ..lifecycle import hold as hold_jobs
-from ..lifecycle import job_events, local_user, parse_assignments, render_events
-from ..lifecycle import release as release_jobs
-from ..lifecycle import resubmit as resubmit_jobs
-from ..lifecycle import update as update_job
+from ..calls import Calls
+from ..lifecycle import parse_assignments, render_events
 
 __all__ = ["events", "hold", "release", "resubmit", "update"]
 
-_BY = click.option("--by", default=None, help="Who acts, as the job's events say it [default: the local user].")
+_BY = click.option(
+    "--by",
+    default=None,
+    help="Who acts, as the job's events say it [default: the local user; through the API the token's user, and "
+    "only an operator may name another].",
+)
 _REQUIREMENT = 'A requirement to set (VALUE as in a workflow: 4, "8GB", ["a","b"]), or to remove (NAME=); repeatable.'
 _TARGETS = click.argument("targets", nargs=-1, required=True, metavar="JOB...|REQUEST")
+
+
+def _client() -> Calls:
+    """The deployment: through its API when api_url is set, else its store."""
+    from ..client import Client
+
+    return Client.from_settings()
 
 
 @click.command("hold")
@@ -32,7 +39,7 @@ _TARGETS = click.argument("targets", nargs=-1, required=True, metavar="JOB...|RE
 def hold(targets: tuple[str, ...], reason: str, by: str | None) -> None:
     """Keep waiting jobs from being matched until released (a REQUEST: all its waiting ones; blocked ones are
     held as soon as they would wait). A running job is refused."""
-    click.echo(hold_jobs(Context().store, targets, by or local_user(), reason))
+    click.echo(_client().hold(*targets, reason=reason, by=by))
 
 
 @click.command("release")
@@ -41,7 +48,7 @@ def hold(targets: tuple[str, ...], reason: str, by: str | None) -> None:
 @_BY
 def release(targets: tuple[str, ...], reason: str, by: str | None) -> None:
     """Give held jobs back to their task queues, with the urgency they had (a REQUEST: all its held ones)."""
-    click.echo(release_jobs(Context().store, targets, by or local_user(), reason))
+    click.echo(_client().release(*targets, reason=reason, by=by))
 
 
 @click.command("resubmit")
@@ -59,11 +66,8 @@ def release(targets: tuple[str, ...], reason: str, by: str | None) -> None:
 def resubmit(targets: tuple[str, ...], failed: bool, states: tuple[str, ...], reason: str, by: str | None) -> None:
     """Run ended jobs again as a new attempt (earlier attempts' logs are kept); their dep-failed dependents come
     back with them and run after them. A job still waiting or running is refused."""
-    picked = set(parse_states(states)) if states else set()
-    if failed:
-        picked.add(JobState.FAILED)
-    chosen = frozenset(picked) if picked else None
-    click.echo(resubmit_jobs(Context().store, targets, by or local_user(), reason, chosen))
+    chosen = [*states, "failed"] if failed else list(states)
+    click.echo(_client().resubmit(*targets, states=chosen or None, reason=reason, by=by))
 
 
 @click.command("update")
@@ -77,21 +81,9 @@ def update(
 ) -> None:
     """Change waiting or held jobs, validated as at submission: each moves to its new task queue at once. New
     requirements that no queue can run are refused, naming the requirement and the queues; nothing changed."""
-    ctx = Context()
-    changes = parse_assignments(requirements)
+    client, changes = _client(), parse_assignments(requirements)
     for job in jobs:
-        click.echo(
-            update_job(
-                ctx.store,
-                ctx.catalog,
-                job,
-                by or local_user(),
-                vo=ctx.settings.vo,
-                priority=priority,
-                requirements=changes,
-                wall=wall,
-            )
-        )
+        click.echo(client.update(job, priority=priority, requirements=changes, wall=wall, by=by))
 
 
 @click.command("events")
@@ -100,7 +92,7 @@ def update(
 def events(job: str, as_json: bool) -> None:
     """Every change of JOB's state in order: when, from which state to which, by whom or which part
     (submit, match, a pilot, the reaper, a user), the attempt, pilot, exit code and reason."""
-    found = job_events(Context().store, job)
+    found = _client().events(job)
     if as_json:
         click.echo(json.dumps({"job": job, "events": [e.to_json() for e in found]}, sort_keys=True))
     else:

@@ -539,13 +539,14 @@ class Store(StoreReads, StoreRooms):
         return out
 
     @guarded("cancelling a job")
-    def cancel(self, job: str, reason: str = "cancelled by user", *, kill: bool = False) -> str:
-        """Cancel (or, with ``kill``, kill) a job. Returns what happened: ended, requested, final, unknown."""
+    def cancel(self, job: str, reason: str = "cancelled by user", *, kill: bool = False, by: str | None = None) -> str:
+        """Cancel (or, with ``kill``, kill) a job; ``by``: who asks, as its events say it (default "cancel").
+        Returns what happened: ended, requested, final, unknown."""
         k = self.keys
         reply = self.call_script(
             "cancel",
             [k.jobs, k.kills, k.delayed, k.releasing],
-            [self._base, job, "kill" if kill else "cancel", reason, self.clock()],
+            [self._base, job, "kill" if kill else "cancel", reason, self.clock(), *([by] if by else [])],
             [k.work, k.parked, *self.floors],
         )
         if _text(reply[0]) == "unknown":

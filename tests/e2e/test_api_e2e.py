@@ -130,3 +130,42 @@ def test_a_revoked_token_and_a_token_file_others_may_read_are_refused(served: Se
     assert cli(["token", "revoke", ident], served.local).stdout == f"token {ident} of alice: revoked\n"
     done = cli(["status"], env, check=False)
     assert done.returncode == 1 and done.stderr == f"pilotfish: error: token {ident} is revoked\n"
+
+
+def test_the_lifecycle_commands_print_the_same_through_the_api_as_the_caller(served: Served) -> None:
+    served.token("alice", "--group", "prod")
+    served.token("bob", "--group", "prod")
+    served.token("root", "--role", "operator")
+    alice = served.remote("alice")
+    request = cli(["submit", "examples/small-dag.toml"], alice).stdout.split()[1].rstrip(":")
+    for change, undo in (
+        (["hold", "1", "--reason", "look at it"], ["release", "1"]),
+        (["update", "1", "--priority", "30"], ["update", "1", "--priority", "0"]),
+        (["hold", request], ["release", request]),
+    ):
+        # Locally who acts is the local user unless --by names one; through the API it is the token's user.
+        here = [cli([*args, "--by", "alice"], served.local).stdout for args in (change, undo)]
+        there = [cli(args, alice).stdout for args in (change, undo)]
+        assert there == here, (change, here, there)
+        assert change[0] == "update" or ("by alice" in here[0] and "by alice" in here[1]), here
+    for refused in (["resubmit", "1"], ["hold", "nosuch"], ["update", "1"], ["resubmit", "1", "--state", "bad"]):
+        here_, there_ = cli(refused, served.local, check=False), cli(refused, alice, check=False)
+        assert there_.returncode == here_.returncode == 1, refused
+        assert there_.stderr == here_.stderr and there_.stderr.startswith("pilotfish: error: "), refused
+    assert cli(["cancel", "1"], alice).returncode == 0
+    resubmitted = cli(["resubmit", "1", "--reason", "again"], alice).stdout
+    assert resubmitted.startswith("job 1: resubmitted by alice ("), resubmitted
+    for args in (["events", "1"], ["events", "1", "--json"]):
+        assert cli(args, alice).stdout == cli(args, served.local).stdout, args
+    lines = cli(["events", "1"], alice).stdout.splitlines()
+    assert lines[0] == "job 1: 15 events" and " waiting -> held " in lines[4]  # the hold made through the API
+    assert lines[4].endswith("by alice  look at it") and lines[9].endswith("by alice  updated: priority 30 -> 0")
+    assert " cancelled -> waiting " in lines[-1] and "by alice  again" in lines[-1]
+
+    bob = served.remote("bob")
+    held = cli(["hold", "1"], bob, check=False)
+    assert held.returncode == 1 and held.stderr.startswith("pilotfish: error: bob may not act on job 1: it belongs")
+    posing = cli(["hold", "2", "--by", "alice"], bob, check=False)
+    assert posing.stderr.startswith("pilotfish: error: bob may not act as alice")
+    assert cli(["hold", "1"], served.remote("root")).stdout.startswith("job 1: held by root")
+    assert cli(["events", "1"], alice).stdout.splitlines()[-1].split("by ")[1] == "root"

@@ -142,6 +142,7 @@ def kill(job: str, body: Reason, request: Request, caller: Identity = Caller) ->
 def _stop(job: str, reason: str, request: Request, caller: Identity, *, kill: bool) -> dict[str, str]:
     state = api(request)
     check_act(caller, f"job {job}", *job_account(state.local.store, job))
-    line = state.local.kill(job, reason) if kill else state.local.cancel(job, reason)
+    by = caller.user  # the job's events name the caller
+    line = state.local.kill(job, reason, by=by) if kill else state.local.cancel(job, reason, by=by)
     state.done(request, caller, "kill" if kill else "cancel", job, reason=reason)
     return {"result": line}

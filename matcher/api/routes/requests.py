@@ -83,7 +83,7 @@ def cancel(request_id: str, body: Reason, request: Request, caller: Identity = C
     state = api(request)
     rid = state.local.request_id(request_id)
     check_act(caller, f"request {rid}", *request_account(state.local.store, rid))
-    line = state.local.cancel(rid, body.reason)
+    line = state.local.cancel(rid, body.reason, by=caller.user)
     state.done(request, caller, "cancel", rid, reason=body.reason)
     return {"result": line}
 
@@ -101,6 +101,6 @@ def cancel_target(target: str, body: Reason, request: Request, caller: Identity 
         except NotFound:
             raise NotFound(f"no request or job {target!r}") from None
     check_act(caller, what, *account)
-    line = state.local.cancel(target, body.reason)
+    line = state.local.cancel(target, body.reason, by=caller.user)
     state.done(request, caller, "cancel", target, reason=body.reason)
     return {"result": line}
