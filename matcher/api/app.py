@@ -93,7 +93,7 @@ async def _http(request: Request, exc: Exception) -> JSONResponse:
 
 def create_app(settings: Settings) -> FastAPI:
     """The API of the deployment these settings name."""
-    from .routes import admin, jobs, lifecycle, pilots, requests, shares
+    from .routes import admin, jobs, lifecycle, pages, pilots, requests, shares
 
     app = FastAPI(
         title="Pilotfish",
@@ -105,11 +105,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_exception_handler(PilotfishError, _refused)
     app.add_exception_handler(RequestValidationError, _invalid)
     app.add_exception_handler(StarletteHTTPException, _http)
-    for module in (requests, jobs, lifecycle, pilots, shares, admin):
+    for module in (requests, jobs, lifecycle, pilots, shares, admin, pages):
         app.include_router(module.router)
-    from .routes import pages  # the request page (issue 28, part 6)
-
-    app.include_router(pages.router)
     app.add_middleware(TimeLimit, seconds=settings.api_timeout)
     app.add_middleware(BodyLimit, limit=settings.api_max_body)
     return app
