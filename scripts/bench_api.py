@@ -99,6 +99,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=5, help="Requests of 1,000 jobs, each way.")
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--calls", type=int, default=20, help="Calls of each kind per client.")
+    parser.add_argument("--workers", type=int, default=1, help="Processes of pilotfish serve (--workers).")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:  # the server may still write a file
         server = RedisServer(Path(tmp) / "redis").start()
@@ -113,7 +114,7 @@ def main() -> None:
             PYTHONPATH=str(ROOT),
         )
         api = subprocess.Popen(
-            [sys.executable, "-m", "matcher.cli", "serve", "--port", str(port)],
+            [sys.executable, "-m", "matcher.cli", "serve", "--port", str(port), "--workers", str(args.workers)],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
