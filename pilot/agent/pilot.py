@@ -27,8 +27,11 @@ import contextlib
 import logging
 import math
 import os
+import signal
 import subprocess
+import threading
 import time
+from types import FrameType
 from typing import Any
 
 from pilot.agent.config import PilotConfig
@@ -120,9 +123,10 @@ class Pilot:
 
     def run(self) -> str:
         """Run until the time is up, idle, drained, shut down or preempted; returns why it stopped."""
-        self._setup()
         reason = "stopped"
+        previous = _exit_on_sigterm()
         try:
+            self._setup()
             while True:
                 stopped = self._turn()
                 if stopped is not None:
@@ -131,6 +135,8 @@ class Pilot:
             self._finish(reason)
         finally:
             self._teardown()
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
         return reason
 
     def _setup(self) -> None:
@@ -340,3 +346,17 @@ class Pilot:
     def _idle(self) -> bool:
         """Nothing running, ending, unreported or on the way from a match."""
         return not (self.state.slots.running or self.processes.ended or self.reports.busy)
+
+
+def _exit_on_sigterm() -> Any:
+    """Until :meth:`Pilot._setup` hands signals to the selector, SIGTERM (a launcher cancelling a pilot that is
+    still starting) exits through the teardown, which removes the work area it may already have made; by default
+    it would end the process at once and leave it. Only the main thread may set a handler; returns the handler
+    it replaced (None elsewhere)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def leave(number: int, _frame: FrameType | None) -> None:
+        raise SystemExit(128 + number)
+
+    return signal.signal(signal.SIGTERM, leave)
