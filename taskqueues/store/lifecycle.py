@@ -12,16 +12,14 @@ Reached from the store as :attr:`taskqueues.store.Store.lifecycle`.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
-
-import redis
 
 from ..errors import JobRefused, NotFound, StoreError
 from .fairshare import account_tq, job_account
 from .guard import guarded
-from .keys import Keys
+from .part import Scripted
 from .records import Job, JobState, member_tail, stored_requirements, time_needed
 from .records import text as _text
 
@@ -81,27 +79,12 @@ class Placed:
     wall: int | None
 
 
-class _Store(Protocol):
-    """What of the facade (:class:`taskqueues.store.Store`, which builds this object) the operations use."""
+class _Store(Scripted, Protocol):
+    """What of the facade (:class:`taskqueues.store.Store`, which builds this object) the operations use: what
+    every room that runs scripts uses (:class:`~taskqueues.store.part.Scripted`), and these."""
 
-    keys: Keys
-    where: str
-    client: redis.Redis
-    clock: Callable[[], float]
-    floors: list[str]
     ete_safety_factor: float
     _base: str
-
-    def call_script(
-        self,
-        name: str,
-        keys: Sequence[str],
-        args: Sequence[Any],
-        extra: Iterable[str] = (),
-        client: redis.Redis | None = None,
-    ) -> list[Any]: ...
-
-    def pool_keys(self, tq_ids: Iterable[str]) -> list[str]: ...
 
     def _tq_of(self, ids: Sequence[Any]) -> list[str]: ...
 
