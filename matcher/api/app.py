@@ -20,18 +20,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from taskqueues import __version__
 from taskqueues.errors import (
-    ConfigError,
-    Forbidden,
-    JobRefused,
-    NotFound,
     PilotfishError,
-    StoreUnavailable,
-    Unauthenticated,
     ValidationError,
 )
 from taskqueues.settings import Settings
 
-from ..cli.control import AlreadyEnded
+from .errors import STATUS as ERROR_STATUS
 from .identity import Identity
 from .limits import BodyLimit, TimeLimit, retry_after
 from .state import Api, RateLimited, api, origin
@@ -45,17 +39,7 @@ class Json(JSONResponse):
 
 
 #: HTTP status by error class (the first that matches); any other PilotfishError is 400.
-STATUS: list[tuple[type[Exception], int]] = [
-    (Unauthenticated, 401),
-    (Forbidden, 403),
-    (NotFound, 404),
-    (AlreadyEnded, 409),
-    (JobRefused, 409),
-    (RateLimited, 429),
-    (StoreUnavailable, 503),
-    (ValidationError, 400),
-    (ConfigError, 400),
-]
+STATUS: list[tuple[type[Exception], int]] = [*ERROR_STATUS, (RateLimited, 429)]
 
 
 def _status(exc: Exception) -> int:

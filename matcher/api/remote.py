@@ -23,11 +23,7 @@ import httpx
 
 from taskqueues.errors import (
     ConfigError,
-    Forbidden,
-    JobRefused,
-    NotFound,
     PilotfishError,
-    StoreUnavailable,
     Unauthenticated,
     ValidationError,
 )
@@ -35,21 +31,16 @@ from taskqueues.settings import Settings
 from taskqueues.store import JobEvent, Parked
 
 from ..calls import Calls, LogView, Overview, Request
-from ..cli.control import AlreadyEnded
 from ..explain import Explanation, PilotFit
 from ..history import HistoryListing
 from ..joblist import JobRow, Listing
 from ..status import RequestStatus, TaskQueueStatus
 from ..workflow.load import read_document
+from .errors import KINDS
 
 T = TypeVar("T")
 
 TOKEN_VARIABLE = "PILOTFISH_TOKEN"
-#: Errors raised again by the class the API names (others: ValidationError for a 4xx, PilotfishError).
-KINDS: dict[str, type[PilotfishError]] = {
-    cls.__name__: cls
-    for cls in (NotFound, AlreadyEnded, JobRefused, Unauthenticated, Forbidden, StoreUnavailable, ConfigError)
-}
 #: Times a call the API refused for its rate (429) is made again, after the Retry-After it names.
 RATE_RETRIES = 5
 
@@ -133,7 +124,7 @@ class RemoteClient(Calls):
 
     def _refusal(self, answer: httpx.Response, path: str) -> NoReturn:
         """Raise the error an answer that is not a success names (its class, when the API names one of
-        :data:`KINDS`)."""
+        :data:`matcher.api.errors.KINDS`)."""
         try:
             data = answer.json()
         except ValueError:
