@@ -234,14 +234,17 @@ def write_jobstatus(directory: str | os.PathLike[str], status: JobStatus, *, tim
 def read_jobstatus(directory: str | os.PathLike[str], *, timeout: float | None = None) -> JobStatus | None:
     """The values of a $JOBSTATUS directory, read under the shared ``used_CPU`` lock.
 
-    None when the directory has no ``used_CPU`` yet (no pilot has published). A missing or malformed
-    other file raises :class:`JobStatusError` naming it.
+    None when no pilot has published yet: no ``used_CPU``, or an empty one (the first writer creates the
+    lock file before it can lock it, so a reader may lock it first and find nothing else written). A
+    missing or malformed other file raises :class:`JobStatusError` naming it.
     """
     where = Path(directory)
     raw: dict[str, str] = {}
     try:
         with locked(where, exclusive=False, timeout=timeout) as fd:
             raw[LOCK_FILE] = os.pread(fd, 64, 0).decode(errors="replace")
+            if not raw[LOCK_FILE]:
+                return None
             for name in JOBSTATUS_KEYS[1:]:
                 try:
                     raw[name] = (where / name).read_text(errors="replace")

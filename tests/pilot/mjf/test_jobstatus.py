@@ -218,6 +218,18 @@ def test_reader_names_missing_and_malformed_files(tmp_path: Path) -> None:
         read_jobstatus(tmp_path)
 
 
+
+def test_a_reader_between_the_first_writers_create_and_lock_sees_nothing_published(tmp_path: Path) -> None:
+    """The first writer creates ``used_CPU`` empty, then locks it: a reader that locks it in between
+    found no other file and raised "last_job_start is missing" (a flaky test_jobstatus_while_running).
+    That moment is the file as the writer's O_CREAT leaves it; the reader takes it for "not yet"."""
+    (tmp_path / "used_CPU").touch()
+    assert read_jobstatus(tmp_path) is None
+    JobStatusWriter(tmp_path, allocated_CPU=8, pilot_start=1000).publish([A], now=1100)
+    status = read_jobstatus(tmp_path)
+    assert status is not None and status.used_CPU == A.cores
+
+
 HOLDER = """
 import sys
 from pilot.mjf.jobstatus import locked
