@@ -271,13 +271,15 @@ def chaos(deployment: Deployment, ids: list[str], args: argparse.Namespace, rng:
             found = deployment.targets(kind)
             if not found:
                 continue
-            order.remove(kind)
             pid, pilot = rng.choice(found)
             held = held_by(deployment, ids, pilot) if kind == "pilot" else {}
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
+                # It ended between the scan and the kill (a 0.2 s payload often does on a busy host):
+                # the kind stays in this round, or a round could end without a kill of it.
                 continue
+            order.remove(kind)
             kill = Kill(kind, time.time(), pid, pilot if kind == "pilot" else "", held=held)
             if kind == "payload":
                 job, attempt = pilot.split()
