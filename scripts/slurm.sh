@@ -124,11 +124,15 @@ node_state() {  # prints the node's state as sinfo sees it, or nothing
     SLURM_CONF=$CONF timeout 10 sinfo -h -n "$NODE" -o %T 2>/dev/null | head -n 1 || true
 }
 
-usable() {
-    case "$(node_state)" in
-        idle|mixed|allocated|completing|idle~|mixed~) return 0 ;;
-        *) return 1 ;;
-    esac
+usable() {  # a busy host can time sinfo out: a few tries before "not usable"
+    local try
+    for try in 1 2 3; do
+        case "$(node_state)" in
+            idle|mixed|allocated|completing|planned|idle~|mixed~) return 0 ;;
+        esac
+        [ $try -lt 3 ] && sleep 1
+    done
+    return 1
 }
 
 write_env() {
