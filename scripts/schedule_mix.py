@@ -273,3 +273,42 @@ def print_mixes(rows: Sequence[tuple[Mix, dict[str, MixResult]]]) -> int:
             )
         print(line)
     return missed
+
+
+def seed_lines(mix: Mix, res: dict[str, MixResult], seed: int) -> tuple[str, int]:
+    """One mix at one seed, in one line: the largest request stretch with reservations (pressure, bounded) and
+    without (strict), the makespan over the lower bound and over FIFO's, and the ``one-eta`` diagnostic's
+    makespan over the bound where the mix runs it; returns the line and how many of its two targets (largest
+    stretch not worse with reservations, makespan not worse than FIFO's) it misses."""
+    lb = mix_bound(mix)
+    p, s = max(res["pressure"].stretch.values()), max(res["strict"].stretch.values())
+    ok_stretch = p <= s * (1 + 1e-9)
+    ok_fifo = res["pressure"].makespan <= res["fifo"].makespan * (1 + 1e-9)
+    one = f"{res['one-eta'].makespan / lb:7.3f}" if "one-eta" in res else f"{'':7}"
+    line = (
+        f"  {seed:4d}  {mix.name:32} {p:7.3f} {s:7.3f} {'ok' if ok_stretch else 'MISS':4}"
+        f"  {res['pressure'].makespan / lb:6.3f} {res['pressure'].makespan / res['fifo'].makespan:6.3f}"
+        f" {'ok' if ok_fifo else 'MISS':4} {one}"
+    )
+    return line, (not ok_stretch) + (not ok_fifo)
+
+
+def print_seeds(by_seed: Sequence[tuple[int, Sequence[tuple[Mix, dict[str, MixResult]]]]]) -> int:
+    """The verdicts of every mix at every seed (``bench_schedule.py --seeds N``); returns the misses."""
+    print(
+        "Per seed: largest request stretch with reservations (bounded, the default) and without (strict), target"
+        " not worse with them;\nmakespan over the lower bound and over FIFO's, target <= 1; one-eta: the"
+        " diagnostic's makespan over the bound.\n"
+    )
+    head = (
+        f"  {'seed':>4}  {'mix':32} {'bounded':>7} {'strict':>7} {'':4}  {'P/LB':>6} {'P/F':>6} {'':4} {'one-eta':>7}"
+    )
+    print(head)
+    print("  " + "-" * (len(head) - 2))
+    missed = 0
+    for seed, rows in by_seed:
+        for mix, res in rows:
+            line, miss = seed_lines(mix, res, seed)
+            missed += miss
+            print(line)
+    return missed

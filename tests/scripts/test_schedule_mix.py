@@ -65,3 +65,16 @@ def test_the_late_small_mixes_bound_is_within_115_of_a_schedule_the_match_makes(
         lb = mx.mix_bound(mix)
         one = sm.simulate_mix(real_redis, mix, "one-eta").makespan
         assert lb <= one <= 1.15 * lb, (mix.name, lb, one)
+
+
+def test_the_seed_table_counts_what_each_mix_misses(real_redis: redis.Redis) -> None:
+    """``bench_schedule.py --seeds N``: a mix's line says ok where reservations beat the strict match and FIFO,
+    and MISS, counted, for each target a schedule misses (a result made worse than both, the same mix)."""
+    mix = mx.Mix("chain", (mx.chain_and_bag(random.Random(3), links=6),), 4, 4, 16_000)
+    res = {pol: sm.simulate_mix(real_redis, mix, pol) for pol in ("pressure", "strict", "fifo")}
+    line, missed = sm.seed_lines(mix, res, 3)
+    assert missed == 0 and "MISS" not in line and line.split()[:2] == ["3", "chain"], line
+    strict = max(res["strict"].stretch.values())
+    worse = sm.MixResult(res["fifo"].makespan * 1.01, {"r": strict * 1.01}, 0)
+    line, missed = sm.seed_lines(mix, {**res, "pressure": worse}, 3)
+    assert missed == 2 and line.count("MISS") == 2, line
