@@ -22,6 +22,8 @@ Per request: its completion stretch, (its last end - its arrival) / its own lowe
 from __future__ import annotations
 
 import heapq
+import math
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -306,9 +308,20 @@ def print_seeds(by_seed: Sequence[tuple[int, Sequence[tuple[Mix, dict[str, MixRe
     print(head)
     print("  " + "-" * (len(head) - 2))
     missed = 0
+    ratios: dict[str, list[float]] = {}  # mix name -> largest stretch bounded / strict, one per seed
     for seed, rows in by_seed:
         for mix, res in rows:
             line, miss = seed_lines(mix, res, seed)
             missed += miss
             print(line)
+            worst = (max(res[pol].stretch.values()) for pol in ("pressure", "strict"))
+            ratios.setdefault(mix.name, []).append(operator.truediv(*worst))
+    print(
+        f"\nPer mix over the {len(by_seed)} seeds: largest stretch bounded / strict (geometric mean, largest), and"
+        " at how many seeds it is not worse.\n"
+    )
+    for name, values in ratios.items():
+        mean = math.exp(sum(math.log(v) for v in values) / len(values))
+        good = sum(v <= 1 + 1e-9 for v in values)
+        print(f"  {name:32} {mean:6.3f} {max(values):6.3f}  {good}/{len(values)}")
     return missed
