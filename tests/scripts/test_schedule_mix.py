@@ -80,6 +80,7 @@ def test_the_seed_table_counts_what_each_mix_misses(
     summary per mix says at how many seeds reservations were not worse."""
     mix = mx.Mix("chain", (mx.chain_and_bag(random.Random(3), links=6),), 4, 4, 16_000)
     res = {pol: sm.simulate_mix(real_redis, mix, pol) for pol in ("pressure", "strict", "fifo")}
+    assert set(res["pressure"].late) == {r.name for r in mix.requests} and res["fifo"].late == {}  # no ETA
     line, missed = sm.seed_lines(mix, res, 3)
     assert missed == 0 and "MISS" not in line and line.split()[:2] == ["3", "chain"], line
     strict = max(res["strict"].stretch.values())
