@@ -2,7 +2,7 @@
 """Scheduling quality: makespan under pressure ordering, FIFO and random scores, against the lower bound.
 
     python scripts/bench_schedule.py [--seed N] [--pilots P] [--cores C] [--only NAME] [--no-noise] [--no-mixes]
-                                     [--estimates [--estimate-seeds N]]
+                                     [--estimates [--estimate-seeds N]] [--seeds N]
 
 A discrete-event simulation with a simulated clock drives the REAL store (submit, match, complete: the Lua
 scripts) on a REAL redis-server that the script starts on a free port. Only time is simulated: no payload
@@ -63,6 +63,10 @@ target: every stretch <= 4 and the makespan <= 1.05 x pressure's.
 Workloads of several requests also run two diagnostics that keep the pressures and change only each
 request's ETA (``pressure-eta``: now + max(CP, work/cores); ``pressure-one-eta``: one ETA for all), to show
 whether a loss there comes from the ETA term of the score or from the match.
+
+``--seeds N`` runs only the heterogeneous mixes, at seeds 1..N, and prints one line per mix and seed: the
+largest request stretch with reservations and without, the makespan over the bound and over FIFO's, and the
+``one-eta`` diagnostic over the bound (a rule that helps one seed and hurts another shows there).
 """
 
 from __future__ import annotations
@@ -717,6 +721,28 @@ def wrong_section(seed: int, seeds: int, pilots: int, cores: int) -> list[str]:
     return lines
 
 
+def seed_table(seeds: int, only: Sequence[str]) -> int:
+    """``--seeds N``: the heterogeneous mixes (those matching ``only``, if given) at seeds 1..N, one line each."""
+    from mixes import mixes
+    from schedule_mix import print_seeds, run_mixes
+
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="bench-schedule-") as tmp:
+        server = RedisServer(Path(tmp)).start()
+        client = redis.Redis.from_url(server.url)
+        try:
+            by_seed = [
+                (seed, run_mixes(client, [m for m in mixes(seed) if not only or any(o in m.name for o in only)]))
+                for seed in range(1, seeds + 1)
+            ]
+        finally:
+            client.close()
+            server.stop()
+    missed = print_seeds(by_seed)
+    print(f"\nseeds 1-{seeds}, {time.monotonic() - started:.1f} s wall; targets missed: {missed}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=1)
@@ -736,7 +762,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="seeds pooled in the 3x-wrong-hint rows, from --seed on (default 16; one server per worker process)",
     )
     parser.add_argument("--no-mixes", action="store_true", help="skip the heterogeneous workloads (schedule_mix)")
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        default=0,
+        help="run only the heterogeneous mixes, at seeds 1..N, and print each one's verdicts per seed",
+    )
     args = parser.parse_args(argv)
+    if args.seeds:
+        return seed_table(args.seeds, args.only)
     if args.estimate_seeds < 1:
         parser.error(f"--estimate-seeds must be at least 1, got {args.estimate_seeds}")
     cores = args.pilots * args.cores

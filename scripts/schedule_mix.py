@@ -16,14 +16,17 @@ plus critical path) instead of each request's own, load included (``matcher.eta`
 reservations; it tells a loss of the ETA term from one of the match or of the lower bound.
 
 Per request: its completion stretch, (its last end - its arrival) / its own lower bound alone
-(:func:`mixes.request_bound`); the table shows the largest and the mean next to the makespans.
+(:func:`mixes.request_bound`); the table shows the largest and the mean next to the makespans. Where the scores
+come from the Submitter (not FIFO, not one-eta) also how long after the ETA it promised the request it ends.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
+import operator
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import redis
 from bench_schedule import QUEUE, T0, SimClock, SimulationError, submit_scored
@@ -77,6 +80,9 @@ class MixResult:
     makespan: float
     stretch: dict[str, float]  # request name -> completion / its own lower bound
     matches: int
+    #: request name -> its completion minus the ETA the Submitter promised it (seconds; < 0: early), for the
+    #: policies whose scores come from the Submitter (not FIFO's nor one-eta's)
+    late: dict[str, float] = field(default_factory=dict)
 
 
 def _jobs(request: MixRequest) -> list[JobSpec]:
@@ -100,6 +106,7 @@ def simulate_mix(client: redis.Redis, mix: Mix, policy: str) -> MixResult:
     order = sorted(mix.requests, key=lambda r: r.arrival)
     fifo_next = 0
     one_eta = max(r.arrival + critical_path(r.tasks) for r in mix.requests)
+    etas: dict[str, float] = {}  # request name -> the ETA the Submitter gave it, from time zero
 
     def submit(request: MixRequest) -> None:
         nonlocal fifo_next
@@ -115,11 +122,10 @@ def simulate_mix(client: redis.Redis, mix: Mix, policy: str) -> MixResult:
             ids = submit_scored(store, catalog, jobs, scores, name=request.name, clock=clock)
         else:
             try:
-                ids = (
-                    Submitter(store, catalog, clock=clock, capacity=lambda: capacity)
-                    .submit(jobs, name=request.name, owner=request.owner, group=request.group)
-                    .ids
+                submitted = Submitter(store, catalog, clock=clock, capacity=lambda: capacity).submit(
+                    jobs, name=request.name, owner=request.owner, group=request.group
                 )
+                ids, etas[request.name] = submitted.ids, submitted.eta - T0
             except SubmissionError as exc:
                 raise SimulationError(f"{mix.name}: {exc}") from None
         by_name = {t.name: t for t in request.tasks}
@@ -186,7 +192,8 @@ def simulate_mix(client: redis.Redis, mix: Mix, policy: str) -> MixResult:
         req = tasks[job_id][1]
         last[req.name] = max(last.get(req.name, 0.0), end)
     stretch = {r.name: (last[r.name] - r.arrival) / request_bound(mix, r) for r in mix.requests}
-    return MixResult(max(ended.values()), stretch, matches)
+    late = {name: last[name] - eta for name, eta in etas.items()}
+    return MixResult(max(ended.values()), stretch, matches, late)
 
 
 def run_mixes(client: redis.Redis, mixes: Sequence[Mix]) -> list[tuple[Mix, dict[str, MixResult]]]:
@@ -227,10 +234,13 @@ def print_mixes(rows: Sequence[tuple[Mix, dict[str, MixResult]]]) -> int:
         )
     multi = [(m, r) for m, r in rows if len(m.requests) > 1]
     if multi:
-        print("\nPer-request stretch with reservations (bounded: pressure, the default; EASY) and without (strict):\n")
+        print(
+            "\nPer-request stretch with reservations (bounded: pressure, the default; EASY) and without (strict),"
+            "\nand how long after the ETA the Submitter promised it each request ends (seconds), bounded and strict:\n"
+        )
         extra = [pol for pol in ("fifo", "shares") if any(pol in r for _, r in multi)]
         head = f"  {'mix':30} {'request':12} {'arrives':>7} {'own LB':>6}  {'bounded':>7} {'EASY':>6} {'strict':>6}"
-        print(head + "".join(f" {pol:>6}" for pol in extra))
+        print(head + "".join(f" {pol:>6}" for pol in extra) + f"  {'ETA+ b':>6} {'ETA+ s':>6}")
         for mix, res in multi:
             for req in mix.requests:
                 cells = "".join(
@@ -240,6 +250,7 @@ def print_mixes(rows: Sequence[tuple[Mix, dict[str, MixResult]]]) -> int:
                 print(
                     f"  {mix.name:30} {req.name:12} {req.arrival:7.0f} {request_bound(mix, req):6.0f}"
                     f"  {res['pressure'].stretch[req.name]:7.2f}{cells}"
+                    f"  {res['pressure'].late[req.name]:6.0f} {res['strict'].late[req.name]:6.0f}"
                 )
     for mix, res in rows:
         if "one-eta" in res:
@@ -272,4 +283,58 @@ def print_mixes(rows: Sequence[tuple[Mix, dict[str, MixResult]]]) -> int:
                 f"  {'ok' if ok_shares else 'MISS'}"
             )
         print(line)
+    return missed
+
+
+def seed_lines(mix: Mix, res: dict[str, MixResult], seed: int) -> tuple[str, int]:
+    """One mix at one seed, in one line: the largest request stretch with reservations (pressure, bounded) and
+    without (strict), the makespan over the lower bound and over FIFO's, and the ``one-eta`` diagnostic's
+    makespan over the bound where the mix runs it, and the latest a request ends after its ETA with reservations
+    and without (information, no target); returns the line and how many of its two targets (largest stretch not
+    worse with reservations, makespan not worse than FIFO's) it misses."""
+    lb = mix_bound(mix)
+    p, s = max(res["pressure"].stretch.values()), max(res["strict"].stretch.values())
+    ok_stretch = p <= s * (1 + 1e-9)
+    ok_fifo = res["pressure"].makespan <= res["fifo"].makespan * (1 + 1e-9)
+    one = f"{res['one-eta'].makespan / lb:7.3f}" if "one-eta" in res else f"{'':7}"
+    line = (
+        f"  {seed:4d}  {mix.name:32} {p:7.3f} {s:7.3f} {'ok' if ok_stretch else 'MISS':4}"
+        f"  {res['pressure'].makespan / lb:6.3f} {res['pressure'].makespan / res['fifo'].makespan:6.3f}"
+        f" {'ok' if ok_fifo else 'MISS':4} {one}"
+        f"  {max(res['pressure'].late.values(), default=0.0):6.0f} {max(res['strict'].late.values(), default=0.0):6.0f}"
+    )
+    return line, (not ok_stretch) + (not ok_fifo)
+
+
+def print_seeds(by_seed: Sequence[tuple[int, Sequence[tuple[Mix, dict[str, MixResult]]]]]) -> int:
+    """The verdicts of every mix at every seed (``bench_schedule.py --seeds N``); returns the misses."""
+    print(
+        "Per seed: largest request stretch with reservations (bounded, the default) and without (strict), target"
+        " not worse with them;\nmakespan over the lower bound and over FIFO's, target <= 1; one-eta: the"
+        " diagnostic's makespan over the bound;\nETA+: the latest a request ends after the ETA the Submitter"
+        " promised it (seconds), bounded and strict.\n"
+    )
+    head = (
+        f"  {'seed':>4}  {'mix':32} {'bounded':>7} {'strict':>7} {'':4}  {'P/LB':>6} {'P/F':>6} {'':4} {'one-eta':>7}"
+        f"  {'ETA+ b':>6} {'ETA+ s':>6}"
+    )
+    print(head)
+    print("  " + "-" * (len(head) - 2))
+    missed = 0
+    ratios: dict[str, list[float]] = {}  # mix name -> largest stretch bounded / strict, one per seed
+    for seed, rows in by_seed:
+        for mix, res in rows:
+            line, miss = seed_lines(mix, res, seed)
+            missed += miss
+            print(line)
+            worst = (max(res[pol].stretch.values()) for pol in ("pressure", "strict"))
+            ratios.setdefault(mix.name, []).append(operator.truediv(*worst))
+    print(
+        f"\nPer mix over the {len(by_seed)} seeds: largest stretch bounded / strict (geometric mean, largest), and"
+        " at how many seeds it is not worse.\n"
+    )
+    for name, values in ratios.items():
+        mean = math.exp(sum(math.log(v) for v in values) / len(values))
+        good = sum(v <= 1 + 1e-9 for v in values)
+        print(f"  {name:32} {mean:6.3f} {max(values):6.3f}  {good}/{len(values)}")
     return missed

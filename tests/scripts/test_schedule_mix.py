@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 import redis
 
 from tests.support.scripts import script
@@ -57,11 +58,44 @@ def test_bounded_reservations_keep_the_late_small_request_within_the_strict_matc
     assert sm.policies(plain) == (*sm.MIX_POLICIES, "easy", "one-eta") and "shares" in sm.policies(owners)
 
 
-def test_the_late_small_mixes_bound_is_within_115_of_a_schedule_the_match_makes(real_redis: redis.Redis) -> None:
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_the_late_small_mixes_bound_is_within_115_of_a_schedule_the_match_makes(
+    real_redis: redis.Redis, seed: int
+) -> None:
     """Issue 29 part 3: the late-small mixes' lower bound is within 1.15 x of what the real match (bounded
-    reservations) makes when every request shares one ETA (the ``one-eta`` diagnostic): the gap of ``pressure``
-    beyond that (1.19 x on the staggered mix) is the ETA term of the score, not a loose bound."""
-    for mix in mx.late_small_mixes(1)[::2]:  # staggered and together, one account
+    reservations) makes when every request shares one ETA (the ``one-eta`` diagnostic), at seeds 1-4 (1.076 to
+    1.147): the gap of ``pressure`` beyond that (1.149 to 1.205 x on the staggered mix) is the ETA term of the
+    score, not a loose bound (scripts/release_bound.py finds no more in the requests' late arrivals)."""
+    for mix in mx.late_small_mixes(seed)[::2]:  # staggered and together, one account
         lb = mx.mix_bound(mix)
         one = sm.simulate_mix(real_redis, mix, "one-eta").makespan
         assert lb <= one <= 1.15 * lb, (mix.name, lb, one)
+
+
+def test_the_seed_table_counts_what_each_mix_misses(
+    real_redis: redis.Redis, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``bench_schedule.py --seeds N``: a mix's line says ok where reservations beat the strict match and FIFO,
+    and MISS, counted, for each target a schedule misses (a result made worse than both, the same mix); the
+    summary per mix says at how many seeds reservations were not worse."""
+    mix = mx.Mix("chain", (mx.chain_and_bag(random.Random(3), links=6),), 4, 4, 16_000)
+    res = {pol: sm.simulate_mix(real_redis, mix, pol) for pol in ("pressure", "strict", "fifo")}
+    assert set(res["pressure"].late) == {r.name for r in mix.requests} and res["fifo"].late == {}  # no ETA
+    line, missed = sm.seed_lines(mix, res, 3)
+    assert missed == 0 and "MISS" not in line and line.split()[:2] == ["3", "chain"], line
+    strict = max(res["strict"].stretch.values())
+    worse = sm.MixResult(res["fifo"].makespan * 1.01, {"r": strict * 1.01}, 0)
+    line, missed = sm.seed_lines(mix, {**res, "pressure": worse}, 3)
+    assert missed == 2 and line.count("MISS") == 2, line
+    assert sm.print_seeds([(1, [(mix, res)]), (2, [(mix, {**res, "pressure": worse})])]) == 2
+    summary = capsys.readouterr().out.splitlines()[-1].split()
+    assert summary[0] == "chain" and summary[-1] == "1/2" and float(summary[-2]) == pytest.approx(1.01, abs=1e-3)
+
+
+def test_bench_schedule_seeds_runs_each_seed_s_mixes(capsys: pytest.CaptureFixture[str]) -> None:
+    """``bench_schedule.py --seeds 2 --only chain1c``: the chain at seeds 1 and 2, one line each, then its summary
+    (reservations not worse at both: 1.05 against 1.78)."""
+    assert script("bench_schedule").main(["--seeds", "2", "--only", "chain1c"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert [r[:2] for r in rows if r[1:2] == ["chain1c/4c+bag"]] == [["1", "chain1c/4c+bag"], ["2", "chain1c/4c+bag"]]
+    assert next(r for r in rows if r[:1] == ["chain1c/4c+bag"])[-1] == "2/2"
