@@ -151,12 +151,43 @@ end
 local floor_text, policy = unpack(redis.call('HMGET', qfloor, queue, ''))
 local FS
 local fs_before, fs_take, fs_write -- the block's entry points, made only with FS: closures cost on every call
+local fs_final, fs_next -- the walk by group: whether no unread entry can go before an entry; the group to read
+-- The heads index by group (issue 31; _lib.lua's index_head keeps it): while the community has a policy, the
+-- queue's index split by group, K_GH .. queue .. ':' .. group, with the groups in the set K_GH .. queue. Built
+-- here the first time a policy match of the queue finds none (a store written before it existed, or a policy
+-- just stored), kept at the end of every call with a policy (the index scores this call writes).
+local GROUPS, GS -- the groups of the queue's index by group, and the walk's state per group (fs_final)
+-- The queue's floor (below): declared here for the walk by group, read after the fair-share block.
+local f1, f2, f3, f4
+if policy then
+  local gset = base .. K_GH .. queue
+  GROUPS = redis.call('SMEMBERS', gset)
+  if #GROUPS == 0 then
+    local by, list = {}, {}
+    local entries = redis.call('ZRANGEBYSCORE', qh, '-inf', '1e18', 'WITHSCORES')
+    for i = 1, #entries, 2 do
+      local tq = entries[i]
+      local g = string.match(tq, '^[^.]+%.([^.]+)%.[^.]') or 'default'
+      local z = by[g]
+      if not z then z = {} by[g] = z list[#list + 1] = g end
+      z[#z + 1] = entries[i + 1] z[#z + 1] = tq
+      if #z >= 2000 then redis.call('ZADD', gset .. ':' .. g, unpack(z)) by[g] = {} end
+    end
+    for g, z in pairs(by) do
+      if #z > 0 then redis.call('ZADD', gset .. ':' .. g, unpack(z)) end
+    end
+    redis.call('SADD', gset, '~', unpack(list))
+    redis.call('SADD', base .. K_GHQ, queue)
+    GROUPS = list
+  end
+end
 if policy then
   local text = redis.call('HGET', base .. K_SHARES, 'json')
   local ok, cfg = false, nil
   if text then ok, cfg = pcall(cjson.decode, text) end
   if ok and type(cfg) == 'table' then
-    FS = {cfg = {}, h = {}, U = {}, E = {}, acct = {}, dirty = {}, owners = {}, rank = {}, room = {},
+    FS = {cfg = {}, h = {}, U = {}, E = {}, acct = {}, dirty = {}, owners = {}, rank = {}, room = {}, grank = {},
+          groom = {},
           site = string.match(queue, '^([^/]+)/') or queue, tau = 21600 / math.log(2)}
     for field, v in pairs(cfg) do
       FS.cfg[field] = tonumber(v)
@@ -219,6 +250,15 @@ if FS then
     if not s or s <= 0 then return 1e-9 end
     return s
   end
+  -- The rank of a group: its E / share (cached like the ranks of task queues, below).
+  local function fs_grank(g)
+    local r = FS.grank[g]
+    if not r then
+      r = fs_usage(g) / fs_share(g, FS.cfg['s:*'] or 1)
+      FS.grank[g] = r
+    end
+    return r
+  end
   -- The rank of a task queue's account: (group's E / share, owner's E / share or 0); lower is served first.
   -- Ranks and rooms are kept per task queue until a lease changes the counters (fs_take empties them): the walk
   -- weighs every entry against the best so far, and their names (string concatenations) were most of its cost.
@@ -226,29 +266,37 @@ if FS then
     local k = FS.rank[tq]
     if k then return k[1], k[2] end
     local a = fs_acct(tq)
-    local r1 = fs_usage(a[1]) / fs_share(a[1], FS.cfg['s:*'] or 1)
+    local r1 = fs_grank(a[1])
     local r2 = 0
     if FS.owners[a[1]] then r2 = fs_usage(a[2]) / fs_share(a[2], FS.cfg['s:' .. a[1] .. '.*'] or 1) end
     FS.rank[tq] = {r1, r2}
     return r1, r2
   end
-  -- Whether leasing `c` more cores of task queue tq stays within every running limit: the cores its limits
-  -- leave (its group's overall, at the pilot's site, at its queue) and the jobs of its type.
-  local function fs_allowed(tq, c)
-    local room = FS.room[tq]
-    if not room then
-      local a, cfg = fs_acct(tq), FS.cfg
-      local g = a[1]
-      local cores, jobs = math.huge, math.huge
+  -- The cores group g's limits leave (its overall, at the pilot's site, at its queue), cached like the rooms.
+  local function fs_groom(g)
+    local cores = FS.groom[g]
+    if not cores then
+      local cfg = FS.cfg
+      cores = math.huge
       local l = cfg['l:' .. g .. '@*']
       if l then cores = math.min(cores, l - fs_num('r:' .. g)) end
       l = cfg['l:' .. g .. '@' .. FS.site]
       if l then cores = math.min(cores, l - fs_num('c:' .. g .. '@' .. FS.site)) end
       l = cfg['l:' .. g .. '@' .. queue]
       if l then cores = math.min(cores, l - fs_num('c:' .. g .. '@' .. queue)) end
-      l = a[3] and cfg['t:' .. a[3]]
+      FS.groom[g] = cores
+    end
+    return cores
+  end
+  -- Whether leasing `c` more cores of task queue tq stays within every running limit: the cores its limits
+  -- leave (its group's overall, at the pilot's site, at its queue) and the jobs of its type.
+  local function fs_allowed(tq, c)
+    local room = FS.room[tq]
+    if not room then
+      local a, jobs = fs_acct(tq), math.huge
+      local l = a[3] and FS.cfg['t:' .. a[3]]
       if l then jobs = l - fs_num('n:' .. a[3]) end
-      room = {cores, jobs}
+      room = {fs_groom(a[1]), jobs}
       FS.room[tq] = room
     end
     return c <= room[1] and 1 <= room[2]
@@ -264,10 +312,46 @@ if FS then
     if X[x + 2] ~= X[b + 2] then return X[x + 2] < X[b + 2] end
     return X[x + 1] < X[b + 1]
   end
+  -- The walk by group: GS holds a state per group of the queue's index by group, {g, key, n entries read, bound
+  -- (every unread entry's index score, hence its real one, is at or above it), all (none left), size (of its
+  -- next page)}; a group none of whose task queues may lease (its cores' room below the queue's floor, or below
+  -- 0 without a floor) counts as read. An unread entry of a group ranks (its group's rank, 0 or more, score at
+  -- or above its bound): whether one may go before entry y (fs_before's order) is told by its group alone.
+  local function fs_shut(st)
+    return st.all or fs_groom(st.g) < (f1 or 0)
+  end
+  fs_final = function(X, y)
+    local y1, y2 = fs_rank(X[y + 1])
+    for _, st in ipairs(GS) do
+      if not fs_shut(st) then
+        local g1 = fs_grank(st.g)
+        if g1 < y1 or (g1 == y1 and (y2 > 0 or X[y + 2] >= st.bound)) then return false end
+      end
+    end
+    return true
+  end
+  -- The group whose next page may hold an entry that goes before all others unread: the lowest (rank, bound);
+  -- nil when every group is read (or shut).
+  fs_next = function()
+    local best, b1
+    for _, st in ipairs(GS) do
+      if not fs_shut(st) then
+        local g1 = fs_grank(st.g)
+        if not best or g1 < b1 or (g1 == b1 and st.bound < best.bound) then best, b1 = st, g1 end
+      end
+    end
+    return best
+  end
+  GS = {}
+  for _, g in ipairs(GROUPS) do
+    if g ~= '~' then
+      GS[#GS + 1] = {g = g, key = base .. K_GH .. queue .. ':' .. g, n = 0, bound = -EMPTY, all = false, size = want + 2}
+    end
+  end
   -- A lease of `c` cores from task queue tq begins (sign 1) or is taken back (-1: its record was parked).
   fs_take = function(tq, c, sign)
     local a, h = fs_acct(tq), FS.h
-    FS.rank, FS.room = {}, {}
+    FS.rank, FS.room, FS.grank, FS.groom = {}, {}, {}, {}
     for _, name in ipairs({a[1], a[2]}) do
       fs_usage(name)
       local r = fs_num('r:' .. name) + sign * c
@@ -343,7 +427,6 @@ local function leased(raw, tail)
   return text
 end
 
-local f1, f2, f3, f4
 if floor_text then
   f1, f2, f3, f4 = string.match(floor_text, '^(%d+):(%d+):(%d+):(%d+)$') -- whole numbers: read by arithmetic
   if f1 then
@@ -453,7 +536,7 @@ while got < want do
   local b
   -- With a policy every entry is weighed (the walk reads the whole index): in one page, not in pages that
   -- double, each of which made a pass over all the entries read before it.
-  local size = FS and 100000 or want - got + 2
+  local size = want - got + 2
   while true do
     if todo then
       -- Entries read from their task queue's zset: its head, if it can be read, becomes the entry (with a
@@ -548,13 +631,13 @@ while got < want do
     end
     if todo then
       b = nil
-    elseif RV and not decided and h and (all or not FS and X[h + 2] < bound)
+    elseif RV and not decided and h and (all or FS and fs_final(X, h) or not FS and X[h + 2] < bound)
         and (not b or (FS and fs_before(X, h, b)) or not FS and (X[h + 2] < X[b + 2]
              or (X[h + 2] == X[b + 2] and X[h + 1] < X[b + 1]))) and reserve(h) then
       b = nil -- this pilot now holds cores for h: the pass again, under the reservation
     elseif decided and not b and f1 and (cpu < f1 or mem < f2 or tmp < f3) then
       break -- decided, and below the floor: no page left can bring a head that fits what is free
-    elseif b and (all or not FS and X[b + 2] < bound) then
+    elseif b and (all or FS and fs_final(X, b) or not FS and X[b + 2] < bound) then
       break
     elseif all then
       -- Nothing fits, and every non-empty task queue of the index was read: the queue's floor is theirs.
@@ -592,12 +675,20 @@ while got < want do
       -- with): it bounds the entries not read yet, and an entry whose real score is past it has a stale
       -- index score, raised so that later walks find it in its place. A page that is not full ends the
       -- index: no bound is needed, and every walk reads all of it anyway.
-      local page = redis.call('ZRANGEBYSCORE', qh, '-inf', '(1e18', 'LIMIT', n, size)
+      -- With a policy, the page is of one group's index (fs_next: the one whose unread entries may go first),
+      -- and `all` says, until the end of this branch, that that group has none left.
+      local st, key, from = nil, qh, n
+      if FS then
+        st = fs_next()
+        if not st then break end -- every group read or shut: nothing fits (b is nil: see fs_final)
+        key, from, size = st.key, st.n, st.size
+      end
+      local page = redis.call('ZRANGEBYSCORE', key, '-inf', '(1e18', 'LIMIT', from, size)
       local k = #page
       if k < size then all = true end
       if k > 0 then
         local x0 = 7 * n
-        local last = all and EMPTY or redis.call('ZSCORE', qh, page[k]) + 0 -- Redis's own number
+        local last = all and EMPTY or redis.call('ZSCORE', key, page[k]) + 0 -- Redis's own number
         -- The first page reads the count of jobs leased too (the heads hash's field MATCHED, see the end).
         if n == 0 then page[k + 1] = MATCHED end
         local entries = redis.call('HMGET', heads, unpack(page))
@@ -631,6 +722,10 @@ while got < want do
         n = n + k
         bound = last
         size = size * 2
+      end
+      if st then
+        st.n, st.bound, st.size, st.all = st.n + k, bound, size, all
+        for _, o in ipairs(GS) do all = all and o.all end
       end
     end
   end
@@ -717,7 +812,20 @@ if emptied then
   for i, tq in ipairs(emptied) do ze[2 * i - 1], ze[2 * i] = now, tq end
   redis.call('ZADD', base .. K_TQEMPTY, 'NX', unpack(ze))
 end
-if #zq > 0 then redis.call('ZADD', qh, unpack(zq)) end
+if #zq > 0 then
+  redis.call('ZADD', qh, unpack(zq))
+  if policy then -- the index by group, kept with the heads index (see GROUPS)
+    local by = {}
+    for i = 1, #zq, 2 do
+      local tq = zq[i + 1]
+      local g = string.match(tq, '^[^.]+%.([^.]+)%.[^.]') or 'default'
+      local z = by[g]
+      if not z then z = {} by[g] = z end
+      z[#z + 1] = zq[i] z[#z + 1] = tq
+    end
+    for g, z in pairs(by) do redis.call('ZADD', base .. K_GH .. queue .. ':' .. g, unpack(z)) end
+  end
+end
 if pk then redis.call('HSET', base .. K_PARKED, unpack(pk)) end
 if FS then fs_write() end
 if got > 0 then
