@@ -6,8 +6,8 @@ counts do not (two runs agree within 1%), so this is how two versions of the mat
 run it on each. Kernel time (the socket reads and writes) is not counted. Needs valgrind
 (``apt-get install --no-install-recommends valgrind``).
 
-Each row is ``<task queues>:<kind>``: a fresh store with 20,000 waiting jobs in that many task queues (the
-jobs and pilots of bench_match.py), 400 calls to warm up, then ``--calls`` calls counted. Kinds: ``fill``
+Each row is ``<task queues>:<kind>[@<waiting>]``: a fresh store with 20,000 waiting jobs (or ``<waiting>``,
+submitted uncounted) in that many task queues (the jobs and pilots of bench_match.py), 400 calls to warm up, then ``--calls`` calls counted. Kinds: ``fill``
 asks for as many jobs as the pilot has free cores, ``one`` for one job, ``trivial`` is the ceiling's
 ``return 1``. A kind with ``+r`` (``fill+r``, ``one+r``) has its pilots say what they run, as real pilots
 do (bench_match.pilot_asks with ``running``: reservations on). A kind with ``+s`` (``fill+s``) has a shares
@@ -105,24 +105,40 @@ class Counted:
             time.sleep(0.1)
         raise SystemExit(f"callgrind wrote no {part}")
 
+    def instrument(self, on: bool) -> None:
+        """Count from now on (``on``), or run uncounted and several times faster (filling a large row)."""
+        subprocess.run(
+            ["callgrind_control", "--instr=" + ("on" if on else "off"), str(self.proc.pid)],
+            capture_output=True,
+            check=True,
+        )
+
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait()
 
 
+#: Waiting jobs of a row without ``@<waiting>``.
+WAITING = 20_000
 #: The shares of the ``+s`` rows: four groups, none of them the default one.
 POLICY = Policy(shares={"g0": 1.0, "g1": 2.0, "g2": 3.0, "g3": 4.0})
 
 
 def row(server: Counted, n_tqs: int, kind: str, calls: int) -> tuple[float, float]:
-    """Instructions per call and jobs matched per call."""
+    """Instructions per call and jobs matched per call; ``kind`` may end with ``@<waiting jobs>`` (20,000 else)."""
+    kind, _, size = kind.partition("@")
+    waiting = int(size) if size else WAITING
     client = server.client
     client.flushall()
     shares = "+s" in kind
     store = Store(client, lease_seconds=3600)
     if shares:
         store.shares.publish(POLICY)
-    Stock(store, n_tqs, groups=len(POLICY.shares) if shares else 0).top_up(20_000)
+    if waiting != WAITING:
+        server.instrument(False)  # a large fill is not what is counted: several times faster uncounted
+    Stock(store, n_tqs, groups=len(POLICY.shares) if shares else 0).top_up(waiting)
+    if waiting != WAITING:
+        server.instrument(True)
     asks = pilot_asks(1, kind.startswith("fill"), "+r" in kind)
     trivial = trivial_call(client)
 

@@ -150,13 +150,13 @@ end
 -- marks the qfloor hash's field "" (never a queue's name) while the shares hash holds one.
 local floor_text, policy = unpack(redis.call('HMGET', qfloor, queue, ''))
 local FS
-local fs_before, fs_take, fs_write -- the block's entry points, made only with FS: closures cost on every call
-local fs_final, fs_next -- the walk by group: whether no unread entry can go before an entry; the group to read
+local fs_take, fs_write -- the block's entry points, made only with FS: closures cost on every call
+local fs_final, fs_next, fs_allowed, fs_order -- the walk by group: whether no unread entry can go before an entry; the group to read
 -- The heads index by group (issue 31; _lib.lua's index_head keeps it): while the community has a policy, the
 -- queue's index split by group, K_GH .. queue .. ':' .. group, with the groups in the set K_GH .. queue. Built
 -- here the first time a policy match of the queue finds none (a store written before it existed, or a policy
 -- just stored), kept at the end of every call with a policy (the index scores this call writes).
-local GROUPS, GS -- the groups of the queue's index by group, and the walk's state per group (fs_final)
+local GROUPS, GS, XS -- the groups of the queue's index by group, and the walk's state per group (fs_final)
 -- The queue's floor (below): declared here for the walk by group, read after the fair-share block.
 local f1, f2, f3, f4
 if policy then
@@ -186,13 +186,14 @@ if policy then
   local ok, cfg = false, nil
   if text then ok, cfg = pcall(cjson.decode, text) end
   if ok and type(cfg) == 'table' then
-    FS = {cfg = {}, h = {}, U = {}, E = {}, acct = {}, dirty = {}, owners = {}, rank = {}, room = {}, grank = {},
-          groom = {},
+    FS = {cfg = {}, h = {}, U = {}, E = {}, acct = {}, dirty = {}, owners = {}, rank = {}, room = {},
           site = string.match(queue, '^([^/]+)/') or queue, tau = 21600 / math.log(2)}
     for field, v in pairs(cfg) do
       FS.cfg[field] = tonumber(v)
       local g = type(field) == 'string' and string.match(field, '^s:([^.]+)%.')
       if g then FS.owners[g] = true end
+      local kind = type(field) == 'string' and string.sub(field, 1, 2)
+      if kind == 'l:' then FS.limits = true elseif kind == 't:' then FS.types = true end
     end
     local hl = FS.cfg.halflife
     if hl and hl > 0 then FS.tau = hl / math.log(2) end
@@ -250,81 +251,99 @@ if FS then
     if not s or s <= 0 then return 1e-9 end
     return s
   end
-  -- The rank of a group: its E / share (cached like the ranks of task queues, below).
-  local function fs_grank(g)
-    local r = FS.grank[g]
-    if not r then
-      r = fs_usage(g) / fs_share(g, FS.cfg['s:*'] or 1)
-      FS.grank[g] = r
+  -- The walk by group: GS holds a state per group of the queue's index by group: {g, key, n entries read, bound
+  -- (every unread entry's index score, hence its real one, is at or above it), all (none left), size (of its
+  -- next page), share, and until a lease changes the counters (fs_take empties them) rank (E / share) and room
+  -- (the cores its limits leave: overall, at the pilot's site, at its queue)}. XS maps each entry read to its
+  -- group's state: the walk weighs every entry read against the best so far, and what it weighs comes from the
+  -- group (names of fields, string concatenations, were most of its cost), per task queue only for a group
+  -- that shares among its owners or a policy with limits per job type.
+  local cfg, site = FS.cfg, FS.site
+  GS, XS = {}, {}
+  local fields = {}
+  for _, g in ipairs(GROUPS) do
+    if g ~= '~' then
+      local st = {g = g, key = base .. K_GH .. queue .. ':' .. g, n = 0, bound = -EMPTY, all = false, size = want + 2,
+                  share = fs_share(g, cfg['s:*'] or 1), owners = FS.owners[g]}
+      local k = #fields
+      fields[k + 1], fields[k + 2] = 'u:' .. g, 'r:' .. g
+      fields[k + 3], fields[k + 4] = 'c:' .. g .. '@' .. site, 'c:' .. g .. '@' .. queue
+      if FS.limits then
+        st.l1, st.l2, st.l3 = cfg['l:' .. g .. '@*'], cfg['l:' .. g .. '@' .. site], cfg['l:' .. g .. '@' .. queue]
+      end
+      GS[#GS + 1] = st
     end
+  end
+  -- The fair hash's fields of the groups (what the walk weighs, and a lease adds to), in one read; fs_take reads
+  -- those of a leased job's owner and type in one more, fs_get any other when first needed.
+  if #fields > 0 then
+    local got = redis.call('HMGET', base .. K_FAIR, unpack(fields))
+    for i, field in ipairs(fields) do FS.h[field] = got[i] or false end
+  end
+  local function fs_grank(st)
+    local r = st.rank
+    if not r then r = fs_usage(st.g) / st.share st.rank = r end
     return r
   end
-  -- The rank of a task queue's account: (group's E / share, owner's E / share or 0); lower is served first.
-  -- Ranks and rooms are kept per task queue until a lease changes the counters (fs_take empties them): the walk
-  -- weighs every entry against the best so far, and their names (string concatenations) were most of its cost.
-  local function fs_rank(tq)
-    local k = FS.rank[tq]
-    if k then return k[1], k[2] end
-    local a = fs_acct(tq)
-    local r1 = fs_grank(a[1])
-    local r2 = 0
-    if FS.owners[a[1]] then r2 = fs_usage(a[2]) / fs_share(a[2], FS.cfg['s:' .. a[1] .. '.*'] or 1) end
-    FS.rank[tq] = {r1, r2}
-    return r1, r2
-  end
-  -- The cores group g's limits leave (its overall, at the pilot's site, at its queue), cached like the rooms.
-  local function fs_groom(g)
-    local cores = FS.groom[g]
+  local function fs_groom(st)
+    local cores = st.room
     if not cores then
-      local cfg = FS.cfg
       cores = math.huge
-      local l = cfg['l:' .. g .. '@*']
-      if l then cores = math.min(cores, l - fs_num('r:' .. g)) end
-      l = cfg['l:' .. g .. '@' .. FS.site]
-      if l then cores = math.min(cores, l - fs_num('c:' .. g .. '@' .. FS.site)) end
-      l = cfg['l:' .. g .. '@' .. queue]
-      if l then cores = math.min(cores, l - fs_num('c:' .. g .. '@' .. queue)) end
-      FS.groom[g] = cores
+      if st.l1 then cores = math.min(cores, st.l1 - fs_num('r:' .. st.g)) end
+      if st.l2 then cores = math.min(cores, st.l2 - fs_num('c:' .. st.g .. '@' .. site)) end
+      if st.l3 then cores = math.min(cores, st.l3 - fs_num('c:' .. st.g .. '@' .. queue)) end
+      st.room = cores
     end
     return cores
   end
-  -- Whether leasing `c` more cores of task queue tq stays within every running limit: the cores its limits
-  -- leave (its group's overall, at the pilot's site, at its queue) and the jobs of its type.
-  local function fs_allowed(tq, c)
+  -- The rank of a task queue's owner inside its group (0 unless the group gives its owners shares).
+  local function fs_orank(tq, st)
+    if not st.owners then return 0 end
+    local r = FS.rank[tq]
+    if not r then
+      local a = fs_acct(tq)
+      r = fs_usage(a[2]) / fs_share(a[2], cfg['s:' .. a[1] .. '.*'] or 1)
+      FS.rank[tq] = r
+    end
+    return r
+  end
+  -- Whether a job of task queue tq stays within the limit of its type (with limits per type only).
+  local function fs_typed(tq)
     local room = FS.room[tq]
     if not room then
-      local a, jobs = fs_acct(tq), math.huge
-      local l = a[3] and FS.cfg['t:' .. a[3]]
-      if l then jobs = l - fs_num('n:' .. a[3]) end
-      room = {fs_groom(a[1]), jobs}
+      local a = fs_acct(tq)
+      local l = a[3] and cfg['t:' .. a[3]]
+      room = l and l - fs_num('n:' .. a[3]) or math.huge
       FS.room[tq] = room
     end
-    return c <= room[1] and 1 <= room[2]
+    return room >= 1
   end
-  -- Whether entry x (task queue tq, score r) goes before entry b: allowed, then by rank, score, task-queue id.
-  fs_before = function(X, x, b)
-    if not fs_allowed(X[x + 1], X[x + 4]) then return false end
-    if not b then return true end
-    local x1, x2 = fs_rank(X[x + 1])
-    local b1, b2 = fs_rank(X[b + 1])
+  -- Whether entry x (its cores read) stays within every running limit.
+  fs_allowed = function(X, x)
+    return X[x + 4] <= fs_groom(XS[x]) and not (FS.types and not fs_typed(X[x + 1]))
+  end
+  -- Whether entry x goes before entry b in the policy's order: (group rank, owner rank, score, task-queue id).
+  fs_order = function(X, x, b)
+    local sx, sb = XS[x], XS[b]
+    local x1, b1 = fs_grank(sx), fs_grank(sb)
     if x1 ~= b1 then return x1 < b1 end
+    local x2, b2 = fs_orank(X[x + 1], sx), fs_orank(X[b + 1], sb)
     if x2 ~= b2 then return x2 < b2 end
     if X[x + 2] ~= X[b + 2] then return X[x + 2] < X[b + 2] end
     return X[x + 1] < X[b + 1]
   end
-  -- The walk by group: GS holds a state per group of the queue's index by group, {g, key, n entries read, bound
-  -- (every unread entry's index score, hence its real one, is at or above it), all (none left), size (of its
-  -- next page)}; a group none of whose task queues may lease (its cores' room below the queue's floor, or below
-  -- 0 without a floor) counts as read. An unread entry of a group ranks (its group's rank, 0 or more, score at
-  -- or above its bound): whether one may go before entry y (fs_before's order) is told by its group alone.
+  -- A group none of whose task queues may lease (its cores' room below the queue's floor, or below 0 without a
+  -- floor) counts as read. An unread entry of a group ranks (its group's rank, 0 or more, a score at or above
+  -- its bound): whether one may go before entry y (fs_order) is told by its group alone.
   local function fs_shut(st)
-    return st.all or fs_groom(st.g) < (f1 or 0)
+    return st.all or fs_groom(st) < (f1 or 0)
   end
   fs_final = function(X, y)
-    local y1, y2 = fs_rank(X[y + 1])
+    local sy = XS[y]
+    local y1, y2 = fs_grank(sy), fs_orank(X[y + 1], sy)
     for _, st in ipairs(GS) do
       if not fs_shut(st) then
-        local g1 = fs_grank(st.g)
+        local g1 = fs_grank(st)
         if g1 < y1 or (g1 == y1 and (y2 > 0 or X[y + 2] >= st.bound)) then return false end
       end
     end
@@ -336,22 +355,23 @@ if FS then
     local best, b1
     for _, st in ipairs(GS) do
       if not fs_shut(st) then
-        local g1 = fs_grank(st.g)
+        local g1 = fs_grank(st)
         if not best or g1 < b1 or (g1 == b1 and st.bound < best.bound) then best, b1 = st, g1 end
       end
     end
     return best
   end
-  GS = {}
-  for _, g in ipairs(GROUPS) do
-    if g ~= '~' then
-      GS[#GS + 1] = {g = g, key = base .. K_GH .. queue .. ':' .. g, n = 0, bound = -EMPTY, all = false, size = want + 2}
-    end
-  end
   -- A lease of `c` cores from task queue tq begins (sign 1) or is taken back (-1: its record was parked).
   fs_take = function(tq, c, sign)
     local a, h = fs_acct(tq), FS.h
-    FS.rank, FS.room, FS.grank, FS.groom = {}, {}, {}, {}
+    local ua, ra, ty = 'u:' .. a[2], 'r:' .. a[2], a[3] and 'n:' .. a[3]
+    if h[ua] == nil then
+      local got = redis.call('HMGET', base .. K_FAIR, ua, ra, ty or ra)
+      h[ua], h[ra] = got[1] or false, got[2] or false
+      if ty and h[ty] == nil then h[ty] = got[3] or false end
+    end
+    FS.rank, FS.room = {}, {}
+    for _, st in ipairs(GS) do st.rank, st.room = nil, nil end
     for _, name in ipairs({a[1], a[2]}) do
       fs_usage(name)
       local r = fs_num('r:' .. name) + sign * c
@@ -601,30 +621,35 @@ while got < want do
         end
       end
     else
-      -- The pass with a policy (fair share): every entry is weighed, in the policy's order.
+      -- The pass with a policy (fair share): in the policy's order; as without one, an entry is read only if
+      -- it goes before the best so far (b, or h for reservations).
       for x = 0, 7 * (n - 1), 7 do
         local r = X[x + 2]
         if r < EMPTY then
-          local c = X[x + 4]
-          if not c then
-            local c1, m1, t1, e1 = string.match(X[x + 3], '^%S+ [^:]+:(%d+):(%d+):(%d+):(%d+) ')
-            if c1 then c, m1, t1, e1 = c1 + 0, m1 + 0, t1 + 0, e1 + 0 end
-            if not (c and m1 and t1 and e1) then
-              todo = {x} -- an entry that cannot be read: mended, and the pass made again
-              break
+          local vb = not b or fs_order(X, x, b)
+          local vh = RV and not decided and (not h or fs_order(X, x, h))
+          if vb or vh then
+            local c = X[x + 4]
+            if not c then
+              local c1, m1, t1, e1 = string.match(X[x + 3], '^%S+ [^:]+:(%d+):(%d+):(%d+):(%d+) ')
+              if c1 then c, m1, t1, e1 = c1 + 0, m1 + 0, t1 + 0, e1 + 0 end
+              if not (c and m1 and t1 and e1) then
+                todo = {x} -- an entry that cannot be read: mended, and the pass made again
+                break
+              end
+              X[x + 4], X[x + 5], X[x + 6], X[x + 7] = c, m1, t1, e1
             end
-            X[x + 4], X[x + 5], X[x + 6], X[x + 7] = c, m1, t1, e1
-          end
-          if c <= cpu and X[x + 5] <= mem and X[x + 6] <= tmp and (left < 0 or X[x + 7] <= left)
-              and fs_before(X, x, b)
-              and (not rs or r < rscore or (r == rscore and X[x + 1] <= rtq) or now + X[x + 7] <= rs
-                   or RB and r - X[x + 7] < rs -- bounded (issue 29): due before the reserved start, less its run
-                   or (c <= ec and X[x + 5] <= em and X[x + 6] <= et)) then -- backfill (reservations)
-            b = x
-          end
-          if RV and not decided and c <= tc and X[x + 5] <= tm and X[x + 6] <= tt -- fits the pilot's total
-              and fs_before(X, x, h) then -- the first in order (reservations)
-            h = x
+            if vb and c <= cpu and X[x + 5] <= mem and X[x + 6] <= tmp and (left < 0 or X[x + 7] <= left)
+                and fs_allowed(X, x)
+                and (not rs or r < rscore or (r == rscore and X[x + 1] <= rtq) or now + X[x + 7] <= rs
+                     or RB and r - X[x + 7] < rs -- bounded (issue 29): due before the reserved start, less its run
+                     or (c <= ec and X[x + 5] <= em and X[x + 6] <= et)) then -- backfill (reservations)
+              b = x
+            end
+            if vh and c <= tc and X[x + 5] <= tm and X[x + 6] <= tt -- fits the pilot's total
+                and fs_allowed(X, x) then -- the first in order (reservations)
+              h = x
+            end
           end
         end
       end
@@ -632,7 +657,7 @@ while got < want do
     if todo then
       b = nil
     elseif RV and not decided and h and (all or FS and fs_final(X, h) or not FS and X[h + 2] < bound)
-        and (not b or (FS and fs_before(X, h, b)) or not FS and (X[h + 2] < X[b + 2]
+        and (not b or (FS and fs_order(X, h, b)) or not FS and (X[h + 2] < X[b + 2]
              or (X[h + 2] == X[b + 2] and X[h + 1] < X[b + 1]))) and reserve(h) then
       b = nil -- this pilot now holds cores for h: the pass again, under the reservation
     elseif decided and not b and f1 and (cpu < f1 or mem < f2 or tmp < f3) then
@@ -688,6 +713,7 @@ while got < want do
       if k < size then all = true end
       if k > 0 then
         local x0 = 7 * n
+        if st then for i = 0, k - 1 do XS[x0 + 7 * i] = st end end
         local last = all and EMPTY or redis.call('ZSCORE', key, page[k]) + 0 -- Redis's own number
         -- The first page reads the count of jobs leased too (the heads hash's field MATCHED, see the end).
         if n == 0 then page[k + 1] = MATCHED end
