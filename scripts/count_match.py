@@ -7,7 +7,8 @@ run it on each. Kernel time (the socket reads and writes) is not counted. Needs 
 (``apt-get install --no-install-recommends valgrind``).
 
 Each row is ``<task queues>:<kind>[@<waiting>]``: a fresh store with 20,000 waiting jobs (or ``<waiting>``,
-submitted uncounted) in that many task queues (the jobs and pilots of bench_match.py), 400 calls to warm up, then ``--calls`` calls counted. Kinds: ``fill``
+submitted uncounted) in that many task queues (the jobs and pilots of bench_match.py), 400 calls to warm up,
+then ``--calls`` calls counted. Kinds: ``fill``
 asks for as many jobs as the pilot has free cores, ``one`` for one job, ``trivial`` is the ceiling's
 ``return 1``. A kind with ``+r`` (``fill+r``, ``one+r``) has its pilots say what they run, as real pilots
 do (bench_match.pilot_asks with ``running``: reservations on). A kind with ``+s`` (``fill+s``) has a shares
