@@ -151,7 +151,7 @@ end
 local floor_text, policy = unpack(redis.call('HMGET', qfloor, queue, ''))
 local FS
 local fs_take, fs_write -- the block's entry points, made only with FS: closures cost on every call
-local fs_final, fs_next, fs_allowed, fs_order -- the walk by group: whether no unread entry can go before an entry; the group to read
+local fs_final, fs_next, fs_allowed, fs_order, fs_grank, fs_orank -- the walk by group: whether no unread entry can go before an entry; the group to read
 -- The heads index by group (issue 31; _lib.lua's index_head keeps it): while the community has a policy, the
 -- queue's index split by group, K_GH .. queue .. ':' .. group, with the groups in the set K_GH .. queue. Built
 -- here the first time a policy match of the queue finds none (a store written before it existed, or a policy
@@ -186,7 +186,7 @@ if policy then
   local ok, cfg = false, nil
   if text then ok, cfg = pcall(cjson.decode, text) end
   if ok and type(cfg) == 'table' then
-    FS = {cfg = {}, h = {}, U = {}, E = {}, acct = {}, dirty = {}, owners = {}, rank = {}, room = {},
+    FS = {cfg = {}, h = {}, U = {}, E = {}, acct = {}, dirty = {}, owners = {}, rank = {}, room = {}, gs = {},
           site = string.match(queue, '^([^/]+)/') or queue, tau = 21600 / math.log(2)}
     for field, v in pairs(cfg) do
       FS.cfg[field] = tonumber(v)
@@ -266,8 +266,9 @@ if FS then
       local st = {g = g, key = base .. K_GH .. queue .. ':' .. g, n = 0, bound = -EMPTY, all = false, size = want + 2,
                   share = fs_share(g, cfg['s:*'] or 1), owners = FS.owners[g]}
       local k = #fields
-      fields[k + 1], fields[k + 2] = 'u:' .. g, 'r:' .. g
-      fields[k + 3], fields[k + 4] = 'c:' .. g .. '@' .. site, 'c:' .. g .. '@' .. queue
+      st.cs, st.cq = 'c:' .. g .. '@' .. site, 'c:' .. g .. '@' .. queue
+      fields[k + 1], fields[k + 2], fields[k + 3], fields[k + 4] = 'u:' .. g, 'r:' .. g, st.cs, st.cq
+      FS.gs[g] = st
       if FS.limits then
         st.l1, st.l2, st.l3 = cfg['l:' .. g .. '@*'], cfg['l:' .. g .. '@' .. site], cfg['l:' .. g .. '@' .. queue]
       end
@@ -280,7 +281,7 @@ if FS then
     local got = redis.call('HMGET', base .. K_FAIR, unpack(fields))
     for i, field in ipairs(fields) do FS.h[field] = got[i] or false end
   end
-  local function fs_grank(st)
+  fs_grank = function(st)
     local r = st.rank
     if not r then r = fs_usage(st.g) / st.share st.rank = r end
     return r
@@ -290,14 +291,14 @@ if FS then
     if not cores then
       cores = math.huge
       if st.l1 then cores = math.min(cores, st.l1 - fs_num('r:' .. st.g)) end
-      if st.l2 then cores = math.min(cores, st.l2 - fs_num('c:' .. st.g .. '@' .. site)) end
-      if st.l3 then cores = math.min(cores, st.l3 - fs_num('c:' .. st.g .. '@' .. queue)) end
+      if st.l2 then cores = math.min(cores, st.l2 - fs_num(st.cs)) end
+      if st.l3 then cores = math.min(cores, st.l3 - fs_num(st.cq)) end
       st.room = cores
     end
     return cores
   end
   -- The rank of a task queue's owner inside its group (0 unless the group gives its owners shares).
-  local function fs_orank(tq, st)
+  fs_orank = function(tq, st)
     if not st.owners then return 0 end
     local r = FS.rank[tq]
     if not r then
@@ -320,7 +321,8 @@ if FS then
   end
   -- Whether entry x (its cores read) stays within every running limit.
   fs_allowed = function(X, x)
-    return X[x + 4] <= fs_groom(XS[x]) and not (FS.types and not fs_typed(X[x + 1]))
+    local st = XS[x]
+    return X[x + 4] <= (st.room or fs_groom(st)) and not (FS.types and not fs_typed(X[x + 1]))
   end
   -- Whether entry x goes before entry b in the policy's order: (group rank, owner rank, score, task-queue id).
   fs_order = function(X, x, b)
@@ -370,18 +372,20 @@ if FS then
       h[ua], h[ra] = got[1] or false, got[2] or false
       if ty and h[ty] == nil then h[ty] = got[3] or false end
     end
-    FS.rank, FS.room = {}, {}
+    if FS.types then FS.room = {} end
+    if next(FS.owners) then FS.rank = {} end
     for _, st in ipairs(GS) do st.rank, st.room = nil, nil end
-    for _, name in ipairs({a[1], a[2]}) do
+    local st = FS.gs[a[1]]
+    for i = 1, 2 do
+      local name, rn = a[i], i == 1 and 'r:' .. a[1] or ra
       fs_usage(name)
-      local r = fs_num('r:' .. name) + sign * c
-      h['r:' .. name] = r
+      local r = fs_num(rn) + sign * c
+      h[rn] = r
       FS.E[name] = fs_eff(FS.U[name], r)
       FS.dirty[name] = true
     end
-    local site, here = 'c:' .. a[1] .. '@' .. FS.site, 'c:' .. a[1] .. '@' .. queue
-    h[site] = fs_num(site) + sign * c
-    h[here] = fs_num(here) + sign * c
+    h[st.cs] = fs_num(st.cs) + sign * c
+    h[st.cq] = fs_num(st.cq) + sign * c
     FS.dirty[0] = true
     if a[3] then h['n:' .. a[3]] = fs_num('n:' .. a[3]) + sign end
   end
@@ -389,9 +393,11 @@ if FS then
   fs_write = function()
     if not FS.dirty[0] then return end
     local out, h = {}, FS.h
+    -- the time as the caller wrote it when it is plain decimals (it reads as `now`): one %.17g the less
+    local at = string.find(ARGV[3], '^%d+%.?%d*$') and ARGV[3] or string.format('%.17g', now)
     for name in pairs(FS.dirty) do
       if type(name) == 'string' then
-        out[#out + 1] = 'u:' .. name out[#out + 1] = string.format('%.17g %.17g', FS.U[name], now)
+        out[#out + 1] = 'u:' .. name out[#out + 1] = string.format('%.17g ', FS.U[name]) .. at
         out[#out + 1] = 'r:' .. name out[#out + 1] = string.format('%d', h['r:' .. name])
       end
     end
@@ -623,11 +629,19 @@ while got < want do
     else
       -- The pass with a policy (fair share): in the policy's order; as without one, an entry is read only if
       -- it goes before the best so far (b, or h for reservations).
+      -- (fs_order in line: the ranks of b and h kept beside them, an entry's from its group's state)
+      local b1, b2, h1, h2
+      local hw = RV and not decided
       for x = 0, 7 * (n - 1), 7 do
         local r = X[x + 2]
         if r < EMPTY then
-          local vb = not b or fs_order(X, x, b)
-          local vh = RV and not decided and (not h or fs_order(X, x, h))
+          local sx = XS[x]
+          local x1 = sx.rank or fs_grank(sx)
+          local x2 = sx.owners and fs_orank(X[x + 1], sx) or 0
+          local vb = not b or x1 < b1 or x1 == b1 and (x2 < b2 or x2 == b2
+            and (r < X[b + 2] or r == X[b + 2] and X[x + 1] < X[b + 1]))
+          local vh = hw and (not h or x1 < h1 or x1 == h1 and (x2 < h2 or x2 == h2
+            and (r < X[h + 2] or r == X[h + 2] and X[x + 1] < X[h + 1])))
           if vb or vh then
             local c = X[x + 4]
             if not c then
@@ -644,11 +658,11 @@ while got < want do
                 and (not rs or r < rscore or (r == rscore and X[x + 1] <= rtq) or now + X[x + 7] <= rs
                      or RB and r - X[x + 7] < rs -- bounded (issue 29): due before the reserved start, less its run
                      or (c <= ec and X[x + 5] <= em and X[x + 6] <= et)) then -- backfill (reservations)
-              b = x
+              b, b1, b2 = x, x1, x2
             end
             if vh and c <= tc and X[x + 5] <= tm and X[x + 6] <= tt -- fits the pilot's total
                 and fs_allowed(X, x) then -- the first in order (reservations)
-              h = x
+              h, h1, h2 = x, x1, x2
             end
           end
         end
