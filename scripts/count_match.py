@@ -157,7 +157,7 @@ def row(server: Counted, n_tqs: int, kind: str, calls: int) -> tuple[float, floa
 
 
 BASELINE = Path(__file__).resolve().parent / "match_baseline.json"
-DEFAULT_ROWS = "10:fill,1000:fill,1000:one,1000:fill+r,1000:one+r,10:fill+s,100:fill+s"
+DEFAULT_ROWS = "10:fill,1000:fill,1000:one,1000:fill+r,1000:one+r,10:fill+s,100:fill+s,1000:fill+s,10:fill+s@200000"
 DEFAULT_CALLS = 300
 
 
@@ -198,7 +198,22 @@ def measure(rows: str, calls: int, show: bool = False) -> dict[str, tuple[float,
                     )
         finally:
             server.stop()
+    if show:
+        for line in policy_ratios(out):
+            print(line)
     return out
+
+
+def policy_ratios(counted: dict[str, tuple[float, float]]) -> list[str]:
+    """One line per ``+s`` row whose policy-free ``fill`` row of as many task queues was counted: the cost of the
+    shares policy, as a ratio (issue 31's target: at most 1.3, the same at every size)."""
+    lines = []
+    for spec, (per_call, _) in counted.items():
+        n_tqs, kind = spec.split(":")
+        free = counted.get(f"{n_tqs}:fill")
+        if kind.startswith("fill+s") and free:
+            lines.append(f"policy cost {spec}: {per_call / free[0]:.2f}x of {n_tqs}:fill")
+    return lines
 
 
 def guard() -> str:
