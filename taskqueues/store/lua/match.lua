@@ -473,6 +473,7 @@ end
 -- row brings nothing that can be taken yet (every entry read costs a reply, a string and a strtod).
 local X = {}
 local n, bound, all = 0, -EMPTY, false
+if FS and #GS == 0 then all = true end -- a policy, and no group indexed here: nothing to read
 -- Writes, made at the end: index scores raised to their task queue's real head score (or to EMPTY) and
 -- heads entries set, as (score, task queue) and (task queue, entry) pairs; heads entries deleted; task
 -- queues that emptied, as (now, task queue); leases, as (expiry, job). A task queue named twice in one

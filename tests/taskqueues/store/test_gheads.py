@@ -144,3 +144,15 @@ def test_a_store_written_before_the_index_matches_as_a_scan_says(real_redis: red
     assert all(group_of(tq) == g for g, part in split.items() for tq in part)
     real_redis.zadd(store.keys.gheads(OFFER.queue, "g1"), {tqs[0]: 1.0})
     assert any(tqs[0] in line for line in store.gheads.check())
+
+
+def test_a_policy_match_of_a_queue_with_nothing_indexed_marks_its_floor(real_redis: redis.Redis) -> None:
+    """A queue whose heads index lists no task queue: the policy match finds nothing, and the queue's floor
+    says so (the next call answers without a walk), as without a policy."""
+    store = _store(real_redis)
+    store.shares.publish(POLICY)
+    store.submit([job("h1.g1.alice", queues=(Q2,))])
+    assert store.match(OFFER) == []
+    assert store.gheads.built() == [Q1]
+    assert store.client.hget(store.keys.qfloor, Q1) == b"1e+18:1e+18:1e+18:1e+18"
+    _consistent(store, "an empty queue matched")
