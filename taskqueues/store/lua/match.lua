@@ -143,7 +143,8 @@ end
 -- that fits is served first; inside it, when the group gives its owners shares, the owner with the lowest
 -- E / share; then the most urgent head (today's order). A head whose lease would pass a running limit
 -- (cores of its group overall, at the pilot's site or queue; jobs of its type) is skipped.
--- With FS the walk reads the whole heads index (its cost grows with the task queues, never the jobs).
+-- With FS the walk reads the queue's heads index by group (GROUPS, GS below), a group's page at a time in the
+-- policy's order, until no unread entry can go first (fs_final): not the whole index (issue 31).
 -- The policy is read as one JSON field of the shares hash, and the fair hash field by field when first
 -- needed (a pilot's ACL grants HGET, not HGETALL: taskqueues/store/access.py).
 -- The queue's floor and whether the community has a policy, in one read: `pilotfish shares` (fairshare.publish)
@@ -561,8 +562,7 @@ while got < want do
   -- The entry of the most urgent head that fits what is free (ties go to the smaller task-queue id, as
   -- ZRANGE orders equal scores), reading pages until no entry left unread can beat it.
   local b
-  -- With a policy every entry is weighed (the walk reads the whole index): in one page, not in pages that
-  -- double, each of which made a pass over all the entries read before it.
+  -- (with a policy, each group's pages have their own size: GS)
   local size = want - got + 2
   while true do
     if todo then
