@@ -6,8 +6,9 @@ counts do not (two runs agree within 1%), so this is how two versions of the mat
 run it on each. Kernel time (the socket reads and writes) is not counted. Needs valgrind
 (``apt-get install --no-install-recommends valgrind``).
 
-Each row is ``<task queues>:<kind>``: a fresh store with 20,000 waiting jobs in that many task queues (the
-jobs and pilots of bench_match.py), 400 calls to warm up, then ``--calls`` calls counted. Kinds: ``fill``
+Each row is ``<task queues>:<kind>[@<waiting>]``: a fresh store with 20,000 waiting jobs (or ``<waiting>``,
+submitted uncounted) in that many task queues (the jobs and pilots of bench_match.py), 400 calls to warm up,
+then ``--calls`` calls counted. Kinds: ``fill``
 asks for as many jobs as the pilot has free cores, ``one`` for one job, ``trivial`` is the ceiling's
 ``return 1``. A kind with ``+r`` (``fill+r``, ``one+r``) has its pilots say what they run, as real pilots
 do (bench_match.pilot_asks with ``running``: reservations on). A kind with ``+s`` (``fill+s``) has a shares
@@ -105,24 +106,40 @@ class Counted:
             time.sleep(0.1)
         raise SystemExit(f"callgrind wrote no {part}")
 
+    def instrument(self, on: bool) -> None:
+        """Count from now on (``on``), or run uncounted and several times faster (filling a large row)."""
+        subprocess.run(
+            ["callgrind_control", "--instr=" + ("on" if on else "off"), str(self.proc.pid)],
+            capture_output=True,
+            check=True,
+        )
+
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait()
 
 
+#: Waiting jobs of a row without ``@<waiting>``.
+WAITING = 20_000
 #: The shares of the ``+s`` rows: four groups, none of them the default one.
 POLICY = Policy(shares={"g0": 1.0, "g1": 2.0, "g2": 3.0, "g3": 4.0})
 
 
 def row(server: Counted, n_tqs: int, kind: str, calls: int) -> tuple[float, float]:
-    """Instructions per call and jobs matched per call."""
+    """Instructions per call and jobs matched per call; ``kind`` may end with ``@<waiting jobs>`` (20,000 else)."""
+    kind, _, size = kind.partition("@")
+    waiting = int(size) if size else WAITING
     client = server.client
     client.flushall()
     shares = "+s" in kind
     store = Store(client, lease_seconds=3600)
     if shares:
         store.shares.publish(POLICY)
-    Stock(store, n_tqs, groups=len(POLICY.shares) if shares else 0).top_up(20_000)
+    if waiting != WAITING:
+        server.instrument(False)  # a large fill is not what is counted: several times faster uncounted
+    Stock(store, n_tqs, groups=len(POLICY.shares) if shares else 0).top_up(waiting)
+    if waiting != WAITING:
+        server.instrument(True)
     asks = pilot_asks(1, kind.startswith("fill"), "+r" in kind)
     trivial = trivial_call(client)
 
@@ -140,7 +157,7 @@ def row(server: Counted, n_tqs: int, kind: str, calls: int) -> tuple[float, floa
 
 
 BASELINE = Path(__file__).resolve().parent / "match_baseline.json"
-DEFAULT_ROWS = "10:fill,1000:fill,1000:one,1000:fill+r,1000:one+r,10:fill+s,100:fill+s"
+DEFAULT_ROWS = "10:fill,1000:fill,1000:one,1000:fill+r,1000:one+r,10:fill+s,100:fill+s,1000:fill+s,10:fill+s@200000"
 DEFAULT_CALLS = 300
 
 
@@ -181,7 +198,22 @@ def measure(rows: str, calls: int, show: bool = False) -> dict[str, tuple[float,
                     )
         finally:
             server.stop()
+    if show:
+        for line in policy_ratios(out):
+            print(line)
     return out
+
+
+def policy_ratios(counted: dict[str, tuple[float, float]]) -> list[str]:
+    """One line per ``+s`` row whose policy-free ``fill`` row of as many task queues was counted: the cost of the
+    shares policy, as a ratio (issue 31's target: at most 1.3, the same at every size)."""
+    lines = []
+    for spec, (per_call, _) in counted.items():
+        n_tqs, kind = spec.split(":")
+        free = counted.get(f"{n_tqs}:fill")
+        if kind.startswith("fill+s") and free:
+            lines.append(f"policy cost {spec}: {per_call / free[0]:.2f}x of {n_tqs}:fill")
+    return lines
 
 
 def guard() -> str:

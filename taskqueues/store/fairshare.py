@@ -37,8 +37,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import redis
+
 from ..errors import ConfigError, ValidationError
 from ..units import parse_duration_s
+from .gheads import group_heads_keys
 from .guard import guarded
 from .keys import POLICY_MARK
 from .part import Part
@@ -339,16 +342,23 @@ class Shares(Part):
     def publish(self, policy: Policy | None) -> None:
         """Store ``policy`` as the community's (None: no policy, the match is strict urgency again)."""
         keys = self.keys
-        pipe = self.client.pipeline(transaction=True)
-        pipe.delete(keys.shares)
-        if policy is not None:
-            fields = policy.fields()
-            fields["json"] = json.dumps(fields, sort_keys=True)  # what match.lua reads, in one HGET
-            pipe.hset(keys.shares, items=[x for pair in fields.items() for x in pair])
-            pipe.hset(keys.qfloor, POLICY_MARK, "1")  # match.lua reads the policy only where this mark is
-        else:
-            pipe.hdel(keys.qfloor, POLICY_MARK)
-        pipe.execute()
+
+        def store(pipe: redis.client.Pipeline) -> None:
+            # Without a policy nobody keeps the heads indexes by group: they go (store.gheads), in the same
+            # transaction, which a match building one meanwhile (it adds to keys.gindexed) makes start over.
+            stale = group_heads_keys(pipe, keys) if policy is None else []
+            pipe.multi()
+            pipe.delete(keys.shares)
+            if policy is not None:
+                fields = policy.fields()
+                fields["json"] = json.dumps(fields, sort_keys=True)  # what match.lua reads, in one HGET
+                pipe.hset(keys.shares, items=[x for pair in fields.items() for x in pair])
+                pipe.hset(keys.qfloor, POLICY_MARK, "1")  # match.lua reads the policy only where this mark is
+            else:
+                pipe.hdel(keys.qfloor, POLICY_MARK)
+                pipe.delete(*stale)
+
+        self.client.transaction(store, keys.gindexed)
 
     @guarded("reading the shares policy")
     def policy(self) -> Policy | None:

@@ -19,6 +19,13 @@ since it was last empty (what the SubmitPool refresh judges eligibility on) |
 | ``P:{vo}:pool:<tq>`` | set | SubmitPool: catalog queues eligible for a task queue |
 | ``P:{vo}:poolstamp`` | zset | task-queue id → time its SubmitPool was last computed |
 | ``P:{vo}:qh:<queue>`` | zset | heads index of a catalog queue: task-queue id → head score (never above the real one) |
+| ``P:{vo}:gh:<queue>`` | set | the groups (fair-share accounts' first part) of the task queues the heads index of
+``<queue>`` lists, and ``~`` (so it exists once built): kept only while the community has a shares policy |
+| ``P:{vo}:gh:<queue>:<group>`` | zset | the heads index of ``<queue>`` restricted to one group's task queues, with
+the same scores (what a fair-share match walks, group by group: ``match.lua``); ``_lib.lua``'s ``index_head``
+keeps it wherever the heads index changes |
+| ``P:{vo}:ghq`` | set | the catalog queues whose heads index by group is built (match.lua builds one the first time a
+policy match reads it; ``store.shares.publish(None)`` drops them all) |
 | ``P:{vo}:heads`` | hash | task-queue id → ``"<score> <member> <floor>"``: its head and a floor (+ a sentinel field,
 and :data:`MATCHED_COUNT`: the jobs match leased, counted with the heads it writes) |
 | ``P:{vo}:qfloor`` | hash | catalog queue → floor ``cpu:mem:tmp:need`` of every job of the task queues it indexes;
@@ -193,6 +200,19 @@ class Keys:
     @property
     def qheads_prefix(self) -> str:
         return f"{self.base}:qh:"
+
+    def gheads(self, queue: str, group: str | None = None) -> str:
+        """A catalog queue's heads index by group (issue 31): the set of its groups, or one group's zset."""
+        return f"{self.base}:gh:{queue}" + ("" if group is None else f":{group}")
+
+    @property
+    def gheads_prefix(self) -> str:
+        return f"{self.base}:gh:"
+
+    @property
+    def gindexed(self) -> str:
+        """The set of the catalog queues whose heads index by group is built."""
+        return f"{self.base}:ghq"
 
     @property
     def heads(self) -> str:
@@ -373,6 +393,8 @@ def lua_names() -> dict[str, str]:
             ("K_TQMAX", k.tqmax),
             ("K_QH", k.qheads_prefix),
             ("K_HEADS", k.heads),
+            ("K_GH", k.gheads_prefix),
+            ("K_GHQ", k.gindexed),
             ("K_QFLOOR", k.qfloor),
             ("K_LEASES", k.leases),
             ("K_PARKED", k.parked),

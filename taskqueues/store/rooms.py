@@ -20,6 +20,7 @@ from .audit import Audit
 from .connection import Subscription, follow, give_back, own_connection
 from .control import Control
 from .fairshare import Shares
+from .gheads import GroupHeads
 from .guard import guarded
 from .history import History
 from .keys import Keys
@@ -49,6 +50,11 @@ class StoreRooms:
     def shares(self) -> Shares:
         """The shares policy and the fair-share usage."""
         return Shares(self.client, self.keys, self.where)
+
+    @cached_property
+    def gheads(self) -> GroupHeads:
+        """The heads indexes by group that a fair-share match walks (issue 31)."""
+        return GroupHeads(self.client, self.keys, self.where)
 
     @cached_property
     def pilots(self) -> Pilots:

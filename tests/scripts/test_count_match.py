@@ -23,3 +23,17 @@ def test_a_ratio_is_against_the_row_of_the_same_name_and_missing_rows_say_so(tmp
     assert count_match.ratio_text("10:fill", 300_000, stored) == "1.00x"
     assert count_match.ratio_text("1000:one", 300_000, stored) == "-"
     assert count_match.baseline(tmp_path / "none.json") == {}
+
+
+def test_each_policy_row_is_set_against_the_policy_free_row_of_as_many_task_queues() -> None:
+    counted = {
+        "10:fill": (300_000.0, 1.7),
+        "10:fill+s": (390_000.0, 1.7),
+        "10:fill+s@200000": (420_000.0, 1.7),
+        "1000:fill+s": (900_000.0, 2.7),  # no 1000:fill counted: no ratio
+        "1000:one": (330_000.0, 1.0),
+    }
+    assert count_match.policy_ratios(counted) == [
+        "policy cost 10:fill+s: 1.30x of 10:fill",
+        "policy cost 10:fill+s@200000: 1.40x of 10:fill",
+    ]

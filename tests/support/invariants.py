@@ -25,6 +25,7 @@ from typing import Any
 
 import redis
 
+from taskqueues.store.gheads import GroupHeads
 from taskqueues.store.keys import MATCHED_COUNT, Keys
 from taskqueues.store.records import Job, JobState
 from taskqueues.store.records import text as _text
@@ -151,6 +152,7 @@ def check(client: redis.Redis, keys: Keys) -> list[Violation]:
     _records_read_by_the_control_plane(snap, out)
     _reservations(client, keys, snap, out)
     out += fair_violations(snap.records, _hash(client, keys.fair))
+    out += [Violation("group-heads", line.split(":", 1)[0], line) for line in GroupHeads(client, keys, "").check()]
     return sorted(set(out))
 
 

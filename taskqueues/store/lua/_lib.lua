@@ -348,6 +348,48 @@ local function sync_heads(base, now)
   end
   TOUCHED = {}
 end
+-- The heads index of a catalog queue by group (issue 31): with a shares policy, match.lua walks the task queues
+-- group by group, in the policy's order, instead of the whole heads index. For each catalog queue q whose index
+-- by group is built (listed in the set K_GHQ), the set K_GH .. q names its groups (and '~', so that it exists
+-- once built), and the zset K_GH .. q .. ':' .. group holds exactly the entries of q's heads index whose task
+-- queue is of that group, with the same scores. Every write to a heads index goes through index_head, which
+-- keeps both; match.lua (which does not use this prelude) does the same in its own code, builds a queue's index
+-- by group the first time a policy match reads it, and `pilotfish shares` without a policy drops them all
+-- (taskqueues.store.gheads). Like match.lua's task queues, these keys are built from the key base, not
+-- declared: they carry the community's hash tag. A community that keeps none pays one EXISTS per call.
+local GH = nil -- nil until looked at in this call; false: no index by group; else catalog queue -> built or not
+-- The group of a task queue "<hash>.<group>.<owner>[.<type>]" (match.lua's fs_acct); "default" without one.
+local function group_of(tq)
+  return string.match(tq, '^[^.]+%.([^.]+)%.[^.]') or 'default'
+end
+-- Set task queue tq's entry in catalog queue q's heads index to `score` (ZADD with `flag`, 'NX' or 'LT', when
+-- given), or remove it (score nil), in the index by group too where it is built.
+local function index_head(base, q, tq, score, flag)
+  local qh = base .. K_QH .. q
+  if not score then
+    redis.call('ZREM', qh, tq)
+  elseif flag then
+    redis.call('ZADD', qh, flag, score, tq, 'inf', SKIPLIST)
+  else
+    redis.call('ZADD', qh, score, tq, 'inf', SKIPLIST)
+  end
+  if GH == nil then GH = redis.call('EXISTS', base .. K_GHQ) == 1 and {} or false end
+  if not GH then return end
+  local built = GH[q]
+  if built == nil then
+    built = redis.call('EXISTS', base .. K_GH .. q) == 1
+    GH[q] = built
+  end
+  if not built then return end
+  local group = group_of(tq)
+  local key = base .. K_GH .. q .. ':' .. group
+  if not score then
+    redis.call('ZREM', key, tq)
+  else
+    if flag then redis.call('ZADD', key, flag, score, tq) else redis.call('ZADD', key, score, tq) end
+    redis.call('SADD', base .. K_GH .. q, group)
+  end
+end
 -- Put a waiting job into its task queue. The heads index only ever gets ZADD LT here, so every entry
 -- stays at or below its task queue's real head score (what match relies on). A task queue with no
 -- SubmitPool (cleaned meanwhile, or no queue eligible any more) sends the job to the releasing set,
@@ -368,7 +410,7 @@ local function enqueue(base, tqempty, releasing, rec, queues, now)
   WAKE_FROM = WAKE_FROM or tonumber(rec.id) or #rec.id
   redis.call('ZADD', base .. K_TQ .. rec.t, rec.sc, rec.m)
   local fresh = redis.call('ZREM', tqempty, rec.t) == 1
-  for _, q in ipairs(queues) do redis.call('ZADD', base .. K_QH .. q, 'LT', rec.sc, rec.t, 'inf', SKIPLIST) end
+  for _, q in ipairs(queues) do index_head(base, q, rec.t, rec.sc, 'LT') end
   touched(rec.t, rec.m, queues)
   local entry = TOUCHED[rec.t]
   local c, m, t = string.match(rec.m, ':(%d+):(%d+):(%d+):%d+$')
@@ -642,7 +684,7 @@ local function ensure_pool(base, tqdefs, poolstamp, tq, def, queues, now)
   if redis.call('EXISTS', poolkey) == 0 and #queues > 0 then
     redis.call('SADD', poolkey, unpack(queues))
     redis.call('ZADD', poolstamp, now, tq)
-    for _, q in ipairs(queues) do redis.call('ZADD', base .. K_QH .. q, 'NX', EMPTY, tq, 'inf', SKIPLIST) end
+    for _, q in ipairs(queues) do index_head(base, q, tq, EMPTY, 'NX') end
   end
 end
 -- Park a job that no operation can handle (its record or its task-queue member cannot be read): out of

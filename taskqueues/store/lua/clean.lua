@@ -23,7 +23,7 @@ local out = {'ok'}
 for _, tq in ipairs(cands) do
   redis.call('ZREM', KEYS[2], tq)
   if redis.call('ZCARD', base .. K_TQ .. tq) == 0 then
-    for _, q in ipairs(pools[tq]) do redis.call('ZREM', base .. K_QH .. q, tq) end
+    for _, q in ipairs(pools[tq]) do index_head(base, q, tq) end
     redis.call('DEL', base .. K_POOL .. tq)
     redis.call('HDEL', KEYS[1], tq)
     redis.call('HDEL', base .. K_HEADS, tq)

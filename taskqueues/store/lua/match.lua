@@ -143,25 +143,58 @@ end
 -- that fits is served first; inside it, when the group gives its owners shares, the owner with the lowest
 -- E / share; then the most urgent head (today's order). A head whose lease would pass a running limit
 -- (cores of its group overall, at the pilot's site or queue; jobs of its type) is skipped.
--- With FS the walk reads the whole heads index (its cost grows with the task queues, never the jobs).
+-- With FS the walk reads the queue's heads index by group (GROUPS, GS below), a group's page at a time in the
+-- policy's order, until no unread entry can go first (fs_final): not the whole index (issue 31).
 -- The policy is read as one JSON field of the shares hash, and the fair hash field by field when first
 -- needed (a pilot's ACL grants HGET, not HGETALL: taskqueues/store/access.py).
 -- The queue's floor and whether the community has a policy, in one read: `pilotfish shares` (fairshare.publish)
 -- marks the qfloor hash's field "" (never a queue's name) while the shares hash holds one.
 local floor_text, policy = unpack(redis.call('HMGET', qfloor, queue, ''))
 local FS
-local fs_before, fs_take, fs_write -- the block's entry points, made only with FS: closures cost on every call
+local fs_take, fs_write -- the block's entry points, made only with FS: closures cost on every call
+local fs_final, fs_next, fs_allowed, fs_order, fs_grank, fs_orank -- the walk by group: whether no unread entry can go before an entry; the group to read
+-- The heads index by group (issue 31; _lib.lua's index_head keeps it): while the community has a policy, the
+-- queue's index split by group, K_GH .. queue .. ':' .. group, with the groups in the set K_GH .. queue. Built
+-- here the first time a policy match of the queue finds none (a store written before it existed, or a policy
+-- just stored), kept at the end of every call with a policy (the index scores this call writes).
+local GROUPS, GS, XS -- the groups of the queue's index by group, and the walk's state per group (fs_final)
+-- The queue's floor (below): declared here for the walk by group, read after the fair-share block.
+local f1, f2, f3, f4
+if policy then
+  local gset = base .. K_GH .. queue
+  GROUPS = redis.call('SMEMBERS', gset)
+  if #GROUPS == 0 then
+    local by, list = {}, {}
+    local entries = redis.call('ZRANGEBYSCORE', qh, '-inf', '1e18', 'WITHSCORES')
+    for i = 1, #entries, 2 do
+      local tq = entries[i]
+      local g = string.match(tq, '^[^.]+%.([^.]+)%.[^.]') or 'default'
+      local z = by[g]
+      if not z then z = {} by[g] = z list[#list + 1] = g end
+      z[#z + 1] = entries[i + 1] z[#z + 1] = tq
+      if #z >= 2000 then redis.call('ZADD', gset .. ':' .. g, unpack(z)) by[g] = {} end
+    end
+    for g, z in pairs(by) do
+      if #z > 0 then redis.call('ZADD', gset .. ':' .. g, unpack(z)) end
+    end
+    redis.call('SADD', gset, '~', unpack(list))
+    redis.call('SADD', base .. K_GHQ, queue)
+    GROUPS = list
+  end
+end
 if policy then
   local text = redis.call('HGET', base .. K_SHARES, 'json')
   local ok, cfg = false, nil
   if text then ok, cfg = pcall(cjson.decode, text) end
   if ok and type(cfg) == 'table' then
-    FS = {cfg = {}, h = {}, U = {}, E = {}, acct = {}, dirty = {}, owners = {}, rank = {}, room = {},
+    FS = {cfg = {}, h = {}, U = {}, E = {}, acct = {}, dirty = {}, owners = {}, rank = {}, room = {}, gs = {},
           site = string.match(queue, '^([^/]+)/') or queue, tau = 21600 / math.log(2)}
     for field, v in pairs(cfg) do
       FS.cfg[field] = tonumber(v)
       local g = type(field) == 'string' and string.match(field, '^s:([^.]+)%.')
       if g then FS.owners[g] = true end
+      local kind = type(field) == 'string' and string.sub(field, 1, 2)
+      if kind == 'l:' then FS.limits = true elseif kind == 't:' then FS.types = true end
     end
     local hl = FS.cfg.halflife
     if hl and hl > 0 then FS.tau = hl / math.log(2) end
@@ -219,65 +252,141 @@ if FS then
     if not s or s <= 0 then return 1e-9 end
     return s
   end
-  -- The rank of a task queue's account: (group's E / share, owner's E / share or 0); lower is served first.
-  -- Ranks and rooms are kept per task queue until a lease changes the counters (fs_take empties them): the walk
-  -- weighs every entry against the best so far, and their names (string concatenations) were most of its cost.
-  local function fs_rank(tq)
-    local k = FS.rank[tq]
-    if k then return k[1], k[2] end
-    local a = fs_acct(tq)
-    local r1 = fs_usage(a[1]) / fs_share(a[1], FS.cfg['s:*'] or 1)
-    local r2 = 0
-    if FS.owners[a[1]] then r2 = fs_usage(a[2]) / fs_share(a[2], FS.cfg['s:' .. a[1] .. '.*'] or 1) end
-    FS.rank[tq] = {r1, r2}
-    return r1, r2
+  -- The walk by group: GS holds a state per group of the queue's index by group: {g, key, n entries read, bound
+  -- (every unread entry's index score, hence its real one, is at or above it), all (none left), size (of its
+  -- next page), share, and until a lease changes the counters (fs_take empties them) rank (E / share) and room
+  -- (the cores its limits leave: overall, at the pilot's site, at its queue)}. XS maps each entry read to its
+  -- group's state: the walk weighs every entry read against the best so far, and what it weighs comes from the
+  -- group (names of fields, string concatenations, were most of its cost), per task queue only for a group
+  -- that shares among its owners or a policy with limits per job type.
+  local cfg, site = FS.cfg, FS.site
+  GS, XS = {}, {}
+  local fields = {}
+  for _, g in ipairs(GROUPS) do
+    if g ~= '~' then
+      local st = {g = g, key = base .. K_GH .. queue .. ':' .. g, n = 0, bound = -EMPTY, all = false, size = want + 2,
+                  share = fs_share(g, cfg['s:*'] or 1), owners = FS.owners[g]}
+      local k = #fields
+      st.cs, st.cq = 'c:' .. g .. '@' .. site, 'c:' .. g .. '@' .. queue
+      fields[k + 1], fields[k + 2], fields[k + 3], fields[k + 4] = 'u:' .. g, 'r:' .. g, st.cs, st.cq
+      FS.gs[g] = st
+      if FS.limits then
+        st.l1, st.l2, st.l3 = cfg['l:' .. g .. '@*'], cfg['l:' .. g .. '@' .. site], cfg['l:' .. g .. '@' .. queue]
+      end
+      GS[#GS + 1] = st
+    end
   end
-  -- Whether leasing `c` more cores of task queue tq stays within every running limit: the cores its limits
-  -- leave (its group's overall, at the pilot's site, at its queue) and the jobs of its type.
-  local function fs_allowed(tq, c)
+  -- The fair hash's fields of the groups (what the walk weighs, and a lease adds to), in one read; fs_take reads
+  -- those of a leased job's owner and type in one more, fs_get any other when first needed.
+  if #fields > 0 then
+    local got = redis.call('HMGET', base .. K_FAIR, unpack(fields))
+    for i, field in ipairs(fields) do FS.h[field] = got[i] or false end
+  end
+  fs_grank = function(st)
+    local r = st.rank
+    if not r then r = fs_usage(st.g) / st.share st.rank = r end
+    return r
+  end
+  local function fs_groom(st)
+    local cores = st.room
+    if not cores then
+      cores = math.huge
+      if st.l1 then cores = math.min(cores, st.l1 - fs_num('r:' .. st.g)) end
+      if st.l2 then cores = math.min(cores, st.l2 - fs_num(st.cs)) end
+      if st.l3 then cores = math.min(cores, st.l3 - fs_num(st.cq)) end
+      st.room = cores
+    end
+    return cores
+  end
+  -- The rank of a task queue's owner inside its group (0 unless the group gives its owners shares).
+  fs_orank = function(tq, st)
+    if not st.owners then return 0 end
+    local r = FS.rank[tq]
+    if not r then
+      local a = fs_acct(tq)
+      r = fs_usage(a[2]) / fs_share(a[2], cfg['s:' .. a[1] .. '.*'] or 1)
+      FS.rank[tq] = r
+    end
+    return r
+  end
+  -- Whether a job of task queue tq stays within the limit of its type (with limits per type only).
+  local function fs_typed(tq)
     local room = FS.room[tq]
     if not room then
-      local a, cfg = fs_acct(tq), FS.cfg
-      local g = a[1]
-      local cores, jobs = math.huge, math.huge
-      local l = cfg['l:' .. g .. '@*']
-      if l then cores = math.min(cores, l - fs_num('r:' .. g)) end
-      l = cfg['l:' .. g .. '@' .. FS.site]
-      if l then cores = math.min(cores, l - fs_num('c:' .. g .. '@' .. FS.site)) end
-      l = cfg['l:' .. g .. '@' .. queue]
-      if l then cores = math.min(cores, l - fs_num('c:' .. g .. '@' .. queue)) end
-      l = a[3] and cfg['t:' .. a[3]]
-      if l then jobs = l - fs_num('n:' .. a[3]) end
-      room = {cores, jobs}
+      local a = fs_acct(tq)
+      local l = a[3] and cfg['t:' .. a[3]]
+      room = l and l - fs_num('n:' .. a[3]) or math.huge
       FS.room[tq] = room
     end
-    return c <= room[1] and 1 <= room[2]
+    return room >= 1
   end
-  -- Whether entry x (task queue tq, score r) goes before entry b: allowed, then by rank, score, task-queue id.
-  fs_before = function(X, x, b)
-    if not fs_allowed(X[x + 1], X[x + 4]) then return false end
-    if not b then return true end
-    local x1, x2 = fs_rank(X[x + 1])
-    local b1, b2 = fs_rank(X[b + 1])
+  -- Whether entry x (its cores read) stays within every running limit.
+  fs_allowed = function(X, x)
+    local st = XS[x]
+    return X[x + 4] <= (st.room or fs_groom(st)) and not (FS.types and not fs_typed(X[x + 1]))
+  end
+  -- Whether entry x goes before entry b in the policy's order: (group rank, owner rank, score, task-queue id).
+  fs_order = function(X, x, b)
+    local sx, sb = XS[x], XS[b]
+    local x1, b1 = fs_grank(sx), fs_grank(sb)
     if x1 ~= b1 then return x1 < b1 end
+    local x2, b2 = fs_orank(X[x + 1], sx), fs_orank(X[b + 1], sb)
     if x2 ~= b2 then return x2 < b2 end
     if X[x + 2] ~= X[b + 2] then return X[x + 2] < X[b + 2] end
     return X[x + 1] < X[b + 1]
   end
+  -- A group none of whose task queues may lease (its cores' room below the queue's floor, or below 0 without a
+  -- floor) counts as read. An unread entry of a group ranks (its group's rank, 0 or more, a score at or above
+  -- its bound): whether one may go before entry y (fs_order) is told by its group alone.
+  local function fs_shut(st)
+    return st.all or fs_groom(st) < (f1 or 0)
+  end
+  fs_final = function(X, y)
+    local sy = XS[y]
+    local y1, y2 = fs_grank(sy), fs_orank(X[y + 1], sy)
+    for _, st in ipairs(GS) do
+      if not fs_shut(st) then
+        local g1 = fs_grank(st)
+        if g1 < y1 or (g1 == y1 and (y2 > 0 or X[y + 2] >= st.bound)) then return false end
+      end
+    end
+    return true
+  end
+  -- The group whose next page may hold an entry that goes before all others unread: the lowest (rank, bound);
+  -- nil when every group is read (or shut).
+  fs_next = function()
+    local best, b1
+    for _, st in ipairs(GS) do
+      if not fs_shut(st) then
+        local g1 = fs_grank(st)
+        if not best or g1 < b1 or (g1 == b1 and st.bound < best.bound) then best, b1 = st, g1 end
+      end
+    end
+    return best
+  end
   -- A lease of `c` cores from task queue tq begins (sign 1) or is taken back (-1: its record was parked).
   fs_take = function(tq, c, sign)
     local a, h = fs_acct(tq), FS.h
-    FS.rank, FS.room = {}, {}
-    for _, name in ipairs({a[1], a[2]}) do
+    local ua, ra, ty = 'u:' .. a[2], 'r:' .. a[2], a[3] and 'n:' .. a[3]
+    if h[ua] == nil then
+      local got = redis.call('HMGET', base .. K_FAIR, ua, ra, ty or ra)
+      h[ua], h[ra] = got[1] or false, got[2] or false
+      if ty and h[ty] == nil then h[ty] = got[3] or false end
+    end
+    if FS.types then FS.room = {} end
+    if next(FS.owners) then FS.rank = {} end
+    for _, st in ipairs(GS) do st.rank, st.room = nil, nil end
+    local st = FS.gs[a[1]]
+    for i = 1, 2 do
+      local name, rn = a[i], i == 1 and 'r:' .. a[1] or ra
       fs_usage(name)
-      local r = fs_num('r:' .. name) + sign * c
-      h['r:' .. name] = r
+      local r = fs_num(rn) + sign * c
+      h[rn] = r
       FS.E[name] = fs_eff(FS.U[name], r)
       FS.dirty[name] = true
     end
-    local site, here = 'c:' .. a[1] .. '@' .. FS.site, 'c:' .. a[1] .. '@' .. queue
-    h[site] = fs_num(site) + sign * c
-    h[here] = fs_num(here) + sign * c
+    h[st.cs] = fs_num(st.cs) + sign * c
+    h[st.cq] = fs_num(st.cq) + sign * c
     FS.dirty[0] = true
     if a[3] then h['n:' .. a[3]] = fs_num('n:' .. a[3]) + sign end
   end
@@ -285,9 +394,11 @@ if FS then
   fs_write = function()
     if not FS.dirty[0] then return end
     local out, h = {}, FS.h
+    -- the time as the caller wrote it when it is plain decimals (it reads as `now`): one %.17g the less
+    local at = string.find(ARGV[3], '^%d+%.?%d*$') and ARGV[3] or string.format('%.17g', now)
     for name in pairs(FS.dirty) do
       if type(name) == 'string' then
-        out[#out + 1] = 'u:' .. name out[#out + 1] = string.format('%.17g %.17g', FS.U[name], now)
+        out[#out + 1] = 'u:' .. name out[#out + 1] = string.format('%.17g ', FS.U[name]) .. at
         out[#out + 1] = 'r:' .. name out[#out + 1] = string.format('%d', h['r:' .. name])
       end
     end
@@ -343,7 +454,6 @@ local function leased(raw, tail)
   return text
 end
 
-local f1, f2, f3, f4
 if floor_text then
   f1, f2, f3, f4 = string.match(floor_text, '^(%d+):(%d+):(%d+):(%d+)$') -- whole numbers: read by arithmetic
   if f1 then
@@ -364,6 +474,7 @@ end
 -- row brings nothing that can be taken yet (every entry read costs a reply, a string and a strtod).
 local X = {}
 local n, bound, all = 0, -EMPTY, false
+if FS and #GS == 0 then all = true end -- a policy, and no group indexed here: nothing to read
 -- Writes, made at the end: index scores raised to their task queue's real head score (or to EMPTY) and
 -- heads entries set, as (score, task queue) and (task queue, entry) pairs; heads entries deleted; task
 -- queues that emptied, as (now, task queue); leases, as (expiry, job). A task queue named twice in one
@@ -451,9 +562,8 @@ while got < want do
   -- The entry of the most urgent head that fits what is free (ties go to the smaller task-queue id, as
   -- ZRANGE orders equal scores), reading pages until no entry left unread can beat it.
   local b
-  -- With a policy every entry is weighed (the walk reads the whole index): in one page, not in pages that
-  -- double, each of which made a pass over all the entries read before it.
-  local size = FS and 100000 or want - got + 2
+  -- (with a policy, each group's pages have their own size: GS)
+  local size = want - got + 2
   while true do
     if todo then
       -- Entries read from their task queue's zset: its head, if it can be read, becomes the entry (with a
@@ -518,43 +628,56 @@ while got < want do
         end
       end
     else
-      -- The pass with a policy (fair share): every entry is weighed, in the policy's order.
+      -- The pass with a policy (fair share): in the policy's order; as without one, an entry is read only if
+      -- it goes before the best so far (b, or h for reservations).
+      -- (fs_order in line: the ranks of b and h kept beside them, an entry's from its group's state)
+      local b1, b2, h1, h2
+      local hw = RV and not decided
       for x = 0, 7 * (n - 1), 7 do
         local r = X[x + 2]
         if r < EMPTY then
-          local c = X[x + 4]
-          if not c then
-            local c1, m1, t1, e1 = string.match(X[x + 3], '^%S+ [^:]+:(%d+):(%d+):(%d+):(%d+) ')
-            if c1 then c, m1, t1, e1 = c1 + 0, m1 + 0, t1 + 0, e1 + 0 end
-            if not (c and m1 and t1 and e1) then
-              todo = {x} -- an entry that cannot be read: mended, and the pass made again
-              break
+          local sx = XS[x]
+          local x1 = sx.rank or fs_grank(sx)
+          local x2 = sx.owners and fs_orank(X[x + 1], sx) or 0
+          local vb = not b or x1 < b1 or x1 == b1 and (x2 < b2 or x2 == b2
+            and (r < X[b + 2] or r == X[b + 2] and X[x + 1] < X[b + 1]))
+          local vh = hw and (not h or x1 < h1 or x1 == h1 and (x2 < h2 or x2 == h2
+            and (r < X[h + 2] or r == X[h + 2] and X[x + 1] < X[h + 1])))
+          if vb or vh then
+            local c = X[x + 4]
+            if not c then
+              local c1, m1, t1, e1 = string.match(X[x + 3], '^%S+ [^:]+:(%d+):(%d+):(%d+):(%d+) ')
+              if c1 then c, m1, t1, e1 = c1 + 0, m1 + 0, t1 + 0, e1 + 0 end
+              if not (c and m1 and t1 and e1) then
+                todo = {x} -- an entry that cannot be read: mended, and the pass made again
+                break
+              end
+              X[x + 4], X[x + 5], X[x + 6], X[x + 7] = c, m1, t1, e1
             end
-            X[x + 4], X[x + 5], X[x + 6], X[x + 7] = c, m1, t1, e1
-          end
-          if c <= cpu and X[x + 5] <= mem and X[x + 6] <= tmp and (left < 0 or X[x + 7] <= left)
-              and fs_before(X, x, b)
-              and (not rs or r < rscore or (r == rscore and X[x + 1] <= rtq) or now + X[x + 7] <= rs
-                   or RB and r - X[x + 7] < rs -- bounded (issue 29): due before the reserved start, less its run
-                   or (c <= ec and X[x + 5] <= em and X[x + 6] <= et)) then -- backfill (reservations)
-            b = x
-          end
-          if RV and not decided and c <= tc and X[x + 5] <= tm and X[x + 6] <= tt -- fits the pilot's total
-              and fs_before(X, x, h) then -- the first in order (reservations)
-            h = x
+            if vb and c <= cpu and X[x + 5] <= mem and X[x + 6] <= tmp and (left < 0 or X[x + 7] <= left)
+                and fs_allowed(X, x)
+                and (not rs or r < rscore or (r == rscore and X[x + 1] <= rtq) or now + X[x + 7] <= rs
+                     or RB and r - X[x + 7] < rs -- bounded (issue 29): due before the reserved start, less its run
+                     or (c <= ec and X[x + 5] <= em and X[x + 6] <= et)) then -- backfill (reservations)
+              b, b1, b2 = x, x1, x2
+            end
+            if vh and c <= tc and X[x + 5] <= tm and X[x + 6] <= tt -- fits the pilot's total
+                and fs_allowed(X, x) then -- the first in order (reservations)
+              h, h1, h2 = x, x1, x2
+            end
           end
         end
       end
     end
     if todo then
       b = nil
-    elseif RV and not decided and h and (all or not FS and X[h + 2] < bound)
-        and (not b or (FS and fs_before(X, h, b)) or not FS and (X[h + 2] < X[b + 2]
+    elseif RV and not decided and h and (all or FS and fs_final(X, h) or not FS and X[h + 2] < bound)
+        and (not b or (FS and fs_order(X, h, b)) or not FS and (X[h + 2] < X[b + 2]
              or (X[h + 2] == X[b + 2] and X[h + 1] < X[b + 1]))) and reserve(h) then
       b = nil -- this pilot now holds cores for h: the pass again, under the reservation
     elseif decided and not b and f1 and (cpu < f1 or mem < f2 or tmp < f3) then
       break -- decided, and below the floor: no page left can bring a head that fits what is free
-    elseif b and (all or not FS and X[b + 2] < bound) then
+    elseif b and (all or FS and fs_final(X, b) or not FS and X[b + 2] < bound) then
       break
     elseif all then
       -- Nothing fits, and every non-empty task queue of the index was read: the queue's floor is theirs.
@@ -592,12 +715,21 @@ while got < want do
       -- with): it bounds the entries not read yet, and an entry whose real score is past it has a stale
       -- index score, raised so that later walks find it in its place. A page that is not full ends the
       -- index: no bound is needed, and every walk reads all of it anyway.
-      local page = redis.call('ZRANGEBYSCORE', qh, '-inf', '(1e18', 'LIMIT', n, size)
+      -- With a policy, the page is of one group's index (fs_next: the one whose unread entries may go first),
+      -- and `all` says, until the end of this branch, that that group has none left.
+      local st, key, from = nil, qh, n
+      if FS then
+        st = fs_next()
+        if not st then break end -- every group read or shut: nothing fits (b is nil: see fs_final)
+        key, from, size = st.key, st.n, st.size
+      end
+      local page = redis.call('ZRANGEBYSCORE', key, '-inf', '(1e18', 'LIMIT', from, size)
       local k = #page
       if k < size then all = true end
       if k > 0 then
         local x0 = 7 * n
-        local last = all and EMPTY or redis.call('ZSCORE', qh, page[k]) + 0 -- Redis's own number
+        if st then for i = 0, k - 1 do XS[x0 + 7 * i] = st end end
+        local last = all and EMPTY or redis.call('ZSCORE', key, page[k]) + 0 -- Redis's own number
         -- The first page reads the count of jobs leased too (the heads hash's field MATCHED, see the end).
         if n == 0 then page[k + 1] = MATCHED end
         local entries = redis.call('HMGET', heads, unpack(page))
@@ -631,6 +763,10 @@ while got < want do
         n = n + k
         bound = last
         size = size * 2
+      end
+      if st then
+        st.n, st.bound, st.size, st.all = st.n + k, bound, size, all
+        for _, o in ipairs(GS) do all = all and o.all end
       end
     end
   end
@@ -717,7 +853,20 @@ if emptied then
   for i, tq in ipairs(emptied) do ze[2 * i - 1], ze[2 * i] = now, tq end
   redis.call('ZADD', base .. K_TQEMPTY, 'NX', unpack(ze))
 end
-if #zq > 0 then redis.call('ZADD', qh, unpack(zq)) end
+if #zq > 0 then
+  redis.call('ZADD', qh, unpack(zq))
+  if policy then -- the index by group, kept with the heads index (see GROUPS)
+    local by = {}
+    for i = 1, #zq, 2 do
+      local tq = zq[i + 1]
+      local g = string.match(tq, '^[^.]+%.([^.]+)%.[^.]') or 'default'
+      local z = by[g]
+      if not z then z = {} by[g] = z end
+      z[#z + 1] = zq[i] z[#z + 1] = tq
+    end
+    for g, z in pairs(by) do redis.call('ZADD', base .. K_GH .. queue .. ':' .. g, unpack(z)) end
+  end
+end
 if pk then redis.call('HSET', base .. K_PARKED, unpack(pk)) end
 if FS then fs_write() end
 if got > 0 then

@@ -34,7 +34,7 @@ local oldset, added, removed = {}, 0, 0
 for _, q in ipairs(old) do
   oldset[q] = true
   if not new[q] then
-    redis.call('ZREM', base .. K_QH .. q, tq)
+    index_head(base, q, tq)
     redis.call('SREM', poolkey, q)
     removed = removed + 1
   end
@@ -43,7 +43,7 @@ local entry = redis.call('HGET', base .. K_HEADS, tq)
 local floor = entry and parse_floor(string.match(entry, ' (%S+)$')) or (#head > 0 and {0, 0, 0, 0}) or nil
 for q, _ in pairs(new) do
   if not oldset[q] then
-    redis.call('ZADD', base .. K_QH .. q, score, tq, 'inf', SKIPLIST)
+    index_head(base, q, tq, score)
     redis.call('SADD', poolkey, q)
     if floor then lower_qfloor(base, q, floor) end
     added = added + 1

@@ -89,7 +89,7 @@ end
 for tq in pairs(retouched) do
   local head = redis.call('ZRANGE', base .. K_TQ .. tq, 0, 0, 'WITHSCORES')
   if #head > 0 then
-    for _, q in ipairs(pools[tq]) do redis.call('ZADD', base .. K_QH .. q, head[2], tq) end
+    for _, q in ipairs(pools[tq]) do index_head(base, q, tq, head[2]) end
   end
 end
 sync_heads(base, 0) -- a move within a task queue never empties it: no time to mark it with
