@@ -23,6 +23,7 @@ leaves them leased: their leases expire and the reaper requeues them, as it does
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 
 from pilot.agent.payload import Payload
@@ -52,21 +53,28 @@ class Prefetch:
         self.processes = processes
         self.held: deque[Job] = deque()
         self._recent: deque[float] = deque(maxlen=RECENT)  # run times (s) of the latest payloads
+        self._not_before = 0.0  # after a prefetch that found nothing: until a payload ends, or backoff_max
 
     @property
     def horizon(self) -> float:
         return self.state.config.lease * HORIZON_FRACTION
 
     def observe(self, wall: float) -> None:
-        """A payload ended after running ``wall`` seconds."""
+        """A payload ended after running ``wall`` seconds (the next exchange may prefetch again)."""
         self._recent.append(wall)
+        self._not_before = 0.0
+
+    def found_nothing(self) -> None:
+        """A prefetch found nothing: the next waits for a payload's end (its exchange goes anyway) or
+        ``backoff_max``, and the free slots' back-off is left alone."""
+        self._not_before = time.monotonic() + self.state.config.backoff_max
 
     def wanted(self, now_mono: float) -> bool:
         """Whether the pilot may lease jobs for slots not free yet: it takes jobs, its recent payloads were
         short and one running now is expected to end within the horizon."""
         state = self.state
         horizon = self.horizon
-        if not state.accepting or not self._recent or max(self._recent) > horizon:
+        if not state.accepting or now_mono < self._not_before or not self._recent or max(self._recent) > horizon:
             return False
         return any(now_mono - p.start_mono <= horizon for p in state.slots.running.values())
 
@@ -77,16 +85,16 @@ class Prefetch:
             cpu, mem, tmp = cpu + job.cpu, mem + job.mem, tmp + job.tmp
         return cpu, mem, tmp
 
-    def room(self, offered: Amount) -> Amount:
-        """What a prefetch may still ask for: :data:`HOLD` times the pilot's size less what is held and what
-        prefetches on their way (``offered``) may bring, and never more than the pilot's size (each job the
-        match leases fits the offer, and a held job must fit the empty pilot)."""
+    def room(self) -> Amount:
+        """What a prefetch may ask for (one is on its way at a time): :data:`HOLD` times the pilot's size
+        less what is held, and never more than the pilot's size (each job the match leases fits the offer,
+        and a held job must fit the empty pilot)."""
         slots = self.state.slots
         cpu, mem, tmp = self.amount()
         return (
-            min(slots.cores, HOLD * slots.cores - cpu - offered[0]),
-            min(slots.mem, HOLD * slots.mem - mem - offered[1]),
-            min(slots.tmp, HOLD * slots.tmp - tmp - offered[2]),
+            min(slots.cores, HOLD * slots.cores - cpu),
+            min(slots.mem, HOLD * slots.mem - mem),
+            min(slots.tmp, HOLD * slots.tmp - tmp),
         )
 
     def hold(self, jobs: list[Job]) -> None:

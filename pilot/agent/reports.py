@@ -157,11 +157,7 @@ class Reports:
         state, prefetch = self.state, self.prefetch
         if any(sent.prefetch for sent in self.inflight) or not prefetch.wanted(now):
             return
-        offered = (0, 0, 0)
-        for sent in self.inflight:
-            if sent.prefetch:
-                offered = sent.reserved
-        cpu, mem, tmp = prefetch.room(offered)
+        cpu, mem, tmp = prefetch.room()
         want = self._allowed(cpu)
         if want <= 0:
             return
@@ -294,7 +290,10 @@ class Reports:
         if reply.matched or not (sent.prefetch or self.prefetch.held):
             self.wake.hungry(not reply.matched)
         if not reply.matched:
-            state.back_off()
+            if sent.prefetch:  # not the free slots' back-off: a normal match for them must not wait
+                self.prefetch.found_nothing()
+            else:
+                state.back_off()
             self.start_held()  # what this offer reserved is free again
             return
         state.match_now()
