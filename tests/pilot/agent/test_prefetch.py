@@ -106,3 +106,20 @@ def test_a_killed_pilots_held_jobs_go_back_with_their_lease(redis_url: str, tmp_
     assert set(done) == set(ids), "a job lost"
     for i in held:  # a held job never ran in the pilot that died: it ran once, as its second attempt
         assert store.job(i).attempt == 2 and done.count(i) == 1
+
+
+def test_a_held_job_killed_before_it_starts_never_runs(store: Store, redis_url: str, tmp_path: Path) -> None:
+    ids = store.submit([job(command="sleep 1", score=i) for i in range(40)])
+    env = pilot_env(tmp_path, cores=1)
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "30", "--heartbeat", "0.3", env=env) as proc:
+        wait_until(lambda: holding(store, ids), timeout=15, what="a job held while another runs")
+        running = {j.pilot for j in store.jobs(ids) if j.state == JobState.RUNNING}
+        held = [j for j in store.jobs(ids) if j.state == JobState.MATCHED and j.pilot in running]
+        victim = max(held, key=lambda j: j.score).id  # the last to start: a core frees for it in 1 s at least
+        assert store.kill(victim) == "requested"
+        wait_until(lambda: store.job(victim).state.final, timeout=10, what="the killed held job to end")
+        proc.send_signal(signal.SIGTERM)
+        log = finish(proc, tmp_path, 15)
+    record = store.job(victim)
+    assert record.state == JobState.FAILED and record.started is None, log
+    assert record.reason == "killed by operator"
