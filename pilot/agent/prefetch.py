@@ -2,7 +2,7 @@
 
 Without it, every core stood idle between one payload's exit and the next one's start for one exchange with
 the store (the completion and the match in one round trip): from the reaping of a payload to the spawn of
-the next on its core, 1.35 ms (median) against 0.36 ms with it, on a two-core host at load 3
+the next on its core, 1.1-1.3 ms (median) against 0.12-0.15 ms with it, on a two-core host at load 3
 (docs/performance.md). With it, the pilot holds a few jobs matched ahead (at most :data:`HOLD` pilots' worth
 of cores, memory and scratch, each job fitting the empty pilot), and a payload's exit starts the first held
 job that fits at once, in the same wake-up (:meth:`Prefetch.start`); the exchange that reports the end and
@@ -40,7 +40,7 @@ RECENT = 16
 #: The horizon, as a fraction of the lease: a core must be expected to free within it.
 HORIZON_FRACTION = 0.25
 #: How many pilots' worth the hold takes: with one, a payload shorter than the round trip that refills the
-#: hold often found it empty (55-62% of the starts came from the hold for 1 ms payloads at load 3; 90-94%
+#: hold often found it empty (54-63% of the starts came from the hold for 1 ms payloads at load 3; 89-94%
 #: with two). Each core then starts two held jobs at most within two horizons, half a lease.
 HOLD = 2
 
