@@ -862,6 +862,34 @@ def load_verdict(r: Row) -> str:
     return line + "; bound: " + "; ".join(bounds)
 
 
+def connections_line(server: RedisServer, client: redis.Redis, maxclients: int) -> str:
+    """What could have closed a pilot's connection (a pilot process that died of "connection closed by server"
+    says which): clients refused at ``maxclients``, pub/sub clients dropped at their output buffer limit, and
+    whether the server answering is still the one this script started (a port taken between ``free_port``
+    and the bind made another private server ours until its owner stopped it: RedisServer.start checks it)."""
+    try:
+        stats = client.info("stats")
+        clients = client.info("clients")
+    except redis.RedisError as exc:
+        return f"server: unreachable after the run ({exc}); pid {server.pid()} started, log {server.directory}"
+    answering = server.answering_pid()
+    return (
+        f"server: connections received {stats.get('total_connections_received', 0):,}, connected now "
+        f"{clients.get('connected_clients', 0):,} of maxclients {maxclients:,}, refused at maxclients "
+        f"{stats.get('rejected_connections', 0):,}, dropped at their output buffer limit "
+        f"{stats.get('client_output_buffer_limit_disconnections', 'n/a')}, largest output buffer "
+        f"{clients.get('client_recent_max_output_buffer', 0):,} B; answered by "
+        f"{'this run' if answering == server.pid() else f'pid {answering}, not this run'}'s server"
+    )
+
+
+def log_tail(server: RedisServer, lines: int = 30) -> str:
+    try:
+        return "\n".join((server.directory / "redis.log").read_text(errors="replace").splitlines()[-lines:])
+    except OSError as exc:
+        return f"(unreadable: {exc})"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pilots", default="100,1000,5000", help="numbers of pilots, comma-separated")
@@ -898,6 +926,9 @@ def main(argv: list[str] | None = None) -> int:
                     rows.append(measure(server.url, store, n, min(args.procs, n), args.seconds, payload, seed))
                     print(f"  {n:,} pilots, payloads of {payload:g} s measured", flush=True)
             report(rows, args.jobs, args.seconds, args.payload_seconds, args.procs, baseline)
+            print(connections_line(server, client, clients))
+            if any(r.errors for r in rows):
+                print(f"the server's log, last lines ({server.directory / 'redis.log'}):\n{log_tail(server)}")
             bad = any(
                 r.errors or not (r.matched == r.completed == r.server_matched == r.server_completed) or r.held
                 for r in rows

@@ -57,6 +57,7 @@ class Heartbeat:
         running = state.slots.running
         jobs = {p.id: p.job.attempt for p in running.values()}
         jobs.update(self.reports.leased())
+        jobs.update(self.reports.prefetch.leased())
         record, latency = self.outgoing()
         try:
             reply = state.store.heartbeat(state.name, jobs, record, self.processes.usage())
@@ -73,7 +74,10 @@ class Heartbeat:
                 if job in running:
                     log.info("job %s: kill requested: %s", job, reason)
                     self.processes.stop(job, Stop(reason, "fail"))
+                else:
+                    self.reports.prefetch.kill(job, reason)
             for job in reply.lost:
+                self.reports.prefetch.lost(job)
                 if job in running:
                     log.warning("job %s is no longer this pilot's (lease lost): stopping it unreported", job)
                     self.processes.stop(job, Stop("lease lost", "none"))

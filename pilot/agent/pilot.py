@@ -281,6 +281,7 @@ class Pilot:
         self.wake.wait(timeout, self._ready)
         if self.wake.on_signals:
             self.processes.reap_exited()
+        self.reports.start_held()  # a core freed: the job held for it starts now, its exchange follows
 
     def _ready(self, kind: str, payload: Any, fd: int) -> None:
         """One ready descriptor from the selector: a payload's exit or output, or replies from the store."""

@@ -32,6 +32,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from pilot.agent.payload import Payload, Report, Stop
+from pilot.agent.prefetch import Prefetch
 from pilot.agent.processes import Processes
 from pilot.agent.slots import Amount
 from pilot.agent.state import PilotState
@@ -55,6 +56,7 @@ class InFlight:
     succeeded: list[tuple[Payload, RunResult]]
     reserved: Amount
     want: int
+    prefetch: bool = False  # its match is for slots not free yet: what it brings is held (pilot.agent.prefetch)
     sent_at: float = field(default_factory=time.monotonic)
 
 
@@ -74,6 +76,7 @@ class Reports:
         self.state = state
         self.wake = wake
         self.processes = processes
+        self.prefetch = Prefetch(state, processes)
         self.inflight: deque[InFlight] = deque()  # exchanges sent, replies not yet read (oldest first)
         self.unstarted: list[Payload] = []  # spawned, start not yet reported to the store
         self.succeeded: list[tuple[Payload, RunResult]] = []  # ended well, completion not yet reported
@@ -84,8 +87,8 @@ class Reports:
 
     @property
     def busy(self) -> bool:
-        """Something is unreported or on the way from a match."""
-        return bool(self.inflight or self.unstarted or self.succeeded)
+        """Something is unreported, on the way from a match or held for a slot."""
+        return bool(self.inflight or self.unstarted or self.succeeded or self.prefetch.held)
 
     def leased(self) -> dict[str, int]:
         """The jobs of reports still waiting for the store (their leases must be renewed): id -> attempt."""
@@ -110,30 +113,59 @@ class Reports:
         """Offer what is free to the store (with the reports not yet sent); the jobs it matches are
         started when the reply arrives (:meth:`received`), the loop meanwhile goes on."""
         state = self.state
-        if not state.accepting or time.monotonic() < state.next_match:
+        if not state.accepting:
+            self.prefetch.give_back()
             return
-        cpu, mem, tmp = state.slots.free()
-        if cpu <= 0:
+        now = time.monotonic()
+        if now < state.next_match:
             return
         if state.time_left_real() == 0:
             state.stop_accepting("time is up")
+            self.prefetch.give_back()
+            return
+        cpu, mem, tmp = state.slots.free()
+        if cpu <= 0 or self.prefetch.held:
+            self._fill_ahead(now)
             return
         config = state.config
-        want = cpu
-        if config.max_jobs is not None:
-            want = min(want, config.max_jobs - state.launched - sum(sent.want for sent in self.inflight))
-            if want <= 0:
-                if not self.inflight:
-                    state.stop_accepting(f"ran its maximum of {config.max_jobs} jobs")
-                return
+        want = self._allowed(cpu)
+        if want <= 0:
+            return
         # What it runs, for the match's reservations, only when no other offer is in flight: free + running
         # must be the whole pilot (a partial view would reserve for jobs that fit it anyway).
         offering = any(sent.want for sent in self.inflight)
-        running = None if offering else state.slots.ends(time.monotonic())
+        running = None if offering else state.slots.ends(now)
         self.send(
             PilotOffer(state.name, config.queue, cpu, max(0, mem), max(0, tmp), state.time_left(), running=running),
             want,
         )
+
+    def _allowed(self, want: int) -> int:
+        """``want`` less what ``max_jobs`` leaves (the pilot stops taking jobs once it ran them all)."""
+        state, limit = self.state, self.state.config.max_jobs
+        if limit is None:
+            return want
+        want = min(want, limit - state.launched - len(self.prefetch.held) - sum(s.want for s in self.inflight))
+        if want <= 0 and not self.inflight and not self.prefetch.held:
+            state.stop_accepting(f"ran its maximum of {limit} jobs")
+        return want
+
+    def _fill_ahead(self, now: float) -> None:
+        """Every slot is taken (or a held job waits for one): lease the jobs that will take the slots next,
+        within the lease rule (:mod:`pilot.agent.prefetch`), one prefetch at a time. Without reservations (the
+        strict match, as when another offer is in flight): the slots it fills are not free yet."""
+        state, prefetch = self.state, self.prefetch
+        if any(sent.prefetch for sent in self.inflight) or not prefetch.wanted(now):
+            return
+        cpu, mem, tmp = prefetch.room()
+        want = self._allowed(cpu)
+        if want <= 0:
+            return
+        left = state.time_left()
+        if left is not None:  # a held job starts up to the horizon later
+            left = max(0.0, left - prefetch.horizon)
+        offer = PilotOffer(state.name, state.config.queue, cpu, max(0, mem), max(0, tmp), left, running=None)
+        self.send(offer, want, prefetch=True)
 
     def send_unmatched(self) -> None:
         """At the turn's end: what no match carried goes alone (the successes, the starts that are due)."""
@@ -144,7 +176,7 @@ class Reports:
         """When the oldest unreported start must go to the store even if no match carries it."""
         return self.unstarted[0].start_mono + START_REPORT_DELAY
 
-    def send(self, offer: PilotOffer | None, want: int, *, all_starts: bool = False) -> None:
+    def send(self, offer: PilotOffer | None, want: int, *, all_starts: bool = False, prefetch: bool = False) -> None:
         """Send the successful ends not yet reported, the starts that are due (or ``all_starts``) and, with
         an offer, a match, on the pilot's own connection without waiting for the reply
         (:class:`PendingExchange`). A start that is not due yet stays: if its payload ends first, it
@@ -179,8 +211,11 @@ class Reports:
             self._unreachable(exc, starts, succeeded)
             return
         reserved = (offer.cpu, offer.mem, offer.tmp) if offer is not None else (0, 0, 0)
-        self.inflight.append(InFlight(exchange, starts, succeeded, reserved, want if offer is not None else 0))
-        state.slots.reserve(reserved)
+        self.inflight.append(
+            InFlight(exchange, starts, succeeded, reserved, want if offer is not None else 0, prefetch)
+        )
+        if not prefetch:  # a prefetch reserves room in the hold, not in the slots (Prefetch.room)
+            state.slots.reserve(reserved)
         self._watch_channel()
         if offer is not None:
             state.next_match = math.inf  # the reply says when to match again
@@ -214,7 +249,8 @@ class Reports:
 
     def _oldest(self) -> InFlight:
         sent = self.inflight.popleft()
-        self.state.slots.unreserve(sent.reserved)  # what its match brings takes its share below
+        if not sent.prefetch:
+            self.state.slots.unreserve(sent.reserved)  # what its match brings takes its share below
         return sent
 
     def received(self, sent: InFlight) -> None:
@@ -250,11 +286,21 @@ class Reports:
         if sent.want == 0:
             return
         state.match_latency.observe(time.monotonic() - sent.sent_at)
-        self.wake.hungry(not reply.matched)  # only a pilot that found nothing listens for work (pilot.agent.wake)
+        # Only a pilot that found nothing for its free slots listens for work (pilot.agent.wake)
+        if reply.matched or not (sent.prefetch or self.prefetch.held):
+            self.wake.hungry(not reply.matched)
         if not reply.matched:
-            state.back_off()
+            if sent.prefetch:  # not the free slots' back-off: a normal match for them must not wait
+                self.prefetch.found_nothing()
+            else:
+                state.back_off()
+            self.start_held()  # what this offer reserved is free again
             return
         state.match_now()
+        if sent.prefetch:
+            self.prefetch.hold(reply.matched)
+            self.start_held()
+            return
         for job in reply.matched:
             if not state.accepting:
                 self.processes.give_back(job, f"pilot {state.name} stopped taking jobs ({state.stop_reason})")
@@ -264,6 +310,12 @@ class Reports:
                 state.next_match = time.monotonic() + state.config.backoff_max
             else:
                 self.unstarted.append(launched)
+        self.start_held()
+
+    def start_held(self) -> None:
+        """Start the held jobs that fit what is free now (a payload ended, or an offer's reservation ended)."""
+        if self.prefetch.held:
+            self.unstarted += self.prefetch.start()
 
     def _unreachable(self, exc: StoreError, starts: list[Payload], succeeded: list[tuple[Payload, RunResult]]) -> None:
         """The store did not answer an exchange: its reports wait, the next match waits the outage's back-off."""
@@ -278,6 +330,7 @@ class Reports:
     def ended(self, payload: Payload, result: RunResult) -> None:
         """A payload's result: a success waits for the next round trip to the store, anything else is
         reported at once."""
+        self.prefetch.observe(result.wall)
         if payload.stop is None and not payload.killed_from_outside and result.exit_code == 0:
             self.succeeded.append((payload, result))
         else:
@@ -352,7 +405,9 @@ class Reports:
     def flush(self, patience: float) -> None:
         """The pilot ends: send what is unreported, wait for every reply, then retry the waiting reports until
         the store takes them or ``patience`` seconds have passed (one lease: a payload that ran to its end is
-        not run again because its pilot left during an outage; the kill grace when the pilot is stopped)."""
+        not run again because its pilot left during an outage; the kill grace when the pilot is stopped).
+        Held jobs go back first."""
+        self.prefetch.give_back()
         if self.unstarted or self.succeeded:
             self.send(None, 0, all_starts=True)
         self.drain()

@@ -51,6 +51,20 @@ def server_version(info: Mapping[str, Any]) -> str:
     return f"redis-server {info['redis_version']}"
 
 
+class PortTaken(StoreUnavailable):
+    """The port a private server was to listen on is another server's (:meth:`RedisServer.start`)."""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -86,9 +100,27 @@ class RedisServer:
         return self.directory / "redis.pid"
 
     def start(self, timeout: float = 10.0) -> RedisServer:
+        """Start the server and wait until it answers. The port (a free one unless given) is checked to be this
+        server's: between :func:`free_port` and the server's bind another process may take it, and on a
+        shared host another private server often does; the daemonized server then fails to bind while the
+        one already there answers every ping, and its owner stopping it closed this one's connections (two
+        bench_pilots processes died of it). A free port taken so is replaced by another, up to three times."""
+        chosen = not self.port
+        for attempt in range(3):
+            try:
+                return self._start(timeout)
+            except PortTaken:
+                if not chosen or attempt == 2:
+                    raise
+                self.port = 0
+        raise AssertionError("unreachable")
+
+    def _start(self, timeout: float) -> RedisServer:
         self.directory.mkdir(parents=True, exist_ok=True)
         if not self.port:
             self.port = free_port()
+        with contextlib.suppress(FileNotFoundError):
+            self.pidfile.unlink()  # a previous run's: the new server writes its own
         args = [
             find_redis_server(),
             "--bind",
@@ -117,18 +149,69 @@ class RedisServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.ping():
-                return self
+                answering, ours = self.answering_pid(), self.pid()
+                if answering is None or answering == ours:
+                    return self
+                if ours is not None or "already in use" in self._log_tail():  # it cannot bind: it exits
+                    if ours is not None and _alive(ours):
+                        os.kill(ours, 9)
+                    raise PortTaken(
+                        f"port {self.port} is another server's (pid {answering}): this one did not start "
+                        f"(log: {self.directory / 'redis.log'})"
+                    )
             time.sleep(0.01)
         raise StoreUnavailable(
             f"redis-server on port {self.port} did not answer within {timeout} s (log: {self.directory / 'redis.log'})"
         )
 
+    def _log_tail(self) -> str:
+        try:
+            with open(self.directory / "redis.log", "rb") as log:
+                log.seek(max(0, log.seek(0, os.SEEK_END) - 4096))
+                return log.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def answering_pid(self) -> int | None:
+        """The pid of the server answering on the port (``INFO server``'s ``process_id``), None if none can
+        be read there."""
+        try:
+            reply = self._ask(b"*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n")
+        except OSError:
+            return None
+        for line in reply.splitlines():
+            if line.startswith(b"process_id:"):
+                with contextlib.suppress(ValueError):
+                    return int(line.split(b":", 1)[1])
+        return None
+
+    def _ask(self, command: bytes) -> bytes:
+        """One command's raw reply (after AUTH when the server has credentials), read until the bulk ends."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
+            sock.sendall(self._hello() + command)
+            reply = b""
+            while True:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    return reply
+                reply += chunk
+                body = reply.split(b"+OK\r\n", 1)[-1] if self.password else reply
+                if body.startswith(b"$"):
+                    head, _, rest = body.partition(b"\r\n")
+                    if head[1:].isdigit() and len(rest) >= int(head[1:]):
+                        return body
+                elif body.endswith(b"\r\n"):  # an error or a simple string
+                    return body
+
+    def _hello(self) -> bytes:
+        if not self.password:
+            return b""
+        parts = [b"AUTH", *([self.username.encode()] if self.username else []), self.password.encode()]
+        return b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts)
+
     def ping(self) -> bool:
         """Whether the server answers (authenticating first when it has credentials)."""
-        hello = b""
-        if self.password:
-            parts = [b"AUTH", *([self.username.encode()] if self.username else []), self.password.encode()]
-            hello = b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts)
+        hello = self._hello()
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
                 sock.sendall(hello + b"PING\r\n")

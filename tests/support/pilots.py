@@ -3,6 +3,7 @@ payload timelines written by the payloads themselves."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -10,6 +11,8 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+import psutil
 
 from tests.support.paths import ROOT
 
@@ -115,6 +118,16 @@ def finish(proc: subprocess.Popen[str], tmp_path: Path, timeout: float, name: st
     log = pilot_log(tmp_path, name)
     assert code == 0, f"pilot exited with {code}:\n{log}"
     return log
+
+
+def kill_with_payloads(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL a pilot and its payloads' groups, as a batch system kills a whole job, and wait for the pilot."""
+    payloads = psutil.Process(proc.pid).children()
+    proc.send_signal(signal.SIGKILL)
+    for payload in payloads:
+        with contextlib.suppress(ProcessLookupError):  # it may have ended on its own meanwhile
+            os.killpg(payload.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def pilot_log(tmp_path: Path, name: str = "pilot") -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import signal
 import subprocess
@@ -23,6 +22,7 @@ from tests.support.paths import ROOT
 from tests.support.pilots import (
     QUEUE,
     finish,
+    kill_with_payloads,
     peak_cores,
     pilot_env,
     read_timeline,
@@ -334,12 +334,7 @@ def test_sigkill_loses_nothing(redis_url: str, tmp_path: Path) -> None:
         wait_until(
             lambda: sum(s == JobState.RUNNING for s in states(store, ids)) == 2, timeout=10, what="two jobs running"
         )
-        payloads = psutil.Process(first.pid).children()
-        first.send_signal(signal.SIGKILL)  # the batch system kills the whole job: the pilot and its payloads
-        for payload in payloads:
-            with contextlib.suppress(ProcessLookupError):  # it may have ended on its own meanwhile
-                os.killpg(payload.pid, signal.SIGKILL)
-        first.wait()
+        kill_with_payloads(first)  # the batch system kills the whole job: the pilot and its payloads
     lost = [i for i, s in zip(ids, states(store, ids), strict=True) if s == JobState.RUNNING]
     assert len(lost) == 2
     reaper = Store(store.client, store.keys, clock=lambda: time.time() + 1.2)  # once the 1 s leases expired

@@ -1,0 +1,125 @@
+"""Prefetch (pilot.agent.prefetch): jobs leased before a core frees, started the moment one does; real pilot
+processes, real payloads, a real redis-server. What a held job becomes when its pilot dies, stops or runs
+long payloads."""
+
+from __future__ import annotations
+
+import itertools
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from taskqueues.store import Job, Store
+from taskqueues.store.records import JobState
+from tests.support.pilots import (
+    finish,
+    kill_with_payloads,
+    peak_cores,
+    pilot_env,
+    read_timeline,
+    running_pilot,
+    stamped,
+)
+from tests.support.polling import wait_until
+from tests.support.store import job
+
+pytestmark = pytest.mark.store(clock=time.time)  # the pilots run on the real clock
+
+
+def in_start_order(jobs: list[Job]) -> list[Job]:
+    return sorted(jobs, key=lambda j: float(j.started or 0))
+
+
+def prefetched(jobs: list[Job]) -> int:
+    """How many jobs of a one-core pilot were leased before the payload before them ended."""
+    ordered = in_start_order(jobs)
+    return sum(float(b.matched or 0) < float(a.ended or 0) for a, b in itertools.pairwise(ordered))
+
+
+def holding(store: Store, ids: list[str]) -> bool:
+    """One job runs and another is leased to the same pilot without running: the pilot holds it."""
+    jobs = store.jobs(ids)
+    running = {j.pilot for j in jobs if j.state == JobState.RUNNING}
+    return any(j.state == JobState.MATCHED and j.pilot in running for j in jobs)
+
+
+def test_short_payloads_start_from_the_hold_without_overcommitting(
+    store: Store, redis_url: str, tmp_path: Path
+) -> None:
+    timeline = tmp_path / "timeline"
+    ids = store.submit([job(command=stamped("sleep 0.05", timeline, 1), score=i) for i in range(30)])
+    env = pilot_env(tmp_path, cores=1)
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", env=env) as proc:
+        log = finish(proc, tmp_path, 60)
+    jobs = store.jobs(ids)
+    assert [j.state for j in jobs] == [JobState.DONE] * len(ids), log
+    assert peak_cores(read_timeline(timeline))[0] == 1, "a held job started before the core was free"
+    # Without prefetch every lease follows the end before it (the end's exchange carries the match)
+    assert prefetched(jobs) >= len(ids) // 2, "the pilot did not lease ahead for its short payloads"
+
+
+def test_long_payloads_are_not_prefetched_for(store: Store, redis_url: str, tmp_path: Path) -> None:
+    """The lease rule: payloads longer than a quarter of the lease (0.5 s here) free no core soon enough."""
+    ids = store.submit([job(command="sleep 0.7", score=i) for i in range(3)])
+    env = pilot_env(tmp_path, cores=1)
+    with running_pilot(redis_url, tmp_path, "--lease", "2", "--heartbeat", "0.5", "--idle-timeout", "1", env=env) as p:
+        log = finish(p, tmp_path, 60)
+    jobs = store.jobs(ids)
+    assert [j.state for j in jobs] == [JobState.DONE] * 3, log
+    assert prefetched(jobs) == 0
+
+
+def test_a_stopped_pilot_gives_its_held_jobs_back_at_once(store: Store, redis_url: str, tmp_path: Path) -> None:
+    ids = store.submit([job(command="sleep 0.3", score=i) for i in range(40)])
+    env = pilot_env(tmp_path, cores=1)
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "30", "--kill-grace", "1", env=env) as proc:
+        wait_until(lambda: holding(store, ids), timeout=15, what="a job held while another runs")
+        proc.send_signal(signal.SIGTERM)
+        log = finish(proc, tmp_path, 15)
+    jobs = store.jobs(ids)
+    assert not [j for j in jobs if j.state in (JobState.MATCHED, JobState.RUNNING)], log
+    back = [j for j in jobs if j.reason and "stopped taking jobs" in j.reason]
+    assert back and all(j.state == JobState.WAITING and j.started is None for j in back), log
+
+
+def test_a_killed_pilots_held_jobs_go_back_with_their_lease(redis_url: str, tmp_path: Path) -> None:
+    store = Store.from_url(redis_url, lease_seconds=4, backoff=0.0)
+    done_file = tmp_path / "done"
+    ids = store.submit([job(command=f"sleep 0.3 && echo $PILOTFISH_JOB_ID >> {done_file}") for _ in range(12)])
+    env = pilot_env(tmp_path, cores=1)
+    with running_pilot(
+        redis_url, tmp_path, "--lease", "4", "--heartbeat", "1", "--idle-timeout", "30", env=env, name="first"
+    ) as first:
+        wait_until(lambda: holding(store, ids), timeout=15, what="a job held while another runs")
+        kill_with_payloads(first)
+    held = [j.id for j in store.jobs(ids) if j.state == JobState.MATCHED]
+    assert held, "the pilot died holding nothing"
+    reaper = Store(store.client, store.keys, clock=lambda: time.time() + 4.5)  # once the 4 s leases expired
+    reaper.requeue_expired()
+    assert all(store.job(i).state == JobState.WAITING for i in held)
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", env=env, name="second") as second:
+        log = finish(second, tmp_path, 60, name="second")
+    assert [j.state for j in store.jobs(ids)] == [JobState.DONE] * len(ids), log
+    done = done_file.read_text().split()
+    assert set(done) == set(ids), "a job lost"
+    for i in held:  # a held job never ran in the pilot that died: it ran once, as its second attempt
+        assert store.job(i).attempt == 2 and done.count(i) == 1
+
+
+def test_a_held_job_killed_before_it_starts_never_runs(store: Store, redis_url: str, tmp_path: Path) -> None:
+    ids = store.submit([job(command="sleep 1", score=i) for i in range(40)])
+    env = pilot_env(tmp_path, cores=1)
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "30", "--heartbeat", "0.3", env=env) as proc:
+        wait_until(lambda: holding(store, ids), timeout=15, what="a job held while another runs")
+        running = {j.pilot for j in store.jobs(ids) if j.state == JobState.RUNNING}
+        held = [j for j in store.jobs(ids) if j.state == JobState.MATCHED and j.pilot in running]
+        victim = max(held, key=lambda j: j.score).id  # the last to start: a core frees for it in 1 s at least
+        assert store.kill(victim) == "requested"
+        wait_until(lambda: store.job(victim).state.final, timeout=10, what="the killed held job to end")
+        proc.send_signal(signal.SIGTERM)
+        log = finish(proc, tmp_path, 15)
+    record = store.job(victim)
+    assert record.state == JobState.FAILED and record.started is None, log
+    assert record.reason == "killed by operator"
