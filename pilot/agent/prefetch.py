@@ -118,7 +118,9 @@ class Prefetch:
             left = state.time_left()
             need = time_needed(job.requirements.get("wall"), job.ete, state.store.ete_safety_factor)
             if left is not None and need > left:  # the pilot's end came nearer (MJF) while the job was held
-                self.processes.give_back(job, f"pilot {state.name} has {left:.0f} s left, the job needs {need} s")
+                self.processes.give_back(
+                    job, f"pilot {state.name} has {left:.0f} s left, the job needs {need} s", unstarted=True
+                )
                 continue
             payload = self.processes.launch(job)
             if payload is not None:
@@ -129,7 +131,9 @@ class Prefetch:
         """The pilot takes no more jobs: every held job goes back to its task queue now."""
         while self.held:
             job = self.held.popleft()
-            self.processes.give_back(job, f"pilot {self.state.name} stopped taking jobs ({self.state.stop_reason})")
+            self.processes.give_back(
+                job, f"pilot {self.state.name} stopped taking jobs ({self.state.stop_reason})", unstarted=True
+            )
 
     def leased(self) -> dict[str, int]:
         """The held jobs (their leases must be renewed): id -> attempt."""

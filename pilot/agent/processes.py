@@ -143,12 +143,15 @@ class Processes:
         with contextlib.suppress(StoreError):
             state.store.fail(job.id, job.attempt, state.name, result, requeue=False)
 
-    def give_back(self, job: Job, reason: str) -> None:
-        """A matched job this pilot cannot run: requeue it at once, not the job's fault."""
-        log.error("job %s given back: %s", job.id, reason)
+    def give_back(self, job: Job, reason: str, *, unstarted: bool = False) -> None:
+        """A matched job this pilot cannot run: requeue it at once, not the job's fault. As a retry, so that a
+        job no pilot can start is not given back and matched for ever; ``unstarted``: the pilot no longer takes
+        jobs (or has no time left for it), which says nothing of the job, so it uses none of its retries."""
+        log.log(logging.INFO if unstarted else logging.ERROR, "job %s given back: %s", job.id, reason)
         state = self.state
+        result = RunResult(exit_code=None, reason=reason)
         with contextlib.suppress(StoreError):
-            state.store.fail(job.id, job.attempt, state.name, RunResult(exit_code=None, reason=reason), requeue=True)
+            state.store.fail(job.id, job.attempt, state.name, result, requeue=True, unstarted=unstarted)
 
     # -- end ---------------------------------------------------------------------------------------
 

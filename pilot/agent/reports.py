@@ -303,7 +303,9 @@ class Reports:
             return
         for job in reply.matched:
             if not state.accepting:
-                self.processes.give_back(job, f"pilot {state.name} stopped taking jobs ({state.stop_reason})")
+                self.processes.give_back(
+                    job, f"pilot {state.name} stopped taking jobs ({state.stop_reason})", unstarted=True
+                )
                 continue
             launched = self.processes.launch(job)
             if launched is None:  # a job given back: do not take it again at once

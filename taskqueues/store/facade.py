@@ -448,8 +448,12 @@ class Store(StoreReads, StoreRooms):
         return [self._base, job, attempt, pilot, now, json.dumps((result or RunResult()).fields())]
 
     @guarded("reporting a failure")
-    def fail(self, job: str, attempt: int, pilot: str, result: RunResult, *, requeue: bool = False) -> JobState:
-        """Record a failure; with ``requeue`` the job goes back to its task queue at once (preemption)."""
+    def fail(
+        self, job: str, attempt: int, pilot: str, result: RunResult, *, requeue: bool = False, unstarted: bool = False
+    ) -> JobState:
+        """Record a failure; with ``requeue`` the job goes back to its task queue at once (preemption), as a
+        retry; ``unstarted`` (with ``requeue``) gives back a job its pilot holds and never started, using none
+        of its retries (the store checks that it was not started)."""
         k = self.keys
         extra: list[str] = [k.work, *self.floors]
         if requeue:
@@ -457,7 +461,15 @@ class Store(StoreReads, StoreRooms):
         reply = self.call_script(
             "fail",
             [k.jobs, k.leases, k.kills, k.tqempty, k.releasing],
-            [self._base, job, attempt, pilot, self.clock(), json.dumps(result.fields()), "1" if requeue else "0"],
+            [
+                self._base,
+                job,
+                attempt,
+                pilot,
+                self.clock(),
+                json.dumps(result.fields()),
+                ("2" if unstarted else "1") if requeue else "0",
+            ],
             extra,
         )
         self._stale(reply)

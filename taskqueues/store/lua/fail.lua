@@ -11,7 +11,9 @@
 -- ARGV[6]  result JSON {"x": exit, "w": wall s, "cpu": cpu s, "pm": peak MB, "why": reason, "o": outputs,
 --          "st": started} (those fields only: they are copied onto the record)
 -- ARGV[7]  "1" to give the job back to its task queue at once (counts as a retry), "0" to fail it (unless
---          its exit code is one its retry policy names: ro, rm, rr below)
+--          its exit code is one its retry policy names: ro, rm, rr below), "2" to give back a job its pilot
+--          holds unstarted and no longer takes (a prefetched job when the pilot drains or stops): it never ran,
+--          so it uses none of its retries (a job already started is given back as with "1")
 -- A lease taken under a shares policy gives its cores back to the fair hash's counters (fair_end, _lib.lua).
 -- A job the reaper requeued from this pilot's lease of this attempt, and nobody matched since (the store was
 -- paused longer than the lease), is taken back first (_lib.lua's requeued_from): KEYS then also hold its task
@@ -26,7 +28,9 @@ local pilot = argv_text(4, 'pilot id', PATTERN.name, 256)
 local now = argv_number(5, 'now', 0, MAX_TIME)
 local result = check_json('ARGV[6] (result)', ARGV[6])
 check_fields('ARGV[6] (result)', result, RESULT)
-if ARGV[7] ~= '0' and ARGV[7] ~= '1' then problem('ARGV[7] (requeue)', 'wants 0 or 1, got ' .. shown(ARGV[7])) end
+if ARGV[7] ~= '0' and ARGV[7] ~= '1' and ARGV[7] ~= '2' then
+  problem('ARGV[7] (requeue)', 'wants 0, 1 or 2, got ' .. shown(ARGV[7]))
+end
 if PROBLEM then return refused() end
 declare_keys()
 events_by(now, 'pilot ' .. pilot)
@@ -38,7 +42,8 @@ local rec = load(KEYS[1], id)
 local bad, back = check_end_report(base, rec, id, attempt, pilot)
 if bad then return {'stale', bad} end
 local kill = redis.call('HGET', KEYS[3], id)
-local retry = ARGV[7] == '1' and not kill and ((rec.rt or 0) - (back and 1 or 0)) < rec.mr
+local unstarted = ARGV[7] == '2' and (back and rec.ls or rec.s) == 'matched'
+local retry = ARGV[7] ~= '0' and not kill and (unstarted or ((rec.rt or 0) - (back and 1 or 0)) < rec.mr)
 -- A failure whose exit code the job's retry policy names (the workflow's retry.on_exit) runs it again, as a
 -- new attempt, up to rm times (rr counts them).
 local auto = false
@@ -62,7 +67,7 @@ if retry or auto then
     rec.rr = (tonumber(rec.rr) or 0) + 1
     rec.why = 'exit ' .. tostring(result.x) .. ': automatic retry ' .. rec.rr .. ' of ' .. tostring(rec.rm)
       .. ' (retry.on_exit)'
-  else
+  elseif not unstarted then
     rec.rt = (rec.rt or 0) + 1
   end
   rec.pl, rec.lx, rec.ls = nil, nil, nil -- given back, not requeued by the reaper: nobody takes it back
@@ -78,7 +83,7 @@ local state = 'failed'
 if kill then
   if rec.cx then state = 'cancelled' end
   reason = kill
-elseif ARGV[7] == '1' then
+elseif ARGV[7] ~= '0' then
   reason = reason .. ' (gave up after ' .. tostring(rec.rt or 0) .. ' retries)'
 end
 finish(KEYS[1], KEYS[5], rec, state, reason, now)

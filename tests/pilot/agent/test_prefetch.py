@@ -82,6 +82,7 @@ def test_a_stopped_pilot_gives_its_held_jobs_back_at_once(store: Store, redis_ur
     assert not [j for j in jobs if j.state in (JobState.MATCHED, JobState.RUNNING)], log
     back = [j for j in jobs if j.reason and "stopped taking jobs" in j.reason]
     assert back and all(j.state == JobState.WAITING and j.started is None for j in back), log
+    assert all(j.retries == 0 for j in back), "a job given back unstarted used one of its retries"
 
 
 def test_a_killed_pilots_held_jobs_go_back_with_their_lease(redis_url: str, tmp_path: Path) -> None:

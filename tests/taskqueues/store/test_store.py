@@ -217,6 +217,26 @@ def test_fail_records_reason_and_requeue_gives_it_back(store: Store) -> None:
     assert store.job(b).state is JobState.WAITING
 
 
+
+def test_a_job_given_back_unstarted_uses_none_of_its_retries(store: Store) -> None:
+    """A pilot that stops taking jobs gives back those it holds unstarted (prefetched): as often as it
+    happens, the job never ran and keeps every retry. Once started, a give-back counts as a retry even if
+    the pilot says unstarted, so a job that breaks its pilots still ends."""
+    (jid,) = store.submit([job(max_retries=1)])
+    for attempt in range(1, 5):
+        (m,) = store.match(offer(pilot=f"p{attempt}"))
+        assert m.attempt == attempt
+        back = store.fail(jid, attempt, f"p{attempt}", RunResult(reason="drained"), requeue=True, unstarted=True)
+        assert back is JobState.WAITING and store.job(jid).retries == 0
+    (m,) = store.match(offer(pilot="p5"))
+    store.start(jid, m.attempt, "p5")
+    assert store.fail(jid, m.attempt, "p5", RunResult(reason="x"), requeue=True, unstarted=True) is JobState.WAITING
+    assert store.job(jid).retries == 1
+    (m,) = store.match(offer(pilot="p6"))
+    store.start(jid, m.attempt, "p6")
+    assert store.fail(jid, m.attempt, "p6", RunResult(reason="x"), requeue=True, unstarted=True) is JobState.FAILED
+    assert "gave up after 1 retries" in (store.job(jid).reason or "")
+
 def test_requeue_expired_with_backoff_and_retry_limit(store: Store, clock: FakeClock) -> None:
     (jid,) = store.submit([job(max_retries=2)])
     store.match(offer())
