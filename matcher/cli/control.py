@@ -60,7 +60,8 @@ def stop_target(store: Store, target: str, reason: str, by: str | None = None) -
             + ")"
         )
     counts = cancel_request(store, target, reason, by)
-    return f"request {target}: {counts['ended']} jobs cancelled, {counts['requested']} running jobs asked to stop now"
+    asked = f"{counts['requested']} matched or running jobs asked to stop now"
+    return f"request {target}: {counts['ended']} jobs cancelled, {asked}"
 
 
 def drain_pilot(store: Store, pilot: str, *, shutdown: bool = False, reason: str | None = None) -> str:

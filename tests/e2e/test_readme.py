@@ -290,8 +290,10 @@ def test_the_tour_runs_as_the_readme_shows(tmp_path: Path, redis_url: str, via: 
                     what="the pilot on the next tile fetch",
                 )
                 out = cli(command.replace("REQUEST", request))
+                # The 2-core pilot runs 1 or 2 and, its payloads being short, may hold up to 4 more matched
+                # ahead (prefetch): each gets the kill request too.
                 assert re.fullmatch(
-                    rf"request {request}: \d+ jobs cancelled, [12] running jobs asked to stop now\n", out
+                    rf"request {request}: \d+ jobs cancelled, [1-6] matched or running jobs asked to stop now\n", out
                 ), out
                 wait_until(
                     lambda r=request: all(j.state.final for j in store.request_jobs(r)),

@@ -39,7 +39,7 @@ def test_submit_status_jobs_cancel(redis_url: str, tmp_path: Path) -> None:
     path = tmp_path / "again.json"
     path.write_text(json.dumps({**HELLO, "name": "again"}))
     again = client.submit(path)
-    assert client.cancel(again) == f"request {again.id}: 1 jobs cancelled, 0 running jobs asked to stop now"
+    assert client.cancel(again) == f"request {again.id}: 1 jobs cancelled, 0 matched or running jobs asked to stop now"
     assert sorted(r.state for r in client.jobs(request=again, states=["finished"])) == ["cancelled", "dep-failed"]
     listing = client.listing(limit=1)
     assert listing.more and len(listing.rows) == 1
