@@ -451,27 +451,15 @@ class Store(StoreReads, StoreRooms):
     def fail(
         self, job: str, attempt: int, pilot: str, result: RunResult, *, requeue: bool = False, unstarted: bool = False
     ) -> JobState:
-        """Record a failure; with ``requeue`` the job goes back to its task queue at once (preemption), as a
-        retry; ``unstarted`` (with ``requeue``) gives back a job its pilot holds and never started, using none
-        of its retries (the store checks that it was not started)."""
+        """Record a failure; with ``requeue`` the job goes back to its task queue at once, as a retry, or with
+        ``unstarted`` too as a job its pilot never started (none of its retries used, if the store agrees)."""
         k = self.keys
         extra: list[str] = [k.work, *self.floors]
         if requeue:
             extra += self.pool_keys([self.job(job).tq_id])
-        reply = self.call_script(
-            "fail",
-            [k.jobs, k.leases, k.kills, k.tqempty, k.releasing],
-            [
-                self._base,
-                job,
-                attempt,
-                pilot,
-                self.clock(),
-                json.dumps(result.fields()),
-                ("2" if unstarted else "1") if requeue else "0",
-            ],
-            extra,
-        )
+        mode = ("2" if unstarted else "1") if requeue else "0"
+        args = [self._base, job, attempt, pilot, self.clock(), json.dumps(result.fields()), mode]
+        reply = self.call_script("fail", [k.jobs, k.leases, k.kills, k.tqempty, k.releasing], args, extra)
         self._stale(reply)
         return JobState(_text(reply[1]))
 
