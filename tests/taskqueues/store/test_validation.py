@@ -153,7 +153,7 @@ CASES: list[tuple[str, int, Any, str]] = [
     ("complete", 5, '{"w": NaN}', r"^complete: ARGV\[6\] \(result\)\.w"),
     ("complete", 5, '{"o": "[1]"}', r"^complete: ARGV\[6\] \(result\)\.o: wants a JSON object as text"),
     ("complete", 5, "[]", r"^complete: ARGV\[6\] \(result\): wants a JSON object as text"),
-    ("fail", 6, "2", r"^fail: ARGV\[7\] \(requeue\): wants 0 or 1"),
+    ("fail", 6, "3", r"^fail: ARGV\[7\] \(requeue\): wants 0, 1 or 2"),
     ("fail", 5, '{"pl": "p9"}', r'^fail: ARGV\[6\] \(result\): may not carry the field "pl"$'),
     ("heartbeat", 2, "0", r"^heartbeat: ARGV\[3\] \(lease length\): wants a positive length"),
     ("heartbeat", 3, '{"cores": "many"}', r"^heartbeat: ARGV\[4\] \(pilot record\)\.cores: wants a number"),
