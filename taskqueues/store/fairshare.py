@@ -353,7 +353,9 @@ class Shares(Part):
                 fields = policy.fields()
                 fields["json"] = json.dumps(fields, sort_keys=True)  # what match.lua reads, in one HGET
                 pipe.hset(keys.shares, items=[x for pair in fields.items() for x in pair])
-                pipe.hset(keys.qfloor, POLICY_MARK, "1")  # match.lua reads the policy only where this mark is
+                # match.lua reads the policy only where this mark is, and reads it from the mark: the JSON again
+                # (no command of its own: it comes with the queue's floor); a mark "1" (older) sends it to json
+                pipe.hset(keys.qfloor, POLICY_MARK, fields["json"])
             else:
                 pipe.hdel(keys.qfloor, POLICY_MARK)
                 pipe.delete(*stale)

@@ -145,7 +145,7 @@ end
 -- (cores of its group overall, at the pilot's site or queue; jobs of its type) is skipped.
 -- With FS the walk reads the queue's heads index by group (GROUPS, GS below), a group's page at a time in the
 -- policy's order, until no unread entry can go first (fs_final): not the whole index (issue 31).
--- The policy is read as one JSON field of the shares hash, and the fair hash field by field when first
+-- The policy is read as JSON from the qfloor hash's mark (below), and the fair hash field by field when first
 -- needed (a pilot's ACL grants HGET, not HGETALL: taskqueues/store/access.py).
 -- The queue's floor and whether the community has a policy, in one read: `pilotfish shares` (fairshare.publish)
 -- marks the qfloor hash's field "" (never a queue's name) while the shares hash holds one.
@@ -183,11 +183,14 @@ if policy then
   end
 end
 if policy then
-  local text = redis.call('HGET', base .. K_SHARES, 'json')
+  -- The mark is the policy's JSON (fairshare.publish): read with the floor, no command of its own. A mark
+  -- "1" (published before the mark carried it) sends the call to the shares hash's field json, as before.
+  local text = policy
+  if text == '1' then text = redis.call('HGET', base .. K_SHARES, 'json') end
   local ok, cfg = false, nil
   if text then ok, cfg = pcall(cjson.decode, text) end
   if ok and type(cfg) == 'table' then
-    FS = {cfg = {}, h = {}, U = {}, E = {}, acct = {}, dirty = {}, owners = {}, rank = {}, room = {}, gs = {},
+    FS = {cfg = {}, h = {}, U = {}, E = {}, acct = {}, dirty = {}, w = {}, owners = {}, rank = {}, room = {}, gs = {},
           site = string.match(queue, '^([^/]+)/') or queue, tau = 21600 / math.log(2)}
     for field, v in pairs(cfg) do
       FS.cfg[field] = tonumber(v)
@@ -226,6 +229,7 @@ if FS then
     return a
   end
   local function fs_num(field) return tonumber(fs_get(field)) or 0 end
+  local function fs_two(u, t) return u + 0, t + 0 end
   -- Effective usage of decayed usage u and running cores r: u (clamped by the catch-up cap) + r * tau.
   local function fs_eff(u, r)
     local t = r * FS.tau
@@ -238,7 +242,11 @@ if FS then
     local e = FS.E[a]
     if not e then
       local u, t = string.match(fs_get('u:' .. a) or '', '^(%S+) (%S+)$')
-      u, t = tonumber(u) or 0, tonumber(t) or now
+      if u then -- 17-digit numbers: one strtod each by arithmetic (tonumber makes two), tonumber if not numbers
+        local ok, x, y = pcall(fs_two, u, t)
+        if ok then u, t = x, y else u, t = tonumber(u), tonumber(t) end
+      end
+      u, t = u or 0, t or now
       local r = fs_num('r:' .. a)
       local k = math.exp(-math.max(now - t, 0) / FS.tau)
       FS.U[a] = u * k + r * FS.tau * (1 - k)
@@ -387,26 +395,25 @@ if FS then
     end
     h[st.cs] = fs_num(st.cs) + sign * c
     h[st.cq] = fs_num(st.cq) + sign * c
-    FS.dirty[0] = true
-    if a[3] then h['n:' .. a[3]] = fs_num('n:' .. a[3]) + sign end
+    local w = FS.w
+    w[st.cs], w[st.cq] = true, true
+    if ty then h[ty], w[ty] = fs_num(ty) + sign, true end
   end
   -- The counters this call changed, written once.
+  -- (the counters are whole numbers: Redis writes a Lua number of up to 14 digits as %.14g, a whole one
+  -- without a point; the decayed usage keeps its 17 digits)
   fs_write = function()
-    if not FS.dirty[0] then return end
-    local out, h = {}, FS.h
+    if not next(FS.dirty) then return end
+    local out, h, n = {}, FS.h, 0
     -- the time as the caller wrote it when it is plain decimals (it reads as `now`): one %.17g the less
     local at = string.find(ARGV[3], '^%d+%.?%d*$') and ARGV[3] or string.format('%.17g', now)
     for name in pairs(FS.dirty) do
-      if type(name) == 'string' then
-        out[#out + 1] = 'u:' .. name out[#out + 1] = string.format('%.17g ', FS.U[name]) .. at
-        out[#out + 1] = 'r:' .. name out[#out + 1] = string.format('%d', h['r:' .. name])
-      end
+      local rn = 'r:' .. name
+      out[n + 1], out[n + 2] = 'u:' .. name, string.format('%.17g %s', FS.U[name], at)
+      out[n + 3], out[n + 4] = rn, h[rn]
+      n = n + 4
     end
-    for field, v in pairs(h) do
-      if type(v) == 'number' and string.sub(field, 1, 2) ~= 'r:' then
-        out[#out + 1] = field out[#out + 1] = string.format('%d', v)
-      end
-    end
+    for field in pairs(FS.w) do out[n + 1], out[n + 2] = field, h[field] n = n + 2 end
     redis.call('HSET', base .. K_FAIR, unpack(out))
   end
 end
