@@ -145,7 +145,7 @@ end
 -- (cores of its group overall, at the pilot's site or queue; jobs of its type) is skipped.
 -- With FS the walk reads the queue's heads index by group (GROUPS, GS below), a group's page at a time in the
 -- policy's order, until no unread entry can go first (fs_final): not the whole index (issue 31).
--- The policy is read as JSON from the qfloor hash's mark (below), and the fair hash field by field when first
+-- The policy is read, packed, from the qfloor hash's mark (below), and the fair hash field by field when first
 -- needed (a pilot's ACL grants HGET, not HGETALL: taskqueues/store/access.py).
 -- The queue's floor and whether the community has a policy, in one read: `pilotfish shares` (fairshare.publish)
 -- marks the qfloor hash's field "" (never a queue's name) while the shares hash holds one.
@@ -182,30 +182,51 @@ if policy then
     GROUPS = list
   end
 end
+-- The policy, packed: " name=value name=value ... " (the shares hash's fields, fairshare.Policy.packed).
+local PT
 if policy then
-  -- The mark is the policy's JSON (fairshare.publish): read with the floor, no command of its own. A mark
-  -- "1" (published before the mark carried it) sends the call to the shares hash's field json, as before.
-  local text = policy
-  if text == '1' then text = redis.call('HGET', base .. K_SHARES, 'json') end
-  local ok, cfg = false, nil
-  if text then ok, cfg = pcall(cjson.decode, text) end
-  if ok and type(cfg) == 'table' then
-    FS = {cfg = {}, h = {}, U = {}, E = {}, acct = {}, dirty = {}, w = {}, owners = {}, rank = {}, room = {}, gs = {},
-          site = string.match(queue, '^([^/]+)/') or queue, tau = 21600 / math.log(2)}
-    for field, v in pairs(cfg) do
-      FS.cfg[field] = tonumber(v)
-      local g = type(field) == 'string' and string.match(field, '^s:([^.]+)%.')
-      if g then FS.owners[g] = true end
-      local kind = type(field) == 'string' and string.sub(field, 1, 2)
-      if kind == 'l:' then FS.limits = true elseif kind == 't:' then FS.types = true end
+  -- The mark is the policy, packed (fairshare.publish): read with the floor, no command of its own, and no
+  -- table decoded: fs_conf finds a field the first time the call needs it. A mark "1" (a policy published
+  -- before the mark carried it) sends the call to the shares hash's field json, as before, packed here.
+  PT = policy
+  if string.byte(PT, 1) ~= 32 then
+    local text = PT == '1' and redis.call('HGET', base .. K_SHARES, 'json') or PT
+    local ok, cfg = false, nil
+    if text then ok, cfg = pcall(cjson.decode, text) end
+    PT = nil
+    if ok and type(cfg) == 'table' then
+      local parts = {''}
+      for field, v in pairs(cfg) do
+        if type(field) == 'string' and type(v) == 'string' and not string.find(field .. v, '[%s=]') then
+          parts[#parts + 1] = field .. '=' .. v
+        end
+      end
+      parts[#parts + 1] = ''
+      PT = table.concat(parts, ' ')
     end
-    local hl = FS.cfg.halflife
-    if hl and hl > 0 then FS.tau = hl / math.log(2) end
-    -- The catch-up cap x (issue 29): in ranks, U is clamped into R * tau * [1 - d, 1 + d], d = 2 (x - 1) / (x + 1),
-    -- so no group runs more than x times another's cores per share (taskqueues/store/fairshare.py, Policy.clamp).
-    local x = FS.cfg.catchup
-    if x and x >= 1 then FS.lo, FS.hi = 1 - 2 * (x - 1) / (x + 1), 1 + 2 * (x - 1) / (x + 1) end
   end
+end
+local fs_conf -- a number of the policy (nil when it has none), found once per call: made only with a policy
+if PT then
+  FS = {cfg = {}, h = {}, U = {}, E = {}, acct = {}, dirty = {}, w = {}, rank = {}, room = {}, gs = {},
+        site = string.match(queue, '^([^/]+)/') or queue, tau = 21600 / math.log(2),
+        limits = string.find(PT, ' l:', 1, true), types = string.find(PT, ' t:', 1, true),
+        owned = string.find(PT, ' s:[^%s=.]+%.')}
+  fs_conf = function(name)
+    local v = FS.cfg[name]
+    if v == nil then
+      local _, e = string.find(PT, ' ' .. name .. '=', 1, true)
+      v = e and tonumber(string.match(PT, '^%S*', e + 1)) or false
+      FS.cfg[name] = v
+    end
+    return v or nil
+  end
+  local hl = fs_conf('halflife')
+  if hl and hl > 0 then FS.tau = hl / math.log(2) end
+  -- The catch-up cap x (issue 29): in ranks, U is clamped into R * tau * [1 - d, 1 + d], d = 2 (x - 1) / (x + 1),
+  -- so no group runs more than x times another's cores per share (taskqueues/store/fairshare.py, Policy.clamp).
+  local x = fs_conf('catchup')
+  if x and x >= 1 then FS.lo, FS.hi = 1 - 2 * (x - 1) / (x + 1), 1 + 2 * (x - 1) / (x + 1) end
 end
 if FS then
   -- A field of the fair hash (false when it has none), read once per call.
@@ -256,7 +277,7 @@ if FS then
     return e
   end
   local function fs_share(a, default)
-    local s = FS.cfg['s:' .. a] or default
+    local s = fs_conf('s:' .. a) or default
     if not s or s <= 0 then return 1e-9 end
     return s
   end
@@ -267,19 +288,20 @@ if FS then
   -- group's state: the walk weighs every entry read against the best so far, and what it weighs comes from the
   -- group (names of fields, string concatenations, were most of its cost), per task queue only for a group
   -- that shares among its owners or a policy with limits per job type.
-  local cfg, site = FS.cfg, FS.site
+  local site = FS.site
   GS, XS = {}, {}
   local fields = {}
   for _, g in ipairs(GROUPS) do
     if g ~= '~' then
       local st = {g = g, key = base .. K_GH .. queue .. ':' .. g, n = 0, bound = -EMPTY, all = false, size = want + 2,
-                  share = fs_share(g, cfg['s:*'] or 1), owners = FS.owners[g]}
+                  share = fs_share(g, fs_conf('s:*') or 1),
+                  owners = FS.owned and string.find(PT, ' s:' .. g .. '.', 1, true)}
       local k = #fields
       st.cs, st.cq = 'c:' .. g .. '@' .. site, 'c:' .. g .. '@' .. queue
       fields[k + 1], fields[k + 2], fields[k + 3], fields[k + 4] = 'u:' .. g, 'r:' .. g, st.cs, st.cq
       FS.gs[g] = st
       if FS.limits then
-        st.l1, st.l2, st.l3 = cfg['l:' .. g .. '@*'], cfg['l:' .. g .. '@' .. site], cfg['l:' .. g .. '@' .. queue]
+        st.l1, st.l2, st.l3 = fs_conf('l:' .. g .. '@*'), fs_conf('l:' .. g .. '@' .. site), fs_conf('l:' .. g .. '@' .. queue)
       end
       GS[#GS + 1] = st
     end
@@ -312,7 +334,7 @@ if FS then
     local r = FS.rank[tq]
     if not r then
       local a = fs_acct(tq)
-      r = fs_usage(a[2]) / fs_share(a[2], cfg['s:' .. a[1] .. '.*'] or 1)
+      r = fs_usage(a[2]) / fs_share(a[2], fs_conf('s:' .. a[1] .. '.*') or 1)
       FS.rank[tq] = r
     end
     return r
@@ -322,7 +344,7 @@ if FS then
     local room = FS.room[tq]
     if not room then
       local a = fs_acct(tq)
-      local l = a[3] and cfg['t:' .. a[3]]
+      local l = a[3] and fs_conf('t:' .. a[3])
       room = l and l - fs_num('n:' .. a[3]) or math.huge
       FS.room[tq] = room
     end
@@ -382,7 +404,7 @@ if FS then
       if ty and h[ty] == nil then h[ty] = got[3] or false end
     end
     if FS.types then FS.room = {} end
-    if next(FS.owners) then FS.rank = {} end
+    if FS.owned then FS.rank = {} end
     for _, st in ipairs(GS) do st.rank, st.room = nil, nil end
     local st = FS.gs[a[1]]
     for i = 1, 2 do

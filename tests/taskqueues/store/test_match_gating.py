@@ -91,7 +91,8 @@ def test_without_a_shares_policy_or_with_one_that_cannot_be_read_the_match_is_st
 
 def test_a_policy_published_before_its_mark_carried_it_is_read_from_the_shares_hash(store: Store) -> None:
     """A store written before the mark held the policy (the mark "1") still matches by the policy: match reads
-    the shares hash's json then, one HGET more; publishing again writes the policy into the mark."""
+    the shares hash's json then, one HGET more, and packs it; publishing again writes the packed policy into
+    the mark."""
     store.submit([job("tqA.g1.o1", score=1), job("tqB.g2.o2", score=2)])
     policy = Policy(shares={"g1": 1, "g2": 1})
     store.shares.publish(policy)
@@ -101,7 +102,7 @@ def test_a_policy_published_before_its_mark_carried_it_is_read_from_the_shares_h
     assert [j.id for j in store.match(busy("p1", free=1))] == ["2"]
     assert int(store.client.info("commandstats")["cmdstat_hget"]["calls"]) >= 1
     store.shares.publish(policy)
-    assert store.client.hget(store.keys.qfloor, "") == store.client.hget(store.keys.shares, "json")
+    assert store.client.hget(store.keys.qfloor, "") == policy.packed().encode()
 
 
 def test_a_call_without_a_policy_reads_neither_the_shares_hash_nor_more_than_before(store: Store) -> None:
@@ -119,7 +120,7 @@ def test_a_call_without_a_policy_reads_neither_the_shares_hash_nor_more_than_bef
     strict = PilotOffer("p1", Q, 4, 4000, 0, None)
     assert reads(strict) == (0, 3)  # the floor and mark, one page's heads, the record
     store.shares.publish(Policy(shares={"g1": 1}))
-    assert store.client.hget(store.keys.qfloor, "") == store.client.hget(store.keys.shares, "json")
+    assert store.client.hget(store.keys.qfloor, "") == b" halflife=21600.0 s:*=1.0 s:g1=1.0 "
     _, hmget = reads(strict)
     assert hmget >= 4  # the fair hash's fields are read (the policy comes with the floor: its mark)
     store.shares.publish(None)
