@@ -140,6 +140,11 @@ class Policy:
         out.update({f"t:{t}": str(n) for t, n in self.jobs.items()})
         return out
 
+    def packed(self) -> str:
+        """The fields as match.lua reads them from the qfloor hash's policy mark: ``" name=value ... "`` (no name
+        or value holds a blank or ``=``: names are checked by :func:`parse_policy`, values are numbers)."""
+        return " " + " ".join(f"{name}={value}" for name, value in sorted(self.fields().items())) + " "
+
     @classmethod
     def from_fields(cls, fields: Mapping[str, str]) -> Policy:
         """The policy a ``shares`` hash holds."""
@@ -353,7 +358,9 @@ class Shares(Part):
                 fields = policy.fields()
                 fields["json"] = json.dumps(fields, sort_keys=True)  # what match.lua reads, in one HGET
                 pipe.hset(keys.shares, items=[x for pair in fields.items() for x in pair])
-                pipe.hset(keys.qfloor, POLICY_MARK, "1")  # match.lua reads the policy only where this mark is
+                # match.lua reads the policy only where this mark is, and reads it from the mark, packed (no
+                # command of its own: it comes with the queue's floor); a mark "1" (older) sends it to json
+                pipe.hset(keys.qfloor, POLICY_MARK, policy.packed())
             else:
                 pipe.hdel(keys.qfloor, POLICY_MARK)
                 pipe.delete(*stale)

@@ -29,7 +29,8 @@ policy match reads it; ``store.shares.publish(None)`` drops them all) |
 | ``P:{vo}:heads`` | hash | task-queue id → ``"<score> <member> <floor>"``: its head and a floor (+ a sentinel field,
 and :data:`MATCHED_COUNT`: the jobs match leased, counted with the heads it writes) |
 | ``P:{vo}:qfloor`` | hash | catalog queue → floor ``cpu:mem:tmp:need`` of every job of the task queues it indexes;
-its field ``""`` (:data:`POLICY_MARK`) is ``1`` while the community has a shares policy (match reads both at once) |
+its field ``""`` (:data:`POLICY_MARK`) holds the shares policy, packed (``Policy.packed``), while the community
+has one (match reads both at once) |
 | ``P:{vo}:leases`` | zset | job id → lease expiry (unix seconds) |
 | ``P:{vo}:delayed`` | zset | job id → time a requeued job may be matched again (back-off) |
 | ``P:{vo}:kills`` | hash | job id → reason of a pending kill request |

@@ -145,7 +145,7 @@ end
 -- (cores of its group overall, at the pilot's site or queue; jobs of its type) is skipped.
 -- With FS the walk reads the queue's heads index by group (GROUPS, GS below), a group's page at a time in the
 -- policy's order, until no unread entry can go first (fs_final): not the whole index (issue 31).
--- The policy is read as one JSON field of the shares hash, and the fair hash field by field when first
+-- The policy is read, packed, from the qfloor hash's mark (below), and the fair hash field by field when first
 -- needed (a pilot's ACL grants HGET, not HGETALL: taskqueues/store/access.py).
 -- The queue's floor and whether the community has a policy, in one read: `pilotfish shares` (fairshare.publish)
 -- marks the qfloor hash's field "" (never a queue's name) while the shares hash holds one.
@@ -182,27 +182,51 @@ if policy then
     GROUPS = list
   end
 end
+-- The policy, packed: " name=value name=value ... " (the shares hash's fields, fairshare.Policy.packed).
+local PT
 if policy then
-  local text = redis.call('HGET', base .. K_SHARES, 'json')
-  local ok, cfg = false, nil
-  if text then ok, cfg = pcall(cjson.decode, text) end
-  if ok and type(cfg) == 'table' then
-    FS = {cfg = {}, h = {}, U = {}, E = {}, acct = {}, dirty = {}, owners = {}, rank = {}, room = {}, gs = {},
-          site = string.match(queue, '^([^/]+)/') or queue, tau = 21600 / math.log(2)}
-    for field, v in pairs(cfg) do
-      FS.cfg[field] = tonumber(v)
-      local g = type(field) == 'string' and string.match(field, '^s:([^.]+)%.')
-      if g then FS.owners[g] = true end
-      local kind = type(field) == 'string' and string.sub(field, 1, 2)
-      if kind == 'l:' then FS.limits = true elseif kind == 't:' then FS.types = true end
+  -- The mark is the policy, packed (fairshare.publish): read with the floor, no command of its own, and no
+  -- table decoded: fs_conf finds a field the first time the call needs it. A mark "1" (a policy published
+  -- before the mark carried it) sends the call to the shares hash's field json, as before, packed here.
+  PT = policy
+  if string.byte(PT, 1) ~= 32 then
+    local text = PT == '1' and redis.call('HGET', base .. K_SHARES, 'json') or PT
+    local ok, cfg = false, nil
+    if text then ok, cfg = pcall(cjson.decode, text) end
+    PT = nil
+    if ok and type(cfg) == 'table' then
+      local parts = {''}
+      for field, v in pairs(cfg) do
+        if type(field) == 'string' and type(v) == 'string' and not string.find(field .. v, '[%s=]') then
+          parts[#parts + 1] = field .. '=' .. v
+        end
+      end
+      parts[#parts + 1] = ''
+      PT = table.concat(parts, ' ')
     end
-    local hl = FS.cfg.halflife
-    if hl and hl > 0 then FS.tau = hl / math.log(2) end
-    -- The catch-up cap x (issue 29): in ranks, U is clamped into R * tau * [1 - d, 1 + d], d = 2 (x - 1) / (x + 1),
-    -- so no group runs more than x times another's cores per share (taskqueues/store/fairshare.py, Policy.clamp).
-    local x = FS.cfg.catchup
-    if x and x >= 1 then FS.lo, FS.hi = 1 - 2 * (x - 1) / (x + 1), 1 + 2 * (x - 1) / (x + 1) end
   end
+end
+local fs_conf -- a number of the policy (nil when it has none), found once per call: made only with a policy
+if PT then
+  FS = {cfg = {}, h = {}, U = {}, E = {}, acct = {}, dirty = {}, w = {}, rank = {}, room = {}, gs = {},
+        site = string.match(queue, '^([^/]+)/') or queue, tau = 21600 / math.log(2),
+        limits = string.find(PT, ' l:', 1, true), types = string.find(PT, ' t:', 1, true),
+        owned = string.find(PT, ' s:[^%s=.]+%.')}
+  fs_conf = function(name)
+    local v = FS.cfg[name]
+    if v == nil then
+      local _, e = string.find(PT, ' ' .. name .. '=', 1, true)
+      v = e and tonumber(string.match(PT, '^%S*', e + 1)) or false
+      FS.cfg[name] = v
+    end
+    return v or nil
+  end
+  local hl = fs_conf('halflife')
+  if hl and hl > 0 then FS.tau = hl / math.log(2) end
+  -- The catch-up cap x (issue 29): in ranks, U is clamped into R * tau * [1 - d, 1 + d], d = 2 (x - 1) / (x + 1),
+  -- so no group runs more than x times another's cores per share (taskqueues/store/fairshare.py, Policy.clamp).
+  local x = fs_conf('catchup')
+  if x and x >= 1 then FS.lo, FS.hi = 1 - 2 * (x - 1) / (x + 1), 1 + 2 * (x - 1) / (x + 1) end
 end
 if FS then
   -- A field of the fair hash (false when it has none), read once per call.
@@ -226,6 +250,7 @@ if FS then
     return a
   end
   local function fs_num(field) return tonumber(fs_get(field)) or 0 end
+  local function fs_two(u, t) return u + 0, t + 0 end
   -- Effective usage of decayed usage u and running cores r: u (clamped by the catch-up cap) + r * tau.
   local function fs_eff(u, r)
     local t = r * FS.tau
@@ -238,7 +263,11 @@ if FS then
     local e = FS.E[a]
     if not e then
       local u, t = string.match(fs_get('u:' .. a) or '', '^(%S+) (%S+)$')
-      u, t = tonumber(u) or 0, tonumber(t) or now
+      if u then -- 17-digit numbers: one strtod each by arithmetic (tonumber makes two), tonumber if not numbers
+        local ok, x, y = pcall(fs_two, u, t)
+        if ok then u, t = x, y else u, t = tonumber(u), tonumber(t) end
+      end
+      u, t = u or 0, t or now
       local r = fs_num('r:' .. a)
       local k = math.exp(-math.max(now - t, 0) / FS.tau)
       FS.U[a] = u * k + r * FS.tau * (1 - k)
@@ -248,7 +277,7 @@ if FS then
     return e
   end
   local function fs_share(a, default)
-    local s = FS.cfg['s:' .. a] or default
+    local s = fs_conf('s:' .. a) or default
     if not s or s <= 0 then return 1e-9 end
     return s
   end
@@ -259,19 +288,22 @@ if FS then
   -- group's state: the walk weighs every entry read against the best so far, and what it weighs comes from the
   -- group (names of fields, string concatenations, were most of its cost), per task queue only for a group
   -- that shares among its owners or a policy with limits per job type.
-  local cfg, site = FS.cfg, FS.site
+  local site = FS.site
   GS, XS = {}, {}
   local fields = {}
   for _, g in ipairs(GROUPS) do
     if g ~= '~' then
       local st = {g = g, key = base .. K_GH .. queue .. ':' .. g, n = 0, bound = -EMPTY, all = false, size = want + 2,
-                  share = fs_share(g, cfg['s:*'] or 1), owners = FS.owners[g]}
+                  share = fs_share(g, fs_conf('s:*') or 1),
+                  owners = FS.owned and string.find(PT, ' s:' .. g .. '.', 1, true)}
       local k = #fields
       st.cs, st.cq = 'c:' .. g .. '@' .. site, 'c:' .. g .. '@' .. queue
       fields[k + 1], fields[k + 2], fields[k + 3], fields[k + 4] = 'u:' .. g, 'r:' .. g, st.cs, st.cq
       FS.gs[g] = st
       if FS.limits then
-        st.l1, st.l2, st.l3 = cfg['l:' .. g .. '@*'], cfg['l:' .. g .. '@' .. site], cfg['l:' .. g .. '@' .. queue]
+        st.l1, st.l2, st.l3 = fs_conf('l:' .. g .. '@*'), fs_conf('l:' .. g .. '@' .. site), fs_conf('l:' .. g .. '@' .. queue)
+      else
+        st.room = math.huge -- no limits: never computed, never reset (fs_take)
       end
       GS[#GS + 1] = st
     end
@@ -287,7 +319,10 @@ if FS then
     if not r then r = fs_usage(st.g) / st.share st.rank = r end
     return r
   end
-  local function fs_groom(st)
+  -- The closures of what a policy may not have (limits, limits per type, owner shares) are made only where it
+  -- has them: a closure costs a call about 1.5k instructions.
+  local fs_groom, fs_typed
+  if FS.limits then fs_groom = function(st)
     local cores = st.room
     if not cores then
       cores = math.huge
@@ -297,55 +332,53 @@ if FS then
       st.room = cores
     end
     return cores
-  end
+  end end
   -- The rank of a task queue's owner inside its group (0 unless the group gives its owners shares).
-  fs_orank = function(tq, st)
+  if FS.owned then fs_orank = function(tq, st)
     if not st.owners then return 0 end
     local r = FS.rank[tq]
     if not r then
       local a = fs_acct(tq)
-      r = fs_usage(a[2]) / fs_share(a[2], cfg['s:' .. a[1] .. '.*'] or 1)
+      r = fs_usage(a[2]) / fs_share(a[2], fs_conf('s:' .. a[1] .. '.*') or 1)
       FS.rank[tq] = r
     end
     return r
-  end
+  end end
   -- Whether a job of task queue tq stays within the limit of its type (with limits per type only).
-  local function fs_typed(tq)
+  if FS.types then fs_typed = function(tq)
     local room = FS.room[tq]
     if not room then
       local a = fs_acct(tq)
-      local l = a[3] and cfg['t:' .. a[3]]
+      local l = a[3] and fs_conf('t:' .. a[3])
       room = l and l - fs_num('n:' .. a[3]) or math.huge
       FS.room[tq] = room
     end
     return room >= 1
-  end
+  end end
   -- Whether entry x (its cores read) stays within every running limit.
   fs_allowed = function(X, x)
     local st = XS[x]
     return X[x + 4] <= (st.room or fs_groom(st)) and not (FS.types and not fs_typed(X[x + 1]))
   end
-  -- Whether entry x goes before entry b in the policy's order: (group rank, owner rank, score, task-queue id).
-  fs_order = function(X, x, b)
+  -- Whether entry x goes before entry b in the policy's order: (group rank, owner rank, score, task-queue id);
+  -- the reservations' decision alone asks it.
+  if RV then fs_order = function(X, x, b)
     local sx, sb = XS[x], XS[b]
     local x1, b1 = fs_grank(sx), fs_grank(sb)
     if x1 ~= b1 then return x1 < b1 end
-    local x2, b2 = fs_orank(X[x + 1], sx), fs_orank(X[b + 1], sb)
+    local x2, b2 = sx.owners and fs_orank(X[x + 1], sx) or 0, sb.owners and fs_orank(X[b + 1], sb) or 0
     if x2 ~= b2 then return x2 < b2 end
     if X[x + 2] ~= X[b + 2] then return X[x + 2] < X[b + 2] end
     return X[x + 1] < X[b + 1]
-  end
+  end end
   -- A group none of whose task queues may lease (its cores' room below the queue's floor, or below 0 without a
   -- floor) counts as read. An unread entry of a group ranks (its group's rank, 0 or more, a score at or above
   -- its bound): whether one may go before entry y (fs_order) is told by its group alone.
-  local function fs_shut(st)
-    return st.all or fs_groom(st) < (f1 or 0)
-  end
   fs_final = function(X, y)
     local sy = XS[y]
-    local y1, y2 = fs_grank(sy), fs_orank(X[y + 1], sy)
+    local y1, y2 = fs_grank(sy), sy.owners and fs_orank(X[y + 1], sy) or 0
     for _, st in ipairs(GS) do
-      if not fs_shut(st) then
+      if not (st.all or (st.room or fs_groom(st)) < (f1 or 0)) then -- not shut
         local g1 = fs_grank(st)
         if g1 < y1 or (g1 == y1 and (y2 > 0 or X[y + 2] >= st.bound)) then return false end
       end
@@ -357,7 +390,7 @@ if FS then
   fs_next = function()
     local best, b1
     for _, st in ipairs(GS) do
-      if not fs_shut(st) then
+      if not (st.all or (st.room or fs_groom(st)) < (f1 or 0)) then -- not shut
         local g1 = fs_grank(st)
         if not best or g1 < b1 or (g1 == b1 and st.bound < best.bound) then best, b1 = st, g1 end
       end
@@ -374,8 +407,11 @@ if FS then
       if ty and h[ty] == nil then h[ty] = got[3] or false end
     end
     if FS.types then FS.room = {} end
-    if next(FS.owners) then FS.rank = {} end
-    for _, st in ipairs(GS) do st.rank, st.room = nil, nil end
+    if FS.owned then FS.rank = {} end
+    for _, st in ipairs(GS) do
+      st.rank = nil
+      if FS.limits then st.room = nil end
+    end
     local st = FS.gs[a[1]]
     for i = 1, 2 do
       local name, rn = a[i], i == 1 and 'r:' .. a[1] or ra
@@ -387,26 +423,25 @@ if FS then
     end
     h[st.cs] = fs_num(st.cs) + sign * c
     h[st.cq] = fs_num(st.cq) + sign * c
-    FS.dirty[0] = true
-    if a[3] then h['n:' .. a[3]] = fs_num('n:' .. a[3]) + sign end
+    local w = FS.w
+    w[st.cs], w[st.cq] = true, true
+    if ty then h[ty], w[ty] = fs_num(ty) + sign, true end
   end
   -- The counters this call changed, written once.
+  -- (the counters are whole numbers: Redis writes a Lua number of up to 14 digits as %.14g, a whole one
+  -- without a point; the decayed usage keeps its 17 digits)
   fs_write = function()
-    if not FS.dirty[0] then return end
-    local out, h = {}, FS.h
+    if not next(FS.dirty) then return end
+    local out, h, n = {}, FS.h, 0
     -- the time as the caller wrote it when it is plain decimals (it reads as `now`): one %.17g the less
     local at = string.find(ARGV[3], '^%d+%.?%d*$') and ARGV[3] or string.format('%.17g', now)
     for name in pairs(FS.dirty) do
-      if type(name) == 'string' then
-        out[#out + 1] = 'u:' .. name out[#out + 1] = string.format('%.17g ', FS.U[name]) .. at
-        out[#out + 1] = 'r:' .. name out[#out + 1] = string.format('%d', h['r:' .. name])
-      end
+      local rn = 'r:' .. name
+      out[n + 1], out[n + 2] = 'u:' .. name, string.format('%.17g %s', FS.U[name], at)
+      out[n + 3], out[n + 4] = rn, h[rn]
+      n = n + 4
     end
-    for field, v in pairs(h) do
-      if type(v) == 'number' and string.sub(field, 1, 2) ~= 'r:' then
-        out[#out + 1] = field out[#out + 1] = string.format('%d', v)
-      end
-    end
+    for field in pairs(FS.w) do out[n + 1], out[n + 2] = field, h[field] n = n + 2 end
     redis.call('HSET', base .. K_FAIR, unpack(out))
   end
 end

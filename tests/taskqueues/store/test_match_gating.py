@@ -82,8 +82,27 @@ def test_without_a_shares_policy_or_with_one_that_cannot_be_read_the_match_is_st
     assert lease("tqB.g2.o2", 2) == ("2", True)
     store.shares.publish(None)
     assert lease("tqB.g2.o2", 2) == ("1", False)  # no policy: the most urgent
-    store.client.hset(store.keys.shares, "json", "not json")
+    store.client.hset(store.keys.qfloor, "", "not json")
     assert lease("tqA.g1.o1", 1) == ("4", False)  # unreadable: strict again
+    store.client.hset(store.keys.qfloor, "", "1")  # an older mark: the policy is the shares hash's json
+    store.client.hset(store.keys.shares, "json", "not json")
+    assert lease("tqA.g1.o1", 1) == ("5", False)
+
+
+def test_a_policy_published_before_its_mark_carried_it_is_read_from_the_shares_hash(store: Store) -> None:
+    """A store written before the mark held the policy (the mark "1") still matches by the policy: match reads
+    the shares hash's json then, one HGET more, and packs it; publishing again writes the packed policy into
+    the mark."""
+    store.submit([job("tqA.g1.o1", score=1), job("tqB.g2.o2", score=2)])
+    policy = Policy(shares={"g1": 1, "g2": 1})
+    store.shares.publish(policy)
+    store.client.hset(store.keys.fair, "r:g1", 5)  # g1 runs 5 cores: g2 goes first
+    store.client.hset(store.keys.qfloor, "", "1")
+    store.client.config_resetstat()
+    assert [j.id for j in store.match(busy("p1", free=1))] == ["2"]
+    assert int(store.client.info("commandstats")["cmdstat_hget"]["calls"]) >= 1
+    store.shares.publish(policy)
+    assert store.client.hget(store.keys.qfloor, "") == policy.packed().encode()
 
 
 def test_a_call_without_a_policy_reads_neither_the_shares_hash_nor_more_than_before(store: Store) -> None:
@@ -101,9 +120,9 @@ def test_a_call_without_a_policy_reads_neither_the_shares_hash_nor_more_than_bef
     strict = PilotOffer("p1", Q, 4, 4000, 0, None)
     assert reads(strict) == (0, 3)  # the floor and mark, one page's heads, the record
     store.shares.publish(Policy(shares={"g1": 1}))
-    assert store.client.hget(store.keys.qfloor, "") == b"1"
-    hget, _ = reads(strict)
-    assert hget >= 1  # the policy (and the fair hash's fields) are read
+    assert store.client.hget(store.keys.qfloor, "") == b" halflife=21600.0 s:*=1.0 s:g1=1.0 "
+    _, hmget = reads(strict)
+    assert hmget >= 4  # the fair hash's fields are read (the policy comes with the floor: its mark)
     store.shares.publish(None)
     assert store.client.hget(store.keys.qfloor, "") is None
     assert reads(strict) == (0, 3)
