@@ -5,7 +5,11 @@ A payload runs in its own session, so nothing ties it to the pilot: if the pilot
 guardian is one small process per pilot, started with the read end of a pipe whose write end only the
 pilot holds. The pilot writes ``+<pgid>`` when a payload starts and ``-<pgid>`` when it has reaped it.
 When the pipe hangs up, the pilot is gone — the kernel closes the write end however the pilot died —
-and the guardian SIGKILLs every payload group still listed, then exits.
+and the guardian SIGKILLs every payload group still listed, then exits. A pilot working in a scratch
+directory of its own (``pilotfish pilot`` without ``--workdir``) names it to the guardian, which removes it
+after the kill unless the pilot said ``=`` first (it ends normally and removes it itself, later in its
+teardown): a pilot killed by SIGKILL, or by its launcher's grace running out under load, leaves no
+directory behind.
 
 The guardian does not wait for the lines: it waits for the hang-up only (``poll`` with no event asked
 for reports nothing else) and reads what accumulated every ``drain`` seconds, so a pilot running
@@ -34,6 +38,7 @@ import select
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 from taskqueues.credentials import seal
 from taskqueues.errors import PilotfishError
@@ -55,8 +60,9 @@ class Guardian:
     :meth:`revive` with one that watches the same payloads.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, scratch: Path | None = None) -> None:
         self._live: set[int] = set()
+        self._scratch = [os.fspath(scratch)] if scratch is not None else []
         self._start()
 
     def _start(self) -> None:
@@ -67,7 +73,7 @@ class Guardian:
             # Its own session: a batch system or a local backend that kills the pilot's process group
             # must not kill the guardian with it (the payloads, in sessions of their own, would live on).
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "pilot.agent.guardian", str(read)],
+                [sys.executable, "-m", "pilot.agent.guardian", str(read), *self._scratch],
                 pass_fds=(read,),
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
@@ -104,20 +110,24 @@ class Guardian:
             os.write(self._write, line.encode())
 
     def close(self) -> None:
-        """The pilot ends normally (its payloads already stopped): the guardian exits with nothing to kill."""
+        """The pilot ends normally (its payloads already stopped): the guardian exits with nothing to kill,
+        leaving the scratch directory to the pilot's teardown."""
         if self._write >= 0:
+            self._send("=\n")
             os.close(self._write)
             self._write = -1
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(timeout=5)
 
 
-def watch(fd: int, drain: float = DRAIN) -> set[int]:
-    """Follow the pilot's lines until it hangs up; returns the payload groups still alive then."""
+def watch(fd: int, drain: float = DRAIN) -> tuple[set[int], bool]:
+    """Follow the pilot's lines until it hangs up; returns the payload groups still alive then, and whether
+    the pilot ended normally (its ``=`` line)."""
     os.set_blocking(fd, False)
     poller = select.poll()
     poller.register(fd, 0)  # no event asked for: only the hang-up (or an error) is reported
     live: set[int] = set()
+    normal = False
     pending = b""
     while True:
         hung_up = poller.poll(drain * 1000)
@@ -134,17 +144,25 @@ def watch(fd: int, drain: float = DRAIN) -> set[int]:
                     live.add(int(line[1:]))
                 elif line[:1] == b"-":
                     live.discard(int(line[1:]))
+                elif line == b"=":
+                    normal = True
         if hung_up:
-            return live
+            return live, normal
 
 
 def main(argv: list[str]) -> int:
     seal()
     for number in (signal.SIGINT, signal.SIGTERM):
         signal.signal(number, signal.SIG_IGN)
-    for pgid in watch(int(argv[0])):
+    live, normal = watch(int(argv[0]))
+    for pgid in live:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
+    if len(argv) > 1 and not normal:
+        from pilot.mjf.payload import _remove_tree  # only now: the guardian of every pilot starts light
+
+        with contextlib.suppress(OSError):
+            _remove_tree(argv[1])
     return 0
 
 

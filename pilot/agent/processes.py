@@ -62,7 +62,7 @@ class Processes:
             adopt_orphans()  # a sandbox's init left by its bwrap comes back to the pilot, with its CPU time
         else:
             log.warning("pilot %s: %s", self.state.name, none_warning())
-        self.guardian = Guardian()
+        self.guardian = Guardian(config.workdir if config.scratch_workdir else None)
 
     def revive_guardian(self) -> None:
         if self.guardian is not None and self.guardian.revive():

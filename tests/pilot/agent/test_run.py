@@ -24,6 +24,7 @@ from tests.support.pilots import (
     finish,
     kill_with_payloads,
     peak_cores,
+    pilot_argv,
     pilot_env,
     read_timeline,
     running_pilot,
@@ -380,6 +381,37 @@ def test_payloads_die_with_a_sigkilled_pilot(store: Store, redis_url: str, tmp_p
     assert not late.exists(), "a payload went on after its pilot died"
     # Still leased to the dead pilot (started or not yet reported so) until the reaper requeues them.
     assert set(states(store, ids)) <= {JobState.MATCHED, JobState.RUNNING}
+
+
+def test_a_sigkilled_pilots_guardian_removes_its_scratch_directory(
+    store: Store, redis_url: str, tmp_path: Path
+) -> None:
+    """A pilot without --workdir works in a scratch directory of its own, which its teardown removes; killed
+    by SIGKILL (or by a launcher whose grace ran out before the teardown did, as a loaded host made `run`'s
+    local backend do) it cannot: its guardian removes it once the payloads are killed. A normal end leaves
+    the removal to the pilot (the guardian is told), which the other tests of this file see."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    (jid,) = store.submit([job(command="sleep 30")])
+    argv = pilot_argv(redis_url, tmp_path / "unused", "--idle-timeout", "30")
+    at = argv.index("--workdir")
+    del argv[at : at + 2]
+    env = {**pilot_env(tmp_path, cores=1), "TMPDIR": str(temp)}
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_until(
+            lambda: store.job(jid).state == JobState.RUNNING,
+            timeout=20,
+            what="the payload running",
+        )
+        [scratch] = temp.glob("pilotfish-pilot-*")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        wait_until(lambda: not scratch.exists(), timeout=10, what="the scratch directory removed by the guardian")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def test_a_killed_guardian_is_replaced_and_the_payloads_still_die_with_their_pilot(

@@ -251,5 +251,10 @@ def test_guardian_follows_starts_and_reaps_until_the_pilot_hangs_up() -> None:
     os.write(write, b"+101\n+102\n-101\n+10")  # a line may arrive in two pieces
     os.write(write, b"3\n-999\n")
     os.close(write)  # the pilot is gone
-    assert watch(read, drain=0.01) == {102, 103}
+    assert watch(read, drain=0.01) == ({102, 103}, False)
+    os.close(read)
+    read, write = os.pipe()
+    os.write(write, b"+7\n-7\n=\n")  # it ended normally: its scratch directory is its own to remove
+    os.close(write)
+    assert watch(read, drain=0.01) == (set(), True)
     os.close(read)
