@@ -218,7 +218,6 @@ def test_reader_names_missing_and_malformed_files(tmp_path: Path) -> None:
         read_jobstatus(tmp_path)
 
 
-
 def test_a_reader_between_the_first_writers_create_and_lock_sees_nothing_published(tmp_path: Path) -> None:
     """The first writer creates ``used_CPU`` empty, then locks it: a reader that locks it in between
     found no other file and raised "last_job_start is missing" (a flaky test_jobstatus_while_running).

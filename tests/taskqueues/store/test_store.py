@@ -217,7 +217,6 @@ def test_fail_records_reason_and_requeue_gives_it_back(store: Store) -> None:
     assert store.job(b).state is JobState.WAITING
 
 
-
 def test_a_job_given_back_unstarted_uses_none_of_its_retries(store: Store) -> None:
     """A pilot that stops taking jobs gives back those it holds unstarted (prefetched): as often as it
     happens, the job never ran and keeps every retry. Once started, a give-back counts as a retry even if
@@ -236,6 +235,7 @@ def test_a_job_given_back_unstarted_uses_none_of_its_retries(store: Store) -> No
     store.start(jid, m.attempt, "p6")
     assert store.fail(jid, m.attempt, "p6", RunResult(reason="x"), requeue=True, unstarted=True) is JobState.FAILED
     assert "gave up after 1 retries" in (store.job(jid).reason or "")
+
 
 def test_requeue_expired_with_backoff_and_retry_limit(store: Store, clock: FakeClock) -> None:
     (jid,) = store.submit([job(max_retries=2)])
