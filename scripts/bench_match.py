@@ -64,7 +64,7 @@ def queue_name(i: int) -> str:
 
 def tq_id(t: int, groups: int = 0) -> str:
     """Task queue t's id; with ``groups``, of the account of group ``g<t % groups>`` (owner ``u``), as
-    submissions make them for a community with owners and groups (taskqueues.store.fairshare.account_tq)."""
+    submissions make them for a community with owners and groups (taskqueues.store.keys.account_tq)."""
     return f"{t:016x}" + (f".g{t % groups}.u" if groups else "")
 
 

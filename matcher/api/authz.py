@@ -55,7 +55,7 @@ def require_operator(caller: Identity, what: str) -> None:
 
 
 def task_queue_account(tq_id: str) -> tuple[str, str]:
-    """A task queue's (group, owner): its id names them (``taskqueues.store.fairshare.account_of``)."""
+    """A task queue's (group, owner): its id names them (``taskqueues.store.keys.account_of``)."""
     group, owner, _ = account_of(tq_id)
     return group, owner
 

@@ -26,12 +26,9 @@ from .counters import MATCH_BUCKETS, LatencyHistogram, StatField
 from .exchange import PendingExchange
 from .facade import Store
 from .fairshare import (
-    DEFAULT_GROUP,
     FairState,
     Policy,
     Shares,
-    account_of,
-    account_tq,
     default_owner,
     job_account,
     limit_hit,
@@ -41,7 +38,7 @@ from .fairshare import (
 )
 from .fairshare import check_name as check_account_name
 from .guard import shown_url
-from .keys import Keys
+from .keys import DEFAULT_GROUP, Keys, account_of, account_tq
 from .lifecycle import JobEvent, Placed
 from .lock import Lock, LockError
 from .moves import CHUNK as MOVE_CHUNK

@@ -43,17 +43,14 @@ from ..errors import ConfigError, ValidationError
 from ..units import parse_duration_s
 from .gheads import group_heads_keys
 from .guard import guarded
-from .keys import POLICY_MARK
+from .keys import DEFAULT_GROUP, DEFAULT_OWNER, POLICY_MARK, account_of
 from .part import Part
 from .records import text as _text
 
 NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,63}")
 NAME_RULE = "1 to 64 letters, digits, '_' or '-', not starting with '-'"
-DEFAULT_GROUP = "default"
-DEFAULT_OWNER = "default"
 #: Half-life of the decayed usage when the policy names none (seconds).
 DEFAULT_HALFLIFE = 21600.0
-_ACCOUNT_RE = re.compile(r"^[^.]+\.([^.]+)\.([^.]+)\.?(.*)$")
 _TYPE_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 _WHERE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*(/[A-Za-z0-9][A-Za-z0-9._+-]*/[A-Za-z0-9][A-Za-z0-9._+-]*)?")
 
@@ -73,19 +70,6 @@ def default_owner() -> str:
         user = DEFAULT_OWNER
     name = re.sub(r"[^A-Za-z0-9_-]", "_", user)[:64].lstrip("-")
     return name or DEFAULT_OWNER
-
-
-def account_tq(tq_id: str, group: str, owner: str, job_type: str = "") -> str:
-    """The task queue of a requirement class (``tq_id``) for an account, and a job type (its rule)."""
-    return f"{tq_id}.{group}.{owner}" + (f".{job_type}" if job_type else "")
-
-
-def account_of(tq_id: str) -> tuple[str, str, str]:
-    """(group, owner, type) of a task queue; ``default`` and no type for one without an account."""
-    m = _ACCOUNT_RE.match(tq_id)
-    if not m:
-        return DEFAULT_GROUP, DEFAULT_OWNER, ""
-    return m.group(1), m.group(2), m.group(3)
 
 
 def job_account(tq_id: str, request: Mapping[str, Any]) -> tuple[str, str]:

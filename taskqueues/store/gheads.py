@@ -16,29 +16,19 @@ indexes (the store's consistency check; ``tests/taskqueues/store/test_gheads.py`
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import redis
 
 from .guard import guarded
-from .keys import POLICY_MARK, Keys
+from .keys import POLICY_MARK, Keys, account_of
 from .part import Part
 from .records import text as _text
 
-__all__ = ["GroupHeads", "group_heads_keys", "group_of"]
+__all__ = ["GroupHeads", "group_heads_keys"]
 
 #: The member of a queue's set of groups that makes it exist once built (no group is named so).
 BUILT = "~"
-#: The group of a task-queue id ``<hash>.<group>.<owner>[.<type>]`` (``fairshare.account_of``, and the pattern
-#: match.lua and _lib.lua's ``group_of`` use).
-_GROUP_RE = re.compile(r"^[^.]+\.([^.]+)\.[^.]")
-
-
-def group_of(tq_id: str) -> str:
-    """The group whose index by group holds task queue ``tq_id`` (``default`` for one without an account)."""
-    m = _GROUP_RE.match(tq_id)
-    return m.group(1) if m else "default"
 
 
 def group_heads_keys(client: redis.Redis | redis.client.Pipeline, keys: Keys) -> list[str]:
@@ -89,12 +79,12 @@ class GroupHeads(Part):
                 part: Any = self.client.zrange(k.gheads(queue, group), 0, -1, withscores=True)
                 for tq, score in part:
                     name = _text(tq)
-                    if group_of(name) != group:
+                    if account_of(name)[0] != group:
                         out.append(f"{queue}: {name} is in the index of group {group}, not of its own")
                     split[name] = float(score)
             for tq in sorted(heads.keys() | split.keys()):
                 if tq not in split:
-                    out.append(f"{queue}: {tq} is in the heads index, not in its group's ({group_of(tq)})")
+                    out.append(f"{queue}: {tq} is in the heads index, not in its group's ({account_of(tq)[0]})")
                 elif tq not in heads:
                     out.append(f"{queue}: {tq} is in the index of its group, not in the heads index")
                 elif heads[tq] != split[tq]:

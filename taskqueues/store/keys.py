@@ -108,6 +108,7 @@ may not read or write it |
 
 from __future__ import annotations
 
+import re
 import zlib
 from dataclasses import dataclass
 
@@ -131,6 +132,25 @@ WAKE_SHARDS = 16
 def wake_shard(pilot: str) -> int:
     """The wake shard a pilot listens on (``Keys.wake_channel``): spread by a hash of its name."""
     return zlib.crc32(pilot.encode()) % WAKE_SHARDS
+
+
+#: An account's part of a task-queue id: ``<hash>.<group>.<owner>[.<type>]`` (the shares policy's accounts).
+DEFAULT_GROUP = "default"
+DEFAULT_OWNER = "default"
+_ACCOUNT_RE = re.compile(r"^[^.]+\.([^.]+)\.([^.]+)\.?(.*)$")
+
+
+def account_tq(tq_id: str, group: str, owner: str, job_type: str = "") -> str:
+    """The task queue of a requirement class (``tq_id``) for an account, and a job type (its rule)."""
+    return f"{tq_id}.{group}.{owner}" + (f".{job_type}" if job_type else "")
+
+
+def account_of(tq_id: str) -> tuple[str, str, str]:
+    """(group, owner, type) of a task queue; ``default`` and no type for one without an account."""
+    m = _ACCOUNT_RE.match(tq_id)
+    if not m:
+        return DEFAULT_GROUP, DEFAULT_OWNER, ""
+    return m.group(1), m.group(2), m.group(3)
 
 
 @dataclass(frozen=True)

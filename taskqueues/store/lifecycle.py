@@ -17,8 +17,9 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from ..errors import JobRefused, NotFound, StoreError
-from .fairshare import account_tq, job_account
+from .fairshare import job_account
 from .guard import guarded
+from .keys import account_tq
 from .part import Scripted
 from .records import Job, JobState, member_tail, stored_requirements, time_needed
 from .records import text as _text

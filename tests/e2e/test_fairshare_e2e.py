@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from taskqueues.store.fairshare import account_of
-from taskqueues.store.keys import Keys
+from taskqueues.store.keys import Keys, account_of
 from tests.support.paths import ROOT
 from tests.support.polling import wait_until
 

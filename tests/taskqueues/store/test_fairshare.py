@@ -20,12 +20,11 @@ from taskqueues.errors import ConfigError
 from taskqueues.store import Store
 from taskqueues.store.fairshare import (
     Policy,
-    account_of,
     job_account,
     parse_policy,
     read_policy,
 )
-from taskqueues.store.keys import Keys
+from taskqueues.store.keys import Keys, account_of
 from taskqueues.store.records import PilotOffer
 from tests.support.catalogs import QA, TWO_SITES
 from tests.support.clock import FakeClock

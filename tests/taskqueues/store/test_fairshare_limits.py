@@ -8,7 +8,8 @@ import multiprocessing as mp
 import redis
 
 from taskqueues.store import Store
-from taskqueues.store.fairshare import Policy, account_of
+from taskqueues.store.fairshare import Policy
+from taskqueues.store.keys import account_of
 from taskqueues.store.records import PilotOffer
 from tests.support.store import check_store, job
 

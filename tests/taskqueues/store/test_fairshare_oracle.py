@@ -19,7 +19,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from taskqueues.store import Store
-from taskqueues.store.fairshare import Policy, account_of
+from taskqueues.store.fairshare import Policy
+from taskqueues.store.keys import account_of
 from taskqueues.store.records import PilotOffer, member_tail
 from tests.support.clock import FakeClock
 from tests.support.store import check_pools, check_states, check_store, job

@@ -15,7 +15,7 @@ import redis
 
 from taskqueues.store import Placed, Store
 from taskqueues.store.fairshare import Policy
-from taskqueues.store.gheads import group_of
+from taskqueues.store.keys import account_of
 from taskqueues.store.records import PilotOffer, RunResult
 from tests.support.clock import FakeClock
 from tests.support.store import check_store, job
@@ -141,7 +141,7 @@ def test_a_store_written_before_the_index_matches_as_a_scan_says(real_redis: red
     _consistent(store, "first match")
     split = _split(store, OFFER.queue)
     assert {tq for g in split.values() for tq in g} == set(tqs)
-    assert all(group_of(tq) == g for g, part in split.items() for tq in part)
+    assert all(account_of(tq)[0] == g for g, part in split.items() for tq in part)
     real_redis.zadd(store.keys.gheads(OFFER.queue, "g1"), {tqs[0]: 1.0})
     assert any(tqs[0] in line for line in store.gheads.check())
 

@@ -9,7 +9,8 @@ import pytest
 
 from taskqueues.errors import JobRefused, NotFound
 from taskqueues.store import Placed, Store, retention
-from taskqueues.store.fairshare import account_tq, job_account
+from taskqueues.store.fairshare import job_account
+from taskqueues.store.keys import account_tq
 from taskqueues.store.records import JobState, PilotOffer, RunResult
 from tests.support.clock import FakeClock
 from tests.support.store import check_heads, check_store, job
