@@ -49,18 +49,29 @@
 
 -- ==== fair share: the policy's functions, made once when the library loads (issue 31) ====
 -- Everything above the line "-- per call:" runs once, when the library loads (taskqueues/store/functions.py,
--- wrapped): a closure made per call cost a policy call about 1.5k instructions each. These functions keep no
--- call's state for the next: every upvalue they read that a call sets (FS, PT, GS, XS and those below) is set
--- by fs_begin at the start of each call with a policy, and they are called only by such a call.
-local FS, PT, GS, XS -- the call's fair-share state, its policy (packed), its groups' states, entry -> state
+-- wrapped): a closure made per call cost a policy call about 1.5k instructions. These functions keep no call's
+-- state for the next: every upvalue they read that a call sets (FS, PT, PC, GS, XS and those below) is set by
+-- fs_begin at the start of each call with a policy, and they are called only by such a call. What they keep
+-- from one call to the next is what a text gives whenever it is the same (POLICIES, ACCTS): the numbers of a
+-- packed policy, the names a group's state is made of, a task queue's account.
+local FS, PT, PC, GS, XS -- the call's fair-share state, its policy (packed, and POLICIES' entry), its groups
 local FNOW, FAT, FFAIR -- the call's now, as a number and as ARGV[3] wrote it, and its fair hash's key
--- A number of the policy (nil when it has none), found once per call.
+-- Packed policy -> {cfg = its numbers by name (false: none), tau, lo, hi (the catch-up cap's bounds), limits,
+-- types, owned (whether it has running limits, limits per type, owner shares), b = key base -> {fair (the fair
+-- hash's key), q = queue -> {site, g = group -> the names and numbers of a group's state there}}}. At most 64
+-- policies, 64 bases a policy, 1000 queues a base and 1000 groups a queue: then forgotten and made again.
+local POLICIES, NPOLICIES = {}, 0
+-- Task-queue id -> {group, group.owner, type or false, 'u:' .. group.owner, 'r:' .. group.owner, 'n:' .. type
+-- or false, 'r:' .. group, 'u:' .. group}; at most 10000, then forgotten.
+local ACCTS, NACCTS = {}, 0
+-- A number of the policy (nil when it has none), found once.
 local function fs_conf(name)
-  local v = FS.cfg[name]
+  local cfg = PC.cfg
+  local v = cfg[name]
   if v == nil then
     local _, e = string.find(PT, ' ' .. name .. '=', 1, true)
     v = e and tonumber(string.match(PT, '^%S*', e + 1)) or false
-    FS.cfg[name] = v
+    cfg[name] = v
   end
   return v or nil
 end
@@ -73,14 +84,17 @@ local function fs_get(field)
   end
   return v
 end
--- The account of a task queue: {group, group.owner, type or false}, cached per call.
+-- The account of a task queue (ACCTS).
 local function fs_acct(tq)
-  local a = FS.acct[tq]
+  local a = ACCTS[tq]
   if not a then
     local g, o, ty = string.match(tq, '^[^.]+%.([^.]+)%.([^.]+)%.?(.*)$')
     if not g then g, o, ty = 'default', 'default', '' end
-    a = {g, g .. '.' .. o, ty ~= '' and ty or false}
-    FS.acct[tq] = a
+    local go = g .. '.' .. o
+    a = {g, go, ty ~= '' and ty or false, 'u:' .. go, 'r:' .. go, ty ~= '' and 'n:' .. ty or false, 'r:' .. g,
+         'u:' .. g}
+    if NACCTS >= 10000 then ACCTS, NACCTS = {}, 0 end
+    ACCTS[tq], NACCTS = a, NACCTS + 1
   end
   return a
 end
@@ -88,24 +102,25 @@ local function fs_num(field) return tonumber(fs_get(field)) or 0 end
 local function fs_two(u, t) return u + 0, t + 0 end
 -- Effective usage of decayed usage u and running cores r: u (clamped by the catch-up cap) + r * tau.
 local function fs_eff(u, r)
-  local t = r * FS.tau
-  if FS.hi then u = math.min(math.max(u, t * FS.lo), t * FS.hi) end
+  local t = r * PC.tau
+  if PC.hi then u = math.min(math.max(u, t * PC.lo), t * PC.hi) end
   return u + t
 end
--- Effective usage of account a (a group, or group.owner) now: its decayed core-seconds plus its running cores
--- times tau.
-local function fs_usage(a)
+-- Effective usage of account a (a group, or group.owner) now: its decayed core-seconds (its field uf, "U t")
+-- plus its running cores (its field rf) times tau.
+local function fs_usage(a, uf, rf)
   local e = FS.E[a]
   if not e then
-    local u, t = string.match(fs_get('u:' .. a) or '', '^(%S+) (%S+)$')
+    local u, t = string.match(fs_get(uf) or '', '^(%S+) (%S+)$')
     if u then -- 17-digit numbers: one strtod each by arithmetic (tonumber makes two), tonumber if not numbers
       local ok, x, y = pcall(fs_two, u, t)
       if ok then u, t = x, y else u, t = tonumber(u), tonumber(t) end
     end
     u, t = u or 0, t or FNOW
-    local r = fs_num('r:' .. a)
-    local k = math.exp(-math.max(FNOW - t, 0) / FS.tau)
-    FS.U[a] = u * k + r * FS.tau * (1 - k)
+    local r = fs_num(rf)
+    local tau = PC.tau
+    local k = math.exp(-math.max(FNOW - t, 0) / tau)
+    FS.U[a] = u * k + r * tau * (1 - k)
     e = fs_eff(FS.U[a], r)
     FS.E[a] = e
   end
@@ -118,17 +133,22 @@ local function fs_share(a, default)
 end
 local function fs_grank(st)
   local r = st.rank
-  if not r then r = fs_usage(st.g) / st.share st.rank = r end
+  if not r then
+    local t = st.t
+    r = fs_usage(st.g, t.u, t.r) / st.share
+    st.rank = r
+  end
   return r
 end
 -- The cores a group's running limits leave (with limits only: st.room is math.huge without).
 local function fs_groom(st)
   local cores = st.room
   if not cores then
+    local t = st.t
     cores = math.huge
-    if st.l1 then cores = math.min(cores, st.l1 - fs_num('r:' .. st.g)) end
-    if st.l2 then cores = math.min(cores, st.l2 - fs_num(st.cs)) end
-    if st.l3 then cores = math.min(cores, st.l3 - fs_num(st.cq)) end
+    if t.l1 then cores = math.min(cores, t.l1 - fs_num(t.r)) end
+    if t.l2 then cores = math.min(cores, t.l2 - fs_num(t.cs)) end
+    if t.l3 then cores = math.min(cores, t.l3 - fs_num(t.cq)) end
     st.room = cores
   end
   return cores
@@ -139,7 +159,7 @@ local function fs_orank(tq, st)
   local r = FS.rank[tq]
   if not r then
     local a = fs_acct(tq)
-    r = fs_usage(a[2]) / fs_share(a[2], fs_conf('s:' .. a[1] .. '.*') or 1)
+    r = fs_usage(a[2], a[4], a[5]) / fs_share(a[2], fs_conf('s:' .. a[1] .. '.*') or 1)
     FS.rank[tq] = r
   end
   return r
@@ -150,7 +170,7 @@ local function fs_typed(tq)
   if not room then
     local a = fs_acct(tq)
     local l = a[3] and fs_conf('t:' .. a[3])
-    room = l and l - fs_num('n:' .. a[3]) or math.huge
+    room = l and l - fs_num(a[6]) or math.huge
     FS.room[tq] = room
   end
   return room >= 1
@@ -158,7 +178,7 @@ end
 -- Whether entry x (its cores read) stays within every running limit.
 local function fs_allowed(X, x)
   local st = XS[x]
-  return X[x + 4] <= (st.room or fs_groom(st)) and not (FS.types and not fs_typed(X[x + 1]))
+  return X[x + 4] <= (st.room or fs_groom(st)) and not (PC.types and not fs_typed(X[x + 1]))
 end
 -- Whether entry x goes before entry b in the policy's order: (group rank, owner rank, score, task-queue id);
 -- the reservations' decision alone asks it.
@@ -200,97 +220,151 @@ end
 -- A lease of `c` cores from task queue tq begins (sign 1) or is taken back (-1: its record was parked).
 local function fs_take(tq, c, sign)
   local a, h = fs_acct(tq), FS.h
-  local ua, ra, ty = 'u:' .. a[2], 'r:' .. a[2], a[3] and 'n:' .. a[3]
+  local ua, ra, ty = a[4], a[5], a[6]
   if h[ua] == nil then
     local got = redis.call('HMGET', FFAIR, ua, ra, ty or ra)
     h[ua], h[ra] = got[1] or false, got[2] or false
     if ty and h[ty] == nil then h[ty] = got[3] or false end
   end
-  if FS.types then FS.room = {} end
-  if FS.owned then FS.rank = {} end
-  for _, st in ipairs(GS) do
-    st.rank = nil
-    if FS.limits then st.room = nil end
+  if PC.types then FS.room = {} end
+  if PC.owned then FS.rank = {} end
+  local st, limits, g = nil, PC.limits, a[1]
+  for _, s in ipairs(GS) do
+    s.rank = nil
+    if limits then s.room = nil end
+    if s.g == g then st = s end
   end
-  local st = FS.gs[a[1]]
+  local dirty, w = FS.dirty, FS.w
+  if not dirty then dirty, w = {}, {} FS.dirty, FS.w = dirty, w end
   for i = 1, 2 do
-    local name, rn = a[i], i == 1 and 'r:' .. a[1] or ra
-    fs_usage(name)
-    local r = fs_num(rn) + sign * c
-    h[rn] = r
+    local name, uf, rf = a[i], a[i == 1 and 8 or 4], a[i == 1 and 7 or 5]
+    fs_usage(name, uf, rf)
+    local r = fs_num(rf) + sign * c
+    h[rf] = r
     FS.E[name] = fs_eff(FS.U[name], r)
-    FS.dirty[name] = true
+    dirty[name] = a
   end
-  h[st.cs] = fs_num(st.cs) + sign * c
-  h[st.cq] = fs_num(st.cq) + sign * c
-  local w = FS.w
-  w[st.cs], w[st.cq] = true, true
+  local t = st.t
+  t.last = a -- the group's last account leased here: the next call reads its fields with the groups' (a hint)
+  h[t.cs] = fs_num(t.cs) + sign * c
+  h[t.cq] = fs_num(t.cq) + sign * c
+  w[t.cs], w[t.cq] = true, true
   if ty then h[ty], w[ty] = fs_num(ty) + sign, true end
 end
 -- The counters this call changed, written once.
 -- (the counters are whole numbers: Redis writes a Lua number of up to 14 digits as %.14g, a whole one
 -- without a point; the decayed usage keeps its 17 digits)
 local function fs_write()
-  if not next(FS.dirty) then return end
+  if not FS.dirty then return end
   local out, h, n = {}, FS.h, 0
   -- the time as the caller wrote it when it is plain decimals (it reads as `now`): one %.17g the less
   local at = string.find(FAT, '^%d+%.?%d*$') and FAT or string.format('%.17g', FNOW)
-  for name in pairs(FS.dirty) do
-    local rn = 'r:' .. name
-    out[n + 1], out[n + 2] = 'u:' .. name, string.format('%.17g %s', FS.U[name], at)
-    out[n + 3], out[n + 4] = rn, h[rn]
+  for name, a in pairs(FS.dirty) do
+    local g = name == a[1]
+    local rf = a[g and 7 or 5]
+    out[n + 1], out[n + 2] = a[g and 8 or 4], string.format('%.17g %s', FS.U[name], at)
+    out[n + 3], out[n + 4] = rf, h[rf]
     n = n + 4
   end
   for field in pairs(FS.w) do out[n + 1], out[n + 2] = field, h[field] n = n + 2 end
   redis.call('HSET', FFAIR, unpack(out))
 end
--- The call's fair-share state: of the key base, the pilot's queue, now (a number, and as ARGV[3] wrote it), the
--- policy packed (PT: " name=value ... "), the groups of the queue's index by group, the jobs wanted and the
--- queue's floor of cores (0 without one). Returns FS, GS, XS (set here as the functions' upvalues too).
--- The walk by group: GS holds a state per group of the queue's index by group: {g, key, n entries read, bound
--- (every unread entry's index score, hence its real one, is at or above it), all (none left), size (of its
--- next page), share, and until a lease changes the counters (fs_take empties them) rank (E / share) and room
--- (the cores its limits leave: overall, at the pilot's site, at its queue)}. XS maps each entry read to its
--- group's state: the walk weighs every entry read against the best so far, and what it weighs comes from the
--- group (names of fields, string concatenations, were most of its cost), per task queue only for a group
--- that shares among its owners or a policy with limits per job type.
+-- The index scores a call writes (zq: score, task-queue pairs) written to the queue's index by group too (with a
+-- policy mark, read or not): one ZADD a group, of zq itself when every pair is of one group.
+local function fs_index(base, queue, zq)
+  local g1, by = fs_acct(zq[2])[1], nil
+  for i = 3, #zq, 2 do
+    local g = fs_acct(zq[i + 1])[1]
+    if g ~= g1 and not by then
+      by = {[g1] = {unpack(zq, 1, i - 1)}}
+    end
+    if by then
+      local z = by[g]
+      if not z then z = {} by[g] = z end
+      z[#z + 1] = zq[i] z[#z + 1] = zq[i + 1]
+    end
+  end
+  local b = PC and PC.b[base] -- its keys when this call or another made them (the same names either way)
+  local q = b and b.q[queue]
+  local known = q and q.g
+  if not by then by = {[g1] = zq} end
+  for g, z in pairs(by) do
+    local t = known and known[g]
+    redis.call('ZADD', t and t.key or base .. K_GH .. queue .. ':' .. g, unpack(z))
+  end
+end
+-- The call's fair-share state: of the key base, the queue, now (a number, and
+-- as ARGV[3] wrote it), the policy packed (" name=value ... "), the groups of the queue's index by group, the
+-- jobs wanted and the queue's floor of cores (0 without one). Returns FS, GS, XS (set here as the functions'
+-- upvalues too).
+-- The walk by group: GS holds a state per group of the queue's index by group: {g, t (its names and numbers,
+-- POLICIES), key, n entries read, bound (every unread entry's index score, hence its real one, is at or above
+-- it), all (none left), size (of its next page), share, owners, and until a lease changes the counters (fs_take
+-- empties them) rank (E / share) and room (the cores its limits leave: overall, at the pilot's site, at its
+-- queue)}. XS maps each entry read to its group's state: the walk weighs every entry read against the best so
+-- far, and what it weighs comes from the group (names of fields, string concatenations, were most of its cost),
+-- per task queue only for a group that shares among its owners or a policy with limits per job type.
 local function fs_begin(base, queue, now, at, packed, groups, want, floor)
-  PT, FNOW, FAT, FFAIR = packed, now, at, base .. K_FAIR
-  local site = string.match(queue, '^([^/]+)/') or queue
-  FS = {cfg = {}, h = {}, U = {}, E = {}, acct = {}, dirty = {}, w = {}, rank = {}, room = {}, gs = {},
-        tau = 21600 / math.log(2), floor = floor,
-        limits = string.find(PT, ' l:', 1, true), types = string.find(PT, ' t:', 1, true),
-        owned = string.find(PT, ' s:[^%s=.]+%.')}
-  local hl = fs_conf('halflife')
-  if hl and hl > 0 then FS.tau = hl / math.log(2) end
-  -- The catch-up cap x (issue 29): in ranks, U is clamped into R * tau * [1 - d, 1 + d], d = 2 (x - 1) / (x + 1),
-  -- so no group runs more than x times another's cores per share (taskqueues/store/fairshare.py, Policy.clamp).
-  local x = fs_conf('catchup')
-  if x and x >= 1 then FS.lo, FS.hi = 1 - 2 * (x - 1) / (x + 1), 1 + 2 * (x - 1) / (x + 1) end
+  PT, FNOW, FAT = packed, now, at
+  local pc = POLICIES[packed]
+  if not pc then
+    if NPOLICIES >= 64 then POLICIES, NPOLICIES = {}, 0 end
+    pc = {cfg = {}, b = {}, nb = 0, tau = 21600 / math.log(2), limits = string.find(packed, ' l:', 1, true),
+          types = string.find(packed, ' t:', 1, true), owned = string.find(packed, ' s:[^%s=.]+%.')}
+    PC = pc
+    local hl = fs_conf('halflife')
+    if hl and hl > 0 then pc.tau = hl / math.log(2) end
+    -- The catch-up cap x (issue 29): in ranks, U is clamped into R * tau * [1 - d, 1 + d], d = 2 (x - 1) / (x + 1),
+    -- so no group runs more than x times another's cores per share (taskqueues/store/fairshare.py, Policy.clamp).
+    local x = fs_conf('catchup')
+    if x and x >= 1 then pc.lo, pc.hi = 1 - 2 * (x - 1) / (x + 1), 1 + 2 * (x - 1) / (x + 1) end
+    POLICIES[packed], NPOLICIES = pc, NPOLICIES + 1
+  end
+  PC = pc
+  local b = pc.b[base]
+  if not b then
+    if pc.nb >= 64 then pc.b, pc.nb = {}, 0 end
+    b = {fair = base .. K_FAIR, q = {}, nq = 0}
+    pc.b[base], pc.nb = b, pc.nb + 1
+  end
+  local q = b.q[queue]
+  if not q then
+    if b.nq >= 1000 then b.q, b.nq = {}, 0 end
+    q = {site = string.match(queue, '^([^/]+)/') or queue, g = {}, ng = 0}
+    b.q[queue], b.nq = q, b.nq + 1
+  end
+  FFAIR = b.fair
+  FS = {h = {}, U = {}, E = {}, floor = floor, rank = pc.owned and {} or nil, room = pc.types and {} or nil}
   GS, XS = {}, {}
-  local fields = {}
+  local fields, k, limits, qg = {}, 0, pc.limits, q.g
   for _, g in ipairs(groups) do
     if g ~= '~' then
-      local st = {g = g, key = base .. K_GH .. queue .. ':' .. g, n = 0, bound = -1e18, all = false, size = want + 2,
-                  share = fs_share(g, fs_conf('s:*') or 1),
-                  owners = FS.owned and string.find(PT, ' s:' .. g .. '.', 1, true)}
-      local k = #fields
-      st.cs, st.cq = 'c:' .. g .. '@' .. site, 'c:' .. g .. '@' .. queue
-      fields[k + 1], fields[k + 2], fields[k + 3], fields[k + 4] = 'u:' .. g, 'r:' .. g, st.cs, st.cq
-      FS.gs[g] = st
-      if FS.limits then
-        st.l1, st.l2, st.l3 = fs_conf('l:' .. g .. '@*'), fs_conf('l:' .. g .. '@' .. site), fs_conf('l:' .. g .. '@' .. queue)
-      else
-        st.room = math.huge -- no limits: never computed, never reset (fs_take)
+      local t = qg[g]
+      if not t then
+        local site = q.site
+        t = {key = base .. K_GH .. queue .. ':' .. g, share = fs_share(g, fs_conf('s:*') or 1),
+             owners = pc.owned and string.find(packed, ' s:' .. g .. '.', 1, true) or false,
+             u = 'u:' .. g, r = 'r:' .. g, cs = 'c:' .. g .. '@' .. site, cq = 'c:' .. g .. '@' .. queue}
+        if limits then
+          t.l1, t.l2, t.l3 = fs_conf('l:' .. g .. '@*'), fs_conf('l:' .. g .. '@' .. site), fs_conf('l:' .. g .. '@' .. queue)
+        end
+        if q.ng >= 1000 then qg, q.ng = {}, 0 q.g = qg end
+        qg[g], q.ng = t, q.ng + 1
       end
-      GS[#GS + 1] = st
+      -- room: math.huge without limits (never computed, never reset: fs_take)
+      GS[#GS + 1] = {g = g, t = t, key = t.key, share = t.share, owners = t.owners, n = 0, bound = -1e18, all = false,
+                     size = want + 2, room = not limits and math.huge or nil}
+      fields[k + 1], fields[k + 2], fields[k + 3], fields[k + 4] = t.u, t.r, t.cs, t.cq
+      k = k + 4
+      local a = t.last -- read with them: fs_take then reads no more for a job of that account
+      if a then fields[k + 1], fields[k + 2], fields[k + 3] = a[4], a[5], a[6] or a[5] k = k + 3 end
     end
   end
   -- The fair hash's fields of the groups (what the walk weighs, and a lease adds to), in one read; fs_take reads
   -- those of a leased job's owner and type in one more, fs_get any other when first needed.
-  if #fields > 0 then
-    local got = redis.call('HMGET', FFAIR, unpack(fields))
-    for i, field in ipairs(fields) do FS.h[field] = got[i] or false end
+  if k > 0 then
+    local got, h = redis.call('HMGET', FFAIR, unpack(fields)), FS.h
+    for i = 1, k do h[fields[i]] = got[i] or false end
   end
   return FS, GS, XS
 end
@@ -902,17 +976,7 @@ if emptied then
 end
 if #zq > 0 then
   redis.call('ZADD', qh, unpack(zq))
-  if policy then -- the index by group, kept with the heads index (see GROUPS)
-    local by = {}
-    for i = 1, #zq, 2 do
-      local tq = zq[i + 1]
-      local g = string.match(tq, '^[^.]+%.([^.]+)%.[^.]') or 'default'
-      local z = by[g]
-      if not z then z = {} by[g] = z end
-      z[#z + 1] = zq[i] z[#z + 1] = tq
-    end
-    for g, z in pairs(by) do redis.call('ZADD', base .. K_GH .. queue .. ':' .. g, unpack(z)) end
-  end
+  if policy then fs_index(base, queue, zq) end -- the index by group, kept with the heads index (see GROUPS)
 end
 if pk then redis.call('HSET', base .. K_PARKED, unpack(pk)) end
 if FS then fs_write() end
