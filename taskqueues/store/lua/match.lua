@@ -64,6 +64,8 @@ local POLICIES, NPOLICIES = {}, 0
 -- Task-queue id -> {group, group.owner, type or false, 'u:' .. group.owner, 'r:' .. group.owner, 'n:' .. type
 -- or false, 'r:' .. group, 'u:' .. group}; at most 10000, then forgotten.
 local ACCTS, NACCTS = {}, 0
+-- Tables each call with a policy fills afresh (fs_begin): its groups' states in order, the fair fields it reads.
+local GSL, FIELDS = {}, {}
 -- A number of the policy (nil when it has none), found once.
 local function fs_conf(name)
   local cfg = PC.cfg
@@ -335,25 +337,29 @@ local function fs_begin(base, queue, now, at, packed, groups, want, floor)
   end
   FFAIR = b.fair
   FS = {h = {}, U = {}, E = {}, floor = floor, rank = pc.owned and {} or nil, room = pc.types and {} or nil}
-  GS, XS = {}, {}
-  local fields, k, limits, qg = {}, 0, pc.limits, q.g
+  XS = {}
+  local gs, fields, k, limits, qg = GSL, FIELDS, 0, pc.limits, q.g
+  local ng = 0
   for _, g in ipairs(groups) do
     if g ~= '~' then
       local t = qg[g]
       if not t then
         local site = q.site
-        t = {key = base .. K_GH .. queue .. ':' .. g, share = fs_share(g, fs_conf('s:*') or 1),
+        t = {g = g, key = base .. K_GH .. queue .. ':' .. g, share = fs_share(g, fs_conf('s:*') or 1),
              owners = pc.owned and string.find(packed, ' s:' .. g .. '.', 1, true) or false,
              u = 'u:' .. g, r = 'r:' .. g, cs = 'c:' .. g .. '@' .. site, cq = 'c:' .. g .. '@' .. queue}
         if limits then
           t.l1, t.l2, t.l3 = fs_conf('l:' .. g .. '@*'), fs_conf('l:' .. g .. '@' .. site), fs_conf('l:' .. g .. '@' .. queue)
         end
+        t.t = t
         if q.ng >= 1000 then qg, q.ng = {}, 0 q.g = qg end
         qg[g], q.ng = t, q.ng + 1
       end
-      -- room: math.huge without limits (never computed, never reset: fs_take)
-      GS[#GS + 1] = {g = g, t = t, key = t.key, share = t.share, owners = t.owners, n = 0, bound = -1e18, all = false,
-                     size = want + 2, room = not limits and math.huge or nil}
+      -- The group's state is its entry of POLICIES, what a call changes set here (room: math.huge without limits,
+      -- never computed, never reset: fs_take).
+      t.n, t.bound, t.all, t.size, t.rank, t.room = 0, -1e18, false, want + 2, nil, not limits and math.huge or nil
+      ng = ng + 1
+      gs[ng] = t
       fields[k + 1], fields[k + 2], fields[k + 3], fields[k + 4] = t.u, t.r, t.cs, t.cq
       k = k + 4
       local a = t.last -- read with them: fs_take then reads no more for a job of that account
@@ -362,8 +368,10 @@ local function fs_begin(base, queue, now, at, packed, groups, want, floor)
   end
   -- The fair hash's fields of the groups (what the walk weighs, and a lease adds to), in one read; fs_take reads
   -- those of a leased job's owner and type in one more, fs_get any other when first needed.
+  for i = ng + 1, #gs do gs[i] = nil end
+  GS = gs
   if k > 0 then
-    local got, h = redis.call('HMGET', FFAIR, unpack(fields)), FS.h
+    local got, h = redis.call('HMGET', FFAIR, unpack(fields, 1, k)), FS.h
     for i = 1, k do h[fields[i]] = got[i] or false end
   end
   return FS, GS, XS
