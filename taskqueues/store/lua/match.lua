@@ -53,7 +53,9 @@
 -- state for the next: every upvalue they read that a call sets (FS, PT, PC, GS, XS and those below) is set by
 -- fs_begin at the start of each call with a policy, and they are called only by such a call. What they keep
 -- from one call to the next is what a text gives whenever it is the same (POLICIES, ACCTS): the numbers of a
--- packed policy, the names a group's state is made of, a task queue's account.
+-- packed policy, the names a group's state is made of, a task queue's account; a group's state is that kept
+-- entry, whose per-call fields fs_begin sets afresh, and its last account leased (`last`) is only a hint of
+-- which fields to read with the groups'. No value read from Redis outlives its call.
 local FS, PT, PC, GS, XS -- the call's fair-share state, its policy (packed, and POLICIES' entry), its groups
 local FNOW, FAT, FFAIR -- the call's now, as a number and as ARGV[3] wrote it, and its fair hash's key
 -- Packed policy -> {cfg = its numbers by name (false: none), tau, lo, hi (the catch-up cap's bounds), limits,
