@@ -115,13 +115,18 @@ end
 local function fs_usage(a, uf, rf)
   local e = FS.E[a]
   if not e then
-    local u, t = string.match(fs_get(uf) or '', '^(%S+) (%S+)$')
+    local h = FS.h
+    local v = h[uf]
+    if v == nil then v = fs_get(uf) end
+    local u, t = string.match(v or '', '^(%S+) (%S+)$')
     if u then -- 17-digit numbers: one strtod each by arithmetic (tonumber makes two), tonumber if not numbers
       local ok, x, y = pcall(fs_two, u, t)
       if ok then u, t = x, y else u, t = tonumber(u), tonumber(t) end
     end
     u, t = u or 0, t or FNOW
-    local r = fs_num(rf)
+    v = h[rf]
+    if v == nil then v = fs_get(rf) end
+    local r = tonumber(v) or 0
     local tau = PC.tau
     local k = math.exp(-math.max(FNOW - t, 0) / tau)
     FS.U[a] = u * k + r * tau * (1 - k)
@@ -188,7 +193,7 @@ end
 -- the reservations' decision alone asks it.
 local function fs_order(X, x, b)
   local sx, sb = XS[x], XS[b]
-  local x1, b1 = fs_grank(sx), fs_grank(sb)
+  local x1, b1 = sx.rank or fs_grank(sx), sb.rank or fs_grank(sb)
   if x1 ~= b1 then return x1 < b1 end
   local x2, b2 = sx.owners and fs_orank(X[x + 1], sx) or 0, sb.owners and fs_orank(X[b + 1], sb) or 0
   if x2 ~= b2 then return x2 < b2 end
@@ -200,10 +205,10 @@ end
 -- or above its bound): whether one may go before entry y (fs_order) is told by its group alone.
 local function fs_final(X, y)
   local sy = XS[y]
-  local y1, y2 = fs_grank(sy), sy.owners and fs_orank(X[y + 1], sy) or 0
+  local y1, y2 = sy.rank or fs_grank(sy), sy.owners and fs_orank(X[y + 1], sy) or 0
   for _, st in ipairs(GS) do
     if not (st.all or (st.room or fs_groom(st)) < FS.floor) then -- not shut
-      local g1 = fs_grank(st)
+      local g1 = st.rank or fs_grank(st)
       if g1 < y1 or (g1 == y1 and (y2 > 0 or X[y + 2] >= st.bound)) then return false end
     end
   end
@@ -215,7 +220,7 @@ local function fs_next()
   local best, b1
   for _, st in ipairs(GS) do
     if not (st.all or (st.room or fs_groom(st)) < FS.floor) then -- not shut
-      local g1 = fs_grank(st)
+      local g1 = st.rank or fs_grank(st)
       if not best or g1 < b1 or (g1 == b1 and st.bound < best.bound) then best, b1 = st, g1 end
     end
   end
@@ -240,19 +245,28 @@ local function fs_take(tq, c, sign)
   end
   local dirty, w = FS.dirty, FS.w
   if not dirty then dirty, w = {}, {} FS.dirty, FS.w = dirty, w end
+  -- (fs_usage and fs_num in line where the value is at hand: a Lua call costs about 300 instructions)
+  local E, U = FS.E, FS.U
   for i = 1, 2 do
-    local name, uf, rf = a[i], a[i == 1 and 8 or 4], a[i == 1 and 7 or 5]
-    fs_usage(name, uf, rf)
-    local r = fs_num(rf) + sign * c
+    local name, rf = a[i], a[i == 1 and 7 or 5]
+    if not E[name] then fs_usage(name, a[i == 1 and 8 or 4], rf) end
+    local v = h[rf]
+    if v == nil then v = fs_get(rf) end
+    local r = (tonumber(v) or 0) + sign * c
     h[rf] = r
-    FS.E[name] = fs_eff(FS.U[name], r)
+    E[name] = fs_eff(U[name], r)
     dirty[name] = a
   end
   local t = st.t
   t.last = a -- the group's last account leased here: the next call reads its fields with the groups' (a hint)
-  h[t.cs] = fs_num(t.cs) + sign * c
-  h[t.cq] = fs_num(t.cq) + sign * c
-  w[t.cs], w[t.cq] = true, true
+  local cs, cq = t.cs, t.cq
+  local v = h[cs]
+  if v == nil then v = fs_get(cs) end
+  h[cs] = (tonumber(v) or 0) + sign * c
+  v = h[cq] -- after cs: a queue named without a site has cs == cq, counted twice as before
+  if v == nil then v = fs_get(cq) end
+  h[cq] = (tonumber(v) or 0) + sign * c
+  w[cs], w[cq] = true, true
   if ty then h[ty], w[ty] = fs_num(ty) + sign, true end
 end
 -- The counters this call changed, written once.
