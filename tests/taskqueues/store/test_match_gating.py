@@ -152,3 +152,19 @@ def test_the_policys_functions_made_at_load_keep_no_call_for_the_next(real_redis
     turns = [(vo, group(vo)) for vo in ("va", "vb", "vc", "va", "vb", "vc")]
     assert turns == [("va", "g2"), ("vb", "g1"), ("vc", "g1"), ("va", "g2"), ("vb", "g1"), ("vc", "g2")]  # vc: by score
     assert all(check(store.client, store.keys) == [] for store in stores.values())
+
+
+def test_the_kept_policies_are_forgotten_past_their_bound_and_made_again(store: Store) -> None:
+    """match.lua keeps what at most 64 packed policies give (POLICIES): the 65th policy forgets them all, and a
+    call with a policy forgotten makes its entry again; every call is served by the policy stored then."""
+    store.submit([job(f"tq{g}{i}.{g}.o", score=i) for g in ("g1", "g2") for i in range(70)])
+    served = []
+    used = f"1000 {store.clock()}"
+    for i in range(70):
+        first = "g1" if i % 3 else "g2"  # the group with the larger share goes first: equal usage, E / share
+        store.shares.publish(Policy(shares={first: 100.0 + i, "g1" if first == "g2" else "g2": 1.0}))
+        store.client.delete(store.keys.fair)  # the same usage for both, no running cores
+        store.client.hset(store.keys.fair, mapping={"u:g1": used, "u:g2": used})
+        (leased,) = store.match(PilotOffer("p", Q, 1, 4000, 0, None))
+        served.append(account_of(leased.tq_id)[0])
+    assert served == ["g1" if i % 3 else "g2" for i in range(70)]
