@@ -13,7 +13,11 @@ asks for as many jobs as the pilot has free cores, ``one`` for one job, ``trivia
 ``return 1``. A kind with ``+r`` (``fill+r``, ``one+r``) has its pilots say what they run, as real pilots
 do (bench_match.pilot_asks with ``running``: reservations on). A kind with ``+s`` (``fill+s``) has a shares
 policy stored (``POLICY``: four groups, shares 1 to 4) and its jobs spread over those groups' accounts (the
-task queues are as many, each of one group: bench_match.tq_id with ``groups``): the fair-share match.
+task queues are as many, each of one group: bench_match.tq_id with ``groups``): the fair-share match. A kind
+with ``+f`` (``fill+f``) is the policy's floor: the jobs of ``+s``, no policy stored, and after each (policy-free)
+match a call of ``scripts/floor_policy.lua``, the fewest commands a match with a policy must add (the group
+states read, one fair write, the index by group); less a ``trivial`` row's count (the second call's own cost),
+it is printed as a ratio to the ``fill`` row.
 Prints the instructions per call and per job matched, and each row's ratio to the stored baseline
 (``scripts/match_baseline.json``) when it holds that row.
 The baseline's rows are counted in its own order on one server (a row's count depends a little on the rows
@@ -43,11 +47,14 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_match import Stock, pilot_asks, trivial_call
+from bench_match import Stock, load_apart, pilot_asks, tq_id, trivial_call
 
 from taskqueues.store import Store
 from taskqueues.store.fairshare import Policy
+from taskqueues.store.functions import Function
+from taskqueues.store.keys import account_of
 from taskqueues.store.redis_server import find_redis_server, free_port
+from taskqueues.store.scripts import prelude
 
 
 class Counted:
@@ -125,29 +132,45 @@ WAITING = 20_000
 POLICY = Policy(shares={"g0": 1.0, "g1": 2.0, "g2": 3.0, "g3": 4.0})
 
 
+def floor_call(client: redis.Redis) -> Function:
+    """``scripts/floor_policy.lua``, loaded apart (with the constants it names in front, as the store's scripts)."""
+    text = (Path(__file__).resolve().parent / "floor_policy.lua").read_text()
+    return load_apart(client, "bench_policy_floor", "bench_policy_floor", prelude(text) + text)
+
+
 def row(server: Counted, n_tqs: int, kind: str, calls: int) -> tuple[float, float]:
     """Instructions per call and jobs matched per call; ``kind`` may end with ``@<waiting jobs>`` (20,000 else)."""
     kind, _, size = kind.partition("@")
     waiting = int(size) if size else WAITING
     client = server.client
     client.flushall()
-    shares = "+s" in kind
+    shares, floor = "+s" in kind, "+f" in kind
     store = Store(client, lease_seconds=3600)
     if shares:
         store.shares.publish(POLICY)
     if waiting != WAITING:
         server.instrument(False)  # a large fill is not what is counted: several times faster uncounted
-    Stock(store, n_tqs, groups=len(POLICY.shares) if shares else 0).top_up(waiting)
+    Stock(store, n_tqs, groups=len(POLICY.shares) if shares or floor else 0).top_up(waiting)
     if waiting != WAITING:
         server.instrument(True)
     asks = pilot_asks(1, kind.startswith("fill"), "+r" in kind)
     trivial = trivial_call(client)
+    policy_floor = floor_call(client) if floor else None
+    last = [""]
 
     def call(i: int) -> int:
         if kind == "trivial":
             trivial(())
             return 0
-        return len(store.match(*asks[i % len(asks)]))
+        offer, want = asks[i % len(asks)]
+        jobs = store.match(offer, want)
+        if policy_floor is not None:
+            last[0] = jobs[0].tq_id if jobs else last[0] or tq_id(0, len(POLICY.shares))
+            group, owner, _ = account_of(last[0])
+            cores = jobs[0].requirements.get("cpu", 1) if jobs else 0
+            base = store.keys.base + ":"
+            policy_floor(args=[base, offer.queue, time.time(), group, owner, cores, last[0], 1])
+        return len(jobs)
 
     for i in range(400):
         call(i)
@@ -213,6 +236,13 @@ def policy_ratios(counted: dict[str, tuple[float, float]]) -> list[str]:
         free = counted.get(f"{n_tqs}:fill")
         if kind.startswith("fill+s") and free:
             lines.append(f"policy cost {spec}: {per_call / free[0]:.2f}x of {n_tqs}:fill")
+        trivial = counted.get(f"{n_tqs}:trivial")
+        if kind.startswith("fill+f") and free and trivial:
+            floor = per_call - trivial[0]
+            lines.append(
+                f"policy floor {spec}: {floor / free[0]:.2f}x of {n_tqs}:fill ({floor / 1000:,.0f}k: {spec} less "
+                f"{n_tqs}:trivial, the floor's call itself)"
+            )
     return lines
 
 

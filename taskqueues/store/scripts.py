@@ -2,7 +2,8 @@
 
 Each ``<name>.lua`` is one operation; ``_lib.lua`` holds the helpers the scripts share and is put in
 front of each script that calls one of them, so a script file stays readable on its own (its header
-names every KEYS[i] and ARGV[i]). ``match.lua``, the hot path, uses none and gets none. The store loads
+names every KEYS[i] and ARGV[i]). ``match.lua``, the hot path, uses none and gets none; it alone has a
+load-time part, above its line ``-- per call:`` (:func:`taskqueues.store.functions.wrapped`). The store loads
 them as one Redis function library (:mod:`taskqueues.store.functions`).
 
 Names exist once: a script does not spell a key suffix or a default of Python's, it names a constant
@@ -17,6 +18,7 @@ import re
 from functools import cache
 from importlib import resources
 
+from ..errors import StoreError
 from .keys import MATCHED_COUNT, WAKE_SHARDS, lua_names
 from .records import DEFAULT_MAX_RETRIES
 
@@ -33,6 +35,9 @@ def source(name: str) -> str:
     lib = (folder / f"{_LIB}.lua").read_text()
     body = (folder / f"{name}.lua").read_text()
     uses_lib = any(re.search(rf"\b{fn}\(", body) for fn in _LIB_FUNCTION.findall(lib))
+    if uses_lib and re.search(r"^-- per call:$", body, re.MULTILINE):
+        # _lib.lua keeps one call's state in its locals (SCRIPT, PROBLEM): it must stay per call
+        raise StoreError(f"{name}.lua has a load-time part (-- per call:) and uses _lib.lua, which must run per call")
     text = lib + "\n" + body if uses_lib else body
     return prelude(text) + text
 

@@ -37,3 +37,15 @@ def test_each_policy_row_is_set_against_the_policy_free_row_of_as_many_task_queu
         "policy cost 10:fill+s: 1.30x of 10:fill",
         "policy cost 10:fill+s@200000: 1.40x of 10:fill",
     ]
+
+
+def test_the_floor_row_is_set_against_the_policy_free_row_less_its_own_call() -> None:
+    counted = {
+        "10:fill": (300_000.0, 1.7),
+        "10:trivial": (20_000.0, 0.0),
+        "10:fill+f": (440_000.0, 1.7),
+        "1000:fill+f": (900_000.0, 2.7),  # no 1000:fill nor 1000:trivial counted: no line
+    }
+    assert count_match.policy_ratios(counted) == [
+        "policy floor 10:fill+f: 1.40x of 10:fill (420k: 10:fill+f less 10:trivial, the floor's call itself)"
+    ]

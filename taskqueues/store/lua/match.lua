@@ -46,6 +46,355 @@
 -- another member, is taken out of its task queue into the parked hash (job id -> {"why", "t", "m", "at"};
 -- `pilotfish explain` and `status` show it, the periodic reap logs it) and the walk goes on to the next
 -- head in the same call.
+
+-- ==== fair share: the policy's functions, made once when the library loads (issue 31) ====
+-- Everything above the line "-- per call:" runs once, when the library loads (taskqueues/store/functions.py,
+-- wrapped): a closure made per call cost a policy call about 1.5k instructions. These functions keep no call's
+-- state for the next: every upvalue they read that a call sets (FS, PT, PC, GS, XS and those below) is set by
+-- fs_begin at the start of each call with a policy, and they are called only by such a call. What they keep
+-- from one call to the next is what a text gives whenever it is the same (POLICIES, ACCTS): the numbers of a
+-- packed policy, the names a group's state is made of, a task queue's account; a group's state is that kept
+-- entry, whose per-call fields fs_begin sets afresh, and its last account leased (`last`) is only a hint of
+-- which fields to read with the groups'. No value read from Redis outlives its call.
+local FS, PT, PC, GS, XS -- the call's fair-share state, its policy (packed, and POLICIES' entry), its groups
+local FNOW, FAT, FFAIR -- the call's now, as a number and as ARGV[3] wrote it, and its fair hash's key
+-- Packed policy -> {cfg = its numbers by name (false: none), tau, lo, hi (the catch-up cap's bounds), limits,
+-- types, owned (whether it has running limits, limits per type, owner shares), b = key base -> {fair (the fair
+-- hash's key), q = queue -> {site, g = group -> the names and numbers of a group's state there}}}. At most 64
+-- policies, 64 bases a policy, 1000 queues a base and 1000 groups a queue: then forgotten and made again.
+local POLICIES, NPOLICIES = {}, 0
+-- Task-queue id -> {group, group.owner, type or false, 'u:' .. group.owner, 'r:' .. group.owner, 'n:' .. type
+-- or false, 'r:' .. group, 'u:' .. group}; at most 10000, then forgotten.
+local ACCTS, NACCTS = {}, 0
+-- Tables each call with a policy fills afresh (fs_begin): its groups' states in order, the fair fields it reads.
+local GSL, FIELDS = {}, {}
+-- A number of the policy (nil when it has none), found once.
+local function fs_conf(name)
+  local cfg = PC.cfg
+  local v = cfg[name]
+  if v == nil then
+    local _, e = string.find(PT, ' ' .. name .. '=', 1, true)
+    v = e and tonumber(string.match(PT, '^%S*', e + 1)) or false
+    cfg[name] = v
+  end
+  return v or nil
+end
+-- A field of the fair hash (false when it has none), read once per call.
+local function fs_get(field)
+  local v = FS.h[field]
+  if v == nil then
+    v = redis.call('HGET', FFAIR, field) or false
+    FS.h[field] = v
+  end
+  return v
+end
+-- The account of a task queue (ACCTS).
+local function fs_acct(tq)
+  local a = ACCTS[tq]
+  if not a then
+    local g, o, ty = string.match(tq, '^[^.]+%.([^.]+)%.([^.]+)%.?(.*)$')
+    if not g then g, o, ty = 'default', 'default', '' end
+    local go = g .. '.' .. o
+    a = {g, go, ty ~= '' and ty or false, 'u:' .. go, 'r:' .. go, ty ~= '' and 'n:' .. ty or false, 'r:' .. g,
+         'u:' .. g}
+    if NACCTS >= 10000 then ACCTS, NACCTS = {}, 0 end
+    ACCTS[tq], NACCTS = a, NACCTS + 1
+  end
+  return a
+end
+local function fs_num(field) return tonumber(fs_get(field)) or 0 end
+local function fs_two(u, t) return u + 0, t + 0 end
+-- Effective usage of decayed usage u and running cores r: u (clamped by the catch-up cap) + r * tau.
+local function fs_eff(u, r)
+  local t = r * PC.tau
+  if PC.hi then u = math.min(math.max(u, t * PC.lo), t * PC.hi) end
+  return u + t
+end
+-- Effective usage of account a (a group, or group.owner) now: its decayed core-seconds (its field uf, "U t")
+-- plus its running cores (its field rf) times tau.
+local function fs_usage(a, uf, rf)
+  local e = FS.E[a]
+  if not e then
+    local h = FS.h
+    local v = h[uf]
+    if v == nil then v = fs_get(uf) end
+    local u, t = string.match(v or '', '^(%S+) (%S+)$')
+    if u then -- 17-digit numbers: one strtod each by arithmetic (tonumber makes two), tonumber if not numbers
+      local ok, x, y = pcall(fs_two, u, t)
+      if ok then u, t = x, y else u, t = tonumber(u), tonumber(t) end
+    end
+    u, t = u or 0, t or FNOW
+    v = h[rf]
+    if v == nil then v = fs_get(rf) end
+    local r = tonumber(v) or 0
+    local tau = PC.tau
+    local k = math.exp(-math.max(FNOW - t, 0) / tau)
+    FS.U[a] = u * k + r * tau * (1 - k)
+    e = fs_eff(FS.U[a], r)
+    FS.E[a] = e
+  end
+  return e
+end
+local function fs_share(a, default)
+  local s = fs_conf('s:' .. a) or default
+  if not s or s <= 0 then return 1e-9 end
+  return s
+end
+local function fs_grank(st)
+  local r = st.rank
+  if not r then
+    local t = st.t
+    r = fs_usage(st.g, t.u, t.r) / st.share
+    st.rank = r
+  end
+  return r
+end
+-- The cores a group's running limits leave (with limits only: st.room is math.huge without).
+local function fs_groom(st)
+  local cores = st.room
+  if not cores then
+    local t = st.t
+    cores = math.huge
+    if t.l1 then cores = math.min(cores, t.l1 - fs_num(t.r)) end
+    if t.l2 then cores = math.min(cores, t.l2 - fs_num(t.cs)) end
+    if t.l3 then cores = math.min(cores, t.l3 - fs_num(t.cq)) end
+    st.room = cores
+  end
+  return cores
+end
+-- The rank of a task queue's owner inside its group (0 unless the group gives its owners shares).
+local function fs_orank(tq, st)
+  if not st.owners then return 0 end
+  local r = FS.rank[tq]
+  if not r then
+    local a = fs_acct(tq)
+    r = fs_usage(a[2], a[4], a[5]) / fs_share(a[2], fs_conf('s:' .. a[1] .. '.*') or 1)
+    FS.rank[tq] = r
+  end
+  return r
+end
+-- Whether a job of task queue tq stays within the limit of its type (with limits per type only).
+local function fs_typed(tq)
+  local room = FS.room[tq]
+  if not room then
+    local a = fs_acct(tq)
+    local l = a[3] and fs_conf('t:' .. a[3])
+    room = l and l - fs_num(a[6]) or math.huge
+    FS.room[tq] = room
+  end
+  return room >= 1
+end
+-- Whether entry x (its cores read) stays within every running limit.
+local function fs_allowed(X, x)
+  local st = XS[x]
+  return X[x + 4] <= (st.room or fs_groom(st)) and not (PC.types and not fs_typed(X[x + 1]))
+end
+-- Whether entry x goes before entry b in the policy's order: (group rank, owner rank, score, task-queue id);
+-- the reservations' decision alone asks it.
+local function fs_order(X, x, b)
+  local sx, sb = XS[x], XS[b]
+  local x1, b1 = sx.rank or fs_grank(sx), sb.rank or fs_grank(sb)
+  if x1 ~= b1 then return x1 < b1 end
+  local x2, b2 = sx.owners and fs_orank(X[x + 1], sx) or 0, sb.owners and fs_orank(X[b + 1], sb) or 0
+  if x2 ~= b2 then return x2 < b2 end
+  if X[x + 2] ~= X[b + 2] then return X[x + 2] < X[b + 2] end
+  return X[x + 1] < X[b + 1]
+end
+-- A group none of whose task queues may lease (its cores' room below the queue's floor, FS.floor, or below 0
+-- without a floor) counts as read. An unread entry of a group ranks (its group's rank, 0 or more, a score at
+-- or above its bound): whether one may go before entry y (fs_order) is told by its group alone.
+local function fs_final(X, y)
+  local sy = XS[y]
+  local y1, y2 = sy.rank or fs_grank(sy), sy.owners and fs_orank(X[y + 1], sy) or 0
+  for _, st in ipairs(GS) do
+    if not (st.all or (st.room or fs_groom(st)) < FS.floor) then -- not shut
+      local g1 = st.rank or fs_grank(st)
+      if g1 < y1 or (g1 == y1 and (y2 > 0 or X[y + 2] >= st.bound)) then return false end
+    end
+  end
+  return true
+end
+-- The group whose next page may hold an entry that goes before all others unread: the lowest (rank, bound);
+-- nil when every group is read (or shut).
+local function fs_next()
+  local best, b1
+  for _, st in ipairs(GS) do
+    if not (st.all or (st.room or fs_groom(st)) < FS.floor) then -- not shut
+      local g1 = st.rank or fs_grank(st)
+      if not best or g1 < b1 or (g1 == b1 and st.bound < best.bound) then best, b1 = st, g1 end
+    end
+  end
+  return best
+end
+-- A lease of `c` cores from task queue tq begins (sign 1) or is taken back (-1: its record was parked).
+local function fs_take(tq, c, sign)
+  local a, h = fs_acct(tq), FS.h
+  local ua, ra, ty = a[4], a[5], a[6]
+  if h[ua] == nil then
+    local got = redis.call('HMGET', FFAIR, ua, ra, ty or ra)
+    h[ua], h[ra] = got[1] or false, got[2] or false
+    if ty and h[ty] == nil then h[ty] = got[3] or false end
+  end
+  if PC.types then FS.room = {} end
+  if PC.owned then FS.rank = {} end
+  local st, limits, g = nil, PC.limits, a[1]
+  for _, s in ipairs(GS) do
+    s.rank = nil
+    if limits then s.room = nil end
+    if s.g == g then st = s end
+  end
+  local dirty, w = FS.dirty, FS.w
+  if not dirty then dirty, w = {}, {} FS.dirty, FS.w = dirty, w end
+  -- (fs_usage and fs_num in line where the value is at hand: a Lua call costs about 300 instructions)
+  local E, U = FS.E, FS.U
+  for i = 1, 2 do
+    local name, rf = a[i], a[i == 1 and 7 or 5]
+    if not E[name] then fs_usage(name, a[i == 1 and 8 or 4], rf) end
+    local v = h[rf]
+    if v == nil then v = fs_get(rf) end
+    local r = (tonumber(v) or 0) + sign * c
+    h[rf] = r
+    E[name] = fs_eff(U[name], r)
+    dirty[name] = a
+  end
+  local t = st.t
+  t.last = a -- the group's last account leased here: the next call reads its fields with the groups' (a hint)
+  local cs, cq = t.cs, t.cq
+  local v = h[cs]
+  if v == nil then v = fs_get(cs) end
+  h[cs] = (tonumber(v) or 0) + sign * c
+  v = h[cq] -- after cs: a queue named without a site has cs == cq, counted twice as before
+  if v == nil then v = fs_get(cq) end
+  h[cq] = (tonumber(v) or 0) + sign * c
+  w[cs], w[cq] = true, true
+  if ty then h[ty], w[ty] = fs_num(ty) + sign, true end
+end
+-- The counters this call changed, written once.
+-- (the counters are whole numbers: Redis writes a Lua number of up to 14 digits as %.14g, a whole one
+-- without a point; the decayed usage keeps its 17 digits)
+local function fs_write()
+  if not FS.dirty then return end
+  local out, h, n = {}, FS.h, 0
+  -- the time as the caller wrote it when it is plain decimals (it reads as `now`): one %.17g the less
+  local at = string.find(FAT, '^%d+%.?%d*$') and FAT or string.format('%.17g', FNOW)
+  for name, a in pairs(FS.dirty) do
+    local g = name == a[1]
+    local rf = a[g and 7 or 5]
+    out[n + 1], out[n + 2] = a[g and 8 or 4], string.format('%.17g %s', FS.U[name], at)
+    out[n + 3], out[n + 4] = rf, h[rf]
+    n = n + 4
+  end
+  for field in pairs(FS.w) do out[n + 1], out[n + 2] = field, h[field] n = n + 2 end
+  redis.call('HSET', FFAIR, unpack(out))
+end
+-- The index scores a call writes (zq: score, task-queue pairs) written to the queue's index by group too (with a
+-- policy mark, read or not): one ZADD a group, of zq itself when every pair is of one group.
+local function fs_index(base, queue, zq)
+  local g1, by = fs_acct(zq[2])[1], nil
+  for i = 3, #zq, 2 do
+    local g = fs_acct(zq[i + 1])[1]
+    if g ~= g1 and not by then
+      by = {[g1] = {unpack(zq, 1, i - 1)}}
+    end
+    if by then
+      local z = by[g]
+      if not z then z = {} by[g] = z end
+      z[#z + 1] = zq[i] z[#z + 1] = zq[i + 1]
+    end
+  end
+  local b = PC and PC.b[base] -- its keys when this call or another made them (the same names either way)
+  local q = b and b.q[queue]
+  local known = q and q.g
+  if not by then by = {[g1] = zq} end
+  for g, z in pairs(by) do
+    local t = known and known[g]
+    redis.call('ZADD', t and t.key or base .. K_GH .. queue .. ':' .. g, unpack(z))
+  end
+end
+-- The call's fair-share state: of the key base, the queue, now (a number, and
+-- as ARGV[3] wrote it), the policy packed (" name=value ... "), the groups of the queue's index by group, the
+-- jobs wanted and the queue's floor of cores (0 without one). Returns FS, GS, XS (set here as the functions'
+-- upvalues too).
+-- The walk by group: GS holds a state per group of the queue's index by group: {g, t (its names and numbers,
+-- POLICIES), key, n entries read, bound (every unread entry's index score, hence its real one, is at or above
+-- it), all (none left), size (of its next page), share, owners, and until a lease changes the counters (fs_take
+-- empties them) rank (E / share) and room (the cores its limits leave: overall, at the pilot's site, at its
+-- queue)}. XS maps each entry read to its group's state: the walk weighs every entry read against the best so
+-- far, and what it weighs comes from the group (names of fields, string concatenations, were most of its cost),
+-- per task queue only for a group that shares among its owners or a policy with limits per job type.
+local function fs_begin(base, queue, now, at, packed, groups, want, floor)
+  PT, FNOW, FAT = packed, now, at
+  local pc = POLICIES[packed]
+  if not pc then
+    if NPOLICIES >= 64 then POLICIES, NPOLICIES = {}, 0 end
+    pc = {cfg = {}, b = {}, nb = 0, tau = 21600 / math.log(2), limits = string.find(packed, ' l:', 1, true),
+          types = string.find(packed, ' t:', 1, true), owned = string.find(packed, ' s:[^%s=.]+%.')}
+    PC = pc
+    local hl = fs_conf('halflife')
+    if hl and hl > 0 then pc.tau = hl / math.log(2) end
+    -- The catch-up cap x (issue 29): in ranks, U is clamped into R * tau * [1 - d, 1 + d], d = 2 (x - 1) / (x + 1),
+    -- so no group runs more than x times another's cores per share (taskqueues/store/fairshare.py, Policy.clamp).
+    local x = fs_conf('catchup')
+    if x and x >= 1 then pc.lo, pc.hi = 1 - 2 * (x - 1) / (x + 1), 1 + 2 * (x - 1) / (x + 1) end
+    POLICIES[packed], NPOLICIES = pc, NPOLICIES + 1
+  end
+  PC = pc
+  local b = pc.b[base]
+  if not b then
+    if pc.nb >= 64 then pc.b, pc.nb = {}, 0 end
+    b = {fair = base .. K_FAIR, q = {}, nq = 0}
+    pc.b[base], pc.nb = b, pc.nb + 1
+  end
+  local q = b.q[queue]
+  if not q then
+    if b.nq >= 1000 then b.q, b.nq = {}, 0 end
+    q = {site = string.match(queue, '^([^/]+)/') or queue, g = {}, ng = 0}
+    b.q[queue], b.nq = q, b.nq + 1
+  end
+  FFAIR = b.fair
+  FS = {h = {}, U = {}, E = {}, floor = floor, rank = pc.owned and {} or nil, room = pc.types and {} or nil}
+  XS = {}
+  local gs, fields, k, limits, qg = GSL, FIELDS, 0, pc.limits, q.g
+  local ng = 0
+  for _, g in ipairs(groups) do
+    if g ~= '~' then
+      local t = qg[g]
+      if not t then
+        local site = q.site
+        t = {g = g, key = base .. K_GH .. queue .. ':' .. g, share = fs_share(g, fs_conf('s:*') or 1),
+             owners = pc.owned and string.find(packed, ' s:' .. g .. '.', 1, true) or false,
+             u = 'u:' .. g, r = 'r:' .. g, cs = 'c:' .. g .. '@' .. site, cq = 'c:' .. g .. '@' .. queue}
+        if limits then
+          t.l1, t.l2, t.l3 = fs_conf('l:' .. g .. '@*'), fs_conf('l:' .. g .. '@' .. site), fs_conf('l:' .. g .. '@' .. queue)
+        end
+        t.t = t
+        if q.ng >= 1000 then qg, q.ng = {}, 0 q.g = qg end
+        qg[g], q.ng = t, q.ng + 1
+      end
+      -- The group's state is its entry of POLICIES, what a call changes set here (room: math.huge without limits,
+      -- never computed, never reset: fs_take).
+      t.n, t.bound, t.all, t.size, t.rank, t.room = 0, -1e18, false, want + 2, nil, not limits and math.huge or nil
+      ng = ng + 1
+      gs[ng] = t
+      fields[k + 1], fields[k + 2], fields[k + 3], fields[k + 4] = t.u, t.r, t.cs, t.cq
+      k = k + 4
+      local a = t.last -- read with them: fs_take then reads no more for a job of that account
+      if a then fields[k + 1], fields[k + 2], fields[k + 3] = a[4], a[5], a[6] or a[5] k = k + 3 end
+    end
+  end
+  -- The fair hash's fields of the groups (what the walk weighs, and a lease adds to), in one read; fs_take reads
+  -- those of a leased job's owner and type in one more, fs_get any other when first needed.
+  for i = ng + 1, #gs do gs[i] = nil end
+  GS = gs
+  if k > 0 then
+    local got, h = redis.call('HMGET', FFAIR, unpack(fields, 1, k)), FS.h
+    for i = 1, k do h[fields[i]] = got[i] or false end
+  end
+  return FS, GS, XS
+end
+-- ==== end of the policy's functions ====
+
+-- per call:
 if #KEYS ~= 2 or #ARGV ~= 11 then
   return redis.error_reply('match: wants 2 KEYS and 11 ARGV, got ' .. #KEYS .. ' and ' .. #ARGV)
 end
@@ -150,9 +499,7 @@ end
 -- The queue's floor and whether the community has a policy, in one read: `pilotfish shares` (fairshare.publish)
 -- marks the qfloor hash's field "" (never a queue's name) while the shares hash holds one.
 local floor_text, policy = unpack(redis.call('HMGET', qfloor, queue, ''))
-local FS
-local fs_take, fs_write -- the block's entry points, made only with FS: closures cost on every call
-local fs_final, fs_next, fs_allowed, fs_order, fs_grank, fs_orank -- the walk by group: whether no unread entry can go before an entry; the group to read
+local FS -- the call's fair-share state (fs_begin, after the floor's read below); nil without a policy
 -- The heads index by group (issue 31; _lib.lua's index_head keeps it): while the community has a policy, the
 -- queue's index split by group, K_GH .. queue .. ':' .. group, with the groups in the set K_GH .. queue. Built
 -- here the first time a policy match of the queue finds none (a store written before it existed, or a policy
@@ -206,245 +553,7 @@ if policy then
     end
   end
 end
-local fs_conf -- a number of the policy (nil when it has none), found once per call: made only with a policy
-if PT then
-  FS = {cfg = {}, h = {}, U = {}, E = {}, acct = {}, dirty = {}, w = {}, rank = {}, room = {}, gs = {},
-        site = string.match(queue, '^([^/]+)/') or queue, tau = 21600 / math.log(2),
-        limits = string.find(PT, ' l:', 1, true), types = string.find(PT, ' t:', 1, true),
-        owned = string.find(PT, ' s:[^%s=.]+%.')}
-  fs_conf = function(name)
-    local v = FS.cfg[name]
-    if v == nil then
-      local _, e = string.find(PT, ' ' .. name .. '=', 1, true)
-      v = e and tonumber(string.match(PT, '^%S*', e + 1)) or false
-      FS.cfg[name] = v
-    end
-    return v or nil
-  end
-  local hl = fs_conf('halflife')
-  if hl and hl > 0 then FS.tau = hl / math.log(2) end
-  -- The catch-up cap x (issue 29): in ranks, U is clamped into R * tau * [1 - d, 1 + d], d = 2 (x - 1) / (x + 1),
-  -- so no group runs more than x times another's cores per share (taskqueues/store/fairshare.py, Policy.clamp).
-  local x = fs_conf('catchup')
-  if x and x >= 1 then FS.lo, FS.hi = 1 - 2 * (x - 1) / (x + 1), 1 + 2 * (x - 1) / (x + 1) end
-end
-if FS then
-  -- A field of the fair hash (false when it has none), read once per call.
-  local function fs_get(field)
-    local v = FS.h[field]
-    if v == nil then
-      v = redis.call('HGET', base .. K_FAIR, field) or false
-      FS.h[field] = v
-    end
-    return v
-  end
-  -- The account of a task queue: {group, group.owner, type or false}, cached per call.
-  local function fs_acct(tq)
-    local a = FS.acct[tq]
-    if not a then
-      local g, o, ty = string.match(tq, '^[^.]+%.([^.]+)%.([^.]+)%.?(.*)$')
-      if not g then g, o, ty = 'default', 'default', '' end
-      a = {g, g .. '.' .. o, ty ~= '' and ty or false}
-      FS.acct[tq] = a
-    end
-    return a
-  end
-  local function fs_num(field) return tonumber(fs_get(field)) or 0 end
-  local function fs_two(u, t) return u + 0, t + 0 end
-  -- Effective usage of decayed usage u and running cores r: u (clamped by the catch-up cap) + r * tau.
-  local function fs_eff(u, r)
-    local t = r * FS.tau
-    if FS.hi then u = math.min(math.max(u, t * FS.lo), t * FS.hi) end
-    return u + t
-  end
-  -- Effective usage of account a (a group, or group.owner) now: its decayed core-seconds plus its running cores
-  -- times tau.
-  local function fs_usage(a)
-    local e = FS.E[a]
-    if not e then
-      local u, t = string.match(fs_get('u:' .. a) or '', '^(%S+) (%S+)$')
-      if u then -- 17-digit numbers: one strtod each by arithmetic (tonumber makes two), tonumber if not numbers
-        local ok, x, y = pcall(fs_two, u, t)
-        if ok then u, t = x, y else u, t = tonumber(u), tonumber(t) end
-      end
-      u, t = u or 0, t or now
-      local r = fs_num('r:' .. a)
-      local k = math.exp(-math.max(now - t, 0) / FS.tau)
-      FS.U[a] = u * k + r * FS.tau * (1 - k)
-      e = fs_eff(FS.U[a], r)
-      FS.E[a] = e
-    end
-    return e
-  end
-  local function fs_share(a, default)
-    local s = fs_conf('s:' .. a) or default
-    if not s or s <= 0 then return 1e-9 end
-    return s
-  end
-  -- The walk by group: GS holds a state per group of the queue's index by group: {g, key, n entries read, bound
-  -- (every unread entry's index score, hence its real one, is at or above it), all (none left), size (of its
-  -- next page), share, and until a lease changes the counters (fs_take empties them) rank (E / share) and room
-  -- (the cores its limits leave: overall, at the pilot's site, at its queue)}. XS maps each entry read to its
-  -- group's state: the walk weighs every entry read against the best so far, and what it weighs comes from the
-  -- group (names of fields, string concatenations, were most of its cost), per task queue only for a group
-  -- that shares among its owners or a policy with limits per job type.
-  local site = FS.site
-  GS, XS = {}, {}
-  local fields = {}
-  for _, g in ipairs(GROUPS) do
-    if g ~= '~' then
-      local st = {g = g, key = base .. K_GH .. queue .. ':' .. g, n = 0, bound = -EMPTY, all = false, size = want + 2,
-                  share = fs_share(g, fs_conf('s:*') or 1),
-                  owners = FS.owned and string.find(PT, ' s:' .. g .. '.', 1, true)}
-      local k = #fields
-      st.cs, st.cq = 'c:' .. g .. '@' .. site, 'c:' .. g .. '@' .. queue
-      fields[k + 1], fields[k + 2], fields[k + 3], fields[k + 4] = 'u:' .. g, 'r:' .. g, st.cs, st.cq
-      FS.gs[g] = st
-      if FS.limits then
-        st.l1, st.l2, st.l3 = fs_conf('l:' .. g .. '@*'), fs_conf('l:' .. g .. '@' .. site), fs_conf('l:' .. g .. '@' .. queue)
-      else
-        st.room = math.huge -- no limits: never computed, never reset (fs_take)
-      end
-      GS[#GS + 1] = st
-    end
-  end
-  -- The fair hash's fields of the groups (what the walk weighs, and a lease adds to), in one read; fs_take reads
-  -- those of a leased job's owner and type in one more, fs_get any other when first needed.
-  if #fields > 0 then
-    local got = redis.call('HMGET', base .. K_FAIR, unpack(fields))
-    for i, field in ipairs(fields) do FS.h[field] = got[i] or false end
-  end
-  fs_grank = function(st)
-    local r = st.rank
-    if not r then r = fs_usage(st.g) / st.share st.rank = r end
-    return r
-  end
-  -- The closures of what a policy may not have (limits, limits per type, owner shares) are made only where it
-  -- has them: a closure costs a call about 1.5k instructions.
-  local fs_groom, fs_typed
-  if FS.limits then fs_groom = function(st)
-    local cores = st.room
-    if not cores then
-      cores = math.huge
-      if st.l1 then cores = math.min(cores, st.l1 - fs_num('r:' .. st.g)) end
-      if st.l2 then cores = math.min(cores, st.l2 - fs_num(st.cs)) end
-      if st.l3 then cores = math.min(cores, st.l3 - fs_num(st.cq)) end
-      st.room = cores
-    end
-    return cores
-  end end
-  -- The rank of a task queue's owner inside its group (0 unless the group gives its owners shares).
-  if FS.owned then fs_orank = function(tq, st)
-    if not st.owners then return 0 end
-    local r = FS.rank[tq]
-    if not r then
-      local a = fs_acct(tq)
-      r = fs_usage(a[2]) / fs_share(a[2], fs_conf('s:' .. a[1] .. '.*') or 1)
-      FS.rank[tq] = r
-    end
-    return r
-  end end
-  -- Whether a job of task queue tq stays within the limit of its type (with limits per type only).
-  if FS.types then fs_typed = function(tq)
-    local room = FS.room[tq]
-    if not room then
-      local a = fs_acct(tq)
-      local l = a[3] and fs_conf('t:' .. a[3])
-      room = l and l - fs_num('n:' .. a[3]) or math.huge
-      FS.room[tq] = room
-    end
-    return room >= 1
-  end end
-  -- Whether entry x (its cores read) stays within every running limit.
-  fs_allowed = function(X, x)
-    local st = XS[x]
-    return X[x + 4] <= (st.room or fs_groom(st)) and not (FS.types and not fs_typed(X[x + 1]))
-  end
-  -- Whether entry x goes before entry b in the policy's order: (group rank, owner rank, score, task-queue id);
-  -- the reservations' decision alone asks it.
-  if RV then fs_order = function(X, x, b)
-    local sx, sb = XS[x], XS[b]
-    local x1, b1 = fs_grank(sx), fs_grank(sb)
-    if x1 ~= b1 then return x1 < b1 end
-    local x2, b2 = sx.owners and fs_orank(X[x + 1], sx) or 0, sb.owners and fs_orank(X[b + 1], sb) or 0
-    if x2 ~= b2 then return x2 < b2 end
-    if X[x + 2] ~= X[b + 2] then return X[x + 2] < X[b + 2] end
-    return X[x + 1] < X[b + 1]
-  end end
-  -- A group none of whose task queues may lease (its cores' room below the queue's floor, or below 0 without a
-  -- floor) counts as read. An unread entry of a group ranks (its group's rank, 0 or more, a score at or above
-  -- its bound): whether one may go before entry y (fs_order) is told by its group alone.
-  fs_final = function(X, y)
-    local sy = XS[y]
-    local y1, y2 = fs_grank(sy), sy.owners and fs_orank(X[y + 1], sy) or 0
-    for _, st in ipairs(GS) do
-      if not (st.all or (st.room or fs_groom(st)) < (f1 or 0)) then -- not shut
-        local g1 = fs_grank(st)
-        if g1 < y1 or (g1 == y1 and (y2 > 0 or X[y + 2] >= st.bound)) then return false end
-      end
-    end
-    return true
-  end
-  -- The group whose next page may hold an entry that goes before all others unread: the lowest (rank, bound);
-  -- nil when every group is read (or shut).
-  fs_next = function()
-    local best, b1
-    for _, st in ipairs(GS) do
-      if not (st.all or (st.room or fs_groom(st)) < (f1 or 0)) then -- not shut
-        local g1 = fs_grank(st)
-        if not best or g1 < b1 or (g1 == b1 and st.bound < best.bound) then best, b1 = st, g1 end
-      end
-    end
-    return best
-  end
-  -- A lease of `c` cores from task queue tq begins (sign 1) or is taken back (-1: its record was parked).
-  fs_take = function(tq, c, sign)
-    local a, h = fs_acct(tq), FS.h
-    local ua, ra, ty = 'u:' .. a[2], 'r:' .. a[2], a[3] and 'n:' .. a[3]
-    if h[ua] == nil then
-      local got = redis.call('HMGET', base .. K_FAIR, ua, ra, ty or ra)
-      h[ua], h[ra] = got[1] or false, got[2] or false
-      if ty and h[ty] == nil then h[ty] = got[3] or false end
-    end
-    if FS.types then FS.room = {} end
-    if FS.owned then FS.rank = {} end
-    for _, st in ipairs(GS) do
-      st.rank = nil
-      if FS.limits then st.room = nil end
-    end
-    local st = FS.gs[a[1]]
-    for i = 1, 2 do
-      local name, rn = a[i], i == 1 and 'r:' .. a[1] or ra
-      fs_usage(name)
-      local r = fs_num(rn) + sign * c
-      h[rn] = r
-      FS.E[name] = fs_eff(FS.U[name], r)
-      FS.dirty[name] = true
-    end
-    h[st.cs] = fs_num(st.cs) + sign * c
-    h[st.cq] = fs_num(st.cq) + sign * c
-    local w = FS.w
-    w[st.cs], w[st.cq] = true, true
-    if ty then h[ty], w[ty] = fs_num(ty) + sign, true end
-  end
-  -- The counters this call changed, written once.
-  -- (the counters are whole numbers: Redis writes a Lua number of up to 14 digits as %.14g, a whole one
-  -- without a point; the decayed usage keeps its 17 digits)
-  fs_write = function()
-    if not next(FS.dirty) then return end
-    local out, h, n = {}, FS.h, 0
-    -- the time as the caller wrote it when it is plain decimals (it reads as `now`): one %.17g the less
-    local at = string.find(ARGV[3], '^%d+%.?%d*$') and ARGV[3] or string.format('%.17g', now)
-    for name in pairs(FS.dirty) do
-      local rn = 'r:' .. name
-      out[n + 1], out[n + 2] = 'u:' .. name, string.format('%.17g %s', FS.U[name], at)
-      out[n + 3], out[n + 4] = rn, h[rn]
-      n = n + 4
-    end
-    for field in pairs(FS.w) do out[n + 1], out[n + 2] = field, h[field] n = n + 2 end
-    redis.call('HSET', base .. K_FAIR, unpack(out))
-  end
-end
+-- (the policy's functions are made once, when the library loads: above, before "-- per call:")
 -- ==== end of the fair-share block ====
 
 -- What a lease adds to a record, and its expiry: made at the first lease (a call that leases nothing, as
@@ -499,6 +608,7 @@ if floor_text then
   end
   if not (f1 and f2 and f3 and f4) then f1 = nil end -- unreadable: as if there were none (a walk rewrites it)
 end
+if PT then FS, GS, XS = fs_begin(base, queue, now, ARGV[3], PT, GROUPS, want, f1 or 0) end
 
 -- The index entries read so far, in index order, 7 slots each: entry i starts at slot x = 7 * (i - 1) and
 -- holds its task queue (x+1), its real head's score (x+2, EMPTY once the task queue has none) and heads
@@ -890,17 +1000,7 @@ if emptied then
 end
 if #zq > 0 then
   redis.call('ZADD', qh, unpack(zq))
-  if policy then -- the index by group, kept with the heads index (see GROUPS)
-    local by = {}
-    for i = 1, #zq, 2 do
-      local tq = zq[i + 1]
-      local g = string.match(tq, '^[^.]+%.([^.]+)%.[^.]') or 'default'
-      local z = by[g]
-      if not z then z = {} by[g] = z end
-      z[#z + 1] = zq[i] z[#z + 1] = tq
-    end
-    for g, z in pairs(by) do redis.call('ZADD', base .. K_GH .. queue .. ':' .. g, unpack(z)) end
-  end
+  if policy then fs_index(base, queue, zq) end -- the index by group, kept with the heads index (see GROUPS)
 end
 if pk then redis.call('HSET', base .. K_PARKED, unpack(pk)) end
 if FS then fs_write() end

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from taskqueues.errors import StoreUnavailable
-from taskqueues.store import Store, access, functions
+from taskqueues.store import Store, access, functions, scripts
 from taskqueues.store.keys import Keys
 from taskqueues.store.records import PilotOffer
 from taskqueues.store.redis_server import RedisServer
@@ -121,3 +121,26 @@ def test_a_pilot_finding_no_library_waits_for_the_control_plane(
         pilot.match(offer())
     Store(real_redis).cancel("1")  # the control plane's next operation loads it again
     assert pilot.match(offer()) == []
+
+
+def test_a_scripts_load_time_part_runs_once_and_its_functions_serve_every_call(real_redis: redis.Redis) -> None:
+    """Above the line ``-- per call:`` a script runs once, when the library loads (match.lua makes its policy's
+    functions there); below it, on every call. Two scripts' load-time locals of one name do not collide."""
+    counter = "local n = 0\nlocal function bump(by) n = n + by return n end\n-- per call:\nreturn bump({by})\n"
+    code = "#!lua name=pf_test_load_time\n" + "".join(
+        functions.wrapped(f"pf_test_count{by}", counter.format(by=by)) for by in (1, 10)
+    )
+    real_redis.function_load(code, replace=True)
+    try:
+        got = [real_redis.fcall(name, 0) for name in ("pf_test_count1", "pf_test_count1", "pf_test_count10")]
+        assert got == [1, 2, 10]  # the same upvalue from one call to the next; each script its own
+        assert functions.wrapped("f", "return 1").startswith("redis.register_function")  # no part: as before
+    finally:
+        real_redis.function_delete("pf_test_load_time")
+
+
+def test_match_makes_its_policys_functions_when_the_library_loads() -> None:
+    code = functions.wrapped("pf_match", scripts.source("match"))
+    load_time, per_call = code.split("callback=function(KEYS, ARGV)", 1)
+    assert code.startswith("do\n") and "local function fs_take(" in load_time and "fs_take(" in per_call
+    assert not any(f"function fs_{name}" in per_call for name in ("take", "write", "final", "next", "usage"))

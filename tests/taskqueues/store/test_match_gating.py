@@ -11,6 +11,7 @@ import redis
 
 from taskqueues.store import Store
 from taskqueues.store.fairshare import Policy
+from taskqueues.store.keys import Keys, account_of
 from taskqueues.store.records import PilotOffer
 from taskqueues.store.reservations import read_reservations
 from tests.support.clock import FakeClock
@@ -127,3 +128,43 @@ def test_a_call_without_a_policy_reads_neither_the_shares_hash_nor_more_than_bef
     assert store.client.hget(store.keys.qfloor, "") is None
     assert reads(strict) == (0, 3)
     assert check(store.client, store.keys) == []
+
+
+def test_the_policys_functions_made_at_load_keep_no_call_for_the_next(real_redis: redis.Redis) -> None:
+    """match.lua makes its policy's functions once, when the library loads (above its line "-- per call:"),
+    and sets what they read at the start of every call with a policy: calls of communities with other
+    policies and fair hashes, and calls without a policy, take turns on one server, and each is served by its
+    own policy alone."""
+    clock = FakeClock()
+    stores = {vo: Store(real_redis, Keys(vo=vo), clock=clock) for vo in ("va", "vb", "vc")}
+    for vo, store in stores.items():
+        store.submit([job(f"tq{g}{i}.{g}.o", score=i) for g in ("g1", "g2") for i in range(3)])
+        if vo != "vc":
+            store.shares.publish(Policy(shares={"g1": 1, "g2": 1}, cores={("g1", "*"): 100}))
+    used = f"50000 {clock.now}"  # recent usage (the running counters must match the leases)
+    stores["va"].client.hset(stores["va"].keys.fair, "u:g1", used)  # va: g2 goes first
+    stores["vb"].client.hset(stores["vb"].keys.fair, "u:g2", used)  # vb: g1 goes first
+
+    def group(vo: str) -> str:
+        (leased,) = stores[vo].match(PilotOffer("p", Q, 1, 4000, 0, None))
+        return account_of(leased.tq_id)[0]
+
+    turns = [(vo, group(vo)) for vo in ("va", "vb", "vc", "va", "vb", "vc")]
+    assert turns == [("va", "g2"), ("vb", "g1"), ("vc", "g1"), ("va", "g2"), ("vb", "g1"), ("vc", "g2")]  # vc: by score
+    assert all(check(store.client, store.keys) == [] for store in stores.values())
+
+
+def test_the_kept_policies_are_forgotten_past_their_bound_and_made_again(store: Store) -> None:
+    """match.lua keeps what at most 64 packed policies give (POLICIES): the 65th policy forgets them all, and a
+    call with a policy forgotten makes its entry again; every call is served by the policy stored then."""
+    store.submit([job(f"tq{g}{i}.{g}.o", score=i) for g in ("g1", "g2") for i in range(70)])
+    served = []
+    used = f"1000 {store.clock()}"
+    for i in range(70):
+        first = "g1" if i % 3 else "g2"  # the group with the larger share goes first: equal usage, E / share
+        store.shares.publish(Policy(shares={first: 100.0 + i, "g1" if first == "g2" else "g2": 1.0}))
+        store.client.delete(store.keys.fair)  # the same usage for both, no running cores
+        store.client.hset(store.keys.fair, mapping={"u:g1": used, "u:g2": used})
+        (leased,) = store.match(PilotOffer("p", Q, 1, 4000, 0, None))
+        served.append(account_of(leased.tq_id)[0])
+    assert served == ["g1" if i % 3 else "g2" for i in range(70)]
