@@ -466,11 +466,16 @@ local function leased(raw, tail, pilot, now, lease, FS, queue)
       and not string.find(raw, 'pl":', 1, true) and not string.find(raw, 'tm":', 1, true) then
     local a = string.find(raw, '"a":', 1, true)
     local digits = a and string.match(raw, '^%d+', a + 4)
-    if not a or digits then
-      -- 'waiting' and 'matched' have the same length: the attempt's position stays valid
-      raw = string.sub(raw, 1, s + 4) .. 'matched' .. string.sub(raw, s + 12, -2)
-      if not a then return raw .. ',"a":1' .. lease end
-      return string.sub(raw, 1, a + 3) .. (digits + 1) .. string.sub(raw, a + 4 + #digits) .. lease
+    -- One concatenation of the record's pieces around the state and the attempt, in the order they come.
+    if not a then return string.sub(raw, 1, s + 4) .. 'matched' .. string.sub(raw, s + 12, -2) .. ',"a":1' .. lease end
+    if digits then
+      local e = a + 4 + #digits
+      if a < s then
+        return string.sub(raw, 1, a + 3) .. (digits + 1) .. string.sub(raw, e, s + 4) .. 'matched'
+          .. string.sub(raw, s + 12, -2) .. lease
+      end
+      return string.sub(raw, 1, s + 4) .. 'matched' .. string.sub(raw, s + 12, a + 3) .. (digits + 1)
+        .. string.sub(raw, e, -2) .. lease
     end
   end
   local ok, rec = pcall(cjson.decode, raw)
