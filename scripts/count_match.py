@@ -26,7 +26,7 @@ stores this run's figures as the new baseline (do it in the commit that makes th
 on purpose, and say why). bench_match.py and bench_e2e.py print :func:`guard`'s line at their end.
 Usage: python scripts/count_match.py [--rows 10:fill,1000:fill,1000:one,1000:fill+r,1000:fill+s,10:trivial]
        [--calls 300]
-       [--write-baseline]
+       [--write-baseline] [--gc]
 """
 
 from __future__ import annotations
@@ -55,6 +55,11 @@ from taskqueues.store.functions import Function
 from taskqueues.store.keys import account_of
 from taskqueues.store.redis_server import find_redis_server, free_port
 from taskqueues.store.scripts import prelude
+
+#: ``--gc``'s function: a full collection of the Lua state the store's functions run in.
+GC_LIBRARY = (
+    "#!lua name=pfcount\nredis.register_function('pfcount_gc', function() collectgarbage('collect') return 1 end)"
+)
 
 
 class Counted:
@@ -121,6 +126,12 @@ class Counted:
             check=True,
         )
 
+    def collect(self) -> None:
+        """A full cycle of the Lua garbage collector of the functions (run through a library of its own, which the
+        store's loader leaves alone): uncounted calls made before it, the counted ones start a cycle afresh."""
+        self.client.function_load(GC_LIBRARY, replace=True)
+        self.client.fcall("pfcount_gc", 0)
+
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait()
@@ -138,8 +149,9 @@ def floor_call(client: redis.Redis) -> Function:
     return load_apart(client, "bench_policy_floor", "bench_policy_floor", prelude(text) + text)
 
 
-def row(server: Counted, n_tqs: int, kind: str, calls: int) -> tuple[float, float]:
-    """Instructions per call and jobs matched per call; ``kind`` may end with ``@<waiting jobs>`` (20,000 else)."""
+def row(server: Counted, n_tqs: int, kind: str, calls: int, gc: bool = False) -> tuple[float, float]:
+    """Instructions per call and jobs matched per call; ``kind`` may end with ``@<waiting jobs>`` (20,000 else).
+    With ``gc``, the Lua garbage is collected before the counted calls (:meth:`Counted.collect`)."""
     kind, _, size = kind.partition("@")
     waiting = int(size) if size else WAITING
     client = server.client
@@ -174,6 +186,8 @@ def row(server: Counted, n_tqs: int, kind: str, calls: int) -> tuple[float, floa
 
     for i in range(400):
         call(i)
+    if gc:
+        server.collect()
     server.dump()
     got = sum(call(i) for i in range(calls))
     return server.dump() / calls, got / calls
@@ -197,7 +211,7 @@ def ratio_text(spec: str, per_call: float, stored: dict[str, float]) -> str:
     return f"{per_call / stored[spec]:.2f}x" if stored.get(spec) else "-"
 
 
-def measure(rows: str, calls: int, show: bool = False) -> dict[str, tuple[float, float]]:
+def measure(rows: str, calls: int, show: bool = False, gc: bool = False) -> dict[str, tuple[float, float]]:
     """Instructions and jobs per call of each row, counted in order on one server under callgrind."""
     if not shutil.which("valgrind"):
         raise SystemExit("valgrind is not installed: apt-get install --no-install-recommends valgrind")
@@ -210,7 +224,7 @@ def measure(rows: str, calls: int, show: bool = False) -> dict[str, tuple[float,
                 print(f"{'tqs':>5} {'kind':>7} {'jobs/call':>9} {'instr/call':>10} {'instr/job':>10} {'baseline':>8}")
             for spec in rows.split(","):
                 n_tqs, kind = spec.split(":")
-                per_call, jobs = row(server, int(n_tqs), kind, calls)
+                per_call, jobs = row(server, int(n_tqs), kind, calls, gc)
                 out[spec] = (per_call, jobs)
                 if show:
                     per_job = f"{per_call / jobs / 1000:>9,.0f}k" if jobs else f"{'-':>10}"
@@ -265,9 +279,17 @@ def main() -> None:
     parser.add_argument("--rows", default=DEFAULT_ROWS)
     parser.add_argument("--calls", type=int, default=DEFAULT_CALLS)
     parser.add_argument("--write-baseline", action="store_true", help="store this run's figures as the baseline")
+    parser.add_argument(
+        "--gc",
+        action="store_true",
+        help="collect the server's Lua garbage before each row's counted calls (steadier: where a full cycle falls "
+        "in the counted calls moved 1000:one by up to 14k); the baseline is counted without",
+    )
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.2f} (instruction counts do not depend on it)")
-    counted = measure(args.rows, args.calls, show=True)
+    if args.gc and args.write_baseline:
+        parser.error("--gc: the baseline is counted without it")
+    counted = measure(args.rows, args.calls, show=True, gc=args.gc)
     if args.write_baseline:
         rows = {spec: round(per) for spec, (per, _) in counted.items() if not spec.endswith(":trivial")}
         note = "scripts/count_match.py --write-baseline; rows counted in this order on one server"

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import redis
+
+from taskqueues.store import Store
 from tests.support.scripts import script
 
 count_match = script("count_match")
@@ -49,3 +52,14 @@ def test_the_floor_row_is_set_against_the_policy_free_row_less_its_own_call() ->
     assert count_match.policy_ratios(counted) == [
         "policy floor 10:fill+f: 1.40x of 10:fill (420k: 10:fill+f less 10:trivial, the floor's call itself)"
     ]
+
+
+def test_the_gc_function_lives_beside_the_store_library_and_collects(real_redis: redis.Redis) -> None:
+    """``--gc`` loads its own library on the counting server: the store's loader (which replaces every other
+    ``pilotfish_*`` library) leaves it, and it runs a full collection of the functions' Lua state."""
+    real_redis.function_load(count_match.GC_LIBRARY, replace=True)
+    Store(real_redis).reload_scripts()  # the store's library loaded as after a flush: others deleted
+    libraries = {entry[1].decode() for entry in real_redis.function_list()}
+    assert "pfcount" in libraries
+    assert any(name.startswith("pilotfish_") for name in libraries)
+    assert real_redis.fcall("pfcount_gc", 0) == 1

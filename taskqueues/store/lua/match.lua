@@ -401,25 +401,23 @@ end
 local base, pilot = ARGV[1], ARGV[2]
 -- Texts known to be numbers are read by arithmetic: one strtod each, where tonumber makes two (and strtod
 -- was 7% of a call). The arguments in a pcall, so that one that is not a number is named by the checks below.
-local ok, now, length, cpu, mem, tmp, left, want = pcall(function(a)
-  return a[3] + 0, a[4] + 0, a[5] + 0, a[6] + 0, a[7] + 0, a[8] + 0, a[9] + 0
-end, ARGV)
+-- The slack (ARGV[11]) is split from its suffix (":b", bounded) by one match, and read with the others.
+local stext, suffix = string.match(ARGV[11], '^([^:]*)(.*)$')
+local ok, now, length, cpu, mem, tmp, left, want, slack = pcall(function(a, s)
+  return a[3] + 0, a[4] + 0, a[5] + 0, a[6] + 0, a[7] + 0, a[8] + 0, a[9] + 0, s + 0
+end, ARGV, stext)
 if not ok then
   now, length, cpu, mem, tmp, left = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]),
     tonumber(ARGV[7]), tonumber(ARGV[8])
-  want = tonumber(ARGV[9])
+  want, slack = tonumber(ARGV[9]), tonumber(stext)
 end
+local bounded = suffix == ':b'
+if not (bounded or suffix == '') then slack = nil end
 local qh, index = KEYS[1], base .. K_QH
 local queue = string.sub(qh, #index + 1)
 local jobs, heads, qfloor = base .. K_JOBS, base .. K_HEADS, base .. K_QFLOOR
--- The slack alone is a number; with ":b" (bounded) it is parsed.
-local slack, bounded = tonumber(ARGV[11]), false
-if not slack then
-  slack, bounded = string.match(ARGV[11], '^([^:]+)(:b)$')
-  slack = tonumber(slack)
-end
 local bad
-if queue == '' or string.sub(qh, 1, #index) ~= index or KEYS[2] ~= base .. K_STATS then
+if queue == '' or index .. queue ~= qh or KEYS[2] ~= base .. K_STATS then
   bad = 'KEYS want the keys ' .. index .. '<queue> and ' .. base .. K_STATS .. ' (of the base ARGV[1])'
 elseif pilot == '' or #pilot > 256 then bad = 'ARGV[2] (pilot id) wants 1 to 256 bytes'
 elseif not (now and now >= 0 and now <= 1e12) then bad = 'ARGV[3] (now) wants a number in [0, 1e12]'
@@ -455,13 +453,16 @@ local EMPTY, EMPTY_TEXT = 1e18, '1e18'
 -- back a job past the date it should start by, less its own run.
 -- resv field: "<state r|x> <tq> <job> <score> <cpu> <mem> <tmp> <need> <start> <at> <pilot>".
 local RV = ARGV[10] ~= '-'
-local RB = bounded == ':b'
-local PD = {} -- the pilot's running jobs, 4 slots each: seconds until the estimated end, cpu, mem, tmp
+local RB = bounded
+-- the pilot's running jobs, 4 slots each: seconds until the estimated end, cpu, mem, tmp (a table only with
+-- reservations on: a table costs a call as much as a C function's call)
+local PD
 local R, rdirty -- the queue's reservation (a table), and whether it must be written back (nil: deleted)
 local rs, rtq, rscore, ec, em, et -- while this pilot holds it: start, task queue, score, left over then
 local decided, reserve, lend
 local tc, tm, tt = cpu, mem, tmp -- the pilot's total: free + what its running jobs hold
 if RV then
+  PD = {}
   -- One anchored find per running job (no second pass to count them), the totals added on the way.
   local text, pos, prev = ARGV[10], 1, 0
   while pos <= #text do
@@ -471,7 +472,7 @@ if RV then
       return redis.error_reply('match: ARGV[10] (running jobs) wants "d:cpu:mem:tmp" by d ascending, got '
         .. cjson.encode(ARGV[10]))
     end
-    c, m, t = tonumber(c), tonumber(m), tonumber(t)
+    c, m, t = c + 0, m + 0, t + 0 -- digits: one strtod each by arithmetic
     local k = #PD
     PD[k + 1], PD[k + 2], PD[k + 3], PD[k + 4] = d, c, m, t
     tc, tm, tt, prev, pos = tc + c, tm + m, tt + t, d, e + 1
@@ -567,18 +568,23 @@ local lease, expiry
 -- has no pl and no tm is looked for as 'pl":' and 'tm":' (a rarer first byte than '"', which plain find
 -- looks for first): a field name merely ending so only sends the record down the decode/encode path.
 -- Returns the leased record, or nil and why the member must be parked.
-local function leased(raw, tail)
+local function leased(raw, tail, pilot, now, lease, FS, queue)
   if not raw then return nil, 'it has no record' end
   local s = string.find(raw, '"s":"waiting"', 1, true)
   if s and string.find(raw, 'mt":"' .. tail .. '"', 2, true)
       and not string.find(raw, 'pl":', 1, true) and not string.find(raw, 'tm":', 1, true) then
     local a = string.find(raw, '"a":', 1, true)
     local digits = a and string.match(raw, '^%d+', a + 4)
-    if not a or digits then
-      -- 'waiting' and 'matched' have the same length: the attempt's position stays valid
-      raw = string.sub(raw, 1, s + 4) .. 'matched' .. string.sub(raw, s + 12, -2)
-      if not a then return raw .. ',"a":1' .. lease end
-      return string.sub(raw, 1, a + 3) .. (digits + 1) .. string.sub(raw, a + 4 + #digits) .. lease
+    -- One concatenation of the record's pieces around the state and the attempt, in the order they come.
+    if not a then return string.sub(raw, 1, s + 4) .. 'matched' .. string.sub(raw, s + 12, -2) .. ',"a":1' .. lease end
+    if digits then
+      local e = a + 4 + #digits
+      if a < s then
+        return string.sub(raw, 1, a + 3) .. (digits + 1) .. string.sub(raw, e, s + 4) .. 'matched'
+          .. string.sub(raw, s + 12, -2) .. lease
+      end
+      return string.sub(raw, 1, s + 4) .. 'matched' .. string.sub(raw, s + 12, a + 3) .. (digits + 1)
+        .. string.sub(raw, e, -2) .. lease
     end
   end
   local ok, rec = pcall(cjson.decode, raw)
@@ -698,12 +704,23 @@ if RV then
 end
 -- == end of reservations ==================================================================================
 
+-- The scores of a page's heads entries (read into X), and on the first page the count of jobs leased (the
+-- entry after them): by arithmetic, in a pcall (below). No upvalues: a closure's upvalues cost a call.
+local function scores(X, entries, x0, k, o)
+  for i = 1, k do
+    local entry = entries[i + o]
+    local text = entry and string.match(entry, '^%S+')
+    X[x0 + 7 * i - 5] = text and text + 0
+  end
+  return o == 1 and (entries[1] or 0) + 0
+end
+
 repeat
 while got < want do
   -- Below the floor nothing fits what is free. A pilot that runs jobs walks on while a reservation may be
   -- due (see "Reservations"): until the call has decided it, if some head may fit the pilot's total.
   if f1 and ((left >= 0 and left < f4) or (cpu < f1 or mem < f2 or tmp < f3)
-      and (#PD == 0 or decided or tc < f1 or tm < f2 or tt < f3)) then break end
+      and (not PD or #PD == 0 or decided or tc < f1 or tm < f2 or tt < f3)) then break end
   -- The entry of the most urgent head that fits what is free (ties go to the smaller task-queue id, as
   -- ZRANGE orders equal scores), reading pages until no entry left unread can beat it.
   local b
@@ -875,21 +892,19 @@ while got < want do
         local x0 = 7 * n
         if st then for i = 0, k - 1 do XS[x0 + 7 * i] = st end end
         local last = all and EMPTY or redis.call('ZSCORE', key, page[k]) + 0 -- Redis's own number
-        -- The first page reads the count of jobs leased too (the heads hash's field MATCHED, see the end).
-        if n == 0 then page[k + 1] = MATCHED end
-        local entries = redis.call('HMGET', heads, unpack(page))
-        if n == 0 then matched = tonumber(entries[k + 1]) or 0 end
+        -- The first page reads the count of jobs leased too (the heads hash's field MATCHED, see the end), in
+        -- front of the page's heads (o = 1: the page's table stays as Redis made it).
+        local o = n == 0 and 1 or 0
+        local entries
+        if o == 1 then entries = redis.call('HMGET', heads, MATCHED, unpack(page))
+        else entries = redis.call('HMGET', heads, unpack(page)) end
         -- The scores by arithmetic in a pcall (one strtod each, where tonumber makes two: a 17-digit score
         -- costs more than a Redis command's dispatch); an entry that is not a number fails it, and the page's
-        -- scores are read again with tonumber, which tells such an entry apart.
-        local read = pcall(function()
-          for i = 1, k do
-            local text = entries[i] and string.match(entries[i], '^%S+')
-            X[x0 + 7 * i - 5] = text and text + 0
-          end
-        end)
+        -- scores (and the count) are read again with tonumber, which tells such an entry apart.
+        local read, count = pcall(scores, X, entries, x0, k, o)
+        if o == 1 then matched = read and count or tonumber(entries[1]) or 0 end
         for i = 1, k do
-          local x, tq, entry = x0 + 7 * (i - 1), page[i], entries[i]
+          local x, tq, entry = x0 + 7 * (i - 1), page[i], entries[i + o]
           local r = read and X[x + 2]
           if not read then
             local text = entry and string.match(entry, '^%S+')
@@ -946,7 +961,7 @@ while got < want do
       local pl = string.find(pilot, '[%c"\\/\127-\255]') and cjson.encode(pilot) or '"' .. pilot .. '"'
       lease = ',"pl":' .. pl .. (FS and ',"fq":' .. cjson.encode(queue) or '') .. ',"tm":'
         .. string.format('%.14g', now) .. '}'
-      expiry = string.format('%.17g', now + length)
+      expiry = now + length -- a number: Redis writes it exactly (shortest round trip), no %.17g here
     end
     got = got + 1
     ids[got], out[2 * got - 1], out[2 * got] = id, tq, tail
@@ -960,7 +975,7 @@ if got > checked then
   local kept = checked
   for i = checked + 1, got do
     local id, tq, tail = ids[i], out[2 * i - 1], out[2 * i]
-    local text, why = leased(raws[i - checked], tail)
+    local text, why = leased(raws[i - checked], tail, pilot, now, lease, FS, queue)
     out[2 * i - 1], out[2 * i] = nil, nil
     if text then
       kept = kept + 1
