@@ -16,12 +16,13 @@
 -- Declaring every task queue the queue can see (argument parsing and building KEYS), for the one or two a
 -- call touches, was a fifth of a filling call's instructions and a third of a one-job call's when a queue
 -- sees 100 task queues (scripts/count_match.py, rows 1000:fill and 1000:one).
--- The hot path: this script does not use the shared prelude (no closures to build per call). It reads the
+-- The hot path: this script does not use _lib.lua's helpers (closures built per call); its own pure
+-- functions are made once, when the library loads (above the line "-- per call:"). It reads the
 -- heads hash, never a task-queue zset, to decide: only the task queue it leases from is touched. The index
 -- is read once per call, a page at a time, into one flat table; every write to the index, the heads, the
 -- records and the leases is made once at the end, one command each, however many jobs the call leased.
 -- Tables, closures and their upvalues cost as much as Redis commands here: few of each, and one loop. What a
--- call does not use it does not build: the fair-share block's closures only with a policy stored, and a
+-- call does not use it does not build: the reservations' closures only with reservations on, and a
 -- pilot below its queue's floor stops walking once its reservation is decided (or no job fits its total).
 -- ARGV[1]  key base "<prefix>:{<vo>}:"
 -- ARGV[2]  pilot id
@@ -394,6 +395,61 @@ local function fs_begin(base, queue, now, at, packed, groups, want, floor)
 end
 -- ==== end of the policy's functions ====
 
+-- ==== the walk's and the lease's pure functions, made once when the library loads too ====
+-- The scores of a page's heads entries (read into X), and on the first page the count of jobs leased (the
+-- entry after them): by arithmetic, in a pcall (below). No upvalues: a closure's upvalues cost a call.
+local function scores(X, entries, x0, k, o)
+  for i = 1, k do
+    local entry = entries[i + o]
+    local text = entry and string.match(entry, '^%S+')
+    X[x0 + 7 * i - 5] = text and text + 0
+  end
+  return o == 1 and (entries[1] or 0) + 0
+end
+-- The lease, as cjson would write it, without decoding the record: cjson writes no blanks and nested JSON
+-- is kept as text, so '"s":"waiting"', '"a":', '"tm":' and 'mt":"<tail>"' can only be the record's own
+-- fields (no other field name ends in mt). Plain finds and one splice (pattern scans over the whole text cost
+-- more than cjson; every C call costs as much as a few dozen Lua instructions); the record must name the
+-- member the job was taken from (`tail`, after the job id). Any other form: decode/encode. That the record
+-- has no pl and no tm is looked for as 'pl":' and 'tm":' (a rarer first byte than '"', which plain find
+-- looks for first): a field name merely ending so only sends the record down the decode/encode path.
+-- Returns the leased record, or nil and why the member must be parked.
+local function leased(raw, tail, pilot, now, lease, FS, queue)
+  if not raw then return nil, 'it has no record' end
+  local s = string.find(raw, '"s":"waiting"', 1, true)
+  if s and string.find(raw, 'mt":"' .. tail .. '"', 2, true)
+      and not string.find(raw, 'pl":', 1, true) and not string.find(raw, 'tm":', 1, true) then
+    local a = string.find(raw, '"a":', 1, true)
+    local digits = a and string.match(raw, '^%d+', a + 4)
+    -- One concatenation of the record's pieces around the state and the attempt, in the order they come.
+    if not a then return string.sub(raw, 1, s + 4) .. 'matched' .. string.sub(raw, s + 12, -2) .. ',"a":1' .. lease end
+    if digits then
+      local e = a + 4 + #digits
+      if a < s then
+        return string.sub(raw, 1, a + 3) .. (digits + 1) .. string.sub(raw, e, s + 4) .. 'matched'
+          .. string.sub(raw, s + 12, -2) .. lease
+      end
+      return string.sub(raw, 1, s + 4) .. 'matched' .. string.sub(raw, s + 12, a + 3) .. (digits + 1)
+        .. string.sub(raw, e, -2) .. lease
+    end
+  end
+  local ok, rec = pcall(cjson.decode, raw)
+  if not ok or type(rec) ~= 'table' then return nil, 'its record cannot be read' end
+  if rec.s ~= 'waiting' then return nil, 'its record is ' .. tostring(rec.s) .. ': a stray task-queue member' end
+  if rec.mt ~= tail then return nil, 'its record names another task-queue member' end
+  if rec.a ~= nil and (type(rec.a) ~= 'number' or rec.a ~= math.floor(rec.a) or rec.a < 0) then
+    return nil, 'its record has an unreadable attempt'
+  end
+  rec.s = 'matched'
+  rec.a = (rec.a or 0) + 1
+  rec.pl = pilot
+  rec.tm = now
+  if FS then rec.fq = queue end
+  local written, text = pcall(cjson.encode, rec)
+  if not written then return nil, 'its record cannot be written back' end
+  return text
+end
+
 -- per call:
 if #KEYS ~= 2 or #ARGV ~= 11 then
   return redis.error_reply('match: wants 2 KEYS and 11 ARGV, got ' .. #KEYS .. ' and ' .. #ARGV)
@@ -560,49 +616,6 @@ end
 -- What a lease adds to a record, and its expiry: made at the first lease (a call that leases nothing, as
 -- for a pilot that nothing fits, costs little more than a trivial script).
 local lease, expiry
--- The lease, as cjson would write it, without decoding the record: cjson writes no blanks and nested JSON
--- is kept as text, so '"s":"waiting"', '"a":', '"tm":' and 'mt":"<tail>"' can only be the record's own
--- fields (no other field name ends in mt). Plain finds and one splice (pattern scans over the whole text cost
--- more than cjson; every C call costs as much as a few dozen Lua instructions); the record must name the
--- member the job was taken from (`tail`, after the job id). Any other form: decode/encode. That the record
--- has no pl and no tm is looked for as 'pl":' and 'tm":' (a rarer first byte than '"', which plain find
--- looks for first): a field name merely ending so only sends the record down the decode/encode path.
--- Returns the leased record, or nil and why the member must be parked.
-local function leased(raw, tail, pilot, now, lease, FS, queue)
-  if not raw then return nil, 'it has no record' end
-  local s = string.find(raw, '"s":"waiting"', 1, true)
-  if s and string.find(raw, 'mt":"' .. tail .. '"', 2, true)
-      and not string.find(raw, 'pl":', 1, true) and not string.find(raw, 'tm":', 1, true) then
-    local a = string.find(raw, '"a":', 1, true)
-    local digits = a and string.match(raw, '^%d+', a + 4)
-    -- One concatenation of the record's pieces around the state and the attempt, in the order they come.
-    if not a then return string.sub(raw, 1, s + 4) .. 'matched' .. string.sub(raw, s + 12, -2) .. ',"a":1' .. lease end
-    if digits then
-      local e = a + 4 + #digits
-      if a < s then
-        return string.sub(raw, 1, a + 3) .. (digits + 1) .. string.sub(raw, e, s + 4) .. 'matched'
-          .. string.sub(raw, s + 12, -2) .. lease
-      end
-      return string.sub(raw, 1, s + 4) .. 'matched' .. string.sub(raw, s + 12, a + 3) .. (digits + 1)
-        .. string.sub(raw, e, -2) .. lease
-    end
-  end
-  local ok, rec = pcall(cjson.decode, raw)
-  if not ok or type(rec) ~= 'table' then return nil, 'its record cannot be read' end
-  if rec.s ~= 'waiting' then return nil, 'its record is ' .. tostring(rec.s) .. ': a stray task-queue member' end
-  if rec.mt ~= tail then return nil, 'its record names another task-queue member' end
-  if rec.a ~= nil and (type(rec.a) ~= 'number' or rec.a ~= math.floor(rec.a) or rec.a < 0) then
-    return nil, 'its record has an unreadable attempt'
-  end
-  rec.s = 'matched'
-  rec.a = (rec.a or 0) + 1
-  rec.pl = pilot
-  rec.tm = now
-  if FS then rec.fq = queue end
-  local written, text = pcall(cjson.encode, rec)
-  if not written then return nil, 'its record cannot be written back' end
-  return text
-end
 
 if floor_text then
   f1, f2, f3, f4 = string.match(floor_text, '^(%d+):(%d+):(%d+):(%d+)$') -- whole numbers: read by arithmetic
@@ -703,17 +716,6 @@ if RV then
   end
 end
 -- == end of reservations ==================================================================================
-
--- The scores of a page's heads entries (read into X), and on the first page the count of jobs leased (the
--- entry after them): by arithmetic, in a pcall (below). No upvalues: a closure's upvalues cost a call.
-local function scores(X, entries, x0, k, o)
-  for i = 1, k do
-    local entry = entries[i + o]
-    local text = entry and string.match(entry, '^%S+')
-    X[x0 + 7 * i - 5] = text and text + 0
-  end
-  return o == 1 and (entries[1] or 0) + 0
-end
 
 repeat
 while got < want do
