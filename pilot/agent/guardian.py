@@ -69,6 +69,11 @@ class Guardian:
         read, self._write = os.pipe2(os.O_CLOEXEC)
         with contextlib.suppress(OSError):  # a larger pipe where the system allows it (1 MB by default)
             fcntl.fcntl(self._write, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
+        # The groups still live (a guardian replaced by revive) are in the pipe before the new guardian
+        # exists: a pilot killed as soon as the process is there still has them killed (a few bytes each,
+        # one per payload, far below the pipe's size).
+        for pgid in sorted(self._live):
+            self._send(f"+{pgid}\n")
         try:
             # Its own session: a batch system or a local backend that kills the pilot's process group
             # must not kill the guardian with it (the payloads, in sessions of their own, would live on).
@@ -99,8 +104,6 @@ class Guardian:
             return False
         os.close(self._write)
         self._start()
-        for pgid in sorted(self._live):
-            self._send(f"+{pgid}\n")
         return True
 
     def _send(self, line: str) -> None:

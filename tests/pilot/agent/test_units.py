@@ -3,6 +3,7 @@ payload run in a real sandbox, the slots, the configuration and the pilot's iden
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -258,3 +259,43 @@ def test_guardian_follows_starts_and_reaps_until_the_pilot_hangs_up() -> None:
     os.close(write)
     assert watch(read, drain=0.01) == (set(), True)
     os.close(read)
+
+
+# A pilot (a real Python process) whose guardian was killed on its own, killed by SIGKILL as soon as the new
+# guardian's process exists: `subprocess.Popen` is wrapped only to kill the pilot at that exact moment (the
+# window a loaded host opened once in a whole-suite run); everything else is real.
+_KILLED_AT_REVIVE = """
+import os, signal, subprocess, sys
+from pilot.agent.guardian import Guardian
+quiet = subprocess.DEVNULL
+payload = subprocess.Popen(["sleep", "30"], start_new_session=True, stdout=quiet, stderr=quiet)
+print(payload.pid, flush=True)
+guardian = Guardian()
+guardian.started(payload.pid)
+guardian.process.kill()
+guardian.process.wait()
+real = subprocess.Popen
+def dying(*args, **kwargs):
+    started = real(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGKILL)
+    return started
+subprocess.Popen = dying
+guardian.revive()
+"""
+
+
+def test_a_pilot_killed_as_its_new_guardian_starts_still_has_its_payloads_killed() -> None:
+    """The payloads a replaced guardian must watch are in its pipe before its process exists, so a pilot
+    SIGKILLed right after the spawn (before it could write another line) still takes them with it."""
+    pilot = subprocess.run([sys.executable, "-c", _KILLED_AT_REVIVE], capture_output=True, text=True, timeout=60)
+    assert pilot.returncode == -signal.SIGKILL, pilot.stderr
+    payload = int(pilot.stdout.split()[0])
+    try:
+        wait_until(
+            lambda: not psutil.pid_exists(payload) or psutil.Process(payload).status() == psutil.STATUS_ZOMBIE,
+            timeout=10,
+            what="the payload killed by the new guardian",
+        )
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(payload, signal.SIGKILL)
