@@ -162,10 +162,10 @@ def main(argv: list[str]) -> int:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
     if len(argv) > 1 and not normal:
-        from pilot.mjf.payload import _remove_tree  # only now: the guardian of every pilot starts light
+        from pilot.mjf.payload import remove_tree  # only now: the guardian of every pilot starts light
 
         with contextlib.suppress(OSError):
-            _remove_tree(argv[1])
+            remove_tree(argv[1])
     return 0
 
 

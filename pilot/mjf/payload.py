@@ -88,7 +88,7 @@ def _whole(seconds: float | None) -> int | None:
     return None if seconds is None else math.floor(round(seconds, 6))
 
 
-def _remove_tree(path: str | os.PathLike[str]) -> None:
+def remove_tree(path: str | os.PathLike[str]) -> None:
     """Remove ``path`` (a file or a whole tree), also when a payload left read-only directories in it."""
 
     def retry_writable(func: Callable[..., Any], name: str, _exc: object) -> None:
@@ -150,7 +150,7 @@ class PayloadSandbox:
         ``wall_norm`` is its own run-time limit in normalised seconds (the job's ``wall`` requirement)."""
         self.cores, self.mem_MB, self.wall_norm, self.disk_GB, self.start = cores, mem_MB, wall_norm, disk_GB, start
         if _identity(self.jobfeatures) != self._dir_identity:  # files added, removed or renamed by a payload
-            _remove_tree(self.jobfeatures)
+            remove_tree(self.jobfeatures)
             self.jobfeatures.mkdir(mode=0o755)
             self._written.clear()
         base = self._jobfeatures_prefix
@@ -237,7 +237,7 @@ class PayloadSandbox:
             with os.scandir(self.root) as entries:
                 strays = [e.path for e in entries if e.name not in expected]
             for path in strays:
-                _remove_tree(path)
+                remove_tree(path)
             for directory, mode in ((self.tmpdir, 0o700), (self.workdir, 0o755)):
                 st = os.lstat(directory)
                 if not stat.S_ISDIR(st.st_mode) or stat.S_IMODE(st.st_mode) != mode:
@@ -245,7 +245,7 @@ class PayloadSandbox:
                 with os.scandir(directory) as entries:
                     leftovers = [e.path for e in entries]
                 for path in leftovers:
-                    _remove_tree(path)
+                    remove_tree(path)
         except OSError:
             return False
         return True
@@ -328,7 +328,7 @@ class PayloadArea:
                     os.chmod(root, 0o755)
                     sandbox = PayloadSandbox(self, root)
                 except OSError:
-                    _remove_tree(root)
+                    remove_tree(root)
                     raise
             sandbox.assign(cores=cores, mem_MB=mem_MB, wall_norm=wall_norm, disk_GB=disk_GB, start=when)
         except OSError as exc:
@@ -351,7 +351,7 @@ class PayloadArea:
 
     def _discard(self, sandbox: PayloadSandbox) -> None:
         with contextlib.suppress(OSError):
-            _remove_tree(sandbox.root)
+            remove_tree(sandbox.root)
 
     def close(self) -> None:
         """Remove every slot, in use or not, and the local $MACHINEFEATURES copy."""
@@ -360,4 +360,4 @@ class PayloadArea:
         self._live.clear()
         self._free.clear()
         if self._copied:
-            _remove_tree(self.machinefeatures_dir)
+            remove_tree(self.machinefeatures_dir)

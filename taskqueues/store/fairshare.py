@@ -340,7 +340,7 @@ class Shares(Part):
             pipe.delete(keys.shares)
             if policy is not None:
                 fields = policy.fields()
-                fields["json"] = json.dumps(fields, sort_keys=True)  # what match.lua reads, in one HGET
+                fields["json"] = json.dumps(fields, sort_keys=True)  # what an older match.lua reads: versions may mix
                 pipe.hset(keys.shares, items=[x for pair in fields.items() for x in pair])
                 # match.lua reads the policy only where this mark is, and reads it from the mark, packed (no
                 # command of its own: it comes with the queue's floor); a mark "1" (older) sends it to json

@@ -144,8 +144,7 @@ end
 local function fs_grank(st)
   local r = st.rank
   if not r then
-    local t = st.t
-    r = fs_usage(st.g, t.u, t.r) / st.share
+    r = fs_usage(st.g, st.u, st.r) / st.share
     st.rank = r
   end
   return r
@@ -154,11 +153,10 @@ end
 local function fs_groom(st)
   local cores = st.room
   if not cores then
-    local t = st.t
     cores = math.huge
-    if t.l1 then cores = math.min(cores, t.l1 - fs_num(t.r)) end
-    if t.l2 then cores = math.min(cores, t.l2 - fs_num(t.cs)) end
-    if t.l3 then cores = math.min(cores, t.l3 - fs_num(t.cq)) end
+    if st.l1 then cores = math.min(cores, st.l1 - fs_num(st.r)) end
+    if st.l2 then cores = math.min(cores, st.l2 - fs_num(st.cs)) end
+    if st.l3 then cores = math.min(cores, st.l3 - fs_num(st.cq)) end
     st.room = cores
   end
   return cores
@@ -258,9 +256,8 @@ local function fs_take(tq, c, sign)
     E[name] = fs_eff(U[name], r)
     dirty[name] = a
   end
-  local t = st.t
-  t.last = a -- the group's last account leased here: the next call reads its fields with the groups' (a hint)
-  local cs, cq = t.cs, t.cq
+  st.last = a -- the group's last account leased here: the next call reads its fields with the groups' (a hint)
+  local cs, cq = st.cs, st.cq
   local v = h[cs]
   if v == nil then v = fs_get(cs) end
   h[cs] = (tonumber(v) or 0) + sign * c
@@ -368,7 +365,6 @@ local function fs_begin(base, queue, now, at, packed, groups, want, floor)
         if limits then
           t.l1, t.l2, t.l3 = fs_conf('l:' .. g .. '@*'), fs_conf('l:' .. g .. '@' .. site), fs_conf('l:' .. g .. '@' .. queue)
         end
-        t.t = t
         if q.ng >= 1000 then qg, q.ng = {}, 0 q.g = qg end
         qg[g], q.ng = t, q.ng + 1
       end
