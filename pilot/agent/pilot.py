@@ -44,8 +44,7 @@ from pilot.agent.shipping import Shipping
 from pilot.agent.state import PilotState, seconds_text
 from pilot.agent.status import Status
 from pilot.agent.wake import Wake
-from pilot.mjf.payload import PayloadArea
-from pilot.mjf.payload import remove_tree
+from pilot.mjf.payload import PayloadArea, remove_tree
 from pilot.mjf.source import FeatureReader
 from taskqueues.errors import PilotfishError, StoreError, StoreUnavailable
 from taskqueues.store import Outage, Store
