@@ -209,15 +209,14 @@ class Calls(ABC):
     @abstractmethod
     def update(
         self,
-        job: str,
-        *,
+        *jobs: str,
         priority: float | None = None,
         requirements: Mapping[str, object] | None = None,
         wall: str | None = None,
         by: str | None = None,
     ) -> str:
-        """Change a waiting or held job's priority, requirements (a value None removes one) or wall, validated
-        as at submission (``pilotfish update``)."""
+        """Change waiting or held jobs' priority, requirements (a value None removes one) or wall, validated
+        as at submission (``pilotfish update``); every job is checked before any changes, a line per job."""
 
     @abstractmethod
     def events(self, job: str) -> list[JobEvent]:

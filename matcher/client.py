@@ -197,8 +197,7 @@ class Client(Calls):
 
     def update(
         self,
-        job: str,
-        *,
+        *jobs: str,
         priority: float | None = None,
         requirements: Mapping[str, object] | None = None,
         wall: str | None = None,
@@ -208,7 +207,7 @@ class Client(Calls):
         return lifecycle.update(
             ctx.store,
             ctx.catalog,
-            job,
+            jobs,
             by or lifecycle.local_user(),
             vo=ctx.settings.vo,
             priority=priority,

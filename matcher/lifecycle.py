@@ -204,27 +204,26 @@ def _raw_requirements(store: Store, job: Job) -> dict[str, object]:
     return raw
 
 
-def update(
+@dataclass(frozen=True)
+class _Change:
+    """One job's update, checked and placed, not yet applied."""
+
+    job: Job
+    what: str
+    placed: Placed | None
+
+
+def _planned(
     store: Store,
     catalog: Catalog,
-    job_id: str,
-    by: str,
+    job: Job,
     *,
-    vo: str = "default",
-    priority: float | None = None,
-    requirements: Mapping[str, object] | None = None,
-    wall: str | None = None,
-) -> str:
-    """Change a waiting or held job's priority, requirements or wall, validated as at submission; it moves to
-    its new task queue in one step. One line saying what changed; a ValidationError (the requirement and the
-    queue that excluded it) when the new requirements fit no queue, nothing changed."""
-    changes = dict(requirements or {})
-    if wall is not None:
-        changes["wall"] = wall
-    if priority is None and not changes:
-        raise ValidationError("say what to change: --priority, --requirement or --wall")
-    job = store.job(job_id)
-    _refuse_unless([job], UPDATABLE, "is updated")
+    vo: str,
+    priority: float | None,
+    changes: Mapping[str, object],
+) -> _Change:
+    """Check one job's update as at submission and place it; raises naming the job, nothing changed."""
+    job_id = job.id
     said: list[str] = []
     if priority is not None:
         check_number(
@@ -249,11 +248,48 @@ def update(
             after = req.values.get(name, req.cpu if name == "cpu" else None)
             if name in CONSUMABLES or before != after:
                 said.append(f"{name} {'-' if before is None else before} -> {'-' if after is None else after}")
-    what = "updated: " + "; ".join(said)
-    state = store.lifecycle.update(job_id, by, what, priority=priority, placed=placed)
-    now = store.job(job_id).tq_id
-    moved = f" (task queue {job.tq_id} -> {now})" if now != job.tq_id else ""
-    return f"job {job_id}: {what}{moved}, {state.value}"
+    return _Change(job, "updated: " + "; ".join(said), placed)
+
+
+def update(
+    store: Store,
+    catalog: Catalog,
+    job_ids: Sequence[str],
+    by: str,
+    *,
+    vo: str = "default",
+    priority: float | None = None,
+    requirements: Mapping[str, object] | None = None,
+    wall: str | None = None,
+) -> str:
+    """Change waiting or held jobs' priority, requirements or wall, validated as at submission; each moves to
+    its new task queue in one step. A line per job saying what changed. Every job is checked and placed before
+    any changes: a ValidationError (the job, the requirement and the queue that excluded it) or a JobRefused
+    (a job not waiting nor held) leaves every job as it was."""
+    changes = dict(requirements or {})
+    if wall is not None:
+        changes["wall"] = wall
+    if priority is None and not changes:
+        raise ValidationError("say what to change: --priority, --requirement or --wall")
+    if not job_ids:
+        raise ValidationError("name one job id or more to update")
+    jobs = [store.job(job_id) for job_id in dict.fromkeys(job_ids)]
+    _refuse_unless(jobs, UPDATABLE, "is updated")
+    planned = [_planned(store, catalog, job, vo=vo, priority=priority, changes=changes) for job in jobs]
+    lines: list[str] = []
+    for change in planned:
+        job = change.job
+        try:
+            state = store.lifecycle.update(job.id, by, change.what, priority=priority, placed=change.placed)
+        except (JobRefused, NotFound) as exc:  # it changed since it was checked (matched, cancelled)
+            if not lines:
+                raise
+            done = ", ".join(c.job.id for c in planned[: len(lines)])
+            raise type(exc)(f"{exc}; updated before it: job(s) {done}") from None
+        now = store.job(job.id).tq_id
+        moved = f" (task queue {job.tq_id} -> {now})" if now != job.tq_id else ""
+        lines.append(f"job {job.id}: {change.what}{moved}, {state.value}")
+    return "\n".join(lines)
 
 
 def job_events(store: Store, job: str) -> list[JobEvent]:

@@ -260,15 +260,16 @@ class RemoteClient(Calls):
 
     def update(
         self,
-        job: str,
-        *,
+        *jobs: str,
         priority: float | None = None,
         requirements: Mapping[str, object] | None = None,
         wall: str | None = None,
         by: str | None = None,
     ) -> str:
-        body = {"priority": priority, "requirements": None if requirements is None else dict(requirements)}
-        return self._change(f"/v1/jobs/{quote(job, safe='')}/update", {**body, "wall": wall, "by": by})
+        body = {"jobs": list(jobs), "priority": priority, "wall": wall, "by": by}
+        return self._change(
+            "/v1/update", {**body, "requirements": None if requirements is None else dict(requirements)}
+        )
 
     def events(self, job: str) -> list[JobEvent]:
         doc = self.call("GET", f"/v1/jobs/{quote(job, safe='')}/events")

@@ -79,11 +79,11 @@ def resubmit(targets: tuple[str, ...], failed: bool, states: tuple[str, ...], re
 def update(
     jobs: tuple[str, ...], priority: float | None, requirements: tuple[str, ...], wall: str | None, by: str | None
 ) -> None:
-    """Change waiting or held jobs, validated as at submission: each moves to its new task queue at once. New
-    requirements that no queue can run are refused, naming the requirement and the queues; nothing changed."""
-    client, changes = _client(), parse_assignments(requirements)
-    for job in jobs:
-        click.echo(client.update(job, priority=priority, requirements=changes, wall=wall, by=by))
+    """Change waiting or held jobs, validated as at submission: each moves to its new task queue at once. Every
+    job is checked first: a job not waiting nor held, or new requirements that no queue can run (named with the
+    queues), are refused and no job changes."""
+    changes = parse_assignments(requirements)
+    click.echo(_client().update(*jobs, priority=priority, requirements=changes, wall=wall, by=by))
 
 
 @click.command("events")

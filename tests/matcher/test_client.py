@@ -9,7 +9,7 @@ import pytest
 
 from matcher.client import Client, Request, WaitTimeout
 from matcher.workflow.model import WorkflowError
-from taskqueues.errors import NotFound, PilotfishError, ValidationError
+from taskqueues.errors import JobRefused, NotFound, PilotfishError, ValidationError
 from taskqueues.settings import Settings
 from taskqueues.store.records import JobState
 
@@ -134,6 +134,23 @@ def test_hold_release_resubmit_update_and_events(redis_url: str) -> None:
         ("cancelled", "waiting", "carol"),
     ]
     assert client.store.job(b).state is JobState.BLOCKED
+
+
+def test_an_update_of_several_jobs_checks_every_one_before_changing_any(redis_url: str) -> None:
+    client = Client(redis_url)
+    request = client.submit(HELLO)
+    a, b = request.ids["a"], request.ids["b"]  # b is blocked behind a: not updatable
+    events = len(client.events(a))
+    with pytest.raises(JobRefused, match=f"job {b} is blocked: .*nothing changed"):
+        client.update(a, b, priority=30)
+    with pytest.raises(ValidationError, match="cpu"):
+        client.update(a, a, requirements={"cpu": 10_000})
+    assert client.store.job(a).priority is None and len(client.events(a)) == events
+    other = client.submit({**HELLO, "name": "other"}).ids["a"]
+    lines = client.update(a, other, a, priority=30, by="bob").splitlines()
+    assert [line.split(":")[0] for line in lines] == [f"job {a}", f"job {other}"]  # once each, in the order named
+    assert all("priority 0 -> 30" in line and line.endswith(", waiting") for line in lines)
+    assert client.store.job(a).priority == 30 and client.store.job(other).priority == 30
 
 
 def test_history_requests_and_notify_from_python(redis_url: str) -> None:

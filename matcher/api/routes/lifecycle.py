@@ -13,7 +13,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
-from taskqueues.errors import Forbidden
+from taskqueues.errors import Forbidden, ValidationError
 
 from ...job_release import account_of_job
 from ...joblist import parse_states
@@ -103,15 +103,32 @@ def resubmit(body: Resubmission, request: Request, caller: Identity = Caller) ->
     return _done(request, caller, "resubmit", body, by, line)
 
 
+class JobsUpdate(Update):
+    jobs: list[str] = Field(description="The job ids; every one is checked before any changes.")
+
+
+def _update(request: Request, caller: Identity, jobs: list[str], body: Update) -> dict[str, str]:
+    state, by = api(request), acting(caller, body.by)
+    if not jobs:
+        raise ValidationError("name one job id or more to update")
+    for job in jobs:
+        check_act(caller, f"job {job}", *job_account(state.local.store, job))
+    line = state.local.update(*jobs, priority=body.priority, requirements=body.requirements, wall=body.wall, by=by)
+    changes = {"priority": body.priority, "requirements": body.requirements, "wall": body.wall}
+    state.done(request, caller, "update", " ".join(jobs), by=by, **{k: v for k, v in changes.items() if v is not None})
+    return {"result": line}
+
+
+@router.post("/update")
+def update_jobs(body: JobsUpdate, request: Request, caller: Identity = Caller) -> dict[str, str]:
+    """Change waiting or held jobs' priority, requirements or wall, validated as at submission; all or none."""
+    return _update(request, caller, body.jobs, body)
+
+
 @router.post("/jobs/{job}/update")
 def update(job: str, body: Update, request: Request, caller: Identity = Caller) -> dict[str, str]:
     """Change a waiting or held job's priority, requirements or wall, validated as at submission."""
-    state, by = api(request), acting(caller, body.by)
-    check_act(caller, f"job {job}", *job_account(state.local.store, job))
-    line = state.local.update(job, priority=body.priority, requirements=body.requirements, wall=body.wall, by=by)
-    changes = {"priority": body.priority, "requirements": body.requirements, "wall": body.wall}
-    state.done(request, caller, "update", job, by=by, **{k: v for k, v in changes.items() if v is not None})
-    return {"result": line}
+    return _update(request, caller, [job], body)
 
 
 @router.get("/jobs/{job}/events")

@@ -24,6 +24,7 @@ CHANGES: list[tuple[str, dict[str, Any]]] = [
     ("/v1/resubmit", {"targets": ["{request}"], "states": ["failed"]}),
     ("/v1/jobs/{job}/update", {"priority": 60}),
     ("/v1/jobs/{job}/update", {"requirements": {"cpu": 2}}),
+    ("/v1/update", {"jobs": ["{job}"], "priority": 60}),
 ]
 
 
@@ -113,6 +114,14 @@ def test_one_job_not_the_callers_refuses_the_whole_call(http: TestClient, tokens
     missing = http.post("/v1/hold", json={"targets": [hers, "nosuch"]}, headers=bearer(made["alice"]))
     assert missing.status_code == 404 and missing.json()["error"] == "no job 'nosuch'"
     assert api_store.job(hers).state.value == "waiting"
+    update = http.post("/v1/update", json={"jobs": [hers, his], "priority": 60}, headers=bearer(made["alice"]))
+    assert update.status_code == 403 and f"job {his}: it belongs to bob" in update.json()["error"]
+    assert api_store.job(hers).priority is None and api_store.job(his).priority is None
+    both = http.post("/v1/update", json={"jobs": [hers, his], "priority": 60}, headers=bearer(made["root"]))
+    assert both.status_code == 200 and both.json()["result"].count("updated: priority 0 -> 60") == 2
+    assert api_store.job(hers).priority == 60 and api_store.job(his).priority == 60
+    none = http.post("/v1/update", json={"jobs": [], "priority": 60}, headers=bearer(made["root"]))
+    assert none.status_code == 400 and "name one job id or more" in none.json()["error"]
 
 
 def test_the_events_name_the_caller_and_only_an_operator_may_name_another(
