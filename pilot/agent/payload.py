@@ -228,6 +228,8 @@ class Payload:
         confinement: Sandbox | None = None,
     ) -> None:
         self.job = job
+        #: What it holds while it runs: cores, MB of memory, MB of scratch (``Job``'s are read at each call)
+        self.need = (job.cpu, job.mem, job.tmp)
         self.guardian = guardian
         self.confinement = confinement if confinement is not None and confinement.confined else None
         self.sandbox = sandbox
