@@ -152,8 +152,8 @@ class PayloadSandbox:
         if area.quick_reset:
             for directory in (self.tmpdir, self.workdir, root):
                 _mark_clean(directory)
-        # What this slot's $JOBFEATURES holds as we wrote it: file -> (text, identity); and the directory's.
-        self._written: dict[str, tuple[str, tuple[int, int, int]]] = {}
+        # What this slot's $JOBFEATURES holds as we wrote it: file -> (value, text, identity); and the directory's.
+        self._written: dict[str, tuple[Value, str, tuple[int, int, int]]] = {}
         self._dir_identity = _identity(self.jobfeatures)
         self._jobfeatures_prefix = os.path.join(self.jobfeatures, "")  # plain strings: pathlib costs here
         self._values: dict[str, Value | None] | None = None  # its $JOBFEATURES as last written
@@ -179,17 +179,18 @@ class PayloadSandbox:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(path)
                 continue
-            text = format_value(value) + "\n"
             known = self._written.get(key)
-            if known is not None and known[0] == text:
+            same = known is not None and type(known[0]) is type(value) and known[0] == value
+            text = known[1] if same and known is not None else format_value(value) + "\n"
+            if known is not None and known[1] == text:
                 try:
-                    if _identity(path) == known[1]:
+                    if _identity(path) == known[2]:
                         continue
                 except FileNotFoundError:
                     pass
             with open(path, "w") as handle:  # no payload reads this slot now: no atomic dance needed
                 handle.write(text)
-            self._written[key] = (text, _identity(path))
+            self._written[key] = (value, text, _identity(path))
             changed = True
         if changed:  # else the directory is as it was checked above
             self._dir_identity = _identity(self.jobfeatures)
@@ -229,7 +230,7 @@ class PayloadSandbox:
             if value is None:
                 self._written.pop(key, None)
             else:
-                self._written[key] = (format_value(value) + "\n", _identity(self.jobfeatures / key))
+                self._written[key] = (value, format_value(value) + "\n", _identity(self.jobfeatures / key))
         self._dir_identity = _identity(self.jobfeatures)
 
     def env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
