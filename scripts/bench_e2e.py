@@ -30,6 +30,14 @@ Everything runs on this machine, in one run, against one private redis-server (:
    it: submit -> matched (the pilot noticing the job), matched -> started, started -> ended (the
    payload), ended -> seen. Target: median <= 100 ms. The latency pilots run the default sandbox.
 
+**The bound.** After each unconfined Pilotfish phase the script measures the floor of the payload itself:
+C processes each ``posix_spawn`` (new session, as the pilot does) the very argv an unconfined pilot runs,
+``/bin/sh -c true``, and wait for it, for a second; its CPU per spawn (spawners and children) is the spawn
+floor. Beside the ratio it prints the ceiling the round's measured CPU per job allows,
+``C / (spawn floor + agent + redis + submit CPU per job)`` (:func:`ceiling`), as jobs/s and against the
+round's Celery, and the share of the host's core-time that stayed idle during the Pilotfish phase: a round
+below its ceiling with idle cores waits on something; one at its ceiling needs less CPU per job.
+
 C defaults to the number of usable cores (``os.sched_getaffinity``); one pilot of C cores (a pilot
 holds a whole node) unless ``--pilots`` says otherwise. ``--fast-poll`` repeats (4) with pilots whose
 idle back-off is capped at 5 ms (:class:`PilotConfig` ``backoff_max``, run in-process by this script's
@@ -78,6 +86,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from matcher.submission import JobSpec, Submitter  # noqa: E402
+from pilot.agent.payload import LAUNCH  # noqa: E402
 from taskqueues.context import Context  # noqa: E402
 from taskqueues.errors import PilotfishError  # noqa: E402
 from taskqueues.settings import Settings  # noqa: E402
@@ -133,10 +142,80 @@ class Throughput:
     first_start: float
     agent_cpu: float
     redis_cpu: float
+    submit_cpu: float = float("nan")  # this script's own CPU while it submitted (Pilotfish's client)
+    payload_cpu: float = float("nan")  # the payloads' CPU (the pilots' reaped children)
+    host_idle: float = float("nan")  # share of the host's core-time idle over the run (every process counted)
 
     @property
     def rate(self) -> float:
         return self.jobs / self.seconds
+
+
+@dataclass(frozen=True)
+class SpawnFloor:
+    """What starting and reaping the payload's argv costs alone: ``spawns`` by ``processes`` processes in
+    ``seconds`` of wall, ``cpu`` seconds of CPU in all (the spawners and their children)."""
+
+    argv: tuple[str, ...]
+    processes: int
+    spawns: int
+    seconds: float
+    cpu: float
+
+    @property
+    def cpu_per_spawn(self) -> float:
+        return self.cpu / self.spawns
+
+    @property
+    def rate(self) -> float:
+        return self.spawns / self.seconds
+
+
+def ceiling(cores: int, floor: float, agent: float, redis_cpu: float, submit: float) -> float:
+    """Jobs/s that ``cores`` cores allow at these CPU seconds per job: the payload's spawn floor, the agent,
+    Redis and the submitting client. Every term is CPU the run cannot do without at its measured cost."""
+    per_job = floor + agent + redis_cpu + submit
+    if not per_job > 0:
+        raise ValueError(f"the CPU per job must be positive: {floor} + {agent} + {redis_cpu} + {submit}")
+    return cores / per_job
+
+
+# Run by each spawner process of spawn_floor: posix_spawn + waitpid of ARGV for SECONDS, then print
+# "spawns cpu wall" (its own CPU and its reaped children's, from the first spawn to the last reap).
+_FLOOR_CODE = """
+import os, sys, time
+argv, seconds = sys.argv[2:], float(sys.argv[1])
+actions = [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_RDWR, 0) for fd in (0, 1, 2)]
+env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+begin, start = os.times(), time.monotonic()
+end, spawns = start + seconds, 0
+while time.monotonic() < end:
+    os.waitpid(os.posix_spawn(argv[0], argv, env, file_actions=actions, setsid=True), 0)
+    spawns += 1
+t = os.times()
+print(spawns, sum(t[:4]) - sum(begin[:4]), time.monotonic() - start)
+"""
+
+
+def spawn_floor(argv: Sequence[str], processes: int, seconds: float = 1.0) -> SpawnFloor:
+    """The floor of the payload itself on this host, now: ``processes`` processes each spawning ``argv``
+    (``posix_spawn`` in a new session, as the pilot does) and waiting for it, for ``seconds``."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _FLOOR_CODE, str(seconds), *argv], stdout=subprocess.PIPE, env=child_env()
+        )
+        for _ in range(processes)
+    ]
+    spawns, cpu, wall = 0, 0.0, 0.0
+    for proc in procs:
+        out, _ = proc.communicate(timeout=60 + 10 * seconds)
+        if proc.returncode != 0:
+            raise BenchError(f"the spawn floor's process exited with {proc.returncode}")
+        count, used, took = out.split()
+        spawns, cpu, wall = spawns + int(count), cpu + float(used), max(wall, float(took))
+    if spawns == 0:
+        raise BenchError(f"the spawn floor's processes started no {list(argv)} in {seconds:g} s")
+    return SpawnFloor(tuple(argv), processes, spawns, wall, cpu)
 
 
 @dataclass(frozen=True)
@@ -163,16 +242,23 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def cpu_seconds(pids: Sequence[int]) -> float:
-    """User + system CPU seconds of these processes themselves (not of the children they reaped)."""
+def cpu_seconds(pids: Sequence[int], children: bool = False) -> float:
+    """User + system CPU seconds of these processes themselves (not of the children they reaped), or with
+    ``children`` of the children they reaped (a pilot's payloads)."""
     total = 0.0
     for pid in pids:
         try:
             times = psutil.Process(pid).cpu_times()
         except psutil.Error:
             continue
-        total += times.user + times.system
+        total += times.children_user + times.children_system if children else times.user + times.system
     return total
+
+
+def host_idle_seconds() -> float:
+    """Core-seconds this host's cores have been idle (idle + waiting for I/O), all cores added."""
+    times = psutil.cpu_times()
+    return float(times.idle + getattr(times, "iowait", 0.0))
 
 
 def redis_pid(server: RedisServer) -> int:
@@ -300,12 +386,13 @@ def run_pilotfish(
     done_log = store.keys.donelog
     done_before = store.client.zcard(done_log)
     agent0, redis0 = cpu_seconds(pilot_pids), cpu_seconds([redis_pid(server)])
+    payload0, idle0, mine0 = cpu_seconds(pilot_pids, children=True), host_idle_seconds(), time.process_time()
     ids: list[str] = []
     begin = time.time()
     for start in range(0, n, batch):
         specs = [JobSpec(name=f"true-{i}", command="true") for i in range(start, min(n, start + batch))]
         ids += Submitter.of(context).submit(specs, name=f"bench-e2e-{start // batch}").ids.values()
-    submitted = time.time() - begin
+    submitted, submit_cpu = time.time() - begin, time.process_time() - mine0
     deadline = time.monotonic() + timeout
     while store.client.zcard(done_log) - done_before < n:
         if time.monotonic() > deadline:
@@ -315,13 +402,15 @@ def run_pilotfish(
             raise BenchError(f"Pilotfish: not all {n} jobs done after {timeout:g} s: {states}")
         time.sleep(0.01)
     agent, redis_cpu = cpu_seconds(pilot_pids) - agent0, cpu_seconds([redis_pid(server)]) - redis0
+    payload_cpu, window = cpu_seconds(pilot_pids, children=True) - payload0, time.time() - begin
+    idle = (host_idle_seconds() - idle0) / (window * (psutil.cpu_count() or 1))
     jobs = store.jobs(ids)
     bad = [j for j in jobs if j.state != "done"]
     if bad:
         raise BenchError(f"Pilotfish: {len(bad)} of {n} jobs not done, e.g. {bad[0]}")
     end = max(float(j.ended or 0) for j in jobs)
     first = min(float(j.started or 0) for j in jobs)
-    return Throughput(system, n, end - begin, submitted, first - begin, agent, redis_cpu)
+    return Throughput(system, n, end - begin, submitted, first - begin, agent, redis_cpu, submit_cpu, payload_cpu, idle)
 
 
 # -- Celery ------------------------------------------------------------------------------------------------------
@@ -503,6 +592,30 @@ def throughput_table(
     return "\n".join(rows)
 
 
+def bound_lines(pf: Throughput, cel: Throughput, floor: SpawnFloor, cores: int) -> str:
+    """How far this Pilotfish round is from its own bound: the ceiling its measured CPU per job allows on
+    ``cores`` cores (:func:`ceiling`), as jobs/s and against this round's Celery, and the host's idle share."""
+    per = {
+        "spawn floor": floor.cpu_per_spawn,
+        "agent": pf.agent_cpu / pf.jobs,
+        "redis": pf.redis_cpu / pf.jobs,
+        "submit": pf.submit_cpu / pf.jobs,
+    }
+    top = ceiling(cores, *per.values())
+    terms = " + ".join(f"{name} {1000 * value:.3f}" for name, value in per.items())
+    used = pf.agent_cpu + pf.redis_cpu + pf.submit_cpu + pf.payload_cpu
+    return "\n".join(
+        [
+            f"bound: CPU ms/job {terms} = {1000 * sum(per.values()):.3f} (spawn floor: {floor.processes} "
+            f"processes, {floor.rate:.0f} {' '.join(floor.argv)}/s; the payloads' own CPU in the round "
+            f"{1000 * pf.payload_cpu / pf.jobs:.3f})",
+            f"ceiling on {cores} cores: {top:.0f} jobs/s = {top / cel.rate:.2f}x this round's Celery; the round "
+            f"reached {pf.rate / top:.0%} of it; host core-time idle {pf.host_idle:.0%} "
+            f"(Pilotfish's own CPU {used / (cores * pf.seconds):.0%} of {cores} cores x {pf.seconds:.2f} s)",
+        ]
+    )
+
+
 def latency_table(trials: Sequence[Trial], label: str) -> str:
     def ms(values: Sequence[float]) -> str:
         return (
@@ -639,18 +752,27 @@ def main(argv: Sequence[str] | None = None) -> None:
                     time.sleep(args.settle)
                     return run_pilotfish(context, server, [p.pid for p in ps], args.n, args.batch, system=label)
 
-            rounds: list[tuple[Throughput, Throughput, Throughput | None]] = []
+            rounds: list[tuple[Throughput, Throughput, Throughput | None, SpawnFloor]] = []
             with celery_worker(server.url, args.concurrency, base / "celery") as worker:
                 for number in range(1, args.rounds + 1):
                     pf = phase("none", number)
+                    floor = spawn_floor([*LAUNCH, "true"], args.concurrency)  # the unconfined pilot's argv
                     cel = run_celery(server.url, server, worker, args.n, args.batch)
                     boxed = None if args.no_sandboxed else phase("bwrap", number)
-                    rounds.append((pf, cel, boxed))
+                    rounds.append((pf, cel, boxed, floor))
+                    top = ceiling(
+                        args.concurrency,
+                        floor.cpu_per_spawn,
+                        pf.agent_cpu / pf.jobs,
+                        pf.redis_cpu / pf.jobs,
+                        pf.submit_cpu / pf.jobs,
+                    )
                     print(
                         f"round {number}: Pilotfish {pf.rate:.0f} jobs/s unconfined"
                         + ("" if boxed is None else f", {boxed.rate:.0f} jobs/s in bwrap")
                         + f"; Celery {cel.rate:.0f} jobs/s; ratio {pf.rate / cel.rate:.2f}"
                         + ("" if boxed is None else f" (bwrap {boxed.rate / cel.rate:.2f})")
+                        + f"; ceiling {top / cel.rate:.2f}, idle {pf.host_idle:.0%}"
                         + f" (load average {os.getloadavg()[0]:.2f})",
                         flush=True,
                     )
@@ -660,10 +782,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                     time.sleep(args.settle)
                     trials = measure_latency(context, pauses)
             print()
-            pf, cel, boxed = sorted(rounds, key=lambda r: r[0].rate / r[1].rate)[len(rounds) // 2]
+            pf, cel, boxed, floor = sorted(rounds, key=lambda r: r[0].rate / r[1].rate)[len(rounds) // 2]
             label = f"median of {len(rounds)} alternating rounds: " if len(rounds) > 1 else ""
             print(f"{label}the round with the median ratio (load average {os.getloadavg()[0]:.2f} now)")
             print(throughput_table(pf, cel, args.concurrency, layout, boxed, args.pilots))
+            print(bound_lines(pf, cel, floor, args.concurrency))
             if trials:
                 print()
                 print(latency_table(trials, f"{layout}, CLI pilots (bwrap), pause {args.pause:g} s"))

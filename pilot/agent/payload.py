@@ -44,7 +44,7 @@ log = logging.getLogger("pilot.agent")
 
 # The pilot's guardian (pilot.agent.guardian) kills a payload's whole group if the pilot dies without
 # stopping it, so an orphaned attempt cannot go on after its job was requeued.
-_LAUNCH = ["/bin/sh", "-c"]
+LAUNCH = ["/bin/sh", "-c"]  # an unconfined payload runs LAUNCH + [command] (bench_e2e.py measures its floor)
 
 _SIGNALS_TO_RESET = (signal.SIGPIPE, signal.SIGXFSZ)  # Python ignores them; an ignored signal stays so across exec
 
@@ -228,6 +228,8 @@ class Payload:
         confinement: Sandbox | None = None,
     ) -> None:
         self.job = job
+        #: What it holds while it runs: cores, MB of memory, MB of scratch (``Job``'s are read at each call)
+        self.need = (job.cpu, job.mem, job.tmp)
         self.guardian = guardian
         self.confinement = confinement if confinement is not None and confinement.confined else None
         self.sandbox = sandbox
@@ -266,7 +268,7 @@ class Payload:
         """``sh -c <command>``, inside the payload's bwrap sandbox when the pilot has one; raises
         :class:`JobRefused` for a job whose sandbox requirements cannot be granted here."""
         if self.confinement is None:
-            return [*_LAUNCH, self.job.command]
+            return [*LAUNCH, self.job.command]
         try:
             return self.confinement.argv(
                 self.job.command,

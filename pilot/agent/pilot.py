@@ -165,6 +165,8 @@ class Pilot:
         )
         state.area = PayloadArea(config.workdir, features, stop_margin=config.stop_margin)
         self.processes.start_guardian()
+        confinement = self.processes.confinement
+        state.area.quick_reset = confinement is not None and not confinement.confined
         self.status.open()
         slots, ident = state.slots, state.identity
         state.info = PilotInfo(

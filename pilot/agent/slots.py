@@ -30,9 +30,10 @@ class Slots:
     def used(self) -> Amount:
         cpu = mem = tmp = 0
         for payload in self.running.values():
-            cpu += payload.job.cpu
-            mem += payload.job.mem
-            tmp += payload.job.tmp
+            need = payload.need
+            cpu += need[0]
+            mem += need[1]
+            tmp += need[2]
         return cpu, mem, tmp
 
     def free(self) -> Amount:
@@ -47,9 +48,7 @@ class Slots:
         return tuple(
             (
                 max(0.0, p.start_mono + p.job.ete - now_mono) if p.start_mono else p.job.ete,
-                p.job.cpu,
-                p.job.mem,
-                p.job.tmp,
+                *p.need,
             )
             for p in self.running.values()
         )

@@ -110,6 +110,17 @@ def _identity(path: str | os.PathLike[str]) -> tuple[int, int, int]:
     return st.st_ino, st.st_size, st.st_mtime_ns
 
 
+#: The modification time (ns) an emptied slot directory is given: long past, so any later change of its
+#: entries (stamped with the current time) shows (:meth:`PayloadSandbox.reset`).
+CLEAN_MTIME_NS = 1_000_000_000
+_SLOT_ENTRIES = frozenset({"jobfeatures", "tmp", "work"})
+
+
+def _mark_clean(directory: str | os.PathLike[str]) -> None:
+    """Stamp an emptied directory of a slot as such (its access time too: nothing reads it by that)."""
+    os.utime(directory, ns=(CLEAN_MTIME_NS, CLEAN_MTIME_NS), follow_symlinks=False)
+
+
 class PayloadSandbox:
     """One slot of the pilot: a $JOBFEATURES directory, a $TMPDIR and a work directory, lent to one payload
     at a time.
@@ -138,10 +149,14 @@ class PayloadSandbox:
         self.jobfeatures.mkdir(mode=0o755)
         self.tmpdir.mkdir(mode=0o700)
         self.workdir.mkdir(mode=0o755)
-        # What this slot's $JOBFEATURES holds as we wrote it: file -> (text, identity); and the directory's.
-        self._written: dict[str, tuple[str, tuple[int, int, int]]] = {}
+        if area.quick_reset:
+            for directory in (self.tmpdir, self.workdir, root):
+                _mark_clean(directory)
+        # What this slot's $JOBFEATURES holds as we wrote it: file -> (value, text, identity); and the directory's.
+        self._written: dict[str, tuple[Value, str, tuple[int, int, int]]] = {}
         self._dir_identity = _identity(self.jobfeatures)
         self._jobfeatures_prefix = os.path.join(self.jobfeatures, "")  # plain strings: pathlib costs here
+        self._values: dict[str, Value | None] | None = None  # its $JOBFEATURES as last written
 
     def assign(
         self, *, cores: int, mem_MB: int | None, wall_norm: float | None, disk_GB: float | None, start: float
@@ -149,30 +164,36 @@ class PayloadSandbox:
         """Give the slot to a payload of this size that starts at ``start`` (its $JOBFEATURES follows);
         ``wall_norm`` is its own run-time limit in normalised seconds (the job's ``wall`` requirement)."""
         self.cores, self.mem_MB, self.wall_norm, self.disk_GB, self.start = cores, mem_MB, wall_norm, disk_GB, start
-        if _identity(self.jobfeatures) != self._dir_identity:  # files added, removed or renamed by a payload
+        changed = _identity(self.jobfeatures) != self._dir_identity
+        if changed:  # files added, removed or renamed by a payload
             remove_tree(self.jobfeatures)
             self.jobfeatures.mkdir(mode=0o755)
             self._written.clear()
         base = self._jobfeatures_prefix
-        for key, value in self.job_values(self.area.features).items():
+        self._values = self.job_values(self.area.features)
+        for key, value in self._values.items():
             path = base + key
             if value is None:
                 if self._written.pop(key, None) is not None:
+                    changed = True
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(path)
                 continue
-            text = format_value(value) + "\n"
             known = self._written.get(key)
-            if known is not None and known[0] == text:
+            same = known is not None and type(known[0]) is type(value) and known[0] == value
+            text = known[1] if same and known is not None else format_value(value) + "\n"
+            if known is not None and known[1] == text:
                 try:
-                    if _identity(path) == known[1]:
+                    if _identity(path) == known[2]:
                         continue
                 except FileNotFoundError:
                     pass
             with open(path, "w") as handle:  # no payload reads this slot now: no atomic dance needed
                 handle.write(text)
-            self._written[key] = (text, _identity(path))
-        self._dir_identity = _identity(self.jobfeatures)
+            self._written[key] = (value, text, _identity(path))
+            changed = True
+        if changed:  # else the directory is as it was checked above
+            self._dir_identity = _identity(self.jobfeatures)
 
     def job_values(self, features: Features) -> dict[str, Value | None]:
         """The $JOBFEATURES values of this payload under the pilot's current ``features``."""
@@ -203,19 +224,20 @@ class PayloadSandbox:
 
     def write_jobfeatures(self, features: Features) -> None:
         """Rewrite every file of this payload's $JOBFEATURES while it runs (atomically: it may be reading)."""
-        for key, value in self.job_values(features).items():
+        self._values = self.job_values(features)
+        for key, value in self._values.items():
             _write_atomically(self.jobfeatures, key, value)
             if value is None:
                 self._written.pop(key, None)
             else:
-                self._written[key] = (format_value(value) + "\n", _identity(self.jobfeatures / key))
+                self._written[key] = (value, format_value(value) + "\n", _identity(self.jobfeatures / key))
         self._dir_identity = _identity(self.jobfeatures)
 
     def env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
         """The environment for the payload's subprocess: ``base`` (default: the pilot's) plus its MJF."""
         env = dict(self.area.environ if base is None else base)
         env.pop("JOBSTATUS", None)
-        values = self.job_values(self.area.features)
+        values = self._values if self._values is not None else self.job_values(self.area.features)
         env["MACHINEFEATURES"] = os.fspath(self.area.machinefeatures_dir)
         env["JOBFEATURES"] = os.fspath(self.jobfeatures)
         env["TMPDIR"] = os.fspath(self.tmpdir)
@@ -231,21 +253,34 @@ class PayloadSandbox:
         """Empty the $TMPDIR and work directory and drop anything else a payload left in the slot.
 
         False when the slot cannot be made as a fresh one would be (the area then removes it).
+
+        With :attr:`PayloadArea.quick_reset` (unconfined payloads only) a directory is read only if an entry
+        was added, removed or renamed in it since it was last emptied: each is left with a modification time
+        of :data:`CLEAN_MTIME_NS`, which no change made now can give it (the kernel stamps the current time),
+        so one ``lstat`` says it is still empty. A payload could set that time back itself; an unconfined one
+        can write the next slot's files anyway, a confined one must not be trusted to leave it be.
         """
-        expected = {"jobfeatures", "tmp", "work"}
+        quick = self.area.quick_reset
         try:
-            with os.scandir(self.root) as entries:
-                strays = [e.path for e in entries if e.name not in expected]
-            for path in strays:
-                remove_tree(path)
+            if not quick or os.lstat(self.root).st_mtime_ns != CLEAN_MTIME_NS:
+                with os.scandir(self.root) as entries:
+                    strays = [e.path for e in entries if e.name not in _SLOT_ENTRIES]
+                for path in strays:
+                    remove_tree(path)
+                if quick:
+                    _mark_clean(self.root)
             for directory, mode in ((self.tmpdir, 0o700), (self.workdir, 0o755)):
                 st = os.lstat(directory)
                 if not stat.S_ISDIR(st.st_mode) or stat.S_IMODE(st.st_mode) != mode:
                     return False
+                if quick and st.st_mtime_ns == CLEAN_MTIME_NS:
+                    continue
                 with os.scandir(directory) as entries:
                     leftovers = [e.path for e in entries]
                 for path in leftovers:
                     remove_tree(path)
+                if quick:
+                    _mark_clean(directory)
         except OSError:
             return False
         return True
@@ -270,6 +305,11 @@ class PayloadArea:
         self.workdir = Path(workdir).absolute()  # payloads get these paths and run elsewhere
         self.stop_margin = stop_margin
         self.features = features
+        self._end_of: Features | None = None  # the features self._end was worked out from (pilot_end)
+        self._end: float | None = None
+        #: Slots are emptied by their directories' modification times (:meth:`PayloadSandbox.reset`): only
+        #: for payloads that run unconfined; set before the first slot is made.
+        self.quick_reset = False
         # The pilot's environment, read once, without the credentials it holds (taskqueues.store.access) nor the
         # deployment's settings and paths: the base of every payload's; a payload never sees the store's URL,
         # the state directory or any other secret.
@@ -288,9 +328,12 @@ class PayloadArea:
             self._write_machinefeatures()
 
     def pilot_end(self, features: Features) -> float | None:
-        """When payloads must be done: the pilot's end less its stop margin (None if unbounded)."""
-        end = features.end_time()
-        return None if end is None else end - self.stop_margin
+        """When payloads must be done: the pilot's end less its stop margin (None if unbounded). Asked
+        several times per payload of the same (frozen) features: worked out once per features."""
+        if features is not self._end_of:
+            end = features.end_time()
+            self._end_of, self._end = features, None if end is None else end - self.stop_margin
+        return self._end
 
     def _write_machinefeatures(self) -> None:
         for key in MACHINE_KEYS:

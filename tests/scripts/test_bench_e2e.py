@@ -70,3 +70,33 @@ def test_fast_poll_pilot_notices_work_within_its_back_off(bench: ModuleType, red
     with bench.pilots(redis_url, context.store, 1, 1, tmp_path / "fast", fast_poll=True):
         trials = bench.measure_latency(context, [0.3, 0.3, 0.3])
     assert max(t.matched for t in trials) < 1.0
+
+
+def test_the_ceiling_counts_every_term_of_the_cpu_per_job(bench: ModuleType) -> None:
+    """C cores / (spawn floor + agent + redis + submit) CPU seconds per job: dropping any term, or counting
+    one twice, moves the figure by more than the approximation allows."""
+    floor, agent, redis_cpu, submit = 0.61e-3, 0.35e-3, 0.17e-3, 0.065e-3
+    assert bench.ceiling(2, floor, agent, redis_cpu, submit) == pytest.approx(2 / 1.195e-3, rel=1e-9)
+    assert bench.ceiling(4, floor, agent, redis_cpu, submit) == pytest.approx(4 / 1.195e-3, rel=1e-9)
+    with pytest.raises(ValueError, match="CPU per job must be positive"):
+        bench.ceiling(2, 0.0, 0.0, 0.0, 0.0)
+
+
+def test_the_bound_lines_state_the_terms_the_ceiling_and_the_share_reached(bench: ModuleType) -> None:
+    pf = bench.Throughput("Pilotfish", 1000, 1.0, 0.1, 0.01, 0.35, 0.17, 0.065, 0.6, 0.25)
+    cel = bench.Throughput("Celery", 1000, 1.25, 1.0, float("nan"), 0.9, 0.3)
+    floor = bench.SpawnFloor(("/bin/sh", "-c", "true"), 2, 3300, 1.0, 3300 * 0.61e-3)
+    text = bench.bound_lines(pf, cel, floor, 2)
+    assert "spawn floor 0.610 + agent 0.350 + redis 0.170 + submit 0.065 = 1.195" in text
+    assert "3300 /bin/sh -c true/s" in text and "payloads' own CPU in the round 0.600" in text
+    # 2 / 1.195 ms = 1674 jobs/s, against Celery's 800 jobs/s; the round's 1000 jobs/s is 60% of it
+    assert "ceiling on 2 cores: 1674 jobs/s = 2.09x this round's Celery; the round reached 60% of it" in text
+    assert "host core-time idle 25%" in text and "Pilotfish's own CPU 59% of 2 cores x 1.00 s" in text
+
+
+def test_the_spawn_floor_spawns_the_argv_and_counts_its_cpu(bench: ModuleType, tmp_path: Path) -> None:
+    """Real spawns of a real argv: each one leaves a mark, and the CPU counted includes the children's."""
+    marks = tmp_path / "marks"
+    floor = bench.spawn_floor(["/bin/sh", "-c", f"echo >> {marks}"], 2, 0.3)
+    assert floor.processes == 2 and floor.spawns == len(marks.read_text().splitlines()) > 0
+    assert 0 < floor.cpu_per_spawn < 0.3 and floor.rate > 0 and floor.seconds >= 0.3

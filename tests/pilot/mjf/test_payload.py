@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from pilot.mjf import payload as payload_module
 from pilot.mjf.payload import PayloadArea, PayloadAreaError
 from pilot.mjf.source import FeatureReader
 
@@ -88,9 +89,11 @@ def test_payload_lifecycle_with_a_real_subprocess(site: tuple[Path, Path], tmp_p
     assert not root.exists()
 
 
-def test_a_slot_is_handed_out_again_as_a_fresh_one(site: tuple[Path, Path], tmp_path: Path) -> None:
+@pytest.mark.parametrize("quick", [False, True], ids=["scanned", "quick-reset"])
+def test_a_slot_is_handed_out_again_as_a_fresh_one(site: tuple[Path, Path], tmp_path: Path, quick: bool) -> None:
     machine, job = site
     area = PayloadArea(tmp_path / "work", FeatureReader(str(machine), str(job), env={}, workdir=tmp_path).load())
+    area.quick_reset = quick
     first = area.payload("a", cores=2, mem_MB=4000, wall_norm=5400, start=150000)
     (first.tmpdir / "left").write_text("x")
     (first.workdir / "out").mkdir()
@@ -111,6 +114,30 @@ def test_a_slot_is_handed_out_again_as_a_fresh_one(site: tuple[Path, Path], tmp_
     assert values["mem_limit_MB"] == "32000"
     area.close()
     assert list((tmp_path / "work").iterdir()) == []
+
+
+def test_a_quick_reset_empties_what_each_payload_leaves_even_at_once(site: tuple[Path, Path], tmp_path: Path) -> None:
+    """The quick reset trusts a directory's modification time only as the one it stamped itself: a payload
+    that leaves files the very moment its slot was emptied (within one tick of the kernel's clock) or edits
+    its $JOBFEATURES in place still hands the next payload a fresh slot; an untouched slot is not read."""
+    machine, job = site
+    area = PayloadArea(tmp_path / "work", FeatureReader(str(machine), str(job), env={}, workdir=tmp_path).load())
+    area.quick_reset = True
+    slot = area.payload("first", cores=1, start=150000)
+    fresh = read_dir(slot.jobfeatures)
+    for i in range(30):
+        target = (slot.tmpdir, slot.workdir, slot.root)[i % 3]
+        (target / f"left-{i}").write_text("x")
+        (slot.jobfeatures / "allocated_CPU").write_text("64\n")  # a payload editing its $JOBFEATURES
+        slot.cleanup()
+        slot = area.payload(f"p{i}", cores=1, start=150000)
+        assert list(slot.tmpdir.iterdir()) == [] and list(slot.workdir.iterdir()) == []
+        assert sorted(p.name for p in slot.root.iterdir()) == ["jobfeatures", "tmp", "work"]
+        assert read_dir(slot.jobfeatures) == fresh, i
+    slot.cleanup()
+    for directory in (slot.tmpdir, slot.workdir, slot.root):  # emptied, and stamped as such
+        assert directory.stat().st_mtime_ns == payload_module.CLEAN_MTIME_NS
+    area.close()
 
 
 def test_a_slot_that_cannot_be_cleaned_is_replaced(site: tuple[Path, Path], tmp_path: Path) -> None:
