@@ -1,4 +1,11 @@
--- _lib: helpers prepended to every script at load time (not a script of its own; match.lua does not use it).
+-- _lib: helpers put in front of every script that uses them (not a script of its own; match.lua does not use it).
+-- They are made once, when the function library loads (taskqueues/store/scripts.py puts this file above the
+-- script's line "-- per call:", taskqueues/store/functions.py's wrapped): some sixty closures and a dozen tables
+-- made on every call cost a start a fifth of its instructions (scripts/count_life.py). So this file keeps one
+-- call's state in upvalues that begin() sets afresh at the start of every call (the loader puts the call in
+-- front of the script): KEYS and ARGV, the script's name and first problem, the keys declared and missing, the
+-- records loaded, the task queues touched, the wakes, the events' author and time. Every upvalue a call writes
+-- is listed there; the tables that are not (PATTERN, STATES, RESULT...) are constants no call changes.
 -- Every key a script touches is declared in KEYS (match.lua's task queues aside: see its header). Keys
 -- that depend on data (a task queue, its SubmitPool, the heads index of each eligible queue) are declared
 -- by the caller; when a script finds one it was not given, it returns {'needkeys', key...} before writing
@@ -10,7 +17,7 @@
 -- check_* helpers record the first problem and return a harmless stand-in, so a script lists its checks
 -- one a line and then returns refused() when it says so. Numbers read from text go through tonumber,
 -- which takes "nan", "inf" and "0x10": every range test is written so that NaN fails it.
-local SCRIPT, PROBLEM = '?', nil
+local KEYS, ARGV, SCRIPT, PROBLEM -- set by begin() at the start of every call
 local MAX_TIME = 1e12    -- unix seconds, and any duration in seconds
 local MAX_AMOUNT = 1e15  -- cores, MB, run times, counts: integers a double holds exactly
 local MAX_SCORE = 1e17   -- a score stays below EMPTY (1e18), which marks an empty task queue in heads indexes
@@ -210,7 +217,7 @@ local EMPTY = 1e18
 -- The heads hash holds it as a field too (sync_heads), for the same reason: as a listpack, every HMGET of
 -- match scans the whole hash (at 100 task queues, 17% of a filling match's instructions went there).
 -- Nothing lists the heads hash; match only reads it by task-queue id.
-local SKIPLIST = string.rep('~', 65)
+local SKIPLIST = '~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~' -- 65 '~' (string.rep is not reachable while the library loads)
 -- The catalog queues this call enqueued work for: queue -> jobs enqueued there (wake() reads it), and
 -- where wake() starts its round of the queue's wake shards (the first enqueued job's id: calls rotate).
 local WAKE = {}
@@ -805,3 +812,12 @@ local function fair_end(base, rec, now)
   redis.call('HSET', key, unpack(out))
 end
 -- ==== end of the fair-share block ====
+-- The start of every call (the loader puts "begin(KEYS, ARGV)" in front of the script, below its line "-- per
+-- call:"): every upvalue of this file that a call writes, set afresh, so that nothing of one call reaches the next
+-- (not even of a call that failed half-way). A name added above that a call writes must be added here.
+local function begin(keys, argv)
+  KEYS, ARGV, SCRIPT, PROBLEM = keys, argv, '?', nil
+  WAKE, WAKE_FROM, DECLARED, MISSING, TOUCHED, GH = {}, nil, {}, {}, {}, nil
+  LOADED_STATE, LOADED_END, LOADED_WHY, LOADED_PILOT, LOADED_RAW = {}, {}, {}, {}, {}
+  EVENT_BY, EVENT_NOW, EVENT_NOTE = nil, nil, nil
+end
