@@ -55,7 +55,7 @@ if bad then return {'stale', bad} end
 need(base .. K_WORK)
 need_heads(base)
 local release, pools = {}, {}
-for _, d in ipairs(rec.dn or {}) do
+for _, d in ipairs(rec.dn or NONE) do
   local drec = load(KEYS[1], d)
   if drec and drec.s == 'blocked' and drec.nd == 1 and not drec.dx then
     pools[d] = pool_of(base, drec.t)
@@ -88,7 +88,7 @@ if rec.w then
   end
 end
 local out, releasing = {'ok'}, {}
-for _, d in ipairs(rec.dn or {}) do
+for _, d in ipairs(rec.dn or NONE) do
   local drec = load(KEYS[1], d)
   if drec and drec.s == 'blocked' then
     drec.nd = (tonumber(drec.nd) or 1) - 1

@@ -39,9 +39,13 @@ def test_the_helpers_are_made_when_the_library_loads_and_begin_runs_first_on_eve
     assert "begin(KEYS" not in functions.wrapped("pf_match", scripts.source("match"))  # match.lua uses no helper
 
 
+#: What _lib.lua keeps from call to call on purpose: the keys a key base names, made of its text alone (check_keys).
+KEPT = {"ROLE_KEYS", "ROLE_BASES", "OF_BASE", "OF_BASE_N"}
+
+
 def test_every_upvalue_a_call_writes_is_set_afresh_by_begin() -> None:
     """A name of _lib.lua's top level that a helper or a script assigns (or whose table it fills) is one
-    begin() sets: otherwise one call's value would reach the next."""
+    begin() sets (or one of KEPT): otherwise one call's value would reach the next."""
     lib = lua("_lib")
     begin = lib[lib.index("local function begin(") :]
     reset = set(re.findall(r"\b([A-Z_]+)\b", begin.split("\nend", 1)[0]))
@@ -59,7 +63,26 @@ def test_every_upvalue_a_call_writes_is_set_afresh_by_begin() -> None:
             if re.search(target, body) or re.search(listed, body) or re.search(rf"table\.insert\({name}\b", body):
                 written.add(name)
     assert {"PROBLEM", "SCRIPT", "DECLARED", "LOADED_STATE", "TOUCHED", "EVENT_NOTE"} <= written  # the check sees
-    assert written <= reset, f"written by a call and not set afresh by begin(): {sorted(written - reset)}"
+    assert written >= KEPT
+    assert written <= reset | KEPT, f"written by a call and not set afresh by begin(): {sorted(written - reset - KEPT)}"
+
+
+def test_the_keys_kept_for_a_key_base_serve_that_base_alone(world: tuple[Store, Population, dict[str, Call]]) -> None:
+    """check_keys keeps, by key base, the fixed keys and the further keys it found to be the base's: a call of
+    another community (of many: past the bound, all are made again) with this one's keys is still refused."""
+    store, _, calls = world
+    keys, args = calls["complete"]
+    base = args[0]
+    other = [k.replace(base, "pf:{other}:", 1) for k in keys]
+    for i in range(70):  # 70 bases, each with its own keys: accepted (their job is unknown there)
+        vo = f"pf:{{vo{i}}}:"
+        reply = store._scripts["complete"](keys=[k.replace(base, vo, 1) for k in keys], args=[vo, *args[1:]])
+        assert reply[0] == b"stale"
+        assert store._scripts["complete"](keys=keys, args=args)[0] in (b"ok", b"stale")
+    with pytest.raises(redis.ResponseError, match=r"^complete: KEYS\[1\]: wants \"pf:\{other\}:jobs\""):
+        store._scripts["complete"](keys=keys, args=["pf:{other}:", *args[1:]])
+    with pytest.raises(redis.ResponseError, match=r"^complete: KEYS\[9\]: .* is not a key of pf:\{other\}:"):
+        store._scripts["complete"](keys=other[:8] + keys[8:], args=["pf:{other}:", *args[1:]])
 
 
 def test_a_refused_call_leaves_no_problem_for_the_next(world: tuple[Store, Population, dict[str, Call]]) -> None:
