@@ -213,7 +213,7 @@ local BASE = '^[^{}:%s]+:{[^{}:%s]+}:$'
 -- The fixed keys are kept from call to call, by key base (ROLE_KEYS: base -> base .. role for each role): they are
 -- made of the text of ARGV[1] alone, so they are the same whenever it is (a script calls check_keys with one list
 -- of roles, and has its own copy of these helpers); at most 64 bases, then all are made again. A further key found
--- to start with a base is kept too (OF_BASE: key -> base; at most 4096 keys, then forgotten): a C call per key
+-- to start with a base is kept too (OF_BASE: key -> base; at most 1024 keys, then forgotten): a C call per key
 -- to compare its start was a tenth of a completion's checks.
 local ROLE_KEYS, ROLE_BASES, OF_BASE, OF_BASE_N = {}, 0, {}, 0
 local function check_keys(base, roles)
@@ -235,7 +235,7 @@ local function check_keys(base, roles)
       if string.find(k, base, 1, true) ~= 1 then
         problem('KEYS[' .. i .. ']', shown(k) .. ' is not a key of ' .. base)
       else
-        if OF_BASE_N >= 4096 then OF_BASE, OF_BASE_N = {}, 0 end
+        if OF_BASE_N >= 1024 then OF_BASE, OF_BASE_N = {}, 0 end
         OF_BASE[k], OF_BASE_N = base, OF_BASE_N + 1
       end
     end
