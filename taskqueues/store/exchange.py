@@ -56,15 +56,16 @@ class Redoer(Protocol):
 
 def fused(
     starts: Sequence[tuple[str, int, float]], completions: Sequence[tuple[str, int, RunResult]]
-) -> tuple[list[tuple[str, int, float]], dict[str, float]]:
-    """The starts that go alone, and (job -> started at) those that travel inside the job's completion: the
-    completion of the same attempt, unless its result carries a start time of its own."""
+) -> tuple[list[tuple[str, int, float]], dict[str, list[float]]]:
+    """The starts that go alone, and (job -> [started at], the further argument of its ``complete``) those that
+    travel inside the job's completion: the completion of the same attempt, unless its result carries a start
+    time of its own."""
     ending = {job: attempt for job, attempt, result in completions if result.started is None}
     alone: list[tuple[str, int, float]] = []
-    inside: dict[str, float] = {}
+    inside: dict[str, list[float]] = {}
     for job, attempt, at in starts:
         if ending.get(job) == attempt and job not in inside:
-            inside[job] = at
+            inside[job] = [at]
         else:
             alone.append((job, attempt, at))
     return alone, inside
@@ -83,9 +84,9 @@ class PendingExchange:
         offer: PilotOffer | None,
         max_jobs: int,
         commands: Sequence[bytes],
-        inside: dict[str, float] | None = None,
+        inside: dict[str, list[float]] | None = None,
     ) -> None:
-        """``starts``: those sent alone; ``inside``: job -> started at, of the starts sent in their completion."""
+        """``starts``: those sent alone; ``inside``: job -> [started at], the starts sent in their completion."""
         self.store = store
         self.conn = conn
         self.pilot = pilot
@@ -162,7 +163,7 @@ class PendingExchange:
             if reply is None or _text(reply[0]) == "needkeys":
                 if job in self.inside:  # the two reports redone alone, as they would have been sent apart
                     try:
-                        store.start(job, attempt, pilot, self.inside[job])
+                        store.start(job, attempt, pilot, self.inside[job][0])
                     except StaleReport as exc:
                         refused[job] = str(exc)
                 try:

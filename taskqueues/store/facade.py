@@ -358,12 +358,9 @@ class Store(StoreReads, StoreRooms):
             pack_script(self._scripts["start"], [k.jobs, k.leases], [job, attempt, pilot, now, self.lease_seconds, at])
             for job, attempt, at in starts
         ]
+        complete, keys = self._scripts["complete"], self._complete_keys()
         commands += [
-            pack_script(
-                self._scripts["complete"],
-                self._complete_keys(),
-                self._complete_args(job, attempt, pilot, result, now) + ([inside[job]] if job in inside else []),
-            )
+            pack_script(complete, keys, self._complete_args(job, attempt, pilot, result, now) + inside.get(job, []))
             for job, attempt, result in completions
         ]
         if offer is not None:
