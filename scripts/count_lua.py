@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
 """Instructions the counting server spends on one Lua construct (a closure, a pcall, a C call, a strtod...).
 
+The last rows are what the other scripts of a job's life are made of (docs/performance.md, "The other scripts of
+a job's life"): a C call such as ``type``, a number made text, a walk over a record's fields, the record's JSON
+read and written, a Redis command.
+
 What a construct costs inside match.lua decides how the script is written (docs/performance.md, "The match's
 common path"): each one runs ``--loops`` times in one EVAL on a redis-server under callgrind (the server of
 scripts/count_match.py), and the count of a second EVAL, divided by the loops, is printed beside the count of
@@ -41,10 +45,22 @@ CONSTRUCTS = {
     "match, 4 captures": "local a, b, c, d = string.match(E, '^%S+ [^:]+:(%d+):(%d+):(%d+):(%d+) ')",
     "HMGET of 2 fields": "local r = redis.call('HMGET', 'h', 'a', 'b')",
     "HMGET of 3 fields": "local r = redis.call('HMGET', 'h', 'a', 'b', 'c')",
+    # what the other scripts of a job's life (submit, start, complete: scripts/count_life.py) are made of
+    "type()": "local t = type(A)",
+    "tostring of a number": "local s = tostring(i)",
+    "pairs over a record": "for k, v in pairs(D) do end",
+    "cjson.decode of a record": "local r = cjson.decode(R)",
+    "cjson.encode of a record": "local s = cjson.encode(D)",
+    "a number as an argument": "local r = redis.call('HSET', 'h2', 'f', i + 0.25)",
+    "HSET of one field": "local r = redis.call('HSET', 'h2', 'f', 'v')",
 }
 PRELUDE = (
     "local A = ARGV local x1, x2, x3, x4 = 1, 2, 3, 4 local F = function(t) return t[3] + 0, t[4] + 0 end "
     "local E = '1764325123.1234567 123:1:2000:0:90 0:0:0:0' "
+    # a job's record as submit.lua stores it (count_life's jobs)
+    'local R = \'{"sc":"1795874004.7","ts":1795873974.7,"rn":"cm","n":"t0","q":"c68a6ef740ba",'
+    '"e":60,"c":"true","mt":":1:0:0:90","pr":60,"t":"c64278960be07246.default.root","s":"waiting"}\' '
+    "local D = cjson.decode(R) "
 )
 ARGS = ["pf:{vo}:", "p1", "1764325123.4567891", "3600", "8", "16000", "0", "6000", "8", "-", "60"]
 

@@ -40,8 +40,7 @@ from .records import text as _text
 LIBRARY_PREFIX = "pilotfish_"
 FUNCTION_PREFIX = "pf_"
 _READ_ONLY = "-- flags: no-writes"
-#: The line that ends a script's load-time part (:func:`wrapped`).
-PER_CALL = "\n-- per call:\n"
+PER_CALL = scripts.PER_CALL
 
 
 def function_name(name: str) -> str:

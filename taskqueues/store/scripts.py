@@ -2,9 +2,11 @@
 
 Each ``<name>.lua`` is one operation; ``_lib.lua`` holds the helpers the scripts share and is put in
 front of each script that calls one of them, so a script file stays readable on its own (its header
-names every KEYS[i] and ARGV[i]). ``match.lua``, the hot path, uses none and gets none; it alone has a
-load-time part, above its line ``-- per call:`` (:func:`taskqueues.store.functions.wrapped`). The store loads
-them as one Redis function library (:mod:`taskqueues.store.functions`).
+names every KEYS[i] and ARGV[i]). The helpers are that script's load-time part, above a line ``-- per call:``
+(:func:`taskqueues.store.functions.wrapped`): made once when the library loads, their per-call state set by
+``begin(KEYS, ARGV)``, which the loader puts first below the line. ``match.lua``, the hot path, uses none and
+gets none; it has a load-time part of its own. The store loads them as one Redis function library
+(:mod:`taskqueues.store.functions`).
 
 Names exist once: a script does not spell a key suffix or a default of Python's, it names a constant
 (``K_TQ``, ``MAX_RETRIES``...) and the loader puts in front of it one line of ``local`` constants holding
@@ -23,6 +25,10 @@ from .keys import MATCHED_COUNT, WAKE_SHARDS, lua_names
 from .records import DEFAULT_MAX_RETRIES
 
 _LIB = "_lib"
+#: The line that ends a script's load-time part (:func:`taskqueues.store.functions.wrapped`).
+PER_CALL = "\n-- per call:\n"
+#: What a script that uses ``_lib.lua`` runs first on every call.
+_BEGIN = "begin(KEYS, ARGV)\n"
 
 
 _LIB_FUNCTION = re.compile(r"^local function (\w+)", re.MULTILINE)
@@ -36,9 +42,10 @@ def source(name: str) -> str:
     body = (folder / f"{name}.lua").read_text()
     uses_lib = any(re.search(rf"\b{fn}\(", body) for fn in _LIB_FUNCTION.findall(lib))
     if uses_lib and re.search(r"^-- per call:$", body, re.MULTILINE):
-        # _lib.lua keeps one call's state in its locals (SCRIPT, PROBLEM): it must stay per call
-        raise StoreError(f"{name}.lua has a load-time part (-- per call:) and uses _lib.lua, which must run per call")
-    text = lib + "\n" + body if uses_lib else body
+        # the helpers are the load-time part of a script that uses them: it has no room for one of its own
+        raise StoreError(f"{name}.lua has a load-time part (-- per call:) and uses _lib.lua, which is one already")
+    # The helpers are made once, when the library loads; begin() sets their per-call state (see _lib.lua).
+    text = lib + PER_CALL + _BEGIN + body if uses_lib else body
     return prelude(text) + text
 
 

@@ -1,4 +1,11 @@
--- _lib: helpers prepended to every script at load time (not a script of its own; match.lua does not use it).
+-- _lib: helpers put in front of every script that uses them (not a script of its own; match.lua does not use it).
+-- They are made once, when the function library loads (taskqueues/store/scripts.py puts this file above the
+-- script's line "-- per call:", taskqueues/store/functions.py's wrapped): some sixty closures and a dozen tables
+-- made on every call cost a start a fifth of its instructions (scripts/count_life.py). So this file keeps one
+-- call's state in upvalues that begin() sets afresh at the start of every call (the loader puts the call in
+-- front of the script): KEYS and ARGV, the script's name and first problem, the keys declared and missing, the
+-- records loaded, the task queues touched, the wakes, the events' author and time. Every upvalue a call writes
+-- is listed there; the tables that are not (PATTERN, STATES, RESULT...) are constants no call changes.
 -- Every key a script touches is declared in KEYS (match.lua's task queues aside: see its header). Keys
 -- that depend on data (a task queue, its SubmitPool, the heads index of each eligible queue) are declared
 -- by the caller; when a script finds one it was not given, it returns {'needkeys', key...} before writing
@@ -10,11 +17,12 @@
 -- check_* helpers record the first problem and return a harmless stand-in, so a script lists its checks
 -- one a line and then returns refused() when it says so. Numbers read from text go through tonumber,
 -- which takes "nan", "inf" and "0x10": every range test is written so that NaN fails it.
-local SCRIPT, PROBLEM = '?', nil
+local KEYS, ARGV, SCRIPT, PROBLEM -- set by begin() at the start of every call
 local MAX_TIME = 1e12    -- unix seconds, and any duration in seconds
 local MAX_AMOUNT = 1e15  -- cores, MB, run times, counts: integers a double holds exactly
 local MAX_SCORE = 1e17   -- a score stays below EMPTY (1e18), which marks an empty task queue in heads indexes
 local MAX_BATCH = 100000
+local NONE = {} -- an empty list to walk (never written)
 -- A task-queue member's tail ":cpu:mem:tmp:ete": bounds that keep a job's work (cpu x ete, kept with INCRBY)
 -- an exact integer, and the sum of many far inside 64 bits.
 local TAIL_MAX = {1e6, 1e12, 1e12, 1e9}
@@ -63,23 +71,27 @@ local function check_text(where, v, pattern, max)
   end
   return v
 end
+-- ARGV[i] checked as check_number or check_text would, the text naming it ("ARGV[i] (what)") made only when it
+-- is wrong: made on every call, it cost a start a fifth of its instructions (a number's digits are an sprintf).
+-- An argument is a string, or nil past the last; `n % 1 == 0` is math.floor's test for a finite n.
 local function argv_number(i, what, lo, hi, int)
+  local n = tonumber(ARGV[i])
+  if n and n >= lo and n <= hi and (not int or n % 1 == 0) then return n end
   return check_number('ARGV[' .. i .. '] (' .. what .. ')', ARGV[i], lo, hi, int, true)
 end
 local function argv_text(i, what, pattern, max)
-  return check_text('ARGV[' .. i .. '] (' .. what .. ')', ARGV[i], pattern, max)
+  local v = ARGV[i]
+  if v and (not max or #v <= max) and (not pattern or string.match(v, pattern)) then return v end
+  return check_text('ARGV[' .. i .. '] (' .. what .. ')', v, pattern, max)
 end
 -- A table decoded from JSON: an object (string keys only) or an array (1..n, no holes). An empty one is both.
+-- cjson makes an object's keys strings and an array's 1..n (a null is cjson.null, not nil), so a decoded table
+-- with a first element is an array and one without is an object: no walk over its fields.
 local function is_object(t)
-  if type(t) ~= 'table' then return false end
-  for k in pairs(t) do if type(k) ~= 'string' then return false end end
-  return true
+  return type(t) == 'table' and t[1] == nil
 end
 local function is_array(t)
-  if type(t) ~= 'table' then return false end
-  local n = 0
-  for _ in pairs(t) do n = n + 1 end
-  return n == #t
+  return type(t) == 'table' and (t[1] ~= nil or next(t) == nil)
 end
 -- A JSON object given as text (an argument, or a record field that holds JSON text).
 local function check_json(where, text)
@@ -133,36 +145,99 @@ local function check_kind(where, v, kind)
 end
 -- An object whose every field is one `schema` names (field -> kind), of its kind; `required` lists fields
 -- it must carry. An injected field (a state, a lease, a pilot) is refused by name.
+-- A field passes check_kind for sure when it passes this test (a number kind's range, a text kind's pattern and
+-- bound), which builds no text: check_kind, which names the field, runs only on the others.
+local NUMBER_KIND = {time = {0, MAX_TIME}, amount = {0, MAX_AMOUNT}, count = {0, MAX_AMOUNT, true},
+                     signed = {-MAX_AMOUNT, MAX_AMOUNT}, exit = {-1e9, 1e9, true}, ete = {0, MAX_ETE}}
+local TEXT_KIND = {tq = 256, queue = 400, job = 256, name = 256, request = 256}
+-- A tail passes when each of its numbers has fewer digits than its bound in TAIL_MAX (check_kind reads the others):
+-- the digits' positions, which make no string.
+local TAIL_AT = '^:()%d+():()%d+():()%d+():()%d+()$'
+local TAIL_DIGITS = {6, 12, 12, 9}
+local function short_tail(v)
+  local a1, b1, a2, b2, a3, b3, a4, b4 = string.match(v, TAIL_AT)
+  return a1 ~= nil and b1 - a1 <= TAIL_DIGITS[1] and b2 - a2 <= TAIL_DIGITS[2] and b3 - a3 <= TAIL_DIGITS[3]
+    and b4 - a4 <= TAIL_DIGITS[4]
+end
+local function passes(v, kind)
+  local range = NUMBER_KIND[kind]
+  if range then
+    return type(v) == 'number' and v >= range[1] and v <= range[2] and (not range[3] or v % 1 == 0)
+  end
+  if kind == 'text' or kind == 'any' then return kind == 'any' or type(v) == 'string' end
+  if type(v) ~= 'string' then return false end
+  if kind == 'tail' then return short_tail(v) end
+  if kind == 'score' then
+    local n = string.match(v, PATTERN.score) and tonumber(v)
+    return n and n >= -MAX_SCORE and n <= MAX_SCORE or false
+  end
+  local max = TEXT_KIND[kind]
+  return max ~= nil and #v <= max and string.match(v, PATTERN[kind]) ~= nil
+end
 local function check_fields(where, obj, schema, required)
   if not is_object(obj) then
     problem(where, 'wants a JSON object, got ' .. shown(obj))
     return false
   end
-  for _, k in ipairs(required or {}) do
-    if obj[k] == nil then problem(where, 'lacks the field ' .. k) end
+  if required then
+    for _, k in ipairs(required) do
+      if obj[k] == nil then problem(where, 'lacks the field ' .. k) end
+    end
   end
   for k, v in pairs(obj) do
     local kind = schema[k]
     if not kind then
       problem(where, 'may not carry the field ' .. shown(k))
-    else
+    elseif not passes(v, kind) then
       check_kind(where .. '.' .. k, v, kind)
     end
   end
   return PROBLEM == nil
 end
+-- Whether check_fields(where, obj, schema, required) would find nothing wrong: the same tests, recording nothing
+-- and naming nothing (a batch calls it on every job, and check_fields, which names the job, on one that fails).
+local function fields_pass(obj, schema, required)
+  if not is_object(obj) then return false end
+  for _, k in ipairs(required) do
+    if obj[k] == nil then return false end
+  end
+  for k, v in pairs(obj) do
+    local kind = schema[k]
+    if kind ~= 'any' and (not kind or not passes(v, kind)) then return false end
+  end
+  return true
+end
 -- The key base of a call ("<prefix>:{<vo>}:", ARGV[1] of most scripts), and its fixed KEYS by role (the key
 -- name after the base); any further key (declared by the caller) must belong to the same community.
 local BASE = '^[^{}:%s]+:{[^{}:%s]+}:$'
+-- The fixed keys are kept from call to call, by key base (ROLE_KEYS: base -> base .. role for each role): they are
+-- made of the text of ARGV[1] alone, so they are the same whenever it is (a script calls check_keys with one list
+-- of roles, and has its own copy of these helpers); at most 64 bases, then all are made again. A further key found
+-- to start with a base is kept too (OF_BASE: key -> base; at most 1024 keys, then forgotten): a C call per key
+-- to compare its start was a tenth of a completion's checks.
+local ROLE_KEYS, ROLE_BASES, OF_BASE, OF_BASE_N = {}, 0, {}, 0
 local function check_keys(base, roles)
-  for i, role in ipairs(roles) do
-    if KEYS[i] ~= base .. role then
-      problem('KEYS[' .. i .. ']', 'wants ' .. shown(base .. role) .. ', got ' .. shown(KEYS[i]))
+  local want = ROLE_KEYS[base]
+  if not want or want.n ~= #roles or want.last ~= roles[#roles] then
+    if ROLE_BASES >= 64 then ROLE_KEYS, ROLE_BASES = {}, 0 end
+    want = {n = #roles, last = roles[#roles]}
+    for i, role in ipairs(roles) do want[i] = base .. role end
+    ROLE_KEYS[base], ROLE_BASES = want, ROLE_BASES + 1
+  end
+  for i = 1, want.n do
+    if KEYS[i] ~= want[i] then
+      problem('KEYS[' .. i .. ']', 'wants ' .. shown(want[i]) .. ', got ' .. shown(KEYS[i]))
     end
   end
   for i = #roles + 1, #KEYS do
-    if string.sub(KEYS[i], 1, #base) ~= base then
-      problem('KEYS[' .. i .. ']', shown(KEYS[i]) .. ' is not a key of ' .. base)
+    local k = KEYS[i]
+    if OF_BASE[k] ~= base then
+      if string.find(k, base, 1, true) ~= 1 then
+        problem('KEYS[' .. i .. ']', shown(k) .. ' is not a key of ' .. base)
+      else
+        if OF_BASE_N >= 1024 then OF_BASE, OF_BASE_N = {}, 0 end
+        OF_BASE[k], OF_BASE_N = base, OF_BASE_N + 1
+      end
     end
   end
 end
@@ -210,19 +285,32 @@ local EMPTY = 1e18
 -- The heads hash holds it as a field too (sync_heads), for the same reason: as a listpack, every HMGET of
 -- match scans the whole hash (at 100 task queues, 17% of a filling match's instructions went there).
 -- Nothing lists the heads hash; match only reads it by task-queue id.
-local SKIPLIST = string.rep('~', 65)
+local SKIPLIST = '~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~' -- 65 '~' (string.rep is not reachable while the library loads)
 -- The catalog queues this call enqueued work for: queue -> jobs enqueued there (wake() reads it), and
 -- where wake() starts its round of the queue's wake shards (the first enqueued job's id: calls rotate).
 local WAKE = {}
 local WAKE_FROM = nil
-local DECLARED = {}
+local DECLARED = nil
 local MISSING = {}
 -- Every key of KEYS is declared (the fixed ones too: need() may ask for one a script has in a fixed place).
+-- DECLARED: nil before declare_keys(), true after it, then the set of KEYS once a long KEYS is asked about (a
+-- short one is read through: a set of its twenty keys made on every call cost a completion 18k instructions).
 local function declare_keys()
-  for j = 1, #KEYS do DECLARED[KEYS[j]] = true end
+  DECLARED = true
+end
+local function declared(k)
+  if DECLARED == true then
+    if #KEYS <= 32 then
+      for j = 1, #KEYS do if KEYS[j] == k then return true end end
+      return false
+    end
+    DECLARED = {}
+    for j = 1, #KEYS do DECLARED[KEYS[j]] = true end
+  end
+  return DECLARED ~= nil and DECLARED[k] == true
 end
 local function need(k)
-  if not DECLARED[k] then MISSING[#MISSING + 1] = k end
+  if not declared(k) then MISSING[#MISSING + 1] = k end
   return k
 end
 local function needkeys()
@@ -234,7 +322,7 @@ end
 local function pool_of(base, tq)
   need(base .. K_TQ .. tq)
   local poolkey = base .. K_POOL .. tq
-  if not DECLARED[poolkey] then need(poolkey) return {} end
+  if not declared(poolkey) then need(poolkey) return {} end
   local queues = redis.call('SMEMBERS', poolkey)
   for _, q in ipairs(queues) do need(base .. K_QH .. q) end
   return queues
@@ -323,31 +411,6 @@ local function raise_largest(base, tq, entry)
   local text = floor_text(f)
   if text ~= old then redis.call('HSET', key, tq, text) end
 end
-local function sync_heads(base, now)
-  local heads = base .. K_HEADS
-  for tq, entry in pairs(TOUCHED) do
-    local key = base .. K_TQ .. tq
-    local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-    if entry.largest then raise_largest(base, tq, entry) end
-    if #head == 0 then
-      redis.call('HDEL', heads, tq)
-      redis.call('ZADD', base .. K_TQEMPTY, 'NX', now, tq)
-    else
-      local floor = entry.floor
-      local old = redis.call('HGET', heads, tq)
-      if old then
-        floor = lower_floor(floor, parse_floor(string.match(old, ' (%S+)$')))
-      elseif redis.call('ZCARD', key) > entry.added then
-        floor = {0, 0, 0, 0} -- members from before heads were kept: nothing known about them
-      end
-      redis.call('HSET', heads, tq, head[2] .. ' ' .. head[1] .. ' ' .. floor_text(floor), SKIPLIST, '')
-      if entry.floor then
-        for _, q in ipairs(entry.queues or {}) do lower_qfloor(base, q, entry.floor) end
-      end
-    end
-  end
-  TOUCHED = {}
-end
 -- The heads index of a catalog queue by group (issue 31): with a shares policy, match.lua walks the task queues
 -- group by group, in the policy's order, instead of the whole heads index. For each catalog queue q whose index
 -- by group is built (listed in the set K_GHQ), the set K_GH .. q names its groups (and '~', so that it exists
@@ -409,10 +472,26 @@ local function enqueue(base, tqempty, releasing, rec, queues, now)
   for _, q in ipairs(queues) do WAKE[q] = (WAKE[q] or 0) + 1 end
   WAKE_FROM = WAKE_FROM or tonumber(rec.id) or #rec.id
   redis.call('ZADD', base .. K_TQ .. rec.t, rec.sc, rec.m)
-  local fresh = redis.call('ZREM', tqempty, rec.t) == 1
-  for _, q in ipairs(queues) do index_head(base, q, rec.t, rec.sc, 'LT') end
-  touched(rec.t, rec.m, queues)
+  -- Unmarked once per call: nothing marks a task queue empty again before sync_heads, which forgets TOUCHED.
   local entry = TOUCHED[rec.t]
+  local fresh = not (entry and entry.unmarked) and redis.call('ZREM', tqempty, rec.t) == 1
+  touched(rec.t, rec.m, queues)
+  entry = TOUCHED[rec.t]
+  entry.unmarked = true
+  -- Each heads index gets the lowest score the call enqueued, once, in sync_heads (ZADD LT keeps the lowest of
+  -- them all the same; a ZADD per job was a sixth of a batch's instructions). Nothing reads a heads index
+  -- between an enqueue and the sync_heads that follows it.
+  local score = tonumber(rec.sc)
+  if not score then
+    for _, q in ipairs(queues) do index_head(base, q, rec.t, rec.sc, 'LT') end
+  else
+    local low = entry.low
+    if not low then low = {} entry.low = low end
+    for _, q in ipairs(queues) do
+      local l = low[q]
+      if not l or score < l[1] then low[q] = {score, rec.sc} end
+    end
+  end
   local c, m, t = string.match(rec.m, ':(%d+):(%d+):(%d+):%d+$')
   local wall = type(rec.r) == 'string' and string.match(rec.r, '[{,]"wall":(%d+)[,}]') or 0
   local f = {tonumber(c) or 0, tonumber(m) or 0, tonumber(t) or 0, tonumber(wall) or 0}
@@ -422,6 +501,34 @@ local function enqueue(base, tqempty, releasing, rec, queues, now)
   else
     entry.largest = f
   end
+end
+local function sync_heads(base, now)
+  local heads = base .. K_HEADS
+  for tq, entry in pairs(TOUCHED) do
+    for q, l in pairs(entry.low or NONE) do index_head(base, q, tq, l[2], 'LT') end
+  end
+  for tq, entry in pairs(TOUCHED) do
+    local key = base .. K_TQ .. tq
+    local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    if entry.largest then raise_largest(base, tq, entry) end
+    if #head == 0 then
+      redis.call('HDEL', heads, tq)
+      redis.call('ZADD', base .. K_TQEMPTY, 'NX', now, tq)
+    else
+      local floor = entry.floor
+      local old = redis.call('HGET', heads, tq)
+      if old then
+        floor = lower_floor(floor, parse_floor(string.match(old, ' (%S+)$')))
+      elseif redis.call('ZCARD', key) > entry.added then
+        floor = {0, 0, 0, 0} -- members from before heads were kept: nothing known about them
+      end
+      redis.call('HSET', heads, tq, head[2] .. ' ' .. head[1] .. ' ' .. floor_text(floor), SKIPLIST, '')
+      if entry.floor then
+        for _, q in ipairs(entry.queues or {}) do lower_qfloor(base, q, entry.floor) end
+      end
+    end
+  end
+  TOUCHED = {}
 end
 -- Records are stored without their id (the hash field), with only the tail of their task-queue member
 -- (":cpu:mem:tmp:need"), and without the attempt while it is 0 nor the retry limit while it is the
@@ -510,6 +617,10 @@ end
 -- first, from the record as load() read it (LOADED_RAW), unless it was written.
 local function state_event(base, rec, before)
   if rec.s == 'matched' or rec.s == 'running' then return end
+  if FINAL_STATES[rec.s] and (before == 'matched' or before == 'running') and EVENT_BY
+      and EVENT_BY == 'pilot ' .. tostring(LOADED_PILOT[rec.id] or rec.pl or rec.lx) then
+    return -- (below, as a test made before any event is built: most jobs end so)
+  end
   local e = {t = event_now(), f = before, s = rec.s, by = EVENT_BY or SCRIPT, a = rec.a}
   local why = EVENT_NOTE or (rec.why ~= LOADED_WHY[rec.id] and rec.why) or nil
   if why then e.why = why end
@@ -625,7 +736,7 @@ end
 -- A report from a pilot must name the job's current attempt and find the job in one of `states`.
 local function check_report(rec, id, attempt, states)
   if not rec then return 'unknown job ' .. id end
-  if tostring(rec.a) ~= tostring(attempt) then
+  if rec.a ~= attempt and tostring(rec.a) ~= tostring(attempt) then
     return 'stale attempt ' .. attempt .. ' for job ' .. id .. ' (current ' .. tostring(rec.a) .. ', state ' .. rec.s .. ')'
   end
   for _, s in ipairs(states) do if rec.s == s then return nil end end
@@ -655,7 +766,7 @@ local function finish(jobs, releasing, rec, state, reason, now)
   rec.te = now
   save(jobs, rec)
   local stack = {}
-  for _, d in ipairs(rec.dn or {}) do stack[#stack + 1] = {d, rec.id} end
+  for _, d in ipairs(rec.dn or NONE) do stack[#stack + 1] = {d, rec.id} end
   while #stack > 0 do
     local top = table.remove(stack)
     local drec = load(jobs, top[1])
@@ -805,3 +916,12 @@ local function fair_end(base, rec, now)
   redis.call('HSET', key, unpack(out))
 end
 -- ==== end of the fair-share block ====
+-- The start of every call (the loader puts "begin(KEYS, ARGV)" in front of the script, below its line "-- per
+-- call:"): every upvalue of this file that a call writes, set afresh, so that nothing of one call reaches the next
+-- (not even of a call that failed half-way). A name added above that a call writes must be added here.
+local function begin(keys, argv)
+  KEYS, ARGV, SCRIPT, PROBLEM = keys, argv, '?', nil
+  WAKE, WAKE_FROM, DECLARED, MISSING, TOUCHED, GH = {}, nil, nil, {}, {}, nil
+  LOADED_STATE, LOADED_END, LOADED_WHY, LOADED_PILOT, LOADED_RAW = {}, {}, {}, {}, {}
+  EVENT_BY, EVENT_NOW, EVENT_NOTE = nil, nil, nil
+end
