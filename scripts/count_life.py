@@ -14,8 +14,8 @@ job): ``submit/batch``, the jobs submitted by the matcher's Submitter (one reque
 whose start travels inside it (the pilot reports a start on its own only after its payload ran 50 ms:
 pilot/agent/reports.py), and the match of the next job; ``exchange, start apart``, the same exchange with the
 start as a report of its own beside the completion (the two reports of a job that started and ended between
-two exchanges, which ``Store.send_exchange`` sends as one ``complete``). ``per job`` adds the submission and the
-exchange.
+two exchanges, which the pilot never sends: it puts the start inside the completion). ``per job`` adds the
+submission and the exchange.
 Usage: python scripts/count_life.py [--jobs 300] [--batch 1000]
 """
 

@@ -5,9 +5,7 @@ starts it has not reported yet, the successful ends, and the match for its freed
 (:meth:`Store.send_exchange`), applied by Redis in this order: starts ``(job, attempt, started at)``,
 completions ``(job, attempt, result)``, then the match. Each is its own atomic script, exactly as
 :meth:`Store.start`, :meth:`Store.complete` and :meth:`Store.match` — one refused report changes
-nothing and does not stop the others; they only share the write and the wait. A start and a completion of
-the same job and attempt (a payload that started and ended between two exchanges) go as one ``complete``
-(:func:`fused`), which records the start first with the verdict ``start`` would give it: one script less a job.
+nothing and does not stop the others; they only share the write and the wait.
 
 The pilot does not have to wait: it keeps its exchanges on one connection of its own (so Redis applies
 them in the order they were sent), watches the socket with its selector and calls :meth:`receive` when
@@ -54,23 +52,6 @@ class Redoer(Protocol):
     def matched(self, reply: list[Any]) -> list[Job]: ...
 
 
-def fused(
-    starts: Sequence[tuple[str, int, float]], completions: Sequence[tuple[str, int, RunResult]]
-) -> tuple[list[tuple[str, int, float]], dict[str, list[float]]]:
-    """The starts that go alone, and (job -> [started at], the further argument of its ``complete``) those that
-    travel inside the job's completion: the completion of the same attempt, unless its result carries a start
-    time of its own."""
-    ending = {job: attempt for job, attempt, result in completions if result.started is None}
-    alone: list[tuple[str, int, float]] = []
-    inside: dict[str, list[float]] = {}
-    for job, attempt, at in starts:
-        if ending.get(job) == attempt and job not in inside:
-            inside[job] = [at]
-        else:
-            alone.append((job, attempt, at))
-    return alone, inside
-
-
 class PendingExchange:
     """Reports and a match written to ``conn`` whose replies are still to be read."""
 
@@ -84,14 +65,11 @@ class PendingExchange:
         offer: PilotOffer | None,
         max_jobs: int,
         commands: Sequence[bytes],
-        inside: dict[str, list[float]] | None = None,
     ) -> None:
-        """``starts``: those sent alone; ``inside``: job -> [started at], the starts sent in their completion."""
         self.store = store
         self.conn = conn
         self.pilot = pilot
         self.starts = list(starts)
-        self.inside = inside or {}
         self.completions = list(completions)
         self.offer = offer
         self.max_jobs = max_jobs
@@ -161,20 +139,12 @@ class PendingExchange:
         done = replies[len(self.starts) :]
         for (job, attempt, result), reply in zip(self.completions, done, strict=False):
             if reply is None or _text(reply[0]) == "needkeys":
-                if job in self.inside:  # the two reports redone alone, as they would have been sent apart
-                    try:
-                        store.start(job, attempt, pilot, self.inside[job][0])
-                    except StaleReport as exc:
-                        refused[job] = str(exc)
                 try:
                     released += store.complete(job, attempt, pilot, result)
                 except StaleReport as exc:
                     refused[job] = str(exc)
             elif _text(reply[0]) == "stale":
                 refused[job] = _text(reply[1])
-            elif _text(reply[0]) == "nostart":  # the start inside was refused, the completion made
-                refused[job] = _text(reply[1])
-                released += [_text(x) for x in reply[2:]]
             else:
                 released += [_text(x) for x in reply[1:]]
         matched: list[Job] = []

@@ -24,7 +24,7 @@ from redis.connection import Connection
 from ..errors import ConfigError, NotFound, StaleReport, StoreError, StoreUnavailable
 from . import functions
 from .connection import connect
-from .exchange import PendingExchange, fused
+from .exchange import PendingExchange
 from .facade_reads import StoreReads
 from .guard import client_url, converted, guard, guarded
 from .keys import Keys
@@ -353,19 +353,19 @@ class Store(StoreReads, StoreRooms):
         """Send a pilot's reports and its next match on ``conn`` without waiting for the replies."""
         k = self.keys
         now = self.clock()
-        starts, inside = fused(starts, completions)  # a job's start and end: one script (ARGV[7] of complete)
         commands = [
             pack_script(self._scripts["start"], [k.jobs, k.leases], [job, attempt, pilot, now, self.lease_seconds, at])
             for job, attempt, at in starts
         ]
-        complete, keys = self._scripts["complete"], self._complete_keys()
         commands += [
-            pack_script(complete, keys, self._complete_args(job, attempt, pilot, result, now) + inside.get(job, []))
+            pack_script(
+                self._scripts["complete"], self._complete_keys(), self._complete_args(job, attempt, pilot, result, now)
+            )
             for job, attempt, result in completions
         ]
         if offer is not None:
             commands.append(self._match_call(offer.queue).pack(self.match_args(offer, max_jobs)))
-        return PendingExchange(self, conn, pilot, starts, completions, offer, max_jobs, commands, inside)
+        return PendingExchange(self, conn, pilot, starts, completions, offer, max_jobs, commands)
 
     @guarded("loading the store's scripts")
     def drop_connections(self) -> None:

@@ -20,14 +20,10 @@
 -- ARGV[1]  key base   ARGV[2] job id   ARGV[3] attempt   ARGV[4] pilot id   ARGV[5] now
 -- ARGV[6]  result JSON {"x": exit, "w": wall s, "cpu": cpu s, "pm": peak MB, "o": outputs JSON string,
 --          "why": text, "st": started} (those fields only: they are copied onto the record)
--- ARGV[7]  when the payload started, if the pilot's report of its start travels with this completion (optional;
---          Store.send_exchange fuses a start and a completion of one job so): the start is recorded first, with the
---          verdict start.lua would give it; a start it refuses does not stop the completion (the reply says so)
 -- A job the reaper requeued from this pilot's lease of this attempt, and nobody matched since (the store was
 -- paused longer than the lease), is taken back and recorded done (_lib.lua's requeued_from): KEYS then also
 -- hold its task queue and the delayed, releasing and parked keys (or the script answers needkeys).
--- Returns  {'ok', released id...} or {'stale', reason} or {'needkeys', key...}, or, when the start of ARGV[7] was
---          refused and the completion made, {'nostart', the start's reason, released id...}
+-- Returns  {'ok', released id...} or {'stale', reason} or {'needkeys', key...}
 SCRIPT = 'complete'
 -- One more value into a running mean and variance: Welford's update for the first 100, then exponentially
 -- weighted (alpha 1/100); the same formula as taskqueues.ete._step. Returns the count, mean and variance.
@@ -39,16 +35,13 @@ local function ete_step(n, mean, var, value)
   return n, mean + delta * weight, (1 - weight) * (var + weight * delta * delta)
 end
 local base = check_base({'jobs', 'leases', 'kills', 'tqempty', 'releasing', 'donelog', 'etekeys', 'eterules'})
-check_count(6)
-if #ARGV > 7 then problem('ARGV', 'wants 6 or 7 arguments, got ' .. #ARGV) end
+check_count(6, true)
 local id = argv_text(2, 'job id', PATTERN.job, 64)
 local attempt = argv_number(3, 'attempt', 0, 1e9, true)
 local pilot = argv_text(4, 'pilot id', PATTERN.name, 256)
 local now = argv_number(5, 'now', 0, MAX_TIME)
 local result = check_json('ARGV[6] (result)', ARGV[6])
 check_fields('ARGV[6] (result)', result, RESULT)
-local started = nil
-if ARGV[7] ~= nil and ARGV[7] ~= '' then started = argv_number(7, 'started', 0, MAX_TIME) end
 if PROBLEM then return refused() end
 declare_keys()
 events_by(now, 'pilot ' .. pilot)
@@ -71,17 +64,6 @@ end
 local missing = needkeys()
 if missing then return missing end
 
--- The start of ARGV[7], as start.lua would take it: the job matched to this pilot at this attempt (or requeued
--- from its lease while matched, taken back below); else refused, as start.lua refuses it, the completion made.
-local nostart = nil
-if started then
-  if (back and rec.ls == 'matched') or (not back and rec.s == 'matched') then
-    rec.st = started
-    rec.pm, rec.cpu = nil, nil
-  else
-    nostart = 'job ' .. id .. ' is ' .. rec.s
-  end
-end
 if back then take_back(base, rec, pilot) end
 add_work(base, -work_of(rec))
 fair_end(base, rec, now)
@@ -106,7 +88,6 @@ if rec.w then
   end
 end
 local out, releasing = {'ok'}, {}
-if nostart then out = {'nostart', nostart} end
 for _, d in ipairs(rec.dn or NONE) do
   local drec = load(KEYS[1], d)
   if drec and drec.s == 'blocked' then
