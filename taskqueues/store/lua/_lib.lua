@@ -211,16 +211,24 @@ end
 -- name after the base); any further key (declared by the caller) must belong to the same community.
 local BASE = '^[^{}:%s]+:{[^{}:%s]+}:$'
 -- The fixed keys are kept from call to call, by key base (ROLE_KEYS: base -> base .. role for each role): they are
--- made of the text of ARGV[1] alone, so they are the same whenever it is (a script calls check_keys with one list
--- of roles, and has its own copy of these helpers); at most 64 bases, then all are made again. A further key found
+-- made of the text of ARGV[1] and the roles alone, so they are the same whenever both are (kept with the roles
+-- they were made for, compared role by role); at most 64 bases, then all are made again. A further key found
 -- to start with a base is kept too (OF_BASE: key -> base; at most 1024 keys, then forgotten): a C call per key
 -- to compare its start was a tenth of a completion's checks.
 local ROLE_KEYS, ROLE_BASES, OF_BASE, OF_BASE_N = {}, 0, {}, 0
 local function check_keys(base, roles)
-  local want = ROLE_KEYS[base]
-  if not want or want.n ~= #roles or want.last ~= roles[#roles] then
+  local want, n = ROLE_KEYS[base], #roles
+  if want and want.n == n then
+    local kept = want.roles
+    for i = 1, n do
+      if kept[i] ~= roles[i] then want = nil break end
+    end
+  else
+    want = nil
+  end
+  if not want then
     if ROLE_BASES >= 64 then ROLE_KEYS, ROLE_BASES = {}, 0 end
-    want = {n = #roles, last = roles[#roles]}
+    want = {n = n, roles = roles}
     for i, role in ipairs(roles) do want[i] = base .. role end
     ROLE_KEYS[base], ROLE_BASES = want, ROLE_BASES + 1
   end
