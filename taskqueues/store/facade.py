@@ -105,7 +105,7 @@ class Store(StoreReads, StoreRooms):
         self.bounded_reservations = bounded_reservations
         self._scripts: dict[str, functions.Function] = functions.register(client)
         self._base = self.keys.base + ":"
-        self._match_calls: dict[str, PackedCall] = {}
+        self._packed: dict[str, PackedCall] = {}  # the hot path's calls with fixed keys, packed once
         # The heads, floor, emptied and largest-values hashes, which every script that moves task-queue members
         # keeps exact: declared up front (a script that found them undeclared would answer needkeys: one more
         # round trip).
@@ -257,19 +257,16 @@ class Store(StoreReads, StoreRooms):
 
     # -- the hot path -----------------------------------------------------------------------------
 
-    def _match_call(self, queue: str) -> PackedCall:
-        """The packed match call of a queue."""
-        call = self._match_calls.get(queue)
+    def _packed_call(self, name: str, keys: Sequence[str], n_args: int, tag: str = "") -> PackedCall:
+        """The packed call of a script whose keys are fixed per ``tag`` (match: per queue; complete: one)."""
+        call = self._packed.get(name + tag)
         if call is None:
-            k = self.keys
-            call = PackedCall(
-                self._line,
-                self._scripts["match"],
-                [k.qheads(queue), k.stats],  # the keys match.lua declares: it builds the others from the base
-                n_args=11,
-            )
-            self._match_calls[queue] = call
+            call = self._packed[name + tag] = PackedCall(self._line, self._scripts[name], keys, n_args=n_args)
         return call
+
+    def _match_call(self, queue: str) -> PackedCall:
+        """The packed match call of a queue (the keys match.lua declares: it builds the others from the base)."""
+        return self._packed_call("match", [self.keys.qheads(queue), self.keys.stats], 11, ":" + queue)
 
     def match_args(self, offer: PilotOffer, max_jobs: int) -> list[Any]:
         """The ARGV of a match call for this pilot (match.lua's header)."""
@@ -357,12 +354,9 @@ class Store(StoreReads, StoreRooms):
             pack_script(self._scripts["start"], [k.jobs, k.leases], [job, attempt, pilot, now, self.lease_seconds, at])
             for job, attempt, at in starts
         ]
-        commands += [
-            pack_script(
-                self._scripts["complete"], self._complete_keys(), self._complete_args(job, attempt, pilot, result, now)
-            )
-            for job, attempt, result in completions
-        ]
+        if completions:
+            complete = self._packed_call("complete", self._complete_keys(), 6)
+            commands += [complete.pack(self._complete_args(j, a, pilot, r, now)) for j, a, r in completions]
         if offer is not None:
             commands.append(self._match_call(offer.queue).pack(self.match_args(offer, max_jobs)))
         return PendingExchange(self, conn, pilot, starts, completions, offer, max_jobs, commands)
