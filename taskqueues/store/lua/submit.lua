@@ -214,7 +214,11 @@ for i, rec in ipairs(payload.jobs) do
   rec.id = tostring(first + i)
   if rec.m_tail then rec.m = rec.id .. rec.m_tail end
   rec.m_tail = nil
-  if rec.s == 'waiting' or rec.s == 'blocked' then work = work + work_of(rec) end
+  if rec.s == 'waiting' or rec.s == 'blocked' then
+    local w = work_of(rec) -- at most 1e15 a job (TAIL_MAX): the sum goes out before a double loses a unit
+    if work + w > 2^53 then add_work(base, work) work = 0 end
+    work = work + w
+  end
   if rec.s == 'blocked' then count_blocked(base, rec, 1) end
   if rec.s == 'failed' or rec.s == 'dep-failed' then count(base, 'ended:' .. rec.s, 1) end
   ids[#ids + 1] = rec.id

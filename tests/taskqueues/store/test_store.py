@@ -581,3 +581,12 @@ def test_match_reloads_its_function_after_a_flush(real_redis: redis.Redis) -> No
     (jid,) = store.submit([job()])
     real_redis.function_flush()
     assert [j.id for j in store.match(offer())] == [jid]
+
+
+def test_the_work_counter_stays_exact_for_a_batch_whose_work_passes_what_a_double_holds(store: Store) -> None:
+    """submit.lua adds a batch's work in one INCRBY; near the largest work a job may carry (cpu x ete, odd here),
+    fifteen jobs (an odd total) pass 2^53, where a Lua number stops counting units: the sum goes out before."""
+    cpu, ete = 999_999, 666_666_665  # the member's tail holds ete with the safety factor: at most 1e9
+    store.submit([job(cpu=cpu, ete=ete) for _ in range(15)])
+    assert 15 * cpu * ete > 2**53 and int(store.client.get(store.keys.work) or 0) == 15 * cpu * ete
+    check_store(store)
