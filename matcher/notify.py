@@ -36,7 +36,7 @@ from typing import Any
 from taskqueues import __version__
 from taskqueues.context import Context
 from taskqueues.errors import NotFound, PilotfishError
-from taskqueues.store import Store
+from taskqueues.store import Claim, Store
 
 from .status import request_status
 
@@ -77,6 +77,12 @@ def post(url: str, body: dict[str, Any], timeout: float, delivery: str) -> str:
     return "" if 200 <= status < 300 else f"HTTP {status}"
 
 
+def delivery_id(claim: Claim) -> str:
+    """What the delivery header says: the request id for its first end, ``<request>.<end>`` for a later one (its
+    jobs resubmitted), so that a receiver telling repeats by it sees each end once."""
+    return claim.request if claim.end <= 1 else f"{claim.request}.{claim.end}"
+
+
 @dataclass
 class Notifier:
     """Makes ended requests' notifications due and sends the due ones (see the module's docstring)."""
@@ -89,7 +95,9 @@ class Notifier:
     batch: int = 10
     sender: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     clock: Callable[[], float] = time.time
-    _ended_before: dict[str, int] = field(default_factory=dict, init=False, repr=False)
+    #: request -> (when it was armed, how many of its first jobs were seen ended): the jobs before are not read
+    #: again while it stays armed at that time (resubmitted jobs arm it again: counted from the first then)
+    _ended_before: dict[str, tuple[float, int]] = field(default_factory=dict, init=False, repr=False)
     _stopped: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
     _thread: threading.Thread | None = field(default=None, init=False, repr=False)
 
@@ -107,7 +115,7 @@ class Notifier:
         """Make due the notification of every watched request whose jobs have all ended; returns how many."""
         made = 0
         notices = self.store.notices
-        for request in notices.watched():
+        for request, armed in notices.watched():
             try:
                 rec = self.store.request(request)
             except NotFound:
@@ -119,8 +127,10 @@ class Notifier:
             except (KeyError, TypeError, ValueError):
                 log.warning("request %s: its record has no readable job range: no notification", request)
                 continue
-            # Jobs before the first unfinished one seen last time have ended: not read again.
-            self._ended_before[request] = open_at = notices.first_open(ids, self._ended_before.get(request, 0))
+            # Jobs before the first unfinished one seen last time have ended: not read again (unless re-armed).
+            since, seen = self._ended_before.get(request, (armed, 0))
+            open_at = notices.first_open(ids, seen if since == armed else 0)
+            self._ended_before[request] = (armed, open_at)
             if open_at == len(ids):
                 self._ended_before.pop(request)
                 made += notices.ready(request, self.clock()) == "due"
@@ -134,20 +144,17 @@ class Notifier:
         with ThreadPoolExecutor(max_workers=len(claims), thread_name_prefix="pilotfish-notify") as pool:
             return list(pool.map(self._deliver, claims))
 
-    def _deliver(self, claim: Any) -> str:
+    def _deliver(self, claim: Claim) -> str:
+        delivery = {"id": claim.request, "attempt": claim.attempt, "end": claim.end}
         try:
             body = {
                 **request_status(self.store, claim.request).to_json(),
                 "event": "request.ended",
-                "delivery": {"id": claim.request, "attempt": claim.attempt},
+                "delivery": delivery,
             }
         except NotFound:
-            body = {
-                "id": claim.request,
-                "event": "request.ended",
-                "delivery": {"id": claim.request, "attempt": claim.attempt},
-            }
-        error = post(claim.url, body, self.timeout, claim.request)
+            body = {"id": claim.request, "event": "request.ended", "delivery": delivery}
+        error = post(claim.url, body, self.timeout, delivery_id(claim))
         now = self.clock()
         if not error:
             return self.store.notices.settle(claim, now)

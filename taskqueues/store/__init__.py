@@ -43,6 +43,7 @@ from .lifecycle import JobEvent, Placed
 from .lock import Lock, LockError
 from .moves import CHUNK as MOVE_CHUNK
 from .moves import move_community
+from .notices import Claim
 from .outage import Outage, OutageLogFilter
 from .payload_logs import STREAMS, AttemptLog, Logs, StreamTail, escaped, shown
 from .pilots import LIVE_LEASES, LivePilots, Pilots, StopRequest
@@ -80,6 +81,7 @@ __all__ = [
     "STREAMS",
     "AttemptLog",
     "Census",
+    "Claim",
     "Connection",
     "Control",
     "FairState",

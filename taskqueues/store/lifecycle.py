@@ -138,7 +138,7 @@ class Lifecycle:
                 "resubmit",
                 [k.jobs, k.tqempty, k.releasing, k.kills],
                 [store._base, store.clock(), by, reason, *batch],
-                [k.work, *store.floors, *self._tq_keys(batch)],
+                [k.work, *store.floors, *self._tq_keys(batch), k.requests, k.notifywatch, k.notify, k.notifyq],
             )
             if _text(reply[0]) == "refused":
                 done = f" ({len(back)} jobs of earlier batches came back)" if back else ""

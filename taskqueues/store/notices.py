@@ -1,11 +1,13 @@
 """Request-end notifications (issue 28): a request that names a webhook is watched until it ends, then its
 notification is due; senders claim due ones under a lease, call the webhook, and settle each claim.
 
-* ``notifywatch`` (zset, request id → submission): written by ``submit.lua`` for a request whose record names
-  ``notify``; :meth:`Notices.ready` takes a request out once its caller found every job ended, and makes its
+* ``notifywatch`` (zset, request id → when armed): written by ``submit.lua`` for a request whose record names
+  ``notify``, and again by ``resubmit.lua`` (a new time) when jobs of such a request run again;
+  :meth:`Notices.ready` takes a request out once its caller found every job ended, and makes its
   notification due (the first of two callers does, the second changes nothing);
-* ``notify`` (hash, request id → JSON): the notification — ``url``, ``state`` (due, sending, retry, sent,
-  failed), ``attempts``, the last ``error``, ``at`` (last change), ``next`` (next attempt), ``sent``, ``ended``;
+* ``notify`` (hash, request id → JSON): the notification — ``url``, ``state`` (waiting after a resubmission,
+  due, sending, retry, sent, failed), ``attempts``, the last ``error``, ``at`` (last change), ``next`` (next
+  attempt), ``sent``, ``ended``, ``ends`` (which end of the request it tells: a resubmitted request ends again);
 * ``notifyq`` (zset, request id → due time): :meth:`Notices.claim` takes what is due and pushes each score to
   the end of its lease, so a sender killed with its claim leaves it due again when the lease ends, and never
   to two senders at once; :meth:`Notices.settle` records the outcome if the caller still holds the claim:
@@ -14,7 +16,8 @@ notification is due; senders claim due ones under a lease, call the webhook, and
 Each is an operation of ``notify.lua``, one function without ``_lib`` (see its header for why).
 
 A sender that dies after the webhook answered and before it settled makes the notification be sent again
-when the lease ends: receivers tell a repeat by the delivery id the sender puts in a header (the request id).
+when the lease ends: receivers tell a repeat by the delivery id the sender puts in a header (the request id,
+then ``<request>.<end>`` for its second end and later).
 """
 
 from __future__ import annotations
@@ -36,12 +39,14 @@ Caller = Callable[[str, Sequence[str], Sequence[Any]], list[Any]]
 
 @dataclass(frozen=True)
 class Claim:
-    """A notification a sender holds: where to send it, which attempt this is, and its claim's token."""
+    """A notification a sender holds: where to send it, which attempt this is, its claim's token, and which end
+    of the request it tells (a request whose jobs were resubmitted ends again: 2, 3...)."""
 
     request: str
     url: str
     attempt: int
     token: str
+    end: int = 1
 
 
 @dataclass(frozen=True)
@@ -83,9 +88,11 @@ class Notices:
         self._call = call
 
     @guarded("reading the watched requests")
-    def watched(self, limit: int = 1000) -> list[str]:
-        """Requests with a webhook not seen ended yet, oldest first."""
-        return [_text(r) for r in self.client.zrange(self.keys.notifywatch, 0, limit - 1)]
+    def watched(self, limit: int = 1000) -> list[tuple[str, float]]:
+        """Requests with a webhook not seen ended yet, oldest first, each with when it was armed (submitted, or
+        its jobs resubmitted: a new time says jobs seen ended may run again)."""
+        pairs: Any = self.client.zrange(self.keys.notifywatch, 0, limit - 1, withscores=True)
+        return [(_text(r), float(score)) for r, score in pairs]
 
     @guarded("checking a request's end")
     def first_open(self, ids: Sequence[str], start: int = 0, chunk: int = 5000) -> int:
@@ -105,7 +112,10 @@ class Notices:
     def claim(self, sender: str, now: float, lease: float, count: int = 10) -> list[Claim]:
         """Up to ``count`` due notifications, held by ``sender`` for ``lease`` seconds."""
         reply = [_text(x) for x in self._call("notify", self._keys(), ["claim", now, lease, count, sender])]
-        return [Claim(reply[i], reply[i + 1], int(reply[i + 2]), reply[i + 3]) for i in range(0, len(reply), 4)]
+        return [
+            Claim(reply[i], reply[i + 1], int(reply[i + 2]), reply[i + 3], int(reply[i + 4]))
+            for i in range(0, len(reply), 5)
+        ]
 
     def settle(self, claim: Claim, now: float, error: str = "", retry_at: float | None = None) -> str:
         """How the claim's call went: sent (no ``error``), else retry at ``retry_at`` or failed for good (None).

@@ -127,7 +127,7 @@ def test_a_request_end_is_posted_once_after_two_failures(store: Store, hooks: li
     assert notifier.run_once() == (0, [])  # once: never again
     [body] = hook.answered()
     assert len(hook.calls) == 3 and hook.calls[-1][1][DELIVERY_HEADER] == "r1"
-    assert body["event"] == "request.ended" and body["delivery"] == {"id": "r1", "attempt": 3}
+    assert body["event"] == "request.ended" and body["delivery"] == {"id": "r1", "attempt": 3, "end": 1}
     assert body["id"] == "r1" and body["states"] == {"done": 1, "failed": 1} and body["final"] is True
     assert request_status(store, "r1").notify["state"] == "sent"  # type: ignore[index]
 
@@ -193,7 +193,7 @@ def test_a_sender_killed_mid_call_leaves_it_to_the_next_after_its_lease(
     assert heir.run_once() == (0, ["sent"])
     notice = request_status(store, "r1").notify
     assert notice is not None and (notice["state"], notice["attempts"]) == ("sent", 2)
-    assert [b["delivery"] for b in hook.answered()] == [{"id": "r1", "attempt": 2}]
+    assert [b["delivery"] for b in hook.answered()] == [{"id": "r1", "attempt": 2, "end": 1}]
 
 
 def test_where_a_webhook_comes_from_and_bad_ones(store: Store) -> None:
@@ -203,7 +203,7 @@ def test_where_a_webhook_comes_from_and_bad_ones(store: Store) -> None:
     own = submitter.submit(spec, name="two", notify="http://me.example.org:8080/x").request
     assert store.request(default)["notify"] == "https://ops.example.org/h"
     assert store.request(own)["notify"] == "http://me.example.org:8080/x"
-    assert sorted(store.notices.watched()) == sorted([default, own])  # submitted at the same (fake) time
+    assert sorted(r for r, _ in store.notices.watched()) == sorted([default, own])  # the same (fake) time
     with pytest.raises(SubmissionError, match=r"notify 'ftp://x' is not an http\(s\) URL with a host"):
         submitter.submit(spec, notify="ftp://x")
     flow = parse_workflow({"name": "w", "notify": "https://h.example.org/", "jobs": [{"name": "a", "command": "true"}]})
@@ -222,5 +222,68 @@ def test_retention_forgets_a_notification_with_its_request(store: Store, hooks: 
     assert Notifier(store, clock=store.clock).run_once() == (1, ["sent"])
     store.client.hset(store.keys.cursor, "repressure", "2e9")  # learnt from already
     retention.forget_ended(store, store.clock() + 1)
-    assert store.notices.of(["r1"]) == {} and store.notices.watched() == ["r2"]
+    assert store.notices.of(["r1"]) == {} and [r for r, _ in store.notices.watched()] == ["r2"]
     assert store.client.zcard(store.keys.notifyq) == 0
+
+
+def run_one(store: Store, fail: bool = False) -> str:
+    """Match the most urgent job on p1 and end it (failed with exit 3, or done); its id."""
+    [leased] = store.match(PilotOffer("p1", "site/ce/q1", cpu=1, mem=1000), 1)
+    if fail:
+        store.fail(leased.id, leased.attempt, "p1", RunResult(exit_code=3, reason="exit code 3"))
+    else:
+        store.complete(leased.id, leased.attempt, "p1")
+    return leased.id
+
+
+def test_a_resubmitted_request_is_posted_again_when_it_ends_again(store: Store, hooks: list[Hook]) -> None:
+    hook = Hook()
+    hooks.append(hook)
+    ids = end_request(store, hook.url)  # the second job failed
+    notifier = Notifier(store, clock=store.clock)
+    assert notifier.run_once() == (1, ["sent"])
+    store.lifecycle.resubmit([ids[1]], "alice")
+    notice = request_status(store, "r1").notify  # armed again
+    assert notice is not None and (notice["state"], notice["attempts"]) == ("waiting", 0)
+    assert notifier.run_once() == (0, [])  # running again: not ended
+    assert run_one(store) == ids[1]
+    assert notifier.run_once() == (1, ["sent"])
+    first, second = hook.answered()
+    assert (first["delivery"], first["states"]) == ({"id": "r1", "attempt": 1, "end": 1}, {"done": 1, "failed": 1})
+    assert (second["delivery"], second["states"]) == ({"id": "r1", "attempt": 1, "end": 2}, {"done": 2})
+    assert [headers[DELIVERY_HEADER] for _, headers, _ in hook.calls] == ["r1", "r1.2"]  # each end told once
+    store.lifecycle.resubmit([ids[0]], "alice")
+    run_one(store)
+    assert notifier.run_once() == (1, ["sent"]) and hook.calls[-1][1][DELIVERY_HEADER] == "r1.3"
+
+
+def test_a_notification_not_sent_yet_is_dropped_when_its_request_runs_again(store: Store, hooks: list[Hook]) -> None:
+    hook = Hook(codes=(503,))
+    hooks.append(hook)
+    clock = FakeClock()
+    notifier = Notifier(store, timeout=5, attempts=5, backoff=10, clock=clock)
+    ids = end_request(store, hook.url)
+    assert notifier.run_once() == (1, ["retry"])  # the first end's notification waits for its next attempt
+    store.lifecycle.resubmit([ids[1]], "alice")
+    clock.now += 3600
+    assert notifier.run_once() == (0, []) and len(hook.calls) == 1  # that end is over: not told any more
+    run_one(store)
+    assert notifier.run_once() == (1, ["sent"])
+    assert [b["delivery"]["end"] for b in hook.answered()] == [2] and hook.answered()[0]["states"] == {"done": 2}
+
+
+def test_jobs_seen_ended_are_read_again_once_resubmitted(store: Store, hooks: list[Hook]) -> None:
+    """The notifier skips the jobs it saw ended before (its cursor); a resubmission arms the request again at a
+    new time, so a resubmitted job is waited for, not taken as ended."""
+    hook = Hook()
+    hooks.append(hook)
+    ids = store.submit([job(score=0), job(score=1)], ("r1", {"name": "demo", "notify": hook.url}))
+    notifier = Notifier(store, clock=store.clock)
+    assert run_one(store, fail=True) == ids[0]
+    assert notifier.run_once() == (0, [])  # the first job seen ended, the second waits
+    store.lifecycle.resubmit([ids[0]], "alice")  # on the store's clock, which stands still: armed at a new time
+    [again] = store.match(PilotOffer("p1", "site/ce/q1", cpu=1, mem=1000), 1)
+    assert again.id == ids[0] and run_one(store) == ids[1]
+    assert notifier.run_once() == (0, [])  # the first job runs again: the request has not ended
+    store.complete(again.id, again.attempt, "p1")
+    assert notifier.run_once() == (1, ["sent"]) and hook.answered()[0]["states"] == {"done": 2}

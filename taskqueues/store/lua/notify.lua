@@ -10,13 +10,14 @@
 -- ARGV[1]  key base "<prefix>:{<vo>}:"   ARGV[2] the operation:
 --   ready   ARGV[3] request id, ARGV[4] now: the request has ended (its caller found every job in a final
 --           state): its notification becomes due, once. Whoever moves it out of the watch set first does it;
---           a second caller finds it gone and changes nothing.
+--           a second caller finds it gone and changes nothing. Its `ends` counts the request's ends: one more
+--           than its record had (resubmit.lua keeps it there while the request runs again), else 1.
 --           Returns {'due'} | {'gone'} (not watched) | {'forgotten'} (no request record: dropped from the set)
 --   claim   ARGV[3] now, ARGV[4] lease (seconds), ARGV[5] at most this many, ARGV[6] sender id: take due
 --           notifications, each under a lease (its queue score becomes the lease's end: a sender that dies
 --           leaves it due again then, and no other sender takes it before). Each claim counts an attempt and
 --           carries a token "<sender>#<attempt>" that settle requires.
---           Returns {request, url, attempt, token, ...}
+--           Returns {request, url, attempt, token, end, ...} (end: which end of the request it tells)
 --   settle  ARGV[3] request id, ARGV[4] token, ARGV[5] now, ARGV[6] '' when sent, else the error, ARGV[7]
 --           when to try again ('': never, it failed for good): only the holder of the current claim settles.
 --           Returns {'sent'} | {'retry'} | {'failed'} | {'stale'} (not this claim's token: nothing changed)
@@ -68,7 +69,10 @@ if op == 'ready' then
   if redis.call('ZREM', KEYS[1], request) == 0 then return {'gone'} end
   local rec = decoded(redis.call('HGET', KEYS[4], request))
   if not rec or type(rec.notify) ~= 'string' then return {'forgotten'} end
-  redis.call('HSET', KEYS[2], request, cjson.encode({url = rec.notify, state = 'due', attempts = 0, ended = now}))
+  local before = decoded(redis.call('HGET', KEYS[2], request))
+  local ends = (before and (tonumber(before.ends) or 1) or 0) + 1
+  redis.call('HSET', KEYS[2], request, cjson.encode({url = rec.notify, state = 'due', attempts = 0, ended = now,
+    ends = ends}))
   redis.call('ZADD', KEYS[3], now, request)
   return {'due'}
 end
@@ -97,6 +101,7 @@ if op == 'claim' then
       out[#out + 1] = rec.url
       out[#out + 1] = string.format('%d', rec.attempts)
       out[#out + 1] = rec.token
+      out[#out + 1] = string.format('%d', tonumber(rec.ends) or 1)
     end
   end
   return out

@@ -13,7 +13,8 @@
 -- KEYS[4]  kills hash
 -- KEYS[5..] task queues, pools and heads indexes of the jobs that wait again, their rules' byrule sets (or
 --           needkeys), the work counter, the heads, qfloor, tqempty and tqmax hashes, the held, events,
---           ended and blocked keys and the stats hash
+--           ended and blocked keys and the stats hash, the requests hash and the notify watch zset, hash and
+--           queue zset (a request with a webhook is armed again)
 -- ARGV[1]  key base   ARGV[2] now   ARGV[3] who   ARGV[4] reason ('' for none)   ARGV[5..] job ids (at most
 --          MAX_BATCH)
 -- Returns  {'ok', id...}: every job that came back, the named ones first; {'refused', job id, reason};
@@ -110,6 +111,9 @@ for _, id in ipairs(order) do
     if type(rec.ru) == 'string' then need(base .. K_BYRULE .. rec.ru) end
   end
 end
+-- A request with a webhook ends again when its jobs that come back do (see the end of this script).
+local REARM = {base .. K_REQUESTS, base .. K_NOTIFYWATCH, base .. K_NOTIFY, base .. K_NOTIFYQ}
+for _, k in ipairs(REARM) do need(k) end
 local missing = needkeys()
 if missing then return missing end
 
@@ -157,4 +161,26 @@ for _, id in ipairs(order) do
   end
 end
 moved(base, now, releasing)
+-- Each request with a webhook whose jobs came back is armed again, at this time: the notifier counts its jobs'
+-- ends from the first again (one seen ended may run again), and its end makes a notification due again
+-- (notify.lua's ready). The notification of its last end, if any, waits again: not sent yet, it is dropped
+-- (its end is over), and the number of ends it told is kept, so the next one is told as a later end.
+local armed = {}
+for _, id in ipairs(order) do
+  local q = revive[id] and recs[id].q
+  if type(q) == 'string' and not armed[q] then
+    armed[q] = true
+    local ok, request = pcall(cjson.decode, redis.call('HGET', REARM[1], q) or '')
+    if ok and type(request) == 'table' and type(request.notify) == 'string' then
+      local was = tonumber(redis.call('ZSCORE', REARM[2], q))
+      redis.call('ZADD', REARM[2], (was and was >= now) and was + 0.001 or now, q) -- a new time, even on a clock that stands
+      local known, note = pcall(cjson.decode, redis.call('HGET', REARM[3], q) or '')
+      if known and type(note) == 'table' then
+        redis.call('HSET', REARM[3], q, cjson.encode({url = request.notify, state = 'waiting',
+          ends = tonumber(note.ends) or 1}))
+        redis.call('ZREM', REARM[4], q)
+      end
+    end
+  end
+end
 return out
