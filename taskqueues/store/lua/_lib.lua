@@ -62,9 +62,14 @@ local function check_number(where, v, lo, hi, int, text)
   end
   return n
 end
+-- Whether v is a string of at most `max` bytes that matches `pattern` (any string when nil): check_text's test,
+-- for callers that name what they check only when it fails.
+local function text_ok(v, pattern, max)
+  return type(v) == 'string' and (not max or #v <= max) and (not pattern or string.match(v, pattern) ~= nil)
+end
 -- A string of at most `max` bytes that matches `pattern` (any string when nil).
 local function check_text(where, v, pattern, max)
-  if type(v) ~= 'string' or (max and #v > max) or (pattern and not string.match(v, pattern)) then
+  if not text_ok(v, pattern, max) then
     problem(where, 'wants ' .. (pattern and 'text matching ' .. pattern or 'text') ..
       (max and ' of at most ' .. max .. ' bytes' or '') .. ', got ' .. shown(v))
     return ''
@@ -81,7 +86,7 @@ local function argv_number(i, what, lo, hi, int)
 end
 local function argv_text(i, what, pattern, max)
   local v = ARGV[i]
-  if v and (not max or #v <= max) and (not pattern or string.match(v, pattern)) then return v end
+  if text_ok(v, pattern, max) then return v end
   return check_text('ARGV[' .. i .. '] (' .. what .. ')', v, pattern, max)
 end
 -- A table decoded from JSON: an object (string keys only) or an array (1..n, no holes). An empty one is both.
@@ -92,6 +97,12 @@ local function is_object(t)
 end
 local function is_array(t)
   return type(t) == 'table' and (t[1] ~= nil or next(t) == nil)
+end
+-- The object a stored JSON text holds (a record read from Redis), or nil when there is none or it is not one.
+local function json_object(raw)
+  local ok, v = pcall(cjson.decode, raw or '')
+  if ok and is_object(v) then return v end
+  return nil
 end
 -- A JSON object given as text (an argument, or a record field that holds JSON text).
 local function check_json(where, text)
@@ -682,9 +693,8 @@ local function history_entries(base, rec, state, ended)
   local g, o = string.match(tostring(rec.t or ''), '^[^.]+%.([^.]+)%.([^.]+)')
   if not g then
     g, o = 'default', 'default'
-    local raw = type(rec.q) == 'string' and redis.call('HGET', base .. K_REQUESTS, rec.q)
-    local ok, r = pcall(cjson.decode, raw or '')
-    if ok and is_object(r) then g, o = tostring(r.group or g), tostring(r.owner or o) end
+    local r = type(rec.q) == 'string' and json_object(redis.call('HGET', base .. K_REQUESTS, rec.q))
+    if r then g, o = tostring(r.group or g), tostring(r.owner or o) end
   end
   -- The end as the record stores it (cjson keeps 14 significant digits), so that whoever reads the record
   -- later (forget.lua) names the same entry.

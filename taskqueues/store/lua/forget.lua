@@ -44,8 +44,8 @@ local ids, records = {}, {}
 if request ~= '' then
   local raw = redis.call('HGET', KEYS[2], request)
   if not raw then return {'kept', 'no request ' .. request} end
-  local ok, rrec = pcall(cjson.decode, raw)
-  local first, last = ok and is_object(rrec) and tonumber(rrec.first), ok and is_object(rrec) and tonumber(rrec.last)
+  local rrec = json_object(raw)
+  local first, last = rrec and tonumber(rrec.first), rrec and tonumber(rrec.last)
   if not first or not last or last < first or last - first >= MAX_BATCH then
     return {'kept', 'request ' .. request .. ' has no readable job range'}
   end

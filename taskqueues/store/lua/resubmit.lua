@@ -170,12 +170,12 @@ for _, id in ipairs(order) do
   local q = revive[id] and recs[id].q
   if type(q) == 'string' and not armed[q] then
     armed[q] = true
-    local ok, request = pcall(cjson.decode, redis.call('HGET', REARM[1], q) or '')
-    if ok and type(request) == 'table' and type(request.notify) == 'string' then
+    local request = json_object(redis.call('HGET', REARM[1], q))
+    if request and type(request.notify) == 'string' then
       local was = tonumber(redis.call('ZSCORE', REARM[2], q))
       redis.call('ZADD', REARM[2], (was and was >= now) and was + 0.001 or now, q) -- a new time, even on a clock that stands
-      local known, note = pcall(cjson.decode, redis.call('HGET', REARM[3], q) or '')
-      if known and type(note) == 'table' then
+      local note = json_object(redis.call('HGET', REARM[3], q))
+      if note then
         redis.call('HSET', REARM[3], q, cjson.encode({url = request.notify, state = 'waiting',
           ends = tonumber(note.ends) or 1}))
         redis.call('ZREM', REARM[4], q)

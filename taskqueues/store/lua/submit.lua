@@ -75,10 +75,10 @@ if check_fields('ARGV[3] (payload)', payload, {tqs = 'any', jobs = 'array', requ
       end
       local final = rec.s == 'failed' or rec.s == 'dep-failed'
       local tq_pattern = (final or rec.dx) and '^[%w_.%-]*$' or PATTERN.tq
-      if not (type(rec.t) == 'string' and #rec.t <= 256 and string.match(rec.t, tq_pattern)) then
+      if not text_ok(rec.t, tq_pattern, 256) then
         check_text(job_at(i) .. '.t', rec.t, tq_pattern, 256)
       end
-      if rec.rn and not (type(rec.rn) == 'string' and string.match(rec.rn, '^c?m?$')) then
+      if rec.rn and not text_ok(rec.rn, '^c?m?$') then
         check_text(job_at(i) .. '.rn', rec.rn, '^c?m?$')
       end
       if rec.mr then check_number(job_at(i) .. '.mr', rec.mr, 0, 100, true) end
