@@ -40,7 +40,6 @@ from .records import text as _text
 LIBRARY_PREFIX = "pilotfish_"
 FUNCTION_PREFIX = "pf_"
 _READ_ONLY = "-- flags: no-writes"
-PER_CALL = scripts.PER_CALL
 
 
 def function_name(name: str) -> str:
@@ -60,18 +59,18 @@ def _register(name: str) -> str:
 def wrapped(function: str, source: str, *, read_only: bool = False) -> str:
     """``source``, a script reading ``KEYS`` and ``ARGV``, as the registration of ``function``.
 
-    A script with a line ``-- per call:`` (:data:`PER_CALL`) is run in two parts: what is above the line once,
-    when the library loads, and what is below it on every call (the callback's body). The load-time part
-    makes the functions the calls share (a closure made per call costs a call about 1.5k instructions); it
-    cannot call Redis, and no function it makes may keep one call's state for the next (the script sets
-    every upvalue they use at the start of each call that uses them). The registration is then one
-    ``do ... end`` block, so that scripts' load-time locals neither collide nor count together against Lua's
-    200 locals of a chunk. The prelude of constants (:func:`taskqueues.store.scripts.prelude`) is in the
-    load-time part then: one upvalue each, not a local made per call."""
+    A script with a line ``-- per call:`` (:data:`taskqueues.store.scripts.PER_CALL`) is run in two parts: what is
+    above the line once, when the library loads, and what is below it on every call (the callback's body). The
+    load-time part makes the functions the calls share (a closure made per call costs a call about 1.5k
+    instructions); it cannot call Redis, and no function it makes may keep one call's state for the next (the script
+    sets every upvalue they use at the start of each call that uses them). The registration is then one ``do ...
+    end`` block, so that scripts' load-time locals neither collide nor count together against Lua's 200 locals of a
+    chunk. The prelude of constants (:func:`taskqueues.store.scripts.prelude`) is in the load-time part then: one
+    upvalue each, not a local made per call."""
     flags = "{'no-writes'}" if read_only else "{}"
-    head, marked, body = source.partition(PER_CALL)
+    head, marked, body = source.partition(scripts.PER_CALL)
     if not marked:
-        head, body = "", source
+        body = source
     register = (
         f"redis.register_function{{function_name='{function}', flags={flags},\n"
         f"callback=function(KEYS, ARGV)\n{body}\nend}}\n"

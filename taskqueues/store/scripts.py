@@ -41,7 +41,7 @@ def source(name: str) -> str:
     lib = (folder / f"{_LIB}.lua").read_text()
     body = (folder / f"{name}.lua").read_text()
     uses_lib = any(re.search(rf"\b{fn}\(", body) for fn in _LIB_FUNCTION.findall(lib))
-    if uses_lib and re.search(r"^-- per call:$", body, re.MULTILINE):
+    if uses_lib and PER_CALL in f"\n{body}\n":
         # the helpers are the load-time part of a script that uses them: it has no room for one of its own
         raise StoreError(f"{name}.lua has a load-time part (-- per call:) and uses _lib.lua, which is one already")
     # The helpers are made once, when the library loads; begin() sets their per-call state (see _lib.lua).

@@ -56,7 +56,8 @@
 -- from one call to the next is what a text gives whenever it is the same (POLICIES, ACCTS): the numbers of a
 -- packed policy, the names a group's state is made of, a task queue's account; a group's state is that kept
 -- entry, whose per-call fields fs_begin sets afresh, and its last account leased (`last`) is only a hint of
--- which fields to read with the groups'. No value read from Redis outlives its call.
+-- which fields to read with the groups'. No value read from Redis is read by a later call (the last policy call's
+-- state stays referenced, unread, until the next one's fs_begin replaces it).
 local FS, PT, PC, GS, XS -- the call's fair-share state, its policy (packed, and POLICIES' entry), its groups
 local FNOW, FAT, FFAIR -- the call's now, as a number and as ARGV[3] wrote it, and its fair hash's key
 -- Packed policy -> {cfg = its numbers by name (false: none), tau, lo, hi (the catch-up cap's bounds), limits,
@@ -268,8 +269,7 @@ local function fs_take(tq, c, sign)
   if ty then h[ty], w[ty] = fs_num(ty) + sign, true end
 end
 -- The counters this call changed, written once.
--- (the counters are whole numbers: Redis writes a Lua number of up to 14 digits as %.14g, a whole one
--- without a point; the decayed usage keeps its 17 digits)
+-- (the counters are whole numbers, written without a point; the decayed usage is written exactly, see ZADD below)
 local function fs_write()
   if not FS.dirty then return end
   local out, h, n = {}, FS.h, 0
@@ -300,14 +300,8 @@ local function fs_index(base, queue, zq)
       z[#z + 1] = zq[i] z[#z + 1] = zq[i + 1]
     end
   end
-  local b = PC and PC.b[base] -- its keys when this call or another made them (the same names either way)
-  local q = b and b.q[queue]
-  local known = q and q.g
   if not by then by = {[g1] = zq} end
-  for g, z in pairs(by) do
-    local t = known and known[g]
-    redis.call('ZADD', t and t.key or base .. K_GH .. queue .. ':' .. g, unpack(z))
-  end
+  for g, z in pairs(by) do redis.call('ZADD', base .. K_GH .. queue .. ':' .. g, unpack(z)) end
 end
 -- The call's fair-share state: of the key base, the queue, now (a number, and
 -- as ARGV[3] wrote it), the policy packed (" name=value ... "), the groups of the queue's index by group, the
@@ -327,7 +321,7 @@ local function fs_begin(base, queue, now, at, packed, groups, want, floor)
     if NPOLICIES >= 64 then POLICIES, NPOLICIES = {}, 0 end
     pc = {cfg = {}, b = {}, nb = 0, tau = 21600 / math.log(2), limits = string.find(packed, ' l:', 1, true),
           types = string.find(packed, ' t:', 1, true), owned = string.find(packed, ' s:[^%s=.]+%.')}
-    PC = pc
+    PC = pc -- fs_conf reads it
     local hl = fs_conf('halflife')
     if hl and hl > 0 then pc.tau = hl / math.log(2) end
     -- The catch-up cap x (issue 29): in ranks, U is clamped into R * tau * [1 - d, 1 + d], d = 2 (x - 1) / (x + 1),
@@ -394,6 +388,10 @@ end
 -- ==== the walk's and the lease's pure functions, made once when the library loads too ====
 -- The scores of a page's heads entries (read into X), and on the first page the count of jobs leased (the
 -- entry after them): by arithmetic, in a pcall (below). No upvalues: a closure's upvalues cost a call.
+-- A call's numeric arguments (ARGV[3..9]) and its slack's text, read by arithmetic (in the call's pcall).
+local function numbers(a, s)
+  return a[3] + 0, a[4] + 0, a[5] + 0, a[6] + 0, a[7] + 0, a[8] + 0, a[9] + 0, s + 0
+end
 local function scores(X, entries, x0, k, o)
   for i = 1, k do
     local entry = entries[i + o]
@@ -455,9 +453,7 @@ local base, pilot = ARGV[1], ARGV[2]
 -- was 7% of a call). The arguments in a pcall, so that one that is not a number is named by the checks below.
 -- The slack (ARGV[11]) is split from its suffix (":b", bounded) by one match, and read with the others.
 local stext, suffix = string.match(ARGV[11], '^([^:]*)(.*)$')
-local ok, now, length, cpu, mem, tmp, left, want, slack = pcall(function(a, s)
-  return a[3] + 0, a[4] + 0, a[5] + 0, a[6] + 0, a[7] + 0, a[8] + 0, a[9] + 0, s + 0
-end, ARGV, stext)
+local ok, now, length, cpu, mem, tmp, left, want, slack = pcall(numbers, ARGV, stext)
 if not ok then
   now, length, cpu, mem, tmp, left = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]),
     tonumber(ARGV[7]), tonumber(ARGV[8])
@@ -864,6 +860,7 @@ while got < want do
       if not (f1 == o1 and f2 == o2 and f3 == o3 and f4 == o4) then
         local text = string.format('%.17g:%.17g:%.17g:%.17g', f1, f2, f3, f4)
         if text ~= floor_text then redis.call('HSET', qfloor, queue, text) floor_text = text end
+        if FS then FS.floor = f1 end -- the groups are shut against the floor as it is now (fs_final)
       end
       break
     else
