@@ -180,14 +180,15 @@ class PayloadSandbox:
                         os.unlink(path)
                 continue
             known = self._written.get(key)
-            same = known is not None and type(known[0]) is type(value) and known[0] == value
-            text = known[1] if same and known is not None else format_value(value) + "\n"
-            if known is not None and known[1] == text:
+            if known is not None and type(known[0]) is type(value) and known[0] == value:  # its file holds it
+                text = known[1]
                 try:
-                    if _identity(path) == known[2]:
+                    if _identity(path) == known[2]:  # and no payload touched it
                         continue
                 except FileNotFoundError:
                     pass
+            else:
+                text = format_value(value) + "\n"
             with open(path, "w") as handle:  # no payload reads this slot now: no atomic dance needed
                 handle.write(text)
             self._written[key] = (value, text, _identity(path))
