@@ -86,7 +86,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from matcher.submission import JobSpec, Submitter  # noqa: E402
-from pilot.agent.payload import LAUNCH  # noqa: E402
+from pilot.agent import launch  # noqa: E402
 from taskqueues.context import Context  # noqa: E402
 from taskqueues.errors import PilotfishError  # noqa: E402
 from taskqueues.settings import Settings  # noqa: E402
@@ -756,7 +756,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             with celery_worker(server.url, args.concurrency, base / "celery") as worker:
                 for number in range(1, args.rounds + 1):
                     pf = phase("none", number)
-                    floor = spawn_floor([*LAUNCH, "true"], args.concurrency)  # the unconfined pilot's argv
+                    path, argv = launch.argv("true", child_env(), ROOT)  # what the unconfined pilot runs
+                    floor = spawn_floor([path, *argv[1:]], args.concurrency)
                     cel = run_celery(server.url, server, worker, args.n, args.batch)
                     boxed = None if args.no_sandboxed else phase("bwrap", number)
                     rounds.append((pf, cel, boxed, floor))

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from pilot.agent import launch
 from pilot.agent.guardian import Guardian
 from pilot.agent.memory import Usage
 from pilot.agent.sandbox import Sandbox, payload_members, reap_adopted
@@ -44,16 +45,21 @@ log = logging.getLogger("pilot.agent")
 
 # The pilot's guardian (pilot.agent.guardian) kills a payload's whole group if the pilot dies without
 # stopping it, so an orphaned attempt cannot go on after its job was requeued.
-LAUNCH = ["/bin/sh", "-c"]  # an unconfined payload runs LAUNCH + [command] (bench_e2e.py measures its floor)
 
 _SIGNALS_TO_RESET = (signal.SIGPIPE, signal.SIGXFSZ)  # Python ignores them; an ignored signal stays so across exec
 
 
 def spawn_in(
-    cwd: str | os.PathLike[str], argv: list[str], env: dict[str, str], *, stdout: int | None, stderr: int | None
+    cwd: str | os.PathLike[str],
+    path: str,
+    argv: list[str],
+    env: dict[str, str],
+    *,
+    stdout: int | None,
+    stderr: int | None,
 ) -> int:
-    """Start ``argv`` in a new session, working directory ``cwd``, stdin from /dev/null and stdout/stderr
-    on the given descriptors (None: /dev/null); returns its pid.
+    """Start the program ``path`` with ``argv`` in a new session, working directory ``cwd``, stdin from
+    /dev/null and stdout/stderr on the given descriptors (None: /dev/null); returns its pid.
 
     ``os.posix_spawn`` (a vfork-like clone in glibc) takes half the time ``subprocess.Popen`` takes per
     start, and a short payload's start is the pilot's largest cost. It has no working-directory
@@ -73,7 +79,7 @@ def spawn_in(
     try:
         os.chdir(cwd)
         try:
-            return os.posix_spawn(argv[0], argv, env, file_actions=actions, setsid=True, setsigdef=_SIGNALS_TO_RESET)
+            return os.posix_spawn(path, argv, env, file_actions=actions, setsid=True, setsigdef=_SIGNALS_TO_RESET)
         finally:
             os.fchdir(home)
     finally:
@@ -264,13 +270,14 @@ class Payload:
     def ended(self) -> bool:
         return self.status is not None
 
-    def argv(self) -> list[str]:
-        """``sh -c <command>``, inside the payload's bwrap sandbox when the pilot has one; raises
+    def argv(self, env: dict[str, str]) -> tuple[str, list[str]]:
+        """The file to exec and its argv: the command's own program or ``sh -c <command>``
+        (:mod:`pilot.agent.launch`), or ``bwrap ... sh -c <command>`` when the pilot has a sandbox; raises
         :class:`JobRefused` for a job whose sandbox requirements cannot be granted here."""
         if self.confinement is None:
-            return [*LAUNCH, self.job.command]
+            return launch.argv(self.job.command, env, self.workdir)
         try:
-            return self.confinement.argv(
+            argv = self.confinement.argv(
                 self.job.command,
                 slot=self.sandbox.root,
                 workdir=self.workdir,
@@ -279,11 +286,11 @@ class Payload:
             )
         except ValueError as exc:
             raise JobRefused(f"job {self.job.id}: {exc}") from None
+        return argv[0], argv
 
     def spawn(self, env: dict[str, str]) -> None:
-        """Start ``sh -c <command>``; raises :class:`PayloadError` naming the job when it cannot start
+        """Start the payload; raises :class:`PayloadError` naming the job when it cannot start
         (:class:`JobRefused` when the job's own record is the cause)."""
-        argv = self.argv()
         env = {
             **env,
             "PILOTFISH_JOB_ID": self.job.id,
@@ -292,16 +299,11 @@ class Payload:
         }
         pipes: list[tuple[int, int]] = []
         try:
+            path, argv = self.argv(env)
             if self.output_cap > 0:
                 pipes = [os.pipe2(os.O_CLOEXEC), os.pipe2(os.O_CLOEXEC)]
             self.start_wall, self.start_mono = time.time(), time.monotonic()
-            self._pid = spawn_in(
-                self.workdir,
-                argv,
-                env,
-                stdout=pipes[0][1] if pipes else None,
-                stderr=pipes[1][1] if pipes else None,
-            )
+            self._pid = self._start(path, argv, env, *((pipes[0][1], pipes[1][1]) if pipes else (None, None)))
         except (OSError, ValueError, TypeError) as exc:
             for read, write in pipes:
                 os.close(read)
@@ -317,6 +319,17 @@ class Payload:
         if self.guardian is not None:
             self.guardian.started(self._pid)
         self.pidfd = _pidfd_open(self._pid)
+
+    def _start(self, path: str, argv: list[str], env: dict[str, str], stdout: int | None, stderr: int | None) -> int:
+        try:
+            return spawn_in(self.workdir, path, argv, env, stdout=stdout, stderr=stderr)
+        except OSError:
+            shell = [*launch.SHELL, self.job.command]
+            if self.confinement is not None or argv == shell:
+                raise
+        # The kernel refused the program the shell would have exec'd (a script without "#!", a file gone or
+        # made unexecutable since it was found): the shell runs it, or says why not, as it would have.
+        return spawn_in(self.workdir, shell[0], shell, env, stdout=stdout, stderr=stderr)
 
     # -- output ------------------------------------------------------------------------------------
 

@@ -47,6 +47,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pilot.agent.launch import SHELL
 from taskqueues.errors import PilotfishError
 from taskqueues.sandbox import NONE, READ_ONLY, READ_WRITE, SANDBOXES, network_wanted, read_only_paths
 from taskqueues.settings import Settings
@@ -68,9 +69,6 @@ HIDDEN: tuple[str, ...] = (
     "/var/lib/redis",
     "/var/lib/valkey",
 )
-
-#: What ``bwrap`` runs; the launch without a sandbox.
-SHELL = ["/bin/sh", "-c"]
 
 
 class SandboxError(PilotfishError):
