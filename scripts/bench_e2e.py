@@ -756,7 +756,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             with celery_worker(server.url, args.concurrency, base / "celery") as worker:
                 for number in range(1, args.rounds + 1):
                     pf = phase("none", number)
-                    path, argv = launch.argv("true", child_env(), ROOT)  # what the unconfined pilot runs
+                    path, argv = launch.argv("true", child_env())  # what the unconfined pilot runs
                     floor = spawn_floor([path, *argv[1:]], args.concurrency)
                     cel = run_celery(server.url, server, worker, args.n, args.batch)
                     boxed = None if args.no_sandboxed else phase("bwrap", number)

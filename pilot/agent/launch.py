@@ -68,17 +68,14 @@ def words(command: str) -> list[str] | None:
     return split
 
 
-def find_program(name: str, env: Mapping[str, str], cwd: str | os.PathLike[str]) -> str | None:
-    """The file the shell would exec for ``name`` (a word with a ``/`` relative to ``cwd``), or None when it
-    would not find one, or finding it is left to the shell (a relative ``PATH`` entry)."""
-    if "/" in name:
-        candidates = [os.path.join(cwd, name)]
-    else:
-        dirs = env.get("PATH", DEFAULT_PATH).split(":")
-        if not all(d.startswith("/") for d in dirs):
-            return None
-        candidates = [f"{d}/{name}" for d in dirs]
-    for path in candidates:
+def find_program(name: str, env: Mapping[str, str]) -> str | None:
+    """The file the shell would exec for ``name`` (no ``/`` in it) in ``env``'s ``PATH``, or None when it would
+    find none, or finding it is left to the shell (a relative ``PATH`` entry)."""
+    dirs = env.get("PATH", DEFAULT_PATH).split(":")
+    if not all(d.startswith("/") for d in dirs):
+        return None
+    for d in dirs:
+        path = f"{d}/{name}"
         if os.access(path, os.X_OK):  # False for a missing path, without an exception's cost
             try:
                 if stat.S_ISREG(os.stat(path).st_mode):
@@ -88,12 +85,13 @@ def find_program(name: str, env: Mapping[str, str], cwd: str | os.PathLike[str])
     return None
 
 
-def argv(command: str, env: Mapping[str, str], cwd: str | os.PathLike[str]) -> tuple[str, list[str]]:
-    """The file to exec and its argv for an unconfined payload running ``command`` in ``cwd`` with ``env``:
-    the program itself for a plain simple command (:func:`words`), else the shell."""
+def argv(command: str, env: Mapping[str, str]) -> tuple[str, list[str]]:
+    """The file and argv that start an unconfined payload running ``command`` with ``env``: the program itself
+    for a plain simple command (:func:`words`), else the shell. A word with a ``/`` is passed as it stands,
+    relative to the payload's work directory (:func:`pilot.agent.payload.spawn_in` starts it there)."""
     split = words(command)
     if split is not None:
-        path = find_program(split[0], env, cwd)
+        path = split[0] if "/" in split[0] else find_program(split[0], env)
         if path is not None:
             return path, split
     return SHELL[0], [*SHELL, command]

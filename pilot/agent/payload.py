@@ -59,7 +59,8 @@ def spawn_in(
     stderr: int | None,
 ) -> int:
     """Start the program ``path`` with ``argv`` in a new session, working directory ``cwd``, stdin from
-    /dev/null and stdout/stderr on the given descriptors (None: /dev/null); returns its pid.
+    /dev/null and stdout/stderr on the given descriptors (None: /dev/null); returns its pid (a relative
+    ``path`` is relative to ``cwd``).
 
     ``os.posix_spawn`` (a vfork-like clone in glibc) takes half the time ``subprocess.Popen`` takes per
     start, and a short payload's start is the pilot's largest cost. It has no working-directory
@@ -275,7 +276,7 @@ class Payload:
         (:mod:`pilot.agent.launch`), or ``bwrap ... sh -c <command>`` when the pilot has a sandbox; raises
         :class:`JobRefused` for a job whose sandbox requirements cannot be granted here."""
         if self.confinement is None:
-            return launch.argv(self.job.command, env, self.workdir)
+            return launch.argv(self.job.command, env)
         try:
             argv = self.confinement.argv(
                 self.job.command,

@@ -69,17 +69,16 @@ def test_the_program_is_found_as_the_shell_finds_it(tmp_path: Path) -> None:
     wanted = _program(second, "tool")
     _program(second, "dir")
     env = {"PATH": f"{first}:{second}"}
-    assert launch.find_program("tool", env, tmp_path) == str(wanted)
-    assert launch.find_program("dir", env, tmp_path) == str(second / "dir")
-    assert launch.find_program("missing", env, tmp_path) is None
-    assert launch.find_program("tool", {"PATH": f"relative:{second}"}, tmp_path) is None, "left to the shell"
-    assert launch.find_program("tool", {"PATH": f":{second}"}, tmp_path) is None, "an empty entry is the cwd"
-    assert launch.find_program("./tool", {}, second) == os.path.join(second, "./tool"), "relative to the work dir"
-    assert launch.find_program("true", {}, tmp_path) == shutil.which("true", path=launch.DEFAULT_PATH)
-    path, argv = launch.argv("tool -v", env, tmp_path)
-    assert (path, argv) == (str(wanted), ["tool", "-v"])
-    assert launch.argv("missing -v", env, tmp_path) == ("/bin/sh", ["/bin/sh", "-c", "missing -v"])
-    assert launch.argv("cd /", env, tmp_path) == ("/bin/sh", ["/bin/sh", "-c", "cd /"])
+    assert launch.find_program("tool", env) == str(wanted)
+    assert launch.find_program("dir", env) == str(second / "dir")
+    assert launch.find_program("missing", env) is None
+    assert launch.find_program("tool", {"PATH": f"relative:{second}"}) is None, "left to the shell"
+    assert launch.find_program("tool", {"PATH": f":{second}"}) is None, "an empty entry is the cwd"
+    assert launch.find_program("true", {}) == shutil.which("true", path=launch.DEFAULT_PATH)
+    assert launch.argv("tool -v", env) == (str(wanted), ["tool", "-v"])
+    assert launch.argv("missing -v", env) == ("/bin/sh", ["/bin/sh", "-c", "missing -v"])
+    assert launch.argv("cd /", env) == ("/bin/sh", ["/bin/sh", "-c", "cd /"])
+    assert launch.argv("./tool -v", env) == ("./tool", ["./tool", "-v"]), "as it stands, in the work directory"
 
 
 def _text(path: Path) -> str:
@@ -128,7 +127,7 @@ def test_what_the_kernel_refuses_the_shell_runs_or_reports(
     payload, logs = _payload(tmp_path, f"./{name}")
     _program(payload.workdir, name, text, mode)
     env = payload.sandbox.env()
-    assert launch.argv(f"./{name}", env, payload.workdir)[1] == [f"./{name}"], "found: the kernel is asked first"
+    assert launch.argv(f"./{name}", env)[1] == [f"./{name}"], "the kernel is asked first"
     payload.spawn(env)
     _run(payload)
     assert payload.result().exit_code == code
