@@ -163,3 +163,26 @@ def test_the_program_is_looked_up_in_the_payloads_own_path(tmp_path: Path) -> No
     assert payload.result().exit_code == 0
     assert (logs / "17.1.out").read_text() == f"hello world from {bin_dir / 'hello'}\n"
     payload.close()
+
+
+def test_a_program_found_is_kept_a_second_and_one_gone_is_looked_up_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    _program(second, "tool", "#!/bin/sh\necho second\n")
+    payload, logs = _payload(tmp_path / "run", "tool")
+    env = {**payload.sandbox.env(), "PATH": f"{first}:{second}:/usr/bin:/bin"}
+    assert launch.lookup("tool", env) == str(second / "tool")
+    # put earlier in PATH since: not seen while the lookup is kept...
+    _program(first, "tool", "#!/bin/sh\necho first\n")
+    assert launch.lookup("tool", env) == str(second / "tool")
+    # ...but the kept one gone, the kernel refuses it and the shell looks again, finding the new one
+    (second / "tool").unlink()
+    payload.spawn(env)
+    _run(payload)
+    assert payload.result().exit_code == 0
+    assert _text(logs / "17.1.out") == "first\n"
+    payload.close()
+    monkeypatch.setattr(launch, "FOUND_SECONDS", 0.0)
+    assert launch.lookup("tool", env) == str(first / "tool"), "looked up again once the time has passed"
