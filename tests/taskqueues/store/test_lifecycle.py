@@ -12,6 +12,7 @@ from taskqueues.errors import JobRefused, NotFound, StoreError, ValidationError
 from taskqueues.store import JobUpdate, Placed, Store, retention
 from taskqueues.store.fairshare import job_account
 from taskqueues.store.keys import account_tq
+from taskqueues.store.lifecycle import MAX_UPDATE
 from taskqueues.store.records import JobState, PilotOffer, RunResult
 from tests.support.clock import FakeClock
 from tests.support.keyspace import dump_all
@@ -202,6 +203,8 @@ def test_an_update_whose_second_change_is_malformed_changes_neither_job(store: S
     assert dump_all(store.client) == before
     with pytest.raises(ValidationError, match=f"names job {first} more than once"):
         store.lifecycle.update([JobUpdate(first, "p", 1), JobUpdate(first, "p", 2)], "alice")
+    with pytest.raises(ValidationError, match=f"names {MAX_UPDATE + 1} jobs: at most {MAX_UPDATE} change in one"):
+        store.lifecycle.update([JobUpdate(str(i), "p", 1) for i in range(MAX_UPDATE + 1)], "alice")
     keys = [store.keys.jobs, store.keys.tqdefs, store.keys.tqempty, store.keys.poolstamp, store.keys.releasing]
     call = store._scripts["update"]
     base = [store._base, 1.0, "alice"]
