@@ -23,7 +23,7 @@ if str(ROOT) not in sys.path:
 
 import redis  # noqa: E402
 
-from taskqueues.store import JobUpdate, NewJob, Placed, Store  # noqa: E402
+from taskqueues.store import JobState, JobUpdate, NewJob, Placed, Store  # noqa: E402
 from taskqueues.store.redis_server import RedisServer  # noqa: E402
 
 QUEUE = "site/ce/q1"
@@ -69,8 +69,11 @@ def main() -> None:
                     ids += store.submit(waiting(min(1000, n - start)))
                 changes = [JobUpdate(j, "cpu 1 -> 2; priority 0 -> 10", 10, placed) for j in ids]
                 before, started = fcall_usec(client), time.perf_counter()
-                store.lifecycle.update(changes, "bench")
+                states = store.lifecycle.update(changes, "bench")
                 whole = time.perf_counter() - started
+                moved = sum(j.cpu == 2 and j.priority == 10 for j in store.jobs(ids))
+                if states != [JobState.WAITING] * n or moved != n:
+                    raise SystemExit(f"{n} jobs: {moved} updated, states {sorted(set(states))}")
                 held = (fcall_usec(client) - before) / 1000
                 load = " ".join(f"{x:.2f}" for x in os.getloadavg())
                 print(
