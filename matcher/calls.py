@@ -216,7 +216,8 @@ class Calls(ABC):
         by: str | None = None,
     ) -> str:
         """Change waiting or held jobs' priority, requirements (a value None removes one) or wall, validated
-        as at submission (``pilotfish update``); every job is checked before any changes, a line per job."""
+        as at submission (``pilotfish update``); all or none (every job is checked before any changes, and all
+        change in one atomic step), a line per job."""
 
     @abstractmethod
     def events(self, job: str) -> list[JobEvent]:

@@ -19,7 +19,7 @@ from taskqueues.catalog import Catalog
 from taskqueues.errors import JobRefused, NotFound, ValidationError
 from taskqueues.placement import BACKEND_OPTIONS, INSTANCE_TYPE
 from taskqueues.requirements import CONSUMABLES
-from taskqueues.store import Job, JobEvent, JobState, Placed, Store
+from taskqueues.store import Job, JobEvent, JobState, JobUpdate, Placed, Store
 
 from .limits import MAX_PRIORITY, check_number
 from .status import find_request
@@ -204,15 +204,6 @@ def _raw_requirements(store: Store, job: Job) -> dict[str, object]:
     return raw
 
 
-@dataclass(frozen=True)
-class _Change:
-    """One job's update, checked and placed, not yet applied."""
-
-    job: Job
-    what: str
-    placed: Placed | None
-
-
 def _planned(
     store: Store,
     catalog: Catalog,
@@ -221,7 +212,7 @@ def _planned(
     vo: str,
     priority: float | None,
     changes: Mapping[str, object],
-) -> _Change:
+) -> JobUpdate:
     """Check one job's update as at submission and place it; raises naming the job, nothing changed."""
     job_id = job.id
     said: list[str] = []
@@ -248,7 +239,7 @@ def _planned(
             after = req.values.get(name, req.cpu if name == "cpu" else None)
             if name in CONSUMABLES or before != after:
                 said.append(f"{name} {'-' if before is None else before} -> {'-' if after is None else after}")
-    return _Change(job, "updated: " + "; ".join(said), placed)
+    return JobUpdate(job_id, "updated: " + "; ".join(said), priority, placed)
 
 
 def update(
@@ -263,9 +254,10 @@ def update(
     wall: str | None = None,
 ) -> str:
     """Change waiting or held jobs' priority, requirements or wall, validated as at submission; each moves to
-    its new task queue in one step. A line per job saying what changed. Every job is checked and placed before
-    any changes: a ValidationError (the job, the requirement and the queue that excluded it) or a JobRefused
-    (a job not waiting nor held) leaves every job as it was."""
+    its new task queue. A line per job saying what changed. Every job is checked and placed here, then all are
+    changed in one atomic step that checks each again (:meth:`taskqueues.store.Lifecycle.update`): a
+    ValidationError (the job, the requirement and the queue that excluded it) or a JobRefused (a job not waiting
+    nor held, here or by then: matched in between) leaves every job as it was."""
     changes = dict(requirements or {})
     if wall is not None:
         changes["wall"] = wall
@@ -276,18 +268,12 @@ def update(
     jobs = [store.job(job_id) for job_id in dict.fromkeys(job_ids)]
     _refuse_unless(jobs, UPDATABLE, "is updated")
     planned = [_planned(store, catalog, job, vo=vo, priority=priority, changes=changes) for job in jobs]
+    states = store.lifecycle.update(planned, by)
+    now = {j.id: j.tq_id for j in store.jobs([j.id for j in jobs])}
     lines: list[str] = []
-    for change in planned:
-        job = change.job
-        try:
-            state = store.lifecycle.update(job.id, by, change.what, priority=priority, placed=change.placed)
-        except (JobRefused, NotFound) as exc:  # it changed since it was checked (matched, cancelled)
-            if not lines:
-                raise
-            done = ", ".join(c.job.id for c in planned[: len(lines)])
-            raise type(exc)(f"{exc}; updated before it: job(s) {done}") from None
-        now = store.job(job.id).tq_id
-        moved = f" (task queue {job.tq_id} -> {now})" if now != job.tq_id else ""
+    for job, change, state in zip(jobs, planned, states, strict=True):
+        tq = now.get(job.id, job.tq_id)
+        moved = f" (task queue {job.tq_id} -> {tq})" if tq != job.tq_id else ""
         lines.append(f"job {job.id}: {change.what}{moved}, {state.value}")
     return "\n".join(lines)
 

@@ -39,7 +39,7 @@ from .fairshare import (
 from .fairshare import check_name as check_account_name
 from .guard import shown_url
 from .keys import DEFAULT_GROUP, Keys, account_of, account_tq
-from .lifecycle import JobEvent, Placed
+from .lifecycle import JobEvent, JobUpdate, Placed
 from .lock import Lock, LockError
 from .moves import CHUNK as MOVE_CHUNK
 from .moves import move_community
@@ -89,6 +89,7 @@ __all__ = [
     "Job",
     "JobEvent",
     "JobState",
+    "JobUpdate",
     "JobUsage",
     "Keys",
     "Largest",

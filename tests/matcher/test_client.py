@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from matcher.client import Client, Request, WaitTimeout
 from matcher.workflow.model import WorkflowError
-from taskqueues.errors import JobRefused, NotFound, PilotfishError, ValidationError
+from taskqueues.errors import JobRefused, NoEligibleQueue, NotFound, PilotfishError, ValidationError
 from taskqueues.settings import Settings
-from taskqueues.store.records import JobState
+from taskqueues.store.lifecycle import Lifecycle
+from taskqueues.store.records import JobState, PilotOffer
 
 HELLO = {
     "name": "hello",
@@ -151,6 +153,67 @@ def test_an_update_of_several_jobs_checks_every_one_before_changing_any(redis_ur
     assert [line.split(":")[0] for line in lines] == [f"job {a}", f"job {other}"]  # once each, in the order named
     assert all("priority 0 -> 30" in line and line.endswith(", waiting") for line in lines)
     assert client.store.job(a).priority == 30 and client.store.job(other).priority == 30
+
+
+def test_an_update_of_two_jobs_changes_neither_when_the_second_is_matched_before_the_change(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``update A B``: every job is checked and placed, then B is leased by a real match in the instant before
+    the change (made deterministic: the match runs just before the store's update step). The command is
+    refused naming B, and A is not changed either (the step that changes them checks them all first)."""
+    client = Client(redis_url)
+    two = {"name": "two", "jobs": [{"name": "a", "command": "echo a"}, {"name": "b", "command": "echo b"}]}
+    request = client.submit(two)
+    a, b = request.ids["a"], request.ids["b"]
+    client.update(b, priority=3600)  # the most urgent: the one a pilot takes
+    before = client.store.jobs([a, b])
+    events = [client.events(a), client.events(b)]
+    (queue,) = client.store.pool(before[1].tq_id)
+    step = Lifecycle.update
+    matched: list[str] = []
+
+    def matched_first(self: Lifecycle, *args: Any, **kwargs: Any) -> Any:
+        if not matched:
+            matched.extend(j.id for j in client.store.match(PilotOffer("racer", queue, 8, 64_000)))
+        return step(self, *args, **kwargs)
+
+    monkeypatch.setattr(Lifecycle, "update", matched_first)
+    with pytest.raises(JobRefused, match=f"^job {b} is matched: only a waiting or held job is updated"):
+        client.update(a, b, priority=30, requirements={"cpu": 2})
+    assert matched == [b]
+    after = client.store.jobs([a, b])
+    assert after[0] == before[0] and after[1].state is JobState.MATCHED and after[1].tq_id == before[1].tq_id
+    assert client.events(a) == events[0]  # and b's are its own, then its match (no update between)
+    assert [(e.state, e.by) for e in client.events(b)[len(events[1]) :]] == [("matched", "match")]
+    assert client.events(b)[: len(events[1])] == events[1]
+
+
+CHOICE = """
+[sites.A]
+Platform = "EL9"
+[sites.A.ces.ce.queues.q]
+shapes = [{ name = "big", cpu = 16, mem = "64G" }]
+[sites.B]
+Platform = "EL8"
+[sites.B.ces.ce.queues.q]
+shapes = [{ name = "small", cpu = 4, mem = "8G" }]
+"""
+
+
+def test_an_update_that_fits_one_job_and_not_the_other_changes_neither(redis_url: str, tmp_path: Path) -> None:
+    """8 cores fit the job of site A (16-core shapes) and no queue of the job of site B: refused naming B's job,
+    the requirement and the queue that excluded it; neither job changed."""
+    catalog = tmp_path / "catalog.toml"
+    catalog.write_text(CHOICE)
+    client = Client(redis_url, catalog=str(catalog))
+    jobs = [{"name": n, "command": "true", "requirements": {"Platform": p}} for n, p in (("a", "EL9"), ("b", "EL8"))]
+    request = client.submit({"name": "mix", "jobs": jobs})
+    a, b = request.ids["a"], request.ids["b"]
+    before = client.store.jobs([a, b])
+    with pytest.raises(NoEligibleQueue, match=f"job '{b}'.*B/ce/q: consumables: wants cpu=8"):
+        client.update(a, b, requirements={"cpu": 8}, priority=60)
+    assert client.store.jobs([a, b]) == before and len(client.events(a)) == 1
+    assert "cpu 1 -> 8" in client.update(a, requirements={"cpu": 8})
 
 
 def test_history_requests_and_notify_from_python(redis_url: str) -> None:

@@ -15,7 +15,7 @@ import redis
 from matcher.repressure import CURSOR_FIELD, RULE_MARK, eta_moved, repressure, repressure_locked
 from matcher.submission import JobSpec, Submitted, Submitter
 from taskqueues.catalog import Catalog
-from taskqueues.store import Store
+from taskqueues.store import JobUpdate, Store
 from taskqueues.store.lock import Lock
 from taskqueues.store.records import Job, JobState, PilotOffer, RunResult
 from tests.support.catalogs import QA, QB, TWO_SITES
@@ -126,7 +126,7 @@ def test_a_chain_that_grows_becomes_more_urgent_and_match_follows(submitter: Sub
 
 def test_a_job_s_own_priority_survives_a_rescore(submitter: Submitter, store: Store) -> None:
     a = submitter.submit(chain(["a1", "a2"], 10, "sim"), name="A", priority=5)
-    store.lifecycle.update(a.ids["a1"], "alice", "priority 5 -> 100", priority=100)
+    store.lifecycle.update([JobUpdate(a.ids["a1"], "priority 5 -> 100", priority=100)], "alice")
     assert score_of(store, a, "a1") == NOW + 20 - 20 - 100  # ETA - pressure - its own priority
     learn(submitter, store, "sim", 1000)
     repressure(store)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from taskqueues.store import Placed, Store, retention
+from taskqueues.store import JobUpdate, Placed, Store, retention
 from taskqueues.store.lock import Lock
 from taskqueues.store.records import JobState, NewJob, PilotOffer, RunResult
 from tests.support.clock import FakeClock
@@ -178,7 +178,7 @@ def script_calls(store: Store, pop: Population, clock: FakeClock) -> dict[str, C
     record("hold", lambda: store.lifecycle.hold([pop.waiting, pop.blocked], "alice", "look first"))
     record("resubmit", lambda: store.lifecycle.resubmit([pop.done], "alice", "again"))
     placed = Placed("n", '{"class":"n"}', (QUEUE,), {"cpu": 2, "mem": 200, "tmp": 0}, 2, 200, 0, None)
-    record("update", lambda: store.lifecycle.update(pop.waiting, "alice", "cpu 1 -> 2", priority=3, placed=placed))
+    record("update", lambda: store.lifecycle.update([JobUpdate(pop.waiting, "cpu 1 -> 2", 3, placed)], "alice"))
     record("refresh_pool", lambda: store.refresh_pool("a", [QUEUE, "site/ce/q2"]))
     record(
         "release",

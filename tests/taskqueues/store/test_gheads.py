@@ -13,7 +13,7 @@ import dataclasses
 
 import redis
 
-from taskqueues.store import Placed, Store
+from taskqueues.store import JobUpdate, Placed, Store
 from taskqueues.store.fairshare import Policy
 from taskqueues.store.keys import account_of
 from taskqueues.store.records import PilotOffer, RunResult
@@ -86,7 +86,7 @@ def test_every_writer_of_the_heads_keeps_the_index_by_group(real_redis: redis.Re
     store.lifecycle.hold([ids[4]], "alice", release=True)
     _consistent(store, "release of a held job")
     placed = Placed("h5.g1.alice", '{"class":"h5"}', (Q1, Q2), {"cpu": 2, "mem": 200, "tmp": 0}, 2, 200, 0, None)
-    store.lifecycle.update(ids[4], "alice", "cpu 1 -> 2", priority=3, placed=placed)
+    store.lifecycle.update([JobUpdate(ids[4], "cpu 1 -> 2", 3, placed)], "alice")
     _consistent(store, "update into another task queue")
     leased = store.match(OFFER, 4)
     _consistent(store, "a filling match")

@@ -14,7 +14,7 @@ from redis.crc import key_slot
 
 from matcher.repressure import repressure
 from taskqueues.errors import ConfigError
-from taskqueues.store import Store, retention, scripts
+from taskqueues.store import JobUpdate, Store, retention, scripts
 from taskqueues.store.keys import Keys
 from taskqueues.store.records import JobState, PilotOffer, RunResult
 from taskqueues.store.redis_server import RedisServer
@@ -108,7 +108,7 @@ def test_every_script_call_declares_keys_of_one_slot(real_redis: redis.Redis) ->
     store.logs.ship(m.id, m.attempt, "p", cap=10, host="h", directory="/d", live=False, chunks={"out": (b"x", 1)})
     (h,) = store.submit([job("t1")])
     store.lifecycle.hold([h], "alice")
-    store.lifecycle.update(h, "alice", "priority 5", priority=5)
+    store.lifecycle.update([JobUpdate(h, "priority 5", priority=5)], "alice")
     store.lifecycle.hold([h], "alice", release=True)
     store.lifecycle.resubmit([c], "alice")
     store.submit([job("t1")], ("rn", {"notify": "http://h.example.org/"}))  # request-end notifications

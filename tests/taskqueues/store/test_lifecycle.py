@@ -6,13 +6,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+import redis
 
-from taskqueues.errors import JobRefused, NotFound
-from taskqueues.store import Placed, Store, retention
+from taskqueues.errors import JobRefused, NotFound, StoreError, ValidationError
+from taskqueues.store import JobUpdate, Placed, Store, retention
 from taskqueues.store.fairshare import job_account
 from taskqueues.store.keys import account_tq
+from taskqueues.store.lifecycle import MAX_UPDATE
 from taskqueues.store.records import JobState, PilotOffer, RunResult
 from tests.support.clock import FakeClock
+from tests.support.keyspace import dump_all
 from tests.support.store import check_heads, check_store, job
 
 pytestmark = pytest.mark.store(lease_seconds=30, backoff=0, servers=("real", "fake"))
@@ -134,7 +137,7 @@ def test_a_done_job_resubmitted_is_waited_for_again_by_its_blocked_dependents(st
 def test_an_update_moves_a_waiting_job_to_its_new_task_queue_atomically(store: Store) -> None:
     (jid,) = store.submit([job("tqA", score=5)])
     placed = Placed("tqB", '{"class":"tqB"}', (Q1,), {"cpu": 2, "mem": 200, "tmp": 0}, 2, 200, 0, None)
-    assert store.lifecycle.update(jid, "alice", "cpu 1 -> 2", priority=10, placed=placed) is JobState.WAITING
+    assert store.lifecycle.update([JobUpdate(jid, "cpu 1 -> 2", 10, placed)], "alice") == [JobState.WAITING]
     moved = store.job(jid)
     tq = account_tq("tqB", *job_account("tqA", {}))
     assert moved.tq_id == tq and moved.cpu == 2 and moved.score == -5 and moved.priority == 10
@@ -148,9 +151,71 @@ def test_update_refuses_a_running_job(store: Store) -> None:
     (jid,) = store.submit([job()])
     store.match(offer())
     with pytest.raises(JobRefused, match="is matched: only a waiting or held job"):
-        store.lifecycle.update(jid, "alice", "priority", priority=1)
+        store.lifecycle.update([JobUpdate(jid, "priority", 1)], "alice")
     with pytest.raises(NotFound):
-        store.lifecycle.update("999", "alice", "priority", priority=1)
+        store.lifecycle.update([JobUpdate("999", "priority", 1)], "alice")
+
+
+def test_an_update_of_several_jobs_changes_each_in_one_call(store: Store) -> None:
+    """A waiting job and a held one, two task queues, one new task queue for both: each moves, in order."""
+    waiting, held, other = store.submit([job("tqA", score=5), job("tqA", score=6), job("tqD", score=7)])
+    store.lifecycle.hold([held], "alice")
+    placed = Placed("tqB", '{"class":"tqB"}', (Q1,), {"cpu": 2, "mem": 200, "tmp": 0}, 2, 200, 0, None)
+    changes = [JobUpdate(held, "cpu 1 -> 2", placed=placed), JobUpdate(waiting, "cpu 1 -> 2", 10, placed)]
+    changes.append(JobUpdate(other, "priority 0 -> 1", 1))
+    assert store.lifecycle.update(changes, "alice") == [JobState.HELD, JobState.WAITING, JobState.WAITING]
+    tq = account_tq("tqB", *job_account("tqA", {}))
+    assert [(j.tq_id, j.cpu, j.score) for j in store.jobs([waiting, held, other])] == [
+        (tq, 2, -5),
+        (tq, 2, 6),
+        (store.job(other).tq_id, 1, 6),
+    ]
+    assert store.task_queue("tqA") == [] and [m for m, _ in store.task_queue(tq)] == [waiting]
+    check_heads(store, {"tqA": (Q1,), tq: (Q1,), "tqD": (Q1,)})
+    assert [e.reason for e in store.lifecycle.events(held)][-1] == "cpu 1 -> 2"
+
+
+def test_an_update_of_two_jobs_changes_neither_when_the_second_was_matched_since_it_was_read(store: Store) -> None:
+    """The race of ``pilotfish update A B``: B matched between the caller's check and the store's step. The
+    step checks every job before it changes any: refused, naming B, and not one byte of the store changed."""
+    first, second = store.submit([job("tqA", score=5), job("tqA", score=1)])
+    placed = Placed("tqB", '{"class":"tqB"}', (Q1,), {"cpu": 2, "mem": 200, "tmp": 0}, 2, 200, 0, None)
+    changes = [JobUpdate(first, "cpu 1 -> 2", 10, placed), JobUpdate(second, "cpu 1 -> 2", 10, placed)]
+    (leased,) = store.match(offer())  # the most urgent: the second
+    assert leased.id == second
+    before = dump_all(store.client)
+    with pytest.raises(JobRefused, match=f"^job {second} is matched: .*nothing changed"):
+        store.lifecycle.update(changes, "alice")
+    assert dump_all(store.client) == before
+
+
+def test_an_update_whose_second_change_is_malformed_changes_neither_job(store: Store) -> None:
+    """update.lua checks every job's arguments before its first write: a placement the first job may take and
+    one the script refuses (a queue that is no catalog queue) leave the store as it was, the argument named."""
+    first, second = store.submit([job("tqA", score=5), job("tqA", score=6)])
+    good = Placed("tqB", '{"class":"tqB"}', (Q1,), {"cpu": 2, "mem": 200, "tmp": 0}, 2, 200, 0, None)
+    bad = Placed("tqC", '{"class":"tqC"}', ("no queue",), {"cpu": 2, "mem": 200, "tmp": 0}, 2, 200, 0, None)
+    before = dump_all(store.client)
+    refused = [JobUpdate(first, "cpu 1 -> 2", placed=good), JobUpdate(second, "cpu 1 -> 2", placed=bad)]
+    named = r"script update refused the call: ARGV\[9\] \(update\)\.queues\[1\]: wants text"
+    with pytest.raises(StoreError, match=named):
+        store.lifecycle.update(refused, "alice")
+    assert dump_all(store.client) == before
+    with pytest.raises(ValidationError, match=f"names job {first} more than once"):
+        store.lifecycle.update([JobUpdate(first, "p", 1), JobUpdate(first, "p", 2)], "alice")
+    with pytest.raises(ValidationError, match=f"names {MAX_UPDATE + 1} jobs: at most {MAX_UPDATE} change in one"):
+        store.lifecycle.update([JobUpdate(str(i), "p", 1) for i in range(MAX_UPDATE + 1)], "alice")
+    keys = [store.keys.jobs, store.keys.tqdefs, store.keys.tqempty, store.keys.poolstamp, store.keys.releasing]
+    call = store._scripts["update"]
+    base = [store._base, 1.0, "alice"]
+    twice = [first, "p", '{"py": 1, "py0": 0}']
+    with pytest.raises(
+        redis.ResponseError, match=rf"^update: ARGV\[7\] \(job id\): names job {first} again \(ARGV\[4\]\)"
+    ):
+        call(keys=keys, args=[*base, *twice, *twice])
+    with pytest.raises(redis.ResponseError, match=r"^update: ARGV: wants three arguments per job .*got 4"):
+        call(keys=keys, args=[*base, *twice, second])
+    assert dump_all(store.client) == before
 
 
 def test_events_show_every_change_in_order_with_who_made_it(store: Store, clock: FakeClock) -> None:
@@ -259,7 +324,7 @@ def test_a_held_job_updated_enters_its_new_task_queue_when_released(store: Store
     (jid,) = store.submit([job("tqA", score=5)])
     store.lifecycle.hold([jid], "alice")
     placed = Placed("tqC", '{"class":"tqC"}', (Q1,), {"cpu": 3, "mem": 300, "tmp": 0}, 3, 300, 0, None)
-    assert store.lifecycle.update(jid, "alice", "cpu 1 -> 3", placed=placed) is JobState.HELD
+    assert store.lifecycle.update([JobUpdate(jid, "cpu 1 -> 3", placed=placed)], "alice") == [JobState.HELD]
     tq = store.job(jid).tq_id
     assert store.task_queue(tq) == [] and store.match(offer()) == []
     store.lifecycle.hold([jid], "alice", release=True)
