@@ -446,7 +446,7 @@ class Payload:
 
     @property
     def exit_code(self) -> int | None:
-        """The shell's exit code, or None when a signal ended it."""
+        """The payload's exit code (its shell's or its program's), or None when a signal ended it."""
         if self.status is None or not os.WIFEXITED(self.status):
             return None
         return os.WEXITSTATUS(self.status)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -186,3 +187,16 @@ def test_a_program_found_is_kept_a_second_and_one_gone_is_looked_up_again(
     payload.close()
     monkeypatch.setattr(launch, "FOUND_SECONDS", 0.0)
     assert launch.lookup("tool", env) == str(first / "tool"), "looked up again once the time has passed"
+
+
+def test_a_program_killed_by_a_signal_is_reported_killed_by_it_not_as_the_shells_exit_code(tmp_path: Path) -> None:
+    """Through ``sh -c`` a program's own SIGSEGV came back as the shell's exit code 139; the program's own wait
+    status now says the signal, as bwrap's 128+N is read in a sandbox."""
+    payload, _ = _payload(tmp_path, "./crash")
+    _program(payload.workdir, "crash", f"#!{sys.executable}\nimport os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n")
+    payload.spawn(payload.sandbox.env())
+    _run(payload)
+    result = payload.result()
+    assert result.exit_code is None
+    assert result.reason == "killed by signal 11 (SIGSEGV)"
+    payload.close()
