@@ -157,14 +157,16 @@ class Reports:
         state, prefetch = self.state, self.prefetch
         if any(sent.prefetch for sent in self.inflight) or not prefetch.wanted(now):
             return
-        cpu, mem, tmp = prefetch.room()
-        want = self._allowed(cpu)
-        if want <= 0:
+        room = prefetch.room()
+        want = 0 if room is None else self._allowed(room[0])
+        if room is None or want <= 0:
             return
         left = state.time_left()
         if left is not None:  # a held job starts up to the horizon later
             left = max(0.0, left - prefetch.horizon)
-        offer = PilotOffer(state.name, state.config.queue, cpu, max(0, mem), max(0, tmp), left, running=None)
+        slots = state.slots
+        cap = (slots.cores, max(0, slots.mem), max(0, slots.tmp))
+        offer = PilotOffer(state.name, state.config.queue, *room, left, running=None, cap=cap)
         self.send(offer, want, prefetch=True)
 
     def send_unmatched(self) -> None:

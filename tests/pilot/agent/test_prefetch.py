@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import signal
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,35 @@ def test_short_payloads_start_from_the_hold_without_overcommitting(
     assert peak_cores(read_timeline(timeline))[0] == 1, "a held job started before the core was free"
     # Without prefetch every lease follows the end before it (the end's exchange carries the match)
     assert prefetched(jobs) >= len(ids) // 2, "the pilot did not lease ahead for its short payloads"
+
+
+def test_a_one_core_pilot_refills_its_hold_with_two_jobs_a_match(store: Store, redis_url: str, tmp_path: Path) -> None:
+    """A refill waits for two pilots' worth of room in the hold (prefetch.REFILL) and leases it in one match:
+    one match call per job on top of its completion was the one-core pilot's cost (docs/performance.md). Jobs
+    leased by one call share its lease time."""
+    ids = store.submit([job(command="sleep 0.05", score=i) for i in range(30)])
+    env = pilot_env(tmp_path, cores=1)
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", env=env) as proc:
+        log = finish(proc, tmp_path, 60)
+    jobs = store.jobs(ids)
+    assert [j.state for j in jobs] == [JobState.DONE] * len(ids), log
+    calls = Counter(j.matched for j in jobs)
+    together = sum(n for n in calls.values() if n >= 2)
+    assert together >= len(ids) // 2, f"few jobs leased two or more a call: {sorted(calls.values())}"
+
+
+def test_a_job_wider_than_the_pilot_is_never_prefetched(store: Store, redis_url: str, tmp_path: Path) -> None:
+    """The hold's room is several pilots' worth, but each job it leases fits the empty pilot (PilotOffer.cap):
+    a two-core job among one-core ones stays waiting for a two-core pilot, never leased by a one-core one."""
+    narrow = [job(command="sleep 0.05", score=i) for i in range(20)]
+    ids = store.submit([*narrow[:5], job("wide", cpu=2, command="true", score=5.5), *narrow[5:]])
+    env = pilot_env(tmp_path, cores=1)
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", env=env) as proc:
+        log = finish(proc, tmp_path, 60)
+    wide = store.job(ids[5])
+    assert wide.state == JobState.WAITING and wide.attempt == 0, log
+    assert [j.state for j in store.jobs(ids[:5] + ids[6:])] == [JobState.DONE] * 20, log
+    assert prefetched(store.jobs(ids[:5] + ids[6:])) >= 10, "the pilot did not lease ahead"
 
 
 def test_long_payloads_are_not_prefetched_for(store: Store, redis_url: str, tmp_path: Path) -> None:
