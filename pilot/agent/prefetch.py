@@ -6,7 +6,9 @@ the next on its core, 1.1-1.3 ms (median) against 0.12-0.15 ms with it, on a two
 (docs/performance.md). With it, the pilot holds a few jobs matched ahead (at most :data:`HOLD` pilots' worth
 of cores, memory and scratch, each job fitting the empty pilot), and a payload's exit starts the first held
 job that fits at once, in the same wake-up (:meth:`Prefetch.start`); the exchange that reports the end and
-refills the hold runs while the new payload does.
+refills the hold runs while the new payload does. A refill waits until :data:`REFILL` pilots' worth of cores
+is free in the hold, and leases them in one match (the pilot's size caps each job: ``PilotOffer.cap``): a
+one-core pilot refilled one job per payload, one match call for each job on top of its completion.
 
 The lease rule: a pilot never leases more than its free slots will take within its lease. It prefetches
 only while payloads are short (:meth:`Prefetch.wanted`): each of the last :data:`RECENT` payloads ran for at
@@ -41,8 +43,13 @@ RECENT = 16
 HORIZON_FRACTION = 0.25
 #: How many pilots' worth the hold takes: with one, a payload shorter than the round trip that refills the
 #: hold often found it empty (54-63% of the starts came from the hold for 1 ms payloads at load 3; 89-94%
-#: with two). Each core then starts two held jobs at most within two horizons, half a lease.
-HOLD = 2
+#: with two). Each core then starts three held jobs at most within three horizons, three quarters of a lease.
+HOLD = 3
+#: How many pilots' worth of cores must be free in the hold before a prefetch refills it, all in one match:
+#: with one, a one-core pilot's every payload end sent a match for one job (2.0 scripts a job with the
+#: completion, against 1.56 for a two-core pilot: docs/performance.md). HOLD - REFILL pilots' worth (one)
+#: stays held while the refill is on its way, as with HOLD = 2 refilled one job at a time.
+REFILL = 2
 
 
 class Prefetch:
@@ -85,17 +92,15 @@ class Prefetch:
             cpu, mem, tmp = cpu + job.cpu, mem + job.mem, tmp + job.tmp
         return cpu, mem, tmp
 
-    def room(self) -> Amount:
+    def room(self) -> Amount | None:
         """What a prefetch may ask for (one is on its way at a time): :data:`HOLD` times the pilot's size
-        less what is held, and never more than the pilot's size (each job the match leases fits the offer,
-        and a held job must fit the empty pilot)."""
+        less what is held, each job capped at the pilot's size (a held job must fit the empty pilot:
+        ``PilotOffer.cap``); None until :data:`REFILL` pilots' worth of cores is free in the hold."""
         slots = self.state.slots
         cpu, mem, tmp = self.amount()
-        return (
-            min(slots.cores, HOLD * slots.cores - cpu),
-            min(slots.mem, HOLD * slots.mem - mem),
-            min(slots.tmp, HOLD * slots.tmp - tmp),
-        )
+        if HOLD * slots.cores - cpu < REFILL * slots.cores:
+            return None
+        return HOLD * slots.cores - cpu, max(0, HOLD * slots.mem - mem), max(0, HOLD * slots.tmp - tmp)
 
     def hold(self, jobs: list[Job]) -> None:
         """Jobs a prefetch brought: held until a core frees (given back if the pilot stopped taking jobs)."""

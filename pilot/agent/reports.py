@@ -3,9 +3,11 @@
 **The fill** is one exchange with the store (:meth:`Store.send_exchange`) that carries the starts and
 successful ends not yet reported and the match for the freed resources, whose matched jobs start when its
 reply arrives. A payload's start is reported once it has run :data:`START_REPORT_DELAY`, or inside its
-completion if it ends first; an end goes with the next match or at the turn's end; a failure is reported
-at once, alone. For short payloads the store hears of a payload's start and end and answers the next match
-in one round trip, without the pilot waiting for it (:meth:`Reports.send`, :meth:`Reports.received`): the
+completion if it ends first; a successful end goes with the next match or at the turn's end, or, while the
+pilot starts held jobs (:mod:`~pilot.agent.prefetch`: the next end's refill is near), with the next match
+within :data:`SUCCESS_REPORT_DELAY`; a failure is reported at once, alone. For short payloads the store
+hears of a payload's start and end and answers the next match in one round trip, without the pilot waiting
+for it (:meth:`Reports.send`, :meth:`Reports.received`): the
 gap between one payload's exit and the next one's start — the pilot's overhead on every core — is that
 round trip and a spawn. When nothing fits the pilot backs off (``backoff_min`` doubling to
 ``backoff_max``) and tries again at once when a payload ends.
@@ -45,6 +47,10 @@ log = logging.getLogger("pilot.agent")
 #: Seconds a payload runs before its start is reported; a payload that ends sooner reports its start inside
 #: its completion (one script less per short payload).
 START_REPORT_DELAY = 0.05
+#: Seconds a success may wait, while the pilot starts held jobs, for the exchange of the hold's next refill
+#: (which comes with a later payload's end: pilot.agent.prefetch.REFILL) before it goes alone: a one-core
+#: pilot's every end was an exchange of its own, one completion each (docs/performance.md, "Two pilots").
+SUCCESS_REPORT_DELAY = 0.05
 
 
 @dataclass
@@ -81,6 +87,7 @@ class Reports:
         self.unstarted: list[Payload] = []  # spawned, start not yet reported to the store
         self.succeeded: list[tuple[Payload, RunResult]] = []  # ended well, completion not yet reported
         self.pending: list[PendingReport] = []
+        self._succeeded_since = 0.0  # when the oldest unreported success ended (time.monotonic())
         self._next_retry = 0.0  # reports waiting for the store are retried from then on
         self._channel: Connection | None = None  # the pilot's own connection for exchanges (ordered)
         self._channel_fd = -1
@@ -105,6 +112,8 @@ class Reports:
             out.append(max(self._next_retry, now + 0.05))
         if self.unstarted:
             out.append(self._start_report_due())
+        if self.succeeded:
+            out.append(self._success_report_due())
         return out
 
     # -- sending -----------------------------------------------------------------------------------
@@ -157,20 +166,32 @@ class Reports:
         state, prefetch = self.state, self.prefetch
         if any(sent.prefetch for sent in self.inflight) or not prefetch.wanted(now):
             return
-        cpu, mem, tmp = prefetch.room()
-        want = self._allowed(cpu)
-        if want <= 0:
+        room = prefetch.room()
+        want = 0 if room is None else self._allowed(room[0])
+        if room is None or want <= 0:
             return
         left = state.time_left()
         if left is not None:  # a held job starts up to the horizon later
             left = max(0.0, left - prefetch.horizon)
-        offer = PilotOffer(state.name, state.config.queue, cpu, max(0, mem), max(0, tmp), left, running=None)
+        slots = state.slots
+        cap = (slots.cores, max(0, slots.mem), max(0, slots.tmp))
+        offer = PilotOffer(state.name, state.config.queue, *room, left, running=None, cap=cap)
         self.send(offer, want, prefetch=True)
 
     def send_unmatched(self) -> None:
         """At the turn's end: what no match carried goes alone (the successes, the starts that are due)."""
-        if self.succeeded or (self.unstarted and time.monotonic() >= self._start_report_due()):
+        now = time.monotonic()
+        if (self.succeeded and now >= self._success_report_due()) or (
+            self.unstarted and now >= self._start_report_due()
+        ):
             self.send(None, 0)
+
+    def _success_report_due(self) -> float:
+        """When the unreported successes must go even if no match carries them: at once, unless the pilot
+        holds jobs for its cores while it takes jobs (its hold's refill, with a later end, carries them)."""
+        if self.prefetch.held and self.state.accepting:
+            return self._succeeded_since + SUCCESS_REPORT_DELAY
+        return 0.0
 
     def _start_report_due(self) -> float:
         """When the oldest unreported start must go to the store even if no match carries it."""
@@ -334,6 +355,8 @@ class Reports:
         reported at once."""
         self.prefetch.observe(result.wall)
         if payload.stop is None and not payload.killed_from_outside and result.exit_code == 0:
+            if not self.succeeded:
+                self._succeeded_since = time.monotonic()
             self.succeeded.append((payload, result))
         else:
             self.report(payload, result)

@@ -264,9 +264,9 @@ class Store(StoreReads, StoreRooms):
             call = self._packed[name + tag] = PackedCall(self._line, self._scripts[name], keys, n_args=n_args)
         return call
 
-    def _match_call(self, queue: str) -> PackedCall:
+    def _match_call(self, queue: str, n_args: int = 11) -> PackedCall:
         """The packed match call of a queue (the keys match.lua declares: it builds the others from the base)."""
-        return self._packed_call("match", [self.keys.qheads(queue), self.keys.stats], 11, ":" + queue)
+        return self._packed_call("match", [self.keys.qheads(queue), self.keys.stats], n_args, f":{n_args}:{queue}")
 
     def match_args(self, offer: PilotOffer, max_jobs: int) -> list[Any]:
         """The ARGV of a match call for this pilot (match.lua's header)."""
@@ -283,7 +283,7 @@ class Store(StoreReads, StoreRooms):
             max_jobs,
             running_text(offer.running),
             f"{float(self.reservation_slack)!r}:b" if self.bounded_reservations else self.reservation_slack,
-        ]
+        ] + ([] if offer.cap is None else ["{}:{}:{}".format(*offer.cap)])
 
     @staticmethod
     def matched(reply: list[Any]) -> list[Job]:
@@ -314,7 +314,8 @@ class Store(StoreReads, StoreRooms):
         one call). An empty list means nothing fits now.
         """
         try:
-            return self.matched(self._match_call(offer.queue)(self.match_args(offer, max_jobs)))
+            args = self.match_args(offer, max_jobs)
+            return self.matched(self._match_call(offer.queue, len(args))(args))
         except redis.RedisError as exc:  # the hot path: the guard's conversion without its context manager
             raise converted(exc, self.where, "running script match") from None
 
@@ -358,7 +359,8 @@ class Store(StoreReads, StoreRooms):
             complete = self._packed_call("complete", self._complete_keys(), 6)
             commands += [complete.pack(self._complete_args(j, a, pilot, r, now)) for j, a, r in completions]
         if offer is not None:
-            commands.append(self._match_call(offer.queue).pack(self.match_args(offer, max_jobs)))
+            args = self.match_args(offer, max_jobs)
+            commands.append(self._match_call(offer.queue, len(args)).pack(args))
         return PendingExchange(self, conn, pilot, starts, completions, offer, max_jobs, commands)
 
     @guarded("loading the store's scripts")

@@ -483,6 +483,10 @@ class PilotOffer:
     #: What the pilot runs, for reservations (EASY backfill in match.lua): per running job (seconds until its
     #: estimated end, cores, memory MB, scratch MB). None: no reservation is made or honoured for this call.
     running: tuple[tuple[float, int, int, int], ...] | None = None
+    #: The most each job leased may take (cores, memory MB, scratch MB) while the jobs together fit the offer: a
+    #: prefetch offers its hold's room and caps each job at the pilot's size (match.lua's ARGV[12]). None: the
+    #: offer is the cap. Only without ``running`` (no reservations).
+    cap: tuple[int, int, int] | None = None
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,11 @@
 --          reservations off for this call (the match of old, strict)
 -- ARGV[11] reservation slack (seconds): a reservation whose start passed by this much is dropped; with the
 --          suffix ":b" the reservation is bounded (issue 29, see "Reservations")
+-- ARGV[12] optional: the per-job cap "cpu:mem:tmp" (whole numbers): each job leased must fit it, while the jobs
+--          together fit ARGV[5..7]. A pilot's prefetch offers the room of its hold (several pilots' worth)
+--          with its own size as the cap (pilot.agent.prefetch): a one-core pilot leases two one-core jobs in
+--          one call, never a two-core job. Without it (11 ARGV) the cap is the offer itself, as of old. Only
+--          with ARGV[10] "-" (reservations weigh what is free now, not a hold's room).
 -- Returns  {id1, record1, id2, record2, ...} (records as stored after the lease: without their id, with the
 --          member's tail as mt; see _lib.lua's load/save)
 --          With shares configured, a lease also records the pilot's queue as fq, and the running counters
@@ -445,8 +450,9 @@ local function leased(raw, tail, pilot, now, lease, FS, queue)
 end
 
 -- per call:
-if #KEYS ~= 2 or #ARGV ~= 11 then
-  return redis.error_reply('match: wants 2 KEYS and 11 ARGV, got ' .. #KEYS .. ' and ' .. #ARGV)
+local nargs = #ARGV
+if #KEYS ~= 2 or nargs ~= 11 and nargs ~= 12 then
+  return redis.error_reply('match: wants 2 KEYS and 11 or 12 ARGV, got ' .. #KEYS .. ' and ' .. nargs)
 end
 local base, pilot = ARGV[1], ARGV[2]
 -- Texts known to be numbers are read by arithmetic: one strtod each, where tonumber makes two (and strtod
@@ -479,6 +485,20 @@ elseif not (want and want >= 1 and want <= 100000 and want % 1 == 0) then
   bad = 'ARGV[9] (jobs wanted) wants a whole number in [1, 100000]'
 elseif not (slack and slack >= 0 and slack <= 1e12) then
   bad = 'ARGV[11] (reservation slack) wants a number in [0, 1e12], with ":b" or not'
+end
+-- The per-job cap (ARGV[12]) and, with it, what the jobs leased may still take together (rc, rm, rt): then
+-- cpu, mem and tmp, which every fit test reads, are the lesser of the two (kept so at each lease below).
+local cc, cm, ct, rc, rm, rt
+if nargs == 12 and not bad then
+  cc, cm, ct = string.match(ARGV[12], '^(%d+):(%d+):(%d+)$')
+  cc, cm, ct = tonumber(cc), tonumber(cm), tonumber(ct)
+  if not (cc and cc <= 1e15 and cm <= 1e15 and ct <= 1e15) then
+    bad = 'ARGV[12] (per-job cap) wants "cpu:mem:tmp", whole numbers in [0, 1e15]'
+  elseif ARGV[10] ~= '-' then
+    bad = 'ARGV[12] (per-job cap) wants ARGV[10] "-" (no reservations)'
+  else
+    rc, rm, rt, cpu, mem, tmp = cpu, mem, tmp, math.min(cpu, cc), math.min(mem, cm), math.min(tmp, ct)
+  end
 end
 if bad then return redis.error_reply('match: ' .. bad .. ', got ' .. cjson.encode(ARGV)) end
 local EMPTY, EMPTY_TEXT = 1e18, '1e18'
@@ -936,7 +956,12 @@ while got < want do
     todo = {b}
   else
     if FS then fs_take(tq, X[b + 4], 1) end
-    cpu, mem, tmp = cpu - X[b + 4], mem - X[b + 5], tmp - X[b + 6]
+    if cc then
+      rc, rm, rt = rc - X[b + 4], rm - X[b + 5], rt - X[b + 6]
+      cpu, mem, tmp = math.min(rc, cc), math.min(rm, cm), math.min(rt, ct)
+    else
+      cpu, mem, tmp = cpu - X[b + 4], mem - X[b + 5], tmp - X[b + 6]
+    end
     if RV then lend(b, id) end -- reservations: before entry b becomes the next head
     local head = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
     if #head == 0 then
@@ -982,7 +1007,12 @@ if got > checked then
       pk[#pk + 1] = cjson.encode({why = why, t = tq, m = id .. tail, at = now})
       local c, m, t = string.match(tail, '^:(%d+):(%d+):(%d+):')
       if FS then fs_take(tq, tonumber(c), -1) end
-      cpu, mem, tmp = cpu + tonumber(c), mem + tonumber(m), tmp + tonumber(t)
+      if cc then
+        rc, rm, rt = rc + tonumber(c), rm + tonumber(m), rt + tonumber(t)
+        cpu, mem, tmp = math.min(rc, cc), math.min(rm, cm), math.min(rt, ct)
+      else
+        cpu, mem, tmp = cpu + tonumber(c), mem + tonumber(m), tmp + tonumber(t)
+      end
       parked = true
     end
   end

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import signal
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,59 @@ def test_short_payloads_start_from_the_hold_without_overcommitting(
     assert peak_cores(read_timeline(timeline))[0] == 1, "a held job started before the core was free"
     # Without prefetch every lease follows the end before it (the end's exchange carries the match)
     assert prefetched(jobs) >= len(ids) // 2, "the pilot did not lease ahead for its short payloads"
+
+
+def one_core_run(store: Store, redis_url: str, tmp_path: Path, command: str, n: int) -> list[Job]:
+    """``n`` jobs of ``command`` run by a one-core pilot until it idles; all must be done: their records."""
+    ids = store.submit([job(command=command, score=i) for i in range(n)])
+    env = pilot_env(tmp_path, cores=1)
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", env=env) as proc:
+        log = finish(proc, tmp_path, 60)
+    jobs = store.jobs(ids)
+    assert [j.state for j in jobs] == [JobState.DONE] * len(ids), log
+    return jobs
+
+
+def shared(stamps: list[float | None]) -> int:
+    """How many of ``stamps`` another one equals (jobs leased, or reported ended, by one call)."""
+    return sum(n for n in Counter(stamps).values() if n >= 2)
+
+
+def test_a_one_core_pilot_refills_its_hold_with_two_jobs_a_match(store: Store, redis_url: str, tmp_path: Path) -> None:
+    """A refill waits for two pilots' worth of room in the hold (prefetch.REFILL) and leases it in one match:
+    one match call per job on top of its completion was the one-core pilot's cost (docs/performance.md). Jobs
+    leased by one call share its lease time."""
+    jobs = one_core_run(store, redis_url, tmp_path, "sleep 0.05", 30)
+    assert shared([j.matched for j in jobs]) >= len(jobs) // 2, "few jobs leased two or more a call"
+
+
+def test_while_it_holds_jobs_a_pilot_reports_two_ends_an_exchange(store: Store, redis_url: str, tmp_path: Path) -> None:
+    """A success waits for the hold's next refill (reports.SUCCESS_REPORT_DELAY) while held jobs take the
+    cores: the completions of one exchange share its time (the store's clock, read once a send)."""
+    jobs = one_core_run(store, redis_url, tmp_path, "sleep 0.02", 30)
+    assert shared([j.ended for j in jobs]) >= len(jobs) // 2, "few ends reported with another"
+
+
+def test_a_success_waits_for_a_refill_no_longer_than_its_delay(store: Store, redis_url: str, tmp_path: Path) -> None:
+    """Payloads of 0.4 s are prefetched for, but the next end comes long after SUCCESS_REPORT_DELAY (0.05 s):
+    each success goes alone, and soon after its payload's end."""
+    jobs = one_core_run(store, redis_url, tmp_path, "sleep 0.4", 5)
+    assert prefetched(jobs) >= 2, "the pilot did not lease ahead"
+    assert shared([j.ended for j in jobs]) == 0, "a success waited for the next payload's end"
+
+
+def test_a_job_wider_than_the_pilot_is_never_prefetched(store: Store, redis_url: str, tmp_path: Path) -> None:
+    """The hold's room is several pilots' worth, but each job it leases fits the empty pilot (PilotOffer.cap):
+    a two-core job among one-core ones stays waiting for a two-core pilot, never leased by a one-core one."""
+    narrow = [job(command="sleep 0.05", score=i) for i in range(20)]
+    ids = store.submit([*narrow[:5], job("wide", cpu=2, command="true", score=5.5), *narrow[5:]])
+    env = pilot_env(tmp_path, cores=1)
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "1", env=env) as proc:
+        log = finish(proc, tmp_path, 60)
+    wide = store.job(ids[5])
+    assert wide.state == JobState.WAITING and wide.attempt == 0, log
+    assert [j.state for j in store.jobs(ids[:5] + ids[6:])] == [JobState.DONE] * 20, log
+    assert prefetched(store.jobs(ids[:5] + ids[6:])) >= 10, "the pilot did not lease ahead"
 
 
 def test_long_payloads_are_not_prefetched_for(store: Store, redis_url: str, tmp_path: Path) -> None:
