@@ -92,14 +92,6 @@ def test_while_it_holds_jobs_a_pilot_reports_two_ends_an_exchange(store: Store, 
     assert shared([j.ended for j in jobs]) >= len(jobs) // 2, "few ends reported with another"
 
 
-def test_a_success_waits_for_a_refill_no_longer_than_its_delay(store: Store, redis_url: str, tmp_path: Path) -> None:
-    """Payloads of 0.4 s are prefetched for, but the next end comes long after SUCCESS_REPORT_DELAY (0.05 s):
-    each success goes alone, and soon after its payload's end."""
-    jobs = one_core_run(store, redis_url, tmp_path, "sleep 0.4", 5)
-    assert prefetched(jobs) >= 2, "the pilot did not lease ahead"
-    assert shared([j.ended for j in jobs]) == 0, "a success waited for the next payload's end"
-
-
 def test_a_job_wider_than_the_pilot_is_never_prefetched(store: Store, redis_url: str, tmp_path: Path) -> None:
     """The hold's room is several pilots' worth, but each job it leases fits the empty pilot (PilotOffer.cap):
     a two-core job among one-core ones stays waiting for a two-core pilot, never leased by a one-core one."""
