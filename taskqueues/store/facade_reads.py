@@ -24,6 +24,9 @@ from .records import text as _text
 
 #: Field of the cursor hash: when the last job reported by :meth:`StoreReads.newly_parked` was parked.
 PARKED_CURSOR = "parked"
+#: Job records read per ``HMGET``: a whole request's records in one command held the server 38 ms for 200,000
+#: (every pilot's match waiting behind a ``pilotfish status``); 10,000 hold it about 2 ms.
+READ_CHUNK = 10_000
 
 
 log = logging.getLogger(__name__)
@@ -87,10 +90,13 @@ class StoreReads:
     @guarded("reading jobs")
     def jobs(self, ids: Sequence[str]) -> list[Job]:
         """The jobs of ``ids`` that exist; one whose record cannot be read is left out with a warning (it is
-        parked, or will be: see :meth:`parked`), so one damaged record does not fail every view of its request."""
+        parked, or will be: see :meth:`parked`), so one damaged record does not fail every view of its request.
+        Read :data:`READ_CHUNK` at a time: each command is atomic, the whole read is not (a view, not a step)."""
         if not ids:
             return []
-        raws = self.client.hmget(self.keys.jobs, list(ids))
+        raws: list[Any] = []
+        for at in range(0, len(ids), READ_CHUNK):
+            raws += self.client.hmget(self.keys.jobs, list(ids[at : at + READ_CHUNK]))
         out = []
         for job, raw in zip(ids, raws, strict=True):
             if raw:

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from taskqueues.errors import ConfigError, NotFound, StaleReport, StoreError
-from taskqueues.store import Store
+from taskqueues.store import Store, facade_reads
 from taskqueues.store.keys import MATCHED_COUNT, WAKE_SHARDS, Keys
 from taskqueues.store.records import (
     Job,
@@ -590,3 +590,18 @@ def test_the_work_counter_stays_exact_for_a_batch_whose_work_passes_what_a_doubl
     store.submit([job(cpu=cpu, ete=ete) for _ in range(15)])
     assert 15 * cpu * ete > 2**53 and int(store.client.get(store.keys.work) or 0) == 15 * cpu * ete
     check_store(store)
+
+
+def test_a_large_read_of_jobs_goes_a_chunk_a_command_in_order(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A whole request's records in one HMGET held the server for every pilot (facade_reads.READ_CHUNK)."""
+    monkeypatch.setattr(facade_reads, "READ_CHUNK", 3)
+    store = Store.from_url(redis_url)
+    ids = store.submit([job(command=f"echo {i}") for i in range(10)])
+
+    def hmgets() -> int:
+        return int(store.client.info("commandstats").get("cmdstat_hmget", {}).get("calls", 0))
+
+    before = hmgets()
+    jobs = store.jobs([*ids, "no-such-job"])
+    assert hmgets() - before == 4, "11 ids, 3 a command"
+    assert [(j.id, j.command) for j in jobs] == [(i, f"echo {n}") for n, i in enumerate(ids)]
