@@ -24,8 +24,9 @@ from .records import text as _text
 
 #: Field of the cursor hash: when the last job reported by :meth:`StoreReads.newly_parked` was parked.
 PARKED_CURSOR = "parked"
-#: Job records read per ``HMGET``: a whole request's records in one command held the server 38 ms for 200,000
-#: (every pilot's match waiting behind a ``pilotfish status``); 10,000 hold it about 2 ms.
+#: Job records read per ``HMGET``: a whole request's records in one command held the server 44 ms for 200,000
+#: (a PING from another process waited that long: every pilot's match behind a ``pilotfish status``); read
+#: 10,000 a command, the longest PING wait was 5-12 ms.
 READ_CHUNK = 10_000
 
 
