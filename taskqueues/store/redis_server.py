@@ -51,6 +51,11 @@ def server_version(info: Mapping[str, Any]) -> str:
     return f"redis-server {info['redis_version']}"
 
 
+#: How long stop() waits, once the pid file is gone and the port closed, for the server's last log line (a
+#: server whose log says otherwise is not held up longer than this).
+_GOODBYE_SECONDS = 1.0
+
+
 class PortTaken(StoreUnavailable):
     """The port a private server was to listen on is another server's (:meth:`RedisServer.start`)."""
 
@@ -164,6 +169,15 @@ class RedisServer:
             f"redis-server on port {self.port} did not answer within {timeout} s (log: {self.directory / 'redis.log'})"
         )
 
+    def _said_goodbye(self) -> bool:
+        """Whether the server's log ends with its last line ("... is now ready to exit"), or it has no log. It
+        removes its pid file a few lines before: a caller that removed the directory then saw the next line
+        make the log file again ("Directory not empty")."""
+        if not (self.directory / "redis.log").exists():
+            return True
+        lines = self._log_tail().strip().splitlines()
+        return bool(lines) and "ready to exit" in lines[-1]
+
     def _log_tail(self) -> str:
         try:
             with open(self.directory / "redis.log", "rb") as log:
@@ -240,12 +254,15 @@ class RedisServer:
         except ProcessLookupError:
             return
         deadline = time.monotonic() + timeout
+        down: float | None = None  # when its pid file was gone and its port closed
         while time.monotonic() < deadline:
             try:
                 os.kill(pid, 0)
             except ProcessLookupError:
                 return
-            if not self.pidfile.exists() and not self._listening():
+            if down is None and not self.pidfile.exists() and not self._listening():
+                down = time.monotonic()
+            if down is not None and (self._said_goodbye() or time.monotonic() - down > _GOODBYE_SECONDS):
                 return  # shut down ("ready to exit"): its threads may take a second more to go, harmlessly
             time.sleep(0.02)
         os.kill(pid, 9)

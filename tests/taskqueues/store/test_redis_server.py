@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,3 +44,28 @@ def test_a_free_port_taken_before_the_bind_is_replaced(
     finally:
         mine.stop()
     assert other.ping()
+
+
+def test_a_stopped_servers_directory_can_be_removed_at_once(tmp_path: Path) -> None:
+    """stop() returned once the pid file was gone, and the server logged two more lines: a directory removed
+    then was made again by the log file (a benchmark's TemporaryDirectory failed with "Directory not empty")."""
+    for n in range(20):
+        directory = tmp_path / f"s{n}"
+        server = RedisServer(directory).start()
+        server.stop()
+        shutil.rmtree(directory)
+        assert not directory.exists()
+
+
+def test_stop_returns_only_after_the_servers_last_log_line(tmp_path: Path) -> None:
+    """The line stop() waits for: the last one a shutting-down server logs, not an earlier run's."""
+    server = RedisServer(tmp_path / "s")
+    server.directory.mkdir(parents=True, exist_ok=True)
+    assert server._said_goodbye(), "no log at all: nothing to wait for"
+    log = server.directory / "redis.log"
+    log.write_text("1:M * User requested shutdown...\n1:M * Removing the pid file.\n")
+    assert not server._said_goodbye(), "the pid file is gone, two more lines are coming"
+    log.write_text(log.read_text() + "1:M * Module lua unloaded\n1:M # Valkey is now ready to exit, bye bye...\n")
+    assert server._said_goodbye()
+    log.write_text(log.read_text() + "2:M * Server initialized\n2:M * Ready to accept connections tcp\n")
+    assert not server._said_goodbye(), "a restart's lines after the old goodbye"
