@@ -14,6 +14,7 @@ import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from taskqueues.catalog import Catalog
 from taskqueues.errors import JobRefused, NotFound, ValidationError
@@ -193,11 +194,10 @@ def parse_assignments(values: Iterable[str]) -> dict[str, object]:
     return out
 
 
-def _raw_requirements(store: Store, job: Job) -> dict[str, object]:
+def _raw_requirements(job: Job, definition: str | None) -> dict[str, object]:
     """The requirements the job was placed with: its exact values and the placement hints its task queue's
-    definition carries (instance type, backend options)."""
+    ``definition`` carries (instance type, backend options)."""
     raw: dict[str, object] = dict(job.requirements)
-    definition = store.tq_definitions_of([job.tq_id]).get(job.tq_id)
     if definition:
         hints = json.loads(definition)
         raw.update({k: hints[k] for k in (INSTANCE_TYPE, BACKEND_OPTIONS) if k in hints})
@@ -205,13 +205,14 @@ def _raw_requirements(store: Store, job: Job) -> dict[str, object]:
 
 
 def _planned(
-    store: Store,
     catalog: Catalog,
     job: Job,
     *,
     vo: str,
     priority: float | None,
     changes: Mapping[str, object],
+    request: Mapping[str, Any],
+    definition: str | None,
 ) -> JobUpdate:
     """Check one job's update as at submission and place it; raises naming the job, nothing changed."""
     job_id = job.id
@@ -220,12 +221,11 @@ def _planned(
         check_number(
             priority, job=job_id, field="priority", low=-MAX_PRIORITY, high=MAX_PRIORITY, what="a number of seconds"
         )
-        request = store.request(job.request) if job.request else {}
         was = job.priority if job.priority is not None else float(request.get("priority", 0.0))
         said.append(f"priority {was:g} -> {priority:g}")
     placed: Placed | None = None
     if changes:
-        raw = _raw_requirements(store, job)
+        raw = _raw_requirements(job, definition)
         for name, value in changes.items():
             if value is None:
                 raw.pop(name, None)
@@ -265,9 +265,27 @@ def update(
         raise ValidationError("say what to change: --priority, --requirement or --wall")
     if not job_ids:
         raise ValidationError("name one job id or more to update")
-    jobs = [store.job(job_id) for job_id in dict.fromkeys(job_ids)]
+    ids = list(dict.fromkeys(job_ids))
+    found = {job.id: job for job in store.jobs(ids)}
+    jobs = [found.get(job_id) or store.job(job_id) for job_id in ids]  # store.job says why one was not read
     _refuse_unless(jobs, UPDATABLE, "is updated")
-    planned = [_planned(store, catalog, job, vo=vo, priority=priority, changes=changes) for job in jobs]
+    # What the plans read, read once for all jobs (a request's jobs share it): not three round trips a job.
+    requests = (
+        {r: store.request(r) for r in {job.request for job in jobs if job.request}} if priority is not None else {}
+    )
+    definitions = store.tq_definitions_of(sorted({job.tq_id for job in jobs})) if changes else {}
+    planned = [
+        _planned(
+            catalog,
+            job,
+            vo=vo,
+            priority=priority,
+            changes=changes,
+            request=requests.get(job.request, {}),
+            definition=definitions.get(job.tq_id),
+        )
+        for job in jobs
+    ]
     states = store.lifecycle.update(planned, by)
     now = {j.id: j.tq_id for j in store.jobs([j.id for j in jobs])}
     lines: list[str] = []

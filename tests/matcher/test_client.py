@@ -233,3 +233,26 @@ def test_history_requests_and_notify_from_python(redis_url: str) -> None:
     assert [r.owner for r in client.jobs(owner="bob")] == ["bob", "bob"] and client.jobs(group="phys") == []
     with pytest.raises(ValidationError, match="--since 'then' is not a time"):
         client.history("then")
+
+
+def test_an_update_of_many_jobs_reads_what_it_plans_once_not_per_job(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each job, its request and its task queue's definition were read one round trip at a time before the one
+    call that changes them: three commands a job. Now a few for the whole update, however many jobs (the
+    commands the client sends counted on the real client; the script's own are the server's business)."""
+    client = Client(redis_url)
+    many = {"name": "many", "jobs": [{"name": f"j{i}", "command": "true"} for i in range(40)]}
+    ids = list(client.submit(many).ids.values())
+    sent: list[object] = []
+    real = client.store.client.execute_command
+
+    def counted(*args: Any, **options: Any) -> Any:
+        sent.append(args[0])
+        return real(*args, **options)
+
+    monkeypatch.setattr(client.store.client, "execute_command", counted)
+    lines = client.update(*ids, priority=60, requirements={"mem": 100}).splitlines()
+    assert len(lines) == 40 and all("priority 0 -> 60" in line and "mem" in line for line in lines)
+    assert len(sent) < 20, f"{len(sent)} commands for 40 jobs: {sent}"
+    assert {client.store.job(i).priority for i in ids} == {60}
