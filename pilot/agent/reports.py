@@ -87,7 +87,6 @@ class Reports:
         self.unstarted: list[Payload] = []  # spawned, start not yet reported to the store
         self.succeeded: list[tuple[Payload, RunResult]] = []  # ended well, completion not yet reported
         self.pending: list[PendingReport] = []
-        self._succeeded_since = 0.0  # when the oldest unreported success ended (time.monotonic())
         self._next_retry = 0.0  # reports waiting for the store are retried from then on
         self._channel: Connection | None = None  # the pilot's own connection for exchanges (ordered)
         self._channel_fd = -1
@@ -167,8 +166,10 @@ class Reports:
         if any(sent.prefetch for sent in self.inflight) or not prefetch.wanted(now):
             return
         room = prefetch.room()
-        want = 0 if room is None else self._allowed(room[0])
-        if room is None or want <= 0:
+        if room is None:
+            return
+        want = self._allowed(room[0])
+        if want <= 0:
             return
         left = state.time_left()
         if left is not None:  # a held job starts up to the horizon later
@@ -189,8 +190,9 @@ class Reports:
     def _success_report_due(self) -> float:
         """When the unreported successes must go even if no match carries them: at once, unless the pilot
         holds jobs for its cores while it takes jobs (its hold's refill, with a later end, carries them)."""
-        if self.prefetch.held and self.state.accepting:
-            return self._succeeded_since + SUCCESS_REPORT_DELAY
+        oldest = self.succeeded[0][0].end_mono  # set when it was reaped
+        if oldest is not None and self.prefetch.held and self.state.accepting:
+            return oldest + SUCCESS_REPORT_DELAY
         return 0.0
 
     def _start_report_due(self) -> float:
@@ -355,8 +357,6 @@ class Reports:
         reported at once."""
         self.prefetch.observe(result.wall)
         if payload.stop is None and not payload.killed_from_outside and result.exit_code == 0:
-            if not self.succeeded:
-                self._succeeded_since = time.monotonic()
             self.succeeded.append((payload, result))
         else:
             self.report(payload, result)
