@@ -659,3 +659,25 @@ def test_a_pilot_reads_its_store_url_from_the_file_its_file_variable_names(
     )
     assert done.returncode == 1
     assert "both --redis-url and $PILOTFISH_REDIS_URL_FILE are given" in done.stderr
+
+
+def test_a_payload_run_without_the_shell_dies_with_a_sigkilled_pilot(
+    store: Store, redis_url: str, tmp_path: Path
+) -> None:
+    """A plain command is the payload's process itself (pilot.agent.launch), the leader of its own session
+    with no shell above it: the guardian still kills it when the pilot dies by SIGKILL, and the job stays
+    leased to the dead pilot until the reaper requeues it."""
+    (job_id,) = store.submit([job(command="sleep 30")])
+    env = pilot_env(tmp_path, cores=1)
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "30", env=env) as proc:
+        wait_until(lambda: states(store, [job_id]) == [JobState.RUNNING], timeout=10, what="the payload's start")
+        # the pilot's own child, not a shell's: no shell stands between them
+        (payload,) = [c for c in psutil.Process(proc.pid).children() if c.name() == "sleep"]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    wait_until(
+        lambda: not payload.is_running() or payload.status() == psutil.STATUS_ZOMBIE,
+        timeout=5,
+        what="the payload of the dead pilot killed",
+    )
+    assert states(store, [job_id]) == [JobState.RUNNING]
