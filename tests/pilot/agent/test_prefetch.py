@@ -87,9 +87,13 @@ def test_a_one_core_pilot_refills_its_hold_with_two_jobs_a_match(store: Store, r
 
 def test_while_it_holds_jobs_a_pilot_reports_two_ends_an_exchange(store: Store, redis_url: str, tmp_path: Path) -> None:
     """A success waits for the hold's next refill (reports.SUCCESS_REPORT_DELAY) while held jobs take the
-    cores: the completions of one exchange share its time (the store's clock, read once a send)."""
-    jobs = one_core_run(store, redis_url, tmp_path, "sleep 0.02", 30)
-    assert shared([j.ended for j in jobs]) >= len(jobs) // 2, "few ends reported with another"
+    cores: the completions of one exchange share its time (the store's clock, read once a send). A one-core
+    pilot has one payload at a time, so without the wait no two ends ever share one (0 of 30, loaded or not,
+    with the delay set to 0). How many do is the host's business: 22 and 26 of 30 in two runs here, 10 with two
+    CPU hogs beside, when a refill's reply comes late and the hold runs empty (then a success goes at once);
+    the benchmark, not this test, measures the share (docs/performance.md, "Two pilots")."""
+    jobs = one_core_run(store, redis_url, tmp_path, "true", 30)
+    assert shared([j.ended for j in jobs]) >= 2, "no two ends reported in one exchange"
 
 
 def test_a_job_wider_than_the_pilot_is_never_prefetched(store: Store, redis_url: str, tmp_path: Path) -> None:
