@@ -226,7 +226,15 @@ def test_flower_shows_and_steers_real_pilots_running_real_payloads(
             jobs = store.jobs([victim, evicted])
             return jobs if all(j.state == JobState.RUNNING for j in jobs) else None
 
-        running = wait_until(both_running, timeout=15, what="both long jobs running")
+        running = wait_until(
+            both_running,
+            timeout=15,
+            what=lambda: (
+                "both long jobs running: "
+                + ", ".join(f"{j.id} {j.state.value} on {j.pilot}" for j in store.jobs([victim, evicted]))
+                + f"\n{context()}"
+            ),
+        )
         assert {j.pilot for j in running} == set(pilots), running
         holder, other = pilots[running[0].pilot or ""], pilots[running[1].pilot or ""]
         victim_tid = task_uuid(VO, victim, running[0].attempt)
