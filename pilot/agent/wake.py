@@ -1,4 +1,4 @@
-"""Wake-ups: the pilot's one selector and everything that may wake it.
+"""Wake-ups: the pilot's one epoll and everything that may wake it.
 
 The pilot runs in one thread around one selector. Exits are noticed at once: each payload's pidfd is in
 the selector (readable when the process exits), or, on kernels without pidfds, SIGCHLD wakes the selector
@@ -9,13 +9,17 @@ pilot through its own channel. The pilot listens on its wake channel (one of its
 as many listening pilots as jobs entered, so a pilot busy with what it holds neither hears nor is counted.
 The payloads' output pipes and the reply socket of the pilot's exchanges are in the selector too:
 :meth:`Wake.wait` hands their events to the pilot, which passes them to their owners.
+
+The selector is an ``epoll`` used directly, not through :mod:`selectors`: three descriptors are registered
+and unregistered per payload, and the module's bookkeeping (a key object per registration, the file object
+looked up at each call) was half of that cost (4.5 us against 10 us a payload, timeit).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import selectors
+import select
 import signal
 import socket
 import threading
@@ -37,19 +41,20 @@ class Wake:
 
     def __init__(self, state: PilotState) -> None:
         self.state = state
-        self._selector: selectors.BaseSelector | None = None
+        self._selector: select.epoll | None = None
+        self._handlers: dict[int, tuple[str, Any]] = {}  # registered descriptor -> (kind, data)
         self._wake: tuple[socket.socket, socket.socket] | None = None
         self._saved_signals: dict[int, Any] = {}
         self._saved_wakeup = -1
         self._on_signal: Callable[[int], None] | None = None
         self._pubsub: Subscription | None = None
-        self._pubsub_sock: Any = None  # the wake subscription's socket, as registered in the selector
+        self._pubsub_fd: int | None = None  # the wake subscription's socket's descriptor, as registered
         self._wake_channel = ""
         self._own_channel = b""
         self._hungry = False  # listening on the wake channel
 
     def open(self) -> None:
-        self._selector = selectors.DefaultSelector()
+        self._selector = select.epoll()
 
     @property
     def is_open(self) -> bool:
@@ -67,10 +72,15 @@ class Wake:
 
     def register(self, fd: int, kind: str, data: Any = None) -> None:
         assert self._selector is not None
-        self._selector.register(fd, selectors.EVENT_READ, (kind, data))
+        if fd in self._handlers:
+            raise ValueError(f"descriptor {fd} is already registered ({self._handlers[fd][0]})")
+        self._selector.register(fd, select.EPOLLIN)
+        self._handlers[fd] = (kind, data)
 
     def unregister(self, fd: int) -> None:
+        """Stop watching ``fd`` (before it is closed: a closed descriptor has left the epoll already)."""
         assert self._selector is not None
+        del self._handlers[fd]
         self._selector.unregister(fd)
 
     def install_signals(self, on_signal: Callable[[int], None]) -> None:
@@ -85,7 +95,7 @@ class Wake:
         writer.setblocking(False)
         self._wake = (reader, writer)
         self._on_signal = on_signal
-        self._selector.register(reader, selectors.EVENT_READ, ("wake", None))
+        self.register(reader.fileno(), "wake")
         self._saved_wakeup = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
         watched = [signal.SIGTERM, signal.SIGINT]
         if not pidfds_supported():
@@ -121,9 +131,10 @@ class Wake:
                 log.warning(
                     "pilot %s: no channel of its own (%s): kills and stops wait for its heartbeat", state.name, exc
                 )
-            self._pubsub_sock = pubsub.socket()
-            assert self._pubsub_sock is not None
-            self._selector.register(self._pubsub_sock, selectors.EVENT_READ, ("work", None))
+            sock = pubsub.socket()
+            assert sock is not None
+            self.register(sock.fileno(), "work")
+            self._pubsub_fd = sock.fileno()
         except Exception as exc:
             if isinstance(exc, StoreUnavailable):
                 state.outage.failed(exc)
@@ -156,15 +167,18 @@ class Wake:
         every other ready descriptor goes to ``handle(kind, data, fd)`` (what it was registered with), in
         the order the selector gave them."""
         assert self._selector is not None
-        for key, _ in self._selector.select(timeout):
-            kind, data = key.data
+        handlers = self._handlers
+        # Resolved before any is handled, as selectors.select does: a handler may close a descriptor and a
+        # new one may take its number in the same batch (an event of the old one must not reach the new).
+        ready = [(fd, handlers[fd]) for fd, _ in self._selector.poll(timeout) if fd in handlers]
+        for fd, (kind, data) in ready:
             if kind == "wake":
                 self._drain_wake()
             elif kind == "work":
                 if self._pubsub is not None:
                     self._work_arrived()
             else:
-                handle(kind, data, key.fd)
+                handle(kind, data, fd)
 
     def _drain_wake(self) -> None:
         assert self._wake is not None
@@ -198,11 +212,14 @@ class Wake:
     def _drop_pubsub(self) -> None:
         if self._pubsub is None:
             return
-        with contextlib.suppress(Exception):
-            # The socket registered, not the connection's current one: a broken connection has dropped it
-            if self._selector is not None and self._pubsub_sock is not None:
-                self._selector.unregister(self._pubsub_sock)
-        self._pubsub_sock = None
+        # The descriptor registered, not the connection's current one: a broken connection has closed it
+        # (and the kernel took it out of the epoll), so only our entry may be left.
+        if self._pubsub_fd is not None:
+            self._handlers.pop(self._pubsub_fd, None)
+            if self._selector is not None:
+                with contextlib.suppress(OSError):
+                    self._selector.unregister(self._pubsub_fd)
+        self._pubsub_fd = None
         with contextlib.suppress(Exception):
             self._pubsub.close()
         self._pubsub = None
@@ -221,3 +238,4 @@ class Wake:
         if self._selector is not None:
             self._selector.close()
             self._selector = None
+            self._handlers.clear()

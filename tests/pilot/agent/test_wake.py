@@ -5,11 +5,18 @@ the test was brought by a wake, not by its poll."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 import time
 from pathlib import Path
+from typing import cast
+
+import pytest
 
 from pilot.agent.observer import Command
+from pilot.agent.state import PilotState
+from pilot.agent.wake import Wake
 from taskqueues.store import Store
 from taskqueues.store.records import JobState
 from tests.pilot.agent.test_observer import Recorder, make_pilot
@@ -58,3 +65,48 @@ def test_a_pilot_listens_for_work_only_while_its_last_match_found_nothing(redis_
         runner.join(15)
     assert stopped == ["drain requested by operator"]
     assert [store.job(i).state for i in (whole, second)] == [JobState.DONE, JobState.DONE]
+
+
+def _pipe_with_data() -> tuple[int, int]:
+    read, write = os.pipe()
+    os.write(write, b"x")
+    return read, write
+
+
+def test_the_selector_hands_each_event_to_the_owner_it_had_when_the_batch_was_read() -> None:
+    """A handler may close another descriptor of the same batch, and a new one may take its number (a payload
+    reaped, the next spawned): the old event still goes to the old owner, never to the new one."""
+    wake = Wake(cast(PilotState, None))
+    wake.open()
+    (r1, w1), (r2, w2) = _pipe_with_data(), _pipe_with_data()
+    wake.register(r1, "output", "first")
+    wake.register(r2, "output", "second")
+    seen: list[tuple[object, int]] = []
+    spare: list[int] = []
+
+    def handle(kind: str, data: object, fd: int) -> None:
+        seen.append((data, fd))
+        if len(seen) == 1:
+            os.read(fd, 1)  # its data read: it is quiet in the next batch
+            other = r2 if fd == r1 else r1
+            wake.unregister(other)
+            os.close(other)
+            new_read, new_write = os.pipe()
+            spare.extend((new_read, new_write))
+            assert new_read == other, "the test needs the number reused"
+            wake.register(new_read, "output", "new")
+
+    try:
+        wake.wait(1.0, handle)
+        assert sorted(str(data) for data, _ in seen) == ["first", "second"], seen
+        with pytest.raises(ValueError, match=f"descriptor {spare[0]} is already registered"):
+            wake.register(spare[0], "output", "again")
+        seen.clear()
+        os.write(spare[1], b"y")
+        wake.wait(1.0, handle)
+        assert [data for data, _ in seen] == ["new"]
+    finally:
+        wake.close()
+        for fd in (r1, r2, w1, w2, *spare):
+            with contextlib.suppress(OSError):
+                os.close(fd)
