@@ -3,8 +3,9 @@
 One thread does ``--work`` ms of busy work a job (the agent's own CPU) and keeps ``--slots`` payloads of
 ``/usr/bin/true`` running, starting the next one as one ends, three ways:
 
-* ``sync``: ``os.posix_spawn`` on the loop's thread (what the pilot does; it holds the GIL through the vfork
-  wait);
+* ``sync``: ``os.posix_spawn`` on the loop's thread (it holds the GIL through the vfork wait);
+* ``here``: the same, the payload started on the loop's own CPU (``pilot.agent.payload.spawn_here``, what the
+  pilot does for a one-core payload);
 * ``thread``: each spawn handed to a thread that calls glibc's ``posix_spawn`` through ``ctypes`` (which
   releases the GIL for the call), the loop going on meanwhile;
 * ``process``: a spawner process of its own spawns the payloads (its children) and sends their ends back on
@@ -12,7 +13,8 @@ One thread does ``--work`` ms of busy work a job (the agent's own CPU) and keeps
 
 It prints jobs/s and CPU a job (the loop's process, its children, and the spawner's) for each, alternating.
 Usage: ``python3 scripts/model_spawn.py [-n 3000] [--rounds 3] [--work 0.25] [--slots 2]``.
-Figures and what they mean: docs/performance.md, "The last runs: one pilot and two".
+Figures and what they mean: docs/performance.md, "The last runs: one pilot and two" and "Where a payload
+starts".
 """
 
 from __future__ import annotations
@@ -24,9 +26,17 @@ import queue
 import selectors
 import socket
 import struct
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from pilot.agent.payload import spawn_here  # noqa: E402
 
 PAYLOAD = "/usr/bin/true"
 _LIBC = ctypes.CDLL(None, use_errno=True)
@@ -88,6 +98,15 @@ def run_sync(n: int, slots: int, work: float) -> None:
 
     def start(i: int) -> None:
         os.posix_spawn(PAYLOAD, ["true"], {**base, "JOB": str(i)})
+
+    loop(n, slots, work, start, reap_any)
+
+
+def run_here(n: int, slots: int, work: float) -> None:
+    base = dict(os.environ)
+
+    def start(i: int) -> None:
+        spawn_here(lambda: os.posix_spawn(PAYLOAD, ["true"], {**base, "JOB": str(i)}))
 
     loop(n, slots, work, start, reap_any)
 
@@ -154,7 +173,12 @@ def run_process(n: int, slots: int, work: float) -> None:
         os.waitpid(child, 0)
 
 
-WAYS: dict[str, Callable[[int, int, float], None]] = {"sync": run_sync, "thread": run_thread, "process": run_process}
+WAYS: dict[str, Callable[[int, int, float], None]] = {
+    "sync": run_sync,
+    "here": run_here,
+    "thread": run_thread,
+    "process": run_process,
+}
 
 
 def measure(way: str, n: int, slots: int, work: float) -> tuple[float, float]:
