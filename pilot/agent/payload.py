@@ -85,7 +85,10 @@ def spawn_here(spawn: Callable[[], int]) -> int:
     cpu = _this_cpu() if _this_cpu is not None and len(allowed) > 1 else -1
     if cpu not in allowed:
         return spawn()
-    os.sched_setaffinity(0, (cpu,))
+    try:
+        os.sched_setaffinity(0, (cpu,))
+    except OSError:  # refused here (a seccomp filter): the kernel places the payload
+        return spawn()
     try:
         pid = spawn()
     except BaseException:
