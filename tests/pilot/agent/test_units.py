@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import pytest
 from pilot.agent.config import Identity, PilotConfig, identity_from_environment
 from pilot.agent.guardian import watch
 from pilot.agent.memory import over_limit, over_limit_reason, sample_sessions
-from pilot.agent.payload import OutputTail, Payload, Stop, parse_outputs, parse_value
+from pilot.agent.payload import OutputTail, Payload, Stop, _above_own_peak, parse_outputs, parse_value
 from pilot.agent.slots import Slots
 from pilot.mjf.payload import PayloadArea
 from pilot.mjf.source import FeatureReader
@@ -299,3 +300,21 @@ def test_a_pilot_killed_as_its_new_guardian_starts_still_has_its_payloads_killed
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(payload, signal.SIGKILL)
+
+
+def test_a_payloads_peak_counts_only_above_the_pilots_own_whatever_the_pilot_grew_to() -> None:
+    """Every payload's ru_maxrss carries the pilot's peak at its spawn; the pilot's peak is kept between reads
+    and must not make a value between the kept and the real peak look like the payload's."""
+
+    def own_peak() -> int:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+    assert not _above_own_peak(own_peak())
+    assert _above_own_peak(own_peak() + 4096)
+    before = own_peak()
+    grown = bytearray(64 * 1024 * 1024)  # touched: the peak grows by about that much
+    grown[::4096] = b"x" * len(grown[::4096])
+    assert own_peak() > before + 32 * 1024 * 1024
+    assert not _above_own_peak(before + 16 * 1024 * 1024), "between the kept peak and the pilot's real one"
+    assert _above_own_peak(own_peak() + 4096)
+    del grown
