@@ -4,7 +4,8 @@ One thread does ``--work`` ms of busy work a job (the agent's own CPU) and keeps
 ``/usr/bin/true`` running, starting the next one as one ends, three ways:
 
 * ``sync``: ``os.posix_spawn`` on the loop's thread (it holds the GIL through the vfork wait);
-* ``here``: the same, the payload started on the loop's own CPU (``pilot.agent.payload.spawn_here``, what the
+* ``here``: the same, the payload started on the loop's own CPU (``pilot.agent.placement.spawn_here``);
+* ``placed``: the same, here or where the kernel places it, as the spawns' waits say (``Placement``, what the
   pilot does for a one-core payload);
 * ``thread``: each spawn handed to a thread that calls glibc's ``posix_spawn`` through ``ctypes`` (which
   releases the GIL for the call), the loop going on meanwhile;
@@ -36,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from pilot.agent.payload import spawn_here  # noqa: E402
+from pilot.agent.placement import Placement, spawn_here  # noqa: E402
 
 PAYLOAD = "/usr/bin/true"
 _LIBC = ctypes.CDLL(None, use_errno=True)
@@ -111,6 +112,16 @@ def run_here(n: int, slots: int, work: float) -> None:
     loop(n, slots, work, start, reap_any)
 
 
+def run_placed(n: int, slots: int, work: float) -> None:
+    base = dict(os.environ)
+    placement = Placement()
+
+    def start(i: int) -> None:
+        placement.spawn(lambda: os.posix_spawn(PAYLOAD, ["true"], {**base, "JOB": str(i)}))
+
+    loop(n, slots, work, start, reap_any)
+
+
 def run_thread(n: int, slots: int, work: float) -> None:
     base = dict(os.environ)
     requests: queue.SimpleQueue[dict[str, str] | None] = queue.SimpleQueue()
@@ -176,6 +187,7 @@ def run_process(n: int, slots: int, work: float) -> None:
 WAYS: dict[str, Callable[[int, int, float], None]] = {
     "sync": run_sync,
     "here": run_here,
+    "placed": run_placed,
     "thread": run_thread,
     "process": run_process,
 }

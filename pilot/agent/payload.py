@@ -20,7 +20,6 @@ a single payload's process:
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import logging
 import math
@@ -32,11 +31,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 from pilot.agent import launch
 from pilot.agent.guardian import Guardian
 from pilot.agent.memory import Usage
+from pilot.agent.placement import Placement
 from pilot.agent.sandbox import Sandbox, payload_members, reap_adopted
 from pilot.mjf.payload import PayloadSandbox
 from taskqueues.errors import PilotfishError
@@ -50,56 +50,6 @@ log = logging.getLogger("pilot.agent")
 _SIGNALS_TO_RESET = (signal.SIGPIPE, signal.SIGXFSZ)  # Python ignores them; an ignored signal stays so across exec
 
 
-def _cpu_getter() -> Callable[[], int] | None:
-    """glibc's (or musl's) ``sched_getcpu``: the CPU the calling thread runs on (Python has no call for it
-    before 3.14); None where the C library has none."""
-    try:
-        getcpu = ctypes.CDLL(None, use_errno=True).sched_getcpu
-    except (OSError, AttributeError):
-        return None
-    getcpu.restype, getcpu.argtypes = ctypes.c_int, []
-    return cast(Callable[[], int], getcpu)
-
-
-_this_cpu = _cpu_getter()
-
-
-def spawn_here(spawn: Callable[[], int]) -> int:
-    """Run ``spawn`` (an ``os.posix_spawn``; its pid is returned) with the new process started on the CPU this
-    thread runs on, then give it and this thread back every CPU they may use.
-
-    Why: ``posix_spawn`` clones with ``CLONE_VFORK``, so this thread sleeps until the child has exec'd, and
-    the kernel places a new process on the CPU it finds least loaded. That is rarely the one the spawning
-    thread is about to leave idle: it runs the pilot, the other may hold a payload that just started. The
-    child then waits behind that payload, or until the next load balance (the CPU left idle does not pull
-    it at once: it was idle for too short a time), and the pilot waits with it. Two payloads of ``true``
-    on two cores, the host busy with other work: the mean spawn took 1.2-1.6 ms, 0.5 ms started here
-    (docs/performance.md, "Where a payload starts").
-
-    The child inherits the affinity at its clone, so for a moment (until this thread runs again and
-    widens it, microseconds on an idle CPU, up to a scheduler slice on a busy one) the payload runs on one
-    CPU only, and a process it forks in that moment keeps that single CPU. Callers start only one-core
-    payloads this way (:attr:`Payload.starts_here`): what they start is entitled to one core.
-    """
-    allowed = os.sched_getaffinity(0)
-    cpu = _this_cpu() if _this_cpu is not None and len(allowed) > 1 else -1
-    if cpu not in allowed:
-        return spawn()
-    try:
-        os.sched_setaffinity(0, (cpu,))
-    except OSError:  # refused here (a seccomp filter): the kernel places the payload
-        return spawn()
-    try:
-        pid = spawn()
-    except BaseException:
-        os.sched_setaffinity(0, allowed)
-        raise
-    with contextlib.suppress(OSError):  # ended (a zombie) already: nothing of it runs any more
-        os.sched_setaffinity(pid, allowed)  # the child first: it runs on one CPU until then
-    os.sched_setaffinity(0, allowed)
-    return pid
-
-
 def spawn_in(
     cwd: str | os.PathLike[str],
     path: str,
@@ -108,11 +58,11 @@ def spawn_in(
     *,
     stdout: int | None,
     stderr: int | None,
-    here: bool = False,
+    placement: Placement | None = None,
 ) -> int:
     """Start the program ``path`` with ``argv`` in a new session, working directory ``cwd``, stdin from
     /dev/null and stdout/stderr on the given descriptors (None: /dev/null); returns its pid (a relative
-    ``path`` is relative to ``cwd``). ``here``: on the CPU this thread runs on (:func:`spawn_here`).
+    ``path`` is relative to ``cwd``). ``placement``: where a one-core payload starts (:mod:`pilot.agent.placement`).
 
     ``os.posix_spawn`` (a vfork-like clone in glibc) takes half the time ``subprocess.Popen`` takes per
     start, and a short payload's start is the pilot's largest cost. It has no working-directory
@@ -136,7 +86,7 @@ def spawn_in(
     try:
         os.chdir(cwd)
         try:
-            return spawn_here(spawn) if here else spawn()
+            return placement.spawn(spawn) if placement is not None else spawn()
         finally:
             os.fchdir(home)
     finally:
@@ -304,10 +254,14 @@ class Payload:
         output_cap: int,
         guardian: Guardian | None = None,
         confinement: Sandbox | None = None,
+        placement: Placement | None = None,
     ) -> None:
         self.job = job
         #: What it holds while it runs: cores, MB of memory, MB of scratch (``Job``'s are read at each call)
         self.need = (job.cpu, job.mem, job.tmp)
+        #: Where it starts, for a one-core payload: for a moment on one CPU (and a process forked then kept
+        #: on it) is within what it asked for. A wider one is placed by the kernel.
+        self.placement = placement if self.need[0] == 1 else None
         self.guardian = guardian
         self.confinement = confinement if confinement is not None and confinement.confined else None
         self.sandbox = sandbox
@@ -332,12 +286,6 @@ class Payload:
     @property
     def id(self) -> str:
         return self.job.id
-
-    @property
-    def starts_here(self) -> bool:
-        """Whether the payload is started on the pilot's own CPU (:func:`spawn_here`): a one-core payload, for
-        which a moment on one CPU (and a process forked then kept on it) is within what it asked for."""
-        return self.need[0] == 1
 
     @property
     def pid(self) -> int:
@@ -400,14 +348,14 @@ class Payload:
 
     def _start(self, path: str, argv: list[str], env: dict[str, str], stdout: int | None, stderr: int | None) -> int:
         try:
-            return spawn_in(self.workdir, path, argv, env, stdout=stdout, stderr=stderr, here=self.starts_here)
+            return spawn_in(self.workdir, path, argv, env, stdout=stdout, stderr=stderr, placement=self.placement)
         except OSError:
             shell = [*launch.SHELL, self.job.command]
             if self.confinement is not None or argv == shell:
                 raise
         # The kernel refused the program the shell would have exec'd (a script without "#!", a file gone or
         # made unexecutable since it was found): the shell runs it, or says why not, as it would have.
-        return spawn_in(self.workdir, shell[0], shell, env, stdout=stdout, stderr=stderr, here=self.starts_here)
+        return spawn_in(self.workdir, shell[0], shell, env, stdout=stdout, stderr=stderr, placement=self.placement)
 
     # -- output ------------------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pilot.agent.guardian import Guardian
 from pilot.agent.memory import over_limit, over_limit_reason, sample_sessions
 from pilot.agent.payload import JobRefused, Payload, PayloadError, Stop, job_problem
+from pilot.agent.placement import Placement
 from pilot.agent.sandbox import Sandbox, adopt_orphans, private_paths
 from pilot.agent.state import PilotState
 from pilot.agent.wake import Wake
@@ -42,6 +43,7 @@ class Processes:
         self.ended: list[Payload] = []  # reaped, result not yet taken
         self.guardian: Guardian | None = None
         self.confinement: Sandbox | None = None
+        self.placement = Placement()  # where one-core payloads start
         self._next_sample = 0.0
         self._logs = state.config.logs  # a property building a path: 40 us a payload when asked each time
 
@@ -111,6 +113,7 @@ class Processes:
             output_cap=config.output_cap,
             guardian=self.guardian,
             confinement=self.confinement,
+            placement=self.placement,
         )
         try:
             payload.spawn({**sandbox.env(), "PILOTFISH_PILOT": state.name})

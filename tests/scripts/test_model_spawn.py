@@ -21,8 +21,8 @@ def test_each_way_runs_every_payload_and_prints_its_row() -> None:
     rows = {
         line.split()[0]: line.split()[1:]
         for line in done.stdout.splitlines()
-        if line.split()[:1] in (["sync"], ["here"], ["thread"], ["process"])
+        if line.split()[:1] in (["sync"], ["here"], ["placed"], ["thread"], ["process"])
     }
-    assert set(rows) == {"sync", "here", "thread", "process"}, done.stdout
+    assert set(rows) == {"sync", "here", "placed", "thread", "process"}, done.stdout
     for way, (rate, cpu) in rows.items():
         assert float(rate) > 0 and float(cpu) > 0, f"{way}: {done.stdout}"
