@@ -12,14 +12,17 @@ one-core pilot refilled one job per payload, one match call for each job on top 
 
 The lease rule: a pilot never leases more than its free slots will take within its lease. It prefetches
 only while payloads are short (:meth:`Prefetch.wanted`): each of the last :data:`RECENT` payloads ran for at
-most the horizon (a quarter of the lease), and a payload running now has run for less than that, so a core is
-expected to free well within the lease of the held job. Long payloads are never prefetched for: a held job
-would wait for a slot while another pilot could run it. A held job's lease is renewed by the heartbeat like a
-running one's (its state is still ``matched``); the heartbeat's "lost" drops it, a kill request fails it
-unstarted, and when the pilot stops taking jobs (drain, preemption, its time up) it gives its held jobs back
-at once (``fail`` with requeue, as a match answered after the pilot stopped does); one that no longer fits the
-time the pilot has left (its MJF announced an end) goes back when its turn comes. A pilot killed outright
-leaves them leased: their leases expire and the reaper requeues them, as it does the jobs that were running.
+most the horizon (a quarter of the lease), and a payload running now has run for less than that and is like
+them (its run-time estimate is no longer than the horizon or than the longest estimate among them), so a core
+is expected to free well within the lease of the held job. Long payloads are never prefetched for: a held job
+would wait for a slot while another pilot could run it (seen: a 30 s job started after short ones, and the
+other 30 s job held behind it for its whole run while an idle pilot found nothing). A held job's lease is
+renewed by the heartbeat like a running one's (its state is still ``matched``); the heartbeat's "lost" drops
+it, a kill request fails it unstarted, and when the pilot stops taking jobs (drain, preemption, its time up)
+it gives its held jobs back at once (``fail`` with requeue, as a match answered after the pilot stopped
+does); one that no longer fits the time the pilot has left (its MJF announced an end) goes back when its turn
+comes. A pilot killed outright leaves them leased: their leases expire and the reaper requeues them, as it
+does the jobs that were running.
 """
 
 from __future__ import annotations
@@ -59,16 +62,18 @@ class Prefetch:
         self.state = state
         self.processes = processes
         self.held: deque[Job] = deque()
-        self._recent: deque[float] = deque(maxlen=RECENT)  # run times (s) of the latest payloads
+        # (run time, run-time estimate) in seconds of the latest payloads
+        self._recent: deque[tuple[float, float]] = deque(maxlen=RECENT)
         self._not_before = 0.0  # after a prefetch that found nothing: until a payload ends, or backoff_max
 
     @property
     def horizon(self) -> float:
         return self.state.config.lease * HORIZON_FRACTION
 
-    def observe(self, wall: float) -> None:
-        """A payload ended after running ``wall`` seconds (the next exchange may prefetch again)."""
-        self._recent.append(wall)
+    def observe(self, wall: float, ete: float) -> None:
+        """A payload estimated at ``ete`` seconds ended after running ``wall`` (the next exchange may prefetch
+        again)."""
+        self._recent.append((wall, ete))
         self._not_before = 0.0
 
     def found_nothing(self) -> None:
@@ -78,12 +83,17 @@ class Prefetch:
 
     def wanted(self, now_mono: float) -> bool:
         """Whether the pilot may lease jobs for slots not free yet: it takes jobs, its recent payloads were
-        short and one running now is expected to end within the horizon."""
+        short and one running now is expected to end within the horizon: it has run for less than that, and
+        its estimate is no longer than the horizon or than the recent payloads' (whose run times showed what
+        such an estimate means here). A long job started after short ones is not expected to end soon."""
         state = self.state
         horizon = self.horizon
-        if not state.accepting or now_mono < self._not_before or not self._recent or max(self._recent) > horizon:
+        if not state.accepting or now_mono < self._not_before or not self._recent:
             return False
-        return any(now_mono - p.start_mono <= horizon for p in state.slots.running.values())
+        if max(wall for wall, _ in self._recent) > horizon:
+            return False
+        like = max(horizon, *(ete for _, ete in self._recent))
+        return any(now_mono - p.start_mono <= horizon and p.job.ete <= like for p in state.slots.running.values())
 
     def amount(self) -> Amount:
         """What the held jobs will take."""

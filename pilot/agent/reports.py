@@ -355,7 +355,7 @@ class Reports:
     def ended(self, payload: Payload, result: RunResult) -> None:
         """A payload's result: a success waits for the next round trip to the store, anything else is
         reported at once."""
-        self.prefetch.observe(result.wall)
+        self.prefetch.observe(result.wall, payload.job.ete)
         if payload.stop is None and not payload.killed_from_outside and result.exit_code == 0:
             self.succeeded.append((payload, result))
         else:

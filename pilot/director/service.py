@@ -207,12 +207,15 @@ class Director:
         try:
             claimed: set[str] = set()
             queues = self.ctx.catalog.queues(self.ctx.settings.vo)
+            # The pilots' heartbeats before the demand: what a pilot has free must not be newer than the demand
+            # (see _existing).
+            beats = self._beats()
             heads = {q.id: self.ctx.store.waiting_heads(q.id) for q in queues}
             queues.sort(key=lambda q: min((head[-1] for head in heads[q.id]), default=math.inf))  # stable
             for queue in queues:
                 if not self._still_mine():
                     break
-                report.queues[queue.id] = self._queue_cycle(queue, heads[queue.id], claimed)
+                report.queues[queue.id] = self._queue_cycle(queue, heads[queue.id], claimed, beats)
             if self._still_mine():
                 self._release(report)
         finally:
@@ -254,7 +257,11 @@ class Director:
             qr.released = sorted(asked & (set(qr.room.idle) | set(qr.room.expired)))
 
     def _queue_cycle(
-        self, queue: Queue, heads: list[tuple[str, str, int, int, int, float, float]], claimed: set[str]
+        self,
+        queue: Queue,
+        heads: list[tuple[str, str, int, int, int, float, float]],
+        claimed: set[str],
+        beats: dict[str, dict[str, Any]],
     ) -> QueueReport:
         """Plan and provision one queue, one group of demand per backend option string.
 
@@ -279,7 +286,7 @@ class Director:
         out.demand = sum(len(jobs) for jobs in groups.values())
         try:
             backend = self.backend(queue)
-            existing = self._existing(queue, backend, out)
+            existing = self._existing(queue, backend, out, beats)
         except BackendError as exc:
             out.errors.append(str(exc))
             self.ctx.store.control.count_error(queue.batch)
@@ -438,9 +445,35 @@ class Director:
     def provisioned(self, queue: Queue, backend: Backend) -> dict[str, dict[str, Any]]:
         return self.registry.of(queue.id, backend.kind)
 
-    def _existing(self, queue: Queue, backend: Backend, out: QueueReport) -> dict[str, list[ExistingPilot]]:
+    def _beats(self) -> dict[str, dict[str, Any]]:
+        """The pilots' last heartbeat records (name -> record), as far back as a pilot can be retired."""
+        return self.ctx.store.pilot_records(
+            max(self.ctx.settings.pilot_retire_after, self.ctx.store.pilots.live_window)
+        )
+
+    @staticmethod
+    def _by_batch_id(beats: dict[str, dict[str, Any]], queue: Queue) -> dict[str, dict[str, Any]]:
+        """A queue's heartbeat records by batch id: a heartbeat names its batch job as (batch, batch_id), and
+        local ids carry the kind as a prefix."""
+        found: dict[str, dict[str, Any]] = {}
+        for r in beats.values():
+            if r.get("queue") == queue.id:
+                found[str(r.get("batch_id"))] = found[f"{r.get('batch')}-{r.get('batch_id')}"] = r
+        return found
+
+    def _existing(
+        self, queue: Queue, backend: Backend, out: QueueReport, beats: dict[str, dict[str, Any]]
+    ) -> dict[str, list[ExistingPilot]]:
         """The pilots this queue has in the batch system, with what they have free (from their heartbeats),
-        by the option string they were submitted with."""
+        by the option string they were submitted with.
+
+        What a pilot has free comes from ``beats``, read before the demand: a pilot that matched a waiting job
+        after the demand was read then still shows the room it took (the job is placed on it; the next cycle
+        sees both right), where a heartbeat newer than the demand would show the room taken while the demand
+        still shows the job waiting, and a needless pilot would be submitted for it (seen under load, when the
+        batch system's status query between the two reads took seconds). Whether a pilot runs comes from a
+        second read after the batch system's answer: a pilot that has sent a heartbeat runs, whatever an older
+        status poll says, and is never cancelled as a queued one that no job needs."""
         records = self.provisioned(queue, backend)
         if not records:
             return {}
@@ -448,12 +481,9 @@ class Director:
         for batch_id, answer in list(states.items()):
             if answer.state is PilotState.UNKNOWN:  # not submitted by this process: an earlier director's
                 states[batch_id] = backend.adopt(batch_id, records[batch_id])
-        # A pilot's heartbeat names its batch job as (batch, batch_id); local ids carry the kind as a prefix.
         retire_after = self.ctx.settings.pilot_retire_after
-        live: dict[str, dict[str, Any]] = {}
-        for r in self.ctx.store.pilot_records(max(retire_after, self.ctx.store.pilots.live_window)).values():
-            if r.get("queue") == queue.id:
-                live[str(r.get("batch_id"))] = live[f"{r.get('batch')}-{r.get('batch_id')}"] = r
+        live = self._by_batch_id(beats, queue)
+        started = self._by_batch_id(self._beats(), queue)
         shapes = {s.name: s for s in queue.shapes}
         existing: dict[str, list[ExistingPilot]] = {}
         now = time.time()
@@ -465,6 +495,7 @@ class Director:
                 status is not None
                 and status.state is PilotState.UNKNOWN
                 and beat is None
+                and batch_id not in started
                 and now - float(record.get("submitted", 0)) > retire_after
             ):
                 # No backend answers for it and it has not beaten for a while: a pilot whose director died
@@ -483,11 +514,12 @@ class Director:
                 out.ended[batch_id] = f"{status.state} {status.detail}".strip() if status else "unknown"
                 self.registry.forget(queue.id, backend.kind, [batch_id])
                 continue
+            if status.state is not PilotState.RUNNING and batch_id in started:
+                status = PilotStatus(PilotState.RUNNING, f"heartbeat seen; the batch system said {status.state}")
             if status.state is PilotState.RUNNING and "pid" not in record and backend.kind == "local":
                 facts = backend.identify(batch_id)  # it started: what a later director needs to adopt it
                 if "pid" in facts:
                     self._record(queue, backend, batch_id, {**record, **facts})
-            beat = live.get(batch_id)
             if (
                 status.state is PilotState.RUNNING
                 and beat is not None

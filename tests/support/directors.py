@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import subprocess
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -72,6 +73,13 @@ class Rig:
         self.queue: Queue = self.ctx.catalog.queue(QUEUES[kind], settings.vo)
         self.blockers: list[str] = []
         self.reports: list[CycleReport] = []
+        self.job_ids: list[str] = []
+        self.requeued = 0  # leases that expired and were requeued by drive()'s reaper
+        #: What happened, in order, seconds since the rig was made: cycles that did something, the reaper's
+        #: requeues, the jobs' changes seen by drive() (shown by failing assertions: see timeline()).
+        self.events: list[str] = []
+        self._t0 = time.monotonic()
+        self._seen: list[tuple[str, str, int, str | None]] = []
 
     # -- jobs ------------------------------------------------------------------------------------------
 
@@ -87,7 +95,10 @@ class Rig:
         return JobSpec(name=name, command=command, ete=seconds, requirements=requirements)
 
     def submit(self, jobs: Sequence[JobSpec], *, priority: float = 0.0) -> Submitted:
-        return Submitter.of(self.ctx).submit(jobs, name=f"director-{self.kind}", priority=priority)
+        submitted = Submitter.of(self.ctx).submit(jobs, name=f"director-{self.kind}", priority=priority)
+        self.job_ids += submitted.ids.values()
+        self.note(f"submitted jobs {dict(submitted.ids)}")
+        return submitted
 
     def jobs(self, ids: Sequence[str]) -> list[Job]:
         return self.ctx.store.jobs(list(ids))
@@ -102,13 +113,37 @@ class Rig:
         report = self.director.cycle()
         assert not report.skipped, "another director holds the lock"
         self.reports.append(report)
-        return report.queues[self.queue.id]
+        queue = report.queues[self.queue.id]
+        if queue.submitted or queue.cancelled or queue.ended or queue.released or queue.errors:
+            self.note(
+                f"cycle {len(self.reports)}: demand {queue.demand}, submitted {queue.submitted}, cancelled "
+                f"{queue.cancelled}, ended {queue.ended}, released {queue.released}, errors {queue.errors}"
+            )
+        return queue
+
+    def note(self, what: str) -> None:
+        self.events.append(f"+{time.monotonic() - self._t0:.2f}s {what}")
+
+    def timeline(self) -> str:
+        """What happened so far, one line each, and the pilots' logs: for failure messages."""
+        return "\n".join(["timeline:", *self.events, f"pilot logs: {self.pilot_logs()}"])
+
+    def _watch_jobs(self) -> None:
+        seen = [(j.id, j.state.value, j.attempt, j.pilot) for j in self.jobs(self.job_ids)]
+        if seen != self._seen:
+            self._seen = seen
+            self.note("jobs " + ", ".join(f"{i} {state} attempt {a} on {p}" for i, state, a, p in seen))
 
     def drive(self, until: Callable[[], bool], timeout: float, what: str) -> None:
         """Reap expired leases and run a director cycle every 0.3 s until ``until()`` holds."""
 
         def step() -> bool:
-            self.ctx.store.requeue_expired()
+            self._watch_jobs()
+            requeued, failed, _ = self.ctx.store.requeue_expired()
+            self.requeued += requeued
+            if requeued or failed:
+                self.note(f"reaper: {requeued} lease(s) expired and requeued, {failed} failed past retries")
+                self._watch_jobs()
             self.cycle()
             return until()
 
@@ -118,7 +153,7 @@ class Rig:
             interval=0.3,
             what=lambda: (
                 f"{self.kind}: {what}; last cycle: {self.reports[-1].queues[self.queue.id]}; "
-                f"pilots: {self.provisioned()}; pilot logs: {self.pilot_logs()}"
+                f"pilots: {self.provisioned()}; {self.timeline()}"
             ),
         )
 

@@ -39,6 +39,10 @@ def prefetched(jobs: list[Job]) -> int:
     return sum(float(b.matched or 0) < float(a.ended or 0) for a, b in itertools.pairwise(ordered))
 
 
+def done(store: Store, ids: list[str]) -> bool:
+    return all(j.state == JobState.DONE for j in store.jobs(ids))
+
+
 def holding(store: Store, ids: list[str]) -> bool:
     """One job runs and another is leased to the same pilot without running: the pilot holds it."""
     jobs = store.jobs(ids)
@@ -119,6 +123,23 @@ def test_long_payloads_are_not_prefetched_for(store: Store, redis_url: str, tmp_
     jobs = store.jobs(ids)
     assert [j.state for j in jobs] == [JobState.DONE] * 3, log
     assert prefetched(jobs) == 0
+
+
+def test_a_long_job_after_short_ones_is_not_prefetched_for(store: Store, redis_url: str, tmp_path: Path) -> None:
+    """Short payloads first, then a job estimated far past the horizon (a quarter of the 60 s lease) and one
+    more job: while the long one runs, its core is not expected to free soon, so the last job is not held
+    behind it (where another pilot could not run it: tests/e2e/test_flower_pilots.py saw a 30 s job held so
+    for its whole run while the other pilot idled out). Before the fix the pilot leased it at once."""
+    short = store.submit([job(command="true", score=i) for i in range(4)])
+    env = pilot_env(tmp_path, cores=1)
+    with running_pilot(redis_url, tmp_path, "--idle-timeout", "10", env=env) as proc:
+        wait_until(lambda: done(store, short), timeout=30, what="the short jobs done")
+        ids = store.submit([job(command="sleep 1", ete=30, score=10), job(command="true", score=11)])
+        wait_until(lambda: done(store, ids), timeout=30, what="the last jobs done")
+        proc.send_signal(signal.SIGTERM)
+        log = finish(proc, tmp_path, 15)
+    long, after = store.jobs(ids)
+    assert float(after.matched or 0) >= float(long.ended or 0), (long, after, log)
 
 
 def test_a_stopped_pilot_gives_its_held_jobs_back_at_once(store: Store, redis_url: str, tmp_path: Path) -> None:

@@ -48,6 +48,7 @@ def rig(
 def test_an_idle_pilot_no_job_fits_is_released_when_another_shape_waits(rig: Rig) -> None:
     first = list(rig.submit([rig.job("one", seconds=0.5)]).ids.values())
     rig.drive(lambda: all_final(rig.jobs(first)), 90, "the 1-core job done")
+    assert len(rig.submitted()) == 1, f"pilots {rig.submitted()} for one 1-core job; {rig.timeline()}"
     [small] = rig.submitted()
 
     # Nothing else waits: the idle pilot keeps its room, and nobody asked it to go.
