@@ -249,8 +249,8 @@ class Reports:
         if fd == self._channel_fd:
             return
         if self._channel_fd >= 0:
-            with contextlib.suppress(KeyError, ValueError, OSError):
-                self.wake.unregister(self._channel_fd)
+            with contextlib.suppress(OSError):  # closed under us (an outage's start): it left the epoll
+                self.wake.unregister(self._channel_fd, "reply")
         self._channel_fd = -1
         if fd >= 0:
             self.wake.register(fd, "reply")

@@ -71,15 +71,40 @@ class Wake:
         return self._pubsub is not None
 
     def register(self, fd: int, kind: str, data: Any = None) -> None:
-        assert self._selector is not None
-        if fd in self._handlers:
-            raise ValueError(f"descriptor {fd} is already registered ({self._handlers[fd][0]})")
-        self._selector.register(fd, select.EPOLLIN)
-        self._handlers[fd] = (kind, data)
+        """Watch ``fd`` for reading; its events go to ``kind``'s handler with ``data``.
 
-    def unregister(self, fd: int) -> None:
-        """Stop watching ``fd`` (before it is closed: a closed descriptor has left the epoll already)."""
+        A number still held by an earlier registration was freed under its owner: an outage's start closes
+        every connection of the store from another thread, the subscription's and the exchanges' too, and the
+        kernel hands the number to the next descriptor (a payload's pipe). The new one takes it; a
+        subscription that lost its socket so is dropped (renewed at the next heartbeat). Only a descriptor
+        registered twice while open is an error.
+        """
         assert self._selector is not None
+        stale = self._handlers.pop(fd, None)
+        try:
+            self._selector.register(fd, select.EPOLLIN)
+        except FileExistsError:
+            if stale is not None:
+                self._handlers[fd] = stale
+            raise ValueError(f"descriptor {fd} is already registered ({stale[0] if stale else '?'})") from None
+        self._handlers[fd] = (kind, data)
+        if stale is not None:
+            log.info(
+                "pilot %s: descriptor %d, closed under its %s, now watched for its %s",
+                self.state.name,
+                fd,
+                stale[0],
+                kind,
+            )
+            if stale[0] == "work":
+                self._drop_pubsub()
+
+    def unregister(self, fd: int, kind: str | None = None) -> None:
+        """Stop watching ``fd`` (before it is closed: a closed descriptor has left the epoll already). With
+        ``kind``, only if it is still registered for that (its number may have gone to another since)."""
+        assert self._selector is not None
+        if kind is not None and self._handlers.get(fd, ("", None))[0] != kind:
+            return
         del self._handlers[fd]
         self._selector.unregister(fd)
 
@@ -213,12 +238,10 @@ class Wake:
         if self._pubsub is None:
             return
         # The descriptor registered, not the connection's current one: a broken connection has closed it
-        # (and the kernel took it out of the epoll), so only our entry may be left.
-        if self._pubsub_fd is not None:
-            self._handlers.pop(self._pubsub_fd, None)
-            if self._selector is not None:
-                with contextlib.suppress(OSError):
-                    self._selector.unregister(self._pubsub_fd)
+        # (and the kernel took it out of the epoll), and its number may be another's since.
+        if self._pubsub_fd is not None and self._selector is not None:
+            with contextlib.suppress(OSError):
+                self.unregister(self._pubsub_fd, "work")
         self._pubsub_fd = None
         with contextlib.suppress(Exception):
             self._pubsub.close()

@@ -110,3 +110,36 @@ def test_the_selector_hands_each_event_to_the_owner_it_had_when_the_batch_was_re
         for fd in (r1, r2, w1, w2, *spare):
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def test_a_number_freed_under_the_subscription_goes_to_the_next_descriptor(redis_url: str, tmp_path: Path) -> None:
+    """An outage's start closes every connection of the store from another thread; the kernel hands the
+    subscription's number to the next descriptor (a payload's pipe), which must be watched, not refused."""
+    store = Store.from_url(redis_url)
+    wake = make_pilot(tmp_path, store, Recorder()).wake
+    wake.open()
+    try:
+        wake.listen()
+        assert wake.listening
+        number = wake._pubsub_fd
+        assert number is not None
+        sock = wake._pubsub.socket() if wake._pubsub is not None else None
+        assert sock is not None
+        sock.close()  # as the outage's start does, under the pilot
+        read, write = os.pipe()
+        if read != number:  # the kernel gives the lowest free number: make sure it is that one
+            os.dup2(read, number)
+            os.close(read)
+            read = number
+        wake.register(read, "output", "payload")
+        assert not wake.listening, "the subscription that lost its socket is dropped"
+        wake.unregister(read, "work")  # what dropping it again would do: the number is the pipe's now
+        os.write(write, b"x")
+        seen: list[tuple[str, object, int]] = []
+        wake.wait(1.0, lambda kind, data, fd: seen.append((kind, data, fd)))
+        assert seen == [("output", "payload", read)]
+        wake.unregister(read)
+        os.close(read)
+        os.close(write)
+    finally:
+        wake.close()
