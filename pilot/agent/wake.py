@@ -97,6 +97,7 @@ class Wake:
                 kind,
             )
             if stale[0] == "work":
+                self._pubsub_fd = None  # not the subscription's number any more: dropping it must not touch it
                 self._drop_pubsub()
 
     def unregister(self, fd: int, kind: str | None = None) -> None:
