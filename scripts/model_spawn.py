@@ -94,32 +94,18 @@ def reap_any() -> None:
             time.sleep(0.00005)
 
 
-def run_sync(n: int, slots: int, work: float) -> None:
-    base = dict(os.environ)
+def run_on_loop(place: Callable[[Callable[[], int]], int]) -> Callable[[int, int, float], None]:
+    """``os.posix_spawn`` on the loop's thread, through ``place`` (where the child starts)."""
 
-    def start(i: int) -> None:
-        os.posix_spawn(PAYLOAD, ["true"], {**base, "JOB": str(i)})
+    def run(n: int, slots: int, work: float) -> None:
+        base = dict(os.environ)
 
-    loop(n, slots, work, start, reap_any)
+        def start(i: int) -> None:
+            place(lambda: os.posix_spawn(PAYLOAD, ["true"], {**base, "JOB": str(i)}))
 
+        loop(n, slots, work, start, reap_any)
 
-def run_here(n: int, slots: int, work: float) -> None:
-    base = dict(os.environ)
-
-    def start(i: int) -> None:
-        spawn_here(lambda: os.posix_spawn(PAYLOAD, ["true"], {**base, "JOB": str(i)}))
-
-    loop(n, slots, work, start, reap_any)
-
-
-def run_placed(n: int, slots: int, work: float) -> None:
-    base = dict(os.environ)
-    placement = Placement()
-
-    def start(i: int) -> None:
-        placement.spawn(lambda: os.posix_spawn(PAYLOAD, ["true"], {**base, "JOB": str(i)}))
-
-    loop(n, slots, work, start, reap_any)
+    return run
 
 
 def run_thread(n: int, slots: int, work: float) -> None:
@@ -185,9 +171,9 @@ def run_process(n: int, slots: int, work: float) -> None:
 
 
 WAYS: dict[str, Callable[[int, int, float], None]] = {
-    "sync": run_sync,
-    "here": run_here,
-    "placed": run_placed,
+    "sync": run_on_loop(lambda spawn: spawn()),
+    "here": run_on_loop(spawn_here),
+    "placed": lambda n, slots, work: run_on_loop(Placement().spawn)(n, slots, work),  # a fresh choice each time
     "thread": run_thread,
     "process": run_process,
 }
