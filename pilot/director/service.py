@@ -483,7 +483,10 @@ class Director:
                 states[batch_id] = backend.adopt(batch_id, records[batch_id])
         retire_after = self.ctx.settings.pilot_retire_after
         live = self._by_batch_id(beats, queue)
-        started = self._by_batch_id(self._beats(), queue)
+        # Read again only for a pilot the poll does not call running and that had not beaten before the demand
+        # (most cycles have none: every pilot running, or beating already).
+        doubtful = any(b not in live and (a is None or a.state is not PilotState.RUNNING) for b, a in states.items())
+        started = self._by_batch_id(self._beats(), queue) if doubtful else live
         shapes = {s.name: s for s in queue.shapes}
         existing: dict[str, list[ExistingPilot]] = {}
         now = time.time()

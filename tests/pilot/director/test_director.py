@@ -151,6 +151,28 @@ def test_a_pilot_that_takes_its_job_while_the_director_polls_gets_no_twin(
     assert not any(r.queues[rig.queue.id].released for r in rig.reports), f"a busy pilot released; {rig.timeline()}"
 
 
+@pytest.mark.parametrize("rig", ALL, indirect=True)
+def test_a_running_pilot_a_stale_poll_calls_queued_is_not_cancelled(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A poll's answer can be older than a pilot's first heartbeat (a loaded batch system, a cached poll). A
+    pilot that runs its job while the poll still calls it queued is not one that no job needs: cancelling it
+    would send the job back and run it a second time."""
+    [job] = rig.submit([rig.job("one", seconds=3)]).ids.values()
+    first = rig.cycle()
+    [pilot] = first.submitted
+    rig.drive(lambda: states_of(rig.jobs([job])) == [JobState.RUNNING], 60, "the job running")
+    backend = rig.director.backend(rig.queue)
+    monkeypatch.setattr(
+        backend, "states", lambda ids: {i: PilotStatus(PilotState.QUEUED, "as the last poll said") for i in ids}
+    )
+    stale = rig.cycle()
+    assert stale.cancelled == [] and not stale.ended, f"a running pilot cancelled; {stale}; {rig.timeline()}"
+    monkeypatch.undo()
+    rig.drive(lambda: all_final(rig.jobs([job])), 90, "the job done")
+    [done] = rig.jobs([job])
+    assert (done.state, done.attempt) == (JobState.DONE, 1), f"{done.reason}; {rig.timeline()}"
+    assert rig.submitted() == [pilot]
+
+
 # Payloads run in sessions of their own (pilot.agent.payload), which a batch system that kills the pilot's
 # process group (the local backend, Grid Engine without ENABLE_ADDGRP_KILL) or loses re-parented processes
 # (Slurm's proctrack/linuxproc) does not reach: the pilot's guardian (pilot.agent.guardian, in a session of
