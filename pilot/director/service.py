@@ -207,9 +207,7 @@ class Director:
         try:
             claimed: set[str] = set()
             queues = self.ctx.catalog.queues(self.ctx.settings.vo)
-            # The pilots' heartbeats before the demand: what a pilot has free must not be newer than the demand
-            # (see _existing).
-            beats = self._beats()
+            beats = self._beats()  # before the demand: what a pilot has free is no newer (see _existing)
             heads = {q.id: self.ctx.store.waiting_heads(q.id) for q in queues}
             queues.sort(key=lambda q: min((head[-1] for head in heads[q.id]), default=math.inf))  # stable
             for queue in queues:
@@ -483,8 +481,7 @@ class Director:
                 states[batch_id] = backend.adopt(batch_id, records[batch_id])
         retire_after = self.ctx.settings.pilot_retire_after
         live = self._by_batch_id(beats, queue)
-        # Read again only for a pilot the poll does not call running and that had not beaten before the demand
-        # (most cycles have none: every pilot running, or beating already).
+        # Read again only if a pilot the poll does not call running had not beaten before the demand was read.
         doubtful = any(b not in live and (a is None or a.state is not PilotState.RUNNING) for b, a in states.items())
         started = self._by_batch_id(self._beats(), queue) if doubtful else live
         shapes = {s.name: s for s in queue.shapes}
