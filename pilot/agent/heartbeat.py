@@ -54,6 +54,7 @@ class Heartbeat:
             self.wake.listen()
         self._refresh_features()
         self.processes.revive_guardian()
+        self.reports.prefetch.give_back_overdue(time.monotonic())
         running = state.slots.running
         jobs = {p.id: p.job.attempt for p in running.values()}
         jobs.update(self.reports.leased())

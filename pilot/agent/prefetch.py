@@ -16,7 +16,9 @@ most the horizon (a quarter of the lease), and a payload running now has run for
 them (its run-time estimate is no longer than the horizon or than the longest estimate among them), so a core
 is expected to free well within the lease of the held job. Long payloads are never prefetched for: a held job
 would wait for a slot while another pilot could run it (seen: a 30 s job started after short ones, and the
-other 30 s job held behind it for its whole run while an idle pilot found nothing). A held job's lease is
+other 30 s job held behind it for its whole run while an idle pilot found nothing). And once no running
+payload is expected to end within the horizon any more (one estimated short ran past it), the held jobs go
+back to their task queue at the next heartbeat (:meth:`Prefetch.give_back_overdue`). A held job's lease is
 renewed by the heartbeat like a running one's (its state is still ``matched``); the heartbeat's "lost" drops
 it, a kill request fails it unstarted, and when the pilot stops taking jobs (drain, preemption, its time up)
 it gives its held jobs back at once (``fail`` with requeue, as a match answered after the pilot stopped
@@ -86,14 +88,30 @@ class Prefetch:
         short and one running now is expected to end within the horizon: it has run for less than that, and
         its estimate is no longer than the horizon or than the recent payloads' (whose run times showed what
         such an estimate means here). A long job started after short ones is not expected to end soon."""
-        state = self.state
+        if not self.state.accepting or now_mono < self._not_before or not self._recent:
+            return False
+        if max(wall for wall, _ in self._recent) > self.horizon:
+            return False
+        return self._a_core_frees_soon(now_mono)
+
+    def _a_core_frees_soon(self, now_mono: float) -> bool:
+        """Whether a payload running now is expected to end within the horizon: it has run for less than that,
+        and its estimate is no longer than the horizon or than the recent payloads'."""
         horizon = self.horizon
-        if not state.accepting or now_mono < self._not_before or not self._recent:
-            return False
-        if max(wall for wall, _ in self._recent) > horizon:
-            return False
         like = max(horizon, *(ete for _, ete in self._recent))
-        return any(now_mono - p.start_mono <= horizon and p.job.ete <= like for p in state.slots.running.values())
+        return any(now_mono - p.start_mono <= horizon and p.job.ete <= like for p in self.state.slots.running.values())
+
+    def give_back_overdue(self, now_mono: float) -> None:
+        """No payload running now is expected to end within the horizon any more (one estimated short ran past
+        it, or a long one took the last core): the held jobs would wait for its end while another pilot could
+        run them, so every one goes back to its task queue now. Checked at each heartbeat, before the leases
+        are renewed. (A held job never waits beside a free core that fits it: :meth:`start` runs after each
+        wake-up.)"""
+        if not self.held or self._a_core_frees_soon(now_mono):
+            return
+        reason = f"pilot {self.state.name} held it behind payloads not expected to end within {self.horizon:g} s"
+        while self.held:
+            self.processes.give_back(self.held.popleft(), reason, unstarted=True)
 
     def amount(self) -> Amount:
         """What the held jobs will take."""

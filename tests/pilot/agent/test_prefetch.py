@@ -142,6 +142,32 @@ def test_a_long_job_after_short_ones_is_not_prefetched_for(store: Store, redis_u
     assert float(after.matched or 0) >= float(long.ended or 0), (long, after, log)
 
 
+def test_a_job_held_behind_a_payload_that_runs_past_the_horizon_goes_back(
+    store: Store, redis_url: str, tmp_path: Path
+) -> None:
+    """A job estimated as short as the ones before it runs far longer (an estimate is a guess): the job the
+    pilot leased behind it, expecting its core to free within the horizon (a quarter of the 8 s lease), would
+    wait for its whole run while another pilot could run it. Once the long one has run past the horizon, the
+    held job goes back to its task queue (at the next heartbeat, every 0.5 s here), unstarted: none of its
+    retries used. Before the fix it stayed leased to the pilot until the long payload ended."""
+    shorts = [job(command="sleep 0.2", score=i) for i in range(4)]
+    [*_, long, behind] = store.submit([*shorts, job(command="sleep 60", score=10), job(score=11)])
+    env = pilot_env(tmp_path, cores=1)
+    args = ("--lease", "8", "--heartbeat", "0.5", "--idle-timeout", "60", "--kill-grace", "1")
+    with running_pilot(redis_url, tmp_path, *args, env=env) as proc:
+
+        def given_back() -> bool:
+            held = store.job(behind)
+            return held.state == JobState.WAITING and "not expected to end within 2 s" in (held.reason or "")
+
+        wait_until(given_back, timeout=30, what=lambda: f"the held job back: {store.jobs([long, behind])}")
+        assert store.job(long).state == JobState.RUNNING
+        proc.send_signal(signal.SIGTERM)
+        log = finish(proc, tmp_path, 15)
+    back = store.job(behind)
+    assert (back.retries, back.started) == (0, None), (back, log)
+
+
 def test_a_stopped_pilot_gives_its_held_jobs_back_at_once(store: Store, redis_url: str, tmp_path: Path) -> None:
     ids = store.submit([job(command="sleep 0.3", score=i) for i in range(40)])
     env = pilot_env(tmp_path, cores=1)
