@@ -173,6 +173,91 @@ def test_a_running_pilot_a_stale_poll_calls_queued_is_not_cancelled(rig: Rig, mo
     assert rig.submitted() == [pilot]
 
 
+# A pilot held at a gate once started: its Python and the pilot's modules loaded, no store contact (no heartbeat)
+# until the file named by its first argument exists. The rest of the argv is `pilotfish`'s.
+GATED = """import os, sys, time
+import pilot.agent.command
+from matcher.cli.main import main
+gate = sys.argv.pop(1)
+while not os.path.exists(gate):
+    time.sleep(0.01)
+main(sys.argv[1:], prog_name="pilotfish")
+"""
+
+
+def gated(command: list[str], gate: Path) -> list[str]:
+    """``command`` (the director's ``python -m matcher.cli pilot ...``) run behind ``gate``."""
+    assert command[1:3] == ["-m", "matcher.cli"], command
+    return [command[0], "-c", GATED, str(gate), *command[3:]]
+
+
+#: One head of the demand (``Store.waiting_heads``): task queue, job, cpu, mem, tmp, wall, score.
+Head = tuple[str, str, int, int, int, float, float]
+
+# What a poll answers for a pilot it is behind on: a stale "queued", or nothing it knows of (a batch system that
+# answers UNKNOWN has the pilot adopted, which is "queued" until polled; the local backend adopts its own pilot
+# as what it is, running, so the case is not one there).
+BEHIND = [
+    *(pytest.param(kind, PilotState.QUEUED, marks=_marks(kind), id=f"{kind}-queued") for kind in KINDS),
+    *(pytest.param(kind, PilotState.UNKNOWN, marks=_marks(kind), id=f"{kind}-unknown") for kind in ("slurm", "sge")),
+]
+
+
+@pytest.mark.parametrize(("rig", "behind"), BEHIND, indirect=["rig"])
+def test_a_pilot_that_beats_after_the_heartbeat_read_and_a_poll_is_behind_is_not_cancelled(
+    rig: Rig, behind: PilotState, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The director reads the heartbeats, then the demand, then polls. A pilot that starts, beats and takes its
+    job between the heartbeat read and the demand read is missing from both: no beat of it in the first read,
+    its job gone from the demand. A poll that is behind (a loaded batch system) calls it queued: a queued pilot
+    that no job needs, to be cancelled, unless the heartbeats are read again after the poll (the second read of
+    ``Director._existing``). Cancelled, its job would go back and run a second time."""
+    gate = rig.tmp / "gate"
+    command = rig.director.pilot_command
+    monkeypatch.setattr(rig.director, "pilot_command", lambda *args: gated(command(*args), gate))
+    [job] = rig.submit([rig.job("one", seconds=2)]).ids.values()
+    first = rig.cycle()
+    [pilot] = first.submitted
+    # Started by the batch system, held at the gate: the next cycle's first heartbeat read has nothing of it.
+    rig.wait_states([pilot], lambda s: s[pilot].state is PilotState.RUNNING, timeout=60)
+    store, backend = rig.ctx.store, rig.director.backend(rig.queue)
+    read_demand, poll = store.waiting_heads, backend.states
+    held: list[str] = []
+
+    def beats() -> list[dict[str, object]]:
+        return [r for r in store.pilot_records().values() if r.get("queue") == rig.queue.id]
+
+    def demand_read_once_the_pilot_took_its_job(queue: str, per_tq: int = 200) -> list[Head]:
+        if queue == rig.queue.id and not held:
+            assert not beats(), "the pilot beat before its gate opened"
+            gate.touch()  # the director has read the heartbeats (just before the demand): the pilot starts now
+            opened = time.monotonic()
+            wait_until(lambda: rig.jobs([job])[0].pilot, timeout=60, what=f"{rig.kind}: the pilot to take {job}")
+            held.append(f"demand read {time.monotonic() - opened:.2f} s after the gate, the pilot beat, {job} taken")
+        return read_demand(queue, per_tq)
+
+    def poll_behind(ids: Sequence[str]) -> dict[str, PilotStatus]:
+        answer = poll(ids)
+        if len(held) != 1:
+            return answer
+        assert [r["batch_id"] for r in beats()], "no heartbeat of the pilot before the poll's answer"
+        held.append(f"poll answered {behind} for {list(ids)} (the batch system said {answer})")
+        return {i: PilotStatus(behind, "a poll behind the pilot") for i in ids}
+
+    monkeypatch.setattr(store, "waiting_heads", demand_read_once_the_pilot_took_its_job)
+    monkeypatch.setattr(backend, "states", poll_behind)
+    behind_cycle = rig.cycle()
+    assert len(held) == 2, f"the interleaving did not happen: {held}; {rig.timeline()}"
+    assert behind_cycle.demand == 0, behind_cycle
+    assert behind_cycle.cancelled == [] and not behind_cycle.ended, f"a busy pilot cancelled; {behind_cycle}; {held}"
+    assert behind_cycle.submitted == [], f"a twin for a taken job; {behind_cycle}"
+    rig.drive(lambda: all_final(rig.jobs([job])), 90, "the job done")
+    [done] = rig.jobs([job])
+    assert (done.state, done.attempt) == (JobState.DONE, 1), f"{done.reason}; {rig.timeline()}"
+    assert rig.completions() == [(job, 1)], rig.timeline()
+    assert rig.submitted() == [pilot], rig.timeline()
+
+
 # Payloads run in sessions of their own (pilot.agent.payload), which a batch system that kills the pilot's
 # process group (the local backend, Grid Engine without ENABLE_ADDGRP_KILL) or loses re-parented processes
 # (Slurm's proctrack/linuxproc) does not reach: the pilot's guardian (pilot.agent.guardian, in a session of
