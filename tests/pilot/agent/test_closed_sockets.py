@@ -21,6 +21,7 @@ from taskqueues.errors import StoreUnavailable
 from taskqueues.store import PilotOffer, Store
 from tests.pilot.agent.test_observer import Recorder, make_pilot
 from tests.support.pilots import QUEUE
+from tests.support.store import job
 
 
 @contextlib.contextmanager
@@ -123,3 +124,20 @@ def test_a_turn_of_the_loop_settles_the_exchange_an_outage_closed(running: Pilot
     assert not reports.inflight, f"the closed exchange was still due after {took:.1f} s of the loop"
     assert not state.outage.down, "the exchange the outage had closed, settled after it, started a new outage"
 
+
+def test_a_subscription_an_outage_closed_is_renewed_not_reconnected_unwatched(running: Pilot) -> None:
+    """redis-py reconnects a subscription by itself on its next command (the pilot's subscribe or unsubscribe
+    as its matches bring jobs or not), on a socket the selector does not watch; the store counts it among the
+    listeners and wakes it instead of a pilot that hears."""
+    state, wake, store = running.state, running.wake, running.store
+    assert wake.listening
+    outage_starts(running)
+    state.outage.ok()
+    wake.hungry(False)  # a match brought jobs
+    wake.hungry(True)  # the next found nothing
+    running.heartbeat.beat()  # renews a lost subscription
+    assert wake.listening
+    state.next_match = math.inf  # its back-off: only a wake brings it to match now
+    store.submit([job(queues=(QUEUE,))])
+    took = wait_for(running, lambda: state.next_match == 0.0)
+    assert state.next_match == 0.0, f"the wake did not reach the pilot in {took:.1f} s"
