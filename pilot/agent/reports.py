@@ -216,6 +216,8 @@ class Reports:
         for payload in self.unstarted:
             (starts if all_starts or payload.id in ended or payload.start_mono <= due else waiting).append(payload)
         self.unstarted = waiting
+        if offer is None and not starts and not succeeded:
+            return  # nothing to say: every exchange in flight has replies due, on its socket (_watch_channel)
         store = state.store
         try:
             if self._channel is None:
