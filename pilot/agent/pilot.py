@@ -264,6 +264,7 @@ class Pilot:
             reports.ended(payload, result)
         if self.control.release_asked and self._idle():
             self.control.obey_stop_request()
+        reports.receive_lost()  # an outage's start closed their connection: no reply will wake the selector
         reports.fill()
         if reports.retry_due():
             reports.retry()

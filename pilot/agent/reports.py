@@ -29,6 +29,7 @@ import contextlib
 import dataclasses
 import logging
 import math
+import socket
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -89,7 +90,7 @@ class Reports:
         self.pending: list[PendingReport] = []
         self._next_retry = 0.0  # reports waiting for the store are retried from then on
         self._channel: Connection | None = None  # the pilot's own connection for exchanges (ordered)
-        self._channel_fd = -1
+        self._watched: tuple[socket.socket, int] | None = None  # the replies' socket in the selector, its number
 
     @property
     def busy(self) -> bool:
@@ -113,6 +114,8 @@ class Reports:
             out.append(self._start_report_due())
         if self.succeeded:
             out.append(self._success_report_due())
+        if self.inflight and self.inflight[0].exchange.lost:
+            out.append(now)  # no event comes for it (receive_lost)
         return out
 
     # -- sending -----------------------------------------------------------------------------------
@@ -213,6 +216,8 @@ class Reports:
         for payload in self.unstarted:
             (starts if all_starts or payload.id in ended or payload.start_mono <= due else waiting).append(payload)
         self.unstarted = waiting
+        if offer is None and not starts and not succeeded:
+            return  # nothing to say: every exchange in flight has replies due, on its socket (_watch_channel)
         store = state.store
         try:
             if self._channel is None:
@@ -244,19 +249,29 @@ class Reports:
             state.next_match = math.inf  # the reply says when to match again
 
     def _watch_channel(self) -> None:
-        """Keep the selector on the channel's socket (a reconnection changes it) while replies are due."""
-        fd = self.inflight[0].exchange.fileno() if self.inflight else -1
-        if fd == self._channel_fd:
+        """Keep the selector on the socket the replies due arrive on (the newest exchange's) while any are due.
+        The socket itself, not its number: an outage's start closes the channel under the pilot (the socket
+        leaves the epoll by itself) and the reconnection may get the same number back."""
+        sock = self.inflight[-1].exchange.socket if self.inflight else None
+        watched = self._watched
+        if (watched[0] if watched else None) is sock:
             return
-        if self._channel_fd >= 0:
-            with contextlib.suppress(OSError):  # closed under us (an outage's start): it left the epoll
-                self.wake.unregister(self._channel_fd, "reply")
-        self._channel_fd = -1
-        if fd >= 0:
+        if watched is not None:
+            with contextlib.suppress(OSError):  # closed under us: it left the epoll already
+                self.wake.unregister(watched[1], "reply")
+            self._watched = None
+        fd = -1 if sock is None else sock.fileno()
+        if sock is not None and fd >= 0:
             self.wake.register(fd, "reply")
-            self._channel_fd = fd
+            self._watched = (sock, fd)
 
     # -- receiving ---------------------------------------------------------------------------------
+
+    def receive_lost(self) -> None:
+        """Settle now the exchanges whose connection was closed before their replies were read (an outage's
+        start closes every connection of the store): their socket left the selector, no event comes for them."""
+        if self.inflight and self.inflight[0].exchange.lost:
+            self.receive_ready()
 
     def receive_ready(self) -> None:
         """Handle every reply that has arrived (several may sit in the connection's buffer)."""
@@ -282,10 +297,11 @@ class Reports:
         a completion released are not the pilot's business: ``complete`` announces those whose requirements
         wait for outputs on the release channel, and the control plane evaluates them."""
         state = self.state
+        closed = sent.exchange.lost  # by an outage's start, counted then
         try:
             reply = sent.exchange.receive()
         except StoreUnavailable as exc:
-            self._unreachable(exc, sent.starts, sent.succeeded)
+            self._unreachable(exc, sent.starts, sent.succeeded, counted=closed)
             return
         except StoreError as exc:
             log.error("reports and match failed: %s", exc)
@@ -342,10 +358,20 @@ class Reports:
         if self.prefetch.held:
             self.unstarted += self.prefetch.start()
 
-    def _unreachable(self, exc: StoreError, starts: list[Payload], succeeded: list[tuple[Payload, RunResult]]) -> None:
-        """The store did not answer an exchange: its reports wait, the next match waits the outage's back-off."""
+    def _unreachable(
+        self,
+        exc: StoreError,
+        starts: list[Payload],
+        succeeded: list[tuple[Payload, RunResult]],
+        *,
+        counted: bool = False,
+    ) -> None:
+        """The store did not answer an exchange: its reports wait, the next match waits the outage's back-off.
+        An exchange whose connection an outage's start closed (``counted``) is old news once the store answers
+        again: it starts no new outage (whose start would close the connection again, with the replies due on it)."""
         state = self.state
-        state.next_match = time.monotonic() + state.outage.failed(exc)
+        counted = counted and not state.outage.down
+        state.next_match = time.monotonic() + (0.0 if counted else state.outage.failed(exc))
         self.unstarted = starts + self.unstarted  # the heartbeat keeps their leases meanwhile
         self._next_retry = state.next_match
         self.pending += [PendingReport(p, result) for p, result in succeeded]

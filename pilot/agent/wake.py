@@ -49,6 +49,7 @@ class Wake:
         self._on_signal: Callable[[int], None] | None = None
         self._pubsub: Subscription | None = None
         self._pubsub_fd: int | None = None  # the wake subscription's socket's descriptor, as registered
+        self._pubsub_sock: socket.socket | None = None  # that socket
         self._wake_channel = ""
         self._own_channel = b""
         self._hungry = False  # listening on the wake channel
@@ -68,7 +69,11 @@ class Wake:
 
     @property
     def listening(self) -> bool:
-        return self._pubsub is not None
+        """Subscribed, on the socket in the selector. An outage's start closes the subscription's connection
+        (its socket leaves the epoll by itself) and the next command on it would reconnect it on a socket nobody
+        watches, which the store would count among the listeners: such a subscription is not listening (it is
+        renewed at the next heartbeat)."""
+        return self._pubsub is not None and self._pubsub.socket() is self._pubsub_sock
 
     def register(self, fd: int, kind: str, data: Any = None) -> None:
         """Watch ``fd`` for reading; its events go to ``kind``'s handler with ``data``.
@@ -140,6 +145,7 @@ class Wake:
         (``store.pilots``): it heartbeats at once. Polling and the heartbeat stay the fallback
         (a lost subscription is renewed at the next heartbeat)."""
         assert self._selector is not None
+        self._drop_pubsub()  # one that lost its socket (listening)
         state = self.state
         store = state.store
         self._wake_channel = store.keys.pilot_wake_channel(state.config.queue, state.name)
@@ -160,7 +166,7 @@ class Wake:
             sock = pubsub.socket()
             assert sock is not None
             self.register(sock.fileno(), "work")
-            self._pubsub_fd = sock.fileno()
+            self._pubsub_fd, self._pubsub_sock = sock.fileno(), sock
         except Exception as exc:
             if isinstance(exc, StoreUnavailable):
                 state.outage.failed(exc)
@@ -177,6 +183,9 @@ class Wake:
         back-off's first poll (``backoff_min`` after the empty match) finds the work."""
         pubsub = self._pubsub
         if pubsub is None or yes == self._hungry:
+            return
+        if not self.listening:  # its socket was closed under it: not reconnected unwatched (listening)
+            self._drop_pubsub()
             return
         try:
             if yes:
@@ -243,7 +252,7 @@ class Wake:
         if self._pubsub_fd is not None and self._selector is not None:
             with contextlib.suppress(OSError):
                 self.unregister(self._pubsub_fd, "work")
-        self._pubsub_fd = None
+        self._pubsub_fd = self._pubsub_sock = None
         with contextlib.suppress(Exception):
             self._pubsub.close()
         self._pubsub = None

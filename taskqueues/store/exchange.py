@@ -18,6 +18,7 @@ that ask for keys write nothing before asking, and a redirected one did not run.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -74,6 +75,7 @@ class PendingExchange:
         self.offer = offer
         self.max_jobs = max_jobs
         self._count = len(commands)
+        self._sock: socket.socket | None = None  # the socket it was written on: its replies come there or never
         if commands:
             try:
                 if conn._sock is None:
@@ -82,16 +84,24 @@ class PendingExchange:
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 conn.disconnect()  # type: ignore[no-untyped-call]
                 raise converted(exc, store.where, _OPERATION) from None
+            self._sock = conn._sock
 
-    def fileno(self) -> int:
-        """The socket the replies arrive on (for a selector)."""
-        sock = self.conn._sock
-        return -1 if sock is None else sock.fileno()
+    @property
+    def socket(self) -> socket.socket | None:
+        """The socket the replies arrive on (for a selector: watch it as an object, not by its number, which
+        the kernel hands to the next socket once this one is closed); None when no reply is due."""
+        return self._sock
+
+    @property
+    def lost(self) -> bool:
+        """Its connection was closed before its replies were read (an outage's start closes every connection,
+        or a failed call on it), maybe reconnected since for a later exchange: its replies never come."""
+        return self._count > 0 and self.conn._sock is not self._sock
 
     def ready(self) -> bool:
-        """Whether a reply can be read without waiting (it may already sit in the connection's buffer); a
-        connection that broke is ready too: :meth:`receive` then says the store is unreachable."""
-        if self._count == 0 or self.conn._sock is None:  # closed: can_read would connect anew and wait forever
+        """Whether a reply can be read without waiting (it may already sit in the connection's buffer); an
+        exchange whose connection broke is ready too: :meth:`receive` then says the store is unreachable."""
+        if self._count == 0 or self.lost:  # closed: can_read would connect anew and wait forever
             return True
         try:
             return bool(self.conn.can_read(timeout=0))
@@ -102,7 +112,7 @@ class PendingExchange:
         """Read every reply (waiting for them if needed) and settle what must be redone alone."""
         replies: list[Any] = []
         lost = False
-        if self._count and self.conn._sock is None:  # closed meanwhile (an outage dropped every connection)
+        if self.lost:  # closed meanwhile (an outage dropped every connection), maybe reconnected since
             raise converted(
                 redis.ConnectionError("connection closed before the replies were read"), self.store.where, _OPERATION
             )

@@ -370,3 +370,21 @@ def test_an_exchange_whose_connection_an_outage_closed_says_the_store_is_unreach
     finally:
         store.client.connection_pool.release(conn)
     assert store.job(job_id).state in (JobState.WAITING, JobState.MATCHED)
+
+
+def test_the_replies_of_an_exchange_are_read_only_from_the_socket_it_was_written_on(redis_url: str) -> None:
+    """An outage closed the pilot's exchange connection with a reply due, and the next exchange reconnected it:
+    the first one's reply is lost (unreachable), it must not read the second one's."""
+    store = Store.from_url(redis_url)
+    (job_id,) = store.submit([job(queues=("s/c/q",))])
+    conn = store.client.connection_pool.get_connection()
+    try:
+        first = store.send_exchange("p1", conn, starts=[("no-such-job", 1, time.time())])
+        store.client.connection_pool.disconnect(inuse_connections=True)  # as in the test above
+        second = store.send_exchange("p1", conn, offer=PilotOffer("p1", "s/c/q", 1, 1000, 0, None))
+        assert first.ready(), "an exchange whose socket was closed is ready: its reader must learn it is lost"
+        with pytest.raises(StoreUnavailable, match="connection closed"):
+            first.receive()
+        assert [j.id for j in second.receive().matched] == [job_id]
+    finally:
+        store.client.connection_pool.release(conn)
