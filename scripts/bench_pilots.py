@@ -249,11 +249,14 @@ class Worker:
             self.idle_exchanges += 1
         elif phases is not None and time.time() >= phases.window_from:
             self.window_exchanges += 1
-        self.selector.register(p.inflight.fileno(), selectors.EVENT_READ, ("reply", i))
+        sock = p.inflight.socket  # every exchange here carries a call: its replies come on this socket
+        assert sock is not None
+        self.selector.register(sock, selectors.EVENT_READ, ("reply", i))
 
     def received(self, p: SimPilot, i: int, now: float) -> None:
         assert p.inflight is not None
-        self.selector.unregister(p.inflight.fileno())
+        assert p.inflight.socket is not None
+        self.selector.unregister(p.inflight.socket)
         reply, p.inflight = p.inflight.receive(), None
         self.refused += len(reply.refused)
         self.completed -= len(reply.refused)
