@@ -4,8 +4,9 @@ reports what it got as ``KEY=VALUE`` lines in ``$PILOTFISH_OUTPUTS`` (and detail
 Modes (first argument):
 
 * ``search DIGEST...``: look for the secrets whose digests are given (passwords, the state directory's
-  path) in every ``/proc/*/environ`` and ``/proc/*/cmdline`` it can read (its ancestors' first), in its
-  own environment, and in every file it can read below the places a deployment keeps things (``/tmp``,
+  path) in every ``/proc/*/environ`` and ``/proc/*/cmdline`` it can read and the paths of every process's
+  working directory and open descriptors (its ancestors' first), in its own environment, and in every file
+  it can read around its own working directory and below the places a deployment keeps things (``/tmp``,
   ``/run``, ``/home``, ``/root``, ``/var``, ``/etc``, ``/work``...); exits 3 at the first one found, 0
   when none; reports ``hits``, ``files`` (how many files it read) and ``procs`` (processes it saw).
 * ``neighbours KRAM``: look for another job's process (a ``/proc/*/environ`` or ``cmdline`` holding the
@@ -63,18 +64,51 @@ def proc_texts() -> tuple[int, list[tuple[str, bytes]]]:
                     texts.append((f"/proc/{pid}/{name}", handle.read()))
             except OSError:
                 continue
+        texts.append((f"/proc/{pid}/cwd and fd", b"\0".join(links(pid))))
     return len(pids), texts
 
 
+def links(pid: int) -> list[bytes]:
+    """Where a process works and what it holds open: the paths of its working directory and descriptors."""
+    out = []
+    for link in [f"/proc/{pid}/cwd", *glob.glob(f"/proc/{pid}/fd/*")]:
+        try:
+            out.append(os.readlink(link).encode())
+        except OSError:
+            continue
+    return out
+
+
+def nearby() -> list[str]:
+    """The directories around its own, nearest first: its working directory, then each parent up to (not
+    including) one of :data:`ROOTS` or ``/``. Where it was put is where the pilot's things are likely to be."""
+    out: list[str] = []
+    here = os.getcwd()
+    while here not in ROOTS and here != "/":
+        out.append(here)
+        here = os.path.dirname(here)
+    return out
+
+
 def files() -> list[str]:
+    """Every file below :func:`nearby` and :data:`ROOTS` (each directory walked once), up to :data:`MAX_FILES`:
+    a crowded ``/tmp`` must not hide the files next to its own."""
     found: list[str] = []
-    for root in ROOTS:
+    walked: set[str] = set()
+    for root in [*nearby(), *ROOTS]:
         for top, dirs, names in os.walk(root, onerror=lambda _e: None):
-            dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not os.path.join(top, d).startswith(SKIP_ROOTS)]
+            dirs[:] = [
+                d
+                for d in dirs
+                if d not in SKIP_DIRS
+                and os.path.join(top, d) not in walked
+                and not os.path.join(top, d).startswith(SKIP_ROOTS)
+            ]
             for name in names:
                 found.append(os.path.join(top, name))
                 if len(found) >= MAX_FILES:
                     return found
+        walked.add(root)
     return found
 
 
@@ -158,13 +192,15 @@ def linger(seconds: float) -> int:
 
 
 def command() -> str:
-    """How a payload runs this attacker: its source travels base64 in the command, so no quoting breaks it and
-    it runs wherever the checkout is (the sandbox hides /tmp, where CI's clean clone lives)."""
-    import base64  # only the tests that build the command need it
+    """How a payload runs this attacker: its source travels gzipped and base64 in the command (a workflow's
+    command template is bounded), so no quoting breaks it and it runs wherever the checkout is (the sandbox
+    hides /tmp, where CI's clean clone lives)."""
+    import base64  # only the tests that build the command need them
+    import gzip
 
     with open(__file__, "rb") as handle:
-        source = base64.b64encode(handle.read()).decode()
-    return f'{sys.executable} -c "$(echo {source} | base64 -d)"'
+        source = base64.b64encode(gzip.compress(handle.read(), mtime=0)).decode()
+    return f'{sys.executable} -c "$(echo {source} | base64 -d | gzip -dc)"'
 
 
 if __name__ == "__main__":
