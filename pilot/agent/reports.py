@@ -25,11 +25,9 @@ end (:meth:`Reports.flush`) the reports still waiting get up to one lease for th
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import math
-import socket
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -90,7 +88,6 @@ class Reports:
         self.pending: list[PendingReport] = []
         self._next_retry = 0.0  # reports waiting for the store are retried from then on
         self._channel: Connection | None = None  # the pilot's own connection for exchanges (ordered)
-        self._watched: tuple[socket.socket, int] | None = None  # the replies' socket in the selector, its number
 
     @property
     def busy(self) -> bool:
@@ -249,21 +246,8 @@ class Reports:
             state.next_match = math.inf  # the reply says when to match again
 
     def _watch_channel(self) -> None:
-        """Keep the selector on the socket the replies due arrive on (the newest exchange's) while any are due.
-        The socket itself, not its number: an outage's start closes the channel under the pilot (the socket
-        leaves the epoll by itself) and the reconnection may get the same number back."""
-        sock = self.inflight[-1].exchange.socket if self.inflight else None
-        watched = self._watched
-        if (watched[0] if watched else None) is sock:
-            return
-        if watched is not None:
-            with contextlib.suppress(OSError):  # closed under us: it left the epoll already
-                self.wake.unregister(watched[1], "reply")
-            self._watched = None
-        fd = -1 if sock is None else sock.fileno()
-        if sock is not None and fd >= 0:
-            self.wake.register(fd, "reply")
-            self._watched = (sock, fd)
+        """Keep the selector on the socket the replies due arrive on (the newest exchange's) while any are due."""
+        self.wake.watch("reply", self.inflight[-1].exchange.socket if self.inflight else None)
 
     # -- receiving ---------------------------------------------------------------------------------
 

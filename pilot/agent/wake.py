@@ -48,8 +48,7 @@ class Wake:
         self._saved_wakeup = -1
         self._on_signal: Callable[[int], None] | None = None
         self._pubsub: Subscription | None = None
-        self._pubsub_fd: int | None = None  # the wake subscription's socket's descriptor, as registered
-        self._pubsub_sock: socket.socket | None = None  # that socket
+        self._sockets: dict[str, tuple[socket.socket, int]] = {}  # kind -> the socket watched for it, its number
         self._wake_channel = ""
         self._own_channel = b""
         self._hungry = False  # listening on the wake channel
@@ -73,7 +72,7 @@ class Wake:
         (its socket leaves the epoll by itself) and the next command on it would reconnect it on a socket nobody
         watches, which the store would count among the listeners: such a subscription is not listening (it is
         renewed at the next heartbeat)."""
-        return self._pubsub is not None and self._pubsub.socket() is self._pubsub_sock
+        return self._pubsub is not None and self._pubsub.socket() is self.watched("work")
 
     def register(self, fd: int, kind: str, data: Any = None) -> None:
         """Watch ``fd`` for reading; its events go to ``kind``'s handler with ``data``.
@@ -101,9 +100,31 @@ class Wake:
                 stale[0],
                 kind,
             )
+            if self._sockets.get(stale[0], (None, -1))[1] == fd:
+                del self._sockets[stale[0]]  # its socket is closed: the number is not its any more
             if stale[0] == "work":
-                self._pubsub_fd = None  # not the subscription's number any more: dropping it must not touch it
                 self._drop_pubsub()
+
+    def watch(self, kind: str, sock: socket.socket | None) -> None:
+        """Keep ``sock`` watched for ``kind`` (its one socket; None: none). The socket itself, not its number: an
+        outage's start closes the store's connections under the pilot (a closed socket leaves the epoll by
+        itself) and a reconnection may get the same number back, which must be registered again."""
+        watched = self._sockets.get(kind)
+        if (watched[0] if watched else None) is sock:
+            return
+        if watched is not None:
+            del self._sockets[kind]
+            with contextlib.suppress(OSError):  # closed under us: it left the epoll already
+                self.unregister(watched[1], kind)
+        fd = -1 if sock is None else sock.fileno()
+        if sock is not None and fd >= 0:
+            self.register(fd, kind)
+            self._sockets[kind] = (sock, fd)
+
+    def watched(self, kind: str) -> socket.socket | None:
+        """The socket watched for ``kind`` (:meth:`watch`), or None."""
+        watched = self._sockets.get(kind)
+        return watched[0] if watched else None
 
     def unregister(self, fd: int, kind: str | None = None) -> None:
         """Stop watching ``fd`` (before it is closed: a closed descriptor has left the epoll already). With
@@ -163,10 +184,7 @@ class Wake:
                 log.warning(
                     "pilot %s: no channel of its own (%s): kills and stops wait for its heartbeat", state.name, exc
                 )
-            sock = pubsub.socket()
-            assert sock is not None
-            self.register(sock.fileno(), "work")
-            self._pubsub_fd, self._pubsub_sock = sock.fileno(), sock
+            self.watch("work", pubsub.socket())
         except Exception as exc:
             if isinstance(exc, StoreUnavailable):
                 state.outage.failed(exc)
@@ -247,12 +265,8 @@ class Wake:
     def _drop_pubsub(self) -> None:
         if self._pubsub is None:
             return
-        # The descriptor registered, not the connection's current one: a broken connection has closed it
-        # (and the kernel took it out of the epoll), and its number may be another's since.
-        if self._pubsub_fd is not None and self._selector is not None:
-            with contextlib.suppress(OSError):
-                self.unregister(self._pubsub_fd, "work")
-        self._pubsub_fd = self._pubsub_sock = None
+        if self._selector is not None:
+            self.watch("work", None)  # the socket registered, not the connection's current one
         with contextlib.suppress(Exception):
             self._pubsub.close()
         self._pubsub = None

@@ -121,8 +121,9 @@ def test_a_number_freed_under_the_subscription_goes_to_the_next_descriptor(redis
     try:
         wake.listen()
         assert wake.listening
-        number = wake._pubsub_fd
-        assert number is not None
+        watched = wake.watched("work")
+        assert watched is not None
+        number = watched.fileno()
         sock = wake._pubsub.socket() if wake._pubsub is not None else None
         assert sock is not None
         sock.close()  # as the outage's start does, under the pilot
